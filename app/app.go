@@ -1,0 +1,236 @@
+// Package app assembles a Cairn node from its roles: the embedded etcd
+// member, the state manager every role reads from, the master candidate, the
+// broker and the storage node, behind one HTTP server. It owns their start
+// order and their shutdown order.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cairn-db/cairn/broker"
+	"github.com/cairn-db/cairn/config"
+	"github.com/cairn-db/cairn/coordinator"
+	"github.com/cairn-db/cairn/coordinator/embedded"
+	"github.com/cairn-db/cairn/models"
+	"github.com/cairn-db/cairn/statemachine"
+	"github.com/cairn-db/cairn/web"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.uber.org/zap"
+)
+
+// App is one running node.
+type App struct {
+	cfg    config.Config
+	lg     *zap.Logger
+	nodeID string
+	keys   models.Keys
+
+	etcd   *embedded.Server
+	store  *coordinator.EtcdStore
+	sm     *statemachine.Manager
+	http   *web.Server
+	reg    *prometheus.Registry
+	etcdUp atomic.Bool
+
+	masterOps *masterSlot
+	clusters  *clusterStores
+
+	wg     sync.WaitGroup
+	cancel context.CancelFunc
+}
+
+// Start brings the node up; it returns once the HTTP server listens. Run
+// blocks until ctx ends or a fatal error.
+func Start(ctx context.Context, cfg config.Config, lg *zap.Logger) (*App, error) {
+	a := &App{cfg: cfg, lg: lg, keys: models.Keys{NS: cfg.Namespace}, reg: prometheus.NewRegistry(), masterOps: &masterSlot{}}
+	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	id, err := config.LoadOrCreateNodeID(cfg.DataDir, cfg.NodeID)
+	if err != nil {
+		return nil, err
+	}
+	a.nodeID = id
+	a.lg = lg.With(zap.String("node_id", id))
+	a.lg.Info("starting", zap.Strings("roles", cfg.Roles), zap.String("http_addr", cfg.HTTPAddr), zap.String("data_dir", cfg.DataDir))
+
+	if cfg.HasRole(config.RoleEtcd) {
+		a.etcd, err = embedded.Start(embedded.Config{
+			Name: cfg.EtcdName, Dir: filepath.Join(cfg.DataDir, "etcd"),
+			ListenClientURL: cfg.EtcdListenClientURL, ListenPeerURL: cfg.EtcdListenPeerURL,
+			AdvertiseClientURL: cfg.EtcdAdvertiseClientURL, AdvertisePeerURL: cfg.EtcdAdvertisePeerURL,
+			InitialCluster: cfg.EtcdInitialCluster, ClusterState: cfg.EtcdClusterState, Logger: a.lg,
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	a.store, err = coordinator.NewEtcdStore(a.etcdConfig(cfg.EtcdEndpoints))
+	if err != nil {
+		a.closeEtcd()
+		return nil, err
+	}
+	a.clusters = newClusterStores(a.store, a.etcdConfig, a.keys)
+
+	a.sm = statemachine.New(statemachine.Config{Logger: a.lg, BackupPath: filepath.Join(cfg.DataDir, "state.backup"), Registerer: a.reg})
+	if _, err := a.sm.LoadBackup(); err != nil {
+		a.lg.Warn("local state backup unusable; starting empty", zap.Error(err))
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	a.cancel = cancel
+	a.sm.Start(runCtx)
+	for _, src := range statemachine.MainSources(a.store, a.keys) {
+		a.sm.AddSource(src)
+	}
+
+	a.http = web.New(web.Config{
+		Addr: cfg.HTTPAddr, NodeID: id, Roles: cfg.Roles, AdminToken: cfg.AdminToken, Logger: a.lg,
+		Gatherer: a.reg, State: a.sm.Snapshot, EtcdUp: a.etcdUp.Load, Admin: a.admin(), Console: consoleHandler(),
+	})
+	if err := a.http.Listen(); err != nil {
+		a.shutdown()
+		return nil, err
+	}
+	a.etcdUp.Store(true)
+	a.goRun(runCtx, a.probeEtcd)
+	a.goRun(runCtx, a.watchClusters)
+	if cfg.Standalone {
+		a.goRun(runCtx, a.ensureDefaultCluster)
+	}
+	if cfg.HasRole(config.RoleBroker) {
+		a.goRun(runCtx, func(ctx context.Context) {
+			broker.Register(ctx, a.store, a.keys.Broker(id), cfg.LeaseTTL, broker.BrokerRecord(id, cfg.AdvertiseAddr, time.Now()), a.lg.Named("broker"))
+		})
+	}
+	if cfg.HasRole(config.RoleMaster) {
+		a.goRun(runCtx, a.runMasterCandidate)
+	}
+	if cfg.HasRole(config.RoleStorage) {
+		a.goRun(runCtx, a.runStorage)
+	}
+	return a, nil
+}
+
+func (a *App) etcdConfig(endpoints []string) coordinator.EtcdConfig {
+	return coordinator.EtcdConfig{Endpoints: endpoints, CACert: a.cfg.EtcdCACert, Cert: a.cfg.EtcdCert, Key: a.cfg.EtcdKey,
+		Username: a.cfg.EtcdUsername, Password: a.cfg.EtcdPassword, Logger: a.lg}
+}
+
+func (a *App) goRun(ctx context.Context, fn func(ctx context.Context)) {
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		fn(ctx)
+	}()
+}
+
+// NodeID is this node's id.
+func (a *App) NodeID() string { return a.nodeID }
+
+// HTTPAddr is the bound HTTP address.
+func (a *App) HTTPAddr() string { return a.http.Addr() }
+
+// State is the node's current snapshot.
+func (a *App) State() *statemachine.State { return a.sm.Snapshot() }
+
+// Wait blocks until ctx ends or a server fails.
+func (a *App) Wait(ctx context.Context) error {
+	var etcdErr <-chan error
+	if a.etcd != nil {
+		etcdErr = a.etcd.Err()
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-a.http.Done():
+		if err != nil {
+			return fmt.Errorf("http server: %w", err)
+		}
+		return errors.New("http server stopped")
+	case err := <-etcdErr:
+		return fmt.Errorf("embedded etcd: %w", err)
+	}
+}
+
+// Stop shuts the node down: HTTP first (no new work), then the roles (the
+// master resigns, leases are revoked so peers react at once), the state
+// manager (final backup), Cairn's etcd clients, and the etcd member last.
+func (a *App) Stop() {
+	a.lg.Info("stopping")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = a.http.Shutdown(ctx)
+	a.shutdown()
+	a.lg.Info("stopped")
+}
+
+func (a *App) shutdown() {
+	if a.cancel != nil {
+		a.cancel()
+	}
+	a.wg.Wait()
+	if a.sm != nil {
+		a.sm.Stop()
+	}
+	a.clusters.close()
+	if a.store != nil {
+		_ = a.store.Close()
+	}
+	a.closeEtcd()
+}
+
+func (a *App) closeEtcd() {
+	if a.etcd == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	a.etcd.Close(ctx)
+}
+
+// probeEtcd tracks whether etcd answers, for /ready and the console banner.
+func (a *App) probeEtcd(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		pctx, cancel := context.WithTimeout(ctx, 900*time.Millisecond)
+		_, err := a.store.ClusterID(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if up := err == nil; up != a.etcdUp.Swap(up) {
+			if up {
+				a.lg.Info("etcd reachable again")
+			} else {
+				a.lg.Warn("etcd unreachable: serving from the local state copy; metadata changes are refused", zap.Error(err))
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// ensureDefaultCluster creates the storage cluster "default" on a standalone
+// node's first start, retrying until etcd answers.
+func (a *App) ensureDefaultCluster(ctx context.Context) {
+	admin := &broker.Admin{Store: a.store, Keys: a.keys, State: a.sm.Snapshot}
+	for ctx.Err() == nil {
+		_, err := admin.CreateStorageCluster(ctx, models.StorageCluster{Name: a.cfg.StorageCluster})
+		if err == nil || errors.Is(err, models.ErrConflict) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}

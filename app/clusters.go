@@ -1,0 +1,124 @@
+package app
+
+import (
+	"context"
+	"slices"
+	"sync"
+
+	"github.com/cairn-db/cairn/coordinator"
+	"github.com/cairn-db/cairn/models"
+	"github.com/cairn-db/cairn/statemachine"
+	"go.uber.org/zap"
+)
+
+// clusterStores hands out the store of each storage cluster: Cairn's own for
+// clusters without endpoints, a dedicated client for those in another etcd.
+type clusterStores struct {
+	mu     sync.Mutex
+	main   coordinator.Store
+	mk     func([]string) coordinator.EtcdConfig
+	keys   models.Keys
+	stores map[string]*clusterStore
+}
+
+type clusterStore struct {
+	cfg   models.StorageCluster
+	store coordinator.Store
+	own   bool // a dedicated client to close
+}
+
+func newClusterStores(main coordinator.Store, mk func([]string) coordinator.EtcdConfig, keys models.Keys) *clusterStores {
+	return &clusterStores{main: main, mk: mk, keys: keys, stores: map[string]*clusterStore{}}
+}
+
+// get returns the store and keys of a cluster, connecting when needed.
+func (c *clusterStores) get(cfg models.StorageCluster) (coordinator.Store, models.ClusterKeys, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ck := models.ClusterKeys{SNS: c.keys.ClusterNamespace(cfg)}
+	if cs, ok := c.stores[cfg.Name]; ok && slices.Equal(cs.cfg.EtcdEndpoints, cfg.EtcdEndpoints) {
+		return cs.store, ck, nil
+	}
+	c.dropLocked(cfg.Name)
+	cs := &clusterStore{cfg: cfg, store: c.main}
+	if len(cfg.EtcdEndpoints) > 0 {
+		s, err := coordinator.NewEtcdStore(c.mk(cfg.EtcdEndpoints))
+		if err != nil {
+			return nil, ck, err
+		}
+		cs.store, cs.own = s, true
+	}
+	c.stores[cfg.Name] = cs
+	return cs.store, ck, nil
+}
+
+func (c *clusterStores) dropLocked(name string) {
+	if cs, ok := c.stores[name]; ok {
+		if cs.own {
+			_ = cs.store.Close()
+		}
+		delete(c.stores, name)
+	}
+}
+
+func (c *clusterStores) drop(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.dropLocked(name)
+}
+
+func (c *clusterStores) close() {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for name := range c.stores {
+		c.dropLocked(name)
+	}
+}
+
+// watchClusters keeps one pair of sources (live nodes, in-sync sets) per
+// configured storage cluster, in that cluster's etcd: added when a cluster is
+// configured, removed (with its keys) when it is deleted.
+func (a *App) watchClusters(ctx context.Context) {
+	changed := a.sm.Subscribe()
+	watched := map[string]models.StorageCluster{}
+	for {
+		st := a.sm.Snapshot()
+		for name, cfg := range st.StorageClusters {
+			if old, ok := watched[name]; ok && slices.Equal(old.EtcdEndpoints, cfg.EtcdEndpoints) && old.Namespace == cfg.Namespace {
+				continue
+			}
+			if _, ok := watched[name]; ok {
+				a.removeClusterSources(name)
+			}
+			store, ck, err := a.clusters.get(cfg)
+			if err != nil {
+				a.lg.Warn("cannot connect to storage cluster", zap.String("cluster", name), zap.Error(err))
+				continue
+			}
+			for _, src := range statemachine.ClusterSources(store, name, ck) {
+				a.sm.AddSource(src)
+			}
+			watched[name] = cfg
+		}
+		for name := range watched {
+			if _, ok := st.StorageClusters[name]; !ok && !st.FromBackup {
+				a.removeClusterSources(name)
+				a.clusters.drop(name)
+				delete(watched, name)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+	}
+}
+
+func (a *App) removeClusterSources(name string) {
+	a.sm.RemoveSource(statemachine.ClusterNodesSource(name))
+	a.sm.RemoveSource(statemachine.ClusterISRSource(name))
+}

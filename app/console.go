@@ -1,0 +1,6 @@
+package app
+
+import "net/http"
+
+// consoleHandler serves the web console.
+func consoleHandler() http.Handler { return nil }

@@ -1,0 +1,268 @@
+// Package broker is the broker role: it registers itself, serves routing and
+// the data plane from the local state copy, and turns DDL and storage config
+// into etcd writes that the master reacts to.
+package broker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/cairn-db/cairn/coordinator"
+	"github.com/cairn-db/cairn/models"
+	"github.com/cairn-db/cairn/statemachine"
+	"github.com/cairn-db/cairn/web"
+)
+
+// MaxShards bounds num_shards of one database.
+const MaxShards = 4096
+
+// MasterOps are the operations only the elected master performs; a broker
+// that is not master forwards them.
+type MasterOps interface {
+	TransferLeader(ctx context.Context, db string, shard int, t web.LeaderTransfer) error
+	Rebalance(ctx context.Context, dryRun bool) (any, error)
+}
+
+// Admin writes metadata changes to etcd after validating them against the
+// local state. It implements web.Admin.
+type Admin struct {
+	Store  coordinator.Store
+	Keys   models.Keys
+	State  func() *statemachine.State
+	Master MasterOps // the local master if this node is one, else a forwarder
+}
+
+var _ web.Admin = (*Admin)(nil)
+
+func bad(format string, a ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{models.ErrBadInput}, a...)...)
+}
+
+func unavailable(err error) error {
+	if errors.Is(err, coordinator.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%w: etcd unreachable, nothing changed; retry: %v", models.ErrUnavailable, err)
+	}
+	return err
+}
+
+// create writes key only if absent.
+func (a *Admin) create(ctx context.Context, key string, v any, what string) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	ok, _, err := a.Store.Txn(ctx, []coordinator.Cmp{coordinator.CreateRevIs(key, 0)}, []coordinator.Op{coordinator.OpPut(key, data, 0)})
+	if err != nil {
+		return unavailable(err)
+	}
+	if !ok {
+		return fmt.Errorf("%w: %s already exists", models.ErrConflict, what)
+	}
+	return nil
+}
+
+func validEndpoint(e string) bool {
+	u, err := url.Parse(e)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" && u.Port() != ""
+}
+
+// CreateStorageCluster implements web.Admin.
+func (a *Admin) CreateStorageCluster(ctx context.Context, c models.StorageCluster) (models.StorageCluster, error) {
+	if !models.ValidName(c.Name) {
+		return c, bad("invalid storage cluster name %q: want [A-Za-z0-9_-]{1,64}", c.Name)
+	}
+	for _, e := range c.EtcdEndpoints {
+		if !validEndpoint(e) {
+			return c, bad("invalid etcd endpoint %q: want http(s)://host:port", e)
+		}
+	}
+	if c.Namespace != "" && (!strings.HasPrefix(c.Namespace, "/") || strings.HasSuffix(c.Namespace, "/")) {
+		return c, bad("invalid namespace %q: must start with / and not end with /", c.Namespace)
+	}
+	if c.EtcdEndpoints == nil {
+		c.EtcdEndpoints = []string{}
+	}
+	return c, a.create(ctx, a.Keys.StorageConfig(c.Name), c, fmt.Sprintf("storage cluster %q", c.Name))
+}
+
+// DeleteStorageCluster implements web.Admin.
+func (a *Admin) DeleteStorageCluster(ctx context.Context, name string) error {
+	st := a.State()
+	for _, d := range st.Databases {
+		if d.StorageCluster == name {
+			return fmt.Errorf("%w: storage cluster %q is used by database %q", models.ErrConflict, name, d.Name)
+		}
+	}
+	ok, err := a.Store.Delete(ctx, a.Keys.StorageConfig(name))
+	if err != nil {
+		return unavailable(err)
+	}
+	if !ok {
+		return fmt.Errorf("%w: storage cluster %q", models.ErrNotFound, name)
+	}
+	return nil
+}
+
+// checkReplicas refuses a replica factor above the cluster's usable nodes.
+func checkReplicas(st *statemachine.State, cluster string, rf int) error {
+	live := 0
+	for id := range st.Nodes[cluster] {
+		if _, draining := st.Drains[id]; !draining {
+			live++
+		}
+	}
+	if rf > live {
+		return fmt.Errorf("%w: replica_factor %d exceeds the %d live storage nodes of cluster %q", models.ErrImpossible, rf, live, cluster)
+	}
+	return nil
+}
+
+// CreateDatabase implements web.Admin.
+func (a *Admin) CreateDatabase(ctx context.Context, d models.Database) (models.Database, error) {
+	if !models.ValidName(d.Name) {
+		return d, bad("invalid database name %q: want [A-Za-z0-9_-]{1,64}", d.Name)
+	}
+	if d.StorageCluster == "" {
+		d.StorageCluster = "default"
+	}
+	if d.NumShards < 1 || d.NumShards > MaxShards {
+		return d, bad("invalid num_shards %d: want 1..%d", d.NumShards, MaxShards)
+	}
+	if d.ReplicaFactor == 0 {
+		d.ReplicaFactor = 1
+	}
+	if d.ReplicaFactor < 1 {
+		return d, bad("invalid replica_factor %d: want at least 1", d.ReplicaFactor)
+	}
+	st := a.State()
+	if _, ok := st.StorageClusters[d.StorageCluster]; !ok {
+		return d, fmt.Errorf("%w: storage cluster %q does not exist", models.ErrImpossible, d.StorageCluster)
+	}
+	if _, ok := st.Databases[d.Name]; ok {
+		return d, fmt.Errorf("%w: database %q already exists", models.ErrConflict, d.Name)
+	}
+	if err := checkReplicas(st, d.StorageCluster, d.ReplicaFactor); err != nil {
+		return d, err
+	}
+	if d.Options == nil {
+		d.Options = map[string]any{}
+	}
+	return d, a.create(ctx, a.Keys.DatabaseConfig(d.Name), d, fmt.Sprintf("database %q", d.Name))
+}
+
+// UpdateDatabase implements web.Admin. The write is guarded by the config's
+// mod revision so two concurrent PATCHes cannot lose one another.
+func (a *Admin) UpdateDatabase(ctx context.Context, name string, p web.DatabasePatch) (models.Database, error) {
+	kv, err := a.Store.Get(ctx, a.Keys.DatabaseConfig(name))
+	if err != nil {
+		return models.Database{}, unavailable(err)
+	}
+	if kv == nil {
+		return models.Database{}, fmt.Errorf("%w: database %q", models.ErrNotFound, name)
+	}
+	var d models.Database
+	if err := json.Unmarshal(kv.Value, &d); err != nil {
+		return d, fmt.Errorf("database %q config unreadable: %w", name, err)
+	}
+	if p.NumShards == nil && p.ReplicaFactor == nil {
+		return d, bad("nothing to change: give num_shards or replica_factor")
+	}
+	if p.NumShards != nil {
+		n := *p.NumShards
+		switch {
+		case n < 1 || n > MaxShards:
+			return d, bad("invalid num_shards %d: want 1..%d", n, MaxShards)
+		case n < d.NumShards:
+			return d, fmt.Errorf("%w: num_shards can only grow (%d -> %d): series are hashed over the shard count, and removing shards would need their data merged elsewhere", models.ErrImpossible, d.NumShards, n)
+		}
+		d.NumShards = n
+	}
+	if p.ReplicaFactor != nil {
+		rf := *p.ReplicaFactor
+		if rf < 1 {
+			return d, bad("invalid replica_factor %d: want at least 1", rf)
+		}
+		if rf > d.ReplicaFactor {
+			if err := checkReplicas(a.State(), d.StorageCluster, rf); err != nil {
+				return d, err
+			}
+		}
+		d.ReplicaFactor = rf
+	}
+	data, err := json.Marshal(d)
+	if err != nil {
+		return d, err
+	}
+	ok, _, err := a.Store.Txn(ctx, []coordinator.Cmp{coordinator.ModRevIs(kv.Key, kv.ModRev)}, []coordinator.Op{coordinator.OpPut(kv.Key, data, 0)})
+	if err != nil {
+		return d, unavailable(err)
+	}
+	if !ok {
+		return d, fmt.Errorf("%w: database %q changed concurrently; retry", models.ErrConflict, name)
+	}
+	return d, nil
+}
+
+// DeleteDatabase implements web.Admin.
+func (a *Admin) DeleteDatabase(ctx context.Context, name string) error {
+	ok, err := a.Store.Delete(ctx, a.Keys.DatabaseConfig(name))
+	if err != nil {
+		return unavailable(err)
+	}
+	if !ok {
+		return fmt.Errorf("%w: database %q", models.ErrNotFound, name)
+	}
+	return nil
+}
+
+// SetDrain implements web.Admin.
+func (a *Admin) SetDrain(ctx context.Context, node string, drain bool) error {
+	if !models.ValidName(node) {
+		return bad("invalid node id %q", node)
+	}
+	st := a.State()
+	if _, ok := st.NodeRecord(node); !ok {
+		if _, marked := st.Drains[node]; !marked {
+			return fmt.Errorf("%w: storage node %q is not live", models.ErrNotFound, node)
+		}
+	}
+	if !drain {
+		_, err := a.Store.Delete(ctx, a.Keys.Drain(node))
+		return unavailable(err)
+	}
+	data, _ := json.Marshal(models.Drain{NodeID: node, Since: time.Now().UnixMilli()})
+	_, err := a.Store.Put(ctx, a.Keys.Drain(node), data, 0)
+	return unavailable(err)
+}
+
+// TransferLeader implements web.Admin.
+func (a *Admin) TransferLeader(ctx context.Context, db string, shard int, t web.LeaderTransfer) error {
+	st := a.State()
+	as, ok := st.Assignments[db]
+	if !ok {
+		return fmt.Errorf("%w: database %q", models.ErrNotFound, db)
+	}
+	if shard >= len(as.Shards) {
+		return fmt.Errorf("%w: database %q has no shard %d", models.ErrNotFound, db, shard)
+	}
+	if !models.ValidName(t.NodeID) {
+		return bad("invalid node_id %q", t.NodeID)
+	}
+	if a.Master == nil {
+		return fmt.Errorf("%w: no master reachable", models.ErrUnavailable)
+	}
+	return a.Master.TransferLeader(ctx, db, shard, t)
+}
+
+// Rebalance implements web.Admin.
+func (a *Admin) Rebalance(ctx context.Context, dryRun bool) (any, error) {
+	if a.Master == nil {
+		return nil, fmt.Errorf("%w: no master reachable", models.ErrUnavailable)
+	}
+	return a.Master.Rebalance(ctx, dryRun)
+}

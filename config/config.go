@@ -1,0 +1,152 @@
+// Package config owns a Cairn node's configuration: the node flags, their
+// CAIRN_* environment variables and TOML config-file keys, the defaults, the
+// validation that turns a bad value into an operator-readable message, the
+// help text, the persistent node id and the process logger.
+//
+// One table of options (options.go) drives every source, so a flag, its env
+// var, its file key, its help line and its validation can never drift apart.
+package config
+
+import (
+	"flag"
+	"fmt"
+	"regexp"
+	"slices"
+	"time"
+)
+
+// Role names, in the canonical order roles are listed and started.
+const (
+	RoleEtcd    = "etcd"
+	RoleMaster  = "master"
+	RoleBroker  = "broker"
+	RoleStorage = "storage"
+)
+
+// RoleStandalone is the --role value that expands to every role.
+const RoleStandalone = "standalone"
+
+// AllRoles lists every role in canonical order.
+var AllRoles = []string{RoleEtcd, RoleMaster, RoleBroker, RoleStorage}
+
+// NameRE is the rule for every user-chosen name in Cairn: node ids, storage
+// clusters, databases, etcd member names.
+var NameRE = regexp.MustCompile("^[A-Za-z0-9_-]{1,64}$")
+
+// ValidName reports whether s follows NameRE.
+func ValidName(s string) bool { return NameRE.MatchString(s) }
+
+// ErrHelp is returned by Parse after it printed the help text for --help or
+// -h. It wraps flag.ErrHelp so either sentinel works with errors.Is.
+var ErrHelp = fmt.Errorf("config: %w", flag.ErrHelp)
+
+// UsageError is a bad flag, environment variable, file or value: the process
+// should print Msg and exit with status 2.
+type UsageError struct {
+	Msg string
+}
+
+func (e *UsageError) Error() string { return e.Msg }
+
+// Config is everything a node needs to start. Build it with Parse, or with
+// Default and field assignments followed by Validate.
+type Config struct {
+	// Roles is expanded and kept in canonical order (etcd, master, broker,
+	// storage); "standalone" expands to all four.
+	Roles []string
+	// Standalone is true when the role was given as "standalone": the node
+	// then also creates the default storage cluster on first start.
+	Standalone bool
+	// NodeID empty means: use the id kept in <data-dir>/node_id, created on
+	// first start (see LoadOrCreateNodeID).
+	NodeID  string
+	DataDir string
+	// HTTPAddr is the listen address of the REST API, console, metrics and
+	// data plane.
+	HTTPAddr string
+	// AdvertiseAddr is the address other nodes and clients dial; it defaults
+	// to HTTPAddr, with the host name substituted when HTTPAddr listens on
+	// every interface.
+	AdvertiseAddr string
+	// EtcdEndpoints defaults to the embedded member's client URL when the
+	// node has the etcd role, else to http://127.0.0.1:2379.
+	EtcdEndpoints  []string
+	Namespace      string
+	StorageCluster string
+	// LeaseTTL bounds node liveness and the master lease.
+	LeaseTTL time.Duration
+
+	EtcdName               string
+	EtcdListenClientURL    string
+	EtcdListenPeerURL      string
+	EtcdAdvertiseClientURL string // defaults to EtcdListenClientURL
+	EtcdAdvertisePeerURL   string // defaults to EtcdListenPeerURL
+	EtcdInitialCluster     string // defaults to "<etcd-name>=<advertise peer url>"
+	EtcdClusterState       string // "new" or "existing"
+
+	LogLevel  string // debug, info, warn or error
+	LogFormat string // console or json
+
+	// AdminToken, when set, is the bearer token required by mutating
+	// endpoints.
+	AdminToken string
+
+	// Client TLS and authentication for the etcd endpoints.
+	EtcdCACert   string
+	EtcdCert     string
+	EtcdKey      string
+	EtcdUsername string
+	EtcdPassword string
+
+	// MinInsyncReplicas is how many in-sync replicas (the leader included)
+	// must hold a write before it is acknowledged.
+	MinInsyncReplicas int
+	// RebalanceDelay is how long the master waits after membership changes
+	// before moving replicas, so a restarting node does not trigger moves.
+	RebalanceDelay time.Duration
+
+	// ConfigFile is the config file Parse loaded, if any.
+	ConfigFile string
+}
+
+// Default returns the configuration of a standalone node with every value at
+// its documented default. Derived values (advertise addresses, etcd
+// endpoints, initial cluster) are left empty for Validate to fill.
+func Default() Config {
+	return Config{
+		Roles:               slices.Clone(AllRoles),
+		Standalone:          true,
+		DataDir:             "./cairn-data",
+		HTTPAddr:            "127.0.0.1:9000",
+		Namespace:           "/cairn",
+		StorageCluster:      "default",
+		LeaseTTL:            3 * time.Second,
+		EtcdName:            "default",
+		EtcdListenClientURL: "http://127.0.0.1:2379",
+		EtcdListenPeerURL:   "http://127.0.0.1:2380",
+		EtcdClusterState:    "new",
+		LogLevel:            "info",
+		// json is the safe choice when nobody says whether stderr is a
+		// terminal; Parse switches to console for a terminal.
+		LogFormat:         "json",
+		MinInsyncReplicas: 1,
+		RebalanceDelay:    30 * time.Second,
+	}
+}
+
+// HasRole reports whether the node runs role r.
+func (c *Config) HasRole(r string) bool { return slices.Contains(c.Roles, r) }
+
+// Redacted returns a copy safe to log: secrets are replaced by a marker.
+func (c Config) Redacted() Config {
+	const marker = "<redacted>"
+	if c.AdminToken != "" {
+		c.AdminToken = marker
+	}
+	if c.EtcdPassword != "" {
+		c.EtcdPassword = marker
+	}
+	c.Roles = slices.Clone(c.Roles)
+	c.EtcdEndpoints = slices.Clone(c.EtcdEndpoints)
+	return c
+}

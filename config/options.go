@@ -1,0 +1,287 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// valueKind says how a TOML value converts to the option's text form.
+type valueKind int
+
+const (
+	kindString   valueKind = iota
+	kindList               // a comma list, or a TOML array of strings
+	kindDuration           // a Go duration string such as "3s"
+	kindInt
+)
+
+// option is one node setting: flag --name, env CAIRN_NAME, file key name.
+type option struct {
+	name  string
+	kind  valueKind
+	group string
+	help  string
+	// defText describes the default in the help text when it is derived
+	// rather than the plain value in Default().
+	defText string
+	// secret options never show their value in help or logs.
+	secret bool
+	get    func(*Config) string
+	// set parses raw into the Config; its error is only the reason, the
+	// caller names the source and the value.
+	set func(c *Config, raw string) error
+}
+
+// envName is the environment variable for an option: CAIRN_HTTP_ADDR for
+// http-addr.
+func envName(name string) string {
+	return "CAIRN_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+}
+
+// Usage sections, in the order the help text prints them.
+const (
+	groupNode    = "Node"
+	groupCluster = "Cluster"
+	groupEtcd    = "Embedded etcd member (role etcd)"
+	groupTLS     = "etcd client security"
+	groupLog     = "Logging"
+)
+
+var groups = []string{groupNode, groupCluster, groupEtcd, groupTLS, groupLog}
+
+func stringOpt(name, group, help string, field func(*Config) *string, check func(string) error) option {
+	return option{
+		name: name, kind: kindString, group: group, help: help,
+		get: func(c *Config) string { return *field(c) },
+		set: func(c *Config, raw string) error {
+			if check != nil {
+				if err := check(raw); err != nil {
+					return err
+				}
+			}
+			*field(c) = raw
+			return nil
+		},
+	}
+}
+
+// optional lets a derived option stay empty until Validate fills it.
+func optional(check func(string) error) func(string) error {
+	return func(s string) error {
+		if s == "" {
+			return nil
+		}
+		return check(s)
+	}
+}
+
+func durationOpt(name, group, help string, minimum time.Duration, field func(*Config) *time.Duration, extra func(time.Duration) error) option {
+	return option{
+		name: name, kind: kindDuration, group: group, help: help,
+		get: func(c *Config) string { return field(c).String() },
+		set: func(c *Config, raw string) error {
+			d, err := parseDuration(raw, minimum)
+			if err != nil {
+				return err
+			}
+			if extra != nil {
+				if err := extra(d); err != nil {
+					return err
+				}
+			}
+			*field(c) = d
+			return nil
+		},
+	}
+}
+
+var roleReason = "want standalone or a comma list of " + strings.Join(AllRoles, ",")
+
+func setRoles(c *Config, raw string) error {
+	parts := splitList(strings.ToLower(raw))
+	if len(parts) == 1 && parts[0] == RoleStandalone {
+		c.Roles = append([]string(nil), AllRoles...)
+		c.Standalone = true
+		return nil
+	}
+	if len(parts) == 0 {
+		return errors.New(roleReason)
+	}
+	chosen := map[string]bool{}
+	for _, p := range parts {
+		if p == RoleStandalone {
+			return errors.New("standalone already means every role and cannot be combined with others")
+		}
+		known := false
+		for _, r := range AllRoles {
+			known = known || p == r
+		}
+		if !known {
+			return errors.New(roleReason)
+		}
+		chosen[p] = true
+	}
+	c.Roles = c.Roles[:0:0]
+	for _, r := range AllRoles {
+		if chosen[r] {
+			c.Roles = append(c.Roles, r)
+		}
+	}
+	c.Standalone = false
+	return nil
+}
+
+func getRoles(c *Config) string {
+	if c.Standalone {
+		return RoleStandalone
+	}
+	return strings.Join(c.Roles, ",")
+}
+
+// wholeSeconds: etcd grants leases in whole seconds, so 2.5s would silently
+// become 2s.
+func wholeSeconds(d time.Duration) error {
+	if d%time.Second != 0 {
+		return errors.New("must be a whole number of seconds (etcd leases are granted in seconds)")
+	}
+	return nil
+}
+
+// options is the single source of truth for flags, env vars, file keys,
+// help text and validation order.
+var options = []option{
+	{
+		name: "role", kind: kindList, group: groupNode,
+		help: "what this node runs: standalone (all roles, embedded single-member etcd) or a comma list of etcd,master,broker,storage",
+		get:  getRoles, set: setRoles,
+	},
+	withDefText(stringOpt("node-id", groupNode, "stable node identity; keep unset to generate one on first start",
+		func(c *Config) *string { return &c.NodeID }, optional(checkName)),
+		"generated once and kept in <data-dir>/node_id"),
+	stringOpt("data-dir", groupNode, "directory for the node id, shard data and the local state backup",
+		func(c *Config) *string { return &c.DataDir }, checkNonEmpty),
+	stringOpt("http-addr", groupNode, "listen address of the REST API, web console, metrics and data plane",
+		func(c *Config) *string { return &c.HTTPAddr }, checkAddr),
+	withDefText(stringOpt("advertise-addr", groupNode, "address other nodes and clients use to reach this node's http-addr",
+		func(c *Config) *string { return &c.AdvertiseAddr }, optional(checkAdvertiseAddr)),
+		"the http-addr (with this host's name if it listens on all interfaces)"),
+	{
+		name: "etcd-endpoints", kind: kindList, group: groupCluster,
+		help:    "comma list of etcd client URLs holding the cluster metadata",
+		defText: "the embedded member when the role has etcd, else http://127.0.0.1:2379",
+		get:     func(c *Config) string { return strings.Join(c.EtcdEndpoints, ",") },
+		set: func(c *Config, raw string) error {
+			list := splitList(raw)
+			if raw != "" {
+				if err := checkURLList(list); err != nil {
+					return err
+				}
+			}
+			c.EtcdEndpoints = list
+			return nil
+		},
+	},
+	stringOpt("namespace", groupCluster, "etcd key prefix for all of this cluster's keys; clusters sharing an etcd need distinct namespaces",
+		func(c *Config) *string { return &c.Namespace }, checkNamespace),
+	stringOpt("storage-cluster", groupCluster, "storage cluster this storage node joins",
+		func(c *Config) *string { return &c.StorageCluster }, checkName),
+	durationOpt("lease-ttl", groupCluster, "node liveness and master lease: a dead node is noticed after about this long (min 2s)",
+		2*time.Second, func(c *Config) *time.Duration { return &c.LeaseTTL }, wholeSeconds),
+	{
+		name: "min-insync-replicas", kind: kindInt, group: groupCluster,
+		help: "in-sync replicas (leader included) that must hold a write before it is acknowledged",
+		get:  func(c *Config) string { return strconv.Itoa(c.MinInsyncReplicas) },
+		set: func(c *Config, raw string) error {
+			n, err := strconv.Atoi(raw)
+			if err != nil || n < 1 {
+				return errors.New("want a whole number of at least 1")
+			}
+			c.MinInsyncReplicas = n
+			return nil
+		},
+	},
+	durationOpt("rebalance-delay", groupCluster, "wait after nodes join or leave before moving replicas, so a restart does not shuffle shards",
+		0, func(c *Config) *time.Duration { return &c.RebalanceDelay }, nil),
+	withSecret(stringOpt("admin-token", groupCluster, "bearer token required by mutating API calls; unset means no token is required (prefer the env var or file: flags show in ps)",
+		func(c *Config) *string { return &c.AdminToken }, nil)),
+
+	stringOpt("etcd-name", groupEtcd, "member name, unique in the etcd cluster",
+		func(c *Config) *string { return &c.EtcdName }, checkName),
+	stringOpt("etcd-listen-client-url", groupEtcd, "URL the member serves clients on",
+		func(c *Config) *string { return &c.EtcdListenClientURL }, checkURL),
+	stringOpt("etcd-listen-peer-url", groupEtcd, "URL the member serves other members on",
+		func(c *Config) *string { return &c.EtcdListenPeerURL }, checkURL),
+	withDefText(stringOpt("etcd-advertise-client-url", groupEtcd, "client URL announced to clients",
+		func(c *Config) *string { return &c.EtcdAdvertiseClientURL }, optional(checkURL)),
+		"the listen client URL"),
+	withDefText(stringOpt("etcd-advertise-peer-url", groupEtcd, "peer URL announced to other members",
+		func(c *Config) *string { return &c.EtcdAdvertisePeerURL }, optional(checkURL)),
+		"the listen peer URL"),
+	withDefText(stringOpt("etcd-initial-cluster", groupEtcd, "every founding member as name=peer-url,...; must include this member",
+		func(c *Config) *string { return &c.EtcdInitialCluster },
+		optional(func(s string) error { _, err := parseInitialCluster(s); return err })),
+		"this member alone: <etcd-name>=<advertise peer url>"),
+	stringOpt("etcd-cluster-state", groupEtcd, "new to found a cluster, existing to join one that already runs",
+		func(c *Config) *string { return &c.EtcdClusterState }, checkOneOf("new", "existing")),
+
+	withDefText(stringOpt("etcd-cacert", groupTLS, "CA bundle that verifies the etcd servers (https endpoints)",
+		func(c *Config) *string { return &c.EtcdCACert }, nil), "none"),
+	withDefText(stringOpt("etcd-cert", groupTLS, "client certificate for etcd (needs --etcd-key)",
+		func(c *Config) *string { return &c.EtcdCert }, nil), "none"),
+	withDefText(stringOpt("etcd-key", groupTLS, "client private key for etcd (needs --etcd-cert)",
+		func(c *Config) *string { return &c.EtcdKey }, nil), "none"),
+	withDefText(stringOpt("etcd-username", groupTLS, "etcd user for password authentication",
+		func(c *Config) *string { return &c.EtcdUsername }, nil), "none"),
+	withSecret(stringOpt("etcd-password", groupTLS, "password of --etcd-username (prefer the env var or file: flags show in ps)",
+		func(c *Config) *string { return &c.EtcdPassword }, nil)),
+
+	stringOpt("log-level", groupLog, "debug, info, warn or error",
+		func(c *Config) *string { return &c.LogLevel }, checkOneOf("debug", "info", "warn", "error")),
+	withDefText(stringOpt("log-format", groupLog, "console (human) or json (machines)",
+		func(c *Config) *string { return &c.LogFormat }, checkOneOf("console", "json")),
+		"console when stderr is a terminal, else json"),
+}
+
+func withDefText(o option, text string) option {
+	o.defText = text
+	return o
+}
+
+func withSecret(o option) option {
+	o.secret = true
+	o.defText = "none"
+	return o
+}
+
+func lookupOption(name string) (option, bool) {
+	for _, o := range options {
+		if o.name == name {
+			return o, true
+		}
+	}
+	return option{}, false
+}
+
+// source says where a raw value came from, for error messages.
+type source struct {
+	kind string // "flag", "env" or "file"
+	path string // the file, for kind "file"
+}
+
+func (s source) invalid(o option, raw string, reason error) error {
+	shown := raw
+	if o.secret {
+		shown = "<redacted>"
+	}
+	switch s.kind {
+	case "env":
+		return &UsageError{Msg: fmt.Sprintf("invalid %s %q: %v", envName(o.name), shown, reason)}
+	case "file":
+		return &UsageError{Msg: fmt.Sprintf("invalid %s = %q in %s: %v", o.name, shown, s.path, reason)}
+	default:
+		return &UsageError{Msg: fmt.Sprintf("invalid --%s %q: %v", o.name, shown, reason)}
+	}
+}

@@ -1,0 +1,92 @@
+package config
+
+import (
+	"fmt"
+	"io"
+	"strings"
+)
+
+// Usage writes the operator help for `cairn [run] [flags]`: the subcommands,
+// every node flag with its default, env var and meaning, and a three-node
+// example on one machine.
+func Usage(w io.Writer) {
+	var b strings.Builder
+	b.WriteString(`Cairn: metadata control plane and storage nodes for a sharded time-series database.
+
+Usage:
+  cairn [run] [--config FILE] [flags]    run a node (the default command)
+  cairn backup  --out FILE  [conn]       logical backup of the namespace (versioned JSON)
+  cairn restore --in FILE   [conn]       restore into an empty namespace (--force to
+                                         overwrite); also accepts a node's local backup file
+  cairn simulate [--nodes N --shards P --replicas R --add-nodes K --remove-nodes K]
+                                         placement what-if, prints one JSON object
+  cairn version                          print the version
+
+Every node flag is also an environment variable CAIRN_<FLAG> (dashes become
+underscores, e.g. CAIRN_HTTP_ADDR) and a key of the TOML config file
+(http-addr = "127.0.0.1:9000", lease-ttl = "3s", role = ["broker", "storage"]).
+Flags beat environment variables, which beat the file, which beats the defaults.
+An empty environment variable counts as unset.
+
+  --config FILE
+        TOML config file to load (env CAIRN_CONFIG; default: none)
+`)
+	for _, g := range groups {
+		fmt.Fprintf(&b, "\n%s:\n", g)
+		for _, o := range options {
+			if o.group == g {
+				writeOption(&b, o)
+			}
+		}
+	}
+	b.WriteString(`
+Exit status: 0 after a clean stop, 1 on a runtime failure, 2 on a bad flag,
+environment variable or config file (the message names the bad value).
+
+Example: a three-node cluster on one machine, every node running every role
+with its own etcd member, HTTP port and data directory:
+
+  CLUSTER=n1=http://127.0.0.1:2380,n2=http://127.0.0.1:2382,n3=http://127.0.0.1:2384
+  for i in 1 2 3; do
+    cairn --role etcd,master,broker,storage --node-id n$i --data-dir ./data-n$i \
+      --http-addr 127.0.0.1:900$i \
+      --etcd-name n$i \
+      --etcd-listen-client-url http://127.0.0.1:$((2377 + 2*i)) \
+      --etcd-listen-peer-url http://127.0.0.1:$((2378 + 2*i)) \
+      --etcd-initial-cluster $CLUSTER &
+  done
+
+Then register the storage cluster (standalone does this by itself) and create
+a database, through any node:
+  curl -X POST 127.0.0.1:9001/api/v1/storage-clusters -d '{"name":"default"}'
+  curl -X POST 127.0.0.1:9001/api/v1/databases \
+    -d '{"name":"metrics","num_shards":6,"replica_factor":3}'
+`)
+	_, _ = io.WriteString(w, b.String())
+}
+
+func writeOption(b *strings.Builder, o option) {
+	meta := "VALUE"
+	switch {
+	case o.kind == kindList:
+		meta = "LIST"
+	case o.kind == kindDuration:
+		meta = "DURATION"
+	case o.kind == kindInt:
+		meta = "N"
+	case strings.HasSuffix(o.name, "-url"):
+		meta = "URL"
+	case strings.HasSuffix(o.name, "-addr"):
+		meta = "HOST:PORT"
+	case strings.HasSuffix(o.name, "-dir"):
+		meta = "DIR"
+	case o.group == groupTLS && o.name != "etcd-username" && !o.secret:
+		meta = "FILE"
+	}
+	def := o.defText
+	if def == "" {
+		d := Default()
+		def = o.get(&d)
+	}
+	fmt.Fprintf(b, "  --%s %s\n        %s\n        (env %s; default: %s)\n", o.name, meta, o.help, envName(o.name), def)
+}

@@ -1,0 +1,358 @@
+package coordinator
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// EtcdConfig says how to reach an etcd cluster.
+type EtcdConfig struct {
+	Endpoints   []string
+	DialTimeout time.Duration // default 2s
+	// RequestTimeout bounds each unary call made without a deadline; default 3s.
+	RequestTimeout time.Duration
+	CACert, Cert, Key  string
+	Username, Password string
+	Logger             *zap.Logger
+}
+
+// EtcdStore is a Store backed by an etcd cluster.
+type EtcdStore struct {
+	cli     *clientv3.Client
+	timeout time.Duration
+}
+
+// NewEtcdStore connects to etcd. It does not wait for the cluster to answer, so
+// a node can start while etcd is down.
+func NewEtcdStore(cfg EtcdConfig) (*EtcdStore, error) {
+	if len(cfg.Endpoints) == 0 {
+		return nil, errors.New("coordinator: no etcd endpoints")
+	}
+	if cfg.DialTimeout == 0 {
+		cfg.DialTimeout = 2 * time.Second
+	}
+	if cfg.RequestTimeout == 0 {
+		cfg.RequestTimeout = 3 * time.Second
+	}
+	lg := cfg.Logger
+	if lg == nil {
+		lg = zap.NewNop()
+	}
+	var tlsCfg *tls.Config
+	if cfg.CACert != "" || cfg.Cert != "" {
+		info := transport.TLSInfo{TrustedCAFile: cfg.CACert, CertFile: cfg.Cert, KeyFile: cfg.Key}
+		c, err := info.ClientConfig()
+		if err != nil {
+			return nil, fmt.Errorf("coordinator: etcd tls: %w", err)
+		}
+		tlsCfg = c
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:            cfg.Endpoints,
+		DialTimeout:          cfg.DialTimeout,
+		DialKeepAliveTime:    2 * time.Second,
+		DialKeepAliveTimeout: 2 * time.Second,
+		TLS:                  tlsCfg,
+		Username:             cfg.Username,
+		Password:             cfg.Password,
+		Logger:               lg.Named("etcd-client").WithOptions(zap.IncreaseLevel(zap.WarnLevel)),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("coordinator: etcd client: %w", err)
+	}
+	return &EtcdStore{cli: cli, timeout: cfg.RequestTimeout}, nil
+}
+
+// Client exposes the etcd client for the few callers that need it (the embedded
+// server's health probe).
+func (s *EtcdStore) Client() *clientv3.Client { return s.cli }
+
+func (s *EtcdStore) ctx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, s.timeout)
+}
+
+// mapErr turns etcd and gRPC errors into the package sentinels.
+func mapErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	switch {
+	case errors.Is(err, rpctypes.ErrCompacted):
+		return fmt.Errorf("%w: %v", ErrCompacted, err)
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		return fmt.Errorf("%w: %v", ErrLeaseNotFound, err)
+	case errors.Is(err, context.Canceled):
+		return err
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, rpctypes.ErrNoLeader),
+		errors.Is(err, rpctypes.ErrTimeout), errors.Is(err, rpctypes.ErrTimeoutDueToLeaderFail),
+		errors.Is(err, rpctypes.ErrTimeoutDueToConnectionLost):
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	if st, ok := status.FromError(err); ok {
+		switch st.Code() {
+		case codes.Unavailable, codes.DeadlineExceeded:
+			return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+	}
+	return err
+}
+
+func kvFrom(k *mvccKV) KeyValue {
+	return KeyValue{Key: string(k.Key), Value: k.Value, CreateRev: k.CreateRevision, ModRev: k.ModRevision, Lease: LeaseID(k.Lease)}
+}
+
+// Get implements Store.
+func (s *EtcdStore) Get(ctx context.Context, key string) (*KeyValue, error) {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(ctx, key)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, nil
+	}
+	kv := kvFrom(resp.Kvs[0])
+	return &kv, nil
+}
+
+// List implements Store. Large prefixes are read in pages at one revision.
+func (s *EtcdStore) List(ctx context.Context, prefix string) ([]KeyValue, int64, error) {
+	var out []KeyValue
+	after := ""
+	var rev int64
+	for {
+		page, r, err := s.ListAt(ctx, prefix, after, rev, 5000)
+		if err != nil {
+			return nil, 0, err
+		}
+		if rev == 0 {
+			rev = r
+		}
+		out = append(out, page...)
+		if len(page) < 5000 {
+			return out, rev, nil
+		}
+		after = page[len(page)-1].Key
+	}
+}
+
+// ListAt implements Store.
+func (s *EtcdStore) ListAt(ctx context.Context, prefix, after string, rev int64, limit int) ([]KeyValue, int64, error) {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	start := prefix
+	if after != "" {
+		start = after + "\x00"
+	}
+	opts := []clientv3.OpOption{clientv3.WithRange(clientv3.GetPrefixRangeEnd(prefix)),
+		clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend)}
+	if rev > 0 {
+		opts = append(opts, clientv3.WithRev(rev))
+	}
+	if limit > 0 {
+		opts = append(opts, clientv3.WithLimit(int64(limit)))
+	}
+	resp, err := s.cli.Get(ctx, start, opts...)
+	if err != nil {
+		return nil, 0, mapErr(err)
+	}
+	out := make([]KeyValue, len(resp.Kvs))
+	for i, k := range resp.Kvs {
+		out[i] = kvFrom(k)
+	}
+	return out, resp.Header.Revision, nil
+}
+
+// Put implements Store.
+func (s *EtcdStore) Put(ctx context.Context, key string, value []byte, lease LeaseID) (int64, error) {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	var opts []clientv3.OpOption
+	if lease != 0 {
+		opts = append(opts, clientv3.WithLease(clientv3.LeaseID(lease)))
+	}
+	resp, err := s.cli.Put(ctx, key, string(value), opts...)
+	if err != nil {
+		return 0, mapErr(err)
+	}
+	return resp.Header.Revision, nil
+}
+
+// Delete implements Store.
+func (s *EtcdStore) Delete(ctx context.Context, key string) (bool, error) {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	resp, err := s.cli.Delete(ctx, key)
+	if err != nil {
+		return false, mapErr(err)
+	}
+	return resp.Deleted > 0, nil
+}
+
+// DeletePrefix implements Store.
+func (s *EtcdStore) DeletePrefix(ctx context.Context, prefix string) (int64, error) {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	resp, err := s.cli.Delete(ctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		return 0, mapErr(err)
+	}
+	return resp.Deleted, nil
+}
+
+// Txn implements Store.
+func (s *EtcdStore) Txn(ctx context.Context, cmps []Cmp, ops []Op) (bool, int64, error) {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	cs := make([]clientv3.Cmp, len(cmps))
+	for i, c := range cmps {
+		switch c.Kind {
+		case CmpCreateRev:
+			cs[i] = clientv3.Compare(clientv3.CreateRevision(c.Key), "=", c.Rev)
+		case CmpModRev:
+			cs[i] = clientv3.Compare(clientv3.ModRevision(c.Key), "=", c.Rev)
+		case CmpValue:
+			cs[i] = clientv3.Compare(clientv3.Value(c.Key), "=", string(c.Value))
+		}
+	}
+	os := make([]clientv3.Op, len(ops))
+	for i, o := range ops {
+		if o.Delete {
+			os[i] = clientv3.OpDelete(o.Key)
+			continue
+		}
+		var opts []clientv3.OpOption
+		if o.Lease != 0 {
+			opts = append(opts, clientv3.WithLease(clientv3.LeaseID(o.Lease)))
+		}
+		os[i] = clientv3.OpPut(o.Key, string(o.Value), opts...)
+	}
+	resp, err := s.cli.Txn(ctx).If(cs...).Then(os...).Commit()
+	if err != nil {
+		return false, 0, mapErr(err)
+	}
+	return resp.Succeeded, resp.Header.Revision, nil
+}
+
+// Grant implements Store.
+func (s *EtcdStore) Grant(ctx context.Context, ttl time.Duration) (LeaseID, error) {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	secs := int64((ttl + time.Second - 1) / time.Second)
+	resp, err := s.cli.Grant(ctx, secs)
+	if err != nil {
+		return 0, mapErr(err)
+	}
+	return LeaseID(resp.ID), nil
+}
+
+// KeepAlive implements Store.
+func (s *EtcdStore) KeepAlive(ctx context.Context, id LeaseID) (<-chan struct{}, error) {
+	ch, err := s.cli.KeepAlive(ctx, clientv3.LeaseID(id))
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range ch { //nolint:revive // drain keepalive responses until the lease is lost
+		}
+	}()
+	return done, nil
+}
+
+// Revoke implements Store.
+func (s *EtcdStore) Revoke(ctx context.Context, id LeaseID) error {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	_, err := s.cli.Revoke(ctx, clientv3.LeaseID(id))
+	return mapErr(err)
+}
+
+// Watch implements Store. It requires a leader so a partitioned member does not
+// leave the watcher silently stale.
+func (s *EtcdStore) Watch(ctx context.Context, prefix string, fromRev int64) <-chan RawWatchResponse {
+	out := make(chan RawWatchResponse, 16)
+	wctx := clientv3.WithRequireLeader(ctx)
+	wch := s.cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(fromRev),
+		clientv3.WithPrevKV(), clientv3.WithProgressNotify())
+	go func() {
+		defer close(out)
+		for resp := range wch {
+			var r RawWatchResponse
+			if err := resp.Err(); err != nil {
+				if resp.CompactRevision != 0 {
+					err = fmt.Errorf("%w: compacted at %d", ErrCompacted, resp.CompactRevision)
+				} else {
+					err = mapErr(err)
+					if !errors.Is(err, ErrCompacted) {
+						err = fmt.Errorf("%w: %v", ErrUnavailable, err)
+					}
+				}
+				r.Err = err
+				select {
+				case out <- r:
+				case <-ctx.Done():
+				}
+				return
+			}
+			r.Rev = resp.Header.Revision
+			r.Events = make([]RawEvent, len(resp.Events))
+			for i, ev := range resp.Events {
+				e := RawEvent{KV: kvFrom(ev.Kv)}
+				if ev.Type == clientv3.EventTypeDelete {
+					e.Type = EventDelete
+				}
+				r.Events[i] = e
+			}
+			select {
+			case out <- r:
+			case <-ctx.Done():
+				return
+			}
+		}
+		if ctx.Err() == nil {
+			select {
+			case out <- RawWatchResponse{Err: fmt.Errorf("%w: watch channel closed", ErrUnavailable)}:
+			case <-ctx.Done():
+			}
+		}
+	}()
+	return out
+}
+
+// Compact implements Store.
+func (s *EtcdStore) Compact(ctx context.Context, rev int64) error {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	_, err := s.cli.Compact(ctx, rev, clientv3.WithCompactPhysical())
+	return mapErr(err)
+}
+
+// ClusterID implements Store.
+func (s *EtcdStore) ClusterID(ctx context.Context) (uint64, error) {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(ctx, "\x00cairn-cluster-probe", clientv3.WithCountOnly())
+	if err != nil {
+		return 0, mapErr(err)
+	}
+	return resp.Header.ClusterId, nil
+}
+
+// Close implements Store.
+func (s *EtcdStore) Close() error { return s.cli.Close() }

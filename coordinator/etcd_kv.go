@@ -1,0 +1,5 @@
+package coordinator
+
+import "go.etcd.io/etcd/api/v3/mvccpb"
+
+type mvccKV = mvccpb.KeyValue

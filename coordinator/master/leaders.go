@@ -1,0 +1,118 @@
+// Package master is the elected master's work: it turns database configs into
+// shard assignments (through placement), publishes shard leaders and terms,
+// fails leadership over when storage nodes die, and moves replicas for drains,
+// replica-factor changes and rebalancing. Decisions are pure functions over a
+// state snapshot (this file and plan.go); master.go executes them with fenced
+// writes while the term lasts.
+package master
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+
+	"github.com/cairn-db/cairn/models"
+)
+
+// ShardInputs is what a leader decision reads about one database.
+type ShardInputs struct {
+	DB     string
+	Assign models.Assignment
+	States models.ShardStates
+	Live   map[string]models.StorageNode // live storage nodes of the database's cluster
+	ISR    map[string]models.ISR         // cluster's in-sync sets by shard id
+	Drains map[string]models.Drain
+}
+
+// inSync returns the shard's last known in-sync set. A shard whose leader never
+// published one (no data written yet) counts all its replicas as in sync: they
+// are all empty and equal.
+func inSync(in ShardInputs, sh models.ShardAssignment) []string {
+	if set, ok := in.ISR[models.ShardID(in.DB, sh.ID)]; ok {
+		return set.Replicas
+	}
+	return sh.Replicas
+}
+
+// PlanLeaders decides, for every shard of one database, whether its leader must
+// change: a dead leader is replaced by the live in-sync replica with the highest
+// last_txn_id (term + 1); with none the shard goes offline; an offline shard
+// comes back when a replica of its last in-sync set returns. It returns the new
+// states and the ids of the shards that changed.
+func PlanLeaders(in ShardInputs) (models.ShardStates, []int) {
+	cur := map[int]models.ShardState{}
+	for _, s := range in.States.Shards {
+		cur[s.ID] = s
+	}
+	next := models.ShardStates{DB: in.DB, Shards: make([]models.ShardState, 0, len(in.Assign.Shards))}
+	leads := map[string]int{}
+	for _, s := range in.States.Shards {
+		if s.Status == models.StatusOnline {
+			leads[s.Leader]++
+		}
+	}
+	var changed []int
+	for _, sh := range in.Assign.Shards {
+		st, ok := cur[sh.ID]
+		if !ok {
+			st = models.ShardState{ID: sh.ID, Status: models.StatusOffline}
+		}
+		_, leaderLive := in.Live[st.Leader]
+		healthy := st.Status == models.StatusOnline && leaderLive && slices.Contains(sh.Replicas, st.Leader)
+		if healthy {
+			next.Shards = append(next.Shards, st)
+			continue
+		}
+		isr := inSync(in, sh)
+		best := pickLeader(in, sh, isr, st.Leader, leads)
+		ns := st
+		if best == "" {
+			ns.Status = models.StatusOffline
+			ns.Reason = fmt.Sprintf("no live in-sync replica; last in-sync set %v", isr)
+		} else {
+			if st.Status == models.StatusOnline {
+				leads[st.Leader]--
+			}
+			leads[best]++
+			ns = models.ShardState{ID: sh.ID, Leader: best, Term: st.Term + 1, Status: models.StatusOnline}
+		}
+		if ns != st {
+			changed = append(changed, sh.ID)
+		}
+		next.Shards = append(next.Shards, ns)
+	}
+	return next, changed
+}
+
+// pickLeader returns the live in-sync replica with the highest last_txn_id
+// (ties: fewest leaderships, then node id); "" when none qualifies.
+func pickLeader(in ShardInputs, sh models.ShardAssignment, isr []string, old string, leads map[string]int) string {
+	id := models.ShardID(in.DB, sh.ID)
+	var cands []string
+	for _, n := range isr {
+		if _, live := in.Live[n]; live && slices.Contains(sh.Replicas, n) {
+			cands = append(cands, n)
+		}
+	}
+	if len(cands) == 0 {
+		return ""
+	}
+	sort.Slice(cands, func(i, j int) bool {
+		a, b := cands[i], cands[j]
+		ta, tb := in.Live[a].LastTxnID[id], in.Live[b].LastTxnID[id]
+		if ta != tb {
+			return ta > tb
+		}
+		if leads[a] != leads[b] {
+			return leads[a] < leads[b]
+		}
+		return a < b
+	})
+	// A draining node leads only when nothing else can.
+	for _, c := range cands {
+		if _, d := in.Drains[c]; !d {
+			return c
+		}
+	}
+	return cands[0]
+}

@@ -1,0 +1,358 @@
+package master
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/cairn-db/cairn/coordinator"
+	"github.com/cairn-db/cairn/coordinator/placement"
+	"github.com/cairn-db/cairn/models"
+	"github.com/cairn-db/cairn/statemachine"
+	"github.com/cairn-db/cairn/web"
+	"go.uber.org/zap"
+)
+
+// Config of one term of mastership.
+type Config struct {
+	Store    coordinator.Store
+	Keys     models.Keys
+	Election *coordinator.Election
+	Term     int64
+	Session  *coordinator.Session // the master's lease: failover locks are bound to it
+	NodeID   string
+	State    func() *statemachine.State
+	Changed  <-chan struct{}
+	Logger   *zap.Logger
+	// RebalanceDelay is how long membership must be stable before replicas
+	// move to new nodes or off vanished ones (a restart moves nothing).
+	RebalanceDelay time.Duration
+	// MaxMovesInFlight caps shards being relocated at once; default 16.
+	MaxMovesInFlight int
+	// Resync is the period of a full reconcile without events; default 1s.
+	Resync time.Duration
+	Now    func() time.Time
+}
+
+// Master runs the state machines for one term.
+type Master struct {
+	cfg     Config
+	lg      *zap.Logger
+	ops     chan op
+	pending map[placement.ShardKey][]string // relocation targets in flight
+	members map[string]membership           // per cluster
+	forced  bool
+}
+
+type membership struct {
+	sig      string
+	since    time.Time
+	balanced string // signature at which a plan last had no relocations
+}
+
+type op struct {
+	run  func(ctx context.Context, st *statemachine.State) (any, error)
+	done chan opResult
+}
+
+type opResult struct {
+	v   any
+	err error
+}
+
+// New prepares a master for cfg.Term.
+func New(cfg Config) *Master {
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.MaxMovesInFlight == 0 {
+		cfg.MaxMovesInFlight = 16
+	}
+	if cfg.Resync == 0 {
+		cfg.Resync = time.Second
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Master{cfg: cfg, lg: cfg.Logger.Named("master").With(zap.Int64("master_term", cfg.Term)),
+		ops: make(chan op), pending: map[placement.ShardKey][]string{}, members: map[string]membership{}}
+}
+
+// Run reconciles until ctx ends or the term is lost (ErrDeposed).
+func (m *Master) Run(ctx context.Context) error {
+	t := time.NewTicker(m.cfg.Resync)
+	defer t.Stop()
+	for {
+		if err := m.reconcile(ctx); err != nil {
+			if errors.Is(err, coordinator.ErrDeposed) {
+				m.lg.Warn("deposed: a fenced write failed; stopping master work")
+				return err
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			m.lg.Warn("reconcile failed; retrying", zap.Error(err))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-m.cfg.Session.Done():
+			return coordinator.ErrDeposed
+		case <-m.cfg.Changed:
+		case <-t.C:
+		case o := <-m.ops:
+			v, err := o.run(ctx, m.cfg.State())
+			o.done <- opResult{v, err}
+			if errors.Is(err, coordinator.ErrDeposed) {
+				return err
+			}
+		}
+	}
+}
+
+// do runs fn on the master's goroutine, so operator requests never race the
+// reconcile loop's writes.
+func (m *Master) do(ctx context.Context, fn func(ctx context.Context, st *statemachine.State) (any, error)) (any, error) {
+	o := op{run: fn, done: make(chan opResult, 1)}
+	select {
+	case m.ops <- o:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: master busy: %v", models.ErrUnavailable, ctx.Err())
+	}
+	select {
+	case r := <-o.done:
+		return r.v, r.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: master did not answer: %v", models.ErrUnavailable, ctx.Err())
+	}
+}
+
+// write applies ops fenced on the term, then waits until the local state has
+// seen the result, so the next decision reads its own writes.
+func (m *Master) write(ctx context.Context, cmps []coordinator.Cmp, ops []coordinator.Op, source string) (bool, error) {
+	ok, rev, err := m.cfg.Election.FencedTxn(ctx, m.cfg.Term, cmps, ops)
+	if err != nil || !ok {
+		return ok, err
+	}
+	return true, m.awaitRev(ctx, source, rev)
+}
+
+func (m *Master) awaitRev(ctx context.Context, source string, rev int64) error {
+	deadline := time.NewTimer(5 * time.Second)
+	defer deadline.Stop()
+	for m.cfg.State().Revisions[source] < rev {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-deadline.C:
+			return fmt.Errorf("state did not reach revision %d of %s", rev, source)
+		case <-m.cfg.Changed:
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // our own records always marshal
+	}
+	return b
+}
+
+// reconcile is one level-triggered pass over everything the master owns.
+func (m *Master) reconcile(ctx context.Context) error {
+	if err := m.syncAssignments(ctx); err != nil {
+		return err
+	}
+	if err := m.failover(ctx); err != nil {
+		return err
+	}
+	return m.rebalance(ctx)
+}
+
+// syncAssignments creates assignments for new databases, grows them, and
+// deletes those of dropped databases.
+func (m *Master) syncAssignments(ctx context.Context) error {
+	st := m.cfg.State()
+	names := make([]string, 0, len(st.Databases))
+	for n := range st.Databases {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		db := st.Databases[name]
+		a, has := st.Assignments[name]
+		if has && len(a.Shards) >= db.NumShards {
+			continue
+		}
+		from := len(a.Shards)
+		as, ss, err := newShards(st, db, from, db.NumShards)
+		if err != nil {
+			m.lg.Warn("cannot place database yet", zap.String("db", name), zap.Error(err))
+			continue
+		}
+		next := models.Assignment{DB: name, Cluster: db.StorageCluster, Shards: append(slices.Clone(a.Shards), as...)}
+		states := st.ShardStates[name]
+		nextStates := models.ShardStates{DB: name, Shards: append(slices.Clone(states.Shards), ss...)}
+		cmp := coordinator.CreateRevIs(m.cfg.Keys.Assign(name), 0)
+		if has {
+			cmp = coordinator.ValueIs(m.cfg.Keys.Assign(name), mustJSON(a))
+		}
+		ok, err := m.write(ctx, []coordinator.Cmp{cmp}, []coordinator.Op{
+			coordinator.OpPut(m.cfg.Keys.Assign(name), mustJSON(next), 0),
+			coordinator.OpPut(m.cfg.Keys.ShardState(name), mustJSON(nextStates), 0),
+		}, statemachine.SourceShardState)
+		if err != nil {
+			return err
+		}
+		if ok {
+			m.lg.Info("placed shards", zap.String("db", name), zap.Int("from", from), zap.Int("to", db.NumShards))
+		}
+		st = m.cfg.State()
+	}
+	for name := range st.Assignments {
+		if _, ok := st.Databases[name]; ok {
+			continue
+		}
+		if _, err := m.write(ctx, nil, []coordinator.Op{
+			coordinator.OpDelete(m.cfg.Keys.Assign(name)), coordinator.OpDelete(m.cfg.Keys.ShardState(name)),
+		}, statemachine.SourceAssign); err != nil {
+			return err
+		}
+		m.lg.Info("dropped assignment of deleted database", zap.String("db", name))
+	}
+	return nil
+}
+
+// failover publishes new leaders for shards whose leader died, under the
+// per-shard failover locks.
+func (m *Master) failover(ctx context.Context) error {
+	st := m.cfg.State()
+	names := make([]string, 0, len(st.ShardStates))
+	for n := range st.ShardStates {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		a, ok := st.Assignments[name]
+		if !ok {
+			continue
+		}
+		next, changed := PlanLeaders(ShardInputs{DB: name, Assign: a, States: st.ShardStates[name],
+			Live: st.Nodes[a.Cluster], ISR: st.ISR[a.Cluster], Drains: st.Drains})
+		if len(changed) == 0 {
+			continue
+		}
+		if err := m.publishStates(ctx, name, st.ShardStates[name], next, changed); err != nil {
+			return err
+		}
+		for _, id := range changed {
+			s := next.Shards[indexOf(next, id)]
+			m.lg.Info("shard leader changed", zap.String("db", name), zap.Int("shard", id),
+				zap.String("leader", s.Leader), zap.Int64("term", s.Term), zap.String("status", s.Status))
+		}
+	}
+	return nil
+}
+
+func indexOf(ss models.ShardStates, id int) int {
+	for i, s := range ss.Shards {
+		if s.ID == id {
+			return i
+		}
+	}
+	return -1
+}
+
+// maxTxnOps keeps every txn under etcd's default --max-txn-ops (128).
+const maxTxnOps = 100
+
+// publishStates takes the failover lock of each changed shard (a unique value
+// bound to the master's lease; only its creator deletes it), publishes the
+// database's states in one fenced txn guarded by the value it was computed
+// from, and releases the locks.
+func (m *Master) publishStates(ctx context.Context, db string, prev, next models.ShardStates, changed []int) error {
+	token := []byte(m.cfg.NodeID + "/" + strconv.FormatInt(m.cfg.Term, 10) + "/" + strconv.FormatInt(m.cfg.Now().UnixNano(), 10))
+	var locked []string
+	release := func() {
+		for i := 0; i < len(locked); i += maxTxnOps {
+			for _, k := range locked[i:min(i+maxTxnOps, len(locked))] {
+				// Delete only our own lock: compare its unique value.
+				_, _, _ = m.cfg.Store.Txn(context.WithoutCancel(ctx), []coordinator.Cmp{coordinator.ValueIs(k, token)}, []coordinator.Op{coordinator.OpDelete(k)})
+			}
+		}
+	}
+	defer release()
+	for i := 0; i < len(changed); i += maxTxnOps {
+		chunk := changed[i:min(i+maxTxnOps, len(changed))]
+		cmps := make([]coordinator.Cmp, 0, len(chunk))
+		ops := make([]coordinator.Op, 0, len(chunk))
+		keys := make([]string, 0, len(chunk))
+		for _, id := range chunk {
+			k := m.cfg.Keys.FailoverLock(db, id)
+			cmps = append(cmps, coordinator.CreateRevIs(k, 0))
+			ops = append(ops, coordinator.OpPut(k, token, m.cfg.Session.Lease()))
+			keys = append(keys, k)
+		}
+		ok, _, err := m.cfg.Election.FencedTxn(ctx, m.cfg.Term, cmps, ops)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("failover lock of %s held by another orchestrator; retrying", db)
+		}
+		locked = append(locked, keys...)
+	}
+	key := m.cfg.Keys.ShardState(db)
+	ok, err := m.write(ctx, []coordinator.Cmp{coordinator.ValueIs(key, mustJSON(prev))},
+		[]coordinator.Op{coordinator.OpPut(key, mustJSON(next), 0)}, statemachine.SourceShardState)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("shard states of %s changed underneath; recomputing", db)
+	}
+	return nil
+}
+
+// TransferLeader implements broker.MasterOps: a graceful leader change to an
+// in-sync replica, or with Unclean to any live replica (forcing an offline
+// shard back online, accepting that writes it never saw are lost).
+func (m *Master) TransferLeader(ctx context.Context, db string, shard int, t web.LeaderTransfer) error {
+	_, err := m.do(ctx, func(ctx context.Context, st *statemachine.State) (any, error) {
+		a, ok := st.Assignments[db]
+		if !ok || shard < 0 || shard >= len(a.Shards) {
+			return nil, fmt.Errorf("%w: shard %d of database %q", models.ErrNotFound, shard, db)
+		}
+		sh := a.Shards[shard]
+		if !slices.Contains(sh.Replicas, t.NodeID) {
+			return nil, fmt.Errorf("%w: node %q is not a replica of %s/%d (replicas %v)", models.ErrImpossible, t.NodeID, db, shard, sh.Replicas)
+		}
+		if _, live := st.Nodes[a.Cluster][t.NodeID]; !live {
+			return nil, fmt.Errorf("%w: node %q is not live", models.ErrImpossible, t.NodeID)
+		}
+		if !t.Unclean && !shardInSync(st, a.Cluster, db, shard, []string{t.NodeID}) {
+			return nil, fmt.Errorf("%w: node %q is not in the in-sync set of %s/%d; wait for it to catch up or pass \"unclean\": true", models.ErrImpossible, t.NodeID, db, shard)
+		}
+		prev := st.ShardStates[db]
+		cur, _ := st.ShardState(db, shard)
+		if cur.Leader == t.NodeID && cur.Status == models.StatusOnline {
+			return nil, nil
+		}
+		next := models.ShardStates{DB: db, Shards: slices.Clone(prev.Shards)}
+		i := indexOf(next, shard)
+		if i < 0 {
+			return nil, fmt.Errorf("%w: shard %d of %q has no published state yet", models.ErrUnavailable, shard, db)
+		}
+		next.Shards[i] = models.ShardState{ID: shard, Leader: t.NodeID, Term: cur.Term + 1, Status: models.StatusOnline}
+		return nil, m.publishStates(ctx, db, prev, next, []int{shard})
+	})
+	return err
+}

@@ -1,0 +1,248 @@
+package master
+
+import (
+	"context"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/cairn-db/cairn/coordinator"
+	"github.com/cairn-db/cairn/coordinator/placement"
+	"github.com/cairn-db/cairn/models"
+	"github.com/cairn-db/cairn/statemachine"
+	"go.uber.org/zap"
+)
+
+// Rebalance implements broker.MasterOps: the plan, and unless dryRun its
+// execution (started now, carried out by the reconcile loop move by move).
+func (m *Master) Rebalance(ctx context.Context, dryRun bool) (any, error) {
+	return m.do(ctx, func(ctx context.Context, st *statemachine.State) (any, error) {
+		_, view, err := rebalancePlan(st)
+		if err != nil {
+			return nil, err
+		}
+		view.DryRun = dryRun
+		if !dryRun {
+			m.forced = true
+		}
+		return view, nil
+	})
+}
+
+// needsPlan decides whether to compute a new placement plan now: on demand,
+// for drains and replica-factor changes at once, and for membership changes
+// only after they have been stable for RebalanceDelay.
+func (m *Master) needsPlan(st *statemachine.State) bool {
+	if m.forced {
+		return true
+	}
+	now := m.cfg.Now()
+	need := false
+	for name := range st.StorageClusters {
+		ids := make([]string, 0, len(st.Nodes[name]))
+		for id := range st.Nodes[name] {
+			ids = append(ids, id)
+		}
+		sort.Strings(ids)
+		sig := strings.Join(ids, ",")
+		mb, ok := m.members[name]
+		if !ok {
+			// First sight in this term: treat as stable and balanced unless
+			// placement says otherwise after the delay.
+			mb = membership{sig: sig, since: now}
+		} else if mb.sig != sig {
+			mb.sig, mb.since = sig, now
+		}
+		if mb.balanced != sig && now.Sub(mb.since) >= m.cfg.RebalanceDelay {
+			need = true
+		}
+		m.members[name] = mb
+	}
+	for id := range st.Drains {
+		for _, a := range st.Assignments {
+			for _, sh := range a.Shards {
+				if slices.Contains(sh.Replicas, id) {
+					return true
+				}
+			}
+		}
+	}
+	for name, a := range st.Assignments {
+		db, ok := st.Databases[name]
+		if !ok {
+			continue
+		}
+		for _, sh := range a.Shards {
+			if len(sh.Replicas) != db.ReplicaFactor {
+				return true
+			}
+		}
+	}
+	return need
+}
+
+// rebalance drives relocations: a shard gains its new replicas first, keeps
+// them until they are in sync, hands leadership over if its leader is leaving,
+// and only then drops the old replicas. A shard never has fewer in-sync
+// replicas than before its move.
+func (m *Master) rebalance(ctx context.Context) error {
+	st := m.cfg.State()
+	if len(m.pending) == 0 && m.needsPlan(st) {
+		plans, view, err := rebalancePlan(st)
+		if err != nil {
+			m.lg.Warn("no rebalance plan", zap.Error(err))
+			return nil
+		}
+		m.forced = false
+		for cluster, p := range plans {
+			for k, t := range p.Target {
+				cur := assigned(st, k)
+				if !sameSet(cur, t.Replicas) {
+					m.pending[k] = t.Replicas
+				}
+			}
+			if p.Relocations == 0 {
+				mb := m.members[cluster]
+				mb.balanced = mb.sig
+				m.members[cluster] = mb
+			}
+		}
+		if len(m.pending) > 0 {
+			m.lg.Info("rebalance started", zap.Int("shards", len(m.pending)), zap.Int("relocations", view.Relocations))
+		}
+	}
+	if len(m.pending) == 0 {
+		return nil
+	}
+	keys := make([]placement.ShardKey, 0, len(m.pending))
+	for k := range m.pending {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].DB != keys[j].DB {
+			return keys[i].DB < keys[j].DB
+		}
+		return keys[i].Shard < keys[j].Shard
+	})
+	assign := map[string]models.Assignment{} // databases whose assignment changes this round
+	var leaderMoves []placement.ShardKey
+	active := 0
+	for _, k := range keys {
+		target := m.pending[k]
+		a, ok := st.Assignments[k.DB]
+		if !ok || k.Shard >= len(a.Shards) {
+			delete(m.pending, k)
+			continue
+		}
+		cur := a.Shards[k.Shard].Replicas
+		if sameSet(cur, target) {
+			delete(m.pending, k)
+			continue
+		}
+		if active >= m.cfg.MaxMovesInFlight {
+			break
+		}
+		active++
+		adds := minus(target, cur)
+		if len(adds) > 0 {
+			setReplicas(assign, st, k, union(cur, adds))
+			continue
+		}
+		// cur is a superset of target: remove once the target is in sync.
+		if !shardInSync(st, a.Cluster, k.DB, k.Shard, target) {
+			continue
+		}
+		s, _ := st.ShardState(k.DB, k.Shard)
+		if s.Status == models.StatusOnline && !slices.Contains(target, s.Leader) {
+			leaderMoves = append(leaderMoves, k)
+			continue
+		}
+		setReplicas(assign, st, k, slices.Clone(target))
+	}
+	for _, k := range leaderMoves {
+		if err := m.moveLeaderOff(ctx, st, k); err != nil {
+			return err
+		}
+	}
+	names := make([]string, 0, len(assign))
+	for n := range assign {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		key := m.cfg.Keys.Assign(name)
+		ok, err := m.write(ctx, []coordinator.Cmp{coordinator.ValueIs(key, mustJSON(st.Assignments[name]))},
+			[]coordinator.Op{coordinator.OpPut(key, mustJSON(assign[name]), 0)}, statemachine.SourceAssign)
+		if err != nil {
+			return err
+		}
+		if ok {
+			m.lg.Info("replicas moved", zap.String("db", name))
+		}
+	}
+	return nil
+}
+
+// moveLeaderOff hands leadership of a shard whose leader is being removed to
+// the in-sync target replica with the highest last_txn_id.
+func (m *Master) moveLeaderOff(ctx context.Context, st *statemachine.State, k placement.ShardKey) error {
+	a := st.Assignments[k.DB]
+	target := m.pending[k]
+	in := ShardInputs{DB: k.DB, Assign: a, States: st.ShardStates[k.DB], Live: st.Nodes[a.Cluster], ISR: st.ISR[a.Cluster], Drains: st.Drains}
+	sh := models.ShardAssignment{ID: k.Shard, Replicas: target}
+	best := pickLeader(in, sh, target, "", map[string]int{})
+	if best == "" {
+		return nil
+	}
+	prev := st.ShardStates[k.DB]
+	cur, _ := st.ShardState(k.DB, k.Shard)
+	next := models.ShardStates{DB: k.DB, Shards: slices.Clone(prev.Shards)}
+	i := indexOf(next, k.Shard)
+	if i < 0 {
+		return nil
+	}
+	next.Shards[i] = models.ShardState{ID: k.Shard, Leader: best, Term: cur.Term + 1, Status: models.StatusOnline}
+	m.lg.Info("moving leadership off a leaving replica", zap.String("db", k.DB), zap.Int("shard", k.Shard),
+		zap.String("from", cur.Leader), zap.String("to", best), zap.Int64("term", cur.Term+1))
+	return m.publishStates(ctx, k.DB, prev, next, []int{k.Shard})
+}
+
+func assigned(st *statemachine.State, k placement.ShardKey) []string {
+	a := st.Assignments[k.DB]
+	if k.Shard < len(a.Shards) {
+		return a.Shards[k.Shard].Replicas
+	}
+	return nil
+}
+
+func setReplicas(assign map[string]models.Assignment, st *statemachine.State, k placement.ShardKey, replicas []string) {
+	a, ok := assign[k.DB]
+	if !ok {
+		a = st.Assignments[k.DB]
+		a.Shards = slices.Clone(a.Shards)
+	}
+	a.Shards[k.Shard] = models.ShardAssignment{ID: k.Shard, Replicas: replicas}
+	assign[k.DB] = a
+}
+
+func sameSet(a, b []string) bool { return len(a) == len(b) && subset(a, b) }
+
+func minus(a, b []string) []string {
+	var out []string
+	for _, x := range a {
+		if !slices.Contains(b, x) {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+func union(a, b []string) []string {
+	out := slices.Clone(a)
+	for _, x := range b {
+		if !slices.Contains(out, x) {
+			out = append(out, x)
+		}
+	}
+	return out
+}

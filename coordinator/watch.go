@@ -1,0 +1,175 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// WatchEventKind says what a Watcher saw.
+type WatchEventKind int
+
+// Watcher event kinds.
+const (
+	WatchPut    WatchEventKind = iota // key created or changed
+	WatchDelete                       // key gone (also emitted after a re-list for keys that vanished)
+	WatchSynced                       // a (re)list finished: the consumer now holds exactly the store's keys
+)
+
+// WatchEvent is one change delivered by a Watcher.
+type WatchEvent struct {
+	Kind  WatchEventKind
+	Key   string
+	Value []byte
+	Rev   int64 // mod revision of the change, or the list revision for WatchSynced
+	// CreateRev is the key's create revision (puts only): the master key's term.
+	CreateRev int64
+}
+
+// WatcherConfig configures a list-then-watch loop over one prefix.
+type WatcherConfig struct {
+	Store  Store
+	Prefix string
+	// Known seeds the keys the consumer already holds (for example from a local
+	// backup), so the first list emits deletes for keys that vanished meanwhile.
+	Known      map[string]int64 // key -> mod revision
+	Logger     *zap.Logger
+	MinBackoff time.Duration // default 50ms
+	MaxBackoff time.Duration // default 2s
+}
+
+// RunWatcher lists prefix, emits the difference from what the consumer holds,
+// then watches from the listed revision + 1. A compaction, a replaced etcd
+// cluster (new cluster id or revisions going backwards) or a lost stream leads
+// to a re-list whose diff is emitted, so the consumer never misses a change or
+// keeps a key that vanished. emit may block (backpressure). RunWatcher returns
+// when ctx ends.
+func RunWatcher(ctx context.Context, cfg WatcherConfig, emit func(WatchEvent)) {
+	lg := cfg.Logger
+	if lg == nil {
+		lg = zap.NewNop()
+	}
+	lg = lg.With(zap.String("prefix", cfg.Prefix))
+	if cfg.MinBackoff == 0 {
+		cfg.MinBackoff = 50 * time.Millisecond
+	}
+	if cfg.MaxBackoff == 0 {
+		cfg.MaxBackoff = 2 * time.Second
+	}
+	known := make(map[string]int64, len(cfg.Known))
+	for k, v := range cfg.Known {
+		known[k] = v
+	}
+	backoff := cfg.MinBackoff
+	wait := func() bool {
+		t := time.NewTimer(backoff)
+		defer t.Stop()
+		backoff = min(backoff*2, cfg.MaxBackoff)
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			return true
+		}
+	}
+	var clusterID uint64
+	var lastRev int64
+	needList := true
+	for ctx.Err() == nil {
+		id, err := cfg.Store.ClusterID(ctx)
+		if err != nil {
+			if !wait() {
+				return
+			}
+			continue
+		}
+		fresh := clusterID != 0 && id != clusterID
+		if fresh {
+			lg.Warn("etcd cluster changed, re-listing", zap.Uint64("old_cluster_id", clusterID), zap.Uint64("new_cluster_id", id))
+			needList = true
+		}
+		if needList {
+			kvs, rev, err := cfg.Store.List(ctx, cfg.Prefix)
+			if err != nil {
+				lg.Debug("list failed", zap.Error(err))
+				if !wait() {
+					return
+				}
+				continue
+			}
+			if rev < lastRev {
+				// Revisions went backwards: a restored or replaced cluster.
+				fresh = true
+			}
+			clusterID = id
+			known = diffAndEmit(known, kvs, fresh, emit)
+			emit(WatchEvent{Kind: WatchSynced, Rev: rev})
+			lastRev = rev
+			needList = false
+		}
+		wctx, cancel := context.WithCancel(ctx)
+		ch := cfg.Store.Watch(wctx, cfg.Prefix, lastRev+1)
+		err = consume(ch, known, &lastRev, emit)
+		cancel()
+		for range ch { // let the watch goroutine finish
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, ErrCompacted) {
+			lg.Info("watch compacted, re-listing", zap.Error(err))
+			needList = true
+			continue // a re-list needs no back-off: etcd answered
+		}
+		lg.Debug("watch interrupted", zap.Error(err))
+		if !wait() {
+			return
+		}
+		if err == nil {
+			backoff = cfg.MinBackoff
+		}
+	}
+}
+
+func consume(ch <-chan RawWatchResponse, known map[string]int64, lastRev *int64, emit func(WatchEvent)) error {
+	for resp := range ch {
+		if resp.Err != nil {
+			return resp.Err
+		}
+		for _, ev := range resp.Events {
+			if ev.Type == EventDelete {
+				if _, ok := known[ev.KV.Key]; ok {
+					delete(known, ev.KV.Key)
+					emit(WatchEvent{Kind: WatchDelete, Key: ev.KV.Key, Rev: ev.KV.ModRev})
+				}
+			} else {
+				known[ev.KV.Key] = ev.KV.ModRev
+				emit(WatchEvent{Kind: WatchPut, Key: ev.KV.Key, Value: ev.KV.Value, Rev: ev.KV.ModRev, CreateRev: ev.KV.CreateRev})
+			}
+			*lastRev = max(*lastRev, ev.KV.ModRev)
+		}
+		*lastRev = max(*lastRev, resp.Rev)
+	}
+	return nil
+}
+
+// diffAndEmit emits what changed between the keys the consumer holds and a
+// fresh list; with fresh set (a new cluster) every listed key is re-emitted
+// because mod revisions of two clusters cannot be compared.
+func diffAndEmit(known map[string]int64, kvs []KeyValue, fresh bool, emit func(WatchEvent)) map[string]int64 {
+	next := make(map[string]int64, len(kvs))
+	for _, kv := range kvs {
+		next[kv.Key] = kv.ModRev
+		if old, ok := known[kv.Key]; fresh || !ok || old != kv.ModRev {
+			emit(WatchEvent{Kind: WatchPut, Key: kv.Key, Value: kv.Value, Rev: kv.ModRev, CreateRev: kv.CreateRev})
+		}
+	}
+	for k := range known {
+		if _, ok := next[k]; !ok {
+			emit(WatchEvent{Kind: WatchDelete, Key: k})
+		}
+	}
+	return next
+}

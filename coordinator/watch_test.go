@@ -1,0 +1,203 @@
+package coordinator_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cairn-db/cairn/coordinator"
+	"github.com/cairn-db/cairn/coordinator/etcdtest"
+	"github.com/stretchr/testify/require"
+)
+
+// cutStore lets a test sever one client's reads and watches while writes go
+// through another path, as a network partition between a node and etcd would.
+type cutStore struct {
+	coordinator.Store
+	mu      sync.Mutex
+	cut     bool
+	cancels []context.CancelFunc
+}
+
+func (c *cutStore) setCut(v bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cut = v
+	if v {
+		for _, cancel := range c.cancels {
+			cancel()
+		}
+		c.cancels = nil
+	}
+}
+
+func (c *cutStore) isCut() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cut
+}
+
+func (c *cutStore) List(ctx context.Context, p string) ([]coordinator.KeyValue, int64, error) {
+	if c.isCut() {
+		return nil, 0, coordinator.ErrUnavailable
+	}
+	return c.Store.List(ctx, p)
+}
+
+func (c *cutStore) ClusterID(ctx context.Context) (uint64, error) {
+	if c.isCut() {
+		return 0, coordinator.ErrUnavailable
+	}
+	return c.Store.ClusterID(ctx)
+}
+
+func (c *cutStore) Watch(ctx context.Context, p string, rev int64) <-chan coordinator.RawWatchResponse {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(chan coordinator.RawWatchResponse, 1)
+	if c.cut {
+		out <- coordinator.RawWatchResponse{Err: coordinator.ErrUnavailable}
+		close(out)
+		return out
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	c.cancels = append(c.cancels, cancel)
+	in := c.Store.Watch(wctx, p, rev)
+	go func() {
+		defer close(out)
+		for r := range in {
+			select {
+			case out <- r:
+			case <-ctx.Done():
+			}
+		}
+		if ctx.Err() == nil {
+			out <- coordinator.RawWatchResponse{Err: coordinator.ErrUnavailable}
+		}
+	}()
+	return out
+}
+
+// mirror is a consumer that applies watcher events and checks for duplicates.
+type mirror struct {
+	mu     sync.Mutex
+	kv     map[string]string
+	seen   map[string]bool // key@rev of puts
+	dups   []string
+	synced int
+}
+
+func (m *mirror) apply(ev coordinator.WatchEvent) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch ev.Kind {
+	case coordinator.WatchPut:
+		id := fmt.Sprintf("%s@%d", ev.Key, ev.Rev)
+		if m.seen[id] {
+			m.dups = append(m.dups, id)
+		}
+		m.seen[id] = true
+		m.kv[ev.Key] = string(ev.Value)
+	case coordinator.WatchDelete:
+		delete(m.kv, ev.Key)
+	case coordinator.WatchSynced:
+		m.synced++
+	}
+}
+
+func (m *mirror) equals(want map[string]string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.kv) != len(want) {
+		return false
+	}
+	for k, v := range want {
+		if m.kv[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func testWatcherCutOff(t *testing.T, s coordinator.Store) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p := "/wt/"
+	for _, k := range []string{"keep", "change", "vanish"} {
+		_, err := s.Put(ctx, p+k, []byte("v0"), 0)
+		require.NoError(t, err)
+	}
+	cs := &cutStore{Store: s}
+	m := &mirror{kv: map[string]string{}, seen: map[string]bool{}}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		coordinator.RunWatcher(ctx, coordinator.WatcherConfig{Store: cs, Prefix: p, MaxBackoff: 100 * time.Millisecond}, m.apply)
+	}()
+	current := func() map[string]string {
+		kvs, _, err := s.List(ctx, p)
+		require.NoError(t, err)
+		out := map[string]string{}
+		for _, kv := range kvs {
+			out[kv.Key] = string(kv.Value)
+		}
+		return out
+	}
+	require.Eventually(t, func() bool { return m.equals(current()) }, 10*time.Second, 10*time.Millisecond)
+
+	cs.setCut(true)
+	_, err := s.Put(ctx, p+"change", []byte("v1"), 0)
+	require.NoError(t, err)
+	_, err = s.Put(ctx, p+"new", []byte("v1"), 0)
+	require.NoError(t, err)
+	_, err = s.Delete(ctx, p+"vanish")
+	require.NoError(t, err)
+	rev, err := s.Put(ctx, p+"new", []byte("v2"), 0)
+	require.NoError(t, err)
+	require.NoError(t, s.Compact(ctx, rev))
+	cs.setCut(false)
+
+	require.Eventually(t, func() bool { return m.equals(current()) }, 10*time.Second, 10*time.Millisecond)
+	// And it keeps watching after the re-list.
+	_, err = s.Put(ctx, p+"after", []byte("v3"), 0)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return m.equals(current()) }, 10*time.Second, 10*time.Millisecond)
+	cancel()
+	wg.Wait()
+	require.Empty(t, m.dups, "no event delivered twice")
+	require.GreaterOrEqual(t, m.synced, 2, "the cut-off forced a re-list")
+}
+
+func TestWatcherCutOffMemory(t *testing.T) {
+	s := coordinator.NewMemoryStore()
+	defer s.Close()
+	testWatcherCutOff(t, s)
+}
+
+func TestWatcherCutOffEtcd(t *testing.T) {
+	testWatcherCutOff(t, etcdtest.Start(t).Store(t))
+}
+
+// A watcher seeded with keys from a local backup deletes those that no longer
+// exist when it first lists.
+func TestWatcherSeededDeletesVanished(t *testing.T) {
+	s := coordinator.NewMemoryStore()
+	defer s.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, err := s.Put(ctx, "/p/live", []byte("x"), 0)
+	require.NoError(t, err)
+	m := &mirror{kv: map[string]string{"/p/gone": "old", "/p/live": "x"}, seen: map[string]bool{}}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		coordinator.RunWatcher(ctx, coordinator.WatcherConfig{Store: s, Prefix: "/p/",
+			Known: map[string]int64{"/p/gone": 1, "/p/live": 999}}, m.apply)
+	}()
+	require.Eventually(t, func() bool { return m.equals(map[string]string{"/p/live": "x"}) }, 5*time.Second, 10*time.Millisecond)
+	cancel()
+	<-done
+}

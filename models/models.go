@@ -1,0 +1,125 @@
+// Package models holds the records Cairn keeps in etcd and in every node's local
+// state store. They are plain data: JSON on the wire and on disk, no behaviour
+// beyond validation.
+package models
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// NameRE is the rule for database, storage cluster and node names.
+var NameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// ValidName reports whether s may name a database, cluster or node.
+func ValidName(s string) bool { return NameRE.MatchString(s) }
+
+// MasterRecord is the value of the election key. Term is the key's create
+// revision, filled in when the record is read back.
+type MasterRecord struct {
+	NodeID    string `json:"node_id"`
+	Address   string `json:"address"`
+	Term      int64  `json:"term"`
+	ElectedAt int64  `json:"elected_at"` // unix milliseconds
+}
+
+// BrokerRecord is a live broker.
+type BrokerRecord struct {
+	NodeID    string `json:"node_id"`
+	Address   string `json:"address"`
+	StartedAt int64  `json:"started_at"` // unix milliseconds
+}
+
+// StorageNode is a storage node's leased record, with SableDB's fields.
+// Shard keys in the maps are ShardID strings ("db/shard").
+type StorageNode struct {
+	NodeID      string            `json:"node_id"`
+	NodeAddress string            `json:"node_address"`
+	Role        string            `json:"role"`
+	Cluster     string            `json:"cluster"`
+	LastUpdated int64             `json:"last_updated"` // unix microseconds, the heartbeat
+	LastTxnID   map[string]uint64 `json:"last_txn_id,omitempty"`
+	Following   map[string]string `json:"following,omitempty"` // shard -> leader node id
+}
+
+// StorageCluster is a configured storage cluster. Empty EtcdEndpoints means the
+// cluster lives in Cairn's own etcd; empty Namespace means NS/storage/<name>.
+type StorageCluster struct {
+	Name          string   `json:"name"`
+	EtcdEndpoints []string `json:"etcd_endpoints"`
+	Namespace     string   `json:"namespace"`
+}
+
+// Database is the DDL of one database.
+type Database struct {
+	Name           string         `json:"name"`
+	StorageCluster string         `json:"storage_cluster"`
+	NumShards      int            `json:"num_shards"`
+	ReplicaFactor  int            `json:"replica_factor"`
+	Options        map[string]any `json:"options"`
+}
+
+// ShardAssignment lists a shard's replicas.
+type ShardAssignment struct {
+	ID       int      `json:"id"`
+	Replicas []string `json:"replicas"`
+}
+
+// Assignment is the master-owned placement of one database.
+type Assignment struct {
+	DB      string            `json:"db"`
+	Cluster string            `json:"cluster"`
+	Shards  []ShardAssignment `json:"shards"`
+}
+
+// Shard status values.
+const (
+	StatusOnline  = "online"
+	StatusOffline = "offline"
+)
+
+// ShardState is the master-published leader and term of one shard.
+type ShardState struct {
+	ID     int    `json:"id"`
+	Leader string `json:"leader"`
+	Term   int64  `json:"term"`
+	Status string `json:"status"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// ShardStates is the state of every shard of one database.
+type ShardStates struct {
+	DB     string       `json:"db"`
+	Shards []ShardState `json:"shards"`
+}
+
+// ISR is a shard's in-sync replica set, written by its leader under its term.
+type ISR struct {
+	Leader   string   `json:"leader"`
+	Term     int64    `json:"term"`
+	Replicas []string `json:"replicas"`
+}
+
+// Drain marks a storage node that must shed its replicas.
+type Drain struct {
+	NodeID string `json:"node_id"`
+	Since  int64  `json:"since"` // unix milliseconds
+}
+
+// ShardID names one shard of one database, as used in map keys.
+func ShardID(db string, shard int) string { return db + "/" + strconv.Itoa(shard) }
+
+// ParseShardID splits a ShardID.
+func ParseShardID(s string) (db string, shard int, err error) {
+	i := strings.LastIndexByte(s, '/')
+	if i <= 0 {
+		return "", 0, fmt.Errorf("bad shard id %q", s)
+	}
+	n, err := strconv.Atoi(s[i+1:])
+	if err != nil || n < 0 {
+		return "", 0, fmt.Errorf("bad shard id %q", s)
+	}
+	return s[:i], n, nil
+}

@@ -1,0 +1,221 @@
+package statemachine
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync/atomic"
+	"time"
+
+	"context"
+
+	"go.uber.org/zap"
+)
+
+// BackupVersion is the format version of the local backup file.
+const BackupVersion = 1
+
+// BackupFile is the local backup: the raw keys of every source, so a node that
+// starts while etcd is down can serve, and `cairn restore` can load them into a
+// new etcd.
+type BackupFile struct {
+	Format  string                  `json:"format"` // "cairn-state-backup"
+	Version int                     `json:"version"`
+	SavedAt int64                   `json:"saved_at"` // unix milliseconds
+	Sources map[string]BackupSource `json:"sources"`
+}
+
+// BackupSource is one source's keys.
+type BackupSource struct {
+	Prefix  string     `json:"prefix"`
+	Kind    Kind       `json:"kind"`
+	Cluster string     `json:"cluster,omitempty"`
+	Rev     int64      `json:"rev"`
+	KVs     []BackupKV `json:"kvs"`
+}
+
+// BackupKV is one key. Values are Cairn's JSON records.
+type BackupKV struct {
+	Key       string          `json:"key"`
+	Value     json.RawMessage `json:"value"`
+	ModRev    int64           `json:"mod_rev"`
+	CreateRev int64           `json:"create_rev"`
+}
+
+// BackupFormat names the local backup format.
+const BackupFormat = "cairn-state-backup"
+
+// ReadBackupFile reads a local backup; (nil, nil) when the file does not exist.
+func ReadBackupFile(path string) (*BackupFile, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read state backup: %w", err)
+	}
+	var f BackupFile
+	if err := json.Unmarshal(data, &f); err != nil {
+		return nil, fmt.Errorf("state backup %s is corrupt: %w", path, err)
+	}
+	if f.Format != BackupFormat || f.Version != BackupVersion {
+		return nil, fmt.Errorf("state backup %s: unsupported format %q version %d", path, f.Format, f.Version)
+	}
+	return &f, nil
+}
+
+type rawKV struct {
+	value     []byte
+	modRev    int64
+	createRev int64
+}
+
+type rawSource struct {
+	src Source
+	rev int64
+	kvs map[string]rawKV
+}
+
+type rawChange struct {
+	src       Source
+	key       string
+	value     []byte
+	modRev    int64
+	createRev int64
+	del       bool
+}
+
+func (m *Manager) recordRaw(c *rawChange) {
+	rs, ok := m.raw[c.src.Name]
+	if !ok {
+		rs = &rawSource{src: c.src, kvs: map[string]rawKV{}}
+		m.raw[c.src.Name] = rs
+	}
+	rs.rev = max(rs.rev, c.modRev)
+	if c.del {
+		delete(rs.kvs, c.key)
+		return
+	}
+	rs.kvs[c.key] = rawKV{value: c.value, modRev: c.modRev, createRev: c.createRev}
+}
+
+// rawSnapshot copies the raw keys into a backup file value. Values are shared:
+// they are never mutated.
+func (m *Manager) rawSnapshot() *BackupFile {
+	f := &BackupFile{Format: BackupFormat, Version: BackupVersion, SavedAt: time.Now().UnixMilli(), Sources: map[string]BackupSource{}}
+	for name, rs := range m.raw {
+		bs := BackupSource{Prefix: rs.src.Prefix, Kind: rs.src.Kind, Cluster: rs.src.Cluster, Rev: rs.rev, KVs: make([]BackupKV, 0, len(rs.kvs))}
+		for k, v := range rs.kvs {
+			if !json.Valid(v.value) {
+				continue
+			}
+			bs.KVs = append(bs.KVs, BackupKV{Key: k, Value: v.value, ModRev: v.modRev, CreateRev: v.createRev})
+		}
+		sort.Slice(bs.KVs, func(i, j int) bool { return bs.KVs[i].Key < bs.KVs[j].Key })
+		f.Sources[name] = bs
+	}
+	return f
+}
+
+// backupWriter writes backups off the consumer's goroutine, always the newest
+// one handed to it; the consumer debounces how often it hands one over.
+type backupWriter struct {
+	path    string
+	lg      *zap.Logger
+	ch      chan *BackupFile
+	done    chan struct{}
+	written atomic.Int64 // unix nanos of the last write
+}
+
+func newBackupWriter(path string, lg *zap.Logger) *backupWriter {
+	return &backupWriter{path: path, lg: lg, ch: make(chan *BackupFile, 1), done: make(chan struct{})}
+}
+
+func (w *backupWriter) age() float64 {
+	t := w.written.Load()
+	if t == 0 {
+		return -1
+	}
+	return time.Since(time.Unix(0, t)).Seconds()
+}
+
+func (w *backupWriter) start(ctx context.Context) {
+	if w.path == "" {
+		close(w.done)
+		return
+	}
+	go func() {
+		defer close(w.done)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case f := <-w.ch:
+				w.write(f)
+			}
+		}
+	}()
+}
+
+// submit hands over a backup, replacing one not yet written.
+func (w *backupWriter) submit(f *BackupFile) {
+	for {
+		select {
+		case w.ch <- f:
+			return
+		default:
+		}
+		select {
+		case <-w.ch:
+		default:
+		}
+	}
+}
+
+func (w *backupWriter) flush(snap func() *BackupFile) {
+	if w.path == "" {
+		return
+	}
+	<-w.done
+	w.write(snap())
+}
+
+func (w *backupWriter) write(f *BackupFile) {
+	if err := WriteFileAtomic(w.path, f); err != nil {
+		w.lg.Warn("state backup not written", zap.Error(err))
+		return
+	}
+	w.written.Store(time.Now().UnixNano())
+}
+
+// WriteFileAtomic writes v as JSON to path through a synced temp file and a
+// rename, so a crash leaves the old file or the new one, never half of one.
+func WriteFileAtomic(path string, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}

@@ -1,0 +1,307 @@
+package statemachine
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cairn-db/cairn/coordinator"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+)
+
+// Source is one watched prefix.
+type Source struct {
+	Name    string // unique, stable across restarts (it keys the backup)
+	Store   coordinator.Store
+	Prefix  string
+	Kind    Kind
+	Cluster string // storage cluster, for cluster-scoped kinds
+}
+
+// Config of a Manager.
+type Config struct {
+	Logger     *zap.Logger
+	BackupPath string        // "" disables the local backup
+	BackupWait time.Duration // debounce of backup writes; default 200ms
+	QueueSize  int           // default 4096
+	Registerer prometheus.Registerer
+}
+
+// Manager is the one consumer of the one event queue.
+type Manager struct {
+	cfg    Config
+	lg     *zap.Logger
+	queue  chan Event
+	cur    atomic.Pointer[State]
+	subsMu sync.Mutex
+	subs   []chan struct{}
+
+	srcMu   sync.Mutex
+	sources map[string]*runningSource
+	wg      sync.WaitGroup // watchers
+	loopWG  sync.WaitGroup
+	ctx     context.Context
+	cancel  context.CancelFunc
+
+	// seed holds the keys replayed from the backup, per source; read-only
+	// after LoadBackup.
+	seed map[string]map[string]int64
+	// owned by the consumer goroutine
+	raw    map[string]*rawSource
+	backup *backupWriter
+
+	applied   prometheus.Counter
+	lastRev   prometheus.Gauge
+	backupAge prometheus.GaugeFunc
+}
+
+type runningSource struct {
+	src    Source
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// New makes a Manager; Start runs it.
+func New(cfg Config) *Manager {
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.QueueSize == 0 {
+		cfg.QueueSize = 4096
+	}
+	if cfg.BackupWait == 0 {
+		cfg.BackupWait = 200 * time.Millisecond
+	}
+	m := &Manager{
+		cfg: cfg, lg: cfg.Logger.Named("state"), queue: make(chan Event, cfg.QueueSize),
+		sources: map[string]*runningSource{}, raw: map[string]*rawSource{}, seed: map[string]map[string]int64{},
+	}
+	m.cur.Store(emptyState())
+	m.backup = newBackupWriter(cfg.BackupPath, m.lg)
+	m.applied = prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_state_events_applied_total", Help: "Events applied to the local state store."})
+	m.lastRev = prometheus.NewGauge(prometheus.GaugeOpts{Name: "cairn_state_last_revision", Help: "Highest etcd revision applied to the local state store."})
+	m.backupAge = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cairn_state_backup_age_seconds", Help: "Seconds since the local state backup was last written (-1: never)."}, m.backup.age)
+	if cfg.Registerer != nil {
+		qd := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cairn_state_queue_depth", Help: "Events waiting in the state manager's queue."},
+			func() float64 { return float64(len(m.queue)) })
+		cfg.Registerer.MustRegister(m.applied, m.lastRev, m.backupAge, qd)
+	}
+	return m
+}
+
+// Snapshot returns the current state. It never locks or allocates.
+func (m *Manager) Snapshot() *State { return m.cur.Load() }
+
+// Subscribe returns a channel that receives a (coalesced) signal after every
+// publication. Consumers re-read Snapshot: a level-triggered view.
+func (m *Manager) Subscribe() <-chan struct{} {
+	ch := make(chan struct{}, 1)
+	m.subsMu.Lock()
+	m.subs = append(m.subs, ch)
+	m.subsMu.Unlock()
+	return ch
+}
+
+// LoadBackup replays the local backup file (if any) into the queue before the
+// watchers start; they then diff against it. Call before Start.
+func (m *Manager) LoadBackup() (bool, error) {
+	if m.cfg.BackupPath == "" {
+		return false, nil
+	}
+	f, err := ReadBackupFile(m.cfg.BackupPath)
+	if err != nil || f == nil {
+		return false, err
+	}
+	for name, rs := range f.Sources {
+		r := &rawSource{src: Source{Name: name, Prefix: rs.Prefix, Kind: rs.Kind, Cluster: rs.Cluster}, kvs: map[string]rawKV{}}
+		known := make(map[string]int64, len(rs.KVs))
+		for _, kv := range rs.KVs {
+			known[kv.Key] = kv.ModRev
+			r.kvs[kv.Key] = rawKV{value: kv.Value, modRev: kv.ModRev, createRev: kv.CreateRev}
+			v, err := decode(rs.Kind, kv.Value, kv.CreateRev)
+			if err != nil {
+				continue
+			}
+			m.fold(Event{Source: name, Kind: rs.Kind, Cluster: rs.Cluster, Type: coordinator.WatchPut,
+				Name: nameOf(kv.Key, rs.Prefix), Value: v, Rev: kv.ModRev})
+		}
+		m.raw[name] = r
+		m.seed[name] = known
+	}
+	m.fold(Event{BackupLoaded: true})
+	m.lg.Info("serving state from local backup until etcd answers", zap.String("path", m.cfg.BackupPath),
+		zap.Time("saved_at", time.UnixMilli(f.SavedAt)))
+	return true, nil
+}
+
+// fold applies one event outside the loop (only before Start).
+func (m *Manager) fold(ev Event) {
+	b := newBuilder(m.cur.Load())
+	b.apply(ev)
+	m.cur.Store(b.s)
+}
+
+// Start runs the consumer until ctx ends or Stop.
+func (m *Manager) Start(ctx context.Context) {
+	m.ctx, m.cancel = context.WithCancel(ctx)
+	m.backup.start(m.ctx)
+	m.loopWG.Add(1)
+	go m.loop()
+}
+
+// AddSource starts watching a source (idempotent by name).
+func (m *Manager) AddSource(src Source) {
+	m.srcMu.Lock()
+	defer m.srcMu.Unlock()
+	if _, ok := m.sources[src.Name]; ok || m.ctx == nil || m.ctx.Err() != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(m.ctx)
+	rs := &runningSource{src: src, cancel: cancel, done: make(chan struct{})}
+	m.sources[src.Name] = rs
+	known := m.seed[src.Name]
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		defer close(rs.done)
+		coordinator.RunWatcher(ctx, coordinator.WatcherConfig{Store: src.Store, Prefix: src.Prefix, Known: known, Logger: m.lg},
+			func(we coordinator.WatchEvent) { m.push(ctx, src, we) })
+	}()
+}
+
+// RemoveSource stops watching and drops the source's keys from the state.
+func (m *Manager) RemoveSource(name string) {
+	m.srcMu.Lock()
+	rs, ok := m.sources[name]
+	delete(m.sources, name)
+	m.srcMu.Unlock()
+	if !ok {
+		return
+	}
+	rs.cancel()
+	<-rs.done
+	select {
+	case m.queue <- Event{Source: name, Kind: rs.src.Kind, Cluster: rs.src.Cluster, Removed: true}:
+	case <-m.ctx.Done():
+	}
+}
+
+// Sources lists the names being watched.
+func (m *Manager) Sources() []Source {
+	m.srcMu.Lock()
+	defer m.srcMu.Unlock()
+	out := make([]Source, 0, len(m.sources))
+	for _, rs := range m.sources {
+		out = append(out, rs.src)
+	}
+	return out
+}
+
+func (m *Manager) push(ctx context.Context, src Source, we coordinator.WatchEvent) {
+	ev := Event{Source: src.Name, Kind: src.Kind, Cluster: src.Cluster, Type: we.Kind, Rev: we.Rev,
+		Name: nameOf(we.Key, src.Prefix)}
+	if we.Kind != coordinator.WatchSynced {
+		ev.raw = &rawChange{src: src, key: we.Key, value: we.Value, modRev: we.Rev, createRev: we.CreateRev, del: we.Kind == coordinator.WatchDelete}
+	}
+	if we.Kind == coordinator.WatchPut {
+		v, err := decode(src.Kind, we.Value, we.CreateRev)
+		if err != nil {
+			m.lg.Warn("undecodable value ignored", zap.String("key", we.Key), zap.Error(err))
+			return
+		}
+		ev.Value = v
+	}
+	select {
+	case m.queue <- ev:
+	case <-ctx.Done():
+	}
+}
+
+// Push enqueues a pre-decoded event (benchmarks and tests of the reducers).
+func (m *Manager) Push(ev Event) { m.queue <- ev }
+
+func (m *Manager) loop() {
+	defer m.loopWG.Done()
+	const maxBatch = 1024
+	batch := make([]Event, 0, maxBatch)
+	var backupDue <-chan time.Time // set while a backup is waiting for its debounce
+	for {
+		select {
+		case <-m.ctx.Done():
+			return
+		case <-backupDue:
+			backupDue = nil
+			m.backup.submit(m.rawSnapshot())
+			continue
+		case ev := <-m.queue:
+			batch = append(batch[:0], ev)
+		}
+	drain:
+		for len(batch) < maxBatch {
+			select {
+			case ev := <-m.queue:
+				batch = append(batch, ev)
+			default:
+				break drain
+			}
+		}
+		prev := m.cur.Load()
+		b := newBuilder(prev)
+		var maxRev int64
+		for _, ev := range batch {
+			b.apply(ev)
+			if ev.Removed {
+				delete(m.raw, ev.Source)
+			} else if ev.raw != nil {
+				m.recordRaw(ev.raw)
+			}
+			maxRev = max(maxRev, ev.Rev)
+		}
+		if b.s.FromBackup && allSynced(b.s, m.Sources()) {
+			b.s.FromBackup = false
+		}
+		b.s.Seq = prev.Seq + 1
+		m.cur.Store(b.s)
+		m.applied.Add(float64(len(batch)))
+		if maxRev > 0 {
+			m.lastRev.Set(float64(maxRev))
+		}
+		m.notify()
+		if backupDue == nil && m.cfg.BackupPath != "" {
+			backupDue = time.After(m.cfg.BackupWait)
+		}
+	}
+}
+
+func allSynced(s *State, srcs []Source) bool {
+	for _, src := range srcs {
+		if !s.Synced[src.Name] {
+			return false
+		}
+	}
+	return len(srcs) > 0
+}
+
+func (m *Manager) notify() {
+	m.subsMu.Lock()
+	defer m.subsMu.Unlock()
+	for _, ch := range m.subs {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Stop ends watchers and the consumer, then writes a final backup.
+func (m *Manager) Stop() {
+	if m.cancel == nil {
+		return
+	}
+	m.cancel()
+	m.wg.Wait()
+	m.loopWG.Wait()
+	m.backup.flush(m.rawSnapshot)
+}

@@ -1,0 +1,148 @@
+package statemachine
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/cairn-db/cairn/coordinator"
+	"github.com/cairn-db/cairn/models"
+)
+
+// Event is one decoded change from a source, or a control event.
+type Event struct {
+	Source  string
+	Kind    Kind
+	Cluster string
+	Type    coordinator.WatchEventKind
+	Name    string // key relative to the source prefix: db name, node id, "db/shard"...
+	Value   any    // decoded record for puts
+	Rev     int64
+	// Removed marks a control event: the source was removed, drop its keys.
+	Removed bool
+	// BackupLoaded marks the end of a replay of the local backup file.
+	BackupLoaded bool
+
+	raw *rawChange // the raw key, for the local backup
+}
+
+// decode turns a raw value into the record of kind k. It runs on the watcher
+// goroutine, so the consumer only moves pointers.
+func decode(k Kind, value []byte, createRev int64) (any, error) {
+	var err error
+	switch k {
+	case KindMaster:
+		var v models.MasterRecord
+		err = json.Unmarshal(value, &v)
+		if createRev != 0 {
+			v.Term = createRev
+		}
+		return v, err
+	case KindBrokers:
+		var v models.BrokerRecord
+		err = json.Unmarshal(value, &v)
+		return v, err
+	case KindStorageConfig:
+		var v models.StorageCluster
+		err = json.Unmarshal(value, &v)
+		return v, err
+	case KindDatabaseConfig:
+		var v models.Database
+		err = json.Unmarshal(value, &v)
+		return v, err
+	case KindAssign:
+		var v models.Assignment
+		err = json.Unmarshal(value, &v)
+		return v, err
+	case KindShardState:
+		var v models.ShardStates
+		err = json.Unmarshal(value, &v)
+		return v, err
+	case KindDrain:
+		var v models.Drain
+		err = json.Unmarshal(value, &v)
+		return v, err
+	case KindStorageNodes:
+		var v models.StorageNode
+		err = json.Unmarshal(value, &v)
+		return v, err
+	case KindISR:
+		var v models.ISR
+		err = json.Unmarshal(value, &v)
+		return v, err
+	}
+	return nil, fmt.Errorf("unknown kind %d", k)
+}
+
+// apply is the reducer: it folds one event into the builder's state. It reads
+// nothing but its arguments.
+func (b *builder) apply(ev Event) {
+	s := b.s
+	if ev.BackupLoaded {
+		s.FromBackup = true
+		return
+	}
+	if ev.Removed {
+		b.removeSource(ev)
+		return
+	}
+	if ev.Type == coordinator.WatchSynced {
+		cloneOnce(b, "synced", &s.Synced)[ev.Source] = true
+		cloneOnce(b, "revisions", &s.Revisions)[ev.Source] = ev.Rev
+		return
+	}
+	if ev.Rev > s.Revisions[ev.Source] {
+		cloneOnce(b, "revisions", &s.Revisions)[ev.Source] = ev.Rev
+	}
+	del := ev.Type == coordinator.WatchDelete
+	switch ev.Kind {
+	case KindMaster:
+		if del {
+			s.Master = nil
+		} else {
+			v := ev.Value.(models.MasterRecord)
+			s.Master = &v
+		}
+	case KindBrokers:
+		put(cloneOnce(b, "brokers", &s.Brokers), ev, del)
+	case KindStorageConfig:
+		put(cloneOnce(b, "clusters", &s.StorageClusters), ev, del)
+	case KindDatabaseConfig:
+		put(cloneOnce(b, "databases", &s.Databases), ev, del)
+	case KindAssign:
+		put(cloneOnce(b, "assign", &s.Assignments), ev, del)
+	case KindShardState:
+		put(cloneOnce(b, "shardstates", &s.ShardStates), ev, del)
+	case KindDrain:
+		put(cloneOnce(b, "drains", &s.Drains), ev, del)
+	case KindStorageNodes:
+		put(nested(b, "nodes", ev.Cluster, &s.Nodes), ev, del)
+	case KindISR:
+		put(nested(b, "isr", ev.Cluster, &s.ISR), ev, del)
+	}
+}
+
+func put[V any](m map[string]V, ev Event, del bool) {
+	if del {
+		delete(m, ev.Name)
+		return
+	}
+	m[ev.Name] = ev.Value.(V)
+}
+
+func (b *builder) removeSource(ev Event) {
+	s := b.s
+	delete(cloneOnce(b, "synced", &s.Synced), ev.Source)
+	delete(cloneOnce(b, "revisions", &s.Revisions), ev.Source)
+	switch ev.Kind {
+	case KindStorageNodes:
+		delete(cloneOnce(b, "nodes", &s.Nodes), ev.Cluster)
+		b.cloned["nodes/"+ev.Cluster] = false
+	case KindISR:
+		delete(cloneOnce(b, "isr", &s.ISR), ev.Cluster)
+		b.cloned["isr/"+ev.Cluster] = false
+	}
+}
+
+// nameOf is the part of key after prefix.
+func nameOf(key, prefix string) string { return strings.TrimPrefix(key, prefix) }

@@ -1,0 +1,78 @@
+package statemachine
+
+import (
+	"testing"
+
+	"github.com/cairn-db/cairn/coordinator"
+	"github.com/cairn-db/cairn/models"
+	"github.com/stretchr/testify/require"
+)
+
+func fold(s *State, evs ...Event) *State {
+	b := newBuilder(s)
+	for _, ev := range evs {
+		b.apply(ev)
+	}
+	return b.s
+}
+
+func TestReducers(t *testing.T) {
+	put := func(kind Kind, cluster, name string, v any, rev int64) Event {
+		return Event{Source: kind.String() + cluster, Kind: kind, Cluster: cluster, Type: coordinator.WatchPut, Name: name, Value: v, Rev: rev}
+	}
+	del := func(kind Kind, cluster, name string, rev int64) Event {
+		return Event{Source: kind.String() + cluster, Kind: kind, Cluster: cluster, Type: coordinator.WatchDelete, Name: name, Rev: rev}
+	}
+	tests := []struct {
+		name  string
+		evs   []Event
+		check func(t *testing.T, s *State)
+	}{
+		{"master put then delete", []Event{put(KindMaster, "", "", models.MasterRecord{NodeID: "a", Term: 7}, 7), del(KindMaster, "", "", 9)},
+			func(t *testing.T, s *State) { require.Nil(t, s.Master); require.EqualValues(t, 9, s.Revisions["master"]) }},
+		{"master put", []Event{put(KindMaster, "", "", models.MasterRecord{NodeID: "a", Term: 7}, 7)},
+			func(t *testing.T, s *State) { require.Equal(t, "a", s.Master.NodeID); require.EqualValues(t, 7, s.Master.Term) }},
+		{"databases upsert and delete", []Event{
+			put(KindDatabaseConfig, "", "db1", models.Database{Name: "db1", NumShards: 2}, 3),
+			put(KindDatabaseConfig, "", "db2", models.Database{Name: "db2"}, 4),
+			put(KindDatabaseConfig, "", "db1", models.Database{Name: "db1", NumShards: 4}, 5),
+			del(KindDatabaseConfig, "", "db2", 6)},
+			func(t *testing.T, s *State) {
+				require.Len(t, s.Databases, 1)
+				require.Equal(t, 4, s.Databases["db1"].NumShards)
+			}},
+		{"nodes are per cluster", []Event{
+			put(KindStorageNodes, "c1", "n1", models.StorageNode{NodeID: "n1"}, 1),
+			put(KindStorageNodes, "c2", "n2", models.StorageNode{NodeID: "n2"}, 1),
+			del(KindStorageNodes, "c1", "n1", 2)},
+			func(t *testing.T, s *State) {
+				require.Empty(t, s.Nodes["c1"])
+				require.Contains(t, s.Nodes["c2"], "n2")
+				_, ok := s.NodeRecord("n2")
+				require.True(t, ok)
+			}},
+		{"removed source drops its cluster", []Event{
+			put(KindISR, "c1", "db/0", models.ISR{Leader: "n1"}, 1),
+			{Source: "isrc1", Kind: KindISR, Cluster: "c1", Removed: true}},
+			func(t *testing.T, s *State) { require.NotContains(t, s.ISR, "c1") }},
+		{"synced marks the source", []Event{{Source: "brokers", Type: coordinator.WatchSynced, Rev: 42}},
+			func(t *testing.T, s *State) { require.True(t, s.Synced["brokers"]); require.EqualValues(t, 42, s.Revisions["brokers"]) }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			base := emptyState()
+			s := fold(base, tc.evs...)
+			tc.check(t, s)
+			require.Empty(t, base.Databases, "the previous snapshot is never modified")
+			require.Empty(t, base.Nodes)
+			require.Nil(t, base.Master)
+		})
+	}
+}
+
+func TestSnapshotsAreImmutable(t *testing.T) {
+	s1 := fold(emptyState(), Event{Kind: KindBrokers, Type: coordinator.WatchPut, Name: "b1", Value: models.BrokerRecord{NodeID: "b1"}})
+	s2 := fold(s1, Event{Kind: KindBrokers, Type: coordinator.WatchPut, Name: "b2", Value: models.BrokerRecord{NodeID: "b2"}})
+	require.Len(t, s1.Brokers, 1)
+	require.Len(t, s2.Brokers, 2)
+}

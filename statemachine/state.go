@@ -1,0 +1,133 @@
+// Package statemachine keeps a node's local copy of cluster state. Watchers
+// (one goroutine per watched prefix) decode etcd changes into events and feed
+// ONE bounded queue; ONE consumer applies them with pure reducers and publishes
+// an immutable State through an atomic pointer, so reads never lock and keep
+// working while etcd is down. The raw keys are saved to a local backup file
+// that a node starting without etcd serves from.
+package statemachine
+
+import (
+	"maps"
+
+	"github.com/cairn-db/cairn/models"
+)
+
+// Kind says what the keys of a source decode to.
+type Kind int
+
+// Source kinds. Cluster-scoped kinds carry the storage cluster's name.
+const (
+	KindMaster Kind = iota
+	KindBrokers
+	KindStorageConfig
+	KindDatabaseConfig
+	KindAssign
+	KindShardState
+	KindDrain
+	KindStorageNodes // cluster scoped
+	KindISR          // cluster scoped
+)
+
+var kindNames = [...]string{"master", "brokers", "storage_config", "database_config", "assign", "shard_state", "drain", "storage_nodes", "isr"}
+
+func (k Kind) String() string {
+	if int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return "unknown"
+}
+
+// State is one immutable snapshot of everything a node knows. Never modify a
+// State or its maps after it is published; the reducers copy what they change.
+type State struct {
+	Master          *models.MasterRecord
+	Brokers         map[string]models.BrokerRecord
+	StorageClusters map[string]models.StorageCluster
+	Databases       map[string]models.Database
+	Assignments     map[string]models.Assignment
+	ShardStates     map[string]models.ShardStates
+	Drains          map[string]models.Drain
+	Nodes           map[string]map[string]models.StorageNode // cluster -> node id -> record
+	ISR             map[string]map[string]models.ISR         // cluster -> shard id -> set
+
+	// Synced lists sources that finished a list against etcd since start.
+	Synced map[string]bool
+	// Revisions is the last revision applied per source.
+	Revisions map[string]int64
+	// FromBackup is true while some state came from the local backup file and
+	// etcd has not confirmed it yet.
+	FromBackup bool
+	// Seq increases with every publication.
+	Seq uint64
+}
+
+func emptyState() *State {
+	return &State{
+		Brokers: map[string]models.BrokerRecord{}, StorageClusters: map[string]models.StorageCluster{},
+		Databases: map[string]models.Database{}, Assignments: map[string]models.Assignment{},
+		ShardStates: map[string]models.ShardStates{}, Drains: map[string]models.Drain{},
+		Nodes: map[string]map[string]models.StorageNode{}, ISR: map[string]map[string]models.ISR{},
+		Synced: map[string]bool{}, Revisions: map[string]int64{},
+	}
+}
+
+// ShardState returns the published state of one shard.
+func (s *State) ShardState(db string, shard int) (models.ShardState, bool) {
+	ss, ok := s.ShardStates[db]
+	if !ok || shard < 0 || shard >= len(ss.Shards) || ss.Shards[shard].ID != shard {
+		for _, x := range ss.Shards {
+			if x.ID == shard {
+				return x, true
+			}
+		}
+		return models.ShardState{}, false
+	}
+	return ss.Shards[shard], true
+}
+
+// NodeRecord finds a live storage node in any cluster.
+func (s *State) NodeRecord(id string) (models.StorageNode, bool) {
+	for _, nodes := range s.Nodes {
+		if n, ok := nodes[id]; ok {
+			return n, true
+		}
+	}
+	return models.StorageNode{}, false
+}
+
+// builder applies a batch of events to a copy of a State, cloning each map the
+// first time the batch touches it so one batch costs one copy per map.
+type builder struct {
+	s      *State
+	cloned map[string]bool
+}
+
+func newBuilder(prev *State) *builder {
+	next := *prev
+	return &builder{s: &next, cloned: map[string]bool{}}
+}
+
+func cloneOnce[K comparable, V any](b *builder, name string, m *map[K]V) map[K]V {
+	if !b.cloned[name] {
+		*m = maps.Clone(*m)
+		if *m == nil {
+			*m = map[K]V{}
+		}
+		b.cloned[name] = true
+	}
+	return *m
+}
+
+// nested returns a writable inner map of a cluster-scoped map.
+func nested[V any](b *builder, name, cluster string, outer *map[string]map[string]V) map[string]V {
+	o := cloneOnce(b, name, outer)
+	key := name + "/" + cluster
+	if !b.cloned[key] {
+		o[cluster] = maps.Clone(o[cluster])
+		if o[cluster] == nil {
+			o[cluster] = map[string]V{}
+		}
+		b.cloned[key] = true
+	}
+	return o[cluster]
+}

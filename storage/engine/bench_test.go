@@ -1,0 +1,78 @@
+package engine
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/cairn-db/cairn/storage/lineproto"
+)
+
+// BenchmarkApply5000 applies 5,000-point batches, each one durable bbolt commit
+// with fsync, like one write request's shard batch. The cost is driven by how
+// many series a batch touches: every series' newest B+tree page is rewritten
+// on each commit, so the sub-benchmarks vary series x timestamps per batch.
+func BenchmarkApply5000(b *testing.B) {
+	for _, numSeries := range []int{50, 500, 5000} {
+		b.Run(fmt.Sprintf("series=%d", numSeries), func(b *testing.B) { benchApply(b, numSeries) })
+	}
+}
+
+func benchApply(b *testing.B, numSeries int) {
+	_, s := openShard1(b)
+	tags := make([][]lineproto.Tag, numSeries)
+	for i := range tags {
+		tags[i] = []lineproto.Tag{{Key: "host", Value: fmt.Sprintf("server%04d", i)}, {Key: "region", Value: "eu"}}
+	}
+	perSeries := 5000 / numSeries
+	batch := func(n int) []lineproto.Point {
+		points := make([]lineproto.Point, 0, 5000)
+		for ts := range perSeries {
+			for i := range tags {
+				points = append(points, lineproto.Point{Metric: "cpu", Tags: tags[i], Field: "usage",
+					TS: int64(n*perSeries+ts) * 1e9, Value: float64(i)})
+			}
+		}
+		return points
+	}
+	// Warm up so the series exist and the numbers show the steady state.
+	for n := range 3 {
+		if err := s.Apply(Entry{TxnID: s.LastTxnID() + 1, Term: 1, Points: batch(n)}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	n := 3
+	for b.Loop() {
+		b.StopTimer()
+		points := batch(n)
+		b.StartTimer()
+		if err := s.Apply(Entry{TxnID: s.LastTxnID() + 1, Term: 1, Points: points}); err != nil {
+			b.Fatal(err)
+		}
+		n++
+	}
+	b.ReportMetric(float64((n-3)*5000)/b.Elapsed().Seconds(), "points/s")
+}
+
+// BenchmarkQuery1M reads one series of 1M points over its full range.
+func BenchmarkQuery1M(b *testing.B) {
+	_, s := openShard1(b)
+	const total, perBatch = 1_000_000, 200_000
+	for start := 0; start < total; start += perBatch {
+		points := make([]lineproto.Point, perBatch)
+		for i := range points {
+			points[i] = lineproto.Point{Metric: "cpu", Field: "value", TS: int64(start + i), Value: float64(i)}
+		}
+		if err := s.Apply(Entry{TxnID: s.LastTxnID() + 1, Term: 1, Points: points}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		got, err := s.Query("cpu", nil, 0, total)
+		if err != nil || len(got) != 1 || len(got[0].Points) != total {
+			b.Fatalf("query: %v, %d series", err, len(got))
+		}
+	}
+	b.ReportMetric(float64(b.N*total)/b.Elapsed().Seconds(), "points/s")
+}

@@ -1,0 +1,236 @@
+package engine
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/cairn-db/cairn/storage/lineproto"
+)
+
+// entryVersion leads every encoded entry so the format can evolve without
+// misreading logs written by older binaries.
+const entryVersion = 1
+
+// ErrCorrupt means an encoded entry or undo record could not be decoded.
+var ErrCorrupt = errors.New("engine: corrupt encoding")
+
+// MarshalBinary encodes e compactly: varints, and a string table so that the
+// metric, tag and field names repeated across a batch are written once. It is
+// the on-disk log format and a suitable wire format for replication.
+func (e Entry) MarshalBinary() ([]byte, error) {
+	return e.appendBinary(make([]byte, 0, 64+len(e.Points)*24)), nil
+}
+
+func (e Entry) appendBinary(b []byte) []byte {
+	b = append(b, entryVersion)
+	b = binary.AppendUvarint(b, e.TxnID)
+	b = binary.AppendUvarint(b, e.Term)
+	b = binary.AppendUvarint(b, uint64(len(e.Points)))
+	table := make(map[string]uint64, 16)
+	str := func(s string) {
+		if ref, ok := table[s]; ok {
+			b = binary.AppendUvarint(b, ref)
+			return
+		}
+		table[s] = uint64(len(table) + 1)
+		b = append(b, 0)
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	for i := range e.Points {
+		p := &e.Points[i]
+		str(p.Metric)
+		b = binary.AppendUvarint(b, uint64(len(p.Tags)))
+		for _, t := range p.Tags {
+			str(t.Key)
+			str(t.Value)
+		}
+		str(p.Field)
+		b = binary.AppendVarint(b, p.TS)
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(p.Value))
+	}
+	return b
+}
+
+// UnmarshalBinary decodes what MarshalBinary produced. It never panics on bad
+// input (entries may arrive over the network) and returns ErrCorrupt instead.
+func (e *Entry) UnmarshalBinary(data []byte) error {
+	d := decoder{b: data}
+	if d.byte() != entryVersion {
+		return fmt.Errorf("%w: unknown entry version", ErrCorrupt)
+	}
+	e.TxnID = d.uvarint()
+	e.Term = d.uvarint()
+	n := d.uvarint()
+	// Each point takes at least 12 bytes, which bounds n before allocating.
+	if d.err != nil || n > uint64(len(d.b))/12 {
+		return fmt.Errorf("%w: bad entry header", ErrCorrupt)
+	}
+	e.Points = make([]lineproto.Point, n)
+	var table []string
+	str := func() string {
+		ref := d.uvarint()
+		if ref != 0 {
+			if ref > uint64(len(table)) {
+				d.fail()
+				return ""
+			}
+			return table[ref-1]
+		}
+		s := string(d.bytes(d.uvarint()))
+		table = append(table, s)
+		return s
+	}
+	var tagBuf []lineproto.Tag // one backing array for the whole entry's tags
+	for i := range e.Points {
+		p := &e.Points[i]
+		p.Metric = str()
+		nt := d.uvarint()
+		if nt > uint64(len(d.b)) {
+			d.fail()
+			break
+		}
+		if nt > 0 {
+			start := len(tagBuf)
+			for range nt {
+				k := str()
+				tagBuf = append(tagBuf, lineproto.Tag{Key: k, Value: str()})
+			}
+			p.Tags = tagBuf[start:len(tagBuf):len(tagBuf)]
+		}
+		p.Field = str()
+		p.TS = d.varint()
+		p.Value = math.Float64frombits(d.uint64())
+		if d.err != nil {
+			break
+		}
+	}
+	if d.err != nil || len(d.b) != 0 {
+		return fmt.Errorf("%w: bad entry body", ErrCorrupt)
+	}
+	return nil
+}
+
+// entryHeader reads the txn and term without decoding the points.
+func entryHeader(data []byte) (txn, term uint64, err error) {
+	d := decoder{b: data}
+	if d.byte() != entryVersion {
+		return 0, 0, fmt.Errorf("%w: unknown entry version", ErrCorrupt)
+	}
+	txn, term = d.uvarint(), d.uvarint()
+	if d.err != nil {
+		return 0, 0, fmt.Errorf("%w: bad entry header", ErrCorrupt)
+	}
+	return txn, term, nil
+}
+
+// undoOp records what one point write replaced, so a truncated entry can be
+// rolled back exactly even when it overwrote an older entry's value.
+type undoOp struct {
+	point   int // index into the entry's points
+	hadPrev bool
+	prev    uint64 // float64 bits of the replaced value
+}
+
+func appendUndo(b []byte, op undoOp) []byte {
+	b = binary.AppendUvarint(b, uint64(op.point))
+	if !op.hadPrev {
+		return append(b, 0)
+	}
+	b = append(b, 1)
+	return binary.LittleEndian.AppendUint64(b, op.prev)
+}
+
+func decodeUndo(data []byte, npoints int) ([]undoOp, error) {
+	d := decoder{b: data}
+	var ops []undoOp
+	for len(d.b) > 0 && d.err == nil {
+		op := undoOp{point: int(d.uvarint())}
+		op.hadPrev = d.byte() == 1
+		if op.hadPrev {
+			op.prev = d.uint64()
+		}
+		if op.point < 0 || op.point >= npoints {
+			d.fail()
+		}
+		ops = append(ops, op)
+	}
+	if d.err != nil {
+		return nil, fmt.Errorf("%w: bad undo record", ErrCorrupt)
+	}
+	return ops, nil
+}
+
+// decoder reads varints with a sticky error so call sites stay linear.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) fail() {
+	if d.err == nil {
+		d.err = ErrCorrupt
+	}
+	d.b = nil
+}
+
+func (d *decoder) byte() byte {
+	if len(d.b) < 1 {
+		d.fail()
+		return 0
+	}
+	c := d.b[0]
+	d.b = d.b[1:]
+	return c
+}
+
+func (d *decoder) uvarint() uint64 {
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail()
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) varint() int64 {
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.fail()
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) uint64() uint64 {
+	if len(d.b) < 8 {
+		d.fail()
+		return 0
+	}
+	v := binary.LittleEndian.Uint64(d.b)
+	d.b = d.b[8:]
+	return v
+}
+
+func (d *decoder) bytes(n uint64) []byte {
+	if n > uint64(len(d.b)) {
+		d.fail()
+		return nil
+	}
+	out := d.b[:n]
+	d.b = d.b[n:]
+	return out
+}
+
+// u64Key encodes txn ids and meta values big-endian so bbolt orders them numerically.
+func u64Key(v uint64) []byte { return binary.BigEndian.AppendUint64(make([]byte, 0, 8), v) }
+
+// putTSKey writes ts big-endian with the sign bit flipped, so negative
+// timestamps sort before positive ones and a time range is one cursor walk.
+func putTSKey(dst []byte, ts int64) { binary.BigEndian.PutUint64(dst, uint64(ts)^(1<<63)) }
+
+func tsFromKey(k []byte) int64 { return int64(binary.BigEndian.Uint64(k) ^ (1 << 63)) }

@@ -1,0 +1,298 @@
+// Package engine owns the on-disk state of shard replicas: the Shard and Engine
+// interfaces the storage role programs against, and the default implementation
+// that keeps one bbolt file per shard replica holding the points, the
+// replication log of recent entries and the undo records needed to cut a
+// divergent tail.
+package engine
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+
+	"github.com/cairn-db/cairn/storage/lineproto"
+)
+
+// Sentinel errors, checked with errors.Is.
+var (
+	// ErrTxnGap: Apply got a txn id other than LastTxnID()+1.
+	ErrTxnGap = errors.New("engine: txn id is not the next one")
+	// ErrTermRegress: Apply got a term lower than the last applied entry's.
+	ErrTermRegress = errors.New("engine: term lower than the last entry's")
+	// ErrCompacted: the entries asked for were trimmed; a full sync is needed.
+	ErrCompacted = errors.New("engine: entries compacted, full sync needed")
+	// ErrNoEntry: the txn id is past the last applied entry.
+	ErrNoEntry = errors.New("engine: no such entry")
+	// ErrClosed: the shard or engine was closed.
+	ErrClosed = errors.New("engine: closed")
+	// ErrBadName: a database name or shard id that cannot name a file.
+	ErrBadName = errors.New("engine: bad database name or shard id")
+	// ErrBadSnapshot: Restore was given something that is not a shard snapshot.
+	ErrBadSnapshot = errors.New("engine: not a shard snapshot")
+)
+
+// Entry is one replicated batch: the unit of the replication log. Point tags
+// must be sorted by key, as lineproto.Parse returns them, because the series key
+// (and so the stored series) is built from them in order.
+type Entry struct {
+	TxnID  uint64
+	Term   uint64
+	Points []lineproto.Point
+}
+
+// Series is one query result series. There is one Series per (tag set, field);
+// the field is reported as the tag "_field", except for the conventional field
+// "value" which adds no tag, so single-value metrics read naturally.
+type Series struct {
+	Metric string            `json:"metric"`
+	Tags   map[string]string `json:"tags"`
+	Points []SeriesPoint     `json:"points"`
+}
+
+// FieldTag is the pseudo-tag naming a series' field in query results and matches.
+const FieldTag = "_field"
+
+// DefaultField is the field name that Query does not report as a FieldTag.
+const DefaultField = "value"
+
+// SeriesPoint is one sample; it marshals to JSON as [ts_ns, value].
+type SeriesPoint struct {
+	TS    int64
+	Value float64
+}
+
+// MarshalJSON writes [ts,value]; a non-finite value, which JSON cannot carry, is
+// written as null.
+func (p SeriesPoint) MarshalJSON() ([]byte, error) {
+	b := make([]byte, 0, 40)
+	b = append(b, '[')
+	b = strconv.AppendInt(b, p.TS, 10)
+	b = append(b, ',')
+	if math.IsNaN(p.Value) || math.IsInf(p.Value, 0) {
+		b = append(b, "null"...)
+	} else {
+		b = strconv.AppendFloat(b, p.Value, 'g', -1, 64)
+	}
+	return append(b, ']'), nil
+}
+
+// UnmarshalJSON reads [ts,value] (null reads as NaN), so brokers can relay
+// results from storage nodes without loss.
+func (p *SeriesPoint) UnmarshalJSON(data []byte) error {
+	var raw []json.RawMessage
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return fmt.Errorf("engine: point: %w", err)
+	}
+	if len(raw) != 2 {
+		return fmt.Errorf("engine: point: want [ts,value], got %d elements", len(raw))
+	}
+	ts, err := strconv.ParseInt(string(raw[0]), 10, 64)
+	if err != nil {
+		return fmt.Errorf("engine: point timestamp: %w", err)
+	}
+	p.TS, p.Value = ts, math.NaN()
+	if string(raw[1]) != "null" {
+		if p.Value, err = strconv.ParseFloat(string(raw[1]), 64); err != nil {
+			return fmt.Errorf("engine: point value: %w", err)
+		}
+	}
+	return nil
+}
+
+// Shard is one replica of one shard of one database.
+type Shard interface {
+	// Apply writes a batch atomically and durably at e.TxnID, which must be
+	// LastTxnID()+1 (else ErrTxnGap). Points overwrite the same series and ts.
+	Apply(e Entry) error
+	// LastTxnID is the txn id of the last applied entry (0 when empty).
+	LastTxnID() uint64
+	// LastTerm is the term of the last applied entry.
+	LastTerm() uint64
+	// Entries returns up to max entries with TxnID > after, in order; max <= 0
+	// means no limit. ErrCompacted when some were trimmed from the log.
+	Entries(after uint64, max int) ([]Entry, error)
+	// TermAt returns the term of entry txnID (0 for 0); ErrCompacted if trimmed,
+	// ErrNoEntry past the last entry.
+	TermAt(txnID uint64) (uint64, error)
+	// TruncateAfter removes the entries after txnID and restores every point
+	// they wrote to its previous value; ErrCompacted if those are trimmed.
+	TruncateAfter(txnID uint64) error
+	// Query returns the series of metric whose tags contain all of match (a
+	// FieldTag match selects the field), with points in [start, end] by ts.
+	Query(metric string, match map[string]string, start, end int64) ([]Series, error)
+	// Snapshot writes a consistent full copy, for a full sync.
+	Snapshot(w io.Writer) error
+	// Restore replaces the content with a snapshot, log and txn id included.
+	Restore(r io.Reader) error
+	Close() error
+}
+
+// Engine opens and drops the shard replicas of one node.
+type Engine interface {
+	// Open returns the shard, the same Shard while it stays open.
+	Open(db string, shard int) (Shard, error)
+	// Drop closes the shard if open and deletes its data.
+	Drop(db string, shard int) error
+	// Close closes every open shard.
+	Close() error
+}
+
+// DefaultRetainEntries is how many recent entries the log keeps for followers.
+const DefaultRetainEntries = 10000
+
+// Option tunes NewBoltEngine.
+type Option func(*options)
+
+type options struct {
+	retain uint64
+}
+
+// WithRetainEntries sets how many recent log entries each shard keeps (at least
+// 1); followers further behind need a full sync.
+func WithRetainEntries(n int) Option {
+	return func(o *options) { o.retain = uint64(max(n, 1)) }
+}
+
+type shardID struct {
+	db    string
+	shard int
+}
+
+type boltEngine struct {
+	dir  string
+	opts options
+
+	mu     sync.Mutex
+	shards map[shardID]*boltShard
+	closed bool
+}
+
+// NewBoltEngine returns the bbolt engine keeping shard files at dir/<db>/<shard>.db.
+func NewBoltEngine(dir string, opts ...Option) (Engine, error) {
+	o := options{retain: DefaultRetainEntries}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("engine: create data dir: %w", err)
+	}
+	return &boltEngine{dir: dir, opts: o, shards: make(map[shardID]*boltShard)}, nil
+}
+
+func (e *boltEngine) path(id shardID) (string, error) {
+	if !validName(id.db) || id.shard < 0 {
+		return "", fmt.Errorf("%w: %q/%d", ErrBadName, id.db, id.shard)
+	}
+	return filepath.Join(e.dir, id.db, strconv.Itoa(id.shard)+".db"), nil
+}
+
+// validName keeps database names to the API's [A-Za-z0-9_-]{1,64}, which also
+// keeps them from escaping the data directory.
+func validName(s string) bool {
+	if len(s) == 0 || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+func (e *boltEngine) Open(db string, shard int) (Shard, error) {
+	id := shardID{db, shard}
+	path, err := e.path(id)
+	if err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil, ErrClosed
+	}
+	if s, ok := e.shards[id]; ok {
+		return s, nil
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return nil, fmt.Errorf("engine: create db dir: %w", err)
+	}
+	s, err := openShard(path, e.opts.retain)
+	if err != nil {
+		return nil, err
+	}
+	s.onClose = func() { e.forget(id, s) }
+	e.shards[id] = s
+	return s, nil
+}
+
+// forget drops a shard closed by its owner so the next Open reopens the file.
+func (e *boltEngine) forget(id shardID, s *boltShard) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.shards[id] == s {
+		delete(e.shards, id)
+	}
+}
+
+func (e *boltEngine) Drop(db string, shard int) error {
+	id := shardID{db, shard}
+	path, err := e.path(id)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	s := e.shards[id]
+	delete(e.shards, id)
+	e.mu.Unlock()
+	if s != nil {
+		if err := s.Close(); err != nil && !errors.Is(err, ErrClosed) {
+			return err
+		}
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("engine: drop %s/%d: %w", db, shard, err)
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+func (e *boltEngine) Close() error {
+	e.mu.Lock()
+	e.closed = true
+	open := make([]*boltShard, 0, len(e.shards))
+	for _, s := range e.shards {
+		open = append(open, s)
+	}
+	clear(e.shards)
+	e.mu.Unlock()
+	var errs []error
+	for _, s := range open {
+		if err := s.Close(); err != nil && !errors.Is(err, ErrClosed) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// syncDir makes a create, rename or remove in dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("engine: open dir: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("engine: sync dir: %w", err)
+	}
+	return nil
+}

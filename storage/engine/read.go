@@ -1,0 +1,227 @@
+package engine
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+
+	"github.com/cairn-db/cairn/storage/lineproto"
+	bolt "go.etcd.io/bbolt"
+)
+
+func (s *boltShard) Entries(after uint64, limit int) ([]Entry, error) {
+	var out []Entry
+	err := s.view(func(tx *bolt.Tx) error {
+		m, err := readMeta(tx)
+		if err != nil {
+			return err
+		}
+		if after < m.baseTxn {
+			return fmt.Errorf("%w: asked after %d, log starts after %d", ErrCompacted, after, m.baseTxn)
+		}
+		c := tx.Bucket(bucketLog).Cursor()
+		for k, v := c.Seek(u64Key(after + 1)); k != nil; k, v = c.Next() {
+			if limit > 0 && len(out) >= limit {
+				break
+			}
+			var e Entry
+			if err := e.UnmarshalBinary(v); err != nil {
+				return fmt.Errorf("log txn %d: %w", beUint64(k), err)
+			}
+			out = append(out, e)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("engine: entries after %d: %w", after, err)
+	}
+	return out, nil
+}
+
+func (s *boltShard) TermAt(txnID uint64) (uint64, error) {
+	var term uint64
+	err := s.view(func(tx *bolt.Tx) error {
+		m, err := readMeta(tx)
+		if err != nil {
+			return err
+		}
+		switch {
+		case txnID == 0:
+			return nil // before the first entry, whatever was trimmed
+		case txnID > m.lastTxn:
+			return fmt.Errorf("%w: %d is past the last entry %d", ErrNoEntry, txnID, m.lastTxn)
+		case txnID == m.baseTxn:
+			term = m.baseTerm
+			return nil
+		case txnID < m.baseTxn:
+			return fmt.Errorf("%w: %d, log starts after %d", ErrCompacted, txnID, m.baseTxn)
+		}
+		_, term, err = entryHeader(tx.Bucket(bucketLog).Get(u64Key(txnID)))
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("engine: term at %d: %w", txnID, err)
+	}
+	return term, nil
+}
+
+// Query walks the series keys of metric, which share one key prefix, and range
+// scans each matching series. Tag matching is a scan over that metric's series:
+// there is no inverted index.
+func (s *boltShard) Query(metric string, match map[string]string, start, end int64) ([]Series, error) {
+	var out []Series
+	if start > end {
+		return out, nil
+	}
+	err := s.view(func(tx *bolt.Tx) error {
+		series := tx.Bucket(bucketSeries)
+		prefix := lineproto.AppendMetricPrefix(nil, metric)
+		// Untagged series continue the prefix with '#', tagged ones with ','.
+		for _, sep := range []byte{'#', ','} {
+			p := append(prefix[:len(prefix):len(prefix)], sep)
+			c := series.Cursor()
+			for k, v := c.Seek(p); k != nil && bytes.HasPrefix(k, p); k, v = c.Next() {
+				if v != nil {
+					continue // not a series bucket
+				}
+				sr, ok, err := readSeries(series.Bucket(k), string(k), match, start, end)
+				if err != nil {
+					return err
+				}
+				if ok {
+					out = append(out, sr)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("engine: query %q: %w", metric, err)
+	}
+	return out, nil
+}
+
+func readSeries(b *bolt.Bucket, key string, match map[string]string, start, end int64) (Series, bool, error) {
+	metric, tags, field, err := lineproto.ParseSeriesKey(key)
+	if err != nil {
+		return Series{}, false, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	sr := Series{Metric: metric, Tags: make(map[string]string, len(tags)+1)}
+	for _, t := range tags {
+		sr.Tags[t.Key] = t.Value
+	}
+	if field != DefaultField {
+		sr.Tags[FieldTag] = field
+	}
+	for k, v := range match {
+		if k == FieldTag {
+			if v != field {
+				return Series{}, false, nil
+			}
+			continue
+		}
+		if got, ok := sr.Tags[k]; !ok || got != v {
+			return Series{}, false, nil
+		}
+	}
+	sk := make([]byte, 8)
+	putTSKey(sk, start)
+	c := b.Cursor()
+	for k, v := c.Seek(sk); k != nil; k, v = c.Next() {
+		ts := tsFromKey(k)
+		if ts > end {
+			break
+		}
+		sr.Points = append(sr.Points, SeriesPoint{TS: ts, Value: math.Float64frombits(beUint64(v))})
+	}
+	return sr, len(sr.Points) > 0, nil
+}
+
+func (s *boltShard) Snapshot(w io.Writer) error {
+	err := s.view(func(tx *bolt.Tx) error {
+		_, err := tx.WriteTo(w)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("engine: snapshot: %w", err)
+	}
+	return nil
+}
+
+// Restore stages the snapshot next to the shard file, checks it opens as a
+// shard, then swaps it in with a rename so a crash leaves either the old or the
+// new content, never a mix.
+func (s *boltShard) Restore(r io.Reader) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	tmp := s.path + ".restore"
+	defer os.Remove(tmp)
+	if err := writeFileSync(tmp, r); err != nil {
+		return fmt.Errorf("engine: restore: %w", err)
+	}
+	if err := checkSnapshot(tmp); err != nil {
+		return fmt.Errorf("engine: restore: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.db == nil {
+		return ErrClosed
+	}
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("engine: restore: close: %w", err)
+	}
+	s.db = nil
+	renameErr := os.Rename(tmp, s.path)
+	if renameErr == nil {
+		renameErr = syncDir(filepath.Dir(s.path))
+	}
+	// Reopen whatever file is in place now: the new one, or the old one if the
+	// rename failed, so the shard stays usable either way.
+	db, err := openBolt(s.path)
+	if err != nil {
+		return fmt.Errorf("engine: restore: reopen: %w", errors.Join(renameErr, err))
+	}
+	s.db = db
+	if renameErr != nil {
+		return fmt.Errorf("engine: restore: %w", renameErr)
+	}
+	return s.loadMeta()
+}
+
+func writeFileSync(path string, r io.Reader) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, r); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func checkSnapshot(path string) error {
+	opts := boltOptions()
+	opts.ReadOnly = true
+	db, err := bolt.Open(path, 0o600, opts)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrBadSnapshot, err)
+	}
+	defer db.Close()
+	return db.View(func(tx *bolt.Tx) error {
+		for _, name := range [][]byte{bucketMeta, bucketLog, bucketUndo, bucketSeries} {
+			if tx.Bucket(name) == nil {
+				return fmt.Errorf("%w: bucket %q missing", ErrBadSnapshot, name)
+			}
+		}
+		return nil
+	})
+}

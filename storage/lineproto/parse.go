@@ -1,0 +1,224 @@
+package lineproto
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/influxdata/line-protocol/v2/lineprotocol"
+)
+
+// internLimit caps the per-call string table so a high-cardinality body cannot
+// grow it without bound; past the cap strings are simply allocated.
+const internLimit = 1 << 14
+
+// Parse parses a whole line-protocol body. precision is "ns" (also ""), "us",
+// "ms" or "s"; lines without a timestamp get now (unix ns). It is all-or-nothing:
+// on the first malformed line it returns a *LineError and no points.
+//
+// Integer, unsigned and float fields become float64, booleans 1 or 0; string
+// fields are refused because Cairn stores numbers only.
+func Parse(body []byte, precision string, now int64) ([]Point, error) {
+	mult, err := precisionMultiplier(precision)
+	if err != nil {
+		return nil, err
+	}
+	p := parser{
+		mult:   mult,
+		now:    now,
+		strs:   make(map[string]string, 64),
+		points: make([]Point, 0, bytes.Count(body, []byte{'\n'})+1),
+	}
+	// The body is split on '\n' by hand, one decoder per line, because the
+	// decoder does not expose the line it is on and our own errors (string field,
+	// bad timestamp) must name it. An entry can only span lines inside a quoted
+	// string field, which is refused anyway, at the line where it starts.
+	lineNo := 0
+	for len(body) > 0 {
+		lineNo++
+		line := body
+		if i := bytes.IndexByte(body, '\n'); i >= 0 {
+			line, body = body[:i], body[i+1:]
+		} else {
+			body = nil
+		}
+		if err := p.parseLine(line); err != nil {
+			return nil, &LineError{Line: lineNo, Msg: err.Error()}
+		}
+	}
+	return p.points, nil
+}
+
+func precisionMultiplier(precision string) (int64, error) {
+	switch precision {
+	case "", "ns":
+		return 1, nil
+	case "us":
+		return 1e3, nil
+	case "ms":
+		return 1e6, nil
+	case "s":
+		return 1e9, nil
+	}
+	return 0, fmt.Errorf("%w %q (want ns, us, ms or s)", ErrBadPrecision, precision)
+}
+
+type parser struct {
+	mult   int64
+	now    int64
+	strs   map[string]string
+	tags   []Tag // scratch for the current line
+	last   []Tag // sorted tags of the previous line, shared when they repeat
+	points []Point
+}
+
+// intern returns b as a string, reusing one allocation for the metric names and
+// tags that repeat on nearly every line of a batch.
+func (p *parser) intern(b []byte) string {
+	if s, ok := p.strs[string(b)]; ok {
+		return s
+	}
+	s := string(b)
+	if len(p.strs) < internLimit {
+		p.strs[s] = s
+	}
+	return s
+}
+
+func (p *parser) parseLine(line []byte) error {
+	d := lineprotocol.NewDecoderWithBytes(line)
+	if !d.Next() {
+		return nil // blank or comment line
+	}
+	m, err := d.Measurement()
+	if err != nil {
+		return decodeMsg(err)
+	}
+	metric := p.intern(m)
+	p.tags = p.tags[:0]
+	for {
+		k, v, err := d.NextTag()
+		if err != nil {
+			return decodeMsg(err)
+		}
+		if k == nil {
+			break
+		}
+		p.tags = append(p.tags, Tag{Key: p.intern(k), Value: p.intern(v)})
+	}
+	tags, err := p.sortedTags()
+	if err != nil {
+		return err
+	}
+	first := len(p.points)
+	for {
+		k, v, err := d.NextField()
+		if err != nil {
+			return decodeMsg(err)
+		}
+		if k == nil {
+			break
+		}
+		var f float64
+		switch v.Kind() {
+		case lineprotocol.Float:
+			f = v.FloatV()
+		case lineprotocol.Int:
+			f = float64(v.IntV())
+		case lineprotocol.Uint:
+			f = float64(v.UintV())
+		case lineprotocol.Bool:
+			if v.BoolV() {
+				f = 1
+			}
+		default:
+			return fmt.Errorf("field %q is a %s; only numeric and boolean fields are stored", k, v.Kind())
+		}
+		p.points = append(p.points, Point{Metric: metric, Tags: tags, Field: p.intern(k), Value: f})
+	}
+	if len(p.points) == first {
+		return errors.New("no fields")
+	}
+	ts, err := p.timestamp(d)
+	if err != nil {
+		return err
+	}
+	for i := first; i < len(p.points); i++ {
+		p.points[i].TS = ts
+	}
+	return nil
+}
+
+func (p *parser) timestamp(d *lineprotocol.Decoder) (int64, error) {
+	b, err := d.TimeBytes()
+	if err != nil {
+		return 0, decodeMsg(err)
+	}
+	if b == nil {
+		return p.now, nil
+	}
+	neg := b[0] == '-'
+	digits := b
+	if neg {
+		digits = b[1:]
+	}
+	if len(digits) == 0 || len(digits) > 19 {
+		return 0, fmt.Errorf("bad timestamp %q", b)
+	}
+	var u uint64
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return 0, fmt.Errorf("bad timestamp %q", b)
+		}
+		u = u*10 + uint64(c-'0')
+	}
+	// 19 digits fit in a uint64; anything past MaxInt64 (or -MinInt64) is out of range.
+	if u > math.MaxInt64 {
+		return 0, fmt.Errorf("timestamp %q out of range", b)
+	}
+	ts := int64(u)
+	if neg {
+		ts = -ts
+	}
+	if ts > math.MaxInt64/p.mult || ts < math.MinInt64/p.mult {
+		return 0, fmt.Errorf("timestamp %q out of range at this precision", b)
+	}
+	return ts * p.mult, nil
+}
+
+// sortedTags sorts the scratch tags by key (insertion sort: lines carry a handful
+// of tags) and returns a copy that the line's points share. Consecutive lines of a
+// batch usually carry the same tags, so the previous copy is reused when equal.
+func (p *parser) sortedTags() ([]Tag, error) {
+	tags := p.tags
+	if len(tags) == 0 {
+		return nil, nil
+	}
+	for i := 1; i < len(tags); i++ {
+		for j := i; j > 0 && tags[j].Key < tags[j-1].Key; j-- {
+			tags[j], tags[j-1] = tags[j-1], tags[j]
+		}
+	}
+	for i := 1; i < len(tags); i++ {
+		if tags[i].Key == tags[i-1].Key {
+			return nil, fmt.Errorf("duplicate tag key %q", tags[i].Key)
+		}
+	}
+	if slices.Equal(tags, p.last) {
+		return p.last, nil
+	}
+	p.last = slices.Clone(tags)
+	return p.last, nil
+}
+
+// decodeMsg drops the decoder's own "at line 1" (it only ever sees one line) and
+// keeps the column.
+func decodeMsg(err error) error {
+	var de *lineprotocol.DecodeError
+	if errors.As(err, &de) {
+		return fmt.Errorf("column %d: %w", de.Column, de.Err)
+	}
+	return err
+}

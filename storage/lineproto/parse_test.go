@@ -1,0 +1,235 @@
+package lineproto
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+const now = int64(1_700_000_000_000_000_000)
+
+func TestParseGood(t *testing.T) {
+	hostA := []Tag{{Key: "host", Value: "a"}}
+	tests := []struct {
+		name      string
+		body      string
+		precision string
+		want      []Point
+	}{
+		{
+			name: "float with tags and ts",
+			body: "cpu,host=a usage=0.5 123",
+			want: []Point{{Metric: "cpu", Tags: hostA, Field: "usage", Value: 0.5, TS: 123}},
+		},
+		{
+			name: "tags sorted, all numeric kinds, bools",
+			body: "m,z=1,a=2 i=-3i,u=4u,f=1e3,t=true,F=F 5",
+			want: []Point{
+				{Metric: "m", Tags: []Tag{{"a", "2"}, {"z", "1"}}, Field: "i", Value: -3, TS: 5},
+				{Metric: "m", Tags: []Tag{{"a", "2"}, {"z", "1"}}, Field: "u", Value: 4, TS: 5},
+				{Metric: "m", Tags: []Tag{{"a", "2"}, {"z", "1"}}, Field: "f", Value: 1000, TS: 5},
+				{Metric: "m", Tags: []Tag{{"a", "2"}, {"z", "1"}}, Field: "t", Value: 1, TS: 5},
+				{Metric: "m", Tags: []Tag{{"a", "2"}, {"z", "1"}}, Field: "F", Value: 0, TS: 5},
+			},
+		},
+		{
+			name: "missing timestamp gets now",
+			body: "cpu value=1",
+			want: []Point{{Metric: "cpu", Field: "value", Value: 1, TS: now}},
+		},
+		{
+			name:      "seconds precision",
+			body:      "cpu value=1 2",
+			precision: "s",
+			want:      []Point{{Metric: "cpu", Field: "value", Value: 1, TS: 2_000_000_000}},
+		},
+		{
+			name:      "ms and negative ts",
+			body:      "cpu value=1 -2",
+			precision: "ms",
+			want:      []Point{{Metric: "cpu", Field: "value", Value: 1, TS: -2_000_000}},
+		},
+		{
+			name:      "us precision",
+			body:      "cpu value=1 7",
+			precision: "us",
+			want:      []Point{{Metric: "cpu", Field: "value", Value: 1, TS: 7000}},
+		},
+		{
+			name: "blank lines, comments, CRLF",
+			body: "\n# a comment\r\ncpu,host=a v=1 1\r\n\n  \ncpu,host=a v=2 2\n",
+			want: []Point{
+				{Metric: "cpu", Tags: hostA, Field: "v", Value: 1, TS: 1},
+				{Metric: "cpu", Tags: hostA, Field: "v", Value: 2, TS: 2},
+			},
+		},
+		{
+			name: "escapes",
+			body: `c\ p\,u,ho\ st=a\=b v\ x=1 1`,
+			want: []Point{{Metric: "c p,u", Tags: []Tag{{"ho st", "a=b"}}, Field: "v x", Value: 1, TS: 1}},
+		},
+		{name: "empty body", body: "", want: []Point{}},
+		{name: "only comments", body: "# x\n\n", want: []Point{}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Parse([]byte(tc.body), tc.precision, now)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, got)
+		})
+	}
+}
+
+func TestParseBad(t *testing.T) {
+	tests := []struct {
+		name    string
+		body    string
+		line    int
+		msgPart string
+	}{
+		{"missing field", "cpu,host=a", 1, ""},
+		{"missing field value", "cpu v=", 1, ""},
+		{"no fields after space", "cpu 123", 1, ""},
+		{"bad number", "ok v=1\ncpu v=1.2.3 1", 2, "cannot parse"},
+		{"bad int", "cpu v=12xi", 1, ""},
+		{"string field", "cpu v=1\n\n# c\ncpu v=\"hi\"", 4, "string"},
+		{"multi-line string field", "cpu v=1\ncpu s=\"a\nb\" 1", 2, ""},
+		{"bad timestamp", "cpu v=1 12a", 1, "timestamp"},
+		{"timestamp overflow", "cpu v=1 99999999999999999999", 1, "timestamp"},
+		{"timestamp overflow at precision", "cpu v=1 9999999999999999", 1, "precision"},
+		{"lone minus timestamp", "cpu v=1 -", 1, "timestamp"},
+		{"trailing garbage", "cpu v=1 1 x", 1, ""},
+		{"duplicate tag", "cpu,a=1,a=2 v=1", 1, "duplicate"},
+		{"no measurement", ",a=1 v=1", 1, ""},
+		{"third line bad", "a v=1\nb v=2\nc", 3, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			prec := "ns"
+			if strings.Contains(tc.name, "at precision") {
+				prec = "s"
+			}
+			got, err := Parse([]byte(tc.body), prec, now)
+			require.Nil(t, got, "all-or-nothing: no points on error")
+			var le *LineError
+			require.True(t, errors.As(err, &le), "want *LineError, got %v", err)
+			require.Equal(t, tc.line, le.Line, le.Error())
+			require.Contains(t, le.Msg, tc.msgPart)
+			require.Contains(t, err.Error(), fmt.Sprintf("line %d", tc.line))
+		})
+	}
+}
+
+func TestParseBadPrecision(t *testing.T) {
+	for _, p := range []string{"n", "h", "NS", "m"} {
+		_, err := Parse([]byte("cpu v=1 1"), p, now)
+		require.ErrorIs(t, err, ErrBadPrecision, p)
+	}
+}
+
+func TestSeriesKeyRoundTrip(t *testing.T) {
+	tests := []struct {
+		p    Point
+		want string
+	}{
+		{Point{Metric: "cpu", Field: "value"}, "cpu#value"},
+		{Point{Metric: "cpu", Tags: []Tag{{"a", "1"}, {"b", "2"}}, Field: "f"}, "cpu,a=1,b=2#f"},
+		{Point{Metric: "c,p#u", Tags: []Tag{{"k=", `v\`}}, Field: "f#"}, `c\,p\#u,k\==v\\#f\#`},
+	}
+	for _, tc := range tests {
+		require.Equal(t, tc.want, tc.p.SeriesKey())
+		m, tags, f, err := ParseSeriesKey(tc.want)
+		require.NoError(t, err)
+		require.Equal(t, tc.p.Metric, m)
+		require.Equal(t, tc.p.Tags, tags)
+		require.Equal(t, tc.p.Field, f)
+	}
+	for _, bad := range []string{"cpu", "cpu,a#f", `cpu\x#f`, "cpu#f#g", "cpu#f=g", `cpu#f\`} {
+		_, _, _, err := ParseSeriesKey(bad)
+		require.Error(t, err, bad)
+	}
+}
+
+func TestShardOf(t *testing.T) {
+	// Pinned values: the mapping must never change, data lives where it points.
+	require.Equal(t, 0, ShardOf("cpu,host=a#value", 1))
+	require.Equal(t, 0, ShardOf("cpu,host=a#value", 0))
+	require.Equal(t, int(fnvRef("cpu,host=a#value")%7), ShardOf("cpu,host=a#value", 7))
+	require.Equal(t, 5, ShardOf("", 16)) // FNV-1a 64 offset basis 0xcbf29ce484222325 % 16
+	counts := make([]int, 8)
+	for i := range 8000 {
+		s := ShardOf(fmt.Sprintf("cpu,host=h%d#value", i), 8)
+		require.True(t, s >= 0 && s < 8)
+		counts[s]++
+	}
+	for _, c := range counts {
+		require.InDelta(t, 1000, c, 200, "shards should be roughly balanced: %v", counts)
+	}
+}
+
+// fnvRef is the standard library's FNV-1a 64, an independent reference.
+func fnvRef(s string) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(s))
+	return h.Sum64()
+}
+
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{
+		"cpu,host=a usage=0.5 123",
+		"m,z=1,a=2 i=-3i,u=4u,f=1e3,t=true 5\n# c\n\nx v=1",
+		`c\ p\,u,ho\ st=a\=b v\ x=1 1`,
+		"cpu v=\"s\"",
+		"cpu v=1 99999999999999999999",
+		"\r\n",
+	} {
+		f.Add([]byte(s), "ns")
+	}
+	f.Add([]byte("a b=1 1"), "s")
+	f.Fuzz(func(t *testing.T, body []byte, prec string) {
+		pts, err := Parse(body, prec, now)
+		if err != nil {
+			require.Nil(t, pts)
+			return
+		}
+		for _, p := range pts {
+			require.NotEmpty(t, p.Metric)
+			require.NotEmpty(t, p.Field)
+			require.False(t, math.IsNaN(p.Value))
+			m, tags, fld, err := ParseSeriesKey(p.SeriesKey())
+			require.NoError(t, err)
+			require.Equal(t, p.Metric, m)
+			require.Equal(t, p.Field, fld)
+			require.Equal(t, len(p.Tags), len(tags))
+		}
+	})
+}
+
+func benchBody(lines int) []byte {
+	var b strings.Builder
+	for i := range lines {
+		fmt.Fprintf(&b, "cpu,host=server%03d,region=us-west,dc=dc%d usage_user=%d.25 %d\n",
+			i%200, i%3, i%100, 1_700_000_000_000_000_000+int64(i)*1_000_000_000)
+	}
+	return []byte(b.String())
+}
+
+func BenchmarkParse5000(b *testing.B) {
+	body := benchBody(5000)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	var n int
+	for b.Loop() {
+		pts, err := Parse(body, "ns", now)
+		if err != nil {
+			b.Fatal(err)
+		}
+		n += len(pts)
+	}
+	b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "points/s")
+}

@@ -1,0 +1,347 @@
+package web
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strconv"
+
+	"github.com/cairn-db/cairn/models"
+	"github.com/gin-gonic/gin"
+)
+
+// DatabasePatch is the body of PATCH /databases/{name}; nil fields stay.
+type DatabasePatch struct {
+	NumShards     *int `json:"num_shards"`
+	ReplicaFactor *int `json:"replica_factor"`
+}
+
+// LeaderTransfer is the body of POST .../shards/{id}/leader.
+type LeaderTransfer struct {
+	NodeID  string `json:"node_id"`
+	Unclean bool   `json:"unclean"`
+}
+
+// Admin applies metadata changes (a broker writes them to etcd; the master
+// reacts). Errors wrap the models sentinels.
+type Admin interface {
+	CreateStorageCluster(ctx context.Context, c models.StorageCluster) (models.StorageCluster, error)
+	DeleteStorageCluster(ctx context.Context, name string) error
+	CreateDatabase(ctx context.Context, db models.Database) (models.Database, error)
+	UpdateDatabase(ctx context.Context, name string, p DatabasePatch) (models.Database, error)
+	DeleteDatabase(ctx context.Context, name string) error
+	SetDrain(ctx context.Context, node string, drain bool) error
+	TransferLeader(ctx context.Context, db string, shard int, t LeaderTransfer) error
+	Rebalance(ctx context.Context, dryRun bool) (any, error)
+}
+
+// Data is the data plane (writes, queries, routes).
+type Data interface {
+	Route(db, series string) (any, error)
+	Write(ctx context.Context, db, precision string, body []byte) error
+	Query(ctx context.Context, q Query) (any, error)
+}
+
+// Query carries the query parameters of GET /query.
+type Query struct {
+	DB, Metric string
+	Start, End int64
+	Tags       map[string]string
+}
+
+// decodeStrict reads a JSON body, refusing unknown fields and trailing data.
+func decodeStrict(c *gin.Context, v any) error {
+	data, err := io.ReadAll(c.Request.Body)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return fmt.Errorf("%w: body larger than %d bytes", models.ErrBadInput, mbe.Limit)
+		}
+		return fmt.Errorf("%w: reading body: %v", models.ErrBadInput, err)
+	}
+	return DecodeStrictJSON(data, v)
+}
+
+// DecodeStrictJSON decodes one JSON object, refusing unknown fields and
+// trailing data.
+func DecodeStrictJSON(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%w: malformed JSON body: %v", models.ErrBadInput, err)
+	}
+	if dec.More() {
+		return fmt.Errorf("%w: malformed JSON body: trailing data", models.ErrBadInput)
+	}
+	return nil
+}
+
+func (s *Server) adminRoutes(api *gin.RouterGroup) {
+	api.GET("/storage-clusters", s.listClusters)
+	api.GET("/storage-clusters/:name", s.getCluster)
+	api.GET("/databases", s.listDatabases)
+	api.GET("/databases/:name", s.getDatabase)
+	api.GET("/databases/:name/shards", s.getShards)
+	api.GET("/route", s.route)
+	api.GET("/query", s.query)
+
+	mut := api.Group("", s.requireAdmin, s.requireAdminService)
+	mut.POST("/storage-clusters", s.createCluster)
+	mut.DELETE("/storage-clusters/:name", s.deleteCluster)
+	mut.POST("/databases", s.createDatabase)
+	mut.PATCH("/databases/:name", s.patchDatabase)
+	mut.DELETE("/databases/:name", s.deleteDatabase)
+	mut.POST("/nodes/:id/drain", func(c *gin.Context) { s.drain(c, true) })
+	mut.POST("/nodes/:id/undrain", func(c *gin.Context) { s.drain(c, false) })
+	mut.POST("/databases/:name/shards/:id/leader", s.transferLeader)
+	mut.POST("/rebalance", s.rebalance)
+	api.POST("/write", s.requireAdmin, s.write)
+}
+
+func (s *Server) requireAdminService(c *gin.Context) {
+	if s.cfg.Admin == nil {
+		fail(c, fmt.Errorf("%w: this node has no broker role; send metadata changes to a broker", models.ErrUnavailable))
+		return
+	}
+	c.Next()
+}
+
+type clusterView struct {
+	models.StorageCluster
+	LiveNodes int `json:"live_nodes"`
+	Shards    int `json:"shards"`
+}
+
+func (s *Server) clusterView(name string) (clusterView, bool) {
+	st := s.cfg.State()
+	cl, ok := st.StorageClusters[name]
+	if !ok {
+		return clusterView{}, false
+	}
+	v := clusterView{StorageCluster: cl, LiveNodes: len(st.Nodes[name])}
+	if v.EtcdEndpoints == nil {
+		v.EtcdEndpoints = []string{}
+	}
+	for _, a := range st.Assignments {
+		if a.Cluster == name {
+			v.Shards += len(a.Shards)
+		}
+	}
+	return v, true
+}
+
+func (s *Server) listClusters(c *gin.Context) {
+	st := s.cfg.State()
+	names := make([]string, 0, len(st.StorageClusters))
+	for n := range st.StorageClusters {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	out := make([]clusterView, 0, len(names))
+	for _, n := range names {
+		v, _ := s.clusterView(n)
+		out = append(out, v)
+	}
+	c.JSON(http.StatusOK, gin.H{"storage_clusters": out})
+}
+
+func (s *Server) getCluster(c *gin.Context) {
+	v, ok := s.clusterView(c.Param("name"))
+	if !ok {
+		fail(c, fmt.Errorf("%w: storage cluster %q", models.ErrNotFound, c.Param("name")))
+		return
+	}
+	st := s.cfg.State()
+	nodes := make([]models.StorageNode, 0, len(st.Nodes[v.Name]))
+	for _, n := range st.Nodes[v.Name] {
+		nodes = append(nodes, n)
+	}
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i].NodeID < nodes[j].NodeID })
+	c.JSON(http.StatusOK, gin.H{"name": v.Name, "etcd_endpoints": v.EtcdEndpoints, "namespace": v.Namespace,
+		"live_nodes": v.LiveNodes, "shards": v.Shards, "nodes": nodes})
+}
+
+func (s *Server) createCluster(c *gin.Context) {
+	var body models.StorageCluster
+	if err := decodeStrict(c, &body); err != nil {
+		fail(c, err)
+		return
+	}
+	out, err := s.cfg.Admin.CreateStorageCluster(c, body)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusCreated, out)
+}
+
+func (s *Server) deleteCluster(c *gin.Context) {
+	if err := s.cfg.Admin.DeleteStorageCluster(c, c.Param("name")); err != nil {
+		fail(c, err)
+		return
+	}
+	c.Status(http.StatusNoContent)
+}
+
+func (s *Server) listDatabases(c *gin.Context) {
+	st := s.cfg.State()
+	out := make([]models.Database, 0, len(st.Databases))
+	for _, d := range st.Databases {
+		out = append(out, withOptions(d))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	c.JSON(http.StatusOK, gin.H{"databases": out})
+}
+
+func withOptions(d models.Database) models.Database {
+	if d.Options == nil {
+		d.Options = map[string]any{}
+	}
+	return d
+}
+
+func (s *Server) getDatabase(c *gin.Context) {
+	d, ok := s.cfg.State().Databases[c.Param("name")]
+	if !ok {
+		fail(c, fmt.Errorf("%w: database %q", models.ErrNotFound, c.Param("name")))
+		return
+	}
+	c.JSON(http.StatusOK, withOptions(d))
+}
+
+func (s *Server) createDatabase(c *gin.Context) {
+	var body models.Database
+	if err := decodeStrict(c, &body); err != nil {
+		fail(c, err)
+		return
+	}
+	out, err := s.cfg.Admin.CreateDatabase(c, body)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusCreated, withOptions(out))
+}
+
+func (s *Server) patchDatabase(c *gin.Context) {
+	var body DatabasePatch
+	if err := decodeStrict(c, &body); err != nil {
+		fail(c, err)
+		return
+	}
+	out, err := s.cfg.Admin.UpdateDatabase(c, c.Param("name"), body)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, withOptions(out))
+}
+
+func (s *Server) deleteDatabase(c *gin.Context) {
+	if err := s.cfg.Admin.DeleteDatabase(c, c.Param("name")); err != nil {
+		fail(c, err)
+		return
+	}
+	c.Status(http.StatusNoContent)
+}
+
+// ShardView is one shard as GET .../shards shows it.
+type ShardView struct {
+	ID       int      `json:"id"`
+	Replicas []string `json:"replicas"`
+	Leader   string   `json:"leader"`
+	Term     int64    `json:"term"`
+	ISR      []string `json:"isr"`
+	Status   string   `json:"status"`
+	Reason   string   `json:"reason,omitempty"`
+}
+
+func (s *Server) getShards(c *gin.Context) {
+	name := c.Param("name")
+	st := s.cfg.State()
+	d, ok := st.Databases[name]
+	if !ok {
+		fail(c, fmt.Errorf("%w: database %q", models.ErrNotFound, name))
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"shards": ShardViews(st.Assignments[name], st.ShardStates[name], st.ISR[d.StorageCluster])})
+}
+
+// ShardViews joins assignment, state and in-sync sets of one database.
+func ShardViews(a models.Assignment, ss models.ShardStates, isr map[string]models.ISR) []ShardView {
+	states := map[int]models.ShardState{}
+	for _, x := range ss.Shards {
+		states[x.ID] = x
+	}
+	out := make([]ShardView, 0, len(a.Shards))
+	for _, sh := range a.Shards {
+		st := states[sh.ID]
+		v := ShardView{ID: sh.ID, Replicas: sh.Replicas, Leader: st.Leader, Term: st.Term, Status: st.Status, Reason: st.Reason}
+		if v.Status == "" {
+			v.Status = models.StatusOffline
+			v.Reason = "no leader published yet"
+		}
+		if set, ok := isr[models.ShardID(a.DB, sh.ID)]; ok && set.Term == st.Term {
+			v.ISR = set.Replicas
+		} else if st.Leader != "" {
+			v.ISR = []string{st.Leader}
+		}
+		if v.ISR == nil {
+			v.ISR = []string{}
+		}
+		if v.Replicas == nil {
+			v.Replicas = []string{}
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+func (s *Server) drain(c *gin.Context, on bool) {
+	if err := s.cfg.Admin.SetDrain(c, c.Param("id"), on); err != nil {
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusAccepted, gin.H{"node_id": c.Param("id"), "draining": on})
+}
+
+func (s *Server) transferLeader(c *gin.Context) {
+	id, err := strconv.Atoi(c.Param("id"))
+	if err != nil || id < 0 {
+		fail(c, fmt.Errorf("%w: invalid shard id %q", models.ErrBadInput, c.Param("id")))
+		return
+	}
+	var body LeaderTransfer
+	if err := decodeStrict(c, &body); err != nil {
+		fail(c, err)
+		return
+	}
+	if err := s.cfg.Admin.TransferLeader(c, c.Param("name"), id, body); err != nil {
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusAccepted, gin.H{"db": c.Param("name"), "shard": id, "node_id": body.NodeID})
+}
+
+func (s *Server) rebalance(c *gin.Context) {
+	dry := false
+	if v := c.Query("dry_run"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			fail(c, fmt.Errorf("%w: invalid dry_run %q", models.ErrBadInput, v))
+			return
+		}
+		dry = b
+	}
+	plan, err := s.cfg.Admin.Rebalance(c, dry)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, plan)
+}

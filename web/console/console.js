@@ -1,0 +1,487 @@
+// Cairn operator console. It polls the JSON API once a second and rewrites a
+// region of the page only when the HTML it would produce has changed, so the
+// page never flickers and a 1,000-shard map costs nothing while it is stable.
+(function () {
+  "use strict";
+
+  const API = "/api/v1";
+  const TOKEN_KEY = "cairn.admin_token";
+  const POLL_MS = 1000;
+  const $ = (id) => document.getElementById(id);
+
+  const state = {
+    health: null, ready: null, master: null, nodes: null, dbs: [], clusters: [],
+    shards: null, shardsDb: "", apiError: "",
+  };
+  let selectedDb = "";
+  const painted = {}; // element id -> HTML last written there
+  // Exposed for tests and for operators curious about render cost.
+  const stats = { shardRenders: 0, shardFullRenders: 0, shardRowPatches: 0, lastShardRenderMs: 0 };
+  window.cairnConsole = { stats: stats, refresh: () => poll() };
+
+  const ESC = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
+  const esc = (s) => String(s == null ? "" : s).replace(/[&<>"']/g, (c) => ESC[c]);
+  const byName = (a, b) => String(a).localeCompare(String(b), undefined, { numeric: true });
+
+  // The API documents elected_at in unix ms and last_updated in unix µs;
+  // started_at is not pinned down, so guess the unit from its magnitude.
+  function toMs(v) {
+    if (!v) return 0;
+    if (v > 1e17) return v / 1e6;
+    if (v > 1e14) return v / 1e3;
+    if (v < 1e11) return v * 1e3;
+    return v;
+  }
+
+  function ago(ms) {
+    if (!ms) return "-";
+    const s = Math.max(0, (Date.now() - ms) / 1000);
+    if (s < 10) return s.toFixed(1) + "s";
+    if (s < 60) return Math.round(s) + "s";
+    if (s < 3600) return Math.floor(s / 60) + "m " + Math.floor(s % 60) + "s";
+    if (s < 86400) return Math.floor(s / 3600) + "h " + Math.floor((s % 3600) / 60) + "m";
+    return Math.floor(s / 86400) + "d " + Math.floor((s % 86400) / 3600) + "h";
+  }
+
+  function put(id, html) {
+    if (painted[id] === html) return;
+    painted[id] = html;
+    $(id).innerHTML = html;
+  }
+
+  function setText(id, text) {
+    const el = $(id);
+    if (el.textContent !== text) el.textContent = text;
+  }
+
+  // ---- API access ----
+
+  async function getJSON(path) {
+    const r = await fetch(API + path, { headers: { Accept: "application/json" }, cache: "no-store" });
+    let body = null;
+    try { body = await r.json(); } catch (e) { body = null; }
+    return { status: r.status, body: body };
+  }
+
+  function errorMessage(r, body) {
+    if (body && body.error && body.error.message) return body.error.message;
+    return "HTTP " + r.status + " " + r.statusText;
+  }
+
+  // mutate sends a state-changing request with the admin token, if one is
+  // stored. A 401 opens the token box: the operator enters it and retries.
+  async function mutate(method, path, payload) {
+    const headers = { Accept: "application/json" };
+    if (payload !== undefined) headers["Content-Type"] = "application/json";
+    const token = localStorage.getItem(TOKEN_KEY);
+    if (token) headers.Authorization = "Bearer " + token;
+    let r;
+    try {
+      r = await fetch(API + path, {
+        method: method, headers: headers,
+        body: payload === undefined ? undefined : JSON.stringify(payload),
+      });
+    } catch (e) {
+      throw new Error("cannot reach the API: " + e.message);
+    }
+    let body = null;
+    try { body = await r.json(); } catch (e) { body = null; }
+    if (r.ok) { poll(); return body; }
+    if (r.status === 401) {
+      showTokenBox();
+      throw new Error("An admin token is required (" + errorMessage(r, body) + "): enter it at the top right, then retry.");
+    }
+    throw new Error(errorMessage(r, body));
+  }
+
+  // ---- polling ----
+
+  let timer = 0, inflight = false, again = false;
+
+  async function poll() {
+    if (inflight) { again = true; return; }
+    clearTimeout(timer);
+    inflight = true;
+    try { await refresh(); } finally { inflight = false; }
+    if (again) { again = false; poll(); return; }
+    if (!document.hidden) timer = setTimeout(poll, POLL_MS);
+  }
+
+  document.addEventListener("visibilitychange", () => {
+    if (document.hidden) clearTimeout(timer); else poll();
+  });
+
+  async function refresh() {
+    try {
+      const [health, ready, master, nodes, dbs, clusters] = await Promise.all([
+        getJSON("/health"), getJSON("/ready"), getJSON("/master"), getJSON("/nodes"),
+        getJSON("/databases"), getJSON("/storage-clusters"),
+      ]);
+      state.health = health.body;
+      state.ready = ready.body;
+      state.master = master.status === 200 ? master.body : null;
+      state.nodes = nodes.status === 200 ? nodes.body : state.nodes;
+      if (dbs.status === 200) state.dbs = (dbs.body.databases || []).slice().sort((a, b) => byName(a.name, b.name));
+      if (clusters.status === 200) state.clusters = clusters.body.storage_clusters || [];
+      if (!state.dbs.some((d) => d.name === selectedDb)) selectedDb = state.dbs.length ? state.dbs[0].name : "";
+      if (currentTab() === "shards" && selectedDb) {
+        const s = await getJSON("/databases/" + encodeURIComponent(selectedDb) + "/shards");
+        if (s.status === 200) {
+          state.shards = (s.body.shards || []).slice().sort((a, b) => a.id - b.id);
+          state.shardsDb = selectedDb;
+        }
+      }
+      state.apiError = "";
+    } catch (e) {
+      state.apiError = e.message || String(e);
+    }
+    render();
+  }
+
+  // ---- rendering ----
+
+  function render() {
+    renderHeader();
+    renderOverview();
+    renderDatabases();
+    if (currentTab() === "shards") renderShardMap();
+  }
+
+  function renderHeader() {
+    const ready = state.ready || {};
+    let banner = "";
+    if (state.apiError) {
+      banner = "The console cannot reach the API (" + state.apiError + "); retrying every second.";
+    } else if (ready.etcd === "down" || ready.from_backup) {
+      banner = "etcd unreachable: showing the local copy of cluster state; metadata changes are refused until it returns";
+    }
+    setText("banner", banner);
+    $("banner").hidden = banner === "";
+
+    const pill = $("etcd-pill");
+    const etcd = ready.etcd || "?";
+    setText("etcd-pill", "etcd " + etcd);
+    pill.className = "pill " + (etcd === "up" ? "up" : etcd === "down" ? "down" : "");
+    const h = state.health;
+    setText("node-info", h ? "node " + h.node_id + " · " + (h.roles || []).join(", ") : "");
+  }
+
+  function renderOverview() {
+    const m = state.master;
+    setText("master", m ? m.node_id : "none elected");
+    setText("master-sub", m ? "term " + m.term + " · elected " + ago(toMs(m.elected_at)) + " ago · " + m.address : "no master: shard failover is paused");
+    const ready = state.ready || {};
+    setText("etcd", ready.etcd || "unknown");
+    $("etcd").className = "big " + (ready.etcd === "up" ? "ok" : "bad");
+    setText("etcd-sub", (ready.ready ? "state loaded" : "not ready") + (ready.from_backup ? " · from local backup" : ""));
+
+    const nodes = state.nodes || { brokers: [], storage: {} };
+    const brokers = (nodes.brokers || []).slice().sort((a, b) => byName(a.node_id, b.node_id));
+    setText("broker-count", String(brokers.length));
+    let rows = brokers.map((b) => "<tr><td>" + esc(b.node_id) + "</td><td>" + esc(b.address) +
+      "</td><td class=num>" + ago(toMs(b.started_at)) + "</td></tr>").join("");
+    put("brokers", brokers.length ? "<table class=list><tr><th>Node</th><th>Address</th><th>Up for</th></tr>" + rows + "</table>" :
+      "<div class=empty>No live brokers.</div>");
+
+    const storage = nodes.storage || {};
+    let total = 0, draining = 0;
+    rows = "";
+    Object.keys(storage).sort(byName).forEach((cluster) => {
+      (storage[cluster] || []).slice().sort((a, b) => byName(a.node_id, b.node_id)).forEach((n) => {
+        total++;
+        if (n.draining) draining++;
+        const hosted = Object.keys(n.last_txn_id || {}).length;
+        const follows = Object.keys(n.following || {}).length;
+        const age = n.last_updated ? (Date.now() - n.last_updated / 1000) / 1000 : Infinity;
+        const ageCls = age > 10 ? "bad" : age > 3 ? "warn" : "";
+        rows += "<tr><td>" + esc(cluster) + "</td><td>" + esc(n.node_id) + "</td><td>" + esc(n.node_address) +
+          "</td><td>" + esc(n.role) + "</td><td class='num " + ageCls + "'>" + ago(n.last_updated / 1000) +
+          "</td><td class=num>" + hosted + "</td><td class=num>" + Math.max(0, hosted - follows) + "</td><td>" +
+          (n.draining ? "<span class='badge drain'>draining</span>" : "<span class='badge on'>active</span>") +
+          "</td><td>" + drainButton(n.node_id, n.draining) + "</td></tr>";
+      });
+    });
+    setText("storage-count", String(total));
+    setText("storage-sub", Object.keys(storage).length + " cluster(s)" + (draining ? " · " + draining + " draining" : ""));
+    put("storage-nodes", total ? "<table class=list><tr><th>Cluster</th><th>Node</th><th>Address</th><th>Role</th>" +
+      "<th>Heartbeat age</th><th>Shards</th><th>Leads</th><th>State</th><th></th></tr>" + rows + "</table>" :
+      "<div class=empty>No live storage nodes.</div>");
+
+    rows = state.clusters.map((c) => "<tr><td>" + esc(c.name) + "</td><td>" +
+      esc((c.etcd_endpoints || []).length ? c.etcd_endpoints.join(", ") : "same etcd") + "</td><td>" +
+      esc(c.namespace || "default") + "</td><td class=num>" + esc(c.live_nodes) + "</td><td class=num>" +
+      esc(c.shards) + "</td></tr>").join("");
+    put("clusters", state.clusters.length ? "<table class=list><tr><th>Name</th><th>etcd</th><th>Namespace</th>" +
+      "<th>Live nodes</th><th>Shards</th></tr>" + rows + "</table>" : "<div class=empty>No storage clusters.</div>");
+  }
+
+  function drainButton(id, draining) {
+    return draining ? "<button type=button class=undrain data-node='" + esc(id) + "'>undrain</button>" :
+      "<button type=button class=drain data-node='" + esc(id) + "'>drain</button>";
+  }
+
+  function renderDatabases() {
+    const rows = state.dbs.map((d) => "<tr data-db='" + esc(d.name) + "'><td><a href='#shards' data-show-db='" +
+      esc(d.name) + "'>" + esc(d.name) + "</a></td><td>" + esc(d.storage_cluster) + "</td><td class=num>" +
+      esc(d.num_shards) + "</td><td class=num>" + esc(d.replica_factor) +
+      "</td><td><button type=button class=delete data-db='" + esc(d.name) + "'>delete</button></td></tr>").join("");
+    put("db-list", state.dbs.length ? "<table class=list><tr><th>Name</th><th>Storage cluster</th><th>Shards</th>" +
+      "<th>Replica factor</th><th></th></tr>" + rows + "</table>" : "<div class=empty>No databases yet.</div>");
+
+    const sel = $("db-form").elements.storage_cluster;
+    const names = state.clusters.length ? state.clusters.map((c) => c.name).sort(byName) : ["default"];
+    const keep = sel.value;
+    const opts = names.map((n) => "<option>" + esc(n) + "</option>").join("");
+    if (painted.clusterOpts !== opts) {
+      painted.clusterOpts = opts;
+      sel.innerHTML = opts;
+      if (names.indexOf(keep) >= 0) sel.value = keep;
+    }
+
+    const dbSel = $("shard-db");
+    const dbOpts = state.dbs.map((d) => "<option>" + esc(d.name) + "</option>").join("");
+    if (painted.dbOpts !== dbOpts) { painted.dbOpts = dbOpts; dbSel.innerHTML = dbOpts; }
+    if (dbSel.value !== selectedDb) dbSel.value = selectedDb;
+  }
+
+  // The shard map is the one big region. A change of columns or shard set
+  // rebuilds it from one HTML string; otherwise only changed rows are replaced.
+  let mapKey = "", mapRows = [];
+  const SID_W = 52, NODE_W = 68, INFO_W = 150;
+
+  function shardColumns(db, shards) {
+    const live = ((state.nodes && state.nodes.storage) || {})[db.storage_cluster] || [];
+    const cols = live.map((n) => ({ id: n.node_id, draining: !!n.draining, gone: false }));
+    const seen = new Set(cols.map((c) => c.id));
+    shards.forEach((s) => (s.replicas || []).forEach((r) => {
+      if (!seen.has(r)) { seen.add(r); cols.push({ id: r, draining: false, gone: true }); }
+    }));
+    return cols.sort((a, b) => byName(a.id, b.id));
+  }
+
+  function shardRow(s, cols) {
+    const replicas = new Set(s.replicas || []);
+    const isr = new Set(s.isr || []);
+    const offline = s.status === "offline";
+    let html = "<tr" + (offline ? " class=offline" : "") + "><th class=sid>" + s.id + "</th>";
+    for (const c of cols) {
+      let role = "none", label = "";
+      if (replicas.has(c.id)) {
+        if (c.id === s.leader && !offline) { role = "leader"; label = "L"; }
+        else if (isr.has(c.id)) { role = "follower"; label = "F"; }
+        else { role = "stale"; label = "F"; }
+      }
+      html += "<td data-shard=" + s.id + " data-node='" + esc(c.id) + "' data-role=" + role +
+        (c.draining ? " class=dr>" : ">") + label + "</td>";
+    }
+    const info = offline ? "offline" + (s.reason ? ": " + s.reason : "") : "term " + s.term;
+    return html + "<td class=info>" + esc(info) + "</td></tr>";
+  }
+
+  function renderShardMap() {
+    const table = $("shard-map");
+    const db = state.dbs.find((d) => d.name === selectedDb);
+    if (!db || state.shardsDb !== selectedDb || !state.shards) {
+      if (mapKey !== "empty") {
+        mapKey = "empty"; mapRows = [];
+        table.innerHTML = "<tbody><tr><td class=info>" + (db ? "Loading shards..." : "No database selected.") + "</td></tr></tbody>";
+        setText("shard-summary", "");
+      }
+      return;
+    }
+    const t0 = performance.now();
+    const shards = state.shards;
+    const cols = shardColumns(db, shards);
+    const key = db.name + "|" + cols.map((c) => c.id + (c.draining ? "+d" : "") + (c.gone ? "+g" : "")).join(",") +
+      "|" + shards.map((s) => s.id).join(",");
+    const rows = shards.map((s) => shardRow(s, cols));
+    stats.buildMs = performance.now() - t0;
+    if (key !== mapKey) {
+      let head = "<thead><tr><th class=sid>shard</th>";
+      for (const c of cols) {
+        head += "<th data-node='" + esc(c.id) + "' class='" + (c.draining ? "dr" : "") + (c.gone ? " gone" : "") +
+          "' title='" + esc(c.id) + (c.draining ? " (draining)" : "") + (c.gone ? " (not live)" : "") +
+          "'><span class=nid>" + esc(c.id) + "</span>" + (c.gone ? "<span class='badge down'>down</span>" : drainButton(c.id, c.draining)) + "</th>";
+      }
+      // Fixed layout sizes columns from the <col> widths alone instead of
+      // measuring 10,000 cells, which is most of the cost of a large map.
+      table.style.width = (SID_W + cols.length * NODE_W + INFO_W) + "px";
+      table.innerHTML = "<colgroup><col style='width:" + SID_W + "px'>" +
+        ("<col style='width:" + NODE_W + "px'>").repeat(cols.length) + "<col style='width:" + INFO_W + "px'></colgroup>" +
+        head + "<th class=info>state</th></tr></thead><tbody>" + rows.join("") + "</tbody>";
+      mapKey = key;
+      stats.parseMs = performance.now() - t0;
+      stats.shardFullRenders++;
+    } else {
+      const body = table.tBodies[0];
+      for (let i = 0; i < rows.length; i++) {
+        if (rows[i] !== mapRows[i]) { body.rows[i].outerHTML = rows[i]; stats.shardRowPatches++; }
+      }
+    }
+    mapRows = rows;
+    void table.offsetHeight; // include style and layout in the measured cost
+    stats.lastShardRenderMs = performance.now() - t0;
+    stats.shardRenders++;
+
+    let offline = 0, stale = 0;
+    for (const s of shards) {
+      if (s.status === "offline") offline++;
+      const isr = new Set(s.isr || []);
+      for (const r of s.replicas || []) if (!isr.has(r)) stale++;
+    }
+    setText("shard-summary", shards.length + " shards × " + cols.length + " nodes · replica factor " + db.replica_factor +
+      " · " + offline + " offline · " + stale + " out-of-sync replicas");
+  }
+
+  // ---- navigation ----
+
+  function currentTab() {
+    const t = location.hash.replace("#", "");
+    return t === "databases" || t === "shards" ? t : "overview";
+  }
+
+  function showTab() {
+    const tab = currentTab();
+    document.querySelectorAll("[data-section]").forEach((s) => { s.hidden = s.dataset.section !== tab; });
+    document.querySelectorAll("#tabs a").forEach((a) => a.classList.toggle("active", a.dataset.tab === tab));
+    if (tab === "shards") renderShardMap();
+    poll();
+  }
+  window.addEventListener("hashchange", showTab);
+
+  // ---- notices and token ----
+
+  let noticeTimer = 0;
+  function notice(msg, isError) {
+    const el = $("notice");
+    el.textContent = msg;
+    el.className = "notice" + (isError ? " err" : "");
+    el.hidden = false;
+    clearTimeout(noticeTimer);
+    if (!isError) noticeTimer = setTimeout(() => { el.hidden = true; }, 6000);
+  }
+  $("notice").addEventListener("click", () => { $("notice").hidden = true; });
+
+  function showTokenBox() {
+    $("token-box").hidden = false;
+    $("token-show").hidden = true;
+    $("token").focus();
+  }
+  $("token-show").addEventListener("click", showTokenBox);
+  $("token-box").addEventListener("submit", (e) => {
+    e.preventDefault();
+    const v = $("token").value.trim();
+    if (v) localStorage.setItem(TOKEN_KEY, v); else localStorage.removeItem(TOKEN_KEY);
+    $("token").value = "";
+    $("token-box").hidden = true;
+    $("token-show").hidden = false;
+    notice(v ? "Admin token saved in this browser; retry the action." : "Admin token cleared.");
+  });
+
+  // ---- actions ----
+
+  $("db-form").addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const f = e.target.elements;
+    const err = $("db-error");
+    const body = {
+      name: f.name.value.trim(), storage_cluster: f.storage_cluster.value,
+      num_shards: parseInt(f.num_shards.value, 10), replica_factor: parseInt(f.replica_factor.value, 10),
+    };
+    $("db-create").disabled = true;
+    try {
+      await mutate("POST", "/databases", body);
+      err.hidden = true;
+      f.name.value = "";
+      selectedDb = body.name;
+      notice("Database " + body.name + " created: " + body.num_shards + " shards × " + body.replica_factor + " replicas.");
+    } catch (ex) {
+      err.textContent = ex.message;
+      err.hidden = false;
+    } finally {
+      $("db-create").disabled = false;
+    }
+  });
+
+  let deleting = "";
+  $("db-list").addEventListener("click", (e) => {
+    const show = e.target.closest("[data-show-db]");
+    if (show) { selectedDb = show.dataset.showDb; return; }
+    const del = e.target.closest("button.delete");
+    if (!del) return;
+    deleting = del.dataset.db;
+    $("db-delete-target").textContent = deleting;
+    $("db-delete-name").value = "";
+    $("db-delete-go").disabled = true;
+    $("db-delete").hidden = false;
+    $("db-delete-name").focus();
+  });
+  $("db-delete-name").addEventListener("input", () => {
+    $("db-delete-go").disabled = $("db-delete-name").value !== deleting;
+  });
+  $("db-delete-cancel").addEventListener("click", () => { $("db-delete").hidden = true; deleting = ""; });
+  $("db-delete-go").addEventListener("click", async () => {
+    if ($("db-delete-name").value !== deleting) return;
+    const name = deleting;
+    try {
+      await mutate("DELETE", "/databases/" + encodeURIComponent(name));
+      $("db-delete").hidden = true;
+      deleting = "";
+      notice("Database " + name + " deleted.");
+    } catch (ex) {
+      notice("Delete " + name + ": " + ex.message, true);
+    }
+  });
+
+  async function drain(btn) {
+    const id = btn.dataset.node;
+    const undo = btn.classList.contains("undrain");
+    btn.disabled = true;
+    try {
+      await mutate("POST", "/nodes/" + encodeURIComponent(id) + (undo ? "/undrain" : "/drain"));
+      notice(undo ? "Node " + id + " accepts replicas again." : "Draining " + id + ": its replicas and leaderships are moving to other nodes.");
+    } catch (ex) {
+      btn.disabled = false;
+      notice((undo ? "Undrain " : "Drain ") + id + ": " + ex.message, true);
+    }
+  }
+  $("storage-nodes").addEventListener("click", (e) => {
+    const b = e.target.closest("button.drain, button.undrain");
+    if (b) drain(b);
+  });
+
+  $("shard-db").addEventListener("change", (e) => { selectedDb = e.target.value; $("shard-action").hidden = true; poll(); });
+
+  $("shard-map").addEventListener("click", (e) => {
+    const b = e.target.closest("button.drain, button.undrain");
+    if (b) { drain(b); return; }
+    const cell = e.target.closest("td[data-role=follower]");
+    if (!cell) return;
+    const s = (state.shards || []).find((x) => String(x.id) === cell.dataset.shard);
+    const box = $("shard-action");
+    box.innerHTML = "Make <b>" + esc(cell.dataset.node) + "</b> leader of shard <b>" + esc(cell.dataset.shard) +
+      "</b>" + (s ? " (now " + esc(s.leader || "none") + ", term " + esc(s.term) + ")" : "") +
+      "? <button type=button id=shard-leader-go class=primary>Make leader</button>" +
+      " <button type=button id=shard-leader-cancel>Cancel</button>";
+    box.dataset.shard = cell.dataset.shard;
+    box.dataset.node = cell.dataset.node;
+    box.hidden = false;
+  });
+  $("shard-action").addEventListener("click", async (e) => {
+    const box = $("shard-action");
+    if (e.target.id === "shard-leader-cancel") { box.hidden = true; return; }
+    if (e.target.id !== "shard-leader-go") return;
+    const shard = box.dataset.shard, node = box.dataset.node, db = selectedDb;
+    e.target.disabled = true;
+    try {
+      await mutate("POST", "/databases/" + encodeURIComponent(db) + "/shards/" + encodeURIComponent(shard) + "/leader", { node_id: node });
+      box.hidden = true;
+      notice("Leader of " + db + " shard " + shard + " is moving to " + node + ".");
+    } catch (ex) {
+      e.target.disabled = false;
+      notice("Leader transfer: " + ex.message, true);
+    }
+  });
+
+  showTab();
+})();

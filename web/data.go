@@ -1,0 +1,94 @@
+package web
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cairn-db/cairn/models"
+	"github.com/gin-gonic/gin"
+)
+
+func (s *Server) requireData(c *gin.Context) bool {
+	if s.cfg.Data == nil {
+		fail(c, fmt.Errorf("%w: this node has no data path (broker role)", models.ErrUnavailable))
+		return false
+	}
+	return true
+}
+
+func (s *Server) route(c *gin.Context) {
+	if !s.requireData(c) {
+		return
+	}
+	out, err := s.cfg.Data.Route(c.Query("db"), c.Query("series"))
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, out)
+}
+
+func (s *Server) write(c *gin.Context) {
+	if !s.requireData(c) {
+		return
+	}
+	body, err := io.ReadAll(c.Request.Body)
+	if err != nil {
+		fail(c, fmt.Errorf("%w: reading body: %v", models.ErrBadInput, err))
+		return
+	}
+	if err := s.cfg.Data.Write(c, c.Query("db"), c.Query("precision"), body); err != nil {
+		fail(c, err)
+		return
+	}
+	c.Status(http.StatusNoContent)
+}
+
+// ParseTime accepts RFC 3339 or integer unix nanoseconds.
+func ParseTime(name, v string) (int64, error) {
+	if v == "" {
+		return 0, fmt.Errorf("%w: missing %s", models.ErrBadInput, name)
+	}
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		return n, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return 0, fmt.Errorf("%w: invalid %s %q: want RFC 3339 or unix nanoseconds", models.ErrBadInput, name, v)
+	}
+	return t.UnixNano(), nil
+}
+
+func (s *Server) query(c *gin.Context) {
+	if !s.requireData(c) {
+		return
+	}
+	q := Query{DB: c.Query("db"), Metric: c.Query("metric"), Tags: map[string]string{}}
+	var err error
+	if q.Start, err = ParseTime("start", c.Query("start")); err != nil {
+		fail(c, err)
+		return
+	}
+	if q.End, err = ParseTime("end", c.Query("end")); err != nil {
+		fail(c, err)
+		return
+	}
+	for _, t := range c.QueryArray("tag") {
+		k, v, ok := strings.Cut(t, ":")
+		if !ok || k == "" {
+			fail(c, fmt.Errorf("%w: invalid tag %q: want key:value", models.ErrBadInput, t))
+			return
+		}
+		q.Tags[k] = v
+	}
+	out, err := s.cfg.Data.Query(c, q)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, out)
+}
