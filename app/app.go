@@ -19,6 +19,8 @@ import (
 	"github.com/cairn-db/cairn/coordinator/embedded"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
+	"github.com/cairn-db/cairn/storage"
+	"github.com/cairn-db/cairn/storage/engine"
 	"github.com/cairn-db/cairn/web"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -41,6 +43,8 @@ type App struct {
 
 	masterOps *masterSlot
 	clusters  *clusterStores
+	engine    engine.Engine
+	host      *storage.Host
 
 	wg     sync.WaitGroup
 	cancel context.CancelFunc
@@ -56,6 +60,7 @@ func Start(ctx context.Context, cfg config.Config, lg *zap.Logger) (*App, error)
 		return nil, err
 	}
 	a.nodeID = id
+	a.masterOps.init(a)
 	a.lg = lg.With(zap.String("node_id", id))
 	a.lg.Info("starting", zap.Strings("roles", cfg.Roles), zap.String("http_addr", cfg.HTTPAddr), zap.String("data_dir", cfg.DataDir))
 
@@ -88,10 +93,22 @@ func Start(ctx context.Context, cfg config.Config, lg *zap.Logger) (*App, error)
 		a.sm.AddSource(src)
 	}
 
-	a.http = web.New(web.Config{
+	wcfg := web.Config{
 		Addr: cfg.HTTPAddr, NodeID: id, Roles: cfg.Roles, AdminToken: cfg.AdminToken, Logger: a.lg,
-		Gatherer: a.reg, State: a.sm.Snapshot, EtcdUp: a.etcdUp.Load, Admin: a.admin(), Console: consoleHandler(),
-	})
+		Gatherer: a.reg, State: a.sm.Snapshot, EtcdUp: a.etcdUp.Load, IsMaster: a.masterOps.active, Console: consoleHandler(),
+	}
+	if cfg.HasRole(config.RoleBroker) {
+		wcfg.Admin = a.admin()
+		wcfg.Data = &broker.Data{State: a.sm.Snapshot, Changed: a.sm.Changed, Client: dataClient()}
+	}
+	if cfg.HasRole(config.RoleStorage) {
+		if err := a.openStorage(); err != nil {
+			a.shutdown()
+			return nil, err
+		}
+		wcfg.Mount = a.host.Routes
+	}
+	a.http = web.New(wcfg)
 	if err := a.http.Listen(); err != nil {
 		a.shutdown()
 		return nil, err
@@ -164,6 +181,12 @@ func (a *App) Stop() {
 	a.lg.Info("stopping")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
+	if a.host != nil {
+		// Hand leaderships over while we still serve replication.
+		hctx, hcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		a.host.Handoff(hctx, a.transferLeader)
+		hcancel()
+	}
 	_ = a.http.Shutdown(ctx)
 	a.shutdown()
 	a.lg.Info("stopped")
@@ -174,6 +197,9 @@ func (a *App) shutdown() {
 		a.cancel()
 	}
 	a.wg.Wait()
+	if a.engine != nil {
+		_ = a.engine.Close()
+	}
 	if a.sm != nil {
 		a.sm.Stop()
 	}

@@ -104,6 +104,8 @@ var _ broker.MasterOps = (*masterSlot)(nil)
 
 func (s *masterSlot) set(m *master.Master) { s.cur.Store(m) }
 
+func (s *masterSlot) active() bool { return s.cur.Load() != nil }
+
 func (s *masterSlot) TransferLeader(ctx context.Context, db string, shard int, t web.LeaderTransfer) error {
 	if m := s.cur.Load(); m != nil {
 		return m.TransferLeader(ctx, db, shard, t)
@@ -174,14 +176,13 @@ func sentinelFor(status int) error {
 	return models.ErrUnavailable
 }
 
-func (a *App) admin() web.Admin {
-	if !a.cfg.HasRole("broker") {
-		return nil
-	}
-	a.masterOps.lookup = func() *models.MasterRecord { return a.sm.Snapshot().Master }
-	a.masterOps.self = a.nodeID
-	a.masterOps.token = a.cfg.AdminToken
-	a.masterOps.client = &http.Client{Timeout: 10 * time.Second}
-	return &broker.Admin{Store: a.store, Keys: a.keys, State: a.sm.Snapshot, Master: a.masterOps}
+func (s *masterSlot) init(a *App) {
+	s.lookup = func() *models.MasterRecord { return a.sm.Snapshot().Master }
+	s.self = a.nodeID
+	s.token = a.cfg.AdminToken
+	s.client = &http.Client{Timeout: 10 * time.Second}
 }
 
+func (a *App) admin() web.Admin {
+	return &broker.Admin{Store: a.store, Keys: a.keys, State: a.sm.Snapshot, Master: a.masterOps}
+}

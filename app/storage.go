@@ -2,14 +2,41 @@ package app
 
 import (
 	"context"
+	"net/http"
+	"path/filepath"
 	"time"
 
 	"github.com/cairn-db/cairn/storage"
+	"github.com/cairn-db/cairn/storage/engine"
+	"github.com/cairn-db/cairn/web"
 	"go.uber.org/zap"
 )
 
+// openStorage opens the shard engine and the shard host of the storage role.
+func (a *App) openStorage() error {
+	eng, err := engine.NewBoltEngine(filepath.Join(a.cfg.DataDir, "shards"))
+	if err != nil {
+		return err
+	}
+	a.engine = eng
+	a.host = storage.NewHost(storage.HostConfig{
+		NodeID: a.nodeID, Cluster: a.cfg.StorageCluster, Engine: eng, State: a.sm.Snapshot,
+		Changed: a.sm.Subscribe(), Logger: a.lg, MinInsync: a.cfg.MinInsyncReplicas,
+	})
+	return nil
+}
+
+func dataClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}}
+}
+
+// transferLeader asks the master (local or remote) for a graceful handoff.
+func (a *App) transferLeader(ctx context.Context, db string, shard int, node string) error {
+	return a.masterOps.TransferLeader(ctx, db, shard, web.LeaderTransfer{NodeID: node})
+}
+
 // runStorage waits for this node's storage cluster to be configured, then
-// keeps the node registered in it.
+// hosts its shards and keeps the node registered in it.
 func (a *App) runStorage(ctx context.Context) {
 	changed := a.sm.Subscribe()
 	warned := false
@@ -18,12 +45,18 @@ func (a *App) runStorage(ctx context.Context) {
 		if cfg, ok := st.StorageClusters[a.cfg.StorageCluster]; ok {
 			store, ck, err := a.clusters.get(cfg)
 			if err == nil {
+				a.host.Attach(store, ck)
+				hctx, cancel := context.WithCancel(ctx)
+				done := make(chan struct{})
+				go func() { defer close(done); a.host.Run(hctx) }()
 				storage.RunNode(ctx, storage.NodeConfig{Store: store, Keys: ck, NodeID: a.nodeID, Address: a.cfg.AdvertiseAddr,
-					Cluster: cfg.Name, TTL: a.cfg.LeaseTTL, Logger: a.lg.Named("storage")})
+					Cluster: cfg.Name, TTL: a.cfg.LeaseTTL, Report: a.host.Report, Logger: a.lg.Named("storage")})
+				cancel()
+				<-done
 				return
 			}
 			a.lg.Warn("cannot reach storage cluster", zap.String("cluster", cfg.Name), zap.Error(err))
-		} else if !warned && len(st.Synced) > 0 {
+		} else if !warned && !a.cfg.Standalone && len(st.Synced) > 0 {
 			a.lg.Warn("storage cluster not configured yet; waiting (create it with POST /api/v1/storage-clusters)",
 				zap.String("cluster", a.cfg.StorageCluster))
 			warned = true

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -172,4 +173,33 @@ func FuzzRestoreNeverPanics(f *testing.F) {
 			require.True(t, errorsIsAny(err, ErrCorrupt, ErrOutsideNamespace), "unexpected error %v", err)
 		}
 	})
+}
+
+func TestLargeNamespaceReportsProgress(t *testing.T) {
+	ctx := context.Background()
+	src := coordinator.NewMemoryStore()
+	o := Options{Store: src, Namespace: "/cairn"}
+	require.NoError(t, o.validate())
+	kvs := make([]kv, progressEvery+5)
+	for i := range kvs {
+		kvs[i] = kv{key: fmt.Sprintf("/cairn/database/config/db%06d", i), value: []byte(`{}`)}
+	}
+	_, err := writeAll(ctx, o, kvs)
+	require.NoError(t, err)
+
+	var progress bytes.Buffer
+	var buf bytes.Buffer
+	s, err := Backup(ctx, Options{Store: src, Namespace: "/cairn", Progress: &progress}, &buf)
+	require.NoError(t, err)
+	require.Equal(t, len(kvs), s.Keys)
+	require.Contains(t, progress.String(), fmt.Sprintf("backup: %d keys written", progressEvery))
+
+	progress.Reset()
+	dst := coordinator.NewMemoryStore()
+	_, err = Restore(ctx, Options{Store: dst, Namespace: "/cairn", Progress: &progress}, &buf, false)
+	require.NoError(t, err)
+	require.Contains(t, progress.String(), fmt.Sprintf("restore: %d of %d keys written", progressEvery, len(kvs)))
+	got, _, err := dst.List(ctx, "/cairn/")
+	require.NoError(t, err)
+	require.Len(t, got, len(kvs))
 }

@@ -76,6 +76,8 @@ func decode(data []byte, o Options) ([]kv, error) {
 		if err != nil {
 			return nil, err
 		}
+		fmt.Fprintf(o.Progress, "restore: backup of %s at revision %d, taken %s: %d keys into %s\n",
+			h.Namespace, h.Revision, h.TakenAt, len(kvs), o.Namespace)
 		if len(h.ExternalClusters) > 0 {
 			fmt.Fprintf(o.Progress, "restore: storage clusters %v keep their keys in their own etcd: they are not in this backup\n",
 				h.ExternalClusters)

@@ -20,7 +20,7 @@ type EtcdConfig struct {
 	Endpoints   []string
 	DialTimeout time.Duration // default 2s
 	// RequestTimeout bounds each unary call made without a deadline; default 3s.
-	RequestTimeout time.Duration
+	RequestTimeout     time.Duration
 	CACert, Cert, Key  string
 	Username, Password string
 	Logger             *zap.Logger

@@ -35,6 +35,7 @@ type Manager struct {
 	lg     *zap.Logger
 	queue  chan Event
 	cur    atomic.Pointer[State]
+	next   atomic.Pointer[chan struct{}] // closed at the next publication
 	subsMu sync.Mutex
 	subs   []chan struct{}
 
@@ -79,6 +80,8 @@ func New(cfg Config) *Manager {
 		sources: map[string]*runningSource{}, raw: map[string]*rawSource{}, seed: map[string]map[string]int64{},
 	}
 	m.cur.Store(emptyState())
+	ch := make(chan struct{})
+	m.next.Store(&ch)
 	m.backup = newBackupWriter(cfg.BackupPath, m.lg)
 	m.applied = prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_state_events_applied_total", Help: "Events applied to the local state store."})
 	m.lastRev = prometheus.NewGauge(prometheus.GaugeOpts{Name: "cairn_state_last_revision", Help: "Highest etcd revision applied to the local state store."})
@@ -103,6 +106,10 @@ func (m *Manager) Subscribe() <-chan struct{} {
 	m.subsMu.Unlock()
 	return ch
 }
+
+// Changed returns a channel closed at the next publication: for short-lived
+// waiters that must not leave a subscription behind.
+func (m *Manager) Changed() <-chan struct{} { return *m.next.Load() }
 
 // LoadBackup replays the local backup file (if any) into the queue before the
 // watchers start; they then diff against it. Call before Start.
@@ -285,6 +292,8 @@ func allSynced(s *State, srcs []Source) bool {
 }
 
 func (m *Manager) notify() {
+	ch := make(chan struct{})
+	close(*m.next.Swap(&ch))
 	m.subsMu.Lock()
 	defer m.subsMu.Unlock()
 	for _, ch := range m.subs {

@@ -29,9 +29,15 @@ func TestReducers(t *testing.T) {
 		check func(t *testing.T, s *State)
 	}{
 		{"master put then delete", []Event{put(KindMaster, "", "", models.MasterRecord{NodeID: "a", Term: 7}, 7), del(KindMaster, "", "", 9)},
-			func(t *testing.T, s *State) { require.Nil(t, s.Master); require.EqualValues(t, 9, s.Revisions["master"]) }},
+			func(t *testing.T, s *State) {
+				require.Nil(t, s.Master)
+				require.EqualValues(t, 9, s.Revisions["master"])
+			}},
 		{"master put", []Event{put(KindMaster, "", "", models.MasterRecord{NodeID: "a", Term: 7}, 7)},
-			func(t *testing.T, s *State) { require.Equal(t, "a", s.Master.NodeID); require.EqualValues(t, 7, s.Master.Term) }},
+			func(t *testing.T, s *State) {
+				require.Equal(t, "a", s.Master.NodeID)
+				require.EqualValues(t, 7, s.Master.Term)
+			}},
 		{"databases upsert and delete", []Event{
 			put(KindDatabaseConfig, "", "db1", models.Database{Name: "db1", NumShards: 2}, 3),
 			put(KindDatabaseConfig, "", "db2", models.Database{Name: "db2"}, 4),
@@ -56,7 +62,10 @@ func TestReducers(t *testing.T) {
 			{Source: "isrc1", Kind: KindISR, Cluster: "c1", Removed: true}},
 			func(t *testing.T, s *State) { require.NotContains(t, s.ISR, "c1") }},
 		{"synced marks the source", []Event{{Source: "brokers", Type: coordinator.WatchSynced, Rev: 42}},
-			func(t *testing.T, s *State) { require.True(t, s.Synced["brokers"]); require.EqualValues(t, 42, s.Revisions["brokers"]) }},
+			func(t *testing.T, s *State) {
+				require.True(t, s.Synced["brokers"])
+				require.EqualValues(t, 42, s.Revisions["brokers"])
+			}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

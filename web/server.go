@@ -34,12 +34,17 @@ type Config struct {
 	State func() *statemachine.State
 	// EtcdUp reports whether etcd answered recently.
 	EtcdUp func() bool
+	// IsMaster reports whether this node currently holds a master term.
+	IsMaster func() bool
 	// Admin handles metadata changes; nil on nodes without the broker role.
 	Admin Admin
 	// Data handles writes and queries; nil until the data path exists.
 	Data Data
 	// Console serves the web console for paths outside the API; may be nil.
 	Console http.Handler
+	// Mount adds routes outside the public API (the storage node's
+	// replication endpoints).
+	Mount func(gin.IRouter)
 	// MaxBodyBytes caps request bodies; default 32 MiB.
 	MaxBodyBytes int64
 }
@@ -79,6 +84,9 @@ func New(cfg Config) *Server {
 	api.GET("/nodes", s.nodes)
 	api.GET("/explore", s.explore)
 	s.adminRoutes(api)
+	if cfg.Mount != nil {
+		cfg.Mount(e)
+	}
 	e.GET("/metrics", gin.WrapH(promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{})))
 	e.NoRoute(func(c *gin.Context) {
 		if strings.HasPrefix(c.Request.URL.Path, "/api/") || s.cfg.Console == nil {

@@ -11,7 +11,8 @@ import (
 )
 
 func (s *Server) health(c *gin.Context) {
-	c.JSON(http.StatusOK, gin.H{"status": "ok", "node_id": s.cfg.NodeID, "roles": s.cfg.Roles})
+	c.JSON(http.StatusOK, gin.H{"status": "ok", "node_id": s.cfg.NodeID, "roles": s.cfg.Roles,
+		"is_master": s.cfg.IsMaster != nil && s.cfg.IsMaster()})
 }
 
 // isReady: state came from etcd (every source listed once) or from the backup.

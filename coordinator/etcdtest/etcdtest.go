@@ -12,8 +12,8 @@ import (
 	"github.com/cairn-db/cairn/coordinator"
 	"github.com/cairn-db/cairn/coordinator/embedded"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
 )
 
 // FreePort returns a loopback port that was free a moment ago.

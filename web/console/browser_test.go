@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -35,6 +37,10 @@ type console struct {
 	api *fakeAPI
 	srv *httptest.Server
 	ctx context.Context
+
+	artifacts  string // directory for PNG screenshots
+	mu         sync.Mutex
+	exceptions []string
 }
 
 func newConsole(t testing.TB, api *fakeAPI) *console {
@@ -64,21 +70,45 @@ func newConsole(t testing.TB, api *fakeAPI) *console {
 		chromedp.WindowSize(1280, 860),
 	)
 	ctx, cancelCtx := chromedp.NewContext(actx)
-	t.Cleanup(func() {
-		cancelCtx()
-		cancelAlloc()
-	})
 	// The first Run starts the browser; it must not carry a timeout, which
 	// would end the browser with it.
 	require.NoError(t, chromedp.Do(ctx), "start Chromium")
 	c := &console{t: t, api: api, srv: srv, ctx: ctx}
-	dir := os.Getenv("CAIRN_ARTIFACTS")
-	if dir == "" {
-		dir = t.TempDir()
+
+	// Collect uncaught exceptions and unhandled rejections: a script error
+	// fails the test even when the page happens to look right.
+	messages := chromedp.Console(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for m, err := range messages {
+			if err != nil {
+				return
+			}
+			if m.IsException() {
+				c.mu.Lock()
+				c.exceptions = append(c.exceptions, m.String())
+				c.mu.Unlock()
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		cancelCtx()
+		cancelAlloc()
+		<-done
+	})
+	c.artifacts = os.Getenv("CAIRN_ARTIFACTS")
+	if c.artifacts == "" {
+		c.artifacts = t.TempDir()
 	}
 	// Registered after the browser's cleanup, so it runs first: the
 	// screenshot also shows the page as it was when a test failed.
-	t.Cleanup(func() { c.screenshot(dir) })
+	t.Cleanup(func() { c.screenshot("") })
+	t.Cleanup(func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		require.Empty(t, c.exceptions, "JavaScript exceptions in the console")
+	})
 	return c
 }
 
@@ -100,9 +130,17 @@ func (c *console) waitJS(expr string) {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(c.ctx, waitTimeout)
 	defer cancel()
-	_, err := chromedp.Run(ctx, chromedp.Poll[bool](expr,
-		chromedp.WithPollingInterval(25*time.Millisecond), chromedp.WithPollingTimeout(waitTimeout)))
-	require.NoError(c.t, err, "waiting for %s", expr)
+	for {
+		_, err := chromedp.Run(ctx, chromedp.Poll[bool](expr,
+			chromedp.WithPollingInterval(25*time.Millisecond), chromedp.WithPollingTimeout(waitTimeout)))
+		// Right after a navigation chromedp may still hold the old page's
+		// JavaScript context for a moment; the poll then runs again in the new one.
+		if err != nil && strings.Contains(err.Error(), "Cannot find context with specified id") && ctx.Err() == nil {
+			continue
+		}
+		require.NoError(c.t, err, "waiting for %s", expr)
+		return
+	}
 }
 
 func evalJS[T any](c *console, expr string) T {
@@ -116,7 +154,8 @@ func evalJS[T any](c *console, expr string) T {
 
 var unsafeName = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
 
-func (c *console) screenshot(dir string) {
+// screenshot saves the page as <test name>[-suffix].png in the artifacts dir.
+func (c *console) screenshot(suffix string) {
 	ctx, cancel := context.WithTimeout(c.ctx, waitTimeout)
 	defer cancel()
 	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
@@ -124,7 +163,11 @@ func (c *console) screenshot(dir string) {
 		c.t.Errorf("screenshot: %v", err)
 		return
 	}
-	file := filepath.Join(dir, unsafeName.ReplaceAllString(c.t.Name(), "_")+".png")
+	name := c.t.Name()
+	if suffix != "" {
+		name += "-" + suffix
+	}
+	file := filepath.Join(c.artifacts, unsafeName.ReplaceAllString(name, "_")+".png")
 	if err := os.WriteFile(file, png, 0o644); err != nil {
 		c.t.Errorf("write screenshot: %v", err)
 		return
@@ -145,7 +188,7 @@ func TestConsoleOverviewAndBanner(t *testing.T) {
 
 	c.waitJS(`document.getElementById("master").textContent === "n-1"`)
 	require.Contains(t, evalJS[string](c, `document.getElementById("master-sub").textContent`), "term 3")
-	require.Equal(t, "4", evalJS[string](c, `document.getElementById("storage-count").textContent`))
+	require.Equal(t, "6", evalJS[string](c, `document.getElementById("storage-count").textContent`), "4 default + 2 archive")
 	nodes := evalJS[string](c, `document.getElementById("storage-nodes").textContent`)
 	for _, id := range []string{"n-1", "n-2", "n-3", "n-4", "a-1"} {
 		require.Contains(t, nodes, id)
@@ -158,6 +201,7 @@ func TestConsoleOverviewAndBanner(t *testing.T) {
 		"etcd unreachable: showing the local copy of cluster state; metadata changes are refused until it returns")
 	c.waitJS(`document.querySelector("#storage-nodes .badge.drain") !== null`)
 	require.Equal(t, "etcd down", evalJS[string](c, `document.getElementById("etcd-pill").textContent`))
+	c.screenshot("degraded")
 
 	api.set(func(f *fakeAPI) { f.etcdDown = false })
 	c.waitJS(`document.getElementById("banner").hidden`)

@@ -14,9 +14,9 @@ import (
 	"time"
 )
 
-// FS holds the console assets: index.html, console.css and console.js.
+// FS holds the console assets: index.html, console.css, shardmap.js and console.js.
 //
-//go:embed index.html console.css console.js
+//go:embed index.html console.css shardmap.js console.js
 var FS embed.FS
 
 // AssetPrefix is the URL path under which the stylesheet and script are served.
@@ -33,7 +33,7 @@ type asset struct {
 // ever served, whatever else might later be embedded.
 var loadAssets = sync.OnceValue(func() map[string]asset {
 	out := make(map[string]asset)
-	for _, name := range []string{"index.html", "console.css", "console.js"} {
+	for _, name := range []string{"index.html", "console.css", "shardmap.js", "console.js"} {
 		b, err := FS.ReadFile(name)
 		if err != nil {
 			continue // cannot happen for embedded names; the file is then a 404

@@ -13,15 +13,30 @@
     health: null, ready: null, master: null, nodes: null, dbs: [], clusters: [],
     shards: null, shardsDb: "", apiError: "",
   };
-  let selectedDb = "";
+  const DB_KEY = "cairn.shard_db";
+  // Remembered across reloads so the first poll can fetch its shards at once.
+  let selectedDb = localStorage.getItem(DB_KEY) || "";
+  function selectDb(name) {
+    selectedDb = name;
+    if (name) localStorage.setItem(DB_KEY, name); else localStorage.removeItem(DB_KEY);
+  }
   const painted = {}; // element id -> HTML last written there
   // Exposed for tests and for operators curious about render cost.
-  const stats = { shardRenders: 0, shardFullRenders: 0, shardRowPatches: 0, lastShardRenderMs: 0 };
-  window.cairnConsole = { stats: stats, refresh: () => poll() };
+  // lastShard*Ms are cumulative from the start of a render: HTML built,
+  // parsed into the DOM, and (RenderMs) styled and laid out.
+  const stats = {
+    shardRenders: 0, shardFullRenders: 0, shardRowPatches: 0,
+    lastShardBuildMs: 0, lastShardParseMs: 0, lastShardRenderMs: 0,
+  };
+  window.cairnConsole = {
+    stats: stats,
+    refresh: () => poll(),
+    // redraw rebuilds the whole shard map from the data in hand and returns
+    // its cost in ms: a benchmark hook that leaves the network out.
+    redraw: () => { shardMap.reset(); renderShardMap(); return stats.lastShardRenderMs; },
+  };
 
-  const ESC = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
-  const esc = (s) => String(s == null ? "" : s).replace(/[&<>"']/g, (c) => ESC[c]);
-  const byName = (a, b) => String(a).localeCompare(String(b), undefined, { numeric: true });
+  const { esc, byName, drainButton } = CairnShardMap;
 
   // The API documents elected_at in unix ms and last_updated in unix µs;
   // started_at is not pinned down, so guess the unit from its magnitude.
@@ -111,8 +126,14 @@
     if (document.hidden) clearTimeout(timer); else poll();
   });
 
+  const shardsOf = (name) => getJSON("/databases/" + encodeURIComponent(name) + "/shards").then((r) => ({ name: name, r: r }));
+
   async function refresh() {
     try {
+      const wantShards = currentTab() === "shards";
+      // The selected database's shards come in the same round trip as the
+      // rest; only a database that has just vanished costs a second one.
+      const early = wantShards && selectedDb ? shardsOf(selectedDb).catch(() => null) : null;
       const [health, ready, master, nodes, dbs, clusters] = await Promise.all([
         getJSON("/health"), getJSON("/ready"), getJSON("/master"), getJSON("/nodes"),
         getJSON("/databases"), getJSON("/storage-clusters"),
@@ -123,12 +144,13 @@
       state.nodes = nodes.status === 200 ? nodes.body : state.nodes;
       if (dbs.status === 200) state.dbs = (dbs.body.databases || []).slice().sort((a, b) => byName(a.name, b.name));
       if (clusters.status === 200) state.clusters = clusters.body.storage_clusters || [];
-      if (!state.dbs.some((d) => d.name === selectedDb)) selectedDb = state.dbs.length ? state.dbs[0].name : "";
-      if (currentTab() === "shards" && selectedDb) {
-        const s = await getJSON("/databases/" + encodeURIComponent(selectedDb) + "/shards");
-        if (s.status === 200) {
-          state.shards = (s.body.shards || []).slice().sort((a, b) => a.id - b.id);
-          state.shardsDb = selectedDb;
+      if (!state.dbs.some((d) => d.name === selectedDb)) selectDb(state.dbs.length ? state.dbs[0].name : "");
+      if (wantShards && selectedDb) {
+        let s = early ? await early : null;
+        if (!s || s.name !== selectedDb) s = await shardsOf(selectedDb);
+        if (s.r.status === 200) {
+          state.shards = (s.r.body.shards || []).slice().sort((a, b) => a.id - b.id);
+          state.shardsDb = s.name;
         }
       }
       state.apiError = "";
@@ -180,7 +202,7 @@
     setText("broker-count", String(brokers.length));
     let rows = brokers.map((b) => "<tr><td>" + esc(b.node_id) + "</td><td>" + esc(b.address) +
       "</td><td class=num>" + ago(toMs(b.started_at)) + "</td></tr>").join("");
-    put("brokers", brokers.length ? "<table class=list><tr><th>Node</th><th>Address</th><th>Up for</th></tr>" + rows + "</table>" :
+    put("brokers", brokers.length ? "<table class=list><tr><th>Node</th><th>Address</th><th class=num>Up for</th></tr>" + rows + "</table>" :
       "<div class=empty>No live brokers.</div>");
 
     const storage = nodes.storage || {};
@@ -204,20 +226,15 @@
     setText("storage-count", String(total));
     setText("storage-sub", Object.keys(storage).length + " cluster(s)" + (draining ? " · " + draining + " draining" : ""));
     put("storage-nodes", total ? "<table class=list><tr><th>Cluster</th><th>Node</th><th>Address</th><th>Role</th>" +
-      "<th>Heartbeat age</th><th>Shards</th><th>Leads</th><th>State</th><th></th></tr>" + rows + "</table>" :
+      "<th class=num>Heartbeat age</th><th class=num>Shards</th><th class=num>Leads</th><th>State</th><th></th></tr>" + rows + "</table>" :
       "<div class=empty>No live storage nodes.</div>");
 
-    rows = state.clusters.map((c) => "<tr><td>" + esc(c.name) + "</td><td>" +
+    rows = state.clusters.slice().sort((a, b) => byName(a.name, b.name)).map((c) => "<tr><td>" + esc(c.name) + "</td><td>" +
       esc((c.etcd_endpoints || []).length ? c.etcd_endpoints.join(", ") : "same etcd") + "</td><td>" +
-      esc(c.namespace || "default") + "</td><td class=num>" + esc(c.live_nodes) + "</td><td class=num>" +
+      esc(c.namespace || "(cluster default)") + "</td><td class=num>" + esc(c.live_nodes) + "</td><td class=num>" +
       esc(c.shards) + "</td></tr>").join("");
     put("clusters", state.clusters.length ? "<table class=list><tr><th>Name</th><th>etcd</th><th>Namespace</th>" +
-      "<th>Live nodes</th><th>Shards</th></tr>" + rows + "</table>" : "<div class=empty>No storage clusters.</div>");
-  }
-
-  function drainButton(id, draining) {
-    return draining ? "<button type=button class=undrain data-node='" + esc(id) + "'>undrain</button>" :
-      "<button type=button class=drain data-node='" + esc(id) + "'>drain</button>";
+      "<th class=num>Live nodes</th><th class=num>Shards</th></tr>" + rows + "</table>" : "<div class=empty>No storage clusters.</div>");
   }
 
   function renderDatabases() {
@@ -225,12 +242,14 @@
       esc(d.name) + "'>" + esc(d.name) + "</a></td><td>" + esc(d.storage_cluster) + "</td><td class=num>" +
       esc(d.num_shards) + "</td><td class=num>" + esc(d.replica_factor) +
       "</td><td><button type=button class=delete data-db='" + esc(d.name) + "'>delete</button></td></tr>").join("");
-    put("db-list", state.dbs.length ? "<table class=list><tr><th>Name</th><th>Storage cluster</th><th>Shards</th>" +
-      "<th>Replica factor</th><th></th></tr>" + rows + "</table>" : "<div class=empty>No databases yet.</div>");
+    put("db-list", state.dbs.length ? "<table class=list><tr><th>Name</th><th>Storage cluster</th><th class=num>Shards</th>" +
+      "<th class=num>Replica factor</th><th></th></tr>" + rows + "</table>" : "<div class=empty>No databases yet.</div>");
 
     const sel = $("db-form").elements.storage_cluster;
     const names = state.clusters.length ? state.clusters.map((c) => c.name).sort(byName) : ["default"];
-    const keep = sel.value;
+    // Keep the operator's choice across refreshes; start on "default",
+    // the cluster standalone nodes create, when it exists.
+    const keep = painted.clusterOpts ? sel.value : "default";
     const opts = names.map((n) => "<option>" + esc(n) + "</option>").join("");
     if (painted.clusterOpts !== opts) {
       painted.clusterOpts = opts;
@@ -244,93 +263,17 @@
     if (dbSel.value !== selectedDb) dbSel.value = selectedDb;
   }
 
-  // The shard map is the one big region. A change of columns or shard set
-  // rebuilds it from one HTML string; otherwise only changed rows are replaced.
-  let mapKey = "", mapRows = [];
-  const SID_W = 52, NODE_W = 68, INFO_W = 150;
-
-  function shardColumns(db, shards) {
-    const live = ((state.nodes && state.nodes.storage) || {})[db.storage_cluster] || [];
-    const cols = live.map((n) => ({ id: n.node_id, draining: !!n.draining, gone: false }));
-    const seen = new Set(cols.map((c) => c.id));
-    shards.forEach((s) => (s.replicas || []).forEach((r) => {
-      if (!seen.has(r)) { seen.add(r); cols.push({ id: r, draining: false, gone: true }); }
-    }));
-    return cols.sort((a, b) => byName(a.id, b.id));
-  }
-
-  function shardRow(s, cols) {
-    const replicas = new Set(s.replicas || []);
-    const isr = new Set(s.isr || []);
-    const offline = s.status === "offline";
-    let html = "<tr" + (offline ? " class=offline" : "") + "><th class=sid>" + s.id + "</th>";
-    for (const c of cols) {
-      let role = "none", label = "";
-      if (replicas.has(c.id)) {
-        if (c.id === s.leader && !offline) { role = "leader"; label = "L"; }
-        else if (isr.has(c.id)) { role = "follower"; label = "F"; }
-        else { role = "stale"; label = "F"; }
-      }
-      html += "<td data-shard=" + s.id + " data-node='" + esc(c.id) + "' data-role=" + role +
-        (c.draining ? " class=dr>" : ">") + label + "</td>";
-    }
-    const info = offline ? "offline" + (s.reason ? ": " + s.reason : "") : "term " + s.term;
-    return html + "<td class=info>" + esc(info) + "</td></tr>";
-  }
+  const shardMap = CairnShardMap.create($("shard-map"), stats);
 
   function renderShardMap() {
-    const table = $("shard-map");
     const db = state.dbs.find((d) => d.name === selectedDb);
     if (!db || state.shardsDb !== selectedDb || !state.shards) {
-      if (mapKey !== "empty") {
-        mapKey = "empty"; mapRows = [];
-        table.innerHTML = "<tbody><tr><td class=info>" + (db ? "Loading shards..." : "No database selected.") + "</td></tr></tbody>";
-        setText("shard-summary", "");
-      }
+      shardMap.placeholder(db ? "Loading shards..." : "No database selected.");
+      setText("shard-summary", "");
       return;
     }
-    const t0 = performance.now();
-    const shards = state.shards;
-    const cols = shardColumns(db, shards);
-    const key = db.name + "|" + cols.map((c) => c.id + (c.draining ? "+d" : "") + (c.gone ? "+g" : "")).join(",") +
-      "|" + shards.map((s) => s.id).join(",");
-    const rows = shards.map((s) => shardRow(s, cols));
-    stats.buildMs = performance.now() - t0;
-    if (key !== mapKey) {
-      let head = "<thead><tr><th class=sid>shard</th>";
-      for (const c of cols) {
-        head += "<th data-node='" + esc(c.id) + "' class='" + (c.draining ? "dr" : "") + (c.gone ? " gone" : "") +
-          "' title='" + esc(c.id) + (c.draining ? " (draining)" : "") + (c.gone ? " (not live)" : "") +
-          "'><span class=nid>" + esc(c.id) + "</span>" + (c.gone ? "<span class='badge down'>down</span>" : drainButton(c.id, c.draining)) + "</th>";
-      }
-      // Fixed layout sizes columns from the <col> widths alone instead of
-      // measuring 10,000 cells, which is most of the cost of a large map.
-      table.style.width = (SID_W + cols.length * NODE_W + INFO_W) + "px";
-      table.innerHTML = "<colgroup><col style='width:" + SID_W + "px'>" +
-        ("<col style='width:" + NODE_W + "px'>").repeat(cols.length) + "<col style='width:" + INFO_W + "px'></colgroup>" +
-        head + "<th class=info>state</th></tr></thead><tbody>" + rows.join("") + "</tbody>";
-      mapKey = key;
-      stats.parseMs = performance.now() - t0;
-      stats.shardFullRenders++;
-    } else {
-      const body = table.tBodies[0];
-      for (let i = 0; i < rows.length; i++) {
-        if (rows[i] !== mapRows[i]) { body.rows[i].outerHTML = rows[i]; stats.shardRowPatches++; }
-      }
-    }
-    mapRows = rows;
-    void table.offsetHeight; // include style and layout in the measured cost
-    stats.lastShardRenderMs = performance.now() - t0;
-    stats.shardRenders++;
-
-    let offline = 0, stale = 0;
-    for (const s of shards) {
-      if (s.status === "offline") offline++;
-      const isr = new Set(s.isr || []);
-      for (const r of s.replicas || []) if (!isr.has(r)) stale++;
-    }
-    setText("shard-summary", shards.length + " shards × " + cols.length + " nodes · replica factor " + db.replica_factor +
-      " · " + offline + " offline · " + stale + " out-of-sync replicas");
+    const live = ((state.nodes && state.nodes.storage) || {})[db.storage_cluster] || [];
+    setText("shard-summary", shardMap.render(db, state.shards, live));
   }
 
   // ---- navigation ----
@@ -393,7 +336,7 @@
       await mutate("POST", "/databases", body);
       err.hidden = true;
       f.name.value = "";
-      selectedDb = body.name;
+      selectDb(body.name);
       notice("Database " + body.name + " created: " + body.num_shards + " shards × " + body.replica_factor + " replicas.");
     } catch (ex) {
       err.textContent = ex.message;
@@ -406,7 +349,7 @@
   let deleting = "";
   $("db-list").addEventListener("click", (e) => {
     const show = e.target.closest("[data-show-db]");
-    if (show) { selectedDb = show.dataset.showDb; return; }
+    if (show) { selectDb(show.dataset.showDb); return; }
     const del = e.target.closest("button.delete");
     if (!del) return;
     deleting = del.dataset.db;
@@ -450,7 +393,7 @@
     if (b) drain(b);
   });
 
-  $("shard-db").addEventListener("change", (e) => { selectedDb = e.target.value; $("shard-action").hidden = true; poll(); });
+  $("shard-db").addEventListener("change", (e) => { selectDb(e.target.value); $("shard-action").hidden = true; poll(); });
 
   $("shard-map").addEventListener("click", (e) => {
     const b = e.target.closest("button.drain, button.undrain");

@@ -37,6 +37,7 @@ func TestHandlerServesAssets(t *testing.T) {
 		{"/", "text/html; charset=utf-8", `id="shard-map"`},
 		{"/console/console.css", "text/css; charset=utf-8", "--leader"},
 		{"/console/console.js", "text/javascript; charset=utf-8", "/api/v1"},
+		{"/console/shardmap.js", "text/javascript; charset=utf-8", "CairnShardMap"},
 	}
 	for _, c := range cases {
 		t.Run(c.path, func(t *testing.T) {
@@ -63,7 +64,7 @@ func TestHandlerPageReferencesServedAssets(t *testing.T) {
 	srv := httptest.NewServer(Handler())
 	defer srv.Close()
 	_, page := get(t, srv, http.MethodGet, "/", nil)
-	for _, ref := range []string{`href="/console/console.css"`, `src="/console/console.js"`} {
+	for _, ref := range []string{`href="/console/console.css"`, `src="/console/shardmap.js"`, `src="/console/console.js"`} {
 		require.Contains(t, page, ref)
 	}
 }

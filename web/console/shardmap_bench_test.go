@@ -40,7 +40,7 @@ func firstRender(c *console) float64 {
 func TestConsoleLargeShardMap(t *testing.T) {
 	c := newConsole(t, bigCluster())
 	ms := firstRender(c)
-	t.Logf("first render of 1,000 shards x 10 nodes: %.1f ms %v", ms, evalJS[map[string]float64](c, `cairnConsole.stats`))
+	t.Logf("first render of 1,000 shards x 10 nodes: %.1f ms (stats %v)", ms, evalJS[map[string]float64](c, `cairnConsole.stats`))
 	require.Equal(t, 1000, evalJS[int](c, cellsJS(`[data-role=leader]`))+
 		evalJS[int](c, `document.querySelectorAll("#shard-map tr.offline").length`))
 	require.Equal(t, 11, evalJS[int](c, `document.querySelectorAll("#shard-map tr.offline").length`))

@@ -1,0 +1,44 @@
+# Cairn: run `make run` for a standalone node, `make test` for the test suite.
+GO          ?= go
+GOBIN       := $(shell $(GO) env GOPATH)/bin
+STATICCHECK := $(GOBIN)/staticcheck
+STATICCHECK_VERSION := v0.8.2
+VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS     := -X main.version=$(VERSION)
+TEST_TIMEOUT ?= 12m
+
+.PHONY: build run test fmt-check vet staticcheck unit bench clean
+
+build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/cairn ./cmd/cairn
+
+# A standalone node: embedded etcd, master, broker and storage in one process,
+# data in ./cairn-data, API and console on http://127.0.0.1:9000.
+run: build
+	./bin/cairn --role standalone --data-dir ./cairn-data --http-addr 127.0.0.1:9000
+
+test: fmt-check vet staticcheck unit
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet ./...
+
+$(STATICCHECK):
+	$(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+staticcheck: $(STATICCHECK)
+	$(STATICCHECK) ./...
+
+unit:
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+# Benchmarks quoted in BENCHMARKS.md.
+bench: build
+	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 ./statemachine/ ./coordinator/... ./storage/... ./backup/
+	./bin/cairn simulate --nodes 1000 --shards 100000 --replicas 3 --add-nodes 1
+
+clean:
+	rm -rf bin

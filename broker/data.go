@@ -1,0 +1,303 @@
+package broker
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cairn-db/cairn/models"
+	"github.com/cairn-db/cairn/statemachine"
+	"github.com/cairn-db/cairn/storage/engine"
+	"github.com/cairn-db/cairn/storage/lineproto"
+	"github.com/cairn-db/cairn/web"
+)
+
+// Data is the broker's data plane: it hashes series to shards, sends each
+// shard's points to its leader at the published term, retries on a stale
+// term or a dead leader once the state moves on, and fans queries out.
+type Data struct {
+	State   func() *statemachine.State
+	Changed func() <-chan struct{} // a fresh subscription to state changes
+	Client  *http.Client
+	// RetryFor bounds how long a write keeps retrying a shard; default 10s.
+	RetryFor time.Duration
+	Now      func() time.Time
+}
+
+var _ web.Data = (*Data)(nil)
+
+// RouteView is GET /route's answer.
+type RouteView struct {
+	Shard  int       `json:"shard"`
+	Leader LeaderRef `json:"leader"`
+	Term   int64     `json:"term"`
+	Status string    `json:"status"`
+}
+
+// LeaderRef names a shard leader.
+type LeaderRef struct {
+	NodeID  string `json:"node_id"`
+	Address string `json:"address"`
+}
+
+type target struct {
+	shard   int
+	leader  string
+	address string
+	term    int64
+	online  bool
+}
+
+func (d *Data) database(st *statemachine.State, db string) (models.Database, error) {
+	if db == "" {
+		return models.Database{}, bad("missing db parameter")
+	}
+	cfg, ok := st.Databases[db]
+	if !ok {
+		return cfg, fmt.Errorf("%w: database %q", models.ErrNotFound, db)
+	}
+	return cfg, nil
+}
+
+func (d *Data) target(st *statemachine.State, cfg models.Database, shard int) target {
+	t := target{shard: shard}
+	s, ok := st.ShardState(cfg.Name, shard)
+	if !ok {
+		return t
+	}
+	t.leader, t.term = s.Leader, s.Term
+	if n, live := st.Nodes[cfg.StorageCluster][s.Leader]; live && s.Status == models.StatusOnline {
+		t.address, t.online = n.NodeAddress, true
+	}
+	return t
+}
+
+// Route implements web.Data.
+func (d *Data) Route(db, series string) (any, error) {
+	st := d.State()
+	cfg, err := d.database(st, db)
+	if err != nil {
+		return nil, err
+	}
+	if series == "" {
+		return nil, bad("missing series parameter")
+	}
+	t := d.target(st, cfg, lineproto.ShardOf(series, cfg.NumShards))
+	status := models.StatusOnline
+	if !t.online {
+		status = models.StatusOffline
+	}
+	return RouteView{Shard: t.shard, Leader: LeaderRef{NodeID: t.leader, Address: t.address}, Term: t.term, Status: status}, nil
+}
+
+// Write implements web.Data: 204 means every shard's batch is durable on its
+// in-sync replicas.
+func (d *Data) Write(ctx context.Context, db, precision string, body []byte) error {
+	st := d.State()
+	cfg, err := d.database(st, db)
+	if err != nil {
+		return err
+	}
+	now := time.Now
+	if d.Now != nil {
+		now = d.Now
+	}
+	points, err := lineproto.Parse(body, precision, now().UnixNano())
+	if err != nil {
+		return fmt.Errorf("%w: %v", models.ErrBadInput, err)
+	}
+	if len(points) == 0 {
+		return nil
+	}
+	groups := map[int][]lineproto.Point{}
+	for _, p := range points {
+		s := lineproto.ShardOf(p.SeriesKey(), cfg.NumShards)
+		groups[s] = append(groups[s], p)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, len(groups))
+	for shard, pts := range groups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := d.writeShard(ctx, cfg, shard, pts); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs // nil when every shard succeeded
+}
+
+// writeShard sends one shard's points to its leader, retrying while the state
+// catches up with a failover (stale term, leader gone, in-sync set shrinking).
+func (d *Data) writeShard(ctx context.Context, cfg models.Database, shard int, pts []lineproto.Point) error {
+	retryFor := d.RetryFor
+	if retryFor == 0 {
+		retryFor = 10 * time.Second
+	}
+	deadline := time.Now().Add(retryFor)
+	changed := d.Changed()
+	var lastErr error
+	for attempt := 0; ; attempt++ {
+		t := d.target(d.State(), cfg, shard)
+		if t.online {
+			body, _ := engine.Entry{Term: uint64(t.term), Points: pts}.MarshalBinary()
+			status, msg, err := d.post(ctx, fmt.Sprintf("http://%s/internal/v1/shards/%s/%d/write?term=%d", t.address, cfg.Name, shard, t.term), body)
+			switch {
+			case err == nil && status == http.StatusNoContent:
+				return nil
+			case err != nil:
+				lastErr = fmt.Errorf("%w: shard %d leader %s unreachable: %v", models.ErrUnavailable, shard, t.leader, err)
+			case status == http.StatusServiceUnavailable && strings.Contains(msg, "minimum"):
+				return fmt.Errorf("%w: %s", models.ErrUnavailable, msg)
+			default:
+				lastErr = fmt.Errorf("%w: shard %d: leader %s answered %d: %s", models.ErrUnavailable, shard, t.leader, status, msg)
+			}
+		} else {
+			lastErr = fmt.Errorf("%w: shard %d of %q is offline (no live leader)", models.ErrUnavailable, shard, cfg.Name)
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return lastErr
+		}
+		// Wait for the state to move (a new leader or term), or a short
+		// back-off in case the leader just needs a moment.
+		wait := time.NewTimer(min(time.Duration(attempt+1)*50*time.Millisecond, 500*time.Millisecond))
+		select {
+		case <-ctx.Done():
+			wait.Stop()
+			return lastErr
+		case <-changed:
+		case <-wait.C:
+		}
+		wait.Stop()
+	}
+}
+
+func (d *Data) post(ctx context.Context, u string, body []byte) (int, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
+	if err != nil {
+		return 0, "", err
+	}
+	req.Header.Set("Content-Type", "application/octet-stream")
+	resp, err := d.Client.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	return resp.StatusCode, errMessage(msg), nil
+}
+
+func errMessage(body []byte) string {
+	var env struct {
+		Error struct{ Message string } `json:"error"`
+	}
+	if json.Unmarshal(body, &env) == nil && env.Error.Message != "" {
+		return env.Error.Message
+	}
+	return string(body)
+}
+
+// QueryResult is GET /query's answer.
+type QueryResult struct {
+	Series []engine.Series `json:"series"`
+}
+
+// Query implements web.Data: every shard leader answers for its series.
+func (d *Data) Query(ctx context.Context, q web.Query) (any, error) {
+	st := d.State()
+	cfg, err := d.database(st, q.DB)
+	if err != nil {
+		return nil, err
+	}
+	if q.Metric == "" {
+		return nil, bad("missing metric parameter")
+	}
+	if q.End < q.Start {
+		return nil, bad("end %d is before start %d", q.End, q.Start)
+	}
+	v := url.Values{}
+	v.Set("metric", q.Metric)
+	v.Set("start", strconv.FormatInt(q.Start, 10))
+	v.Set("end", strconv.FormatInt(q.End, 10))
+	for k, val := range q.Tags {
+		v.Add("tag", k+":"+val)
+	}
+	var mu sync.Mutex
+	var out []engine.Series
+	var firstErr error
+	var wg sync.WaitGroup
+	for shard := 0; shard < cfg.NumShards; shard++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			series, err := d.queryShard(ctx, st, cfg, shard, v.Encode())
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil && firstErr == nil {
+				firstErr = err
+			}
+			out = append(out, series...)
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	sort.Slice(out, func(i, j int) bool { return seriesKey(out[i]) < seriesKey(out[j]) })
+	if out == nil {
+		out = []engine.Series{}
+	}
+	return QueryResult{Series: out}, nil
+}
+
+func seriesKey(s engine.Series) string {
+	keys := make([]string, 0, len(s.Tags))
+	for k := range s.Tags {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	b.WriteString(s.Metric)
+	for _, k := range keys {
+		b.WriteString("," + k + "=" + s.Tags[k])
+	}
+	return b.String()
+}
+
+func (d *Data) queryShard(ctx context.Context, st *statemachine.State, cfg models.Database, shard int, query string) ([]engine.Series, error) {
+	t := d.target(st, cfg, shard)
+	if !t.online {
+		return nil, fmt.Errorf("%w: shard %d of %q is offline", models.ErrUnavailable, shard, cfg.Name)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s/internal/v1/shards/%s/%d/query?%s", t.address, cfg.Name, shard, query), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := d.Client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%w: shard %d leader unreachable: %v", models.ErrUnavailable, shard, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return nil, fmt.Errorf("%w: shard %d: %s", models.ErrUnavailable, shard, errMessage(msg))
+	}
+	var series []engine.Series
+	if err := json.NewDecoder(resp.Body).Decode(&series); err != nil {
+		return nil, fmt.Errorf("shard %d answer: %w", shard, err)
+	}
+	return series, nil
+}

@@ -1,0 +1,132 @@
+package storage
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/cairn-db/cairn/storage/engine"
+	"go.uber.org/zap"
+)
+
+// follow pulls the leader's log from our last txn id until the role changes:
+// a diverged tail is truncated, a replica too far behind gets a full sync.
+func (r *replica) follow(ctx context.Context, d desired) {
+	backoff := 50 * time.Millisecond
+	for ctx.Err() == nil {
+		err := r.pullOnce(ctx, d)
+		if err == nil {
+			backoff = 50 * time.Millisecond
+			continue
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		r.lg.Debug("fetch from leader failed", zap.String("leader", d.leader), zap.Error(err))
+		r.sleep(ctx, backoff)
+		backoff = min(backoff*2, time.Second)
+	}
+}
+
+func (r *replica) pullOnce(ctx context.Context, d desired) error {
+	last := r.eng.LastTxnID()
+	lastTerm := r.eng.LastTerm()
+	q := url.Values{}
+	q.Set("term", strconv.FormatInt(d.term, 10))
+	q.Set("node", r.h.nodeID)
+	q.Set("after", strconv.FormatUint(last, 10))
+	q.Set("after_term", strconv.FormatUint(lastTerm, 10))
+	q.Set("wait_ms", "500")
+	u := fmt.Sprintf("http://%s/internal/v1/shards/%s/%d/log?%s", d.address, r.db, r.shard, q.Encode())
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := r.h.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return r.applyStream(resp.Body)
+	case http.StatusResetContent: // truncate
+		to, err := strconv.ParseUint(resp.Header.Get("X-Cairn-Truncate-To"), 10, 64)
+		if err != nil {
+			return fmt.Errorf("bad truncate answer: %w", err)
+		}
+		r.applyMu.Lock()
+		err = r.eng.TruncateAfter(to)
+		r.applyMu.Unlock()
+		if errors.Is(err, engine.ErrCompacted) {
+			return r.fullSync(ctx, d)
+		}
+		if err == nil {
+			r.lg.Info("truncated divergent tail", zap.Uint64("after", to), zap.Uint64("was", last))
+		}
+		return err
+	case http.StatusGone:
+		return r.fullSync(ctx, d)
+	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	return fmt.Errorf("leader answered %d: %s", resp.StatusCode, body)
+}
+
+// applyStream applies length-prefixed encoded entries in order.
+func (r *replica) applyStream(body io.Reader) error {
+	br := bufio.NewReaderSize(body, 64<<10)
+	for {
+		n, err := binary.ReadUvarint(br)
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		buf := make([]byte, n)
+		if _, err := io.ReadFull(br, buf); err != nil {
+			return err
+		}
+		var e engine.Entry
+		if err := e.UnmarshalBinary(buf); err != nil {
+			return err
+		}
+		r.applyMu.Lock()
+		err = r.eng.Apply(e)
+		r.applyMu.Unlock()
+		if err != nil {
+			return fmt.Errorf("apply txn %d: %w", e.TxnID, err)
+		}
+	}
+}
+
+// fullSync replaces the local replica with the leader's snapshot.
+func (r *replica) fullSync(ctx context.Context, d desired) error {
+	u := fmt.Sprintf("http://%s/internal/v1/shards/%s/%d/snapshot?term=%d", d.address, r.db, r.shard, d.term)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := r.h.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("snapshot: leader answered %d", resp.StatusCode)
+	}
+	r.applyMu.Lock()
+	defer r.applyMu.Unlock()
+	if err := r.eng.Restore(resp.Body); err != nil {
+		return fmt.Errorf("restore snapshot: %w", err)
+	}
+	r.lg.Info("full sync from leader done", zap.String("leader", d.leader), zap.Uint64("last_txn_id", r.eng.LastTxnID()))
+	return nil
+}

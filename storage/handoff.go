@@ -1,0 +1,74 @@
+package storage
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// TransferFunc asks the master to move a shard's leadership to node.
+type TransferFunc func(ctx context.Context, db string, shard int, node string) error
+
+// Handoff prepares a graceful stop: every shard this node leads is handed to
+// its most caught-up in-sync follower, and every shard it follows drops it
+// from the in-sync set, so a rolling restart fails no write. It returns when
+// done or when ctx ends.
+func (h *Host) Handoff(ctx context.Context, transfer TransferFunc) {
+	h.mu.RLock()
+	reps := make([]*replica, 0, len(h.replicas))
+	for _, r := range h.replicas {
+		reps = append(reps, r)
+	}
+	h.mu.RUnlock()
+	var led []*replica
+	for _, r := range reps {
+		r.mu.Lock()
+		w := r.want
+		target, best := "", uint64(0)
+		if w.role == roleLeader {
+			for _, n := range r.isr {
+				if n != h.nodeID && (target == "" || r.acked[n] > best) {
+					target, best = n, r.acked[n]
+				}
+			}
+		}
+		r.mu.Unlock()
+		switch w.role {
+		case roleLeader:
+			if target == "" {
+				continue // no in-sync follower: the shard goes offline with us
+			}
+			if err := transfer(ctx, r.db, r.shard, target); err != nil {
+				h.lg.Warn("leadership handoff refused", zap.String("shard", r.id), zap.String("to", target), zap.Error(err))
+				continue
+			}
+			led = append(led, r)
+		case roleFollower:
+			u := fmt.Sprintf("http://%s/internal/v1/shards/%s/%d/leave?term=%d&node=%s", w.address, r.db, r.shard, w.term, h.nodeID)
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, nil)
+			if err == nil {
+				if resp, err := h.client.Do(req); err == nil {
+					resp.Body.Close()
+				}
+			}
+		}
+	}
+	// Wait until the new leaders are published and we stopped leading.
+	for _, r := range led {
+		for ctx.Err() == nil {
+			r.mu.Lock()
+			leading := r.want.role == roleLeader
+			r.mu.Unlock()
+			if !leading {
+				break
+			}
+			h.reconcile()
+			r.sleep(ctx, 20*time.Millisecond)
+		}
+	}
+	h.lg.Info("handoff done", zap.Int("leaderships_moved", len(led)), zap.Int("replicas", len(reps)))
+}
+

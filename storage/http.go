@@ -1,0 +1,182 @@
+package storage
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cairn-db/cairn/storage/engine"
+	"github.com/gin-gonic/gin"
+	"go.uber.org/zap"
+)
+
+// The internal replication and data API of a storage node, under
+// /internal/v1/shards/{db}/{shard}/...:
+//   POST .../write?term=T            body: one encoded engine.Entry (txn 0); 204 once durable on the in-sync replicas
+//   GET  .../log?term&node&after&after_term&wait_ms   followers' pull; 200 length-prefixed entries,
+//        205 + X-Cairn-Truncate-To (diverged log), 410 (full sync needed)
+//   GET  .../snapshot?term=T          the full replica
+//   POST .../leave?term=T&node=N      a stopping follower leaves the in-sync set
+//   GET  .../query?metric&start&end&tag=k:v   JSON []engine.Series
+// 409 means a stale term (the caller refreshes its view), 404 a shard not hosted.
+
+// Routes mounts the internal API.
+func (h *Host) Routes(r gin.IRouter) {
+	g := r.Group("/internal/v1/shards/:db/:shard")
+	g.POST("/write", h.handleWrite)
+	g.GET("/log", h.handleLog)
+	g.GET("/snapshot", h.handleSnapshot)
+	g.POST("/leave", h.handleLeave)
+	g.GET("/query", h.handleQuery)
+}
+
+func errStatus(err error) int {
+	switch {
+	case errors.Is(err, ErrStaleTerm):
+		return http.StatusConflict
+	case errors.Is(err, ErrNotHosted):
+		return http.StatusNotFound
+	case errors.Is(err, ErrNotEnoughISR), errors.Is(err, ErrAckTimeout):
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+func replyErr(c *gin.Context, err error) {
+	c.AbortWithStatusJSON(errStatus(err), gin.H{"error": gin.H{"code": "storage", "message": err.Error()}})
+}
+
+func (h *Host) replicaOf(c *gin.Context) (*replica, bool) {
+	shard, err := strconv.Atoi(c.Param("shard"))
+	if err != nil {
+		c.AbortWithStatusJSON(http.StatusBadRequest, gin.H{"error": gin.H{"code": "bad_request", "message": "bad shard id"}})
+		return nil, false
+	}
+	r := h.get(c.Param("db"), shard)
+	if r == nil {
+		replyErr(c, fmt.Errorf("%w: %s/%d on %s", ErrNotHosted, c.Param("db"), shard, h.nodeID))
+		return nil, false
+	}
+	return r, true
+}
+
+func queryInt(c *gin.Context, name string) int64 {
+	v, _ := strconv.ParseInt(c.Query(name), 10, 64)
+	return v
+}
+
+func (h *Host) handleWrite(c *gin.Context) {
+	r, ok := h.replicaOf(c)
+	if !ok {
+		return
+	}
+	body, err := io.ReadAll(c.Request.Body)
+	if err != nil {
+		replyErr(c, err)
+		return
+	}
+	var e engine.Entry
+	if err := e.UnmarshalBinary(body); err != nil {
+		c.AbortWithStatusJSON(http.StatusBadRequest, gin.H{"error": gin.H{"code": "bad_request", "message": err.Error()}})
+		return
+	}
+	if err := r.write(c, queryInt(c, "term"), e.Points); err != nil {
+		replyErr(c, err)
+		return
+	}
+	c.Status(http.StatusNoContent)
+}
+
+func (h *Host) handleLog(c *gin.Context) {
+	r, ok := h.replicaOf(c)
+	if !ok {
+		return
+	}
+	after, _ := strconv.ParseUint(c.Query("after"), 10, 64)
+	afterTerm, _ := strconv.ParseUint(c.Query("after_term"), 10, 64)
+	wait := time.Duration(min(queryInt(c, "wait_ms"), 5000)) * time.Millisecond
+	res, err := r.fetch(c, queryInt(c, "term"), c.Query("node"), after, afterTerm, 64, wait)
+	if err != nil {
+		replyErr(c, err)
+		return
+	}
+	switch {
+	case res.fullSync:
+		c.Status(http.StatusGone)
+		return
+	case res.truncateTo != nil:
+		c.Header("X-Cairn-Truncate-To", strconv.FormatUint(*res.truncateTo, 10))
+		c.Status(http.StatusResetContent)
+		return
+	}
+	c.Status(http.StatusOK)
+	c.Header("Content-Type", "application/octet-stream")
+	var buf []byte
+	for _, e := range res.entries {
+		data, _ := e.MarshalBinary()
+		buf = binary.AppendUvarint(buf[:0], uint64(len(data)))
+		if _, err := c.Writer.Write(buf); err != nil {
+			return
+		}
+		if _, err := c.Writer.Write(data); err != nil {
+			return
+		}
+	}
+}
+
+func (h *Host) handleSnapshot(c *gin.Context) {
+	r, ok := h.replicaOf(c)
+	if !ok {
+		return
+	}
+	r.mu.Lock()
+	leading := r.want.role == roleLeader && r.want.term == queryInt(c, "term")
+	r.mu.Unlock()
+	if !leading {
+		replyErr(c, fmt.Errorf("%w: not leading %s at that term", ErrStaleTerm, r.id))
+		return
+	}
+	c.Status(http.StatusOK)
+	c.Header("Content-Type", "application/octet-stream")
+	if err := r.eng.Snapshot(c.Writer); err != nil {
+		h.lg.Warn("snapshot failed", zap.String("shard", r.id), zap.Error(err))
+	}
+}
+
+func (h *Host) handleLeave(c *gin.Context) {
+	r, ok := h.replicaOf(c)
+	if !ok {
+		return
+	}
+	if err := r.leave(c, queryInt(c, "term"), c.Query("node")); err != nil {
+		replyErr(c, err)
+		return
+	}
+	c.Status(http.StatusNoContent)
+}
+
+func (h *Host) handleQuery(c *gin.Context) {
+	r, ok := h.replicaOf(c)
+	if !ok {
+		return
+	}
+	match := map[string]string{}
+	for _, t := range c.QueryArray("tag") {
+		k, v, _ := strings.Cut(t, ":")
+		match[k] = v
+	}
+	series, err := r.eng.Query(c.Query("metric"), match, queryInt(c, "start"), queryInt(c, "end"))
+	if err != nil {
+		replyErr(c, err)
+		return
+	}
+	if series == nil {
+		series = []engine.Series{}
+	}
+	c.JSON(http.StatusOK, series)
+}

@@ -1,0 +1,426 @@
+package storage
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/cairn-db/cairn/coordinator"
+	"github.com/cairn-db/cairn/models"
+	"github.com/cairn-db/cairn/storage/engine"
+	"github.com/cairn-db/cairn/storage/lineproto"
+	"go.uber.org/zap"
+)
+
+// Errors of the replication protocol.
+var (
+	// ErrStaleTerm: the request's term is not this replica's leadership term.
+	ErrStaleTerm = errors.New("storage: stale term")
+	// ErrNotHosted: this node holds no replica of the shard.
+	ErrNotHosted = errors.New("storage: shard not hosted here")
+	// ErrNotEnoughISR: fewer in-sync replicas than the configured minimum.
+	ErrNotEnoughISR = errors.New("storage: not enough in-sync replicas")
+	// ErrAckTimeout: the in-sync replicas did not confirm in time.
+	ErrAckTimeout = errors.New("storage: in-sync replicas did not confirm in time")
+)
+
+type role int
+
+const (
+	roleIdle role = iota // assigned, but no leader published (offline)
+	roleLeader
+	roleFollower
+)
+
+// desired is what the published state says this replica should be.
+type desired struct {
+	role     role
+	term     int64
+	leader   string // leader node id (followers)
+	address  string // leader address (followers)
+	replicas []string
+}
+
+// replica is one shard replica on this node.
+type replica struct {
+	h     *Host
+	db    string
+	shard int
+	id    string // "db/shard"
+	eng   engine.Shard
+	lg    *zap.Logger
+
+	applyMu sync.Mutex // serialises Apply, TruncateAfter and Restore
+
+	mu      sync.Mutex
+	want    desired
+	cancel  context.CancelFunc // of the current role's goroutines
+	done    chan struct{}
+	isr     []string             // leader: the in-sync set, as persisted
+	acked   map[string]uint64    // leader: highest txn each follower confirmed
+	seen    map[string]time.Time // leader: last fetch per follower
+	changed chan struct{}        // closed and replaced on every append, ack or ISR change
+}
+
+func newReplica(h *Host, db string, shard int, eng engine.Shard) *replica {
+	id := models.ShardID(db, shard)
+	return &replica{h: h, db: db, shard: shard, id: id, eng: eng, changed: make(chan struct{}),
+		lg: h.lg.With(zap.String("db", db), zap.Int("shard", shard))}
+}
+
+// broadcast wakes everyone waiting on r.changed. Call with r.mu held.
+func (r *replica) broadcastLocked() {
+	close(r.changed)
+	r.changed = make(chan struct{})
+}
+
+// setDesired switches role when the published state changed.
+func (r *replica) setDesired(d desired) {
+	r.mu.Lock()
+	same := r.want.role == d.role && r.want.term == d.term && r.want.leader == d.leader && r.want.address == d.address
+	if same {
+		r.want.replicas = d.replicas
+		r.mu.Unlock()
+		return
+	}
+	cancel, done := r.cancel, r.done
+	r.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.want = d
+	ctx, c := context.WithCancel(context.Background())
+	r.cancel, r.done = c, make(chan struct{})
+	r.isr, r.acked, r.seen = nil, map[string]uint64{}, map[string]time.Time{}
+	r.broadcastLocked()
+	done = r.done
+	switch d.role {
+	case roleLeader:
+		r.lg.Info("leading shard", zap.Int64("term", d.term), zap.Uint64("last_txn_id", r.eng.LastTxnID()))
+		go func() { defer close(done); r.lead(ctx, d) }()
+	case roleFollower:
+		r.lg.Info("following shard", zap.Int64("term", d.term), zap.String("leader", d.leader))
+		go func() { defer close(done); r.follow(ctx, d) }()
+	default:
+		close(done)
+	}
+}
+
+// stop ends the role's goroutines.
+func (r *replica) stop() {
+	r.mu.Lock()
+	cancel, done := r.cancel, r.done
+	r.cancel = nil
+	r.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+}
+
+// --- leader side ---
+
+// lead maintains the in-sync set while this replica leads: it publishes the
+// initial set, drops followers that lag past the bound and re-adds them once
+// caught up. Removal is persisted before it takes effect (so the master never
+// elects a replica that misses an acknowledged write); additions take effect
+// before they are persisted (only making acknowledgement stricter).
+func (r *replica) lead(ctx context.Context, d desired) {
+	st := r.h.state()
+	initial := []string{r.h.nodeID}
+	if set, ok := st.ISR[r.h.cluster][r.id]; ok {
+		for _, n := range set.Replicas {
+			_, live := st.Nodes[r.h.cluster][n]
+			if n != r.h.nodeID && live && slices.Contains(d.replicas, n) {
+				initial = append(initial, n)
+			}
+		}
+	} else {
+		// No set was ever published: every replica is empty and in sync.
+		for _, n := range d.replicas {
+			if _, live := st.Nodes[r.h.cluster][n]; n != r.h.nodeID && live {
+				initial = append(initial, n)
+			}
+		}
+	}
+	now := time.Now()
+	r.mu.Lock()
+	for _, n := range initial {
+		r.seen[n] = now
+	}
+	r.mu.Unlock()
+	for ctx.Err() == nil {
+		if err := r.persistISR(ctx, d.term, initial); err == nil {
+			break
+		} else if errors.Is(err, ErrStaleTerm) {
+			r.lg.Warn("a newer term owns the in-sync set; not leading", zap.Int64("term", d.term))
+			return
+		}
+		r.sleep(ctx, 200*time.Millisecond)
+	}
+	r.mu.Lock()
+	r.isr = initial
+	r.broadcastLocked()
+	r.mu.Unlock()
+
+	t := time.NewTicker(r.h.cfg.LagBound / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		r.maintainISR(ctx, d)
+	}
+}
+
+func (r *replica) maintainISR(ctx context.Context, d desired) {
+	last := r.eng.LastTxnID()
+	now := time.Now()
+	r.mu.Lock()
+	isr := slices.Clone(r.isr)
+	var drop, add []string
+	for _, n := range isr {
+		if n != r.h.nodeID && r.acked[n] < last && now.Sub(r.seen[n]) > r.h.cfg.LagBound {
+			drop = append(drop, n)
+		}
+	}
+	for _, n := range r.want.replicas {
+		if !slices.Contains(isr, n) && r.acked[n] >= last && now.Sub(r.seen[n]) < r.h.cfg.LagBound {
+			add = append(add, n)
+		}
+	}
+	r.mu.Unlock()
+	if len(drop) == 0 && len(add) == 0 {
+		return
+	}
+	next := slices.DeleteFunc(slices.Clone(isr), func(n string) bool { return slices.Contains(drop, n) })
+	next = append(next, add...)
+	if len(add) > 0 {
+		r.mu.Lock()
+		r.isr = append(r.isr, add...)
+		r.mu.Unlock()
+	}
+	if err := r.persistISR(ctx, d.term, next); err != nil {
+		r.lg.Warn("in-sync set not updated", zap.Error(err))
+		return
+	}
+	r.mu.Lock()
+	r.isr = next
+	r.broadcastLocked()
+	r.mu.Unlock()
+	r.lg.Info("in-sync set changed", zap.Strings("isr", next), zap.Strings("dropped", drop), zap.Strings("added", add), zap.Int64("term", d.term))
+}
+
+// persistISR writes the in-sync set, refusing to overwrite one of a newer term.
+func (r *replica) persistISR(ctx context.Context, term int64, isr []string) error {
+	key := r.h.ck.ISR(r.db, r.shard)
+	kv, err := r.h.store.Get(ctx, key)
+	if err != nil {
+		return err
+	}
+	cmp := coordinator.ModRevIs(key, 0)
+	if kv != nil {
+		var cur models.ISR
+		if json.Unmarshal(kv.Value, &cur) == nil && cur.Term > term {
+			return ErrStaleTerm
+		}
+		cmp = coordinator.ModRevIs(key, kv.ModRev)
+	}
+	val, _ := json.Marshal(models.ISR{Leader: r.h.nodeID, Term: term, Replicas: isr})
+	ok, _, err := r.h.store.Txn(ctx, []coordinator.Cmp{cmp}, []coordinator.Op{coordinator.OpPut(key, val, 0)})
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("in-sync set of %s changed concurrently", r.id)
+	}
+	return nil
+}
+
+// write appends a batch at the leader's term and waits until every in-sync
+// replica has it durably.
+func (r *replica) write(ctx context.Context, term int64, points []lineproto.Point) error {
+	r.mu.Lock()
+	if r.want.role != roleLeader || r.want.term != term {
+		cur := r.want.term
+		r.mu.Unlock()
+		return fmt.Errorf("%w: shard %s is at term %d here, request has %d", ErrStaleTerm, r.id, cur, term)
+	}
+	if r.isr == nil {
+		r.mu.Unlock()
+		return fmt.Errorf("%w: shard %s is still publishing its in-sync set", ErrStaleTerm, r.id)
+	}
+	if len(r.isr) < r.h.cfg.MinInsync {
+		n := len(r.isr)
+		r.mu.Unlock()
+		return fmt.Errorf("%w: shard %s has %d in-sync replicas, minimum is %d", ErrNotEnoughISR, r.id, n, r.h.cfg.MinInsync)
+	}
+	r.mu.Unlock()
+
+	r.applyMu.Lock()
+	txn := r.eng.LastTxnID() + 1
+	err := r.eng.Apply(engine.Entry{TxnID: txn, Term: uint64(term), Points: points})
+	r.applyMu.Unlock()
+	if err != nil {
+		return fmt.Errorf("apply %s txn %d: %w", r.id, txn, err)
+	}
+	r.mu.Lock()
+	r.broadcastLocked()
+	r.mu.Unlock()
+	return r.awaitAcks(ctx, term, txn)
+}
+
+func (r *replica) awaitAcks(ctx context.Context, term int64, txn uint64) error {
+	timeout := time.NewTimer(r.h.cfg.AckTimeout)
+	defer timeout.Stop()
+	for {
+		r.mu.Lock()
+		if r.want.role != roleLeader || r.want.term != term {
+			r.mu.Unlock()
+			return fmt.Errorf("%w: leadership of %s changed while writing", ErrStaleTerm, r.id)
+		}
+		if len(r.isr) < r.h.cfg.MinInsync {
+			n := len(r.isr)
+			r.mu.Unlock()
+			return fmt.Errorf("%w: shard %s has %d in-sync replicas, minimum is %d", ErrNotEnoughISR, r.id, n, r.h.cfg.MinInsync)
+		}
+		ok := true
+		for _, n := range r.isr {
+			if n != r.h.nodeID && r.acked[n] < txn {
+				ok = false
+				break
+			}
+		}
+		ch := r.changed
+		r.mu.Unlock()
+		if ok {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-timeout.C:
+			return fmt.Errorf("%w: shard %s txn %d", ErrAckTimeout, r.id, txn)
+		}
+	}
+}
+
+// fetchResult is what the leader answers a follower's fetch.
+type fetchResult struct {
+	entries    []engine.Entry
+	truncateTo *uint64 // the follower must truncate its log after this txn
+	fullSync   bool    // the follower is too far behind for the log
+}
+
+// fetch serves a follower: it checks that the follower's log matches ours at
+// `after`, records the acknowledgement, and returns the next entries, waiting
+// up to wait for new ones.
+func (r *replica) fetch(ctx context.Context, term int64, node string, after, afterTerm uint64, max int, wait time.Duration) (fetchResult, error) {
+	r.mu.Lock()
+	if r.want.role != roleLeader || r.want.term != term {
+		r.mu.Unlock()
+		return fetchResult{}, fmt.Errorf("%w: shard %s", ErrStaleTerm, r.id)
+	}
+	r.mu.Unlock()
+	last := r.eng.LastTxnID()
+	if after > last {
+		return fetchResult{truncateTo: &last}, nil
+	}
+	if after > 0 {
+		t, err := r.eng.TermAt(after)
+		if errors.Is(err, engine.ErrCompacted) {
+			return fetchResult{fullSync: true}, nil
+		}
+		if err != nil {
+			return fetchResult{}, err
+		}
+		if t != afterTerm {
+			back := after - 1
+			return fetchResult{truncateTo: &back}, nil
+		}
+	}
+	r.mu.Lock()
+	if after > r.acked[node] || r.acked[node] == 0 {
+		r.acked[node] = after
+	}
+	r.seen[node] = time.Now()
+	r.broadcastLocked()
+	ch := r.changed
+	r.mu.Unlock()
+
+	entries, err := r.eng.Entries(after, max)
+	if errors.Is(err, engine.ErrCompacted) {
+		return fetchResult{fullSync: true}, nil
+	}
+	if err != nil || len(entries) > 0 || wait <= 0 {
+		return fetchResult{entries: entries}, err
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return fetchResult{}, nil
+		case <-t.C:
+			return fetchResult{}, nil
+		case <-ch:
+		}
+		if r.eng.LastTxnID() > after {
+			entries, err := r.eng.Entries(after, max)
+			return fetchResult{entries: entries}, err
+		}
+		r.mu.Lock()
+		if r.want.role != roleLeader || r.want.term != term {
+			r.mu.Unlock()
+			return fetchResult{}, fmt.Errorf("%w: shard %s", ErrStaleTerm, r.id)
+		}
+		ch = r.changed
+		r.mu.Unlock()
+	}
+}
+
+// leave removes a follower that is shutting down from the in-sync set at once,
+// so writes do not wait for the lag bound.
+func (r *replica) leave(ctx context.Context, term int64, node string) error {
+	r.mu.Lock()
+	if r.want.role != roleLeader || r.want.term != term {
+		r.mu.Unlock()
+		return fmt.Errorf("%w: shard %s", ErrStaleTerm, r.id)
+	}
+	if !slices.Contains(r.isr, node) {
+		r.mu.Unlock()
+		return nil
+	}
+	next := slices.DeleteFunc(slices.Clone(r.isr), func(n string) bool { return n == node })
+	r.mu.Unlock()
+	if err := r.persistISR(ctx, term, next); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.isr = next
+	r.acked[node] = 0
+	r.seen[node] = time.Time{}
+	r.broadcastLocked()
+	r.mu.Unlock()
+	r.lg.Info("follower left the in-sync set", zap.String("follower", node), zap.Strings("isr", next))
+	return nil
+}
+
+func (r *replica) sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
