@@ -71,4 +71,3 @@ func (h *Host) Handoff(ctx context.Context, transfer TransferFunc) {
 	}
 	h.lg.Info("handoff done", zap.Int("leaderships_moved", len(led)), zap.Int("replicas", len(reps)))
 }
-
