@@ -1,6 +1,10 @@
 package app
 
-import "net/http"
+import (
+	"net/http"
 
-// consoleHandler serves the web console.
-func consoleHandler() http.Handler { return nil }
+	"github.com/cairn-db/cairn/web/console"
+)
+
+// consoleHandler serves the web console embedded in the binary.
+func consoleHandler() http.Handler { return console.Handler() }

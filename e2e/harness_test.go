@@ -275,7 +275,7 @@ func (p *Proc) waitStatus(path string, want int, within time.Duration) map[strin
 		var code int
 		code, body = p.get(path)
 		return code == want
-	}, within, 20*time.Millisecond, "%s: GET %s never answered %d", p.name, path, want)
+	}, within, 10*time.Millisecond, "%s: GET %s never answered %d", p.name, path, want)
 	return body
 }
 

@@ -24,7 +24,7 @@ type Source struct {
 type Config struct {
 	Logger     *zap.Logger
 	BackupPath string        // "" disables the local backup
-	BackupWait time.Duration // debounce of backup writes; default 200ms
+	BackupWait time.Duration // debounce of backup writes; default 1s
 	QueueSize  int           // default 4096
 	Registerer prometheus.Registerer
 }
@@ -73,7 +73,7 @@ func New(cfg Config) *Manager {
 		cfg.QueueSize = 4096
 	}
 	if cfg.BackupWait == 0 {
-		cfg.BackupWait = 200 * time.Millisecond
+		cfg.BackupWait = time.Second
 	}
 	m := &Manager{
 		cfg: cfg, lg: cfg.Logger.Named("state"), queue: make(chan Event, cfg.QueueSize),

@@ -133,13 +133,20 @@ func (m *Master) do(ctx context.Context, fn func(ctx context.Context, st *statem
 }
 
 // write applies ops fenced on the term, then waits until the local state has
-// seen the result, so the next decision reads its own writes.
-func (m *Master) write(ctx context.Context, cmps []coordinator.Cmp, ops []coordinator.Op, source string) (bool, error) {
+// seen the result in every source the ops touched, so the next decision reads
+// its own writes (an assignment and its states are written together and must
+// be seen together, or a pass could pair new states with an old assignment).
+func (m *Master) write(ctx context.Context, cmps []coordinator.Cmp, ops []coordinator.Op, sources ...string) (bool, error) {
 	ok, rev, err := m.cfg.Election.FencedTxn(ctx, m.cfg.Term, cmps, ops)
 	if err != nil || !ok {
 		return ok, err
 	}
-	return true, m.awaitRev(ctx, source, rev)
+	for _, src := range sources {
+		if err := m.awaitRev(ctx, src, rev); err != nil {
+			return true, err
+		}
+	}
+	return true, nil
 }
 
 func (m *Master) awaitRev(ctx context.Context, source string, rev int64) error {
@@ -158,6 +165,28 @@ func (m *Master) awaitRev(ctx context.Context, source string, rev int64) error {
 	return nil
 }
 
+// Ready reports whether st holds a complete, etcd-confirmed picture of
+// everything the master decides on: every source it reads has finished a list
+// against etcd (not just the local backup), including the live nodes and
+// in-sync sets of every configured storage cluster.
+func Ready(st *statemachine.State) bool {
+	if st.FromBackup {
+		return false
+	}
+	for _, src := range []string{statemachine.SourceStorageConfig, statemachine.SourceDatabaseConfig,
+		statemachine.SourceAssign, statemachine.SourceShardState, statemachine.SourceDrain} {
+		if !st.Synced[src] {
+			return false
+		}
+	}
+	for name := range st.StorageClusters {
+		if !st.Synced[statemachine.ClusterNodesSource(name)] || !st.Synced[statemachine.ClusterISRSource(name)] {
+			return false
+		}
+	}
+	return true
+}
+
 func mustJSON(v any) []byte {
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -168,6 +197,13 @@ func mustJSON(v any) []byte {
 
 // reconcile is one level-triggered pass over everything the master owns.
 func (m *Master) reconcile(ctx context.Context) error {
+	if st := m.cfg.State(); !Ready(st) {
+		// A partial picture is worse than none: without the live nodes every
+		// leader looks dead, without the databases every assignment looks
+		// orphaned. Wait for the next publication.
+		m.lg.Debug("local state not loaded from etcd yet; waiting")
+		return nil
+	}
 	if err := m.syncAssignments(ctx); err != nil {
 		return err
 	}
@@ -208,7 +244,7 @@ func (m *Master) syncAssignments(ctx context.Context) error {
 		ok, err := m.write(ctx, []coordinator.Cmp{cmp}, []coordinator.Op{
 			coordinator.OpPut(m.cfg.Keys.Assign(name), mustJSON(next), 0),
 			coordinator.OpPut(m.cfg.Keys.ShardState(name), mustJSON(nextStates), 0),
-		}, statemachine.SourceShardState)
+		}, statemachine.SourceAssign, statemachine.SourceShardState)
 		if err != nil {
 			return err
 		}
@@ -223,7 +259,7 @@ func (m *Master) syncAssignments(ctx context.Context) error {
 		}
 		if _, err := m.write(ctx, nil, []coordinator.Op{
 			coordinator.OpDelete(m.cfg.Keys.Assign(name)), coordinator.OpDelete(m.cfg.Keys.ShardState(name)),
-		}, statemachine.SourceAssign); err != nil {
+		}, statemachine.SourceAssign, statemachine.SourceShardState); err != nil {
 			return err
 		}
 		m.lg.Info("dropped assignment of deleted database", zap.String("db", name))
@@ -282,10 +318,24 @@ func (m *Master) publishStates(ctx context.Context, db string, prev, next models
 	token := []byte(m.cfg.NodeID + "/" + strconv.FormatInt(m.cfg.Term, 10) + "/" + strconv.FormatInt(m.cfg.Now().UnixNano(), 10))
 	var locked []string
 	release := func() {
+		rctx := context.WithoutCancel(ctx)
 		for i := 0; i < len(locked); i += maxTxnOps {
-			for _, k := range locked[i:min(i+maxTxnOps, len(locked))] {
-				// Delete only our own lock: compare its unique value.
-				_, _, _ = m.cfg.Store.Txn(context.WithoutCancel(ctx), []coordinator.Cmp{coordinator.ValueIs(k, token)}, []coordinator.Op{coordinator.OpDelete(k)})
+			chunk := locked[i:min(i+maxTxnOps, len(locked))]
+			// Delete only our own locks: compare each one's unique value. A
+			// chunk is one txn (a failover of 1000 shards would otherwise wait
+			// for 1000 round trips); if any lock is not ours any more, fall
+			// back to one txn per key so the others are still released.
+			cmps := make([]coordinator.Cmp, 0, len(chunk))
+			ops := make([]coordinator.Op, 0, len(chunk))
+			for _, k := range chunk {
+				cmps = append(cmps, coordinator.ValueIs(k, token))
+				ops = append(ops, coordinator.OpDelete(k))
+			}
+			if ok, _, err := m.cfg.Store.Txn(rctx, cmps, ops); err == nil && ok {
+				continue
+			}
+			for _, k := range chunk {
+				_, _, _ = m.cfg.Store.Txn(rctx, []coordinator.Cmp{coordinator.ValueIs(k, token)}, []coordinator.Op{coordinator.OpDelete(k)})
 			}
 		}
 	}
@@ -327,6 +377,9 @@ func (m *Master) publishStates(ctx context.Context, db string, prev, next models
 // shard back online, accepting that writes it never saw are lost).
 func (m *Master) TransferLeader(ctx context.Context, db string, shard int, t web.LeaderTransfer) error {
 	_, err := m.do(ctx, func(ctx context.Context, st *statemachine.State) (any, error) {
+		if !Ready(st) {
+			return nil, fmt.Errorf("%w: master is still loading state from etcd", models.ErrUnavailable)
+		}
 		a, ok := st.Assignments[db]
 		if !ok || shard < 0 || shard >= len(a.Shards) {
 			return nil, fmt.Errorf("%w: shard %d of database %q", models.ErrNotFound, shard, db)

@@ -159,10 +159,8 @@ func (m *Master) rebalance(ctx context.Context) error {
 		}
 		setReplicas(assign, st, k, slices.Clone(target))
 	}
-	for _, k := range leaderMoves {
-		if err := m.moveLeaderOff(ctx, st, k); err != nil {
-			return err
-		}
+	if err := m.moveLeadersOff(ctx, st, leaderMoves); err != nil {
+		return err
 	}
 	names := make([]string, 0, len(assign))
 	for n := range assign {
@@ -183,28 +181,56 @@ func (m *Master) rebalance(ctx context.Context) error {
 	return nil
 }
 
-// moveLeaderOff hands leadership of a shard whose leader is being removed to
-// the in-sync target replica with the highest last_txn_id.
-func (m *Master) moveLeaderOff(ctx context.Context, st *statemachine.State, k placement.ShardKey) error {
-	a := st.Assignments[k.DB]
-	target := m.pending[k]
-	in := ShardInputs{DB: k.DB, Assign: a, States: st.ShardStates[k.DB], Live: st.Nodes[a.Cluster], ISR: st.ISR[a.Cluster], Drains: st.Drains}
-	sh := models.ShardAssignment{ID: k.Shard, Replicas: target}
-	best := pickLeader(in, sh, target, "", map[string]int{})
-	if best == "" {
-		return nil
+// moveLeadersOff hands leadership of shards whose leader is being removed to
+// the in-sync target replica with the highest last_txn_id. The shards of one
+// database change in one publication: their states share one value, and
+// publishing them one by one from the same snapshot would fail every compare
+// but the first.
+func (m *Master) moveLeadersOff(ctx context.Context, st *statemachine.State, keys []placement.ShardKey) error {
+	byDB := map[string][]placement.ShardKey{}
+	var dbs []string
+	for _, k := range keys {
+		if _, seen := byDB[k.DB]; !seen {
+			dbs = append(dbs, k.DB)
+		}
+		byDB[k.DB] = append(byDB[k.DB], k)
 	}
-	prev := st.ShardStates[k.DB]
-	cur, _ := st.ShardState(k.DB, k.Shard)
-	next := models.ShardStates{DB: k.DB, Shards: slices.Clone(prev.Shards)}
-	i := indexOf(next, k.Shard)
-	if i < 0 {
-		return nil
+	sort.Strings(dbs)
+	for _, db := range dbs {
+		a := st.Assignments[db]
+		prev := st.ShardStates[db]
+		next := models.ShardStates{DB: db, Shards: slices.Clone(prev.Shards)}
+		in := ShardInputs{DB: db, Assign: a, States: prev, Live: st.Nodes[a.Cluster], ISR: st.ISR[a.Cluster], Drains: st.Drains}
+		leads := map[string]int{}
+		for _, s := range prev.Shards {
+			if s.Status == models.StatusOnline {
+				leads[s.Leader]++
+			}
+		}
+		var changed []int
+		for _, k := range byDB[db] {
+			target := m.pending[k]
+			best := pickLeader(in, models.ShardAssignment{ID: k.Shard, Replicas: target}, target, "", leads)
+			i := indexOf(next, k.Shard)
+			if best == "" || i < 0 {
+				continue
+			}
+			cur := next.Shards[i]
+			leads[cur.Leader]--
+			leads[best]++
+			next.Shards[i] = models.ShardState{ID: k.Shard, Leader: best, Term: cur.Term + 1, Status: models.StatusOnline}
+			changed = append(changed, k.Shard)
+			m.lg.Info("moving leadership off a leaving replica", zap.String("db", db), zap.Int("shard", k.Shard),
+				zap.String("from", cur.Leader), zap.String("to", best), zap.Int64("term", cur.Term+1))
+		}
+		if len(changed) == 0 {
+			continue
+		}
+		if err := m.publishStates(ctx, db, prev, next, changed); err != nil {
+			return err
+		}
 	}
-	next.Shards[i] = models.ShardState{ID: k.Shard, Leader: best, Term: cur.Term + 1, Status: models.StatusOnline}
-	m.lg.Info("moving leadership off a leaving replica", zap.String("db", k.DB), zap.Int("shard", k.Shard),
-		zap.String("from", cur.Leader), zap.String("to", best), zap.Int64("term", cur.Term+1))
-	return m.publishStates(ctx, k.DB, prev, next, []int{k.Shard})
+	return nil
 }
 
 func assigned(st *statemachine.State, k placement.ShardKey) []string {
