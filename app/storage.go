@@ -14,7 +14,8 @@ import (
 
 // openStorage opens the shard engine and the shard host of the storage role.
 func (a *App) openStorage() error {
-	eng, err := engine.NewBoltEngine(filepath.Join(a.cfg.DataDir, "shards"))
+	dir := filepath.Join(a.cfg.DataDir, "shards")
+	eng, err := engine.NewBoltEngine(dir)
 	if err != nil {
 		return err
 	}
@@ -22,6 +23,7 @@ func (a *App) openStorage() error {
 	a.host = storage.NewHost(storage.HostConfig{
 		NodeID: a.nodeID, Cluster: a.cfg.StorageCluster, Engine: eng, State: a.sm.Snapshot,
 		Changed: a.sm.Subscribe(), Logger: a.lg, MinInsync: a.cfg.MinInsyncReplicas,
+		DropDelay: a.cfg.ShardDropDelay, Dir: dir,
 	})
 	return nil
 }

@@ -5,6 +5,8 @@ package broker
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -38,6 +40,12 @@ type Admin struct {
 }
 
 var _ web.Admin = (*Admin)(nil)
+
+func newUID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
 
 func bad(format string, a ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{models.ErrBadInput}, a...)...)
@@ -152,6 +160,7 @@ func (a *Admin) CreateDatabase(ctx context.Context, d models.Database) (models.D
 	if d.Options == nil {
 		d.Options = map[string]any{}
 	}
+	d.UID = newUID()
 	return d, a.create(ctx, a.Keys.DatabaseConfig(d.Name), d, fmt.Sprintf("database %q", d.Name))
 }
 

@@ -104,6 +104,9 @@ type Config struct {
 	// RebalanceDelay is how long the master waits after membership changes
 	// before moving replicas, so a restarting node does not trigger moves.
 	RebalanceDelay time.Duration
+	// ShardDropDelay is how long unassigned shard data is kept before it is
+	// deleted.
+	ShardDropDelay time.Duration
 
 	// ConfigFile is the config file Parse loaded, if any.
 	ConfigFile string
@@ -131,6 +134,7 @@ func Default() Config {
 		LogFormat:         "json",
 		MinInsyncReplicas: 1,
 		RebalanceDelay:    30 * time.Second,
+		ShardDropDelay:    5 * time.Minute,
 	}
 }
 

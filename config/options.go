@@ -205,6 +205,8 @@ var options = []option{
 	},
 	durationOpt("rebalance-delay", groupCluster, "wait after nodes join or leave before moving replicas, so a restart does not shuffle shards",
 		0, func(c *Config) *time.Duration { return &c.RebalanceDelay }, nil),
+	durationOpt("shard-drop-delay", groupCluster, "how long a storage node keeps the data of a shard no longer assigned to it before deleting it (guards against an emptied or replaced etcd)",
+		0, func(c *Config) *time.Duration { return &c.ShardDropDelay }, nil),
 	withSecret(stringOpt("admin-token", groupCluster, "bearer token required by mutating API calls; unset means no token is required (prefer the env var or file: flags show in ps)",
 		func(c *Config) *string { return &c.AdminToken }, nil)),
 

@@ -44,8 +44,12 @@ func TestEtcdDown(t *testing.T) {
 	require.NotNil(t, ex["storage_clusters"])
 	require.Contains(t, ex["storage_clusters"], "default")
 
+	// Changes are refused, not queued or lost: 503, retry later.
+	code, _ = b.post("/api/v1/storage-clusters", map[string]any{"name": "during_outage"})
+	require.Equal(t, 503, code)
+
 	// Restart the broker with etcd still down: it serves from state.backup.
-	b.term()
+	t.Logf("broker SIGTERM to exit with etcd down: %s", b.term())
 	b.restart()
 	ready := b.waitStatus("/api/v1/ready", 200, 10*time.Second)
 	require.Equal(t, true, ready["from_backup"], "ready: %v", ready)
@@ -81,6 +85,8 @@ func TestEtcdDown(t *testing.T) {
 		code, body := b.get("/api/v1/databases")
 		return code == 200 && containsName(body["databases"], "after_outage")
 	}, 5*time.Second, 20*time.Millisecond, "new database not listed")
+	code, _ = b.get("/api/v1/storage-clusters/during_outage")
+	require.Equal(t, 404, code, "a change refused during the outage must not appear later")
 }
 
 // containsNode reports whether a list of node records holds node_id id.

@@ -59,6 +59,10 @@ type Database struct {
 	NumShards      int            `json:"num_shards"`
 	ReplicaFactor  int            `json:"replica_factor"`
 	Options        map[string]any `json:"options"`
+	// UID identifies this incarnation of the database: a database dropped
+	// and created again under the same name gets a new one, so storage
+	// nodes never mistake old shard data for the new database's.
+	UID string `json:"uid,omitempty"`
 }
 
 // ShardAssignment lists a shard's replicas.

@@ -65,7 +65,6 @@ func (h *Host) Handoff(ctx context.Context, transfer TransferFunc) {
 			if !leading {
 				break
 			}
-			h.reconcile()
 			r.sleep(ctx, 20*time.Millisecond)
 		}
 	}

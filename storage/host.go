@@ -2,7 +2,10 @@ package storage
 
 import (
 	"context"
+	"errors"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -31,6 +34,13 @@ type HostConfig struct {
 	LagBound time.Duration
 	// AckTimeout bounds how long a write waits for in-sync replicas; default 10s.
 	AckTimeout time.Duration
+	// DropDelay is how long a replica no longer assigned here keeps its data
+	// before it is deleted: an emptied or replaced etcd (restored a moment
+	// later) must not cost the data. Default 5m.
+	DropDelay time.Duration
+	// Dir holds the per-database incarnation marks (<db>.uid) next to the
+	// engine's files; "" disables them.
+	Dir string
 }
 
 // Host opens and closes shard replicas as assignments change and serves the
@@ -47,6 +57,8 @@ type Host struct {
 
 	mu       sync.RWMutex
 	replicas map[string]*replica
+
+	unwanted map[string]time.Time // reconcile only: since when a replica is not assigned here
 }
 
 // NewHost builds a host; Run drives it.
@@ -60,12 +72,16 @@ func NewHost(cfg HostConfig) *Host {
 	if cfg.AckTimeout == 0 {
 		cfg.AckTimeout = 10 * time.Second
 	}
+	if cfg.DropDelay == 0 {
+		cfg.DropDelay = 5 * time.Minute
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
 	tr := &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}
 	return &Host{cfg: cfg, nodeID: cfg.NodeID, cluster: cfg.Cluster, store: cfg.Store, ck: cfg.Keys, state: cfg.State,
-		lg: cfg.Logger.Named("shards"), client: &http.Client{Transport: tr}, replicas: map[string]*replica{}}
+		lg: cfg.Logger.Named("shards"), client: &http.Client{Transport: tr}, replicas: map[string]*replica{},
+		unwanted: map[string]time.Time{}}
 }
 
 // Attach sets the storage cluster's store once its config is known; call
@@ -128,11 +144,16 @@ func (h *Host) reconcile() {
 		}
 	}
 	for id, d := range want {
+		delete(h.unwanted, id)
 		h.mu.RLock()
 		r := h.replicas[id]
 		h.mu.RUnlock()
 		if r == nil {
 			db, shard, _ := models.ParseShardID(id)
+			if err := h.checkIncarnation(db, st.Databases[db].UID); err != nil {
+				h.lg.Error("cannot check database incarnation", zap.String("db", db), zap.Error(err))
+				continue
+			}
 			s, err := h.cfg.Engine.Open(db, shard)
 			if err != nil {
 				h.lg.Error("cannot open shard", zap.String("shard", id), zap.Error(err))
@@ -146,21 +167,34 @@ func (h *Host) reconcile() {
 		}
 		r.setDesired(d)
 	}
-	// Dropping data only on a state confirmed by etcd: a partial or
-	// backup-loaded view must never delete a replica.
-	if st.FromBackup || !st.Synced[statemachine.SourceAssign] || !st.Synced[statemachine.SourceDatabaseConfig] {
-		return
-	}
-	h.mu.Lock()
-	var gone []*replica
+	// Replicas no longer assigned here stop serving at once; their data goes
+	// only after DropDelay, and only on a state confirmed by etcd.
+	now := time.Now()
+	confirmed := !st.FromBackup && st.Synced[statemachine.SourceAssign] && st.Synced[statemachine.SourceDatabaseConfig]
+	h.mu.RLock()
+	var idle, gone []*replica
 	for id, r := range h.replicas {
-		if _, ok := want[id]; !ok {
+		if _, ok := want[id]; ok {
+			continue
+		}
+		idle = append(idle, r)
+		since, seen := h.unwanted[id]
+		if !seen {
+			h.unwanted[id] = now
+			h.lg.Info("shard no longer assigned here; data kept for the drop delay", zap.String("shard", id), zap.Duration("drop_delay", h.cfg.DropDelay))
+		} else if confirmed && now.Sub(since) >= h.cfg.DropDelay {
 			gone = append(gone, r)
-			delete(h.replicas, id)
 		}
 	}
-	h.mu.Unlock()
+	h.mu.RUnlock()
+	for _, r := range idle {
+		r.setDesired(desired{role: roleIdle})
+	}
 	for _, r := range gone {
+		h.mu.Lock()
+		delete(h.replicas, r.id)
+		h.mu.Unlock()
+		delete(h.unwanted, r.id)
 		r.stop()
 		if err := h.cfg.Engine.Drop(r.db, r.shard); err != nil {
 			h.lg.Warn("cannot drop shard data", zap.String("shard", r.id), zap.Error(err))
@@ -168,6 +202,44 @@ func (h *Host) reconcile() {
 		}
 		h.lg.Info("stopped serving shard; data dropped", zap.String("shard", r.id))
 	}
+}
+
+// checkIncarnation makes sure shard files on disk belong to this incarnation
+// of db: files left by a dropped database of the same name are deleted first.
+func (h *Host) checkIncarnation(db, uid string) error {
+	if h.cfg.Dir == "" || uid == "" {
+		return nil
+	}
+	mark := filepath.Join(h.cfg.Dir, db+".uid")
+	old, err := os.ReadFile(mark)
+	if err == nil && string(old) == uid {
+		return nil
+	}
+	if err == nil {
+		h.mu.Lock()
+		var stale []*replica
+		for id, r := range h.replicas {
+			if r.db == db {
+				stale = append(stale, r)
+				delete(h.replicas, id)
+			}
+		}
+		h.mu.Unlock()
+		for _, r := range stale {
+			r.stop()
+			_ = h.cfg.Engine.Drop(r.db, r.shard)
+		}
+		if err := os.RemoveAll(filepath.Join(h.cfg.Dir, db)); err != nil {
+			return err
+		}
+		h.lg.Info("removed shard data of an earlier database with the same name", zap.String("db", db))
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	if err := os.MkdirAll(h.cfg.Dir, 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(mark, []byte(uid), 0o644)
 }
 
 func (h *Host) get(db string, shard int) *replica {
