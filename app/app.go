@@ -64,20 +64,10 @@ func Start(ctx context.Context, cfg config.Config, lg *zap.Logger) (*App, error)
 	a.lg = lg.With(zap.String("node_id", id))
 	a.lg.Info("starting", zap.Strings("roles", cfg.Roles), zap.String("http_addr", cfg.HTTPAddr), zap.String("data_dir", cfg.DataDir))
 
-	if cfg.HasRole(config.RoleEtcd) {
-		a.etcd, err = embedded.Start(embedded.Config{
-			Name: cfg.EtcdName, Dir: filepath.Join(cfg.DataDir, "etcd"),
-			ListenClientURL: cfg.EtcdListenClientURL, ListenPeerURL: cfg.EtcdListenPeerURL,
-			AdvertiseClientURL: cfg.EtcdAdvertiseClientURL, AdvertisePeerURL: cfg.EtcdAdvertisePeerURL,
-			InitialCluster: cfg.EtcdInitialCluster, ClusterState: cfg.EtcdClusterState, Logger: a.lg,
-		})
-		if err != nil {
-			return nil, err
-		}
-	}
+	// The client connects lazily, so everything up to the HTTP server works
+	// before etcd answers: /health needs no etcd.
 	a.store, err = coordinator.NewEtcdStore(a.etcdConfig(cfg.EtcdEndpoints))
 	if err != nil {
-		a.closeEtcd()
 		return nil, err
 	}
 	a.clusters = newClusterStores(a.store, a.etcdConfig, a.keys)
@@ -89,9 +79,6 @@ func Start(ctx context.Context, cfg config.Config, lg *zap.Logger) (*App, error)
 	runCtx, cancel := context.WithCancel(context.Background())
 	a.cancel = cancel
 	a.sm.Start(runCtx)
-	for _, src := range statemachine.MainSources(a.store, a.keys) {
-		a.sm.AddSource(src)
-	}
 
 	wcfg := web.Config{
 		Addr: cfg.HTTPAddr, NodeID: id, Roles: cfg.Roles, AdminToken: cfg.AdminToken, Logger: a.lg,
@@ -113,7 +100,25 @@ func Start(ctx context.Context, cfg config.Config, lg *zap.Logger) (*App, error)
 		a.shutdown()
 		return nil, err
 	}
-	a.etcdUp.Store(true)
+	if cfg.HasRole(config.RoleEtcd) {
+		// A member of a new multi-member cluster waits here for quorum.
+		a.etcd, err = embedded.Start(embedded.Config{
+			Name: cfg.EtcdName, Dir: filepath.Join(cfg.DataDir, "etcd"),
+			ListenClientURL: cfg.EtcdListenClientURL, ListenPeerURL: cfg.EtcdListenPeerURL,
+			AdvertiseClientURL: cfg.EtcdAdvertiseClientURL, AdvertisePeerURL: cfg.EtcdAdvertisePeerURL,
+			InitialCluster: cfg.EtcdInitialCluster, ClusterState: cfg.EtcdClusterState, Logger: a.lg,
+		})
+		if err != nil {
+			_ = a.http.Shutdown(context.Background())
+			a.shutdown()
+			return nil, err
+		}
+	}
+	// Watch only now: with an embedded member the first list then succeeds
+	// at once instead of backing off while the member starts.
+	for _, src := range statemachine.MainSources(a.store, a.keys) {
+		a.sm.AddSource(src)
+	}
 	a.goRun(runCtx, a.probeEtcd)
 	a.goRun(runCtx, a.watchClusters)
 	if cfg.Standalone {

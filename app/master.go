@@ -50,18 +50,26 @@ func (a *App) oneTerm(ctx context.Context, el *coordinator.Election, lg *zap.Log
 	if err != nil {
 		return err
 	}
+	var term int64
+	resign := false
 	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		// One deadline covers resigning and revoking, so a stop with etcd
+		// down stays within the shutdown budget.
+		cctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
 		defer cancel()
+		if resign {
+			// Graceful stop: a standby takes over at once.
+			_ = el.Resign(cctx, term)
+			lg.Info("resigned master", zap.Int64("term", term))
+		}
 		_ = s.Close(cctx)
 	}()
 	rec, _ := json.Marshal(models.MasterRecord{NodeID: a.nodeID, Address: a.cfg.AdvertiseAddr, ElectedAt: time.Now().UnixMilli()})
-	term, err := el.Campaign(ctx, s, rec)
+	term, err = el.Campaign(ctx, s, rec)
 	if err != nil {
 		return err
 	}
-	lg = lg.With(zap.Int64("term", term))
-	lg.Info("elected master")
+	lg.Info("elected master", zap.Int64("term", term))
 	mctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() { // the term ends the moment the lease is lost
@@ -79,14 +87,10 @@ func (a *App) oneTerm(ctx context.Context, el *coordinator.Election, lg *zap.Log
 	err = m.Run(mctx)
 	a.masterOps.set(nil)
 	if ctx.Err() != nil {
-		// Graceful stop: resign so a standby takes over at once.
-		rctx, rcancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		_ = el.Resign(rctx, term)
-		rcancel()
-		lg.Info("resigned master")
+		resign = true
 		return nil
 	}
-	lg.Warn("master term ended", zap.Error(err))
+	lg.Warn("master term ended", zap.Int64("term", term), zap.Error(err))
 	return err
 }
 

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
@@ -106,6 +107,12 @@ func Start(cfg Config) (*Server, error) {
 	// bound how long the cluster is unavailable when a member dies.
 	ec.TickMs = 100
 	ec.ElectionMs = 1000
+	if !strings.Contains(cfg.InitialCluster, ",") {
+		// A single member elects itself after a randomised election
+		// timeout; keep it short so a standalone node starts fast.
+		ec.TickMs = 50
+		ec.ElectionMs = 250
+	}
 	e, err := embed.StartEtcd(ec)
 	if err != nil {
 		return nil, fmt.Errorf("embedded: start etcd: %w", err)
