@@ -62,7 +62,8 @@ type replica struct {
 	done    chan struct{}
 	isr     []string             // leader: the in-sync set, as persisted
 	acked   map[string]uint64    // leader: highest txn each follower confirmed
-	seen    map[string]time.Time // leader: last fetch per follower
+	caught  map[string]time.Time // leader: when each follower last had everything we had when it last fetched
+	sentEnd map[string]uint64    // leader: our last txn when each follower last fetched
 	changed chan struct{}        // closed and replaced on every append, ack or ISR change
 }
 
@@ -98,7 +99,7 @@ func (r *replica) setDesired(d desired) {
 	r.want = d
 	ctx, c := context.WithCancel(context.Background())
 	r.cancel, r.done = c, make(chan struct{})
-	r.isr, r.acked, r.seen = nil, map[string]uint64{}, map[string]time.Time{}
+	r.isr, r.acked, r.caught, r.sentEnd = nil, map[string]uint64{}, map[string]time.Time{}, map[string]uint64{}
 	r.broadcastLocked()
 	done = r.done
 	switch d.role {
@@ -153,7 +154,7 @@ func (r *replica) lead(ctx context.Context, d desired) {
 	now := time.Now()
 	r.mu.Lock()
 	for _, n := range initial {
-		r.seen[n] = now
+		r.caught[n] = now // members of the last set get one lag bound to show up
 	}
 	r.mu.Unlock()
 	for ctx.Err() == nil {
@@ -188,13 +189,16 @@ func (r *replica) maintainISR(ctx context.Context, d desired) {
 	r.mu.Lock()
 	isr := slices.Clone(r.isr)
 	var drop, add []string
+	// Kafka's rule: a follower is in sync while it keeps catching up with
+	// where the leader was at its previous fetch; under a steady write load
+	// it is never exactly at the leader's last txn.
 	for _, n := range isr {
-		if n != r.h.nodeID && r.acked[n] < last && now.Sub(r.seen[n]) > r.h.cfg.LagBound {
+		if n != r.h.nodeID && r.acked[n] < last && now.Sub(r.caught[n]) > r.h.cfg.LagBound {
 			drop = append(drop, n)
 		}
 	}
 	for _, n := range r.want.replicas {
-		if !slices.Contains(isr, n) && r.acked[n] >= last && now.Sub(r.seen[n]) < r.h.cfg.LagBound {
+		if !slices.Contains(isr, n) && !r.caught[n].IsZero() && now.Sub(r.caught[n]) < r.h.cfg.LagBound/2 {
 			add = append(add, n)
 		}
 	}
@@ -350,10 +354,13 @@ func (r *replica) fetch(ctx context.Context, term int64, node string, after, aft
 		}
 	}
 	r.mu.Lock()
-	if after > r.acked[node] || r.acked[node] == 0 {
+	if after > r.acked[node] {
 		r.acked[node] = after
 	}
-	r.seen[node] = time.Now()
+	if end, ok := r.sentEnd[node]; ok && after >= end {
+		r.caught[node] = time.Now()
+	}
+	r.sentEnd[node] = last
 	r.broadcastLocked()
 	ch := r.changed
 	r.mu.Unlock()
@@ -409,7 +416,8 @@ func (r *replica) leave(ctx context.Context, term int64, node string) error {
 	r.mu.Lock()
 	r.isr = next
 	r.acked[node] = 0
-	r.seen[node] = time.Time{}
+	delete(r.caught, node)
+	delete(r.sentEnd, node)
 	r.broadcastLocked()
 	r.mu.Unlock()
 	r.lg.Info("follower left the in-sync set", zap.String("follower", node), zap.Strings("isr", next))

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	_ "net/http/pprof" // registers /debug/pprof on the default mux
 	"strings"
 	"time"
 
@@ -88,6 +89,8 @@ func New(cfg Config) *Server {
 		cfg.Mount(e)
 	}
 	e.GET("/metrics", gin.WrapH(promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{})))
+	// Go's profiler, for operators chasing CPU or memory.
+	e.GET("/debug/pprof/*any", gin.WrapH(http.DefaultServeMux))
 	e.NoRoute(func(c *gin.Context) {
 		if strings.HasPrefix(c.Request.URL.Path, "/api/") || s.cfg.Console == nil {
 			fail(c, fmt.Errorf("%w: no route %s %s", models.ErrNotFound, c.Request.Method, c.Request.URL.Path))
