@@ -1,0 +1,152 @@
+package web_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/cairn-db/cairn/coordinator"
+	"github.com/cairn-db/cairn/models"
+	"github.com/cairn-db/cairn/statemachine"
+	"github.com/cairn-db/cairn/web"
+	"github.com/stretchr/testify/require"
+)
+
+// fakeAdmin records calls and returns a configured error.
+type fakeAdmin struct {
+	err   error
+	calls []string
+}
+
+func (f *fakeAdmin) CreateStorageCluster(_ context.Context, c models.StorageCluster) (models.StorageCluster, error) {
+	f.calls = append(f.calls, "cluster:"+c.Name)
+	return c, f.err
+}
+func (f *fakeAdmin) DeleteStorageCluster(context.Context, string) error { return f.err }
+func (f *fakeAdmin) CreateDatabase(_ context.Context, d models.Database) (models.Database, error) {
+	f.calls = append(f.calls, "db:"+d.Name)
+	return d, f.err
+}
+func (f *fakeAdmin) UpdateDatabase(_ context.Context, _ string, _ web.DatabasePatch) (models.Database, error) {
+	return models.Database{}, f.err
+}
+func (f *fakeAdmin) DeleteDatabase(context.Context, string) error { return f.err }
+func (f *fakeAdmin) SetDrain(context.Context, string, bool) error { return f.err }
+func (f *fakeAdmin) Rebalance(context.Context, bool) (any, error) { return map[string]any{}, f.err }
+func (f *fakeAdmin) TransferLeader(context.Context, string, int, web.LeaderTransfer) error {
+	return f.err
+}
+
+func newState(t *testing.T) func() *statemachine.State {
+	m := statemachine.New(statemachine.Config{})
+	m.Push(statemachine.Event{Source: statemachine.SourceMaster, Kind: statemachine.KindMaster, Type: coordinator.WatchPut,
+		Value: models.MasterRecord{NodeID: "m1", Address: "127.0.0.1:1", Term: 5}})
+	m.Push(statemachine.Event{Source: statemachine.SourceMaster, Type: coordinator.WatchSynced})
+	m.Push(statemachine.Event{Source: statemachine.SourceDatabaseConfig, Type: coordinator.WatchSynced})
+	m.Start(context.Background())
+	t.Cleanup(m.Stop)
+	for !m.Snapshot().Synced[statemachine.SourceDatabaseConfig] {
+		<-m.Changed()
+	}
+	return m.Snapshot
+}
+
+func do(t *testing.T, h http.Handler, method, path, body string, hdr ...string) (int, map[string]any) {
+	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, req)
+	var out map[string]any
+	if w.Body.Len() > 0 {
+		require.NoError(t, json.Unmarshal(w.Body.Bytes(), &out), w.Body.String())
+	}
+	return w.Code, out
+}
+
+func TestStatusEndpoints(t *testing.T) {
+	h := web.New(web.Config{NodeID: "n1", Roles: []string{"broker"}, State: newState(t), EtcdUp: func() bool { return false }}).Handler()
+	code, body := do(t, h, "GET", "/api/v1/health", "")
+	require.Equal(t, 200, code)
+	require.Equal(t, "n1", body["node_id"])
+	code, body = do(t, h, "GET", "/api/v1/ready", "")
+	require.Equal(t, 200, code)
+	require.Equal(t, "down", body["etcd"])
+	code, body = do(t, h, "GET", "/api/v1/master", "")
+	require.Equal(t, 200, code)
+	require.Equal(t, "m1", body["node_id"])
+	require.EqualValues(t, 5, body["term"])
+	code, body = do(t, h, "GET", "/api/v1/explore?role=chef", "")
+	require.Equal(t, 400, code)
+	require.Contains(t, body["error"].(map[string]any)["message"], "chef")
+	code, _ = do(t, h, "GET", "/api/v1/explore?role=storage", "")
+	require.Equal(t, 200, code)
+	code, body = do(t, h, "GET", "/api/v1/nope", "")
+	require.Equal(t, 404, code)
+	require.Equal(t, "not_found", body["error"].(map[string]any)["code"])
+}
+
+func TestErrorMappingAndStrictBodies(t *testing.T) {
+	cases := []struct {
+		err    error
+		status int
+		code   string
+	}{
+		{fmt.Errorf("%w: x", models.ErrBadInput), 400, "bad_request"},
+		{fmt.Errorf("%w: x", models.ErrNotFound), 404, "not_found"},
+		{fmt.Errorf("%w: x", models.ErrConflict), 409, "conflict"},
+		{fmt.Errorf("%w: x", models.ErrImpossible), 422, "unprocessable"},
+		{fmt.Errorf("%w: x", coordinator.ErrUnavailable), 503, "unavailable"},
+		{errors.New("boom"), 500, "internal"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.code, func(t *testing.T) {
+			a := &fakeAdmin{err: tc.err}
+			h := web.New(web.Config{State: newState(t), Admin: a}).Handler()
+			code, body := do(t, h, "POST", "/api/v1/databases", `{"name":"db","num_shards":1}`)
+			require.Equal(t, tc.status, code)
+			require.Equal(t, tc.code, body["error"].(map[string]any)["code"])
+		})
+	}
+	a := &fakeAdmin{}
+	h := web.New(web.Config{State: newState(t), Admin: a}).Handler()
+	for _, body := range []string{`{"name":"db","bogus":1}`, `{"name":`, `{"name":"a"}{"name":"b"}`, `[]`} {
+		code, out := do(t, h, "POST", "/api/v1/databases", body)
+		require.Equal(t, 400, code, body)
+		require.Equal(t, "bad_request", out["error"].(map[string]any)["code"])
+	}
+	require.Empty(t, a.calls, "refused bodies never reach the admin service")
+	code, _ := do(t, h, "POST", "/api/v1/rebalance?dry_run=maybe", "")
+	require.Equal(t, 400, code)
+}
+
+func TestAdminToken(t *testing.T) {
+	a := &fakeAdmin{}
+	h := web.New(web.Config{State: newState(t), Admin: a, AdminToken: "s3cret"}).Handler()
+	code, body := do(t, h, "POST", "/api/v1/storage-clusters", `{"name":"c1"}`)
+	require.Equal(t, 401, code)
+	require.Equal(t, "unauthorized", body["error"].(map[string]any)["code"])
+	code, _ = do(t, h, "POST", "/api/v1/storage-clusters", `{"name":"c1"}`, "Authorization", "Bearer wrong")
+	require.Equal(t, 401, code)
+	require.Empty(t, a.calls)
+	code, _ = do(t, h, "POST", "/api/v1/storage-clusters", `{"name":"c1"}`, "Authorization", "Bearer s3cret")
+	require.Equal(t, 201, code)
+	require.Equal(t, []string{"cluster:c1"}, a.calls)
+	code, _ = do(t, h, "GET", "/api/v1/storage-clusters", "")
+	require.Equal(t, 200, code, "reads need no token")
+}
+
+func TestBodyLimit(t *testing.T) {
+	a := &fakeAdmin{}
+	h := web.New(web.Config{State: newState(t), Admin: a, MaxBodyBytes: 64}).Handler()
+	code, body := do(t, h, "POST", "/api/v1/databases", `{"name":"`+strings.Repeat("a", 100)+`"}`)
+	require.Equal(t, 400, code)
+	require.Contains(t, body["error"].(map[string]any)["message"], "larger than")
+	require.Empty(t, a.calls)
+}
