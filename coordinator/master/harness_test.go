@@ -159,7 +159,8 @@ type runningMaster struct {
 	term     int64
 	election *coordinator.Session // the lease the election key hangs on
 	cancel   context.CancelFunc
-	done     chan error
+	done     chan struct{} // closed when Run returns
+	err      error         // Run's result, set before done closes
 }
 
 type masterOpts struct {
@@ -200,20 +201,30 @@ func (h *harness) startMaster(o masterOpts) *runningMaster {
 
 func (rm *runningMaster) start() {
 	ctx, cancel := context.WithCancel(context.Background())
-	rm.cancel, rm.done = cancel, make(chan error, 1)
-	go func() { rm.done <- rm.Run(ctx) }()
+	done := make(chan struct{})
+	rm.cancel, rm.done = cancel, done
+	go func() {
+		rm.err = rm.Run(ctx)
+		close(done)
+	}()
+}
+
+// wait returns Run's result once it has returned on its own.
+func (rm *runningMaster) wait(t testing.TB) error {
+	t.Helper()
+	select {
+	case <-rm.done:
+		return rm.err
+	case <-time.After(waitFor):
+		t.Fatalf("master term %d still running after %v", rm.term, waitFor)
+		return nil
+	}
 }
 
 // stop ends Run and waits for it; idempotent.
 func (rm *runningMaster) stop() {
 	rm.cancel()
-	select {
-	case err, ok := <-rm.done:
-		if ok {
-			rm.done <- err
-		}
-	case <-time.After(waitFor):
-	}
+	<-rm.done
 }
 
 // settle returns once the master has run a full reconcile pass over the

@@ -45,6 +45,7 @@ type Master struct {
 	lg      *zap.Logger
 	ops     chan op
 	pending map[placement.ShardKey][]string // relocation targets in flight
+	leaders map[placement.ShardKey]string   // plan's leaders, applied once relocations finish
 	members map[string]membership           // per cluster
 	forced  bool
 }
@@ -80,7 +81,7 @@ func New(cfg Config) *Master {
 		cfg.Now = time.Now
 	}
 	return &Master{cfg: cfg, lg: cfg.Logger.Named("master").With(zap.Int64("master_term", cfg.Term)),
-		ops: make(chan op), pending: map[placement.ShardKey][]string{}, members: map[string]membership{}}
+		ops: make(chan op), pending: map[placement.ShardKey][]string{}, leaders: map[placement.ShardKey]string{}, members: map[string]membership{}}
 }
 
 // Run reconciles until ctx ends or the term is lost (ErrDeposed).

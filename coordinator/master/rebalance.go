@@ -94,11 +94,15 @@ func (m *Master) rebalance(ctx context.Context) error {
 			return nil
 		}
 		m.forced = false
+		clear(m.leaders) // a new plan supersedes the last one's leaders
 		for cluster, p := range plans {
 			for k, t := range p.Target {
 				cur := assigned(st, k)
 				if !sameSet(cur, t.Replicas) {
 					m.pending[k] = t.Replicas
+				}
+				if s, _ := st.ShardState(k.DB, k.Shard); t.Leader != "" && t.Leader != s.Leader {
+					m.leaders[k] = t.Leader
 				}
 			}
 			if p.Relocations == 0 {
@@ -112,7 +116,7 @@ func (m *Master) rebalance(ctx context.Context) error {
 		}
 	}
 	if len(m.pending) == 0 {
-		return nil
+		return m.balanceLeaders(ctx, st)
 	}
 	keys := make([]placement.ShardKey, 0, len(m.pending))
 	for k := range m.pending {
@@ -228,6 +232,55 @@ func (m *Master) moveLeadersOff(ctx context.Context, st *statemachine.State, key
 		}
 		if err := m.publishStates(ctx, db, prev, next, changed); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// balanceLeaders hands leadership to the plan's leaders once its relocations
+// are done (a replica that moved back after a drain would otherwise hold data
+// but never lead). Each handover is graceful: only to a live, non-draining
+// replica in the in-sync set, else the target is dropped.
+func (m *Master) balanceLeaders(ctx context.Context, st *statemachine.State) error {
+	byDB := map[string][]int{}
+	var dbs []string
+	for k, to := range m.leaders {
+		delete(m.leaders, k)
+		a, ok := st.Assignments[k.DB]
+		s, has := st.ShardState(k.DB, k.Shard)
+		if !ok || !has || k.Shard >= len(a.Shards) || s.Status != models.StatusOnline || s.Leader == to {
+			continue
+		}
+		_, live := st.Nodes[a.Cluster][to]
+		_, draining := st.Drains[to]
+		if !live || draining || !slices.Contains(a.Shards[k.Shard].Replicas, to) || !shardInSync(st, a.Cluster, k.DB, k.Shard, []string{to}) {
+			continue
+		}
+		if _, seen := byDB[k.DB]; !seen {
+			dbs = append(dbs, k.DB)
+		}
+		byDB[k.DB] = append(byDB[k.DB], k.Shard)
+		m.leaders[k] = to // kept until published
+	}
+	sort.Strings(dbs)
+	for _, db := range dbs {
+		prev := st.ShardStates[db]
+		next := models.ShardStates{DB: db, Shards: slices.Clone(prev.Shards)}
+		changed := byDB[db]
+		sort.Ints(changed)
+		for _, id := range changed {
+			i := indexOf(next, id)
+			k := placement.ShardKey{DB: db, Shard: id}
+			cur := next.Shards[i]
+			next.Shards[i] = models.ShardState{ID: id, Leader: m.leaders[k], Term: cur.Term + 1, Status: models.StatusOnline}
+			m.lg.Info("balancing leadership", zap.String("db", db), zap.Int("shard", id),
+				zap.String("from", cur.Leader), zap.String("to", m.leaders[k]), zap.Int64("term", cur.Term+1))
+		}
+		if err := m.publishStates(ctx, db, prev, next, changed); err != nil {
+			return err // targets stay: the next pass re-checks them
+		}
+		for _, id := range changed {
+			delete(m.leaders, placement.ShardKey{DB: db, Shard: id})
 		}
 	}
 	return nil
