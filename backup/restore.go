@@ -42,20 +42,35 @@ func Restore(ctx context.Context, o Options, r io.Reader, force bool) (Summary, 
 		return Summary{}, err
 	}
 	prefix := o.Namespace + "/"
-	existing, _, err := o.Store.ListAt(ctx, prefix, "", 0, 1)
+	// Leased keys (the master key, live brokers and storage nodes) and
+	// failover locks belong to running processes: they neither make the
+	// namespace "not empty" nor get deleted by --force, so a restore can run
+	// while the nodes of a replaced etcd re-register.
+	existing, _, err := o.Store.List(ctx, prefix)
 	if err != nil {
 		return Summary{}, fmt.Errorf("check %s is empty: %w", prefix, err)
 	}
-	if len(existing) > 0 {
+	var stale []string
+	for _, e := range existing {
+		if e.Lease == 0 && !strings.HasPrefix(e.Key, prefix+"failover/") {
+			stale = append(stale, e.Key)
+		}
+	}
+	if len(stale) > 0 {
 		if !force {
 			return Summary{}, fmt.Errorf("%w: %s holds keys (first: %s); restore only into an empty namespace, or pass --force to delete them first",
-				ErrNotEmpty, o.Namespace, existing[0].Key)
+				ErrNotEmpty, o.Namespace, stale[0])
 		}
-		n, err := o.Store.DeletePrefix(ctx, prefix)
-		if err != nil {
-			return Summary{}, fmt.Errorf("clear %s: %w", prefix, err)
+		for i := 0; i < len(stale); i += maxTxnOps {
+			ops := make([]coordinator.Op, 0, maxTxnOps)
+			for _, k := range stale[i:min(i+maxTxnOps, len(stale))] {
+				ops = append(ops, coordinator.OpDelete(k))
+			}
+			if _, _, err := o.Store.Txn(ctx, nil, ops); err != nil {
+				return Summary{}, fmt.Errorf("clear %s: %w", prefix, err)
+			}
 		}
-		fmt.Fprintf(o.Progress, "restore: deleted %d keys under %s\n", n, prefix)
+		fmt.Fprintf(o.Progress, "restore: deleted %d keys under %s\n", len(stale), prefix)
 	}
 	rev, err := writeAll(ctx, o, kvs)
 	if err != nil {

@@ -154,7 +154,7 @@ func (d *Data) writeShard(ctx context.Context, cfg models.Database, shard int, p
 		t := d.target(d.State(), cfg, shard)
 		if t.online {
 			body, _ := engine.Entry{Term: uint64(t.term), Points: pts}.MarshalBinary()
-			status, msg, err := d.post(ctx, fmt.Sprintf("http://%s/internal/v1/shards/%s/%d/write?term=%d", t.address, cfg.Name, shard, t.term), body)
+			status, msg, err := d.attempt(ctx, cfg, t, body)
 			switch {
 			case err == nil && status == http.StatusNoContent:
 				return nil
@@ -179,10 +179,34 @@ func (d *Data) writeShard(ctx context.Context, cfg models.Database, shard int, p
 			wait.Stop()
 			return lastErr
 		case <-changed:
+			changed = d.Changed()
 		case <-wait.C:
 		}
 		wait.Stop()
 	}
+}
+
+// attempt sends one batch to t, abandoning it as soon as the published state
+// names another leader or term for the shard: a frozen or partitioned leader
+// must not hold a write hostage.
+func (d *Data) attempt(ctx context.Context, cfg models.Database, t target, body []byte) (int, string, error) {
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		for {
+			ch := d.Changed()
+			if n := d.target(d.State(), cfg, t.shard); n.leader != t.leader || n.term != t.term || !n.online {
+				cancel()
+				return
+			}
+			select {
+			case <-actx.Done():
+				return
+			case <-ch:
+			}
+		}
+	}()
+	return d.post(actx, fmt.Sprintf("http://%s/internal/v1/shards/%s/%d/write?term=%d", t.address, cfg.Name, t.shard, t.term), body)
 }
 
 func (d *Data) post(ctx context.Context, u string, body []byte) (int, string, error) {

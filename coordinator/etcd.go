@@ -345,13 +345,19 @@ func (s *EtcdStore) Compact(ctx context.Context, rev int64) error {
 
 // ClusterID implements Store.
 func (s *EtcdStore) ClusterID(ctx context.Context) (uint64, error) {
+	id, _, err := s.Header(ctx)
+	return id, err
+}
+
+// Header implements Store.
+func (s *EtcdStore) Header(ctx context.Context) (uint64, int64, error) {
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
 	resp, err := s.cli.Get(ctx, "\x00cairn-cluster-probe", clientv3.WithCountOnly())
 	if err != nil {
-		return 0, mapErr(err)
+		return 0, 0, mapErr(err)
 	}
-	return resp.Header.ClusterId, nil
+	return resp.Header.ClusterId, resp.Header.Revision, nil
 }
 
 // Close implements Store.

@@ -462,6 +462,34 @@ func (m *MemoryStore) ClusterID(context.Context) (uint64, error) {
 	return m.clusterID, nil
 }
 
+// Header implements Store.
+func (m *MemoryStore) Header(context.Context) (uint64, int64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.check(); err != nil {
+		return 0, 0, err
+	}
+	return m.clusterID, m.rev, nil
+}
+
+// Replace simulates swapping the backing etcd for a fresh cluster: a new
+// cluster id, no keys, revisions starting over. Open watches keep running,
+// as an etcd client's would after reconnecting.
+func (m *MemoryStore) Replace() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.clusterID = rand.Uint64()
+	m.kvs = map[string]KeyValue{}
+	m.history = nil
+	m.rev = 1
+	m.compacted = 0
+	for id := range m.leases {
+		m.leases[id].timer.Stop()
+		close(m.leases[id].lost)
+		delete(m.leases, id)
+	}
+}
+
 // Close implements Store.
 func (m *MemoryStore) Close() error {
 	m.mu.Lock()

@@ -129,6 +129,9 @@ type Store interface {
 	Compact(ctx context.Context, rev int64) error
 	// ClusterID identifies the backing cluster; it changes when etcd is replaced.
 	ClusterID(ctx context.Context) (uint64, error)
+	// Header returns the cluster id and the current store revision in one
+	// call: a watcher compares both to notice a replaced or restored etcd.
+	Header(ctx context.Context) (clusterID uint64, rev int64, err error)
 	// Close releases the client.
 	Close() error
 }

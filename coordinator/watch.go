@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -111,12 +112,30 @@ func RunWatcher(ctx context.Context, cfg WatcherConfig, emit func(WatchEvent)) {
 		}
 		wctx, cancel := context.WithCancel(ctx)
 		ch := cfg.Store.Watch(wctx, cfg.Prefix, lastRev+1)
-		err = consume(ch, known, &lastRev, emit)
+		var replaced atomic.Bool
+		var seenRev atomic.Int64
+		seenRev.Store(lastRev)
+		checkDone := make(chan struct{})
+		go func() {
+			defer close(checkDone)
+			watchCluster(wctx, cfg, clusterID, &seenRev, func() { replaced.Store(true); cancel() })
+		}()
+		err = consume(ch, known, &lastRev, &seenRev, emit)
 		cancel()
 		for range ch { // let the watch goroutine finish
 		}
+		<-checkDone
 		if ctx.Err() != nil {
 			return
+		}
+		if replaced.Load() {
+			// The client reconnected to a different etcd (restored or
+			// replaced) and would keep watching it from our old revision:
+			// re-list it as a fresh cluster.
+			lg.Warn("etcd cluster replaced or restored, re-listing")
+			clusterID, lastRev, needList = 0, 0, true
+			known = forceFresh(known)
+			continue
 		}
 		if errors.Is(err, ErrCompacted) {
 			lg.Info("watch compacted, re-listing", zap.Error(err))
@@ -133,7 +152,44 @@ func RunWatcher(ctx context.Context, cfg WatcherConfig, emit func(WatchEvent)) {
 	}
 }
 
-func consume(ch <-chan RawWatchResponse, known map[string]int64, lastRev *int64, emit func(WatchEvent)) error {
+// ClusterCheckInterval is how often a watcher verifies it still talks to the
+// same etcd cluster.
+var ClusterCheckInterval = 2 * time.Second
+
+// watchCluster calls replaced when the store's cluster id changes or its
+// revision falls below what the watch already saw: etcd was replaced or
+// restored underneath a reconnecting client.
+func watchCluster(ctx context.Context, cfg WatcherConfig, clusterID uint64, seenRev *atomic.Int64, replaced func()) {
+	t := time.NewTicker(ClusterCheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		before := seenRev.Load() // read first: revisions only grow in one cluster
+		id, rev, err := cfg.Store.Header(ctx)
+		if err != nil {
+			continue
+		}
+		if id != clusterID || rev < before {
+			replaced()
+			return
+		}
+	}
+}
+
+// forceFresh marks every known key as changed so the next list re-emits all.
+func forceFresh(known map[string]int64) map[string]int64 {
+	out := make(map[string]int64, len(known))
+	for k := range known {
+		out[k] = -1
+	}
+	return out
+}
+
+func consume(ch <-chan RawWatchResponse, known map[string]int64, lastRev *int64, seenRev *atomic.Int64, emit func(WatchEvent)) error {
 	for resp := range ch {
 		if resp.Err != nil {
 			return resp.Err
@@ -151,6 +207,7 @@ func consume(ch <-chan RawWatchResponse, known map[string]int64, lastRev *int64,
 			*lastRev = max(*lastRev, ev.KV.ModRev)
 		}
 		*lastRev = max(*lastRev, resp.Rev)
+		seenRev.Store(*lastRev)
 	}
 	return nil
 }

@@ -201,3 +201,37 @@ func TestWatcherSeededDeletesVanished(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// A client that reconnects to a replaced or restored etcd keeps its watch
+// open; the watcher must notice (new cluster id or revisions going back) and
+// re-list, so keys that vanished are deleted and restored ones re-emitted.
+func TestWatcherNoticesReplacedStore(t *testing.T) {
+	old := coordinator.ClusterCheckInterval
+	coordinator.ClusterCheckInterval = 50 * time.Millisecond
+	defer func() { coordinator.ClusterCheckInterval = old }()
+	s := coordinator.NewMemoryStore()
+	defer s.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for i := range 20 {
+		_, err := s.Put(ctx, fmt.Sprintf("/r/k%d", i), []byte("old"), 0)
+		require.NoError(t, err)
+	}
+	m := &mirror{kv: map[string]string{}, seen: map[string]bool{}}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		coordinator.RunWatcher(ctx, coordinator.WatcherConfig{Store: s, Prefix: "/r/"}, m.apply)
+	}()
+	require.Eventually(t, func() bool { m.mu.Lock(); defer m.mu.Unlock(); return len(m.kv) == 20 }, 5*time.Second, 5*time.Millisecond)
+	s.Replace()
+	_, err := s.Put(ctx, "/r/k1", []byte("restored"), 0)
+	require.NoError(t, err)
+	_, err = s.Put(ctx, "/r/fresh", []byte("new"), 0)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		return m.equals(map[string]string{"/r/k1": "restored", "/r/fresh": "new"})
+	}, 5*time.Second, 10*time.Millisecond)
+	cancel()
+	<-done
+}

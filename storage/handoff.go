@@ -9,6 +9,28 @@ import (
 	"go.uber.org/zap"
 )
 
+// leave asks the shard's current leader to drop this node from the in-sync
+// set; false when it should be retried.
+func (h *Host) leave(ctx context.Context, r *replica) bool {
+	r.mu.Lock()
+	w := r.want
+	r.mu.Unlock()
+	if w.role != roleFollower {
+		return w.role == roleIdle // nobody to tell
+	}
+	u := fmt.Sprintf("http://%s/internal/v1/shards/%s/%d/leave?term=%d&node=%s", w.address, r.db, r.shard, w.term, h.nodeID)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, nil)
+	if err != nil {
+		return false
+	}
+	resp, err := h.client.Do(req)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusNoContent
+}
+
 // TransferFunc asks the master to move a shard's leadership to node.
 type TransferFunc func(ctx context.Context, db string, shard int, node string) error
 
@@ -47,16 +69,12 @@ func (h *Host) Handoff(ctx context.Context, transfer TransferFunc) {
 			}
 			led = append(led, r)
 		case roleFollower:
-			u := fmt.Sprintf("http://%s/internal/v1/shards/%s/%d/leave?term=%d&node=%s", w.address, r.db, r.shard, w.term, h.nodeID)
-			req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, nil)
-			if err == nil {
-				if resp, err := h.client.Do(req); err == nil {
-					resp.Body.Close()
-				}
-			}
+			h.leave(ctx, r)
 		}
 	}
-	// Wait until the new leaders are published and we stopped leading.
+	// Wait until the new leaders are published and we stopped leading, then
+	// leave their in-sync sets too: a new leader starts from the old set,
+	// which still names us.
 	for _, r := range led {
 		for ctx.Err() == nil {
 			r.mu.Lock()
@@ -66,6 +84,9 @@ func (h *Host) Handoff(ctx context.Context, transfer TransferFunc) {
 				break
 			}
 			r.sleep(ctx, 20*time.Millisecond)
+		}
+		for ctx.Err() == nil && !h.leave(ctx, r) {
+			r.sleep(ctx, 50*time.Millisecond)
 		}
 	}
 	h.lg.Info("handoff done", zap.Int("leaderships_moved", len(led)), zap.Int("replicas", len(reps)))

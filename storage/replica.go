@@ -404,6 +404,10 @@ func (r *replica) leave(ctx context.Context, term int64, node string) error {
 		r.mu.Unlock()
 		return fmt.Errorf("%w: shard %s", ErrStaleTerm, r.id)
 	}
+	if r.isr == nil {
+		r.mu.Unlock()
+		return fmt.Errorf("%w: shard %s is still publishing its in-sync set", ErrStaleTerm, r.id)
+	}
 	if !slices.Contains(r.isr, node) {
 		r.mu.Unlock()
 		return nil

@@ -184,8 +184,8 @@ func (s *Server) requireAdmin(c *gin.Context) {
 		c.Next()
 		return
 	}
-	got := strings.TrimPrefix(c.GetHeader("Authorization"), "Bearer ")
-	if subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.AdminToken)) != 1 {
+	scheme, got, _ := strings.Cut(c.GetHeader("Authorization"), " ")
+	if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.AdminToken)) != 1 {
 		fail(c, fmt.Errorf("%w: this endpoint needs the admin token (Authorization: Bearer <token>)", models.ErrUnauthorized))
 		return
 	}

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -98,7 +99,15 @@ func Start(cfg Config) (*Server, error) {
 	ec.AdvertisePeerUrls = urls(cfg.AdvertisePeerURL)
 	ec.InitialCluster = cfg.InitialCluster
 	ec.ClusterState = cfg.ClusterState
+	// etcd derives the cluster id from the peer URLs and this token: a fixed
+	// token would give an etcd wiped and recreated at the same URLs the same
+	// id, hiding the replacement from clients. A lone new member gets a
+	// random one; members of a multi-member cluster must agree, so they
+	// share a fixed token.
 	ec.InitialClusterToken = "cairn"
+	if !strings.Contains(cfg.InitialCluster, ",") {
+		ec.InitialClusterToken = "cairn-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	}
 	ec.AutoCompactionMode = embed.CompactorModePeriodic
 	ec.AutoCompactionRetention = cfg.CompactionRetention
 	ec.Logger = "zap"

@@ -15,9 +15,11 @@ import (
 const crashPointsPerEntry = 50
 
 // crashWriter runs in a child process: it applies entries and prints each txn
-// id once Apply has returned, i.e. once the write is acknowledged.
-func crashWriter(dir string) {
-	e, err := NewBoltEngine(dir)
+// id once Apply has returned, i.e. once the write is acknowledged. Every entry
+// also overwrites the one point of series "o", so recovery must replay the
+// unflushed tail in order on top of the flushed data.
+func crashWriter(dir string, flushPoints int) {
+	e, err := NewBoltEngine(dir, WithFlushPoints(flushPoints))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -30,10 +32,11 @@ func crashWriter(dir string) {
 	// Bounded so a parent that dies without killing us does not leave us running.
 	for i := 0; i < 100000; i++ {
 		txn := s.LastTxnID() + 1
-		points := make([]lineproto.Point, crashPointsPerEntry)
+		points := make([]lineproto.Point, crashPointsPerEntry, crashPointsPerEntry+1)
 		for j := range points {
 			points[j] = lineproto.Point{Metric: "m", Field: "value", TS: int64(txn)*crashPointsPerEntry + int64(j), Value: float64(txn)}
 		}
+		points = append(points, lineproto.Point{Metric: "o", Field: "value", TS: 0, Value: float64(txn)})
 		if err := s.Apply(Entry{TxnID: txn, Term: 1, Points: points}); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
@@ -43,10 +46,27 @@ func crashWriter(dir string) {
 	os.Exit(0)
 }
 
+// TestKill9Durability kills the writer before any flush: recovery is a
+// replay of the log.
 func TestKill9Durability(t *testing.T) {
+	kill9(t, DefaultFlushPoints, 30)
+}
+
+// TestKill9DurabilityAcrossFlushes kills the writer after many entries with a
+// flush every few of them, so the kill lands anywhere: between flushes, or in
+// the middle of one (its commit is all or nothing, and the log replays it).
+func TestKill9DurabilityAcrossFlushes(t *testing.T) {
+	for _, killAt := range []uint64{97, 251} {
+		t.Run(strconv.FormatUint(killAt, 10), func(t *testing.T) {
+			kill9(t, 3*crashPointsPerEntry+7, killAt)
+		})
+	}
+}
+
+func kill9(t *testing.T, flushPoints int, killAt uint64) {
 	dir := t.TempDir()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "CAIRN_ENGINE_CRASH_DIR="+dir)
+	cmd.Env = append(os.Environ(), "CAIRN_ENGINE_CRASH_DIR="+dir, "CAIRN_ENGINE_CRASH_FLUSH="+strconv.Itoa(flushPoints))
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
@@ -57,7 +77,7 @@ func TestKill9Durability(t *testing.T) {
 	for sc.Scan() {
 		acked, err = strconv.ParseUint(sc.Text(), 10, 64)
 		require.NoError(t, err)
-		if acked == 30 {
+		if acked == killAt {
 			require.NoError(t, cmd.Process.Kill()) // SIGKILL: no deferred cleanup runs
 			break
 		}
@@ -68,17 +88,28 @@ func TestKill9Durability(t *testing.T) {
 		require.NoError(t, err)
 	}
 	_ = cmd.Wait()
-	require.GreaterOrEqual(t, acked, uint64(30))
+	require.GreaterOrEqual(t, acked, killAt)
 
-	s, err := newEngine(t, dir).Open("crash", 0)
+	s, err := newEngine(t, dir, WithFlushPoints(flushPoints)).Open("crash", 0)
 	require.NoError(t, err)
 	last := s.LastTxnID()
 	require.GreaterOrEqual(t, last, acked, "every acknowledged entry survives kill -9")
 	require.LessOrEqual(t, last, acked+1, "at most the entry in flight at the kill")
+	if flushPoints < int(killAt)*crashPointsPerEntry {
+		require.Positive(t, flushedTxn(s), "some entries were flushed before the kill")
+	}
 	got, err := s.Query("m", nil, 0, 1<<62)
 	require.NoError(t, err)
 	require.Len(t, got, 1)
 	require.Len(t, got[0].Points, int(last)*crashPointsPerEntry, "each entry is all or nothing")
-	// The shard keeps working after recovery.
+	for i, p := range got[0].Points {
+		require.EqualValues(t, i/crashPointsPerEntry+1, p.Value)
+	}
+	got, err = s.Query("o", nil, 0, 0)
+	require.NoError(t, err)
+	require.Equal(t, []SeriesPoint{{0, float64(last)}}, got[0].Points, "the newest overwrite wins")
+	// The shard keeps working after recovery, flushes included.
 	require.NoError(t, s.Apply(Entry{TxnID: last + 1, Term: 1}))
+	flushNow(t, s)
+	require.EqualValues(t, last+1, flushedTxn(s))
 }

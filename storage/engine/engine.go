@@ -2,7 +2,8 @@
 // interfaces the storage role programs against, and the default implementation
 // that keeps one bbolt file per shard replica holding the points, the
 // replication log of recent entries and the undo records needed to cut a
-// divergent tail.
+// divergent tail. A write is durable once its entry is in the log; its points
+// wait in an in-memory memtable and reach the series buckets in bulk flushes.
 package engine
 
 import (
@@ -15,6 +16,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/cairn-db/cairn/storage/lineproto"
 )
@@ -146,17 +148,40 @@ type Engine interface {
 // DefaultRetainEntries is how many recent entries the log keeps for followers.
 const DefaultRetainEntries = 10000
 
+// DefaultFlushPoints is how many points a shard's memtable holds before they
+// are moved into the series buckets: large enough that each series page is
+// rewritten once per hundreds of points rather than once per batch.
+const DefaultFlushPoints = 200_000
+
+// DefaultFlushInterval is how long a shard's memtable may sit before it is
+// flushed anyway, which bounds the memory an idle shard holds.
+const DefaultFlushInterval = 2 * time.Second
+
 // Option tunes NewBoltEngine.
 type Option func(*options)
 
 type options struct {
-	retain uint64
+	retain        uint64
+	flushPoints   int
+	flushInterval time.Duration
 }
 
 // WithRetainEntries sets how many recent log entries each shard keeps (at least
 // 1); followers further behind need a full sync.
 func WithRetainEntries(n int) Option {
 	return func(o *options) { o.retain = uint64(max(n, 1)) }
+}
+
+// WithFlushPoints sets how many points a shard buffers in memory (on top of
+// the durable log) before flushing them into its series (at least 1).
+func WithFlushPoints(n int) Option {
+	return func(o *options) { o.flushPoints = max(n, 1) }
+}
+
+// WithFlushInterval sets how long buffered points may wait before a flush; 0
+// or less turns the time-based flush off, leaving only the size trigger.
+func WithFlushInterval(d time.Duration) Option {
+	return func(o *options) { o.flushInterval = d }
 }
 
 type shardID struct {
@@ -175,7 +200,7 @@ type boltEngine struct {
 
 // NewBoltEngine returns the bbolt engine keeping shard files at dir/<db>/<shard>.db.
 func NewBoltEngine(dir string, opts ...Option) (Engine, error) {
-	o := options{retain: DefaultRetainEntries}
+	o := options{retain: DefaultRetainEntries, flushPoints: DefaultFlushPoints, flushInterval: DefaultFlushInterval}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -224,7 +249,7 @@ func (e *boltEngine) Open(db string, shard int) (Shard, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		return nil, fmt.Errorf("engine: create db dir: %w", err)
 	}
-	s, err := openShard(path, e.opts.retain)
+	s, err := openShard(path, e.opts)
 	if err != nil {
 		return nil, err
 	}

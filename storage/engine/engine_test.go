@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -449,7 +450,11 @@ func FuzzEntryDecode(f *testing.F) {
 // TestMain lets TestKill9Durability re-run this binary as the writer it kills.
 func TestMain(m *testing.M) {
 	if dir := os.Getenv("CAIRN_ENGINE_CRASH_DIR"); dir != "" {
-		crashWriter(dir)
+		flushPoints, err := strconv.Atoi(os.Getenv("CAIRN_ENGINE_CRASH_FLUSH"))
+		if err != nil {
+			flushPoints = DefaultFlushPoints
+		}
+		crashWriter(dir, flushPoints)
 		return
 	}
 	os.Exit(m.Run())

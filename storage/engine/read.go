@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/cairn-db/cairn/storage/lineproto"
 	bolt "go.etcd.io/bbolt"
@@ -70,17 +71,26 @@ func (s *boltShard) TermAt(txnID uint64) (uint64, error) {
 }
 
 // Query walks the series keys of metric, which share one key prefix, and range
-// scans each matching series. Tag matching is a scan over that metric's series:
-// there is no inverted index.
+// scans each matching series, merging in the memtable's points (newer, so they
+// win on the same ts). Tag matching is a scan over that metric's series: there
+// is no inverted index.
 func (s *boltShard) Query(metric string, match map[string]string, start, end int64) ([]Series, error) {
 	var out []Series
 	if start > end {
 		return out, nil
 	}
 	err := s.view(func(tx *bolt.Tx) error {
+		// s.mem is stable while view holds mu; see flushLocked for why this
+		// memtable and this transaction agree.
+		hits, err := s.mem.collect(metric, match, start, end)
+		if err != nil {
+			return err
+		}
 		series := tx.Bucket(bucketSeries)
 		prefix := lineproto.AppendMetricPrefix(nil, metric)
-		// Untagged series continue the prefix with '#', tagged ones with ','.
+		// Untagged series continue the prefix with '#', tagged ones with ',':
+		// as '#' < ',', the two walks together visit keys in byte order, the
+		// order hits are sorted in.
 		for _, sep := range []byte{'#', ','} {
 			p := append(prefix[:len(prefix):len(prefix)], sep)
 			c := series.Cursor()
@@ -88,14 +98,29 @@ func (s *boltShard) Query(metric string, match map[string]string, start, end int
 				if v != nil {
 					continue // not a series bucket
 				}
-				sr, ok, err := readSeries(series.Bucket(k), string(k), match, start, end)
-				if err != nil {
+				for len(hits) > 0 && hits[0].key < string(k) {
+					out = append(out, hits[0].series())
+					hits = hits[1:]
+				}
+				var sr Series
+				ok := false
+				if len(hits) > 0 && hits[0].key == string(k) {
+					sr, ok = hits[0].header, true
+					sr.Points = mergePoints(readPoints(series.Bucket(k), start, end), hits[0].points)
+					hits = hits[1:]
+				} else if sr, ok, err = matchSeries(string(k), match); err != nil {
 					return err
+				} else if ok {
+					sr.Points = readPoints(series.Bucket(k), start, end)
+					ok = len(sr.Points) > 0
 				}
 				if ok {
 					out = append(out, sr)
 				}
 			}
+		}
+		for _, h := range hits {
+			out = append(out, h.series())
 		}
 		return nil
 	})
@@ -105,7 +130,15 @@ func (s *boltShard) Query(metric string, match map[string]string, start, end int
 	return out, nil
 }
 
-func readSeries(b *bolt.Bucket, key string, match map[string]string, start, end int64) (Series, bool, error) {
+func (h memHit) series() Series {
+	sr := h.header
+	sr.Points = h.points
+	return sr
+}
+
+// matchSeries parses a series key into a result header (no points) and says
+// whether its tags contain all of match.
+func matchSeries(key string, match map[string]string) (Series, bool, error) {
 	metric, tags, field, err := lineproto.ParseSeriesKey(key)
 	if err != nil {
 		return Series{}, false, fmt.Errorf("%w: %v", ErrCorrupt, err)
@@ -128,6 +161,12 @@ func readSeries(b *bolt.Bucket, key string, match map[string]string, start, end 
 			return Series{}, false, nil
 		}
 	}
+	return sr, true, nil
+}
+
+// readPoints reads a flushed series' points in [start, end].
+func readPoints(b *bolt.Bucket, start, end int64) []SeriesPoint {
+	var out []SeriesPoint
 	sk := make([]byte, 8)
 	putTSKey(sk, start)
 	c := b.Cursor()
@@ -136,11 +175,14 @@ func readSeries(b *bolt.Bucket, key string, match map[string]string, start, end 
 		if ts > end {
 			break
 		}
-		sr.Points = append(sr.Points, SeriesPoint{TS: ts, Value: math.Float64frombits(beUint64(v))})
+		out = append(out, SeriesPoint{TS: ts, Value: math.Float64frombits(beUint64(v))})
 	}
-	return sr, len(sr.Points) > 0, nil
+	return out
 }
 
+// Snapshot copies the file as of one read transaction. It needs no flush: the
+// memtable is derived from the log tail past flushed_txn, which the copy
+// carries, and Restore replays it.
 func (s *boltShard) Snapshot(w io.Writer) error {
 	err := s.view(func(tx *bolt.Tx) error {
 		_, err := tx.WriteTo(w)
@@ -189,7 +231,8 @@ func (s *boltShard) Restore(r io.Reader) error {
 	if renameErr != nil {
 		return fmt.Errorf("engine: restore: %w", renameErr)
 	}
-	return s.loadMeta()
+	// The snapshot's unflushed tail is in its log: replay it into a new memtable.
+	return s.recover()
 }
 
 func writeFileSync(path string, r io.Reader) error {
@@ -221,6 +264,15 @@ func checkSnapshot(path string) error {
 			if tx.Bucket(name) == nil {
 				return fmt.Errorf("%w: bucket %q missing", ErrBadSnapshot, name)
 			}
+		}
+		// The unflushed tail must replay, or the swapped-in shard could not
+		// build its memtable.
+		m, err := readMeta(tx)
+		if err == nil {
+			_, err = replay(tx, m.flushedTxn, m.lastTxn, time.Now())
+		}
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrBadSnapshot, err)
 		}
 		return nil
 	})

@@ -1,10 +1,8 @@
 package engine
 
 import (
-	"bytes"
 	"encoding/binary"
 	"fmt"
-	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -16,13 +14,17 @@ import (
 
 // Bucket layout of a shard file:
 //
-//	meta                last_txn, last_term, base_txn, base_term (big-endian u64)
-//	log    txn       -> encoded Entry (the last RetainEntries entries)
-//	undo   txn       -> what each point of that entry replaced, for TruncateAfter
+//	meta                last_txn, last_term, base_txn, base_term, flushed_txn (big-endian u64)
+//	log    txn       -> encoded Entry (the last RetainEntries entries, and every unflushed one)
+//	undo   txn       -> what each point of that flushed entry replaced, for TruncateAfter
 //	series seriesKey -> bucket: ts key -> float64 bits (big-endian)
 //
 // base_txn/base_term describe the newest trimmed entry: the log holds exactly
-// (base_txn, last_txn].
+// (base_txn, last_txn]. Apply only appends to the log; the points of entries
+// (flushed_txn, last_txn] live in the memtable and are moved into the series
+// buckets by a flush, in bulk, which is what makes writes cheap: a commit no
+// longer rewrites a page of every series the batch touches. Files written
+// before flushed_txn existed have every entry flushed.
 var (
 	bucketMeta   = []byte("meta")
 	bucketLog    = []byte("log")
@@ -33,6 +35,7 @@ var (
 	keyLastTerm = []byte("last_term")
 	keyBaseTxn  = []byte("base_txn")
 	keyBaseTerm = []byte("base_term")
+	keyFlushed  = []byte("flushed_txn")
 )
 
 // seriesFill packs series pages fuller than bbolt's default half: points mostly
@@ -40,24 +43,33 @@ var (
 const seriesFill = 0.9
 
 type boltShard struct {
-	path   string
-	retain uint64
+	path        string
+	retain      uint64
+	flushPoints int
 
-	// wmu serializes writers (Apply, TruncateAfter, Restore) so the txn checks
-	// and the cached txn/term below move together. mu guards db: readers and
-	// writers hold it shared, Restore and Close exclusively to swap or drop it.
-	wmu sync.Mutex
-	mu  sync.RWMutex
-	db  *bolt.DB
+	// wmu serializes writers (Apply, flush, TruncateAfter, Restore) so the txn
+	// checks and the cached txn/term below move together. mu guards db and
+	// mem: readers and writers hold it shared, and it is held exclusively to
+	// swap or drop them, so a reader's memtable and read transaction always
+	// make a consistent pair.
+	wmu        sync.Mutex
+	mu         sync.RWMutex
+	db         *bolt.DB
+	mem        *memtable
+	flushedTxn uint64 // guarded by wmu
 
 	lastTxn  atomic.Uint64
 	lastTerm atomic.Uint64
+
+	stop     chan struct{} // closed by Close to end flushLoop
+	loopDone chan struct{}
+	stopOnce sync.Once
 
 	onClose func()
 }
 
 type shardMeta struct {
-	lastTxn, lastTerm, baseTxn, baseTerm uint64
+	lastTxn, lastTerm, baseTxn, baseTerm, flushedTxn uint64
 }
 
 func boltOptions() *bolt.Options {
@@ -70,15 +82,21 @@ func boltOptions() *bolt.Options {
 	}
 }
 
-func openShard(path string, retain uint64) (*boltShard, error) {
+func openShard(path string, o options) (*boltShard, error) {
 	db, err := openBolt(path)
 	if err != nil {
 		return nil, err
 	}
-	s := &boltShard{path: path, retain: retain, db: db}
-	if err := s.loadMeta(); err != nil {
+	s := &boltShard{path: path, retain: o.retain, flushPoints: o.flushPoints, db: db,
+		stop: make(chan struct{}), loopDone: make(chan struct{})}
+	if err := s.recover(); err != nil {
 		_ = db.Close()
 		return nil, err
+	}
+	if o.flushInterval > 0 {
+		go s.flushLoop(o.flushInterval)
+	} else {
+		close(s.loopDone)
 	}
 	return s, nil
 }
@@ -103,12 +121,20 @@ func openBolt(path string) (*bolt.DB, error) {
 	return db, nil
 }
 
-func (s *boltShard) loadMeta() error {
+// recover loads the meta and replays the unflushed log tail into a fresh
+// memtable. The caller has the shard to itself: it is being opened, or holds
+// wmu and mu exclusively.
+func (s *boltShard) recover() error {
 	return s.db.View(func(tx *bolt.Tx) error {
 		m, err := readMeta(tx)
 		if err != nil {
 			return err
 		}
+		mt, err := replay(tx, m.flushedTxn, m.lastTxn, time.Now())
+		if err != nil {
+			return fmt.Errorf("engine: recover %s: %w", s.path, err)
+		}
+		s.mem, s.flushedTxn = mt, m.flushedTxn
 		s.lastTxn.Store(m.lastTxn)
 		s.lastTerm.Store(m.lastTerm)
 		return nil
@@ -126,7 +152,14 @@ func readMeta(tx *bolt.Tx) (shardMeta, error) {
 		}
 		return 0
 	}
-	return shardMeta{get(keyLastTxn), get(keyLastTerm), get(keyBaseTxn), get(keyBaseTerm)}, nil
+	m := shardMeta{get(keyLastTxn), get(keyLastTerm), get(keyBaseTxn), get(keyBaseTerm), get(keyFlushed)}
+	if b.Get(keyFlushed) == nil {
+		m.flushedTxn = m.lastTxn // written before the memtable: all in the buckets
+	}
+	if m.flushedTxn > m.lastTxn || m.baseTxn > m.flushedTxn {
+		return shardMeta{}, fmt.Errorf("%w: meta base %d, flushed %d, last %d", ErrCorrupt, m.baseTxn, m.flushedTxn, m.lastTxn)
+	}
+	return m, nil
 }
 
 func writeMeta(tx *bolt.Tx, m shardMeta) error {
@@ -134,7 +167,7 @@ func writeMeta(tx *bolt.Tx, m shardMeta) error {
 	for _, kv := range []struct {
 		k []byte
 		v uint64
-	}{{keyLastTxn, m.lastTxn}, {keyLastTerm, m.lastTerm}, {keyBaseTxn, m.baseTxn}, {keyBaseTerm, m.baseTerm}} {
+	}{{keyLastTxn, m.lastTxn}, {keyLastTerm, m.lastTerm}, {keyBaseTxn, m.baseTxn}, {keyBaseTerm, m.baseTerm}, {keyFlushed, m.flushedTxn}} {
 		if err := b.Put(kv.k, u64Key(kv.v)); err != nil {
 			return err
 		}
@@ -186,20 +219,20 @@ func (s *boltShard) Apply(e Entry) error {
 	if last := s.lastTerm.Load(); e.Term < last {
 		return fmt.Errorf("%w: got %d, last %d", ErrTermRegress, e.Term, last)
 	}
+	// Flushing before the append keeps Apply all or nothing: an error means
+	// the entry is not in.
+	if s.flushDue(e.TxnID) {
+		if err := s.flushLocked(); err != nil {
+			return fmt.Errorf("engine: apply txn %d: %w", e.TxnID, err)
+		}
+	}
+	enc := e.appendBinary(make([]byte, 0, 64+len(e.Points)*16))
 	err := s.update(func(tx *bolt.Tx) error {
 		m, err := readMeta(tx)
 		if err != nil {
 			return err
 		}
-		undo, err := writePoints(tx.Bucket(bucketSeries), e.Points)
-		if err != nil {
-			return err
-		}
-		txnKey := u64Key(e.TxnID)
-		if err := tx.Bucket(bucketLog).Put(txnKey, e.appendBinary(nil)); err != nil {
-			return err
-		}
-		if err := tx.Bucket(bucketUndo).Put(txnKey, undo); err != nil {
+		if err := tx.Bucket(bucketLog).Put(u64Key(e.TxnID), enc); err != nil {
 			return err
 		}
 		m.lastTxn, m.lastTerm = e.TxnID, e.Term
@@ -211,96 +244,19 @@ func (s *boltShard) Apply(e Entry) error {
 	if err != nil {
 		return fmt.Errorf("engine: apply txn %d: %w", e.TxnID, err)
 	}
+	// Durable from here on; readers see the points once they are in the
+	// memtable, and the txn id only after that.
+	s.mem.insert(e, time.Now())
 	s.lastTxn.Store(e.TxnID)
 	s.lastTerm.Store(e.Term)
 	return nil
 }
 
-// writePoints stores the points and returns the undo record of what they
-// replaced. Points are written grouped by series and in ts order, so each
-// series bucket is opened once and its pages are filled sequentially; a stable
-// sort keeps the last of two same-(series, ts) points the winner.
-func writePoints(series *bolt.Bucket, points []lineproto.Point) ([]byte, error) {
-	n := len(points)
-	keyBuf := make([]byte, 0, n*32)
-	keyEnd := make([]int, n)
-	for i := range points {
-		p := &points[i]
-		keyBuf = lineproto.AppendSeriesKey(keyBuf, p.Metric, p.Tags, p.Field)
-		keyEnd[i] = len(keyBuf)
-	}
-	key := func(i int) []byte {
-		start := 0
-		if i > 0 {
-			start = keyEnd[i-1]
-		}
-		return keyBuf[start:keyEnd[i]:keyEnd[i]]
-	}
-	order := make([]int, n)
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortStableFunc(order, func(a, b int) int {
-		if c := bytes.Compare(key(a), key(b)); c != 0 {
-			return c
-		}
-		return cmpInt64(points[a].TS, points[b].TS)
-	})
-	// bbolt keeps references to keys and values until commit: one buffer each.
-	kv := make([]byte, n*16)
-	undo := make([]byte, 0, n*4)
-	var (
-		b      *bolt.Bucket
-		c      *bolt.Cursor
-		curKey []byte
-		newest []byte // the series' newest ts key before this batch
-	)
-	for j, i := range order {
-		if k := key(i); b == nil || !bytes.Equal(k, curKey) {
-			var err error
-			if b, err = series.CreateBucketIfNotExists(k); err != nil {
-				return nil, err
-			}
-			b.FillPercent = seriesFill
-			c, curKey = b.Cursor(), k
-			newest, _ = c.Last()
-			newest = slices.Clone(newest)
-		}
-		tk, v := kv[j*16:j*16+8:j*16+8], kv[j*16+8:j*16+16:j*16+16]
-		putTSKey(tk, points[i].TS)
-		putFloat(v, points[i].Value)
-		op := undoOp{point: i}
-		// Points past the series' newest one cannot overwrite anything, which
-		// spares the lookup for the usual in-order writes.
-		if newest != nil && bytes.Compare(tk, newest) <= 0 {
-			if k, old := c.Seek(tk); bytes.Equal(k, tk) && len(old) == 8 {
-				op.hadPrev, op.prev = true, beUint64(old)
-			}
-		}
-		undo = appendUndo(undo, op)
-		if err := b.Put(tk, v); err != nil {
-			return nil, err
-		}
-	}
-	return undo, nil
-}
-
-func putFloat(dst []byte, f float64) { binary.BigEndian.PutUint64(dst, math.Float64bits(f)) }
-
-func cmpInt64(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
-// trimLog drops log and undo records beyond the retention window, advancing base.
+// trimLog drops log and undo records beyond the retention window, advancing
+// base, but never past flushed_txn: unflushed entries exist only in the log.
 func trimLog(tx *bolt.Tx, m *shardMeta, retain uint64) error {
 	logB, undoB := tx.Bucket(bucketLog), tx.Bucket(bucketUndo)
-	for m.lastTxn-m.baseTxn > retain {
+	for m.lastTxn-m.baseTxn > retain && m.baseTxn < m.flushedTxn {
 		next := m.baseTxn + 1
 		k := u64Key(next)
 		if v := logB.Get(k); v != nil {
@@ -321,6 +277,11 @@ func trimLog(tx *bolt.Tx, m *shardMeta, retain uint64) error {
 	return nil
 }
 
+// TruncateAfter drops the unflushed entries past txnID from the log, rolls the
+// flushed ones back with their undo records, and rebuilds the memtable from
+// what remains unflushed. It holds mu exclusively throughout, so no reader sees
+// the buckets and the memtable from different sides of the cut; divergent
+// tails are rare and short, so the pause is too.
 func (s *boltShard) TruncateAfter(txnID uint64) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
@@ -330,8 +291,13 @@ func (s *boltShard) TruncateAfter(txnID uint64) error {
 	if txnID >= s.lastTxn.Load() {
 		return nil
 	}
-	var m shardMeta
-	err := s.update(func(tx *bolt.Tx) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var (
+		m  shardMeta
+		mt *memtable
+	)
+	err := s.db.Update(func(tx *bolt.Tx) error {
 		var err error
 		if m, err = readMeta(tx); err != nil {
 			return err
@@ -339,24 +305,35 @@ func (s *boltShard) TruncateAfter(txnID uint64) error {
 		if txnID < m.baseTxn {
 			return fmt.Errorf("%w: truncate to %d, log starts after %d", ErrCompacted, txnID, m.baseTxn)
 		}
-		for t := m.lastTxn; t > txnID; t-- {
+		logB := tx.Bucket(bucketLog)
+		for t := m.lastTxn; t > max(txnID, m.flushedTxn); t-- {
+			if err := logB.Delete(u64Key(t)); err != nil {
+				return err
+			}
+		}
+		for t := m.flushedTxn; t > txnID; t-- {
 			if err := undoEntry(tx, t); err != nil {
 				return fmt.Errorf("undo txn %d: %w", t, err)
 			}
 		}
+		m.flushedTxn = min(m.flushedTxn, txnID)
 		m.lastTxn, m.lastTerm = txnID, m.baseTerm
 		if txnID > m.baseTxn {
-			_, term, err := entryHeader(tx.Bucket(bucketLog).Get(u64Key(txnID)))
+			_, term, err := entryHeader(logB.Get(u64Key(txnID)))
 			if err != nil {
 				return err
 			}
 			m.lastTerm = term
+		}
+		if mt, err = replay(tx, m.flushedTxn, m.lastTxn, time.Now()); err != nil {
+			return err
 		}
 		return writeMeta(tx, m)
 	})
 	if err != nil {
 		return fmt.Errorf("engine: truncate after %d: %w", txnID, err)
 	}
+	s.mem, s.flushedTxn = mt, m.flushedTxn
 	s.lastTxn.Store(m.lastTxn)
 	s.lastTerm.Store(m.lastTerm)
 	return nil
@@ -411,6 +388,9 @@ func undoEntry(tx *bolt.Tx, txn uint64) error {
 }
 
 func (s *boltShard) Close() error {
+	// Stop the flusher first: it takes wmu, which Close is about to hold.
+	s.stopOnce.Do(func() { close(s.stop) })
+	<-s.loopDone
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	s.mu.Lock()

@@ -1,0 +1,247 @@
+package engine
+
+import (
+	"cmp"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cairn-db/cairn/storage/lineproto"
+)
+
+// memtable holds the points of the entries applied since the last flush. Those
+// entries are durable in the log bucket already; the memtable only spares
+// rewriting every touched series page on every commit, and is rebuilt from the
+// log when the shard is opened.
+//
+// Writers (Apply, under the shard's write mutex) insert under mu; readers
+// (Query) copy points out under mu's read side, so they see whole entries only.
+// The flush reads it without mu: it runs under the shard's write mutex, which
+// every mutation holds too.
+type memtable struct {
+	mu       sync.RWMutex
+	index    map[string]int32 // series key -> position in series
+	series   []*memSeries
+	byMetric map[string][]int32
+	entries  []memEntry // in txn order, one per applied entry, empty ones included
+	points   int        // distinct (series, ts) held
+	since    time.Time  // when the first entry went in, for the age-based flush
+
+	keyBuf []byte
+	pend   map[memSlot]int // batch scratch: out-of-order points -> index in pending
+}
+
+// memSeries is one series' points, sorted by ts and unique.
+type memSeries struct {
+	key string
+	pts []memPoint
+	// pending collects, during one insert, points older than the series' newest
+	// that are not in pts yet; they are merged in once at the end of the batch,
+	// so out-of-order writes cost O(n) per batch instead of O(n) per point.
+	pending []memPoint
+}
+
+type memPoint struct {
+	ts   int64
+	bits uint64 // float64 bits
+}
+
+type memSlot struct {
+	series int32
+	ts     int64
+}
+
+// memEntry keeps the undo information of an unflushed entry until the flush
+// turns it into the entry's undo record, so flushed entries can still be cut
+// by TruncateAfter exactly as before.
+type memEntry struct {
+	txn  uint64
+	undo []memUndo
+}
+
+// memUndo records what one point write replaced: a memtable value (prev), or,
+// when fromDisk, whatever the flushed data holds at (series, ts). That one is
+// looked up at flush time, where it is nearly free: the flush walks the series
+// in ts order anyway, and only points at or before the series' newest flushed
+// ts can have replaced anything.
+type memUndo struct {
+	ts       int64
+	prev     uint64
+	series   int32
+	point    int32 // index into the entry's points
+	fromDisk bool
+}
+
+func newMemtable() *memtable {
+	return &memtable{index: make(map[string]int32), byMetric: make(map[string][]int32)}
+}
+
+func (mt *memtable) empty() bool { return len(mt.entries) == 0 }
+
+// insert adds an entry's points; later points win over earlier ones at the
+// same series and ts, within the entry and across entries.
+func (mt *memtable) insert(e Entry, now time.Time) {
+	mt.mu.Lock()
+	defer mt.mu.Unlock()
+	if mt.empty() {
+		mt.since = now
+	}
+	undo := make([]memUndo, len(e.Points))
+	var touched []int32 // series with pending points
+	var last struct {   // points of one line share metric and tags: skip the key build
+		metric, field string
+		tags          []lineproto.Tag
+		idx           int32
+		ok            bool
+	}
+	for i := range e.Points {
+		p := &e.Points[i]
+		var idx int32
+		if last.ok && len(p.Tags) == len(last.tags) && (len(p.Tags) == 0 || &p.Tags[0] == &last.tags[0]) &&
+			p.Metric == last.metric && p.Field == last.field {
+			idx = last.idx
+		} else {
+			idx = mt.seriesOf(p)
+			last.metric, last.field, last.tags, last.idx, last.ok = p.Metric, p.Field, p.Tags, idx, true
+		}
+		ms := mt.series[idx]
+		u := memUndo{ts: p.TS, series: idx, point: int32(i), fromDisk: true}
+		bits := math.Float64bits(p.Value)
+		if n := len(ms.pts); n == 0 || p.TS > ms.pts[n-1].ts {
+			ms.pts = append(ms.pts, memPoint{p.TS, bits})
+			mt.points++
+		} else if j, found := slices.BinarySearchFunc(ms.pts, p.TS, cmpPointTS); found {
+			u.fromDisk, u.prev = false, ms.pts[j].bits
+			ms.pts[j].bits = bits
+		} else if k, ok := mt.pend[memSlot{idx, p.TS}]; ok {
+			u.fromDisk, u.prev = false, ms.pending[k].bits
+			ms.pending[k].bits = bits
+		} else {
+			if mt.pend == nil {
+				mt.pend = make(map[memSlot]int)
+			}
+			if len(ms.pending) == 0 {
+				touched = append(touched, idx)
+			}
+			mt.pend[memSlot{idx, p.TS}] = len(ms.pending)
+			ms.pending = append(ms.pending, memPoint{p.TS, bits})
+			mt.points++
+		}
+		undo[i] = u
+	}
+	for _, idx := range touched {
+		mt.series[idx].mergePending()
+	}
+	clear(mt.pend)
+	mt.entries = append(mt.entries, memEntry{txn: e.TxnID, undo: undo})
+}
+
+func cmpPointTS(p memPoint, ts int64) int { return cmp.Compare(p.ts, ts) }
+
+// seriesOf returns the series of p, creating it on first sight.
+func (mt *memtable) seriesOf(p *lineproto.Point) int32 {
+	mt.keyBuf = lineproto.AppendSeriesKey(mt.keyBuf[:0], p.Metric, p.Tags, p.Field)
+	if idx, ok := mt.index[string(mt.keyBuf)]; ok {
+		return idx
+	}
+	key := string(mt.keyBuf)
+	idx := int32(len(mt.series))
+	mt.series = append(mt.series, &memSeries{key: key})
+	mt.index[key] = idx
+	// Clone: the metric may point into a whole request body.
+	metric := strings.Clone(p.Metric)
+	mt.byMetric[metric] = append(mt.byMetric[metric], idx)
+	return idx
+}
+
+// mergePending merges the batch's out-of-order points, which are disjoint from
+// pts, into pts.
+func (ms *memSeries) mergePending() {
+	slices.SortFunc(ms.pending, func(a, b memPoint) int { return cmp.Compare(a.ts, b.ts) })
+	out := make([]memPoint, 0, len(ms.pts)+len(ms.pending))
+	i, j := 0, 0
+	for i < len(ms.pts) && j < len(ms.pending) {
+		if ms.pts[i].ts < ms.pending[j].ts {
+			out = append(out, ms.pts[i])
+			i++
+		} else {
+			out = append(out, ms.pending[j])
+			j++
+		}
+	}
+	out = append(out, ms.pts[i:]...)
+	ms.pts = append(out, ms.pending[j:]...)
+	ms.pending = nil
+}
+
+// memHit is one matching memtable series with its points in the query range.
+type memHit struct {
+	key    string
+	header Series
+	points []SeriesPoint
+}
+
+// collect copies out the series of metric matching match that hold points in
+// [start, end], sorted by series key like the flushed series.
+func (mt *memtable) collect(metric string, match map[string]string, start, end int64) ([]memHit, error) {
+	mt.mu.RLock()
+	defer mt.mu.RUnlock()
+	var hits []memHit
+	for _, idx := range mt.byMetric[metric] {
+		ms := mt.series[idx]
+		lo, _ := slices.BinarySearchFunc(ms.pts, start, cmpPointTS)
+		hi, found := slices.BinarySearchFunc(ms.pts, end, cmpPointTS)
+		if found {
+			hi++
+		}
+		if lo >= hi {
+			continue
+		}
+		header, ok, err := matchSeries(ms.key, match)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			continue
+		}
+		points := make([]SeriesPoint, hi-lo)
+		for i, p := range ms.pts[lo:hi] {
+			points[i] = SeriesPoint{TS: p.ts, Value: math.Float64frombits(p.bits)}
+		}
+		hits = append(hits, memHit{key: ms.key, header: header, points: points})
+	}
+	slices.SortFunc(hits, func(a, b memHit) int { return strings.Compare(a.key, b.key) })
+	return hits, nil
+}
+
+// mergePoints merges two ts-sorted point lists; newer wins on the same ts.
+func mergePoints(older, newer []SeriesPoint) []SeriesPoint {
+	switch {
+	case len(newer) == 0:
+		return older
+	case len(older) == 0:
+		return newer
+	case older[len(older)-1].TS < newer[0].TS:
+		return append(older, newer...)
+	}
+	out := make([]SeriesPoint, 0, len(older)+len(newer))
+	i, j := 0, 0
+	for i < len(older) && j < len(newer) {
+		switch {
+		case older[i].TS < newer[j].TS:
+			out = append(out, older[i])
+			i++
+		case older[i].TS > newer[j].TS:
+			out = append(out, newer[j])
+			j++
+		default:
+			out = append(out, newer[j])
+			i++
+			j++
+		}
+	}
+	out = append(out, older[i:]...)
+	return append(out, newer[j:]...)
+}

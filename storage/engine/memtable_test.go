@@ -1,0 +1,267 @@
+package engine
+
+import (
+	"bytes"
+	"errors"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/cairn-db/cairn/storage/lineproto"
+	"github.com/stretchr/testify/require"
+)
+
+// manual keeps flushes under the test's control.
+var manual = []Option{WithFlushPoints(1 << 30), WithFlushInterval(0)}
+
+func flushNow(t testing.TB, s Shard) {
+	t.Helper()
+	bs := s.(*boltShard)
+	bs.wmu.Lock()
+	defer bs.wmu.Unlock()
+	require.NoError(t, bs.flushLocked())
+}
+
+func flushedTxn(s Shard) uint64 {
+	bs := s.(*boltShard)
+	bs.wmu.Lock()
+	defer bs.wmu.Unlock()
+	return bs.flushedTxn
+}
+
+func TestQueryMergesMemtableAndFlushed(t *testing.T) {
+	_, s := openShard1(t, manual...)
+	apply(t, s, 1,
+		pt("cpu", "host=a", "value", 10, 1), pt("cpu", "host=a", "value", 20, 2),
+		pt("cpu", "host=b", "value", 10, 5), pt("cpu", "", "value", 10, 9))
+	flushNow(t, s)
+	require.EqualValues(t, 1, flushedTxn(s))
+	apply(t, s, 1,
+		pt("cpu", "host=a", "value", 20, 22),  // overwrites a flushed point
+		pt("cpu", "host=a", "value", 15, 1.5), // lands between flushed points
+		pt("cpu", "host=a", "value", 30, 3),
+		pt("cpu", "host=c", "value", 10, 7), // a series only in the memtable
+		pt("cpu", "host=a", "idle", 10, 0.5))
+	require.EqualValues(t, 1, flushedTxn(s), "below the thresholds nothing flushes")
+
+	want := []Series{
+		{Metric: "cpu", Tags: map[string]string{}, Points: []SeriesPoint{{10, 9}}},
+		{Metric: "cpu", Tags: map[string]string{"host": "a", FieldTag: "idle"}, Points: []SeriesPoint{{10, 0.5}}},
+		{Metric: "cpu", Tags: map[string]string{"host": "a"}, Points: []SeriesPoint{{10, 1}, {15, 1.5}, {20, 22}, {30, 3}}},
+		{Metric: "cpu", Tags: map[string]string{"host": "b"}, Points: []SeriesPoint{{10, 5}}},
+		{Metric: "cpu", Tags: map[string]string{"host": "c"}, Points: []SeriesPoint{{10, 7}}},
+	}
+	got, err := s.Query("cpu", nil, 0, 100)
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+
+	got, err = s.Query("cpu", map[string]string{"host": "a"}, 12, 25)
+	require.NoError(t, err)
+	require.Equal(t, []Series{{Metric: "cpu", Tags: map[string]string{"host": "a"}, Points: []SeriesPoint{{15, 1.5}, {20, 22}}}}, got)
+	got, err = s.Query("cpu", map[string]string{"host": "c"}, 11, 100)
+	require.NoError(t, err)
+	require.Empty(t, got, "a memtable series with no point in range is left out")
+
+	// The same answers once everything is flushed, and after a reopen.
+	flushNow(t, s)
+	require.EqualValues(t, 2, flushedTxn(s))
+	got, err = s.Query("cpu", nil, 0, 100)
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+}
+
+func TestSizeAndRetentionTriggerFlush(t *testing.T) {
+	_, s := openShard1(t, WithFlushPoints(3), WithFlushInterval(0), WithRetainEntries(100))
+	apply(t, s, 1, pt("m", "", "value", 1, 1), pt("m", "", "value", 2, 1))
+	apply(t, s, 1, pt("m", "", "value", 2, 5)) // an overwrite adds no point
+	require.Zero(t, flushedTxn(s))
+	apply(t, s, 1, pt("m", "", "value", 3, 1))
+	require.Zero(t, flushedTxn(s))
+	apply(t, s, 1, pt("m", "", "value", 4, 1)) // the memtable held 3 points
+	require.EqualValues(t, 3, flushedTxn(s))
+
+	_, s = openShard1(t, WithFlushPoints(1<<30), WithFlushInterval(0), WithRetainEntries(3))
+	for i := 1; i <= 4; i++ {
+		apply(t, s, 1, pt("m", "", "value", int64(i), 1))
+	}
+	// Keeping 3 entries after txn 4 means trimming txn 1, which must be flushed first.
+	require.EqualValues(t, 3, flushedTxn(s))
+	_, err := s.Entries(0, 0)
+	require.ErrorIs(t, err, ErrCompacted)
+	es, err := s.Entries(1, 0)
+	require.NoError(t, err)
+	require.Len(t, es, 3)
+}
+
+func TestIntervalFlushEmptiesIdleMemtable(t *testing.T) {
+	_, s := openShard1(t, WithFlushInterval(20*time.Millisecond))
+	apply(t, s, 1, pt("m", "", "value", 1, 1))
+	apply(t, s, 1, pt("m", "", "value", 2, 2))
+	require.Eventually(t, func() bool { return flushedTxn(s) == 2 }, 5*time.Second, 5*time.Millisecond)
+	got, err := s.Query("m", nil, 0, 10)
+	require.NoError(t, err)
+	require.Equal(t, []SeriesPoint{{1, 1}, {2, 2}}, got[0].Points)
+}
+
+func TestTruncateAcrossFlushBoundary(t *testing.T) {
+	dir := t.TempDir()
+	s, err := newEngine(t, dir, manual...).Open("db1", 0)
+	require.NoError(t, err)
+	apply(t, s, 1, pt("m", "h=a", "value", 1, 1), pt("m", "h=a", "value", 2, 2))
+	apply(t, s, 2, pt("m", "h=a", "value", 1, 10), pt("m", "h=b", "value", 1, 5))
+	apply(t, s, 2, pt("m", "h=a", "value", 2, 20), pt("m", "h=a", "value", 2, 21), pt("m", "h=a", "value", 0, 0.5))
+	flushNow(t, s) // 1..3 flushed
+	apply(t, s, 3, pt("m", "h=a", "value", 1, 100), pt("m", "h=c", "value", 1, 7))
+	apply(t, s, 3, pt("m", "h=a", "value", 1, 101), pt("m", "h=a", "value", 3, 3))
+	apply(t, s, 4, pt("m", "h=b", "value", 1, 50))
+	require.EqualValues(t, 3, flushedTxn(s))
+
+	query := func() []Series {
+		got, err := s.Query("m", nil, -10, 100)
+		require.NoError(t, err)
+		return got
+	}
+	series := func(host string, pts ...SeriesPoint) Series {
+		return Series{Metric: "m", Tags: map[string]string{"h": host}, Points: pts}
+	}
+
+	// Only unflushed entries go.
+	require.NoError(t, s.TruncateAfter(5))
+	require.EqualValues(t, 5, s.LastTxnID())
+	require.EqualValues(t, 3, s.LastTerm())
+	require.Equal(t, []Series{
+		series("a", SeriesPoint{0, 0.5}, SeriesPoint{1, 101}, SeriesPoint{2, 21}, SeriesPoint{3, 3}),
+		series("b", SeriesPoint{1, 5}),
+		series("c", SeriesPoint{1, 7}),
+	}, query())
+
+	// Across the boundary: unflushed 4..5 are dropped, flushed 3 is undone.
+	require.NoError(t, s.TruncateAfter(2))
+	require.EqualValues(t, 2, s.LastTxnID())
+	require.EqualValues(t, 2, s.LastTerm())
+	require.EqualValues(t, 2, flushedTxn(s))
+	wantAt2 := []Series{series("a", SeriesPoint{1, 10}, SeriesPoint{2, 2}), series("b", SeriesPoint{1, 5})}
+	require.Equal(t, wantAt2, query())
+	es, err := s.Entries(0, 0)
+	require.NoError(t, err)
+	require.Len(t, es, 2)
+	_, err = s.TermAt(3)
+	require.ErrorIs(t, err, ErrNoEntry)
+
+	// New entries take the freed ids; a truncation inside the memtable that
+	// leaves some of it restores overwritten memtable values too.
+	apply(t, s, 5, pt("m", "h=a", "value", 1, 11))
+	apply(t, s, 5, pt("m", "h=a", "value", 1, 12))
+	require.NoError(t, s.TruncateAfter(3))
+	require.Equal(t, []Series{series("a", SeriesPoint{1, 11}, SeriesPoint{2, 2}), series("b", SeriesPoint{1, 5})}, query())
+
+	// All of it survives a reopen (the memtable is rebuilt from the log).
+	require.NoError(t, s.Close())
+	s, err = newEngine(t, dir, manual...).Open("db1", 0)
+	require.NoError(t, err)
+	require.EqualValues(t, 3, s.LastTxnID())
+	require.EqualValues(t, 5, s.LastTerm())
+	require.EqualValues(t, 2, flushedTxn(s))
+	require.Equal(t, []Series{series("a", SeriesPoint{1, 11}, SeriesPoint{2, 2}), series("b", SeriesPoint{1, 5})}, query())
+	require.NoError(t, s.TruncateAfter(0))
+	require.Empty(t, query())
+}
+
+func TestSnapshotRestoreWithUnflushedMemtable(t *testing.T) {
+	e, src := openShard1(t, manual...)
+	fill(t, src)
+	flushNow(t, src)
+	apply(t, src, 3, pt("cpu", "host=h1", "value", 1, 1000), pt("cpu", "host=new", "value", 5, 5))
+	require.EqualValues(t, 20, flushedTxn(src))
+	var snap bytes.Buffer
+	require.NoError(t, src.Snapshot(&snap))
+
+	dst, err := e.Open("db2", 1)
+	require.NoError(t, err)
+	apply(t, dst, 9, pt("cpu", "host=stale", "value", 1, 1)) // unflushed, must vanish
+	require.NoError(t, dst.Restore(bytes.NewReader(snap.Bytes())))
+	require.EqualValues(t, 21, dst.LastTxnID())
+	require.EqualValues(t, 20, flushedTxn(dst))
+	want, err := src.Query("cpu", nil, 0, 100)
+	require.NoError(t, err)
+	got, err := dst.Query("cpu", nil, 0, 100)
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+	require.Len(t, got, 7)
+
+	// The restored memtable flushes and truncates like any other.
+	apply(t, dst, 3, pt("cpu", "host=h1", "value", 1, 2000))
+	require.NoError(t, dst.TruncateAfter(20))
+	flushNow(t, dst)
+	got, err = dst.Query("cpu", map[string]string{"host": "h1", FieldTag: DefaultField}, 1, 1)
+	require.NoError(t, err)
+	require.Equal(t, []SeriesPoint{{1, 1}}, got[0].Points, "back to the value before txn 21")
+}
+
+// TestRandomAgainstModel drives a shard with random batches (overwrites,
+// out-of-order points, duplicates in a batch), flushes, truncations and
+// reopens, and checks every query against a replay of the surviving entries.
+func TestRandomAgainstModel(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	dir := t.TempDir()
+	opts := []Option{WithFlushPoints(40), WithFlushInterval(0), WithRetainEntries(30)}
+	s, err := newEngine(t, dir, opts...).Open("db1", 0)
+	require.NoError(t, err)
+	var log []Entry // every surviving entry, log[i].TxnID == i+1
+	hosts := []string{"a", "b", "c", "d"}
+	for step := range 400 {
+		switch r := rng.IntN(20); {
+		case r == 0:
+			flushNow(t, s)
+		case r == 1 && len(log) > 0:
+			to := uint64(rng.IntN(min(len(log), 8)) + len(log) - min(len(log), 8))
+			err := s.TruncateAfter(to)
+			if errors.Is(err, ErrCompacted) {
+				continue
+			}
+			require.NoError(t, err, "step %d", step)
+			log = log[:to]
+		case r == 2:
+			require.NoError(t, s.Close())
+			s, err = newEngine(t, dir, opts...).Open("db1", 0)
+			require.NoError(t, err)
+		default:
+			points := make([]lineproto.Point, rng.IntN(12))
+			for i := range points {
+				points[i] = pt("m", "h="+hosts[rng.IntN(len(hosts))], "value", int64(rng.IntN(30)), float64(step*100+i))
+			}
+			e := Entry{TxnID: uint64(len(log) + 1), Term: 1, Points: points}
+			require.NoError(t, s.Apply(e))
+			log = append(log, e)
+		}
+		require.EqualValues(t, len(log), s.LastTxnID())
+		want := modelQuery(log)
+		got, err := s.Query("m", nil, -1, 100)
+		require.NoError(t, err)
+		require.Equal(t, want, got, "step %d", step)
+	}
+}
+
+func modelQuery(log []Entry) []Series {
+	state := map[string]map[int64]float64{}
+	for _, e := range log {
+		for _, p := range e.Points {
+			h := p.Tags[0].Value
+			if state[h] == nil {
+				state[h] = map[int64]float64{}
+			}
+			state[h][p.TS] = p.Value
+		}
+	}
+	var out []Series
+	for _, h := range slices.Sorted(maps.Keys(state)) {
+		sr := Series{Metric: "m", Tags: map[string]string{"h": h}}
+		for _, ts := range slices.Sorted(maps.Keys(state[h])) {
+			sr.Points = append(sr.Points, SeriesPoint{ts, state[h][ts]})
+		}
+		out = append(out, sr)
+	}
+	return out
+}
