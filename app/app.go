@@ -84,16 +84,20 @@ func Start(ctx context.Context, cfg config.Config, lg *zap.Logger) (*App, error)
 		Addr: cfg.HTTPAddr, NodeID: id, Roles: cfg.Roles, AdminToken: cfg.AdminToken, Logger: a.lg,
 		Gatherer: a.reg, State: a.sm.Snapshot, EtcdUp: a.etcdUp.Load, IsMaster: a.masterOps.active, Console: consoleHandler(),
 	}
-	if cfg.HasRole(config.RoleBroker) {
-		wcfg.Admin = a.admin()
-		wcfg.Data = &broker.Data{State: a.sm.Snapshot, Changed: a.sm.Changed, Client: dataClient()}
-	}
 	if cfg.HasRole(config.RoleStorage) {
 		if err := a.openStorage(); err != nil {
 			a.shutdown()
 			return nil, err
 		}
 		wcfg.Mount = a.host.Routes
+	}
+	if cfg.HasRole(config.RoleBroker) {
+		wcfg.Admin = a.admin()
+		data := &broker.Data{State: a.sm.Snapshot, Changed: a.sm.Changed, Client: dataClient()}
+		if a.host != nil {
+			data.Self, data.Local = id, a.host.Write
+		}
+		wcfg.Data = data
 	}
 	a.http = web.New(wcfg)
 	if err := a.http.Listen(); err != nil {

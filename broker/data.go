@@ -17,6 +17,7 @@ import (
 
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
+	"github.com/cairn-db/cairn/storage"
 	"github.com/cairn-db/cairn/storage/engine"
 	"github.com/cairn-db/cairn/storage/lineproto"
 	"github.com/cairn-db/cairn/web"
@@ -31,6 +32,11 @@ type Data struct {
 	Client  *http.Client
 	// RetryFor bounds how long a write keeps retrying a shard; default 10s.
 	RetryFor time.Duration
+	// Self and Local short-circuit writes to shards led by this very process
+	// (a standalone node): no HTTP, no re-encoding. Local returns storage
+	// errors, mapped with storage.StatusOf.
+	Self  string
+	Local func(ctx context.Context, db string, shard int, term int64, points []lineproto.Point) error
 	Now      func() time.Time
 }
 
@@ -153,8 +159,7 @@ func (d *Data) writeShard(ctx context.Context, cfg models.Database, shard int, p
 	for attempt := 0; ; attempt++ {
 		t := d.target(d.State(), cfg, shard)
 		if t.online {
-			body, _ := engine.Entry{Term: uint64(t.term), Points: pts}.MarshalBinary()
-			status, msg, err := d.attempt(ctx, cfg, t, body)
+			status, msg, err := d.attempt(ctx, cfg, t, pts)
 			switch {
 			case err == nil && status == http.StatusNoContent:
 				return nil
@@ -189,7 +194,7 @@ func (d *Data) writeShard(ctx context.Context, cfg models.Database, shard int, p
 // attempt sends one batch to t, abandoning it as soon as the published state
 // names another leader or term for the shard: a frozen or partitioned leader
 // must not hold a write hostage.
-func (d *Data) attempt(ctx context.Context, cfg models.Database, t target, body []byte) (int, string, error) {
+func (d *Data) attempt(ctx context.Context, cfg models.Database, t target, pts []lineproto.Point) (int, string, error) {
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -206,6 +211,13 @@ func (d *Data) attempt(ctx context.Context, cfg models.Database, t target, body 
 			}
 		}
 	}()
+	if d.Local != nil && t.leader == d.Self {
+		if err := d.Local(actx, cfg.Name, t.shard, t.term, pts); err != nil {
+			return storage.StatusOf(err), err.Error(), nil
+		}
+		return http.StatusNoContent, "", nil
+	}
+	body, _ := engine.Entry{Term: uint64(t.term), Points: pts}.MarshalBinary()
 	return d.post(actx, fmt.Sprintf("http://%s/internal/v1/shards/%s/%d/write?term=%d", t.address, cfg.Name, t.shard, t.term), body)
 }
 

@@ -3,6 +3,7 @@ package storage
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
 	"github.com/cairn-db/cairn/storage/engine"
+	"github.com/cairn-db/cairn/storage/lineproto"
 	"go.uber.org/zap"
 )
 
@@ -246,6 +248,16 @@ func (h *Host) get(db string, shard int) *replica {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	return h.replicas[models.ShardID(db, shard)]
+}
+
+// Write appends points to a shard this node leads at term: the in-process
+// path for a broker in the same process as the leader.
+func (h *Host) Write(ctx context.Context, db string, shard int, term int64, points []lineproto.Point) error {
+	r := h.get(db, shard)
+	if r == nil {
+		return fmt.Errorf("%w: %s on %s", ErrNotHosted, models.ShardID(db, shard), h.nodeID)
+	}
+	return r.write(ctx, term, points)
 }
 
 // Report gives the per-shard fields of the node record: last txn id of every

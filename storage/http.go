@@ -35,7 +35,9 @@ func (h *Host) Routes(r gin.IRouter) {
 	g.GET("/query", h.handleQuery)
 }
 
-func errStatus(err error) int {
+// StatusOf maps a replication error to the HTTP status the internal API
+// answers with.
+func StatusOf(err error) int {
 	switch {
 	case errors.Is(err, ErrStaleTerm):
 		return http.StatusConflict
@@ -48,7 +50,7 @@ func errStatus(err error) int {
 }
 
 func replyErr(c *gin.Context, err error) {
-	c.AbortWithStatusJSON(errStatus(err), gin.H{"error": gin.H{"code": "storage", "message": err.Error()}})
+	c.AbortWithStatusJSON(StatusOf(err), gin.H{"error": gin.H{"code": "storage", "message": err.Error()}})
 }
 
 func (h *Host) replicaOf(c *gin.Context) (*replica, bool) {
