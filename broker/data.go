@@ -37,7 +37,7 @@ type Data struct {
 	// errors, mapped with storage.StatusOf.
 	Self  string
 	Local func(ctx context.Context, db string, shard int, term int64, points []lineproto.Point) error
-	Now      func() time.Time
+	Now   func() time.Time
 }
 
 var _ web.Data = (*Data)(nil)
