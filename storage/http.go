@@ -177,8 +177,5 @@ func (h *Host) handleQuery(c *gin.Context) {
 		replyErr(c, err)
 		return
 	}
-	if series == nil {
-		series = []engine.Series{}
-	}
-	c.JSON(http.StatusOK, series)
+	c.Data(http.StatusOK, "application/json", engine.AppendSeriesJSON(nil, series))
 }

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -88,6 +89,10 @@ func (s *Server) query(c *gin.Context) {
 	out, err := s.cfg.Data.Query(c, q)
 	if err != nil {
 		fail(c, err)
+		return
+	}
+	if raw, ok := out.(json.RawMessage); ok {
+		c.Data(http.StatusOK, "application/json; charset=utf-8", raw)
 		return
 	}
 	c.JSON(http.StatusOK, out)

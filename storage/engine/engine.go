@@ -14,6 +14,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"sync"
 	"time"
@@ -320,4 +321,53 @@ func syncDir(dir string) error {
 		return fmt.Errorf("engine: sync dir: %w", err)
 	}
 	return nil
+}
+
+// AppendSeriesJSON appends series as the JSON array json.Marshal would write,
+// without reflection: query answers can carry millions of points.
+func AppendSeriesJSON(dst []byte, series []Series) []byte {
+	dst = append(dst, '[')
+	for i, s := range series {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, `{"metric":`...)
+		dst = appendJSONString(dst, s.Metric)
+		dst = append(dst, `,"tags":{`...)
+		keys := make([]string, 0, len(s.Tags))
+		for k := range s.Tags {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for j, k := range keys {
+			if j > 0 {
+				dst = append(dst, ',')
+			}
+			dst = appendJSONString(dst, k)
+			dst = append(dst, ':')
+			dst = appendJSONString(dst, s.Tags[k])
+		}
+		dst = append(dst, `},"points":[`...)
+		for j, p := range s.Points {
+			if j > 0 {
+				dst = append(dst, ',')
+			}
+			dst = append(dst, '[')
+			dst = strconv.AppendInt(dst, p.TS, 10)
+			dst = append(dst, ',')
+			if math.IsNaN(p.Value) || math.IsInf(p.Value, 0) {
+				dst = append(dst, "null"...)
+			} else {
+				dst = strconv.AppendFloat(dst, p.Value, 'g', -1, 64)
+			}
+			dst = append(dst, ']')
+		}
+		dst = append(dst, "]}"...)
+	}
+	return append(dst, ']')
+}
+
+func appendJSONString(dst []byte, s string) []byte {
+	b, _ := json.Marshal(s) // strings always marshal
+	return append(dst, b...)
 }
