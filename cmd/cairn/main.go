@@ -12,7 +12,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"syscall"
 
 	"github.com/cairn-db/cairn/app"
@@ -50,11 +49,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 func runNode(args []string, stderr io.Writer) int {
-	if os.Getenv("GOGC") == "" {
-		// Write batches are short-lived garbage; collecting half as often
-		// costs little memory and a lot less CPU under load.
-		debug.SetGCPercent(200)
-	}
 	fi, _ := os.Stderr.Stat()
 	isTTY := fi != nil && fi.Mode()&os.ModeCharDevice != 0
 	cfg, err := config.Parse(args, os.LookupEnv, isTTY, stderr)
