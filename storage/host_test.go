@@ -1,0 +1,131 @@
+package storage_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/cairn-db/cairn/coordinator"
+	"github.com/cairn-db/cairn/models"
+	"github.com/cairn-db/cairn/statemachine"
+	"github.com/cairn-db/cairn/storage"
+	"github.com/cairn-db/cairn/storage/engine"
+	"github.com/cairn-db/cairn/storage/lineproto"
+	"github.com/gin-gonic/gin"
+	"github.com/stretchr/testify/require"
+)
+
+func init() { gin.SetMode(gin.ReleaseMode) }
+
+// node is one in-process storage host with its replication API on a
+// loopback HTTP server.
+type node struct {
+	id   string
+	host *storage.Host
+	eng  engine.Engine
+	srv  *httptest.Server
+}
+
+func startNode(t *testing.T, id string, sm *statemachine.Manager, store coordinator.Store, opts ...engine.Option) *node {
+	eng, err := engine.NewBoltEngine(t.TempDir(), opts...)
+	require.NoError(t, err)
+	h := storage.NewHost(storage.HostConfig{NodeID: id, Cluster: "default", Engine: eng, Store: store,
+		Keys: models.ClusterKeys{SNS: "/t/storage/default"}, State: sm.Snapshot, Changed: sm.Subscribe(),
+		LagBound: 500 * time.Millisecond, AckTimeout: 5 * time.Second, DropDelay: time.Hour})
+	r := gin.New()
+	h.Routes(r)
+	srv := httptest.NewServer(r)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); h.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		srv.Close()
+		_ = eng.Close()
+	})
+	return &node{id: id, host: h, eng: eng, srv: srv}
+}
+
+func (n *node) addr() string { return n.srv.Listener.Addr().String() }
+
+func put(sm *statemachine.Manager, source string, kind statemachine.Kind, cluster, name string, v any) {
+	sm.Push(statemachine.Event{Source: source, Kind: kind, Cluster: cluster, Type: coordinator.WatchPut, Name: name, Value: v})
+}
+
+func points(from, n int) []lineproto.Point {
+	out := make([]lineproto.Point, n)
+	for i := range out {
+		out[i] = lineproto.Point{Metric: "cpu", Tags: []lineproto.Tag{{Key: "host", Value: "a"}}, Field: "value",
+			Value: float64(from + i), TS: int64(from + i)}
+	}
+	return out
+}
+
+// A follower that joins after the leader's log was trimmed gets a full sync,
+// catches up, enters the in-sync set, and from then on every acknowledged
+// write is on it.
+func TestFollowerFullSyncThenInSync(t *testing.T) {
+	store := coordinator.NewMemoryStore()
+	defer store.Close()
+	sm := statemachine.New(statemachine.Config{})
+	sm.Start(context.Background())
+	defer sm.Stop()
+
+	// Flushing every batch lets the leader trim its log to the last 5 entries.
+	leader := startNode(t, "L", sm, store, engine.WithRetainEntries(5), engine.WithFlushPoints(1))
+	put(sm, statemachine.SourceStorageConfig, statemachine.KindStorageConfig, "", "default", models.StorageCluster{Name: "default"})
+	put(sm, statemachine.ClusterNodesSource("default"), statemachine.KindStorageNodes, "default", "L",
+		models.StorageNode{NodeID: "L", NodeAddress: leader.addr()})
+	put(sm, statemachine.SourceDatabaseConfig, statemachine.KindDatabaseConfig, "", "d",
+		models.Database{Name: "d", StorageCluster: "default", NumShards: 1, ReplicaFactor: 2, UID: "u1"})
+	put(sm, statemachine.SourceAssign, statemachine.KindAssign, "", "d",
+		models.Assignment{DB: "d", Cluster: "default", Shards: []models.ShardAssignment{{ID: 0, Replicas: []string{"L", "F"}}}})
+	put(sm, statemachine.SourceShardState, statemachine.KindShardState, "", "d",
+		models.ShardStates{DB: "d", Shards: []models.ShardState{{ID: 0, Leader: "L", Term: 1, Status: models.StatusOnline}}})
+
+	ctx := context.Background()
+	// F is not live yet: L leads alone and acknowledges on its own.
+	require.Eventually(t, func() bool { return leader.host.Write(ctx, "d", 0, 1, points(0, 10)) == nil }, 5*time.Second, 10*time.Millisecond)
+	for i := 1; i < 20; i++ {
+		require.NoError(t, leader.host.Write(ctx, "d", 0, 1, points(i*10, 10)))
+	}
+	require.ErrorIs(t, leader.host.Write(ctx, "d", 0, 2, points(0, 1)), storage.ErrStaleTerm, "a write at another term is refused")
+	ls, err := leader.eng.Open("d", 0)
+	require.NoError(t, err)
+	_, err = ls.Entries(0, 1)
+	require.ErrorIs(t, err, engine.ErrCompacted, "the leader trimmed its log")
+
+	follower := startNode(t, "F", sm, store)
+	// F comes up: its log is empty and L trimmed most of its own, so F must
+	// restore a snapshot, then follow, then be added to the in-sync set.
+	put(sm, statemachine.ClusterNodesSource("default"), statemachine.KindStorageNodes, "default", "F",
+		models.StorageNode{NodeID: "F", NodeAddress: follower.addr()})
+	isr := func() []string {
+		kv, err := store.Get(ctx, "/t/storage/default/isr/d/0")
+		if err != nil || kv == nil {
+			return nil
+		}
+		var set models.ISR
+		require.NoError(t, json.Unmarshal(kv.Value, &set))
+		return set.Replicas
+	}
+	require.Eventually(t, func() bool { return len(isr()) == 2 }, 10*time.Second, 20*time.Millisecond)
+
+	// Now a write is acknowledged only once F has it.
+	require.NoError(t, leader.host.Write(ctx, "d", 0, 1, points(200, 10)))
+	var fs engine.Shard
+	fs, err = follower.eng.Open("d", 0)
+	require.NoError(t, err)
+	series, err := fs.Query("cpu", nil, 0, 1000)
+	require.NoError(t, err)
+	require.Len(t, series, 1)
+	require.Len(t, series[0].Points, 210, "the follower holds every acknowledged point")
+	_, err = fs.Entries(0, 1)
+	require.ErrorIs(t, err, engine.ErrCompacted, "the follower's log starts at the snapshot: it was fully synced, not replayed")
+	last, following := follower.host.Report()
+	require.EqualValues(t, 21, last["d/0"])
+	require.Equal(t, "L", following["d/0"])
+}
