@@ -130,7 +130,8 @@ func Start(ctx context.Context, cfg config.Config, lg *zap.Logger) (*App, error)
 	}
 	if cfg.HasRole(config.RoleBroker) {
 		a.goRun(runCtx, func(ctx context.Context) {
-			broker.Register(ctx, a.store, a.keys.Broker(id), cfg.LeaseTTL, broker.BrokerRecord(id, cfg.AdvertiseAddr, time.Now()), a.lg.Named("broker"))
+			coordinator.KeepRegistered(ctx, a.store, a.keys.Broker(id), cfg.LeaseTTL, 0,
+				broker.BrokerRecord(id, cfg.AdvertiseAddr, time.Now()), a.lg.Named("broker"))
 		})
 	}
 	if cfg.HasRole(config.RoleMaster) {

@@ -30,16 +30,13 @@ type NodeConfig struct {
 	Logger    *zap.Logger
 }
 
-// RunNode keeps the node's leased record alive and fresh until ctx ends. The
-// record is rewritten once per heartbeat (one etcd write per node per
-// heartbeat, 1/s with the default 3 s TTL), and again whenever the lease is
-// lost. On exit the lease is revoked so the master reacts at once.
+// RunNode keeps the node's leased record alive and fresh until ctx ends: it
+// is rewritten once per heartbeat (one etcd write per node per heartbeat, 1/s
+// with the default 3 s TTL) and re-created whenever the lease is lost.
 func RunNode(ctx context.Context, cfg NodeConfig) {
 	if cfg.Heartbeat == 0 {
 		cfg.Heartbeat = cfg.TTL / 3
 	}
-	lg := cfg.Logger.With(zap.String("cluster", cfg.Cluster))
-	key := cfg.Keys.Node(cfg.NodeID)
 	record := func() []byte {
 		r := models.StorageNode{NodeID: cfg.NodeID, NodeAddress: cfg.Address, Role: "storage", Cluster: cfg.Cluster,
 			LastUpdated: time.Now().UnixMicro()}
@@ -49,47 +46,6 @@ func RunNode(ctx context.Context, cfg NodeConfig) {
 		b, _ := json.Marshal(r)
 		return b
 	}
-	backoff := 100 * time.Millisecond
-	for ctx.Err() == nil {
-		s, err := coordinator.NewSession(ctx, cfg.Store, cfg.TTL)
-		if err == nil {
-			if _, err = cfg.Store.Put(ctx, key, record(), s.Lease()); err == nil {
-				lg.Info("storage node registered")
-				backoff = 100 * time.Millisecond
-				heartbeat(ctx, cfg, s, key, record, lg)
-			}
-			cctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			_ = s.Close(cctx)
-			cancel()
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		backoff = min(backoff*2, 2*time.Second)
-	}
-}
-
-func heartbeat(ctx context.Context, cfg NodeConfig, s *coordinator.Session, key string, record func() []byte, lg *zap.Logger) {
-	t := time.NewTicker(cfg.Heartbeat)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-s.Done():
-			lg.Warn("storage node lease lost; registering again")
-			return
-		case <-t.C:
-			if _, err := cfg.Store.Put(ctx, key, record(), s.Lease()); err != nil {
-				lg.Debug("heartbeat failed", zap.Error(err))
-			}
-		}
-	}
+	coordinator.KeepRegistered(ctx, cfg.Store, cfg.Keys.Node(cfg.NodeID), cfg.TTL, cfg.Heartbeat, record,
+		cfg.Logger.With(zap.String("cluster", cfg.Cluster)))
 }

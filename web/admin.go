@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 
@@ -137,11 +139,7 @@ func (s *Server) clusterView(name string) (clusterView, bool) {
 
 func (s *Server) listClusters(c *gin.Context) {
 	st := s.cfg.State()
-	names := make([]string, 0, len(st.StorageClusters))
-	for n := range st.StorageClusters {
-		names = append(names, n)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(st.StorageClusters))
 	out := make([]clusterView, 0, len(names))
 	for _, n := range names {
 		v, _ := s.clusterView(n)

@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
-	"sort"
 	"strconv"
 	"time"
 
@@ -218,11 +218,7 @@ func (m *Master) reconcile(ctx context.Context) error {
 // deletes those of dropped databases.
 func (m *Master) syncAssignments(ctx context.Context) error {
 	st := m.cfg.State()
-	names := make([]string, 0, len(st.Databases))
-	for n := range st.Databases {
-		names = append(names, n)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(st.Databases))
 	for _, name := range names {
 		db := st.Databases[name]
 		a, has := st.Assignments[name]
@@ -272,11 +268,7 @@ func (m *Master) syncAssignments(ctx context.Context) error {
 // per-shard failover locks.
 func (m *Master) failover(ctx context.Context) error {
 	st := m.cfg.State()
-	names := make([]string, 0, len(st.ShardStates))
-	for n := range st.ShardStates {
-		names = append(names, n)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(st.ShardStates))
 	for _, name := range names {
 		a, ok := st.Assignments[name]
 		if !ok {

@@ -1,8 +1,8 @@
 package master
 
 import (
+	"maps"
 	"slices"
-	"sort"
 
 	"github.com/cairn-db/cairn/coordinator/placement"
 	"github.com/cairn-db/cairn/models"
@@ -14,11 +14,7 @@ import (
 // on it and the replica count each shard wants.
 func clusterView(st *statemachine.State, cluster string) placement.Cluster {
 	c := placement.Cluster{Shards: map[placement.ShardKey]placement.ShardPlacement{}, Want: map[placement.ShardKey]int{}}
-	ids := make([]string, 0, len(st.Nodes[cluster]))
-	for id := range st.Nodes[cluster] {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
+	ids := slices.Sorted(maps.Keys(st.Nodes[cluster]))
 	for _, id := range ids {
 		_, d := st.Drains[id]
 		c.Nodes = append(c.Nodes, placement.Node{ID: id, Draining: d})
@@ -107,11 +103,7 @@ type PlanView struct {
 func rebalancePlan(st *statemachine.State) (map[string]placement.Plan, PlanView, error) {
 	out := map[string]placement.Plan{}
 	view := PlanView{Moves: []MoveView{}}
-	names := make([]string, 0, len(st.StorageClusters))
-	for n := range st.StorageClusters {
-		names = append(names, n)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(st.StorageClusters))
 	for _, name := range names {
 		c := clusterView(st, name)
 		if len(c.Shards) == 0 {

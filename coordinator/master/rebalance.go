@@ -2,6 +2,7 @@ package master
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -39,11 +40,7 @@ func (m *Master) needsPlan(st *statemachine.State) bool {
 	now := m.cfg.Now()
 	need := false
 	for name := range st.StorageClusters {
-		ids := make([]string, 0, len(st.Nodes[name]))
-		for id := range st.Nodes[name] {
-			ids = append(ids, id)
-		}
-		sort.Strings(ids)
+		ids := slices.Sorted(maps.Keys(st.Nodes[name]))
 		sig := strings.Join(ids, ",")
 		mb, ok := m.members[name]
 		if !ok {
@@ -166,11 +163,7 @@ func (m *Master) rebalance(ctx context.Context) error {
 	if err := m.moveLeadersOff(ctx, st, leaderMoves); err != nil {
 		return err
 	}
-	names := make([]string, 0, len(assign))
-	for n := range assign {
-		names = append(names, n)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(assign))
 	for _, name := range names {
 		key := m.cfg.Keys.Assign(name)
 		ok, err := m.write(ctx, []coordinator.Cmp{coordinator.ValueIs(key, mustJSON(st.Assignments[name]))},

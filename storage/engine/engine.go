@@ -11,10 +11,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -73,7 +74,10 @@ type SeriesPoint struct {
 // MarshalJSON writes [ts,value]; a non-finite value, which JSON cannot carry, is
 // written as null.
 func (p SeriesPoint) MarshalJSON() ([]byte, error) {
-	b := make([]byte, 0, 40)
+	return p.appendJSON(make([]byte, 0, 40)), nil
+}
+
+func (p SeriesPoint) appendJSON(b []byte) []byte {
 	b = append(b, '[')
 	b = strconv.AppendInt(b, p.TS, 10)
 	b = append(b, ',')
@@ -82,7 +86,7 @@ func (p SeriesPoint) MarshalJSON() ([]byte, error) {
 	} else {
 		b = strconv.AppendFloat(b, p.Value, 'g', -1, 64)
 	}
-	return append(b, ']'), nil
+	return append(b, ']')
 }
 
 // UnmarshalJSON reads [ts,value] (null reads as NaN), so brokers can relay
@@ -334,12 +338,7 @@ func AppendSeriesJSON(dst []byte, series []Series) []byte {
 		dst = append(dst, `{"metric":`...)
 		dst = appendJSONString(dst, s.Metric)
 		dst = append(dst, `,"tags":{`...)
-		keys := make([]string, 0, len(s.Tags))
-		for k := range s.Tags {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for j, k := range keys {
+		for j, k := range slices.Sorted(maps.Keys(s.Tags)) {
 			if j > 0 {
 				dst = append(dst, ',')
 			}
@@ -352,15 +351,7 @@ func AppendSeriesJSON(dst []byte, series []Series) []byte {
 			if j > 0 {
 				dst = append(dst, ',')
 			}
-			dst = append(dst, '[')
-			dst = strconv.AppendInt(dst, p.TS, 10)
-			dst = append(dst, ',')
-			if math.IsNaN(p.Value) || math.IsInf(p.Value, 0) {
-				dst = append(dst, "null"...)
-			} else {
-				dst = strconv.AppendFloat(dst, p.Value, 'g', -1, 64)
-			}
-			dst = append(dst, ']')
+			dst = p.appendJSON(dst)
 		}
 		dst = append(dst, "]}"...)
 	}
