@@ -282,13 +282,21 @@ func (m *Manager) loop() {
 	}
 }
 
+// allSynced: every source of Cairn's own etcd has listed. Storage clusters
+// in other etcds report their own readiness through Synced; one unreachable
+// cluster must not keep the whole node on its backup.
 func allSynced(s *State, srcs []Source) bool {
+	n := 0
 	for _, src := range srcs {
+		if src.Kind == KindStorageNodes || src.Kind == KindISR {
+			continue
+		}
 		if !s.Synced[src.Name] {
 			return false
 		}
+		n++
 	}
-	return len(srcs) > 0
+	return n > 0
 }
 
 func (m *Manager) notify() {

@@ -178,3 +178,25 @@ func TestOfflineAndBack(t *testing.T) {
 	require.Equal(t, int64(4), s.Term)
 	require.Equal(t, a, h.shards("off")[0].Leader)
 }
+
+// A storage cluster whose etcd cannot be reached must not stall the master's
+// work on the clusters it can see.
+func TestUnreachableClusterDoesNotStallOthers(t *testing.T) {
+	h := newHarness(t, "n1", "n2")
+	_, err := h.store.Put(context.Background(), h.keys.StorageConfig("far"),
+		mustJSON(t, models.StorageCluster{Name: "far", EtcdEndpoints: []string{"http://127.0.0.1:1"}}), 0)
+	require.NoError(t, err)
+	h.eventually("far configured", func(st *statemachine.State) bool { _, ok := st.StorageClusters["far"]; return ok })
+	h.startMaster(masterOpts{})
+	h.createDB("near", 4, 2)
+	victim := h.etcdStates("near").Shards[0].Leader
+	h.kill(victim)
+	h.eventually("leadership moved off the dead node", func(st *statemachine.State) bool {
+		for _, s := range st.ShardStates["near"].Shards {
+			if s.Leader == victim || s.Status != models.StatusOnline {
+				return false
+			}
+		}
+		return true
+	})
+}

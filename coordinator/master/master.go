@@ -180,12 +180,15 @@ func Ready(st *statemachine.State) bool {
 			return false
 		}
 	}
-	for name := range st.StorageClusters {
-		if !st.Synced[statemachine.ClusterNodesSource(name)] || !st.Synced[statemachine.ClusterISRSource(name)] {
-			return false
-		}
-	}
 	return true
+}
+
+// ClusterReady reports whether the live nodes and in-sync sets of one storage
+// cluster have been read from its etcd: the master decides nothing for a
+// cluster it cannot see (every leader would look dead), while clusters it can
+// see go on.
+func ClusterReady(st *statemachine.State, cluster string) bool {
+	return st.Synced[statemachine.ClusterNodesSource(cluster)] && st.Synced[statemachine.ClusterISRSource(cluster)]
 }
 
 func mustJSON(v any) []byte {
@@ -222,7 +225,7 @@ func (m *Master) syncAssignments(ctx context.Context) error {
 	for _, name := range names {
 		db := st.Databases[name]
 		a, has := st.Assignments[name]
-		if has && len(a.Shards) >= db.NumShards {
+		if (has && len(a.Shards) >= db.NumShards) || !ClusterReady(st, db.StorageCluster) {
 			continue
 		}
 		from := len(a.Shards)
@@ -271,7 +274,7 @@ func (m *Master) failover(ctx context.Context) error {
 	names := slices.Sorted(maps.Keys(st.ShardStates))
 	for _, name := range names {
 		a, ok := st.Assignments[name]
-		if !ok {
+		if !ok || !ClusterReady(st, a.Cluster) {
 			continue
 		}
 		next, changed := PlanLeaders(ShardInputs{DB: name, Assign: a, States: st.ShardStates[name],

@@ -106,7 +106,7 @@ func rebalancePlan(st *statemachine.State) (map[string]placement.Plan, PlanView,
 	names := slices.Sorted(maps.Keys(st.StorageClusters))
 	for _, name := range names {
 		c := clusterView(st, name)
-		if len(c.Shards) == 0 {
+		if len(c.Shards) == 0 || !ClusterReady(st, name) {
 			continue
 		}
 		p, err := placement.Place(c)
