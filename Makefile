@@ -32,8 +32,12 @@ $(STATICCHECK):
 staticcheck: $(STATICCHECK)
 	$(STATICCHECK) ./...
 
+# In-process packages first; then the multi-process end-to-end tests on
+# their own, so their real processes do not compete with other packages for
+# the machine's cores.
 unit:
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v /e2e)
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./e2e/...
 
 # Benchmarks quoted in BENCHMARKS.md.
 bench: build
