@@ -70,6 +70,10 @@ func (a *App) oneTerm(ctx context.Context, el *coordinator.Election, lg *zap.Log
 		return err
 	}
 	lg.Info("elected master", zap.Int64("term", term))
+	clusterID, err := a.store.ClusterID(ctx)
+	if err != nil {
+		return err
+	}
 	mctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() { // the term ends the moment the lease is lost
@@ -83,7 +87,7 @@ func (a *App) oneTerm(ctx context.Context, el *coordinator.Election, lg *zap.Log
 	defer a.sm.Unsubscribe(changed)
 	m := master.New(master.Config{
 		Store: a.store, Keys: a.keys, Election: el, Term: term, Session: s, NodeID: a.nodeID,
-		State: a.sm.Snapshot, Changed: changed, Logger: a.lg, RebalanceDelay: a.cfg.RebalanceDelay,
+		State: a.sm.Snapshot, Changed: changed, Logger: a.lg, RebalanceDelay: a.cfg.RebalanceDelay, ClusterID: clusterID,
 	})
 	a.masterOps.set(m)
 	err = m.Run(mctx)

@@ -27,6 +27,8 @@ type WatchEvent struct {
 	Rev   int64 // mod revision of the change, or the list revision for WatchSynced
 	// CreateRev is the key's create revision (puts only): the master key's term.
 	CreateRev int64
+	// ClusterID is the etcd cluster the list came from (WatchSynced only).
+	ClusterID uint64
 }
 
 // WatcherConfig configures a list-then-watch loop over one prefix.
@@ -106,7 +108,7 @@ func RunWatcher(ctx context.Context, cfg WatcherConfig, emit func(WatchEvent)) {
 			}
 			clusterID = id
 			known = diffAndEmit(known, kvs, fresh, emit)
-			emit(WatchEvent{Kind: WatchSynced, Rev: rev})
+			emit(WatchEvent{Kind: WatchSynced, Rev: rev, ClusterID: id})
 			lastRev = rev
 			needList = false
 		}

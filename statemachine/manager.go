@@ -220,7 +220,7 @@ func (m *Manager) Sources() []Source {
 
 func (m *Manager) push(ctx context.Context, src Source, we coordinator.WatchEvent) {
 	ev := Event{Source: src.Name, Kind: src.Kind, Cluster: src.Cluster, Type: we.Kind, Rev: we.Rev,
-		Name: nameOf(we.Key, src.Prefix)}
+		Name: nameOf(we.Key, src.Prefix), ClusterID: we.ClusterID}
 	if we.Kind != coordinator.WatchSynced {
 		ev.raw = &rawChange{src: src, key: we.Key, value: we.Value, modRev: we.Rev, createRev: we.CreateRev, del: we.Kind == coordinator.WatchDelete}
 	}

@@ -18,6 +18,8 @@ type Event struct {
 	Name    string // key relative to the source prefix: db name, node id, "db/shard"...
 	Value   any    // decoded record for puts
 	Rev     int64
+	// ClusterID is the etcd cluster a WatchSynced list came from.
+	ClusterID uint64
 	// Removed marks a control event: the source was removed, drop its keys.
 	Removed bool
 	// BackupLoaded marks the end of a replay of the local backup file.
@@ -89,6 +91,7 @@ func (b *builder) apply(ev Event) {
 	if ev.Type == coordinator.WatchSynced {
 		cloneOnce(b, "synced", &s.Synced)[ev.Source] = true
 		cloneOnce(b, "revisions", &s.Revisions)[ev.Source] = ev.Rev
+		cloneOnce(b, "listed", &s.ListedFrom)[ev.Source] = ev.ClusterID
 		return
 	}
 	if ev.Rev > s.Revisions[ev.Source] {

@@ -54,6 +54,9 @@ type State struct {
 	Synced map[string]bool
 	// Revisions is the last revision applied per source.
 	Revisions map[string]int64
+	// ListedFrom is the etcd cluster id each source was last listed from: a
+	// replaced or restored etcd shows here until every source re-listed.
+	ListedFrom map[string]uint64
 	// FromBackup is true while some state came from the local backup file and
 	// etcd has not confirmed it yet.
 	FromBackup bool
@@ -67,7 +70,7 @@ func emptyState() *State {
 		Databases: map[string]models.Database{}, Assignments: map[string]models.Assignment{},
 		ShardStates: map[string]models.ShardStates{}, Drains: map[string]models.Drain{},
 		Nodes: map[string]map[string]models.StorageNode{}, ISR: map[string]map[string]models.ISR{},
-		Synced: map[string]bool{}, Revisions: map[string]int64{},
+		Synced: map[string]bool{}, Revisions: map[string]int64{}, ListedFrom: map[string]uint64{},
 	}
 }
 

@@ -200,3 +200,23 @@ func TestUnreachableClusterDoesNotStallOthers(t *testing.T) {
 		return true
 	})
 }
+
+// A master whose term was won in another etcd cluster than the one its state
+// was listed from (etcd replaced or restored underneath) decides nothing until
+// its state has been re-listed from the new cluster.
+func TestMasterIgnoresStateFromAnotherCluster(t *testing.T) {
+	h := newHarness(t, "n1", "n2")
+	rm := h.startMaster(masterOpts{clusterID: 42}) // not the harness etcd's id
+	_, err := h.admin.CreateDatabase(context.Background(), models.Database{Name: "elsewhere", NumShards: 2, ReplicaFactor: 1})
+	require.NoError(t, err)
+	require.Never(t, func() bool {
+		_, ok := h.sm.Snapshot().Assignments["elsewhere"]
+		return ok
+	}, time.Second, 50*time.Millisecond, "a master acted on state listed from another etcd cluster")
+	rm.stop()
+	require.NoError(t, h.store.Revoke(context.Background(), rm.election.Lease()))
+	h.startMaster(masterOpts{})
+	h.eventually("placed once the term and the state agree", func(st *statemachine.State) bool {
+		return allOnline(st, "elsewhere", 2)
+	})
+}

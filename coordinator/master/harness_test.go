@@ -169,6 +169,9 @@ type masterOpts struct {
 	// liveness checks: it emulates a paused process that has not noticed
 	// its election lease is gone.
 	shadow bool
+	// clusterID is the etcd cluster the term claims to be won in; 0: the
+	// harness etcd's own.
+	clusterID uint64
 }
 
 // startMaster campaigns (blocking until elected) and runs a master term.
@@ -190,9 +193,13 @@ func (h *harness) startMaster(o masterOpts) *runningMaster {
 	el := coordinator.NewElection(h.store, h.keys.Master())
 	term, err := el.Campaign(ctx, es, mustJSON(h.t, models.MasterRecord{NodeID: "m", ElectedAt: time.Now().UnixMilli()}))
 	require.NoError(h.t, err)
+	if o.clusterID == 0 {
+		o.clusterID, err = h.store.ClusterID(ctx)
+		require.NoError(h.t, err)
+	}
 	m := master.New(master.Config{Store: h.store, Keys: h.keys, Election: el, Term: term, Session: session,
 		NodeID: "m", State: o.sm.Snapshot, Changed: o.sm.Subscribe(), Logger: logger(h.t),
-		RebalanceDelay: time.Hour, Resync: 200 * time.Millisecond})
+		RebalanceDelay: time.Hour, Resync: 200 * time.Millisecond, ClusterID: o.clusterID})
 	rm := &runningMaster{Master: m, term: term, election: es}
 	rm.start()
 	h.t.Cleanup(rm.stop)

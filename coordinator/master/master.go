@@ -34,6 +34,10 @@ type Config struct {
 	RebalanceDelay time.Duration
 	// MaxMovesInFlight caps shards being relocated at once; default 16.
 	MaxMovesInFlight int
+	// ClusterID is the etcd cluster this term was won in. The master acts only
+	// once every source it reads was listed from that cluster, never on state
+	// left over from a replaced or restored etcd. 0 skips the check.
+	ClusterID uint64
 	// Resync is the period of a full reconcile without events; default 1s.
 	Resync time.Duration
 	Now    func() time.Time
@@ -183,6 +187,21 @@ func Ready(st *statemachine.State) bool {
 	return true
 }
 
+// sameCluster: every source in Cairn's own etcd was listed from the cluster
+// this term was won in.
+func (m *Master) sameCluster(st *statemachine.State) bool {
+	if m.cfg.ClusterID == 0 {
+		return true
+	}
+	for _, src := range []string{statemachine.SourceStorageConfig, statemachine.SourceDatabaseConfig,
+		statemachine.SourceAssign, statemachine.SourceShardState, statemachine.SourceDrain} {
+		if st.ListedFrom[src] != m.cfg.ClusterID {
+			return false
+		}
+	}
+	return true
+}
+
 // ClusterReady reports whether the live nodes and in-sync sets of one storage
 // cluster have been read from its etcd: the master decides nothing for a
 // cluster it cannot see (every leader would look dead), while clusters it can
@@ -201,7 +220,7 @@ func mustJSON(v any) []byte {
 
 // reconcile is one level-triggered pass over everything the master owns.
 func (m *Master) reconcile(ctx context.Context) error {
-	if st := m.cfg.State(); !Ready(st) {
+	if st := m.cfg.State(); !Ready(st) || !m.sameCluster(st) {
 		// A partial picture is worse than none: without the live nodes every
 		// leader looks dead, without the databases every assignment looks
 		// orphaned. Wait for the next publication.
@@ -373,7 +392,7 @@ func (m *Master) publishStates(ctx context.Context, db string, prev, next models
 // shard back online, accepting that writes it never saw are lost).
 func (m *Master) TransferLeader(ctx context.Context, db string, shard int, t web.LeaderTransfer) error {
 	_, err := m.do(ctx, func(ctx context.Context, st *statemachine.State) (any, error) {
-		if !Ready(st) {
+		if !Ready(st) || !m.sameCluster(st) {
 			return nil, fmt.Errorf("%w: master is still loading state from etcd", models.ErrUnavailable)
 		}
 		a, ok := st.Assignments[db]
