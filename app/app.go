@@ -50,9 +50,9 @@ type App struct {
 	cancel context.CancelFunc
 }
 
-// Start brings the node up; it returns once the HTTP server listens. Run
-// blocks until ctx ends or a fatal error.
-func Start(ctx context.Context, cfg config.Config, lg *zap.Logger) (*App, error) {
+// Start brings the node up: it returns once the HTTP server listens and the
+// embedded etcd member, if any, serves. Wait then blocks until the end.
+func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 	a := &App{cfg: cfg, lg: lg, keys: models.Keys{NS: cfg.Namespace}, reg: prometheus.NewRegistry(), masterOps: &masterSlot{}}
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	id, err := config.LoadOrCreateNodeID(cfg.DataDir, cfg.NodeID)

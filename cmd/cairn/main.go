@@ -71,7 +71,7 @@ func runNode(args []string, stderr io.Writer) int {
 	defer func() { _ = lg.Sync() }()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	a, err := app.Start(ctx, cfg, lg)
+	a, err := app.Start(cfg, lg)
 	if err != nil {
 		fmt.Fprintf(stderr, "cairn: %v\n", err)
 		var ue *config.UsageError
