@@ -65,11 +65,12 @@ type replica struct {
 	caught  map[string]time.Time // leader: when each follower last had everything we had when it last fetched
 	sentEnd map[string]uint64    // leader: our last txn when each follower last fetched
 	changed chan struct{}        // closed and replaced on every append, ack or ISR change
+	kick    chan struct{}        // wakes the leader's in-sync set upkeep early
 }
 
 func newReplica(h *Host, db string, shard int, eng engine.Shard) *replica {
 	id := models.ShardID(db, shard)
-	return &replica{h: h, db: db, shard: shard, id: id, eng: eng, changed: make(chan struct{}),
+	return &replica{h: h, db: db, shard: shard, id: id, eng: eng, changed: make(chan struct{}), kick: make(chan struct{}, 1),
 		lg: h.lg.With(zap.String("db", db), zap.Int("shard", shard))}
 }
 
@@ -84,8 +85,15 @@ func (r *replica) setDesired(d desired) {
 	r.mu.Lock()
 	same := r.want.role == d.role && r.want.term == d.term && r.want.leader == d.leader && r.want.address == d.address
 	if same {
+		moved := !slices.Equal(r.want.replicas, d.replicas)
 		r.want.replicas = d.replicas
 		r.mu.Unlock()
+		if moved && d.role == roleLeader {
+			select { // a replica left the assignment: drop it from the set now
+			case r.kick <- struct{}{}:
+			default:
+			}
+		}
 		return
 	}
 	cancel, done := r.cancel, r.done
@@ -178,6 +186,7 @@ func (r *replica) lead(ctx context.Context, d desired) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-r.kick:
 		}
 		r.maintainISR(ctx, d)
 	}
@@ -193,7 +202,13 @@ func (r *replica) maintainISR(ctx context.Context, d desired) {
 	// where the leader was at its previous fetch; under a steady write load
 	// it is never exactly at the leader's last txn.
 	for _, n := range isr {
-		if n != r.h.nodeID && r.acked[n] < last && now.Sub(r.caught[n]) > r.h.cfg.LagBound {
+		if n == r.h.nodeID {
+			continue
+		}
+		// A replica moved off this shard leaves at once; one that stopped
+		// catching up leaves after the lag bound.
+		gone := !slices.Contains(r.want.replicas, n)
+		if gone || (r.acked[n] < last && now.Sub(r.caught[n]) > r.h.cfg.LagBound) {
 			drop = append(drop, n)
 		}
 	}
