@@ -277,18 +277,3 @@ func (h *Host) Report() (map[string]uint64, map[string]string) {
 	}
 	return last, following
 }
-
-// Leading lists the shards this node leads, with their terms.
-func (h *Host) Leading() map[string]int64 {
-	h.mu.RLock()
-	defer h.mu.RUnlock()
-	out := map[string]int64{}
-	for id, r := range h.replicas {
-		r.mu.Lock()
-		if r.want.role == roleLeader {
-			out[id] = r.want.term
-		}
-		r.mu.Unlock()
-	}
-	return out
-}
