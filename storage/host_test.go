@@ -31,6 +31,11 @@ type node struct {
 func startNode(t *testing.T, id string, sm *statemachine.Manager, store coordinator.Store, opts ...engine.Option) *node {
 	eng, err := engine.NewBoltEngine(t.TempDir(), opts...)
 	require.NoError(t, err)
+	return startNodeWith(t, id, sm, store, eng)
+}
+
+// startNodeWith runs a host over an engine the test prepared.
+func startNodeWith(t *testing.T, id string, sm *statemachine.Manager, store coordinator.Store, eng engine.Engine) *node {
 	h := storage.NewHost(storage.HostConfig{NodeID: id, Cluster: "default", Engine: eng, Store: store,
 		Keys: models.ClusterKeys{SNS: "/t/storage/default"}, State: sm.Snapshot, Changed: sm.Subscribe(),
 		LagBound: 500 * time.Millisecond, AckTimeout: 5 * time.Second, DropDelay: time.Hour})
@@ -128,4 +133,69 @@ func TestFollowerFullSyncThenInSync(t *testing.T) {
 	last, following := follower.host.Report()
 	require.EqualValues(t, 21, last["d/0"])
 	require.Equal(t, "L", following["d/0"])
+}
+
+// A replica whose log diverged from the new leader's (entries of an old term
+// that were never acknowledged) truncates its tail back to the last entry
+// both logs share and then takes the leader's entries: its data equals the
+// leader's afterwards.
+func TestDivergentTailTruncated(t *testing.T) {
+	store := coordinator.NewMemoryStore()
+	defer store.Close()
+	sm := statemachine.New(statemachine.Config{})
+	sm.Start(context.Background())
+	defer sm.Stop()
+
+	prepare := func(entries ...engine.Entry) engine.Engine {
+		eng, err := engine.NewBoltEngine(t.TempDir())
+		require.NoError(t, err)
+		s, err := eng.Open("d", 0)
+		require.NoError(t, err)
+		for _, e := range entries {
+			require.NoError(t, s.Apply(e))
+		}
+		return eng
+	}
+	entry := func(txn, term uint64, from int) engine.Entry {
+		return engine.Entry{TxnID: txn, Term: term, Points: points(from, 5)}
+	}
+	// Both hold txns 1-3 of term 1. The new leader L then wrote 4-6 at term
+	// 2; F still holds 4-5 of term 1, which nobody acknowledged.
+	leaderEng := prepare(entry(1, 1, 0), entry(2, 1, 10), entry(3, 1, 20), entry(4, 2, 30), entry(5, 2, 40), entry(6, 2, 50))
+	followerEng := prepare(entry(1, 1, 0), entry(2, 1, 10), entry(3, 1, 20), entry(4, 1, 100), entry(5, 1, 110))
+
+	leader := startNodeWith(t, "L", sm, store, leaderEng)
+	follower := startNodeWith(t, "F", sm, store, followerEng)
+	put(sm, statemachine.SourceStorageConfig, statemachine.KindStorageConfig, "", "default", models.StorageCluster{Name: "default"})
+	for _, n := range []*node{leader, follower} {
+		put(sm, statemachine.ClusterNodesSource("default"), statemachine.KindStorageNodes, "default", n.id,
+			models.StorageNode{NodeID: n.id, NodeAddress: n.addr()})
+	}
+	put(sm, statemachine.SourceDatabaseConfig, statemachine.KindDatabaseConfig, "", "d",
+		models.Database{Name: "d", StorageCluster: "default", NumShards: 1, ReplicaFactor: 2})
+	put(sm, statemachine.SourceAssign, statemachine.KindAssign, "", "d",
+		models.Assignment{DB: "d", Cluster: "default", Shards: []models.ShardAssignment{{ID: 0, Replicas: []string{"L", "F"}}}})
+	put(sm, statemachine.SourceShardState, statemachine.KindShardState, "", "d",
+		models.ShardStates{DB: "d", Shards: []models.ShardState{{ID: 0, Leader: "L", Term: 2, Status: models.StatusOnline}}})
+
+	fs, err := followerEng.Open("d", 0)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return fs.LastTxnID() == 6 && fs.LastTerm() == 2 }, 10*time.Second, 10*time.Millisecond)
+	for txn := uint64(1); txn <= 6; txn++ {
+		want := uint64(1)
+		if txn > 3 {
+			want = 2
+		}
+		term, err := fs.TermAt(txn)
+		require.NoError(t, err)
+		require.Equal(t, want, term, "txn %d", txn)
+	}
+	ls, err := leaderEng.Open("d", 0)
+	require.NoError(t, err)
+	got, err := fs.Query("cpu", nil, 0, 1000)
+	require.NoError(t, err)
+	want, err := ls.Query("cpu", nil, 0, 1000)
+	require.NoError(t, err)
+	require.Equal(t, want, got, "the follower's data equals the leader's; the divergent points are gone")
+	require.NoError(t, leader.host.Write(context.Background(), "d", 0, 2, points(60, 5)))
 }
