@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/cairn-db/cairn/web/console/browsertest"
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 )
@@ -31,32 +32,32 @@ func bigCluster() *fakeAPI {
 // full grid. It returns the render cost the page measured itself (building
 // the HTML, parsing it and laying out the table).
 func firstRender(c *console) float64 {
-	c.do(chromedp.Navigate("about:blank"))
-	c.do(chromedp.Navigate(c.srv.URL + "/#shards"))
-	c.waitJS(`window.cairnConsole && cairnConsole.stats.shardFullRenders > 0 && ` + cellsJS(``) + ` === 10000`)
-	return evalJS[float64](c, `cairnConsole.stats.lastShardRenderMs`)
+	c.Do(chromedp.Navigate("about:blank"))
+	c.Do(chromedp.Navigate(c.srv.URL + "/#shards"))
+	c.WaitJS(`window.cairnConsole && cairnConsole.stats.shardFullRenders > 0 && ` + cellsJS(``) + ` === 10000`)
+	return browsertest.Eval[float64](c.Page, `cairnConsole.stats.lastShardRenderMs`)
 }
 
 func TestConsoleLargeShardMap(t *testing.T) {
 	c := newConsole(t, bigCluster())
 	ms := firstRender(c)
-	t.Logf("first render of 1,000 shards x 10 nodes: %.1f ms (stats %v)", ms, evalJS[map[string]float64](c, `cairnConsole.stats`))
-	require.Equal(t, 1000, evalJS[int](c, cellsJS(`[data-role=leader]`))+
-		evalJS[int](c, `document.querySelectorAll("#shard-map tr.offline").length`))
-	require.Equal(t, 11, evalJS[int](c, `document.querySelectorAll("#shard-map tr.offline").length`))
+	t.Logf("first render of 1,000 shards x 10 nodes: %.1f ms (stats %v)", ms, browsertest.Eval[map[string]float64](c.Page, `cairnConsole.stats`))
+	require.Equal(t, 1000, browsertest.Eval[int](c.Page, cellsJS(`[data-role=leader]`))+
+		browsertest.Eval[int](c.Page, `document.querySelectorAll("#shard-map tr.offline").length`))
+	require.Equal(t, 11, browsertest.Eval[int](c.Page, `document.querySelectorAll("#shard-map tr.offline").length`))
 
 	// A poll that brings identical data must not touch the grid, and a change
 	// to one shard must patch one row, not rebuild 10,000 cells.
-	renders := evalJS[int](c, `cairnConsole.stats.shardRenders`)
-	c.waitJS(fmt.Sprintf(`cairnConsole.stats.shardRenders > %d`, renders))
-	require.Equal(t, 1, evalJS[int](c, `cairnConsole.stats.shardFullRenders`))
-	require.Zero(t, evalJS[int](c, `cairnConsole.stats.shardRowPatches`))
-	c.do(chromedp.SetAttributeValue(chromedp.CSS(`#shard-map`), "data-probe", "kept"))
+	renders := browsertest.Eval[int](c.Page, `cairnConsole.stats.shardRenders`)
+	c.WaitJS(fmt.Sprintf(`cairnConsole.stats.shardRenders > %d`, renders))
+	require.Equal(t, 1, browsertest.Eval[int](c.Page, `cairnConsole.stats.shardFullRenders`))
+	require.Zero(t, browsertest.Eval[int](c.Page, `cairnConsole.stats.shardRowPatches`))
+	c.Do(chromedp.SetAttributeValue(chromedp.CSS(`#shard-map`), "data-probe", "kept"))
 	c.api.set(func(f *fakeAPI) { s := f.dbs["big"].shards[0]; s.Leader = s.Replicas[1]; s.Term++ })
-	c.waitJS(`document.querySelector('#shard-map td[data-shard="0"][data-node="n-2"]').dataset.role === "leader"`)
-	require.Equal(t, 1, evalJS[int](c, `cairnConsole.stats.shardFullRenders`))
-	require.Equal(t, 1, evalJS[int](c, `cairnConsole.stats.shardRowPatches`))
-	require.Equal(t, "kept", evalJS[string](c, `document.getElementById("shard-map").dataset.probe`))
+	c.WaitJS(`document.querySelector('#shard-map td[data-shard="0"][data-node="n-2"]').dataset.role === "leader"`)
+	require.Equal(t, 1, browsertest.Eval[int](c.Page, `cairnConsole.stats.shardFullRenders`))
+	require.Equal(t, 1, browsertest.Eval[int](c.Page, `cairnConsole.stats.shardRowPatches`))
+	require.Equal(t, "kept", browsertest.Eval[string](c.Page, `document.getElementById("shard-map").dataset.probe`))
 }
 
 // BenchmarkShardMapFirstRender reports the wall time from navigation to a
