@@ -237,24 +237,32 @@ func (p *Proc) restart() {
 
 // get calls GET on the process's HTTP API. Status 0 means no answer.
 func (p *Proc) get(path string) (int, map[string]any) {
-	return p.do(http.MethodGet, path, nil)
+	return p.send(http.MethodGet, path, nil, "")
 }
 
 // post calls POST with body marshalled as JSON. Status 0 means no answer.
 func (p *Proc) post(path string, body any) (int, map[string]any) {
 	p.t.Helper()
-	data, err := json.Marshal(body)
-	require.NoError(p.t, err)
-	return p.do(http.MethodPost, path, data)
+	return p.send(http.MethodPost, path, body, "")
 }
 
-func (p *Proc) do(method, path string, body []byte) (int, map[string]any) {
-	req, err := http.NewRequest(method, "http://"+p.addr+path, bytes.NewReader(body))
-	if err != nil {
-		return 0, nil
+// send sends method path with an optional JSON body and Authorization header
+// value (empty: none). Status 0 means no answer.
+func (p *Proc) send(method, path string, body any, auth string) (int, map[string]any) {
+	p.t.Helper()
+	var rd io.Reader
+	if body != nil {
+		data, err := json.Marshal(body)
+		require.NoError(p.t, err)
+		rd = bytes.NewReader(data)
 	}
+	req, err := http.NewRequest(method, "http://"+p.addr+path, rd)
+	require.NoError(p.t, err)
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
 	}
 	resp, err := p.client.Do(req)
 	if err != nil {

@@ -3,8 +3,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"encoding/json"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -33,35 +31,6 @@ func (p *Proc) dataDirArg() string {
 		return ""
 	}
 	return p.args[i+1]
-}
-
-// send sends method path with an optional JSON body and Authorization header
-// value (empty: none). Status 0 means no answer.
-func (p *Proc) send(method, path string, body any, auth string) (int, map[string]any) {
-	p.t.Helper()
-	var rd io.Reader
-	if body != nil {
-		data, err := json.Marshal(body)
-		require.NoError(p.t, err)
-		rd = bytes.NewReader(data)
-	}
-	req, err := http.NewRequest(method, "http://"+p.addr+path, rd)
-	require.NoError(p.t, err)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if auth != "" {
-		req.Header.Set("Authorization", auth)
-	}
-	resp, err := p.client.Do(req)
-	if err != nil {
-		return 0, nil
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
-	var out map[string]any
-	_ = json.Unmarshal(data, &out)
-	return resp.StatusCode, out
 }
 
 // restoreShard is the part of a shard's record that a restore must bring back
