@@ -45,11 +45,7 @@ func (r *replica) pullOnce(ctx context.Context, d desired) error {
 	q.Set("after_term", strconv.FormatUint(lastTerm, 10))
 	q.Set("wait_ms", "500")
 	u := fmt.Sprintf("http://%s/internal/v1/shards/%s/%d/log?%s", d.address, r.db, r.shard, q.Encode())
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := r.h.client.Do(req)
+	resp, err := r.h.call(ctx, http.MethodGet, u)
 	if err != nil {
 		return err
 	}
@@ -110,11 +106,7 @@ func (r *replica) applyStream(body io.Reader) error {
 // fullSync replaces the local replica with the leader's snapshot.
 func (r *replica) fullSync(ctx context.Context, d desired) error {
 	u := fmt.Sprintf("http://%s/internal/v1/shards/%s/%d/snapshot?term=%d", d.address, r.db, r.shard, d.term)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := r.h.client.Do(req)
+	resp, err := r.h.call(ctx, http.MethodGet, u)
 	if err != nil {
 		return err
 	}
@@ -129,4 +121,13 @@ func (r *replica) fullSync(ctx context.Context, d desired) error {
 	}
 	r.lg.Info("full sync from leader done", zap.String("leader", d.leader), zap.Uint64("last_txn_id", r.eng.LastTxnID()))
 	return nil
+}
+
+// call sends a body-less request to another storage node.
+func (h *Host) call(ctx context.Context, method, u string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	return h.client.Do(req)
 }

@@ -19,11 +19,7 @@ func (h *Host) leave(ctx context.Context, r *replica) bool {
 		return w.role == roleIdle // nobody to tell
 	}
 	u := fmt.Sprintf("http://%s/internal/v1/shards/%s/%d/leave?term=%d&node=%s", w.address, r.db, r.shard, w.term, h.nodeID)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, nil)
-	if err != nil {
-		return false
-	}
-	resp, err := h.client.Do(req)
+	resp, err := h.call(ctx, http.MethodPost, u)
 	if err != nil {
 		return false
 	}
