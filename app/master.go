@@ -83,11 +83,9 @@ func (a *App) oneTerm(ctx context.Context, el *coordinator.Election, lg *zap.Log
 		case <-mctx.Done():
 		}
 	}()
-	changed := a.sm.Subscribe()
-	defer a.sm.Unsubscribe(changed)
 	m := master.New(master.Config{
 		Store: a.store, Keys: a.keys, Election: el, Term: term, Session: s, NodeID: a.nodeID,
-		State: a.sm.Snapshot, Changed: changed, Logger: a.lg, RebalanceDelay: a.cfg.RebalanceDelay, ClusterID: clusterID,
+		State: a.sm.Snapshot, Changed: a.sm.Changed, Logger: a.lg, RebalanceDelay: a.cfg.RebalanceDelay, ClusterID: clusterID,
 	})
 	a.masterOps.set(m)
 	err = m.Run(mctx)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -110,7 +111,7 @@ func mapErr(err error) error {
 	return err
 }
 
-func kvFrom(k *mvccKV) KeyValue {
+func kvFrom(k *mvccpb.KeyValue) KeyValue {
 	return KeyValue{Key: string(k.Key), Value: k.Value, CreateRev: k.CreateRevision, ModRev: k.ModRevision, Lease: LeaseID(k.Lease)}
 }
 

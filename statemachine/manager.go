@@ -107,18 +107,6 @@ func (m *Manager) Subscribe() <-chan struct{} {
 	return ch
 }
 
-// Unsubscribe stops signals to a channel returned by Subscribe.
-func (m *Manager) Unsubscribe(ch <-chan struct{}) {
-	m.subsMu.Lock()
-	defer m.subsMu.Unlock()
-	for i, c := range m.subs {
-		if c == ch {
-			m.subs = append(m.subs[:i], m.subs[i+1:]...)
-			return
-		}
-	}
-}
-
 // Changed returns a channel closed at the next publication: for short-lived
 // waiters that must not leave a subscription behind.
 func (m *Manager) Changed() <-chan struct{} { return *m.next.Load() }

@@ -104,22 +104,3 @@ func TestManagerRemoveSource(t *testing.T) {
 	m.RemoveSource("nodes/c1")
 	require.Eventually(t, func() bool { _, ok := m.Snapshot().Nodes["c1"]; return !ok }, 5*time.Second, 5*time.Millisecond)
 }
-
-func TestUnsubscribeStopsSignals(t *testing.T) {
-	m := statemachine.New(statemachine.Config{})
-	m.Start(context.Background())
-	defer m.Stop()
-	kept, dropped := m.Subscribe(), m.Subscribe()
-	m.Unsubscribe(dropped)
-	m.Push(statemachine.Event{Source: "x", Type: coordinator.WatchSynced, Rev: 1})
-	select {
-	case <-kept:
-	case <-time.After(5 * time.Second):
-		t.Fatal("a subscriber got no signal")
-	}
-	select {
-	case <-dropped:
-		t.Fatal("an unsubscribed channel was signalled")
-	default:
-	}
-}

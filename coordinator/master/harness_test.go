@@ -198,7 +198,7 @@ func (h *harness) startMaster(o masterOpts) *runningMaster {
 		require.NoError(h.t, err)
 	}
 	m := master.New(master.Config{Store: h.store, Keys: h.keys, Election: el, Term: term, Session: session,
-		NodeID: "m", State: o.sm.Snapshot, Changed: o.sm.Subscribe(), Logger: logger(h.t),
+		NodeID: "m", State: o.sm.Snapshot, Changed: o.sm.Changed, Logger: logger(h.t),
 		RebalanceDelay: time.Hour, Resync: 200 * time.Millisecond, ClusterID: o.clusterID})
 	rm := &runningMaster{Master: m, term: term, election: es}
 	rm.start()

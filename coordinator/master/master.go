@@ -27,8 +27,11 @@ type Config struct {
 	Session  *coordinator.Session // the master's lease: failover locks are bound to it
 	NodeID   string
 	State    func() *statemachine.State
-	Changed  <-chan struct{}
-	Logger   *zap.Logger
+	// Changed returns a channel closed at the next state publication
+	// (statemachine.Manager.Changed): a broadcast, so waiting for our own
+	// writes never steals a wake-up from the reconcile loop.
+	Changed func() <-chan struct{}
+	Logger  *zap.Logger
 	// RebalanceDelay is how long membership must be stable before replicas
 	// move to new nodes or off vanished ones (a restart moves nothing).
 	RebalanceDelay time.Duration
@@ -93,6 +96,9 @@ func (m *Master) Run(ctx context.Context) error {
 	t := time.NewTicker(m.cfg.Resync)
 	defer t.Stop()
 	for {
+		// Take the wake-up channel before reading state, so a publication
+		// during the pass is not missed.
+		changed := m.cfg.Changed()
 		if err := m.reconcile(ctx); err != nil {
 			if errors.Is(err, coordinator.ErrDeposed) {
 				m.lg.Warn("deposed: a fenced write failed; stopping master work")
@@ -108,7 +114,7 @@ func (m *Master) Run(ctx context.Context) error {
 			return ctx.Err()
 		case <-m.cfg.Session.Done():
 			return coordinator.ErrDeposed
-		case <-m.cfg.Changed:
+		case <-changed:
 		case <-t.C:
 		case o := <-m.ops:
 			v, err := o.run(ctx, m.cfg.State())
@@ -157,23 +163,24 @@ func (m *Master) write(ctx context.Context, cmps []coordinator.Cmp, ops []coordi
 func (m *Master) awaitRev(ctx context.Context, source string, rev int64) error {
 	deadline := time.NewTimer(5 * time.Second)
 	defer deadline.Stop()
-	for m.cfg.State().Revisions[source] < rev {
+	for {
+		changed := m.cfg.Changed()
+		if m.cfg.State().Revisions[source] >= rev {
+			return nil
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-deadline.C:
 			return fmt.Errorf("state did not reach revision %d of %s", rev, source)
-		case <-m.cfg.Changed:
-		case <-time.After(20 * time.Millisecond):
+		case <-changed:
 		}
 	}
-	return nil
 }
 
-// Ready reports whether st holds a complete, etcd-confirmed picture of
-// everything the master decides on: every source it reads has finished a list
-// against etcd (not just the local backup), including the live nodes and
-// in-sync sets of every configured storage cluster.
+// Ready reports whether st holds a complete, etcd-confirmed picture of the
+// master's own sources: each has finished a list against etcd (not just the
+// local backup). Storage clusters are checked one by one with ClusterReady.
 func Ready(st *statemachine.State) bool {
 	if st.FromBackup {
 		return false
