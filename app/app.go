@@ -48,12 +48,14 @@ type App struct {
 
 	wg     sync.WaitGroup
 	cancel context.CancelFunc
+	fatal  chan error // a role that cannot go on (its node id is held by another process)
 }
 
 // Start brings the node up: it returns once the HTTP server listens and the
 // embedded etcd member, if any, serves. Wait then blocks until the end.
 func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
-	a := &App{cfg: cfg, lg: lg, keys: models.Keys{NS: cfg.Namespace}, reg: prometheus.NewRegistry(), masterOps: &masterSlot{}}
+	a := &App{cfg: cfg, lg: lg, keys: models.Keys{NS: cfg.Namespace}, reg: prometheus.NewRegistry(), masterOps: &masterSlot{},
+		fatal: make(chan error, 1)}
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	id, err := config.LoadOrCreateNodeID(cfg.DataDir, cfg.NodeID)
 	if err != nil {
@@ -130,8 +132,9 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 	}
 	if cfg.HasRole(config.RoleBroker) {
 		a.goRun(runCtx, func(ctx context.Context) {
-			coordinator.KeepRegistered(ctx, a.store, a.keys.Broker(id), cfg.LeaseTTL, 0,
-				broker.BrokerRecord(id, cfg.AdvertiseAddr, time.Now()), a.lg.Named("broker"))
+			reg := coordinator.Registration{Key: a.keys.Broker(id), TTL: cfg.LeaseTTL,
+				Value: broker.BrokerRecord(id, cfg.AdvertiseAddr, time.Now()), Owner: broker.BrokerOwner(cfg.AdvertiseAddr)}
+			a.failOn(coordinator.KeepRegistered(ctx, a.store, reg, a.lg.Named("broker")))
 		})
 	}
 	if cfg.HasRole(config.RoleMaster) {
@@ -181,6 +184,20 @@ func (a *App) Wait(ctx context.Context) error {
 		return errors.New("http server stopped")
 	case err := <-etcdErr:
 		return fmt.Errorf("embedded etcd: %w", err)
+	case err := <-a.fatal:
+		return err
+	}
+}
+
+// failOn stops the node with err (nil: nothing happened).
+func (a *App) failOn(err error) {
+	if err == nil {
+		return
+	}
+	a.lg.Error("cannot go on; stopping", zap.Error(err))
+	select {
+	case a.fatal <- err:
+	default:
 	}
 }
 
