@@ -85,6 +85,7 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 	wcfg := web.Config{
 		Addr: cfg.HTTPAddr, NodeID: id, Roles: cfg.Roles, AdminToken: cfg.AdminToken, Logger: a.lg,
 		Gatherer: a.reg, State: a.sm.Snapshot, EtcdUp: a.etcdUp.Load, IsMaster: a.masterOps.active, Console: consoleHandler(),
+		Waiting: a.waiting,
 	}
 	if cfg.HasRole(config.RoleStorage) {
 		if err := a.openStorage(); err != nil {
@@ -134,7 +135,9 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 		a.goRun(runCtx, func(ctx context.Context) {
 			reg := coordinator.Registration{Key: a.keys.Broker(id), TTL: cfg.LeaseTTL,
 				Value: broker.BrokerRecord(id, cfg.AdvertiseAddr, time.Now()), Owner: broker.BrokerOwner(cfg.AdvertiseAddr)}
-			a.failOn(coordinator.KeepRegistered(ctx, a.store, reg, a.lg.Named("broker")))
+			if err := coordinator.KeepRegistered(ctx, a.store, reg, a.lg.Named("broker")); err != nil {
+				a.failOn(fmt.Errorf("broker node id %q is in use by another live process: %w", id, err))
+			}
 		})
 	}
 	if cfg.HasRole(config.RoleMaster) {

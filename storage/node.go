@@ -7,6 +7,7 @@ package storage
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/cairn-db/cairn/coordinator"
@@ -55,7 +56,10 @@ func RunNode(ctx context.Context, cfg NodeConfig) error {
 	}
 	reg := coordinator.Registration{Key: cfg.Keys.Node(cfg.NodeID), TTL: cfg.TTL, Refresh: cfg.Heartbeat, Value: record,
 		Owner: NodeOwner(cfg.Address), OnRegistered: cfg.Registered}
-	return coordinator.KeepRegistered(ctx, cfg.Store, reg, cfg.Logger.With(zap.String("cluster", cfg.Cluster)))
+	if err := coordinator.KeepRegistered(ctx, cfg.Store, reg, cfg.Logger.With(zap.String("cluster", cfg.Cluster))); err != nil {
+		return fmt.Errorf("storage node id %q is in use by another live process: %w", cfg.NodeID, err)
+	}
+	return nil
 }
 
 // NodeOwner recognises a storage node record: its holder is its address, and

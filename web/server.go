@@ -48,6 +48,9 @@ type Config struct {
 	Mount func(gin.IRouter)
 	// MaxBodyBytes caps request bodies; default 32 MiB.
 	MaxBodyBytes int64
+	// Waiting names what the node's roles still wait for before they serve
+	// ("" when nothing); /ready answers 503 with it until then. Nil: nothing.
+	Waiting func() string
 }
 
 // Server is the running HTTP server.
