@@ -29,7 +29,6 @@ func (s *Server) waiting() string {
 	return ""
 }
 
-
 func (s *Server) etcdUp() bool { return s.cfg.EtcdUp == nil || s.cfg.EtcdUp() }
 
 func (s *Server) ready(c *gin.Context) {
