@@ -85,7 +85,7 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 	wcfg := web.Config{
 		Addr: cfg.HTTPAddr, NodeID: id, Roles: cfg.Roles, AdminToken: cfg.AdminToken, Logger: a.lg,
 		Gatherer: a.reg, State: a.sm.Snapshot, EtcdUp: a.etcdUp.Load, IsMaster: a.masterOps.active, Console: consoleHandler(),
-		Waiting: a.waiting,
+		Waiting: a.waiting, WriteMaxBodyBytes: int64(cfg.WriteMaxBodyBytes),
 	}
 	if cfg.HasRole(config.RoleStorage) {
 		if err := a.openStorage(); err != nil {
@@ -96,7 +96,8 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 	}
 	if cfg.HasRole(config.RoleBroker) {
 		wcfg.Admin = a.admin()
-		data := &broker.Data{State: a.sm.Snapshot, Changed: a.sm.Changed, Client: dataClient()}
+		data := &broker.Data{State: a.sm.Snapshot, Changed: a.sm.Changed, Client: dataClient(),
+			MaxPoints: cfg.WriteMaxPoints, QueryMaxSeries: cfg.QueryMaxSeries, QueryMaxPoints: cfg.QueryMaxPoints}
 		if a.host != nil {
 			data.Self, data.Local = id, a.host.Write
 		}

@@ -25,6 +25,7 @@ func (a *App) openStorage() error {
 		NodeID: a.nodeID, Cluster: a.cfg.StorageCluster, Engine: eng, State: a.sm.Snapshot,
 		Changed: a.sm.Subscribe(), Logger: a.lg, MinInsync: a.cfg.MinInsyncReplicas,
 		DropDelay: a.cfg.ShardDropDelay, Dir: dir,
+		QueryLimits: engine.Limits{MaxSeries: a.cfg.QueryMaxSeries, MaxPoints: a.cfg.QueryMaxPoints},
 	})
 	return nil
 }
