@@ -306,10 +306,12 @@ func (d *Data) Query(ctx context.Context, q web.Query) (any, error) {
 			}
 		}
 	}()
-	if err := errors.Join(errs...); err != nil {
-		if errors.Is(err, models.ErrTooLarge) {
+	for _, err := range errs {
+		if errors.Is(err, models.ErrTooLarge) { // one shard over is the whole answer over
 			return nil, fmt.Errorf("%w (--query-max-series, --query-max-points); narrow the query with tag=key:value filters or a shorter start..end", err)
 		}
+	}
+	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	var series, points int
