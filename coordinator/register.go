@@ -13,6 +13,9 @@ import (
 // wanted: two processes with one node id. The holder must go first.
 var ErrHeld = errors.New("coordinator: record held by another live process")
 
+// errWaitCut: the wait for another holder ended early (our lease or ctx).
+var errWaitCut = errors.New("coordinator: wait for the record's holder cut short")
+
 // errContended: the record changed under every attempt of one claim.
 var errContended = errors.New("coordinator: record changed under every attempt")
 
@@ -37,26 +40,56 @@ type Registration struct {
 	Owner func(existing []byte) (holder string, ours bool)
 	// OnRegistered, when set, runs after each successful (re)registration.
 	OnRegistered func()
+	// HeldWait is how long a record held by another process is waited on
+	// before giving up with ErrHeld; default 1.5 x TTL, so a dead holder's
+	// lease has expired by then.
+	HeldWait time.Duration
 }
 
 // KeepRegistered keeps a leased record at reg.Key until ctx ends. The record
 // is created only where absent (or where it is this node's own earlier one),
-// never blindly overwritten: a second process with the same node id gets
-// ErrHeld, naming the live holder, instead of stealing the key. A new session
+// never blindly overwritten. A record held by another process is waited on
+// for HeldWait (default 1.5 x TTL): a holder that died (a node moved right
+// after a crash) loses its lease within its TTL and the record is then
+// created; a live holder keeps its lease, and KeepRegistered returns ErrHeld
+// naming it: a second process with the same node id must stop. A new session
 // and record are made whenever the lease is lost (etcd restarted, a long
-// partition), with the same rule, and it retries with back-off while etcd is
+// partition), with the same rules, and it retries with back-off while etcd is
 // unreachable. On exit it revokes the lease so peers see the node leave at
 // once. It returns nil when ctx ends, or an ErrHeld error.
 func KeepRegistered(ctx context.Context, store Store, reg Registration, lg *zap.Logger) error {
 	lg = lg.With(zap.String("key", reg.Key))
+	if reg.HeldWait == 0 {
+		reg.HeldWait = reg.TTL * 3 / 2
+	}
 	backoff := 100 * time.Millisecond
+	var heldUntil <-chan time.Time // set while another holder is waited on
 	for ctx.Err() == nil {
 		s, err := NewSession(ctx, store, reg.TTL)
 		if err == nil {
 			var rev int64
-			if rev, err = Claim(ctx, store, reg, s.Lease()); err == nil {
+			for {
+				rev, err = Claim(ctx, store, reg, s.Lease())
+				if !errors.Is(err, ErrHeld) {
+					break
+				}
+				if heldUntil == nil {
+					lg.Warn("record held by another process; waiting for its lease to expire", zap.Error(err),
+						zap.Duration("wait", reg.HeldWait))
+					heldUntil = time.After(reg.HeldWait)
+				}
+				again, expired := waitOrDone(ctx, heldUntil, s, 200*time.Millisecond)
+				if again {
+					continue
+				}
+				if !expired {
+					err = errWaitCut // our lease or ctx ended: not a verdict on the holder
+				}
+				break
+			}
+			if err == nil {
 				lg.Info("registered")
-				backoff = 100 * time.Millisecond
+				backoff, heldUntil = 100*time.Millisecond, nil
 				if reg.OnRegistered != nil {
 					reg.OnRegistered()
 				}
@@ -67,13 +100,14 @@ func KeepRegistered(ctx context.Context, store Store, reg Registration, lg *zap.
 			cancel()
 		}
 		if errors.Is(err, ErrHeld) {
-			return err
+			return fmt.Errorf("%w, whose lease stayed alive for %s: that process runs; stop it first", err, reg.HeldWait)
 		}
 		if ctx.Err() != nil {
 			return nil
 		}
 		if err != nil {
 			lg.Debug("registration failed", zap.Error(err))
+			heldUntil = nil // the holder's lease could not run out while we could not look
 		}
 		t := time.NewTimer(backoff)
 		select {
@@ -85,6 +119,24 @@ func KeepRegistered(ctx context.Context, store Store, reg Registration, lg *zap.
 		backoff = min(backoff*2, 2*time.Second)
 	}
 	return nil
+}
+
+// waitOrDone sleeps d before another claim (again), or reports that the wait
+// for the holder is over: expired when its deadline passed, neither when ctx
+// ended or our own lease was lost.
+func waitOrDone(ctx context.Context, deadline <-chan time.Time, s *Session, d time.Duration) (again, expired bool) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false, false
+	case <-s.Done():
+		return false, false
+	case <-deadline:
+		return false, true
+	case <-t.C:
+		return true, false
+	}
 }
 
 // Claim writes reg's record under lease where the key is absent, or where
@@ -111,8 +163,7 @@ func Claim(ctx context.Context, store Store, reg Registration, lease LeaseID) (i
 			holder, ours = reg.Owner(kv.Value)
 		}
 		if !ours && kv.Lease != lease {
-			return 0, fmt.Errorf("%w: %s is held by %s (lease %x still alive); stop that process first, or wait for its lease to expire if it is gone",
-				ErrHeld, reg.Key, holder, int64(kv.Lease))
+			return 0, fmt.Errorf("%w: %s is held by %s (lease %x)", ErrHeld, reg.Key, holder, int64(kv.Lease))
 		}
 		ok, rev, err = store.Txn(ctx, []Cmp{ModRevIs(reg.Key, kv.ModRev)}, []Op{OpPut(reg.Key, reg.Value(), lease)})
 		if err != nil {

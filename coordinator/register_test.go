@@ -89,14 +89,15 @@ func TestKeepRegisteredRefusesForeignHolder(t *testing.T) {
 	require.NoError(t, err)
 	_, err = coordinator.Claim(ctx, store, addrReg(key, "other:1"), other.Lease())
 	require.NoError(t, err)
-	err = coordinator.KeepRegistered(ctx, store, addrReg(key, "me:1"), zap.NewNop())
+	reg := addrReg(key, "me:1")
+	reg.HeldWait = 300 * time.Millisecond // the holder keeps its lease alive past it
+	err = coordinator.KeepRegistered(ctx, store, reg, zap.NewNop())
 	require.ErrorIs(t, err, coordinator.ErrHeld)
 	require.Contains(t, err.Error(), "other:1")
 	require.NoError(t, other.Close(ctx))
 
 	// Registered, then the record is replaced by another holder while we run:
 	// the refresh notices (compare on mod revision), the re-claim refuses.
-	reg := addrReg(key, "me:1")
 	reg.Refresh = 20 * time.Millisecond
 	registered := make(chan struct{}, 4)
 	reg.OnRegistered = func() { registered <- struct{}{} }
@@ -118,4 +119,38 @@ func TestKeepRegisteredRefusesForeignHolder(t *testing.T) {
 	kv, err := store.Get(ctx, key)
 	require.NoError(t, err)
 	require.Equal(t, "thief:1", string(kv.Value), "the foreign record must not be overwritten")
+}
+
+// TestKeepRegisteredWaitsOutDeadHolder: a record left by a dead process (a
+// node moved right after a crash: its lease is not kept alive) is waited on
+// and taken once its lease expires, within the wait.
+func TestKeepRegisteredWaitsOutDeadHolder(t *testing.T) {
+	store := coordinator.NewMemoryStore()
+	t.Cleanup(func() { _ = store.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const key = "/t/live/nodes/n1"
+	dead, err := store.Grant(ctx, 500*time.Millisecond) // never kept alive
+	require.NoError(t, err)
+	_, err = store.Put(ctx, key, []byte("old-host:1"), dead)
+	require.NoError(t, err)
+
+	reg := addrReg(key, "new-host:1")
+	reg.HeldWait = time.Minute
+	registered := make(chan struct{}, 1)
+	reg.OnRegistered = func() { registered <- struct{}{} }
+	done := make(chan error, 1)
+	go func() { done <- coordinator.KeepRegistered(ctx, store, reg, zap.NewNop()) }()
+	select {
+	case <-registered:
+	case err := <-done:
+		require.FailNow(t, "gave up on a dead holder", "%v", err)
+	case <-time.After(30 * time.Second):
+		require.FailNow(t, "never registered after the dead holder's lease expired")
+	}
+	kv, err := store.Get(ctx, key)
+	require.NoError(t, err)
+	require.Equal(t, "new-host:1", string(kv.Value))
+	cancel()
+	require.NoError(t, <-done)
 }
