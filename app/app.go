@@ -103,6 +103,10 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 		}
 		wcfg.Data = data
 	}
+	if err := a.preflightNodeID(); err != nil {
+		a.shutdown()
+		return nil, err
+	}
 	a.http = web.New(wcfg)
 	if err := a.http.Listen(); err != nil {
 		a.shutdown()

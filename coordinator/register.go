@@ -208,3 +208,40 @@ func holdRegistration(ctx context.Context, store Store, s *Session, reg Registra
 		}
 	}
 }
+
+// AwaitFree waits until key holds no record of another live process: absent,
+// or this node's own by owner. It looks every 200ms for up to wait (a dead
+// holder's lease runs out meanwhile) and fails with ErrHeld past it. It
+// writes nothing: it is the check a process makes before it serves anything;
+// the claim that settles races comes later (Claim).
+func AwaitFree(ctx context.Context, store Store, key string, owner func([]byte) (string, bool), wait time.Duration) error {
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	for {
+		kv, err := store.Get(ctx, key)
+		if err != nil {
+			return err
+		}
+		if kv == nil {
+			return nil
+		}
+		holder, ours := "an unknown process", false
+		if owner != nil {
+			holder, ours = owner(kv.Value)
+		}
+		if ours {
+			return nil
+		}
+		t := time.NewTimer(200 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-deadline.C:
+			t.Stop()
+			return fmt.Errorf("%w: %s is held by %s (lease %x), whose lease stayed alive for %s: that process runs; stop it first",
+				ErrHeld, key, holder, int64(kv.Lease), wait)
+		case <-t.C:
+		}
+	}
+}

@@ -154,3 +154,37 @@ func TestKeepRegisteredWaitsOutDeadHolder(t *testing.T) {
 	cancel()
 	require.NoError(t, <-done)
 }
+
+// TestAwaitFree: the pre-serving check passes for an absent key, our own
+// record and a dead holder's (once its lease expires), and refuses a live
+// foreign holder after the wait, writing nothing.
+func TestAwaitFree(t *testing.T) {
+	store := coordinator.NewMemoryStore()
+	t.Cleanup(func() { _ = store.Close() })
+	ctx := context.Background()
+	const key = "/t/live/nodes/n1"
+	owner := func(b []byte) (string, bool) { return string(b), string(b) == "me:1" }
+	require.NoError(t, coordinator.AwaitFree(ctx, store, key, owner, time.Millisecond))
+
+	live, err := coordinator.NewSession(ctx, store, 2*time.Second)
+	require.NoError(t, err)
+	_, err = store.Put(ctx, key, []byte("me:1"), live.Lease())
+	require.NoError(t, err)
+	require.NoError(t, coordinator.AwaitFree(ctx, store, key, owner, time.Millisecond))
+
+	_, err = store.Put(ctx, key, []byte("other:1"), live.Lease())
+	require.NoError(t, err)
+	err = coordinator.AwaitFree(ctx, store, key, owner, 300*time.Millisecond)
+	require.ErrorIs(t, err, coordinator.ErrHeld)
+	require.Contains(t, err.Error(), "other:1")
+	kv, err := store.Get(ctx, key)
+	require.NoError(t, err)
+	require.Equal(t, "other:1", string(kv.Value))
+	require.NoError(t, live.Close(ctx))
+
+	dead, err := store.Grant(ctx, 300*time.Millisecond)
+	require.NoError(t, err)
+	_, err = store.Put(ctx, key, []byte("other:1"), dead)
+	require.NoError(t, err)
+	require.NoError(t, coordinator.AwaitFree(ctx, store, key, owner, time.Minute))
+}

@@ -76,6 +76,8 @@ func TestNodeIDCopyRefused(t *testing.T) {
 	t.Logf("the copy exited %d: %s", code, tail(dup.log, 1))
 	require.Contains(t, string(logText), id, "the refusal names the node id")
 	require.Contains(t, string(logText), orig.addr, "the refusal names the live holder's address")
+	require.NotContains(t, string(logText), `"msg":"registered"`, "the copy registered nothing")
+	require.NotContains(t, string(logText), `"msg":"serving shard"`, "the copy hosted no shard")
 	require.Equal(t, orig.addr, storageAddrOf(c.broker, id), "the record still names the original")
 	write(2)
 	code, _ = orig.get("/api/v1/health")
