@@ -43,6 +43,9 @@ type HostConfig struct {
 	// Dir holds the per-database incarnation marks (<db>.uid) next to the
 	// engine's files; "" disables them.
 	Dir string
+	// QueryLimits bound every query this node answers (zero: unbounded);
+	// a caller may ask for tighter ones.
+	QueryLimits engine.Limits
 }
 
 // Host opens and closes shard replicas as assignments change and serves the
