@@ -38,6 +38,8 @@ type Data struct {
 	Self  string
 	Local func(ctx context.Context, db string, shard int, term int64, points []lineproto.Point) error
 	Now   func() time.Time
+	// Metrics records writes and queries; nil records nothing.
+	Metrics *Metrics
 }
 
 var _ web.Data = (*Data)(nil)
@@ -106,13 +108,13 @@ func (d *Data) Route(db, series string) (any, error) {
 	return RouteView{Shard: t.shard, Leader: LeaderRef{NodeID: t.leader, Address: t.address}, Term: t.term, Status: status}, nil
 }
 
-// Write implements web.Data: 204 means every shard's batch is durable on its
-// in-sync replicas.
-func (d *Data) Write(ctx context.Context, db, precision string, body []byte) error {
+// write is Write (metrics.go) without the metrics: 204 means every shard's
+// batch is durable on its in-sync replicas. It returns the points parsed.
+func (d *Data) write(ctx context.Context, db, precision string, body []byte) (int, error) {
 	st := d.State()
 	cfg, err := d.database(st, db)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	now := time.Now
 	if d.Now != nil {
@@ -120,10 +122,10 @@ func (d *Data) Write(ctx context.Context, db, precision string, body []byte) err
 	}
 	points, err := lineproto.Parse(body, precision, now().UnixNano())
 	if err != nil {
-		return fmt.Errorf("%w: %v", models.ErrBadInput, err)
+		return 0, fmt.Errorf("%w: %v", models.ErrBadInput, err)
 	}
 	if len(points) == 0 {
-		return nil
+		return 0, nil
 	}
 	groups := map[int][]lineproto.Point{}
 	for _, p := range points {
@@ -143,7 +145,7 @@ func (d *Data) Write(ctx context.Context, db, precision string, body []byte) err
 	}
 	wg.Wait()
 	close(errs)
-	return <-errs // nil when every shard succeeded
+	return len(points), <-errs // nil when every shard succeeded
 }
 
 // writeShard sends one shard's points to its leader, retrying while the state
@@ -246,11 +248,11 @@ func errMessage(body []byte) string {
 	return string(body)
 }
 
-// Query implements web.Data: every shard leader answers for its series. The
+// query implements Query (metrics.go): every shard leader answers for its series. The
 // answer is {"series":[...]} with the shards' series in shard order (each
 // shard's sorted by series), relayed without decoding: a query can return
 // millions of points.
-func (d *Data) Query(ctx context.Context, q web.Query) (any, error) {
+func (d *Data) query(ctx context.Context, q web.Query) (any, error) {
 	st := d.State()
 	cfg, err := d.database(st, q.DB)
 	if err != nil {
