@@ -23,7 +23,6 @@ import (
 	"github.com/cairn-db/cairn/storage/engine"
 	"github.com/cairn-db/cairn/web"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.uber.org/zap"
 )
 
@@ -38,8 +37,9 @@ type App struct {
 	store  *coordinator.EtcdStore
 	sm     *statemachine.Manager
 	http   *web.Server
-	reg    *prometheus.Registry
-	etcdUp atomic.Bool
+	reg     *prometheus.Registry
+	metrics nodeMetrics
+	etcdUp  atomic.Bool
 
 	masterOps *masterSlot
 	clusters  *clusterStores
@@ -54,7 +54,6 @@ type App struct {
 // embedded etcd member, if any, serves. Wait then blocks until the end.
 func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 	a := &App{cfg: cfg, lg: lg, keys: models.Keys{NS: cfg.Namespace}, reg: prometheus.NewRegistry(), masterOps: &masterSlot{}}
-	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	id, err := config.LoadOrCreateNodeID(cfg.DataDir, cfg.NodeID)
 	if err != nil {
 		return nil, err
@@ -66,6 +65,7 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 
 	// The client connects lazily, so everything up to the HTTP server works
 	// before etcd answers: /health needs no etcd.
+	a.metrics.etcd = coordinator.NewEtcdMetrics(a.reg)
 	a.store, err = coordinator.NewEtcdStore(a.etcdConfig(cfg.EtcdEndpoints))
 	if err != nil {
 		return nil, err
@@ -73,6 +73,7 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 	a.clusters = newClusterStores(a.store, a.etcdConfig, a.keys)
 
 	a.sm = statemachine.New(statemachine.Config{Logger: a.lg, BackupPath: filepath.Join(cfg.DataDir, "state.backup"), Registerer: a.reg})
+	a.registerMetrics()
 	if _, err := a.sm.LoadBackup(); err != nil {
 		a.lg.Warn("local state backup unusable; starting empty", zap.Error(err))
 	}
@@ -93,7 +94,7 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 	}
 	if cfg.HasRole(config.RoleBroker) {
 		wcfg.Admin = a.admin()
-		data := &broker.Data{State: a.sm.Snapshot, Changed: a.sm.Changed, Client: dataClient()}
+		data := &broker.Data{State: a.sm.Snapshot, Changed: a.sm.Changed, Client: dataClient(), Metrics: a.metrics.broker}
 		if a.host != nil {
 			data.Self, data.Local = id, a.host.Write
 		}
@@ -145,7 +146,7 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 
 func (a *App) etcdConfig(endpoints []string) coordinator.EtcdConfig {
 	return coordinator.EtcdConfig{Endpoints: endpoints, CACert: a.cfg.EtcdCACert, Cert: a.cfg.EtcdCert, Key: a.cfg.EtcdKey,
-		Username: a.cfg.EtcdUsername, Password: a.cfg.EtcdPassword, Logger: a.lg}
+		Username: a.cfg.EtcdUsername, Password: a.cfg.EtcdPassword, Logger: a.lg, Metrics: a.metrics.etcd}
 }
 
 func (a *App) goRun(ctx context.Context, fn func(ctx context.Context)) {

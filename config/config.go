@@ -110,6 +110,9 @@ type Config struct {
 
 	// ConfigFile is the config file Parse loaded, if any.
 	ConfigFile string
+	// Version is the binary's version (set by main, not an option); it labels
+	// cairn_build_info.
+	Version string
 }
 
 // Default returns the configuration of a standalone node with every value at
