@@ -33,10 +33,10 @@ type App struct {
 	nodeID string
 	keys   models.Keys
 
-	etcd   *embedded.Server
-	store  *coordinator.EtcdStore
-	sm     *statemachine.Manager
-	http   *web.Server
+	etcd    *embedded.Server
+	store   *coordinator.EtcdStore
+	sm      *statemachine.Manager
+	http    *web.Server
 	reg     *prometheus.Registry
 	metrics nodeMetrics
 	etcdUp  atomic.Bool
