@@ -33,13 +33,12 @@ type App struct {
 	nodeID string
 	keys   models.Keys
 
-	etcd    *embedded.Server
-	store   *coordinator.EtcdStore
-	sm      *statemachine.Manager
-	http    *web.Server
-	reg     *prometheus.Registry
-	metrics nodeMetrics
-	etcdUp  atomic.Bool
+	etcd   *embedded.Server
+	store  *coordinator.EtcdStore
+	sm     *statemachine.Manager
+	http   *web.Server
+	reg    *prometheus.Registry
+	etcdUp atomic.Bool
 
 	masterOps *masterSlot
 	clusters  *clusterStores
@@ -48,6 +47,8 @@ type App struct {
 
 	wg     sync.WaitGroup
 	cancel context.CancelFunc
+
+	metrics nodeMetrics
 }
 
 // Start brings the node up: it returns once the HTTP server listens and the
@@ -63,9 +64,9 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 	a.lg = lg.With(zap.String("node_id", id))
 	a.lg.Info("starting", zap.Strings("roles", cfg.Roles), zap.String("http_addr", cfg.HTTPAddr), zap.String("data_dir", cfg.DataDir))
 
+	a.metrics.etcd = coordinator.NewEtcdMetrics(a.reg)
 	// The client connects lazily, so everything up to the HTTP server works
 	// before etcd answers: /health needs no etcd.
-	a.metrics.etcd = coordinator.NewEtcdMetrics(a.reg)
 	a.store, err = coordinator.NewEtcdStore(a.etcdConfig(cfg.EtcdEndpoints))
 	if err != nil {
 		return nil, err
