@@ -49,6 +49,7 @@ type App struct {
 	cancel context.CancelFunc
 
 	metrics nodeMetrics
+	history *nodeHistory
 }
 
 // Start brings the node up: it returns once the HTTP server listens and the
@@ -101,6 +102,8 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 		}
 		wcfg.Data = data
 	}
+	a.history = a.newHistory()
+	wcfg.History = a.history
 	a.http = web.New(wcfg)
 	if err := a.http.Listen(); err != nil {
 		a.shutdown()
@@ -126,6 +129,7 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 		a.sm.AddSource(src)
 	}
 	a.goRun(runCtx, a.probeEtcd)
+	a.goRun(runCtx, a.history.rec.Run)
 	a.goRun(runCtx, a.watchClusters)
 	if cfg.Standalone {
 		a.goRun(runCtx, a.ensureDefaultCluster)

@@ -107,6 +107,9 @@ type Config struct {
 	// ShardDropDelay is how long unassigned shard data is kept before it is
 	// deleted.
 	ShardDropDelay time.Duration
+	// HistoryInterval is how often a node samples its metrics for the
+	// console's charts.
+	HistoryInterval time.Duration
 
 	// ConfigFile is the config file Parse loaded, if any.
 	ConfigFile string
@@ -138,6 +141,7 @@ func Default() Config {
 		MinInsyncReplicas: 1,
 		RebalanceDelay:    30 * time.Second,
 		ShardDropDelay:    5 * time.Minute,
+		HistoryInterval:   10 * time.Second,
 	}
 }
 

@@ -48,6 +48,8 @@ type Config struct {
 	Mount func(gin.IRouter)
 	// MaxBodyBytes caps request bodies; default 32 MiB.
 	MaxBodyBytes int64
+	// History serves GET /api/v1/history; nil answers 404.
+	History History
 }
 
 // Server is the running HTTP server.
@@ -84,6 +86,7 @@ func New(cfg Config) *Server {
 	api.GET("/master", s.master)
 	api.GET("/nodes", s.nodes)
 	api.GET("/explore", s.explore)
+	api.GET("/history", s.history)
 	s.adminRoutes(api)
 	if cfg.Mount != nil {
 		cfg.Mount(e)
