@@ -58,3 +58,21 @@ func TestConsoleCharts(t *testing.T) {
 	require.Contains(t, browsertest.Eval[string](p, `document.getElementById("charts-info").textContent`), "3 nodes, one sample every 10 s")
 	p.Screenshot("charts")
 }
+
+func TestHandlerServesChartAssets(t *testing.T) {
+	srv := httptest.NewServer(Handler())
+	defer srv.Close()
+	_, page := get(t, srv, http.MethodGet, "/", nil)
+	for path, ctype := range map[string]string{
+		"/console/charts.js": "text/javascript; charset=utf-8", "/console/uPlot.iife.min.js": "text/javascript; charset=utf-8",
+		"/console/charts.css": "text/css; charset=utf-8", "/console/uPlot.min.css": "text/css; charset=utf-8",
+	} {
+		resp, body := get(t, srv, http.MethodGet, path, nil)
+		require.Equal(t, http.StatusOK, resp.StatusCode, path)
+		require.Equal(t, ctype, resp.Header.Get("Content-Type"), path)
+		require.NotEmpty(t, body, path)
+		require.Contains(t, page, `"`+path+`"`, "index.html loads %s", path)
+	}
+	resp, _ := get(t, srv, http.MethodGet, "/console/uPlot.LICENSE", nil)
+	require.Equal(t, http.StatusNotFound, resp.StatusCode, "only listed assets are served")
+}
