@@ -48,13 +48,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 func (d *Data) Write(ctx context.Context, db, precision string, body []byte) error {
 	start := time.Now()
 	n, err := d.write(ctx, db, precision, body)
-	if m := d.Metrics; m != nil {
-		l := []string{d.dbLabel(db), statusLabel(err, http.StatusNoContent)}
-		m.writeRequests.WithLabelValues(l...).Inc()
-		m.writePoints.WithLabelValues(l...).Add(float64(n))
-		m.writeBytes.WithLabelValues(l...).Add(float64(len(body)))
-		m.writeDuration.Observe(time.Since(start).Seconds())
-	}
+	d.recordWrite(db, n, len(body), start, err)
 	return err
 }
 
@@ -62,11 +56,33 @@ func (d *Data) Write(ctx context.Context, db, precision string, body []byte) err
 func (d *Data) Query(ctx context.Context, q web.Query) (any, error) {
 	start := time.Now()
 	out, err := d.query(ctx, q)
-	if m := d.Metrics; m != nil {
-		m.queryRequests.WithLabelValues(d.dbLabel(q.DB), statusLabel(err, http.StatusOK)).Inc()
-		m.queryDuration.Observe(time.Since(start).Seconds())
-	}
+	d.recordQuery(q.DB, start, err)
 	return out, err
+}
+
+// recordWrite records one write request that began at start: every write
+// entry point (this API's and the InfluxDB-compatible ones) goes through it.
+func (d *Data) recordWrite(db string, points, bytes int, start time.Time, err error) {
+	m := d.Metrics
+	if m == nil {
+		return
+	}
+	l := []string{d.dbLabel(db), statusLabel(err, http.StatusNoContent)}
+	m.writeRequests.WithLabelValues(l...).Inc()
+	m.writePoints.WithLabelValues(l...).Add(float64(points))
+	m.writeBytes.WithLabelValues(l...).Add(float64(bytes))
+	m.writeDuration.Observe(time.Since(start).Seconds())
+}
+
+// recordQuery records one query request that began at start, for every
+// query entry point.
+func (d *Data) recordQuery(db string, start time.Time, err error) {
+	m := d.Metrics
+	if m == nil {
+		return
+	}
+	m.queryRequests.WithLabelValues(d.dbLabel(db), statusLabel(err, http.StatusOK)).Inc()
+	m.queryDuration.Observe(time.Since(start).Seconds())
 }
 
 func (d *Data) dbLabel(db string) string {
