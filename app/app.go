@@ -23,7 +23,6 @@ import (
 	"github.com/cairn-db/cairn/storage/engine"
 	"github.com/cairn-db/cairn/web"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.uber.org/zap"
 )
 
@@ -49,6 +48,9 @@ type App struct {
 	wg     sync.WaitGroup
 	cancel context.CancelFunc
 	fatal  chan error // a role that cannot go on (its node id is held by another process)
+
+	metrics nodeMetrics
+	history *nodeHistory
 }
 
 // Start brings the node up: it returns once the HTTP server listens and the
@@ -56,7 +58,6 @@ type App struct {
 func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 	a := &App{cfg: cfg, lg: lg, keys: models.Keys{NS: cfg.Namespace}, reg: prometheus.NewRegistry(), masterOps: &masterSlot{},
 		fatal: make(chan error, 1)}
-	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	id, err := config.LoadOrCreateNodeID(cfg.DataDir, cfg.NodeID)
 	if err != nil {
 		return nil, err
@@ -66,6 +67,7 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 	a.lg = lg.With(zap.String("node_id", id))
 	a.lg.Info("starting", zap.Strings("roles", cfg.Roles), zap.String("http_addr", cfg.HTTPAddr), zap.String("data_dir", cfg.DataDir))
 
+	a.metrics.etcd = coordinator.NewEtcdMetrics(a.reg)
 	// The client connects lazily, so everything up to the HTTP server works
 	// before etcd answers: /health needs no etcd.
 	a.store, err = coordinator.NewEtcdStore(a.etcdConfig(cfg.EtcdEndpoints))
@@ -75,6 +77,7 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 	a.clusters = newClusterStores(a.store, a.etcdConfig, a.keys)
 
 	a.sm = statemachine.New(statemachine.Config{Logger: a.lg, BackupPath: filepath.Join(cfg.DataDir, "state.backup"), Registerer: a.reg})
+	a.registerMetrics()
 	if _, err := a.sm.LoadBackup(); err != nil {
 		a.lg.Warn("local state backup unusable; starting empty", zap.Error(err))
 	}
@@ -96,7 +99,7 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 	}
 	if cfg.HasRole(config.RoleBroker) {
 		wcfg.Admin = a.admin()
-		data := &broker.Data{State: a.sm.Snapshot, Changed: a.sm.Changed, Client: dataClient(),
+		data := &broker.Data{State: a.sm.Snapshot, Changed: a.sm.Changed, Client: dataClient(), Metrics: a.metrics.broker,
 			MaxPoints: cfg.WriteMaxPoints, QueryMaxSeries: cfg.QueryMaxSeries, QueryMaxPoints: cfg.QueryMaxPoints}
 		if a.host != nil {
 			data.Self, data.Local = id, a.host.Write
@@ -107,6 +110,8 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 		a.shutdown()
 		return nil, err
 	}
+	a.history = a.newHistory()
+	wcfg.History = a.history
 	a.http = web.New(wcfg)
 	if err := a.http.Listen(); err != nil {
 		a.shutdown()
@@ -132,6 +137,7 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 		a.sm.AddSource(src)
 	}
 	a.goRun(runCtx, a.probeEtcd)
+	a.goRun(runCtx, a.history.rec.Run)
 	a.goRun(runCtx, a.watchClusters)
 	if cfg.Standalone {
 		a.goRun(runCtx, a.ensureDefaultCluster)
@@ -156,7 +162,7 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 
 func (a *App) etcdConfig(endpoints []string) coordinator.EtcdConfig {
 	return coordinator.EtcdConfig{Endpoints: endpoints, CACert: a.cfg.EtcdCACert, Cert: a.cfg.EtcdCert, Key: a.cfg.EtcdKey,
-		Username: a.cfg.EtcdUsername, Password: a.cfg.EtcdPassword, Logger: a.lg}
+		Username: a.cfg.EtcdUsername, Password: a.cfg.EtcdPassword, Logger: a.lg, Metrics: a.metrics.etcd}
 }
 
 func (a *App) goRun(ctx context.Context, fn func(ctx context.Context)) {

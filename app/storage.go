@@ -24,7 +24,7 @@ func (a *App) openStorage() error {
 	a.host = storage.NewHost(storage.HostConfig{
 		NodeID: a.nodeID, Cluster: a.cfg.StorageCluster, Engine: eng, State: a.sm.Snapshot,
 		Changed: a.sm.Subscribe(), Logger: a.lg, MinInsync: a.cfg.MinInsyncReplicas,
-		DropDelay: a.cfg.ShardDropDelay, Dir: dir,
+		DropDelay: a.cfg.ShardDropDelay, Dir: dir, Registerer: a.reg,
 		QueryLimits: engine.Limits{MaxSeries: a.cfg.QueryMaxSeries, MaxPoints: a.cfg.QueryMaxPoints},
 	})
 	return nil

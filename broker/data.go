@@ -45,6 +45,8 @@ type Data struct {
 	// QueryMaxSeries and QueryMaxPoints bound one query's answer over all
 	// shards (0: no bound); each shard stops reading once over them.
 	QueryMaxSeries, QueryMaxPoints int
+	// Metrics records writes and queries; nil records nothing.
+	Metrics *Metrics
 }
 
 var _ web.Data = (*Data)(nil)
@@ -113,13 +115,13 @@ func (d *Data) Route(db, series string) (any, error) {
 	return RouteView{Shard: t.shard, Leader: LeaderRef{NodeID: t.leader, Address: t.address}, Term: t.term, Status: status}, nil
 }
 
-// Write implements web.Data: 204 means every shard's batch is durable on its
-// in-sync replicas.
-func (d *Data) Write(ctx context.Context, db, precision string, body []byte) error {
+// write is Write (metrics.go) without the metrics: 204 means every shard's
+// batch is durable on its in-sync replicas. It returns the points parsed.
+func (d *Data) write(ctx context.Context, db, precision string, body []byte) (int, error) {
 	st := d.State()
 	cfg, err := d.database(st, db)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	now := time.Now
 	if d.Now != nil {
@@ -127,13 +129,13 @@ func (d *Data) Write(ctx context.Context, db, precision string, body []byte) err
 	}
 	points, err := lineproto.ParseLimited(body, precision, now().UnixNano(), d.MaxPoints)
 	if errors.Is(err, lineproto.ErrTooManyPoints) {
-		return fmt.Errorf("%w: the batch holds more than %d points (--write-max-points); send it in smaller batches", models.ErrTooLarge, d.MaxPoints)
+		return 0, fmt.Errorf("%w: the batch holds more than %d points (--write-max-points); send it in smaller batches", models.ErrTooLarge, d.MaxPoints)
 	}
 	if err != nil {
-		return fmt.Errorf("%w: %v", models.ErrBadInput, err)
+		return 0, fmt.Errorf("%w: %v", models.ErrBadInput, err)
 	}
 	if len(points) == 0 {
-		return nil
+		return 0, nil
 	}
 	groups := map[int][]lineproto.Point{}
 	for _, p := range points {
@@ -153,7 +155,7 @@ func (d *Data) Write(ctx context.Context, db, precision string, body []byte) err
 	}
 	wg.Wait()
 	close(errs)
-	return <-errs // nil when every shard succeeded
+	return len(points), <-errs // nil when every shard succeeded
 }
 
 // writeShard sends one shard's points to its leader, retrying while the state
@@ -256,11 +258,11 @@ func errMessage(body []byte) string {
 	return string(body)
 }
 
-// Query implements web.Data: every shard leader answers for its series. The
+// query implements Query (metrics.go): every shard leader answers for its series. The
 // answer is {"series":[...]} with the shards' series in shard order (each
 // shard's sorted by series), relayed without decoding: a query can return
 // millions of points.
-func (d *Data) Query(ctx context.Context, q web.Query) (any, error) {
+func (d *Data) query(ctx context.Context, q web.Query) (any, error) {
 	st := d.State()
 	cfg, err := d.database(st, q.DB)
 	if err != nil {

@@ -107,6 +107,9 @@ type Config struct {
 	// ShardDropDelay is how long unassigned shard data is kept before it is
 	// deleted.
 	ShardDropDelay time.Duration
+	// HistoryInterval is how often a node samples its metrics for the
+	// console's charts.
+	HistoryInterval time.Duration
 
 	// Limits on what one request may make a node hold in memory.
 	WriteMaxBodyBytes int // bytes of one write body
@@ -116,6 +119,9 @@ type Config struct {
 
 	// ConfigFile is the config file Parse loaded, if any.
 	ConfigFile string
+	// Version is the binary's version (set by main, not an option); it labels
+	// cairn_build_info.
+	Version string
 }
 
 // Default returns the configuration of a standalone node with every value at
@@ -145,6 +151,7 @@ func Default() Config {
 		WriteMaxPoints:    200_000,
 		QueryMaxSeries:    10_000,
 		QueryMaxPoints:    1_000_000,
+		HistoryInterval:   10 * time.Second,
 	}
 }
 

@@ -224,6 +224,8 @@ var options = []option{
 		0, func(c *Config) *time.Duration { return &c.RebalanceDelay }, nil),
 	durationOpt("shard-drop-delay", groupCluster, "how long a storage node keeps the data of a shard no longer assigned to it before deleting it (guards against an emptied or replaced etcd)",
 		0, func(c *Config) *time.Duration { return &c.ShardDropDelay }, nil),
+	durationOpt("history-interval", groupNode, "sampling interval of the console's charts; each node keeps the last hour in memory (at most 3600 samples)",
+		time.Second, func(c *Config) *time.Duration { return &c.HistoryInterval }, maxDuration(5*time.Minute)),
 	withSecret(stringOpt("admin-token", groupCluster, "bearer token required by mutating API calls; unset means no token is required (prefer the env var or file: flags show in ps)",
 		func(c *Config) *string { return &c.AdminToken }, nil)),
 
@@ -271,6 +273,15 @@ var options = []option{
 	withDefText(stringOpt("log-format", groupLog, "console (human) or json (machines)",
 		func(c *Config) *string { return &c.LogFormat }, checkOneOf("console", "json")),
 		"console when stderr is a terminal, else json"),
+}
+
+func maxDuration(limit time.Duration) func(time.Duration) error {
+	return func(d time.Duration) error {
+		if d > limit {
+			return fmt.Errorf("must be at most %s", limit)
+		}
+		return nil
+	}
 }
 
 func withDefText(o option, text string) option {

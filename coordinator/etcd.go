@@ -25,12 +25,15 @@ type EtcdConfig struct {
 	CACert, Cert, Key  string
 	Username, Password string
 	Logger             *zap.Logger
+	// Metrics records every request; nil records nothing.
+	Metrics *EtcdMetrics
 }
 
 // EtcdStore is a Store backed by an etcd cluster.
 type EtcdStore struct {
 	cli     *clientv3.Client
 	timeout time.Duration
+	metrics *EtcdMetrics
 }
 
 // NewEtcdStore connects to etcd. It does not wait for the cluster to answer, so
@@ -71,7 +74,7 @@ func NewEtcdStore(cfg EtcdConfig) (*EtcdStore, error) {
 	if err != nil {
 		return nil, fmt.Errorf("coordinator: etcd client: %w", err)
 	}
-	return &EtcdStore{cli: cli, timeout: cfg.RequestTimeout}, nil
+	return &EtcdStore{cli: cli, timeout: cfg.RequestTimeout, metrics: cfg.Metrics}, nil
 }
 
 // Client exposes the etcd client for the few callers that need it (the embedded
@@ -117,11 +120,9 @@ func kvFrom(k *mvccpb.KeyValue) KeyValue {
 
 // Get implements Store.
 func (s *EtcdStore) Get(ctx context.Context, key string) (*KeyValue, error) {
-	ctx, cancel := s.ctx(ctx)
-	defer cancel()
-	resp, err := s.cli.Get(ctx, key)
-	if err != nil {
-		return nil, mapErr(err)
+	var resp *clientv3.GetResponse
+	if err := s.call(ctx, opGet, func(ctx context.Context) (err error) { resp, err = s.cli.Get(ctx, key); return err }); err != nil {
+		return nil, err
 	}
 	if len(resp.Kvs) == 0 {
 		return nil, nil
@@ -153,8 +154,6 @@ func (s *EtcdStore) List(ctx context.Context, prefix string) ([]KeyValue, int64,
 
 // ListAt implements Store.
 func (s *EtcdStore) ListAt(ctx context.Context, prefix, after string, rev int64, limit int) ([]KeyValue, int64, error) {
-	ctx, cancel := s.ctx(ctx)
-	defer cancel()
 	start := prefix
 	if after != "" {
 		start = after + "\x00"
@@ -167,9 +166,9 @@ func (s *EtcdStore) ListAt(ctx context.Context, prefix, after string, rev int64,
 	if limit > 0 {
 		opts = append(opts, clientv3.WithLimit(int64(limit)))
 	}
-	resp, err := s.cli.Get(ctx, start, opts...)
-	if err != nil {
-		return nil, 0, mapErr(err)
+	var resp *clientv3.GetResponse
+	if err := s.call(ctx, opList, func(ctx context.Context) (err error) { resp, err = s.cli.Get(ctx, start, opts...); return err }); err != nil {
+		return nil, 0, err
 	}
 	out := make([]KeyValue, len(resp.Kvs))
 	for i, k := range resp.Kvs {
@@ -180,45 +179,43 @@ func (s *EtcdStore) ListAt(ctx context.Context, prefix, after string, rev int64,
 
 // Put implements Store.
 func (s *EtcdStore) Put(ctx context.Context, key string, value []byte, lease LeaseID) (int64, error) {
-	ctx, cancel := s.ctx(ctx)
-	defer cancel()
 	var opts []clientv3.OpOption
 	if lease != 0 {
 		opts = append(opts, clientv3.WithLease(clientv3.LeaseID(lease)))
 	}
-	resp, err := s.cli.Put(ctx, key, string(value), opts...)
-	if err != nil {
-		return 0, mapErr(err)
+	var resp *clientv3.PutResponse
+	if err := s.call(ctx, opPut, func(ctx context.Context) (err error) {
+		resp, err = s.cli.Put(ctx, key, string(value), opts...)
+		return err
+	}); err != nil {
+		return 0, err
 	}
 	return resp.Header.Revision, nil
 }
 
 // Delete implements Store.
 func (s *EtcdStore) Delete(ctx context.Context, key string) (bool, error) {
-	ctx, cancel := s.ctx(ctx)
-	defer cancel()
-	resp, err := s.cli.Delete(ctx, key)
-	if err != nil {
-		return false, mapErr(err)
+	var resp *clientv3.DeleteResponse
+	if err := s.call(ctx, opDelete, func(ctx context.Context) (err error) { resp, err = s.cli.Delete(ctx, key); return err }); err != nil {
+		return false, err
 	}
 	return resp.Deleted > 0, nil
 }
 
 // DeletePrefix implements Store.
 func (s *EtcdStore) DeletePrefix(ctx context.Context, prefix string) (int64, error) {
-	ctx, cancel := s.ctx(ctx)
-	defer cancel()
-	resp, err := s.cli.Delete(ctx, prefix, clientv3.WithPrefix())
-	if err != nil {
-		return 0, mapErr(err)
+	var resp *clientv3.DeleteResponse
+	if err := s.call(ctx, opDeletePrefix, func(ctx context.Context) (err error) {
+		resp, err = s.cli.Delete(ctx, prefix, clientv3.WithPrefix())
+		return err
+	}); err != nil {
+		return 0, err
 	}
 	return resp.Deleted, nil
 }
 
 // Txn implements Store.
 func (s *EtcdStore) Txn(ctx context.Context, cmps []Cmp, ops []Op) (bool, int64, error) {
-	ctx, cancel := s.ctx(ctx)
-	defer cancel()
 	cs := make([]clientv3.Cmp, len(cmps))
 	for i, c := range cmps {
 		switch c.Kind {
@@ -242,21 +239,22 @@ func (s *EtcdStore) Txn(ctx context.Context, cmps []Cmp, ops []Op) (bool, int64,
 		}
 		os[i] = clientv3.OpPut(o.Key, string(o.Value), opts...)
 	}
-	resp, err := s.cli.Txn(ctx).If(cs...).Then(os...).Commit()
-	if err != nil {
-		return false, 0, mapErr(err)
+	var resp *clientv3.TxnResponse
+	if err := s.call(ctx, opTxn, func(ctx context.Context) (err error) {
+		resp, err = s.cli.Txn(ctx).If(cs...).Then(os...).Commit()
+		return err
+	}); err != nil {
+		return false, 0, err
 	}
 	return resp.Succeeded, resp.Header.Revision, nil
 }
 
 // Grant implements Store.
 func (s *EtcdStore) Grant(ctx context.Context, ttl time.Duration) (LeaseID, error) {
-	ctx, cancel := s.ctx(ctx)
-	defer cancel()
 	secs := int64((ttl + time.Second - 1) / time.Second)
-	resp, err := s.cli.Grant(ctx, secs)
-	if err != nil {
-		return 0, mapErr(err)
+	var resp *clientv3.LeaseGrantResponse
+	if err := s.call(ctx, opGrant, func(ctx context.Context) (err error) { resp, err = s.cli.Grant(ctx, secs); return err }); err != nil {
+		return 0, err
 	}
 	return LeaseID(resp.ID), nil
 }
@@ -265,7 +263,9 @@ func (s *EtcdStore) Grant(ctx context.Context, ttl time.Duration) (LeaseID, erro
 func (s *EtcdStore) KeepAlive(ctx context.Context, id LeaseID) (<-chan struct{}, error) {
 	ch, err := s.cli.KeepAlive(ctx, clientv3.LeaseID(id))
 	if err != nil {
-		return nil, mapErr(err)
+		err = mapErr(err)
+		s.metrics.observe(opKeepAlive, 0, err)
+		return nil, err
 	}
 	done := make(chan struct{})
 	go func() {
@@ -278,10 +278,7 @@ func (s *EtcdStore) KeepAlive(ctx context.Context, id LeaseID) (<-chan struct{},
 
 // Revoke implements Store.
 func (s *EtcdStore) Revoke(ctx context.Context, id LeaseID) error {
-	ctx, cancel := s.ctx(ctx)
-	defer cancel()
-	_, err := s.cli.Revoke(ctx, clientv3.LeaseID(id))
-	return mapErr(err)
+	return s.call(ctx, opRevoke, func(ctx context.Context) error { _, err := s.cli.Revoke(ctx, clientv3.LeaseID(id)); return err })
 }
 
 // Watch implements Store. It requires a leader so a partitioned member does not
@@ -305,6 +302,9 @@ func (s *EtcdStore) Watch(ctx context.Context, prefix string, fromRev int64) <-c
 					}
 				}
 				r.Err = err
+				if ctx.Err() == nil && !errors.Is(err, ErrCompacted) { // compaction only means re-list
+					s.metrics.observe(opWatch, 0, err)
+				}
 				select {
 				case out <- r:
 				case <-ctx.Done():
@@ -338,10 +338,10 @@ func (s *EtcdStore) Watch(ctx context.Context, prefix string, fromRev int64) <-c
 
 // Compact implements Store.
 func (s *EtcdStore) Compact(ctx context.Context, rev int64) error {
-	ctx, cancel := s.ctx(ctx)
-	defer cancel()
-	_, err := s.cli.Compact(ctx, rev, clientv3.WithCompactPhysical())
-	return mapErr(err)
+	return s.call(ctx, opCompact, func(ctx context.Context) error {
+		_, err := s.cli.Compact(ctx, rev, clientv3.WithCompactPhysical())
+		return err
+	})
 }
 
 // ClusterID implements Store.
@@ -352,11 +352,12 @@ func (s *EtcdStore) ClusterID(ctx context.Context) (uint64, error) {
 
 // Header implements Store.
 func (s *EtcdStore) Header(ctx context.Context) (uint64, int64, error) {
-	ctx, cancel := s.ctx(ctx)
-	defer cancel()
-	resp, err := s.cli.Get(ctx, "\x00cairn-cluster-probe", clientv3.WithCountOnly())
-	if err != nil {
-		return 0, 0, mapErr(err)
+	var resp *clientv3.GetResponse
+	if err := s.call(ctx, opHeader, func(ctx context.Context) (err error) {
+		resp, err = s.cli.Get(ctx, "\x00cairn-cluster-probe", clientv3.WithCountOnly())
+		return err
+	}); err != nil {
+		return 0, 0, err
 	}
 	return resp.Header.ClusterId, resp.Header.Revision, nil
 }

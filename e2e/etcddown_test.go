@@ -47,6 +47,8 @@ func TestEtcdDown(t *testing.T) {
 	// Changes are refused, not queued or lost: 503, retry later.
 	code, _ = b.post("/api/v1/storage-clusters", map[string]any{"name": "during_outage"})
 	require.Equal(t, 503, code)
+	// The refused change and the etcd probes show in the error metric.
+	waitMetric(t, b, 10*time.Second, above(0), "> 0", "cairn_etcd_request_errors_total")
 
 	// Restart the broker with etcd still down: it serves from state.backup.
 	t.Logf("broker SIGTERM to exit with etcd down: %s", b.term())

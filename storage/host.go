@@ -16,6 +16,7 @@ import (
 	"github.com/cairn-db/cairn/statemachine"
 	"github.com/cairn-db/cairn/storage/engine"
 	"github.com/cairn-db/cairn/storage/lineproto"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 )
 
@@ -46,6 +47,8 @@ type HostConfig struct {
 	// QueryLimits bound every query this node answers (zero: unbounded);
 	// a caller may ask for tighter ones.
 	QueryLimits engine.Limits
+	// Registerer, when set, gets the host's metrics (metrics.go).
+	Registerer prometheus.Registerer
 }
 
 // Host opens and closes shard replicas as assignments change and serves the
@@ -59,6 +62,7 @@ type Host struct {
 	state   func() *statemachine.State
 	lg      *zap.Logger
 	client  *http.Client
+	metrics *metrics
 
 	mu       sync.RWMutex
 	replicas map[string]*replica
@@ -84,9 +88,13 @@ func NewHost(cfg HostConfig) *Host {
 		cfg.Logger = zap.NewNop()
 	}
 	tr := &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}
-	return &Host{cfg: cfg, nodeID: cfg.NodeID, cluster: cfg.Cluster, store: cfg.Store, ck: cfg.Keys, state: cfg.State,
+	h := &Host{cfg: cfg, nodeID: cfg.NodeID, cluster: cfg.Cluster, store: cfg.Store, ck: cfg.Keys, state: cfg.State,
 		lg: cfg.Logger.Named("shards"), client: &http.Client{Transport: tr}, replicas: map[string]*replica{},
 		unwanted: map[string]time.Time{}}
+	if cfg.Registerer != nil {
+		h.metrics = newMetrics(h, cfg.Registerer)
+	}
+	return h
 }
 
 // Attach sets the storage cluster's store once its config is known; call

@@ -58,6 +58,7 @@ type replica struct {
 
 	mu      sync.Mutex
 	want    desired
+	since   time.Time          // when want last changed role or term
 	cancel  context.CancelFunc // of the current role's goroutines
 	done    chan struct{}
 	isr     []string             // leader: the in-sync set, as persisted
@@ -105,7 +106,7 @@ func (r *replica) setDesired(d desired) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.want = d
+	r.want, r.since = d, time.Now()
 	ctx, c := context.WithCancel(context.Background())
 	r.cancel, r.done = c, make(chan struct{})
 	r.isr, r.acked, r.caught, r.sentEnd = nil, map[string]uint64{}, map[string]time.Time{}, map[string]uint64{}
@@ -260,7 +261,8 @@ func (r *replica) persistISR(ctx context.Context, term int64, isr []string) erro
 
 // write appends a batch at the leader's term and waits until every in-sync
 // replica has it durably.
-func (r *replica) write(ctx context.Context, term int64, points []lineproto.Point) error {
+func (r *replica) write(ctx context.Context, term int64, points []lineproto.Point) (err error) {
+	defer r.h.metrics.observeWrite(time.Now(), len(points), &err)
 	r.mu.Lock()
 	if r.want.role != roleLeader || r.want.term != term {
 		cur := r.want.term
@@ -280,7 +282,7 @@ func (r *replica) write(ctx context.Context, term int64, points []lineproto.Poin
 
 	r.applyMu.Lock()
 	txn := r.eng.LastTxnID() + 1
-	err := r.eng.Apply(engine.Entry{TxnID: txn, Term: uint64(term), Points: points})
+	err = r.eng.Apply(engine.Entry{TxnID: txn, Term: uint64(term), Points: points})
 	r.applyMu.Unlock()
 	if err != nil {
 		return fmt.Errorf("apply %s txn %d: %w", r.id, txn, err)

@@ -46,3 +46,13 @@ func fail(c *gin.Context, err error) {
 	status, code := statusOf(err)
 	c.AbortWithStatusJSON(status, errorBody{Error: errorDetail{Code: code, Message: err.Error()}})
 }
+
+// StatusOf is the HTTP status an error answers with (metrics label their
+// requests with it).
+func StatusOf(err error) int {
+	if err == nil {
+		return http.StatusOK
+	}
+	status, _ := statusOf(err)
+	return status
+}

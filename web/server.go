@@ -53,6 +53,8 @@ type Config struct {
 	// Waiting names what the node's roles still wait for before they serve
 	// ("" when nothing); /ready answers 503 with it until then. Nil: nothing.
 	Waiting func() string
+	// History serves GET /api/v1/history; nil answers 404.
+	History History
 }
 
 // Server is the running HTTP server.
@@ -92,6 +94,7 @@ func New(cfg Config) *Server {
 	api.GET("/master", s.master)
 	api.GET("/nodes", s.nodes)
 	api.GET("/explore", s.explore)
+	api.GET("/history", s.history)
 	s.adminRoutes(api)
 	if cfg.Mount != nil {
 		cfg.Mount(e)

@@ -71,6 +71,7 @@ func runNode(args []string, stderr io.Writer) int {
 	defer func() { _ = lg.Sync() }()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	cfg.Version = version
 	a, err := app.Start(cfg, lg)
 	if err != nil {
 		fmt.Fprintf(stderr, "cairn: %v\n", err)

@@ -172,6 +172,7 @@ type masterOpts struct {
 	// clusterID is the etcd cluster the term claims to be won in; 0: the
 	// harness etcd's own.
 	clusterID uint64
+	metrics   *master.Metrics
 }
 
 // startMaster campaigns (blocking until elected) and runs a master term.
@@ -199,7 +200,7 @@ func (h *harness) startMaster(o masterOpts) *runningMaster {
 	}
 	m := master.New(master.Config{Store: h.store, Keys: h.keys, Election: el, Term: term, Session: session,
 		NodeID: "m", State: o.sm.Snapshot, Changed: o.sm.Changed, Logger: logger(h.t),
-		RebalanceDelay: time.Hour, Resync: 200 * time.Millisecond, ClusterID: o.clusterID})
+		RebalanceDelay: time.Hour, Resync: 200 * time.Millisecond, ClusterID: o.clusterID, Metrics: o.metrics})
 	rm := &runningMaster{Master: m, term: term, election: es}
 	rm.start()
 	h.t.Cleanup(rm.stop)

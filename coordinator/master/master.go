@@ -44,6 +44,8 @@ type Config struct {
 	// Resync is the period of a full reconcile without events; default 1s.
 	Resync time.Duration
 	Now    func() time.Time
+	// Metrics records the term, failovers and leader changes; may be nil.
+	Metrics *Metrics
 }
 
 // Master runs the state machines for one term.
@@ -93,6 +95,8 @@ func New(cfg Config) *Master {
 
 // Run reconciles until ctx ends or the term is lost (ErrDeposed).
 func (m *Master) Run(ctx context.Context) error {
+	m.cfg.Metrics.termStarted(m.cfg.Term)
+	defer m.cfg.Metrics.termEnded()
 	t := time.NewTicker(m.cfg.Resync)
 	defer t.Stop()
 	for {
@@ -311,6 +315,7 @@ func (m *Master) failover(ctx context.Context) error {
 		if err := m.publishStates(ctx, name, st.ShardStates[name], next, changed); err != nil {
 			return err
 		}
+		m.cfg.Metrics.failedOver(st.ShardStates[name], next, changed)
 		for _, id := range changed {
 			s := next.Shards[indexOf(next, id)]
 			m.lg.Info("shard leader changed", zap.String("db", name), zap.Int("shard", id),
@@ -391,6 +396,7 @@ func (m *Master) publishStates(ctx context.Context, db string, prev, next models
 	if !ok {
 		return fmt.Errorf("shard states of %s changed underneath; recomputing", db)
 	}
+	m.cfg.Metrics.published(prev, next, changed)
 	return nil
 }
 

@@ -14,13 +14,19 @@ import (
 	"time"
 )
 
-// FS holds the console assets: index.html, console.css, shardmap.js and console.js.
+// FS holds the console assets: index.html, console.css, shardmap.js and
+// console.js, and the charts (charts.js, charts.css) with the uPlot library
+// they draw with (MIT, see uPlot.LICENSE).
 //
 //go:embed index.html console.css shardmap.js console.js
+//go:embed charts.js charts.css uPlot.iife.min.js uPlot.min.css
 var FS embed.FS
 
 // AssetPrefix is the URL path under which the stylesheet and script are served.
 const AssetPrefix = "/console/"
+
+// chartAssets are the files of the Charts tab.
+var chartAssets = []string{"charts.js", "charts.css", "uPlot.iife.min.js", "uPlot.min.css"}
 
 // asset is one embedded file with its content hash, used as the ETag so a
 // browser revalidates cheaply and never runs a script older than the binary.
@@ -33,7 +39,7 @@ type asset struct {
 // ever served, whatever else might later be embedded.
 var loadAssets = sync.OnceValue(func() map[string]asset {
 	out := make(map[string]asset)
-	for _, name := range []string{"index.html", "console.css", "shardmap.js", "console.js"} {
+	for _, name := range append([]string{"index.html", "console.css", "shardmap.js", "console.js"}, chartAssets...) {
 		b, err := FS.ReadFile(name)
 		if err != nil {
 			continue // cannot happen for embedded names; the file is then a 404

@@ -280,7 +280,7 @@
 
   function currentTab() {
     const t = location.hash.replace("#", "");
-    return t === "databases" || t === "shards" ? t : "overview";
+    return t === "databases" || t === "shards" || t === "charts" ? t : "overview";
   }
 
   function showTab() {

@@ -1,0 +1,47 @@
+package app
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/cairn-db/cairn/history"
+)
+
+// nodeHistory is the web.History of a node: its own ring and the fan-out to
+// every other live broker and storage node named in the state.
+type nodeHistory struct {
+	rec     *history.Recorder
+	cluster *history.Cluster
+}
+
+func (a *App) newHistory() *nodeHistory {
+	rec := history.New(history.Config{NodeID: a.nodeID, Gatherer: a.reg, Interval: a.cfg.HistoryInterval})
+	return &nodeHistory{rec: rec, cluster: &history.Cluster{Self: rec, Peers: a.historyPeers,
+		Client: &http.Client{Timeout: 5 * time.Second}}}
+}
+
+// historyPeers lists the live brokers and storage nodes other than this one.
+func (a *App) historyPeers() []history.Peer {
+	st := a.sm.Snapshot()
+	seen := map[string]bool{a.nodeID: true}
+	var out []history.Peer
+	add := func(id, addr string) {
+		if !seen[id] && addr != "" {
+			seen[id] = true
+			out = append(out, history.Peer{NodeID: id, Address: addr})
+		}
+	}
+	for id, b := range st.Brokers {
+		add(id, b.Address)
+	}
+	for _, nodes := range st.Nodes {
+		for id, n := range nodes {
+			add(id, n.NodeAddress)
+		}
+	}
+	return out
+}
+
+func (h *nodeHistory) Node() any                       { return h.rec.Snapshot() }
+func (h *nodeHistory) Cluster(ctx context.Context) any { return h.cluster.Collect(ctx) }

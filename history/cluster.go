@@ -1,0 +1,148 @@
+package history
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Peer is another live node whose ring Cluster fetches.
+type Peer struct {
+	NodeID  string
+	Address string
+}
+
+// Cluster gathers the rings of every live node: this node's own and each
+// peer's, fetched from its GET /api/v1/history?scope=node. The browser talks
+// to one node only (peers' addresses may not be reachable from it), so the
+// node it talks to does the fan-out.
+type Cluster struct {
+	Self  *Recorder
+	Peers func() []Peer // live nodes other than this one
+	// Client fetches peers' rings; each fetch is bounded by Timeout.
+	Client  *http.Client
+	Timeout time.Duration // default 2s
+	// MaxPeers bounds the fan-out; default 64. Nodes beyond it are left out
+	// and the answer says so.
+	MaxPeers int
+}
+
+// NodeSeries is one node's ring in a cluster answer; Error names why a
+// peer's ring is missing.
+type NodeSeries struct {
+	Series
+	Address string `json:"address,omitempty"`
+	Error   string `json:"error,omitempty"`
+}
+
+// ClusterSeries is GET /api/v1/history's answer.
+type ClusterSeries struct {
+	Series    []string     `json:"series"` // the series names, in chart order
+	Nodes     []NodeSeries `json:"nodes"`
+	Truncated bool         `json:"truncated,omitempty"` // more live nodes than MaxPeers
+}
+
+// ErrBadPeerAnswer: a peer answered something that is not a valid ring.
+var ErrBadPeerAnswer = errors.New("history: bad answer from peer")
+
+// maxPeerBody bounds one peer's answer (a full ring is about 300 KB).
+const maxPeerBody = 4 << 20
+
+// Collect returns every node's ring, this node first, peers by node id.
+func (c *Cluster) Collect(ctx context.Context) ClusterSeries {
+	out := ClusterSeries{Series: Names, Nodes: []NodeSeries{{Series: c.Self.Snapshot()}}}
+	var peers []Peer
+	if c.Peers != nil {
+		peers = c.Peers()
+	}
+	sort.Slice(peers, func(i, j int) bool { return peers[i].NodeID < peers[j].NodeID })
+	limit := c.MaxPeers
+	if limit <= 0 {
+		limit = 64
+	}
+	if len(peers) > limit {
+		peers, out.Truncated = peers[:limit], true
+	}
+	timeout := c.Timeout
+	if timeout <= 0 {
+		timeout = 2 * time.Second
+	}
+	res := make([]NodeSeries, len(peers))
+	var wg sync.WaitGroup
+	for i, p := range peers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			s, err := c.fetch(fctx, p)
+			res[i] = NodeSeries{Series: s, Address: p.Address}
+			if err != nil {
+				res[i] = NodeSeries{Series: Series{NodeID: p.NodeID}, Address: p.Address, Error: err.Error()}
+			}
+		}()
+	}
+	wg.Wait()
+	out.Nodes = append(out.Nodes, res...)
+	return out
+}
+
+func (c *Cluster) fetch(ctx context.Context, p Peer) (Series, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.Address+"/api/v1/history?scope=node", nil)
+	if err != nil {
+		return Series{}, err
+	}
+	resp, err := c.Client.Do(req)
+	if err != nil {
+		return Series{}, fmt.Errorf("node %s unreachable: %w", p.NodeID, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return Series{}, fmt.Errorf("%w: node %s answered %d", ErrBadPeerAnswer, p.NodeID, resp.StatusCode)
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxPeerBody+1))
+	if err != nil {
+		return Series{}, fmt.Errorf("node %s: %w", p.NodeID, err)
+	}
+	if len(body) > maxPeerBody {
+		return Series{}, fmt.Errorf("%w: node %s sent more than %d bytes", ErrBadPeerAnswer, p.NodeID, maxPeerBody)
+	}
+	var s Series
+	if err := json.Unmarshal(body, &s); err != nil {
+		return Series{}, fmt.Errorf("%w: node %s: %v", ErrBadPeerAnswer, p.NodeID, err)
+	}
+	if err := s.validate(p.NodeID); err != nil {
+		return Series{}, err
+	}
+	return s, nil
+}
+
+// validate checks a peer's ring before it is passed on: the node it claims
+// to be, a bounded length, and columns as long as the time axis.
+func (s *Series) validate(node string) error {
+	if s.NodeID != node {
+		return fmt.Errorf("%w: node %s answered as %q", ErrBadPeerAnswer, node, s.NodeID)
+	}
+	if len(s.Time) > MaxSamples {
+		return fmt.Errorf("%w: node %s sent %d samples, at most %d", ErrBadPeerAnswer, node, len(s.Time), MaxSamples)
+	}
+	known := make(map[string][]*float64, len(Names))
+	for _, name := range Names {
+		col, ok := s.Values[name]
+		if !ok {
+			col = make([]*float64, len(s.Time)) // an older node without this series
+		}
+		if len(col) != len(s.Time) {
+			return fmt.Errorf("%w: node %s: series %s has %d values for %d times", ErrBadPeerAnswer, node, name, len(col), len(s.Time))
+		}
+		known[name] = col
+	}
+	s.Values = known // unknown series are dropped
+	return nil
+}
