@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
@@ -95,6 +96,8 @@ func mapErr(err error) error {
 		return fmt.Errorf("%w: %v", ErrCompacted, err)
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):
 		return fmt.Errorf("%w: %v", ErrLeaseNotFound, err)
+	case errors.Is(err, rpctypes.ErrNoSpace):
+		return fmt.Errorf("%w: %v", ErrNoSpace, err)
 	case errors.Is(err, context.Canceled):
 		return err
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, rpctypes.ErrNoLeader),
@@ -109,6 +112,19 @@ func mapErr(err error) error {
 		}
 	}
 	return err
+}
+
+// mapWriteErr is mapErr for a call that changes etcd. A write that timed out
+// or lost its connection may have been proposed and applied after all, so it
+// is marked ErrOutcomeUnknown (still matching ErrUnavailable). Only errors
+// etcd returns before proposing (no leader, NOSPACE, auth, too large...)
+// prove that nothing changed.
+func mapWriteErr(err error) error {
+	mapped := mapErr(err)
+	if !errors.Is(mapped, ErrUnavailable) || errors.Is(err, rpctypes.ErrNoLeader) {
+		return mapped
+	}
+	return fmt.Errorf("%w: %w", ErrOutcomeUnknown, mapped)
 }
 
 func kvFrom(k *mvccpb.KeyValue) KeyValue {
@@ -188,7 +204,7 @@ func (s *EtcdStore) Put(ctx context.Context, key string, value []byte, lease Lea
 	}
 	resp, err := s.cli.Put(ctx, key, string(value), opts...)
 	if err != nil {
-		return 0, mapErr(err)
+		return 0, mapWriteErr(err)
 	}
 	return resp.Header.Revision, nil
 }
@@ -199,7 +215,7 @@ func (s *EtcdStore) Delete(ctx context.Context, key string) (bool, error) {
 	defer cancel()
 	resp, err := s.cli.Delete(ctx, key)
 	if err != nil {
-		return false, mapErr(err)
+		return false, mapWriteErr(err)
 	}
 	return resp.Deleted > 0, nil
 }
@@ -210,7 +226,7 @@ func (s *EtcdStore) DeletePrefix(ctx context.Context, prefix string) (int64, err
 	defer cancel()
 	resp, err := s.cli.Delete(ctx, prefix, clientv3.WithPrefix())
 	if err != nil {
-		return 0, mapErr(err)
+		return 0, mapWriteErr(err)
 	}
 	return resp.Deleted, nil
 }
@@ -244,7 +260,7 @@ func (s *EtcdStore) Txn(ctx context.Context, cmps []Cmp, ops []Op) (bool, int64,
 	}
 	resp, err := s.cli.Txn(ctx).If(cs...).Then(os...).Commit()
 	if err != nil {
-		return false, 0, mapErr(err)
+		return false, 0, mapWriteErr(err)
 	}
 	return resp.Succeeded, resp.Header.Revision, nil
 }
@@ -359,6 +375,27 @@ func (s *EtcdStore) Header(ctx context.Context) (uint64, int64, error) {
 		return 0, 0, mapErr(err)
 	}
 	return resp.Header.ClusterId, resp.Header.Revision, nil
+}
+
+// Alarms lists the alarms raised in the etcd cluster ("NOSPACE",
+// "CORRUPT"), one entry per kind whatever the number of members raising it.
+func (s *EtcdStore) Alarms(ctx context.Context) ([]string, error) {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	resp, err := s.cli.AlarmList(ctx)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, a := range resp.Alarms {
+		name := a.Alarm.String()
+		if a.Alarm != etcdserverpb.AlarmType_NONE && !seen[name] {
+			seen[name] = true
+			out = append(out, name)
+		}
+	}
+	return out, nil
 }
 
 // Close implements Store.
