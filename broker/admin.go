@@ -64,9 +64,11 @@ func unavailable(err error) error {
 			"Reads and data writes keep working. To recover, free space in etcd (etcdctl compact <revision>, then etcdctl defrag) "+
 			"or raise its quota (--etcd-quota-backend-bytes for an embedded member), then clear the alarm with etcdctl alarm disarm", err)
 	case errors.Is(err, coordinator.ErrOutcomeUnknown), errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("%w: outcome unknown: etcd did not confirm the change in time, so it may or may not have been applied; "+
-			"safe to retry the same request (a repeated create answers with the existing identical object, a repeated delete 404): %w",
-			coordinator.ErrOutcomeUnknown, err)
+		if !errors.Is(err, coordinator.ErrOutcomeUnknown) {
+			err = fmt.Errorf("%w: %w", coordinator.ErrOutcomeUnknown, err)
+		}
+		return fmt.Errorf("outcome unknown: etcd did not confirm the change in time, so it may or may not have been applied; "+
+			"safe to retry the same request (a repeated create answers with the existing identical object, a repeated delete 404) (%w)", err)
 	case errors.Is(err, coordinator.ErrUnavailable):
 		return fmt.Errorf("%w: etcd unreachable, nothing changed; retry: %w", models.ErrUnavailable, err)
 	}
