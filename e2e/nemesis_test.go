@@ -1,0 +1,504 @@
+package e2e
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The nemesis's defaults: `make test` runs this short fixed-seed run;
+// `make nemesis SEED=.. DURATION=..` sets the env vars for a long one.
+const (
+	nemDefaultDuration = 60 * time.Second
+	nemDefaultSeed     = 1
+	nemStorageNodes    = 4
+	nemShards          = 8
+	nemRF              = 3
+	nemTTL             = 2 * time.Second
+	nemRebalanceDelay  = 5 * time.Second
+	nemDB              = "nem"
+)
+
+// nemCluster is the nemesis's topology: m0 runs etcd, master and broker; m1
+// master and broker; storage nodes in cluster "default". procs lists the
+// storage nodes, then m0 and m1: schedule targets index it.
+type nemCluster struct {
+	t        *testing.T
+	begin    time.Time
+	dir      string
+	endpoint string
+	ttl      time.Duration
+	m0, m1   *Proc
+	storage  []*Proc
+	procs    []*Proc
+	ids      map[*Proc]string
+	frozen   map[*Proc]bool
+	backups  []string
+	restores int
+
+	// Findings of the fault steps, reported as failed checks at the end.
+	dupFindings, restoreFindings, termFindings []string
+}
+
+func (c *nemCluster) logf(format string, a ...any) {
+	c.t.Logf("[nemesis +%6.1fs] %s", time.Since(c.begin).Seconds(), fmt.Sprintf(format, a...))
+}
+
+func (c *nemCluster) finding(list *[]string, format string, a ...any) {
+	msg := fmt.Sprintf(format, a...)
+	c.logf("FINDING: %s", msg)
+	*list = append(*list, msg)
+}
+
+func (c *nemCluster) label(p *Proc) string {
+	if id, ok := c.ids[p]; ok {
+		return fmt.Sprintf("%s (%s)", p.name, id)
+	}
+	return p.name
+}
+
+func (c *nemCluster) idOf(p *Proc) string { return c.ids[p] }
+
+// nemesisEnv reads the run's duration and seed from the environment.
+func nemesisEnv(t *testing.T) (time.Duration, uint64) {
+	duration, seed := nemDefaultDuration, uint64(nemDefaultSeed)
+	if v := os.Getenv("CAIRN_NEMESIS_DURATION"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 10*time.Second {
+			t.Fatalf("invalid CAIRN_NEMESIS_DURATION %q: want a Go duration of at least 10s, e.g. 10m", v)
+		}
+		duration = d
+	}
+	if v := os.Getenv("CAIRN_NEMESIS_SEED"); v != "" {
+		s, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("invalid CAIRN_NEMESIS_SEED %q: want a whole number", v)
+		}
+		seed = s
+	}
+	return duration, seed
+}
+
+// startNemCluster starts the processes, the shard-state history recorder
+// (before anything is published), and database nem, and waits until every
+// shard is online with all replicas in sync.
+func startNemCluster(t *testing.T) (*nemCluster, *leaderHistory) {
+	c := &nemCluster{t: t, begin: time.Now(), dir: t.TempDir(), endpoint: freeURL(t), ttl: nemTTL,
+		ids: map[*Proc]string{}, frozen: map[*Proc]bool{}}
+	common := []string{"--lease-ttl", nemTTL.String(), "--rebalance-delay", nemRebalanceDelay.String(), "--log-format", "json"}
+	c.m0 = start(t, append([]string{"--role", "etcd,master,broker", "--data-dir", t.TempDir(), "--http-addr", freeAddr(t),
+		"--etcd-listen-client-url", c.endpoint, "--etcd-listen-peer-url", freeURL(t)}, common...)...)
+	hist := startLeaderHistory(c.endpoint, "/cairn/state/shards/")
+	t.Cleanup(hist.stop)
+	c.m1 = start(t, append([]string{"--role", "master,broker", "--data-dir", t.TempDir(), "--http-addr", freeAddr(t),
+		"--etcd-endpoints", c.endpoint}, common...)...)
+	c.ids[c.m0], c.ids[c.m1] = nodeID(t, c.m0), nodeID(t, c.m1)
+	require.Eventually(t, func() bool {
+		code, _ := c.m0.post("/api/v1/storage-clusters", map[string]any{"name": "default"})
+		return code == 201 || code == 409
+	}, 20*time.Second, 50*time.Millisecond, "storage cluster never created")
+	for range nemStorageNodes {
+		s := start(t, append([]string{"--role", "storage", "--data-dir", t.TempDir(), "--http-addr", freeAddr(t),
+			"--etcd-endpoints", c.endpoint}, common...)...)
+		c.storage = append(c.storage, s)
+	}
+	for _, s := range c.storage {
+		c.ids[s] = nodeID(t, s)
+	}
+	c.procs = append(append([]*Proc{}, c.storage...), c.m0, c.m1)
+	require.Eventually(t, func() bool { return len(c.liveStorage()) == nemStorageNodes },
+		20*time.Second, 20*time.Millisecond, "storage nodes never all live")
+	require.Eventually(t, func() bool {
+		code, _ := c.m0.post("/api/v1/databases", map[string]any{"name": nemDB, "num_shards": nemShards, "replica_factor": nemRF})
+		return code == 201
+	}, 20*time.Second, 100*time.Millisecond, "database never created")
+	c.data().waitHealthy(60 * time.Second)
+	return c, hist
+}
+
+// data is the dataCluster view of the nemesis database through broker m0.
+func (c *nemCluster) data() *dataCluster {
+	return &dataCluster{t: c.t, broker: c.m0, db: nemDB, rf: nemRF, shards: nemShards}
+}
+
+// liveStorage is the storage node ids the broker m0 lists as live.
+func (c *nemCluster) liveStorage() []string {
+	var nodes struct {
+		Storage map[string][]struct {
+			NodeID string `json:"node_id"`
+		} `json:"storage"`
+	}
+	if getDataJSON(c.m0, "/api/v1/nodes", &nodes) != 200 {
+		return nil
+	}
+	var out []string
+	for _, n := range nodes.Storage["default"] {
+		out = append(out, n.NodeID)
+	}
+	return out
+}
+
+// TestNemesis: writers send uniquely numbered batches through both brokers
+// while a seeded schedule kills (-9), freezes past the lease TTL and
+// restarts storage nodes and masters, restores an earlier backup into a
+// wiped etcd and starts a copy of a live node's data dir. Then it heals
+// everything and checks: every shard online with all replicas in sync and
+// writable, every acknowledged point present exactly once, no shard term with
+// two leaders in the etcd history, leaders balanced (max - min <= 1). It
+// reports availability (the fraction of seconds with an acknowledged write)
+// and the longest write gap. CAIRN_NEMESIS_DURATION and CAIRN_NEMESIS_SEED
+// choose the run (make nemesis).
+func TestNemesis(t *testing.T) {
+	duration, seed := nemesisEnv(t)
+	c, hist := startNemCluster(t)
+	steps := nemSchedule(seed, duration, nemTTL, nemStorageNodes)
+	names := make([]string, len(c.procs))
+	for i, p := range c.procs {
+		names[i] = fmt.Sprintf("%d=%s", i, c.label(p))
+	}
+	c.logf("seed %d, duration %s; targets %s", seed, duration, strings.Join(names, ", "))
+	for i, s := range steps {
+		c.logf("schedule %2d: %s", i, s)
+	}
+	c.backup()
+	require.NotEmpty(t, c.backups, "the first backup failed")
+
+	writers := []*nemWriter{
+		startNemWriter("via "+c.m0.name, c.m0.addr, nemDB, 0),
+		startNemWriter("via "+c.m1.name, c.m1.addr, nemDB, 1),
+	}
+	for _, w := range writers {
+		t.Cleanup(w.stop)
+	}
+	from := time.Now()
+	deadline := from.Add(duration)
+	ran := map[string]int{}
+	for i, s := range steps {
+		// Past the deadline only the guaranteed rare faults still run.
+		rare := s.kind == faultRestore || s.kind == faultDupDir
+		if time.Now().After(deadline) && (!rare || ran[s.kind] > 0) {
+			continue
+		}
+		target := "-"
+		if s.target >= 0 {
+			target = c.label(c.procs[s.target])
+		}
+		c.logf("step %2d: %s on %s for %s", i, s.kind, target, s.hold.Round(time.Millisecond))
+		c.apply(s)
+		ran[s.kind]++
+	}
+	to := time.Now()
+	for _, w := range writers {
+		w.stop()
+	}
+	c.logf("faults over after %s: %v", to.Sub(from).Round(time.Second), ran)
+
+	c.heal(t)
+	c.checkAll(t, hist, writers, from, to)
+}
+
+// checkAll runs every end-of-run check; each failure is reported on its own
+// (t.Errorf) so one run shows all that is wrong.
+func (c *nemCluster) checkAll(t *testing.T, hist *leaderHistory, writers []*nemWriter, from, to time.Time) {
+	// Figures first: they matter even when a check fails.
+	var all []nemBatch
+	for _, w := range writers {
+		acked, sent, _ := w.result()
+		all = append(all, acked...)
+		av, gap := availability(acked, from, to)
+		c.logf("writer %s: %d of %d batches acknowledged; availability %.3f, longest write gap %s; failures:%s",
+			w.name, len(acked), sent, av, gap.Round(time.Millisecond), w.failureSummary())
+	}
+	av, gap := availability(all, from, to)
+	c.logf("NEMESIS RESULT: availability %.3f (fraction of seconds with an acknowledged write through either broker), longest write gap %s, over %s",
+		av, gap.Round(time.Millisecond), to.Sub(from).Round(time.Second))
+
+	dc := c.data()
+	// 1. Every storage node back and every shard online with all replicas in sync.
+	healed := func() bool { return len(c.liveStorage()) == nemStorageNodes && dc.healthy() }
+	if !eventually(healed, 2*time.Minute, 100*time.Millisecond) {
+		live := c.liveStorage()
+		var offline, short []string
+		for _, s := range dc.shardsOf() {
+			if s.Status != "online" || s.Leader == "" {
+				offline = append(offline, fmt.Sprintf("shard %d (status %q, leader %q, term %d)", s.ID, s.Status, s.Leader, s.Term))
+			} else if len(s.ISR) != len(s.Replicas) || len(s.Replicas) != nemRF {
+				short = append(short, fmt.Sprintf("shard %d (replicas %v, in sync %v)", s.ID, s.Replicas, s.ISR))
+			}
+		}
+		t.Errorf("CHECK all shards online, in sync: FAILED 2m after healing: %d of %d storage nodes live %v; not online: %v; not fully in sync: %v",
+			len(live), nemStorageNodes, live, offline, short)
+	} else {
+		c.logf("check: all %d shards online with %d in-sync replicas", nemShards, nemRF)
+	}
+
+	// 2. Every shard writable through both brokers.
+	c.checkWritable(t)
+
+	// 3. Every acknowledged point present exactly once.
+	c.checkPoints(t, writers)
+
+	// 4. No shard term with two leaders in the etcd history.
+	values, terms, gaps, errs := hist.summary()
+	if d := hist.doubleLeaders(); len(d) > 0 {
+		t.Errorf("CHECK one leader per shard term: FAILED for %d shard terms (etcd history, %d shard-state values, %d shard terms):\n  %s",
+			len(d), values, terms, strings.Join(d, "\n  "))
+	} else {
+		c.logf("check: one leader per shard term (%d shard-state values, %d shard terms read from etcd)", values, terms)
+	}
+	if values == 0 {
+		t.Errorf("CHECK one leader per shard term: the etcd history recorder read no shard state at all")
+	}
+	if len(gaps) > 0 || len(errs) > 0 {
+		t.Errorf("CHECK one leader per shard term: history incomplete: gaps %v; undecodable values %v", gaps, errs)
+	}
+
+	// 5. Leaders balanced once membership is stable.
+	var counts map[string]int
+	balanced := func() bool {
+		counts = map[string]int{}
+		for _, id := range c.liveStorage() {
+			counts[id] = 0
+		}
+		for _, s := range dc.shardsOf() {
+			if s.Leader != "" {
+				counts[s.Leader]++
+			}
+		}
+		lo, hi := minMax(counts)
+		return len(counts) == nemStorageNodes && hi-lo <= 1
+	}
+	within := nemRebalanceDelay + time.Minute
+	if !eventually(balanced, within, 200*time.Millisecond) {
+		lo, hi := minMax(counts)
+		t.Errorf("CHECK leaders balanced: FAILED %s after healing (rebalance delay %s): leaders per node %v, max - min = %d, want <= 1",
+			within, nemRebalanceDelay, counts, hi-lo)
+	} else {
+		c.logf("check: leaders balanced %v", counts)
+	}
+
+	// 6. What the fault steps found.
+	if len(c.dupFindings) > 0 {
+		t.Errorf("CHECK a copy of a live node's data dir refuses to start: FAILED:\n  %s", strings.Join(c.dupFindings, "\n  "))
+	}
+	if len(c.restoreFindings) > 0 {
+		t.Errorf("CHECK restore of an earlier backup: FAILED:\n  %s", strings.Join(c.restoreFindings, "\n  "))
+	}
+	if len(c.termFindings) > 0 {
+		t.Errorf("CHECK SIGTERM stops cleanly: FAILED:\n  %s", strings.Join(c.termFindings, "\n  "))
+	}
+}
+
+// eventually polls cond until it holds or within passes; unlike
+// require.Eventually it lets the caller word the failure.
+func eventually(cond func() bool, within, every time.Duration) bool {
+	deadline := time.Now().Add(within)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		holdFor(every)
+	}
+}
+
+func minMax(m map[string]int) (lo, hi int) {
+	first := true
+	for _, n := range m {
+		if first || n < lo {
+			lo = n
+		}
+		if first || n > hi {
+			hi = n
+		}
+		first = false
+	}
+	return lo, hi
+}
+
+// checkWritable writes, through each broker, one point to every shard (a
+// series per shard found with the route API) and wants 204 within a minute.
+func (c *nemCluster) checkWritable(t *testing.T) {
+	var lines []string
+	covered := map[float64]bool{}
+	for i := 0; i < 1000 && len(covered) < nemShards; i++ {
+		key := fmt.Sprintf("nemfinal,k=%d", i)
+		code, r := c.m0.get("/api/v1/route?db=" + nemDB + "&series=" + key)
+		if code != 200 {
+			continue
+		}
+		shard, _ := r["shard"].(float64)
+		if !covered[shard] {
+			covered[shard] = true
+			lines = append(lines, fmt.Sprintf("nemfinal,k=%d value=1 %d", i, dataBase))
+		}
+	}
+	if len(covered) < nemShards {
+		t.Errorf("CHECK every shard writable: FAILED: the route API covered only %d of %d shards", len(covered), nemShards)
+		return
+	}
+	body := []byte(strings.Join(lines, "\n") + "\n")
+	hc := &http.Client{Timeout: 20 * time.Second}
+	for _, b := range []*Proc{c.m0, c.m1} {
+		var status int
+		var msg string
+		ok := eventually(func() bool {
+			var err error
+			status, msg, err = postData(hc, fmt.Sprintf("http://%s/api/v1/write?db=%s", b.addr, nemDB), body)
+			if err != nil {
+				msg = err.Error()
+			}
+			return err == nil && status == http.StatusNoContent
+		}, time.Minute, 250*time.Millisecond)
+		if !ok {
+			t.Errorf("CHECK every shard writable: FAILED through %s: a write touching all %d shards still answered %d %s a minute after healing",
+				b.name, nemShards, status, msg)
+		} else {
+			c.logf("check: every shard writable through %s", b.name)
+		}
+	}
+}
+
+// nemQueryWindow is how many point numbers one verification query covers.
+const nemQueryWindow = 20_000
+
+// checkPoints reads back every number each writer used, in windows, through
+// broker m0, and checks every acknowledged point is there exactly once with
+// its value; no point, acknowledged or not, may appear twice.
+func (c *nemCluster) checkPoints(t *testing.T, writers []*nemWriter) {
+	type seen struct {
+		count  int
+		value  float64
+		series string
+	}
+	var missing, wrong, dups []int64
+	checked := 0
+	for wi, w := range writers {
+		batches, _, next := w.result()
+		first := int64(wi) * nemWriterSpan
+		got := map[int64]*seen{}
+		for lo := first; lo < next; lo += nemQueryWindow {
+			hi := min(lo+nemQueryWindow, next) - 1
+			var res dataQueryResult
+			path := fmt.Sprintf("/api/v1/query?db=%s&metric=%s&start=%d&end=%d", nemDB, nemMetric, dataBase+lo, dataBase+hi)
+			var code int
+			if !eventually(func() bool {
+				res = dataQueryResult{}
+				code = getDataJSON(c.m0, path, &res)
+				return code == 200
+			}, time.Minute, 200*time.Millisecond) {
+				t.Errorf("CHECK acknowledged points present exactly once: FAILED: query %s never answered 200 (last %d)", path, code)
+				return
+			}
+			for _, s := range res.Series {
+				for _, p := range s.Points {
+					ts, err := p[0].Int64()
+					if err != nil {
+						t.Errorf("CHECK acknowledged points: bad timestamp %q in series %v", p[0], s.Tags)
+						continue
+					}
+					n := ts - dataBase
+					e := got[n]
+					if e == nil {
+						e = &seen{}
+						got[n] = e
+					}
+					e.count++
+					e.value, _ = p[1].Float64()
+					e.series = s.Tags["s"]
+				}
+			}
+		}
+		for n, e := range got {
+			if e.count > 1 {
+				dups = append(dups, n)
+			}
+		}
+		for _, b := range batches {
+			for i := b.first; i < b.first+int64(b.n); i++ {
+				checked++
+				e := got[i]
+				switch {
+				case e == nil:
+					missing = append(missing, i)
+				case e.value != float64(i) || e.series != "s"+strconv.FormatInt(i%nemSeries, 10):
+					wrong = append(wrong, i)
+				}
+			}
+		}
+	}
+	label := func(list []int64) string {
+		slices.Sort(list)
+		var out []string
+		for _, n := range list[:min(len(list), 10)] {
+			out = append(out, seqLabel(n))
+		}
+		return strings.Join(out, " ")
+	}
+	ok := true
+	if len(missing) > 0 {
+		ok = false
+		t.Errorf("CHECK acknowledged points present: FAILED: %d of %d acknowledged points missing (%d acknowledged batches touched; missing per shard: %s); first: %s",
+			len(missing), checked, batchesTouched(missing), c.perShard(missing), label(missing))
+	}
+	if len(wrong) > 0 {
+		ok = false
+		t.Errorf("CHECK acknowledged points intact: FAILED: %d acknowledged points have another value or series; first: %s", len(wrong), label(wrong))
+	}
+	if len(dups) > 0 {
+		ok = false
+		t.Errorf("CHECK points present at most once: FAILED: %d points read back more than once; first: %s", len(dups), label(dups))
+	}
+	if checked == 0 {
+		ok = false
+		t.Errorf("CHECK acknowledged points: FAILED: no batch was acknowledged during the whole run")
+	}
+	if ok {
+		c.logf("check: all %d acknowledged points present exactly once", checked)
+	}
+}
+
+// perShard counts point numbers by the shard their series routes to.
+func (c *nemCluster) perShard(nums []int64) string {
+	bySeries := map[int64]int{}
+	for _, n := range nums {
+		bySeries[n%nemSeries]++
+	}
+	byShard := map[string]int{}
+	for sr, n := range bySeries {
+		code, r := c.m0.get(fmt.Sprintf("/api/v1/route?db=%s&series=%s,s=s%d", nemDB, nemMetric, sr))
+		shard := "?"
+		if code == 200 {
+			shard = fmt.Sprint(r["shard"])
+		}
+		byShard["shard "+shard] += n
+	}
+	keys := make([]string, 0, len(byShard))
+	for k := range byShard {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var out []string
+	for _, k := range keys {
+		out = append(out, fmt.Sprintf("%s: %d", k, byShard[k]))
+	}
+	return strings.Join(out, ", ")
+}
+
+// batchesTouched counts the distinct batches the numbers belong to.
+func batchesTouched(nums []int64) int {
+	set := map[int64]bool{}
+	for _, n := range nums {
+		set[n/nemPerPost] = true
+	}
+	return len(set)
+}
