@@ -5,7 +5,8 @@ STATICCHECK := $(GOBIN)/staticcheck
 STATICCHECK_VERSION := v0.8.2
 VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS     := -X main.version=$(VERSION)
-TEST_TIMEOUT ?= 12m
+# The e2e package includes the 60 s nemesis and its end checks.
+TEST_TIMEOUT ?= 20m
 
 .PHONY: build run test deps chromium tidy-check fmt-check vet staticcheck unit nemesis bench clean
 
