@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -79,17 +80,23 @@ func nemSchedule(seed uint64, duration, ttl time.Duration, storageNodes int) []n
 	}
 	var steps []nemStep
 	var total time.Duration
+	// A restore is drawn only once a storage node failed since the last
+	// backup (the setup takes the first): the backup then holds terms that
+	// failover has since moved past, as in an operator's real restore.
+	failedSinceBackup := false
 	for total < duration*3/2 {
 		var s nemStep
 		switch r := rng.IntN(100); {
-		case r < 50:
+		case r < 50 || (r >= 88 && r < 96 && !failedSinceBackup):
 			s = fault(rng.IntN(storageNodes))
+			failedSinceBackup = true
 		case r < 65:
 			s = fault(masters[1])
 		case r < 75:
 			s = fault(masters[0])
 		case r < 88:
 			s = nemStep{kind: faultBackup, target: -1, gap: between(0, time.Second)}
+			failedSinceBackup = false
 		case r < 96:
 			s = restore()
 		default:
@@ -117,7 +124,10 @@ func nemSchedule(seed uint64, duration, ttl time.Duration, storageNodes int) []n
 		steps = append(steps[:at], append([]nemStep{s}, steps[at:]...)...)
 	}
 	if !has(faultRestore) {
-		place(restore(), planned/3, planned*2/3)
+		// After the first storage fault, and in the middle of the run
+		// when the run has one.
+		first := slices.IndexFunc(steps, func(s nemStep) bool { return s.target >= 0 && s.target < storageNodes })
+		place(restore(), max(first+1, planned/3), max(first+2, planned*2/3))
 	}
 	if !has(faultDupDir) {
 		place(nemStep{kind: faultDupDir, target: rng.IntN(storageNodes), gap: between(0, 2*time.Second)}, 0, planned*2/3)
@@ -295,4 +305,33 @@ func (c *nemCluster) heal(t testing.TB) {
 			p.restart()
 		}
 	}
+}
+
+// TestNemesisSchedule: the schedule is a function of the seed; every run has
+// a restore (after a storage node failed) and a data-dir copy, and faults
+// hit storage nodes and both masters.
+func TestNemesisSchedule(t *testing.T) {
+	for seed := uint64(1); seed <= 20; seed++ {
+		a := nemSchedule(seed, time.Minute, nemTTL, nemStorageNodes)
+		require.Equal(t, a, nemSchedule(seed, time.Minute, nemTTL, nemStorageNodes), "seed %d", seed)
+		restore := slices.IndexFunc(a, func(s nemStep) bool { return s.kind == faultRestore })
+		require.GreaterOrEqual(t, restore, 0, "seed %d: no restore in %v", seed, a)
+		storageFault := slices.IndexFunc(a, func(s nemStep) bool { return s.target >= 0 && s.target < nemStorageNodes && s.kind != faultDupDir })
+		require.True(t, storageFault >= 0 && storageFault < restore, "seed %d: the first restore comes before any storage fault: %v", seed, a)
+		require.True(t, slices.ContainsFunc(a, func(s nemStep) bool { return s.kind == faultDupDir }), "seed %d: no data-dir copy", seed)
+		for _, s := range a {
+			if s.kind == faultStop {
+				require.Greater(t, s.hold, nemTTL, "a freeze must outlast the lease TTL")
+			}
+		}
+	}
+	long := nemSchedule(7, 10*time.Minute, nemTTL, nemStorageNodes)
+	hit := map[int]bool{}
+	for _, s := range long {
+		hit[s.target] = true
+	}
+	for i := range nemStorageNodes + 2 {
+		require.True(t, hit[i], "a 10-minute schedule never targets process %d", i)
+	}
+	require.NotEqual(t, long, nemSchedule(8, 10*time.Minute, nemTTL, nemStorageNodes), "different seeds, different schedules")
 }
