@@ -165,7 +165,11 @@ func (c *nemCluster) apply(s nemStep) {
 	case faultTerm:
 		p := c.procs[s.target]
 		p.signal(syscall.SIGTERM)
-		if code := p.wait(30 * time.Second); code != 0 {
+		const within = 30 * time.Second
+		if !eventually(func() bool { return !p.running() }, within, 50*time.Millisecond) {
+			c.finding(&c.termFindings, "%s still running %s after SIGTERM; killed", c.label(p), within)
+			p.kill9()
+		} else if code := p.wait(time.Second); code != 0 {
 			c.finding(&c.termFindings, "%s exited %d after SIGTERM (a clean stop must exit 0)", c.label(p), code)
 		}
 		holdFor(s.hold)
