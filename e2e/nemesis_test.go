@@ -216,6 +216,7 @@ func (c *nemCluster) checkAll(t *testing.T, hist *leaderHistory, writers []*nemW
 		c.logf("writer %s: %d of %d batches acknowledged; availability %.3f, longest write gap %s; failures:%s",
 			w.name, len(acked), sent, av, gap.Round(time.Millisecond), w.failureSummary())
 	}
+	c.logf("%s", ackTimeline(all, from, to))
 	av, gap := availability(all, from, to)
 	c.logf("NEMESIS RESULT: availability %.3f (fraction of seconds with an acknowledged write through either broker), longest write gap %s, over %s",
 		av, gap.Round(time.Millisecond), to.Sub(from).Round(time.Second))

@@ -198,3 +198,21 @@ func availability(acked []nemBatch, from, to time.Time) (float64, time.Duration)
 func seqLabel(i int64) string {
 	return "w" + strconv.FormatInt(i/nemWriterSpan, 10) + "#" + strconv.FormatInt(i%nemWriterSpan, 10)
 }
+
+// ackTimeline is the number of acknowledged batches per bucket of [from, to),
+// e.g. "10s: 41 40 0 0 12 ...", to show when writes stalled.
+func ackTimeline(acked []nemBatch, from, to time.Time) string {
+	bucket := max(5*time.Second, (to.Sub(from) / 40).Round(time.Second))
+	counts := make([]int, int((to.Sub(from)+bucket-1)/bucket))
+	for _, b := range acked {
+		if i := int(b.end.Sub(from) / bucket); i >= 0 && i < len(counts) {
+			counts[i]++
+		}
+	}
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "acknowledged batches per %s:", bucket)
+	for _, n := range counts {
+		fmt.Fprintf(&sb, " %d", n)
+	}
+	return sb.String()
+}
