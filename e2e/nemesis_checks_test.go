@@ -66,6 +66,7 @@ func (c *nemCluster) checkPoints(t *testing.T, writers []*nemWriter) {
 		series string
 	}
 	var missing, wrong, dups []int64
+	var lostFrom, lostTo time.Time // when the batches of missing points were sent
 	checked := 0
 	for wi, w := range writers {
 		batches, _, next := w.result()
@@ -115,6 +116,7 @@ func (c *nemCluster) checkPoints(t *testing.T, writers []*nemWriter) {
 				switch {
 				case e == nil:
 					missing = append(missing, i)
+					lostFrom, lostTo = minTime(lostFrom, b.start), maxTime(lostTo, b.end)
 				case e.value != float64(i) || e.series != "s"+strconv.FormatInt(i%nemSeries, 10):
 					wrong = append(wrong, i)
 				}
@@ -132,8 +134,9 @@ func (c *nemCluster) checkPoints(t *testing.T, writers []*nemWriter) {
 	ok := true
 	if len(missing) > 0 {
 		ok = false
-		t.Errorf("CHECK acknowledged points present: FAILED: %d of %d acknowledged points missing (%d acknowledged batches touched; missing per shard: %s); first: %s",
-			len(missing), checked, batchesTouched(missing), c.perShard(missing), label(missing))
+		t.Errorf("CHECK acknowledged points present: FAILED: %d of %d acknowledged points missing (%d acknowledged batches, sent between +%.1fs and +%.1fs; missing per shard: %s); first: %s",
+			len(missing), checked, batchesTouched(missing), lostFrom.Sub(c.begin).Seconds(), lostTo.Sub(c.begin).Seconds(),
+			c.perShard(missing), label(missing))
 	}
 	if len(wrong) > 0 {
 		ok = false
@@ -186,4 +189,18 @@ func batchesTouched(nums []int64) int {
 		set[n/nemPerPost] = true
 	}
 	return len(set)
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.IsZero() || b.Before(a) {
+		return b
+	}
+	return a
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
