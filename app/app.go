@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,6 +41,9 @@ type App struct {
 	http   *web.Server
 	reg    *prometheus.Registry
 	etcdUp atomic.Bool
+	// etcdAlarms are the alarms etcd reported at the last probe (NOSPACE...).
+	etcdAlarms atomic.Pointer[[]string]
+	alarmGauge *prometheus.GaugeVec
 
 	masterOps *masterSlot
 	clusters  *clusterStores
@@ -58,6 +63,12 @@ type App struct {
 func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 	a := &App{cfg: cfg, lg: lg, keys: models.Keys{NS: cfg.Namespace}, reg: prometheus.NewRegistry(), masterOps: &masterSlot{},
 		fatal: make(chan error, 1)}
+	a.alarmGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "cairn_etcd_alarm",
+		Help: "1 while etcd reports this alarm (nospace: etcd refuses metadata changes until an operator frees space and disarms it)"}, []string{"type"})
+	a.reg.MustRegister(a.alarmGauge)
+	for _, typ := range etcdAlarmTypes {
+		a.alarmGauge.WithLabelValues(typ).Set(0)
+	}
 	id, err := config.LoadOrCreateNodeID(cfg.DataDir, cfg.NodeID)
 	if err != nil {
 		return nil, err
@@ -89,6 +100,7 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 		Addr: cfg.HTTPAddr, NodeID: id, Roles: cfg.Roles, AdminToken: cfg.AdminToken, Logger: a.lg,
 		Gatherer: a.reg, State: a.sm.Snapshot, EtcdUp: a.etcdUp.Load, IsMaster: a.masterOps.active, Console: consoleHandler(),
 		Waiting: a.waiting, WriteMaxBodyBytes: int64(cfg.WriteMaxBodyBytes),
+		EtcdAlarms: a.currentAlarms,
 	}
 	if cfg.HasRole(config.RoleStorage) {
 		if err := a.openStorage(); err != nil {
@@ -124,6 +136,7 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 			ListenClientURL: cfg.EtcdListenClientURL, ListenPeerURL: cfg.EtcdListenPeerURL,
 			AdvertiseClientURL: cfg.EtcdAdvertiseClientURL, AdvertisePeerURL: cfg.EtcdAdvertisePeerURL,
 			InitialCluster: cfg.EtcdInitialCluster, ClusterState: cfg.EtcdClusterState, Logger: a.lg,
+			QuotaBackendBytes: cfg.EtcdQuotaBackendBytes,
 		})
 		if err != nil {
 			_ = a.http.Shutdown(context.Background())
@@ -278,12 +291,60 @@ func (a *App) probeEtcd(ctx context.Context) {
 				a.lg.Warn("etcd unreachable: serving from the local state copy; metadata changes are refused", zap.Error(err))
 			}
 		}
+		if err == nil {
+			a.probeAlarms(ctx)
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
 	}
+}
+
+// etcdAlarmTypes are the alarms the cairn_etcd_alarm gauge always exports.
+var etcdAlarmTypes = []string{"nospace", "corrupt"}
+
+// probeAlarms reads etcd's alarms into /ready and the cairn_etcd_alarm gauge,
+// logging each change once.
+func (a *App) probeAlarms(ctx context.Context) {
+	actx, cancel := context.WithTimeout(ctx, 900*time.Millisecond)
+	alarms, err := a.store.Alarms(actx)
+	cancel()
+	if err != nil {
+		return // keep the last answer: etcd flapping is what etcdUp shows
+	}
+	for i := range alarms {
+		alarms[i] = strings.ToLower(alarms[i])
+	}
+	prev := a.currentAlarms()
+	a.etcdAlarms.Store(&alarms)
+	for _, typ := range etcdAlarmTypes {
+		v := 0.0
+		if slices.Contains(alarms, typ) {
+			v = 1
+		}
+		a.alarmGauge.WithLabelValues(typ).Set(v)
+	}
+	if slices.Equal(prev, alarms) {
+		return
+	}
+	if slices.Contains(alarms, "nospace") {
+		a.lg.Error("etcd raised its NOSPACE alarm: metadata changes (DDL, failover, placement) are refused until it is cleared; " +
+			"compact and defragment etcd or raise --etcd-quota-backend-bytes, then run etcdctl alarm disarm")
+	} else if len(alarms) == 0 {
+		a.lg.Info("etcd alarms cleared")
+	} else {
+		a.lg.Warn("etcd alarms raised", zap.Strings("alarms", alarms))
+	}
+}
+
+// currentAlarms are the etcd alarms seen at the last probe, lower case.
+func (a *App) currentAlarms() []string {
+	if p := a.etcdAlarms.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // ensureDefaultCluster creates the storage cluster "default" on a standalone

@@ -4,6 +4,7 @@
 package broker
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -11,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -51,27 +53,52 @@ func bad(format string, a ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{models.ErrBadInput}, a...)...)
 }
 
+// unavailable words a failed etcd call for the caller, saying truthfully
+// whether anything may have changed.
 func unavailable(err error) error {
-	if errors.Is(err, coordinator.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("%w: etcd unreachable, nothing changed; retry: %v", models.ErrUnavailable, err)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, coordinator.ErrNoSpace):
+		return fmt.Errorf("%w: etcd is out of space (NOSPACE alarm) and refuses metadata changes; nothing changed. "+
+			"Reads and data writes keep working. To recover, free space in etcd (etcdctl compact <revision>, then etcdctl defrag) "+
+			"or raise its quota (--etcd-quota-backend-bytes for an embedded member), then clear the alarm with etcdctl alarm disarm", err)
+	case errors.Is(err, coordinator.ErrOutcomeUnknown), errors.Is(err, context.DeadlineExceeded):
+		if !errors.Is(err, coordinator.ErrOutcomeUnknown) {
+			err = fmt.Errorf("%w: %w", coordinator.ErrOutcomeUnknown, err)
+		}
+		return fmt.Errorf("outcome unknown: etcd did not confirm the change in time, so it may or may not have been applied; "+
+			"safe to retry the same request (a repeated create answers with the existing identical object, a repeated delete 404) (%w)", err)
+	case errors.Is(err, coordinator.ErrUnavailable):
+		return fmt.Errorf("%w: etcd unreachable, nothing changed; retry: %w", models.ErrUnavailable, err)
 	}
 	return err
 }
 
-// create writes key only if absent.
-func (a *Admin) create(ctx context.Context, key string, v any, what string) error {
+// create writes key only if absent. When it exists already, same(existing)
+// decides: an identical object (a retried create whose first answer was
+// lost) is returned as if just created; anything else is a conflict.
+func create[T any](ctx context.Context, a *Admin, key string, v T, what string, same func(T) bool) (T, error) {
 	data, err := json.Marshal(v)
 	if err != nil {
-		return err
+		return v, err
 	}
 	ok, _, err := a.Store.Txn(ctx, []coordinator.Cmp{coordinator.CreateRevIs(key, 0)}, []coordinator.Op{coordinator.OpPut(key, data, 0)})
 	if err != nil {
-		return unavailable(err)
+		return v, unavailable(err)
 	}
-	if !ok {
-		return fmt.Errorf("%w: %s already exists", models.ErrConflict, what)
+	if ok {
+		return v, nil
 	}
-	return nil
+	kv, err := a.Store.Get(ctx, key)
+	if err != nil {
+		return v, unavailable(err)
+	}
+	var cur T
+	if kv != nil && json.Unmarshal(kv.Value, &cur) == nil && same(cur) {
+		return cur, nil
+	}
+	return v, fmt.Errorf("%w: %s already exists with a different definition", models.ErrConflict, what)
 }
 
 func validEndpoint(e string) bool {
@@ -95,7 +122,11 @@ func (a *Admin) CreateStorageCluster(ctx context.Context, c models.StorageCluste
 	if c.EtcdEndpoints == nil {
 		c.EtcdEndpoints = []string{}
 	}
-	return c, a.create(ctx, a.Keys.StorageConfig(c.Name), c, fmt.Sprintf("storage cluster %q", c.Name))
+	same := func(cur models.StorageCluster) bool { return sameStorageCluster(cur, c) }
+	if cur, ok := a.State().StorageClusters[c.Name]; ok && same(cur) {
+		return cur, nil
+	}
+	return create(ctx, a, a.Keys.StorageConfig(c.Name), c, fmt.Sprintf("storage cluster %q", c.Name), same)
 }
 
 // DeleteStorageCluster implements web.Admin.
@@ -130,6 +161,24 @@ func checkReplicas(st *statemachine.State, cluster string, rf int) error {
 	return nil
 }
 
+// sameDatabase reports whether cur is the database that the request d asks
+// for (its uid aside: every create draws a new one).
+func sameDatabase(cur, d models.Database) bool {
+	if cur.Name != d.Name || cur.StorageCluster != d.StorageCluster || cur.NumShards != d.NumShards ||
+		cur.ReplicaFactor != d.ReplicaFactor || len(cur.Options) != len(d.Options) {
+		return false
+	}
+	// Options are compared as JSON (keys sorted), as they were stored.
+	a, errA := json.Marshal(cur.Options)
+	b, errB := json.Marshal(d.Options)
+	return errA == nil && errB == nil && bytes.Equal(a, b)
+}
+
+// sameStorageCluster is sameDatabase for storage clusters.
+func sameStorageCluster(cur, c models.StorageCluster) bool {
+	return cur.Name == c.Name && cur.Namespace == c.Namespace && slices.Equal(cur.EtcdEndpoints, c.EtcdEndpoints)
+}
+
 // CreateDatabase implements web.Admin.
 func (a *Admin) CreateDatabase(ctx context.Context, d models.Database) (models.Database, error) {
 	if !models.ValidName(d.Name) {
@@ -147,21 +196,28 @@ func (a *Admin) CreateDatabase(ctx context.Context, d models.Database) (models.D
 	if d.ReplicaFactor < 1 {
 		return d, bad("invalid replica_factor %d: want at least 1", d.ReplicaFactor)
 	}
+	if d.Options == nil {
+		d.Options = map[string]any{}
+	}
+	// A create repeated after a lost answer (a timeout, a 503 "outcome
+	// unknown") finds its own database: the same definition answers as the
+	// first create would have, anything else is a conflict.
+	same := func(cur models.Database) bool { return sameDatabase(cur, d) }
 	st := a.State()
+	if cur, ok := st.Databases[d.Name]; ok {
+		if same(cur) {
+			return cur, nil
+		}
+		return d, fmt.Errorf("%w: database %q already exists with a different definition", models.ErrConflict, d.Name)
+	}
 	if _, ok := st.StorageClusters[d.StorageCluster]; !ok {
 		return d, fmt.Errorf("%w: storage cluster %q does not exist", models.ErrImpossible, d.StorageCluster)
-	}
-	if _, ok := st.Databases[d.Name]; ok {
-		return d, fmt.Errorf("%w: database %q already exists", models.ErrConflict, d.Name)
 	}
 	if err := checkReplicas(st, d.StorageCluster, d.ReplicaFactor); err != nil {
 		return d, err
 	}
-	if d.Options == nil {
-		d.Options = map[string]any{}
-	}
 	d.UID = newUID()
-	return d, a.create(ctx, a.Keys.DatabaseConfig(d.Name), d, fmt.Sprintf("database %q", d.Name))
+	return create(ctx, a, a.Keys.DatabaseConfig(d.Name), d, fmt.Sprintf("database %q", d.Name), same)
 }
 
 // UpdateDatabase implements web.Admin. The write is guarded by the config's

@@ -26,6 +26,12 @@ const (
 // RoleStandalone is the --role value that expands to every role.
 const RoleStandalone = "standalone"
 
+// Bounds of --etcd-quota-backend-bytes (0 keeps etcd's default).
+const (
+	MinEtcdQuotaBytes = 1 << 20
+	MaxEtcdQuotaBytes = 64 << 30
+)
+
 // AllRoles lists every role in canonical order.
 var AllRoles = []string{RoleEtcd, RoleMaster, RoleBroker, RoleStorage}
 
@@ -83,6 +89,9 @@ type Config struct {
 	EtcdAdvertisePeerURL   string // defaults to EtcdListenPeerURL
 	EtcdInitialCluster     string // defaults to "<etcd-name>=<advertise peer url>"
 	EtcdClusterState       string // "new" or "existing"
+	// EtcdQuotaBackendBytes is the embedded member's space quota; 0 means
+	// etcd's default.
+	EtcdQuotaBackendBytes int64
 
 	LogLevel  string // debug, info, warn or error
 	LogFormat string // console or json

@@ -29,6 +29,8 @@ func TestParseErrors(t *testing.T) {
 			exact: `invalid --lease-ttl "1s": must be at least 2s`},
 		{name: "bad duration", args: []string{"--lease-ttl", "three"}, want: []string{`invalid --lease-ttl "three"`, "duration"}},
 		{name: "fractional lease", args: []string{"--lease-ttl", "2500ms"}, want: []string{`"2500ms"`, "whole number of seconds"}},
+		{name: "etcd quota too small", args: []string{"--etcd-quota-backend-bytes", "4096"}, want: []string{`invalid --etcd-quota-backend-bytes "4096"`, "1 MiB"}},
+		{name: "etcd quota not a number", env: map[string]string{"CAIRN_ETCD_QUOTA_BACKEND_BYTES": "2GB"}, want: []string{`invalid CAIRN_ETCD_QUOTA_BACKEND_BYTES "2GB"`, "number of bytes"}},
 		{name: "negative rebalance delay", args: []string{"--rebalance-delay", "-1s"}, want: []string{`invalid --rebalance-delay "-1s"`, "at least 0s"}},
 		{name: "bad address", args: []string{"--http-addr", "nonsense"},
 			exact: `invalid --http-addr "nonsense": missing port in address`},

@@ -256,6 +256,19 @@ var options = []option{
 		"this member alone: <etcd-name>=<advertise peer url>"),
 	stringOpt("etcd-cluster-state", groupEtcd, "new to found a cluster, existing to join one that already runs",
 		func(c *Config) *string { return &c.EtcdClusterState }, checkOneOf("new", "existing")),
+	withDefText(option{
+		name: "etcd-quota-backend-bytes", kind: kindInt, group: groupEtcd,
+		help: "space the member's database may use before etcd raises its NOSPACE alarm and refuses metadata changes (reads and data writes go on)",
+		get:  func(c *Config) string { return strconv.FormatInt(c.EtcdQuotaBackendBytes, 10) },
+		set: func(c *Config, raw string) error {
+			n, err := strconv.ParseInt(raw, 10, 64)
+			if err != nil || (n != 0 && (n < MinEtcdQuotaBytes || n > MaxEtcdQuotaBytes)) {
+				return fmt.Errorf("want 0 (etcd's default, 2 GiB) or a number of bytes from %d (1 MiB) to %d (64 GiB)", MinEtcdQuotaBytes, MaxEtcdQuotaBytes)
+			}
+			c.EtcdQuotaBackendBytes = n
+			return nil
+		},
+	}, "0 (etcd's default, 2 GiB)"),
 
 	withDefText(stringOpt("etcd-cacert", groupTLS, "CA bundle that verifies the etcd servers (https endpoints)",
 		func(c *Config) *string { return &c.EtcdCACert }, nil), "none"),

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
@@ -98,6 +99,8 @@ func mapErr(err error) error {
 		return fmt.Errorf("%w: %v", ErrCompacted, err)
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):
 		return fmt.Errorf("%w: %v", ErrLeaseNotFound, err)
+	case errors.Is(err, rpctypes.ErrNoSpace):
+		return fmt.Errorf("%w: %v", ErrNoSpace, err)
 	case errors.Is(err, context.Canceled):
 		return err
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, rpctypes.ErrNoLeader),
@@ -112,6 +115,19 @@ func mapErr(err error) error {
 		}
 	}
 	return err
+}
+
+// mapWriteErr is mapErr for a call that changes etcd. A write that timed out
+// or lost its connection may have been proposed and applied after all, so it
+// is marked ErrOutcomeUnknown (still matching ErrUnavailable). Only errors
+// etcd returns before proposing (no leader, NOSPACE, auth, too large...)
+// prove that nothing changed.
+func mapWriteErr(err error) error {
+	mapped := mapErr(err)
+	if !errors.Is(mapped, ErrUnavailable) || errors.Is(err, rpctypes.ErrNoLeader) {
+		return mapped
+	}
+	return fmt.Errorf("%w: %w", ErrOutcomeUnknown, mapped)
 }
 
 func kvFrom(k *mvccpb.KeyValue) KeyValue {
@@ -184,7 +200,7 @@ func (s *EtcdStore) Put(ctx context.Context, key string, value []byte, lease Lea
 		opts = append(opts, clientv3.WithLease(clientv3.LeaseID(lease)))
 	}
 	var resp *clientv3.PutResponse
-	if err := s.call(ctx, opPut, func(ctx context.Context) (err error) {
+	if err := s.callWrite(ctx, opPut, func(ctx context.Context) (err error) {
 		resp, err = s.cli.Put(ctx, key, string(value), opts...)
 		return err
 	}); err != nil {
@@ -196,7 +212,7 @@ func (s *EtcdStore) Put(ctx context.Context, key string, value []byte, lease Lea
 // Delete implements Store.
 func (s *EtcdStore) Delete(ctx context.Context, key string) (bool, error) {
 	var resp *clientv3.DeleteResponse
-	if err := s.call(ctx, opDelete, func(ctx context.Context) (err error) { resp, err = s.cli.Delete(ctx, key); return err }); err != nil {
+	if err := s.callWrite(ctx, opDelete, func(ctx context.Context) (err error) { resp, err = s.cli.Delete(ctx, key); return err }); err != nil {
 		return false, err
 	}
 	return resp.Deleted > 0, nil
@@ -205,7 +221,7 @@ func (s *EtcdStore) Delete(ctx context.Context, key string) (bool, error) {
 // DeletePrefix implements Store.
 func (s *EtcdStore) DeletePrefix(ctx context.Context, prefix string) (int64, error) {
 	var resp *clientv3.DeleteResponse
-	if err := s.call(ctx, opDeletePrefix, func(ctx context.Context) (err error) {
+	if err := s.callWrite(ctx, opDeletePrefix, func(ctx context.Context) (err error) {
 		resp, err = s.cli.Delete(ctx, prefix, clientv3.WithPrefix())
 		return err
 	}); err != nil {
@@ -240,7 +256,7 @@ func (s *EtcdStore) Txn(ctx context.Context, cmps []Cmp, ops []Op) (bool, int64,
 		os[i] = clientv3.OpPut(o.Key, string(o.Value), opts...)
 	}
 	var resp *clientv3.TxnResponse
-	if err := s.call(ctx, opTxn, func(ctx context.Context) (err error) {
+	if err := s.callWrite(ctx, opTxn, func(ctx context.Context) (err error) {
 		resp, err = s.cli.Txn(ctx).If(cs...).Then(os...).Commit()
 		return err
 	}); err != nil {
@@ -360,6 +376,27 @@ func (s *EtcdStore) Header(ctx context.Context) (uint64, int64, error) {
 		return 0, 0, err
 	}
 	return resp.Header.ClusterId, resp.Header.Revision, nil
+}
+
+// Alarms lists the alarms raised in the etcd cluster ("NOSPACE",
+// "CORRUPT"), one entry per kind whatever the number of members raising it.
+func (s *EtcdStore) Alarms(ctx context.Context) ([]string, error) {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	resp, err := s.cli.AlarmList(ctx)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, a := range resp.Alarms {
+		name := a.Alarm.String()
+		if a.Alarm != etcdserverpb.AlarmType_NONE && !seen[name] {
+			seen[name] = true
+			out = append(out, name)
+		}
+	}
+	return out, nil
 }
 
 // Close implements Store.

@@ -76,10 +76,23 @@ func (m *EtcdMetrics) observe(op string, took time.Duration, err error) {
 // default deadline, maps the error to the package sentinels and records the
 // request's latency and outcome.
 func (s *EtcdStore) call(ctx context.Context, op string, fn func(ctx context.Context) error) error {
+	return s.observed(ctx, op, mapErr, fn)
+}
+
+// callWrite is call for writes: a write that timed out or lost its
+// connection has an unknown outcome (mapWriteErr), never "nothing changed".
+func (s *EtcdStore) callWrite(ctx context.Context, op string, fn func(ctx context.Context) error) error {
+	return s.observed(ctx, op, mapWriteErr, fn)
+}
+
+func (s *EtcdStore) observed(ctx context.Context, op string, mapper func(error) error, fn func(ctx context.Context) error) error {
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
 	start := time.Now()
-	err := mapErr(fn(ctx))
+	err := fn(ctx)
+	if err != nil {
+		err = mapper(err)
+	}
 	s.metrics.observe(op, time.Since(start), err)
 	return err
 }

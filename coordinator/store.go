@@ -21,6 +21,14 @@ var (
 	ErrLeaseNotFound = errors.New("coordinator: lease not found")
 	// ErrClosed means the store was closed.
 	ErrClosed = errors.New("coordinator: store closed")
+	// ErrNoSpace means etcd raised its NOSPACE alarm: it refuses every write
+	// (before applying it) until an operator compacts, defragments or raises
+	// the quota and disarms the alarm. Reads keep working.
+	ErrNoSpace = errors.New("coordinator: etcd out of space (NOSPACE alarm)")
+	// ErrOutcomeUnknown marks a write whose request may have reached etcd but
+	// whose answer did not come back (a timeout, a lost connection): it may
+	// or may not have been applied. Such errors also match ErrUnavailable.
+	ErrOutcomeUnknown = errors.New("coordinator: write outcome unknown")
 )
 
 // LeaseID identifies a lease; 0 means none.

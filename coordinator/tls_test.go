@@ -19,6 +19,7 @@ import (
 
 	"github.com/cairn-db/cairn/coordinator"
 	"github.com/cairn-db/cairn/coordinator/etcdtest"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -54,8 +55,15 @@ func writeCerts(t *testing.T, dir string) (ca, cert, key string) {
 }
 
 // The etcd client options (--etcd-cacert and --etcd-username/--etcd-password)
-// against a real etcd serving TLS with authentication enabled.
+// against a real etcd serving TLS with authentication enabled. Every call has
+// a generous bounded deadline and the first ones after a configuration change
+// are retried: on a loaded machine a TLS handshake plus an authentication
+// round can take seconds, and that is not what this test is about.
 func TestEtcdStoreTLSAndAuth(t *testing.T) {
+	const (
+		callTimeout = 20 * time.Second // one call that must succeed
+		settle      = 60 * time.Second // retrying until etcd accepts
+	)
 	dir := t.TempDir()
 	ca, cert, key := writeCerts(t, dir)
 	cu, _ := url.Parse(fmt.Sprintf("https://127.0.0.1:%d", etcdtest.FreePort(t)))
@@ -67,50 +75,74 @@ func TestEtcdStoreTLSAndAuth(t *testing.T) {
 	cfg.InitialCluster = "tls=" + pu.String()
 	cfg.ClientTLSInfo.CertFile, cfg.ClientTLSInfo.KeyFile = cert, key
 	cfg.Logger, cfg.ZapLoggerBuilder = "zap", embed.NewZapLoggerBuilder(zap.NewNop())
+	// The cheapest password hashing: bcrypt at the default cost takes
+	// seconds of CPU per authentication under -race on a busy machine.
+	cfg.BcryptCost = 4 // bcrypt's minimum cost
 	e, err := embed.StartEtcd(cfg)
 	require.NoError(t, err)
 	defer e.Close()
 	select {
 	case <-e.Server.ReadyNotify():
-	case <-time.After(20 * time.Second):
+	case <-time.After(settle):
 		t.Fatal("etcd not ready")
 	}
 
-	ctx := context.Background()
-	// Enable authentication with a root user, over TLS.
-	admin, err := coordinator.NewEtcdStore(coordinator.EtcdConfig{Endpoints: []string{cu.String()}, CACert: ca})
+	call := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.Background(), callTimeout)
+	}
+	// Enable authentication with a root user, over TLS. Each step is
+	// idempotent enough to retry: a user that exists already is fine.
+	admin, err := coordinator.NewEtcdStore(coordinator.EtcdConfig{Endpoints: []string{cu.String()}, CACert: ca,
+		DialTimeout: callTimeout, RequestTimeout: callTimeout})
 	require.NoError(t, err)
 	cli := admin.Client()
-	_, err = cli.UserAdd(ctx, "root", "s3cret")
-	require.NoError(t, err)
-	_, err = cli.UserGrantRole(ctx, "root", "root")
-	require.NoError(t, err)
-	_, err = cli.AuthEnable(ctx)
-	require.NoError(t, err)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		ctx, cancel := call()
+		defer cancel()
+		if _, err := cli.UserGet(ctx, "root"); err != nil {
+			_, err = cli.UserAdd(ctx, "root", "s3cret")
+			require.NoError(c, err)
+		}
+		_, err := cli.UserGrantRole(ctx, "root", "root")
+		require.NoError(c, err)
+		_, err = cli.AuthEnable(ctx)
+		require.NoError(c, err)
+	}, settle, 200*time.Millisecond, "enabling authentication over TLS")
 	require.NoError(t, admin.Close())
 
 	good, err := coordinator.NewEtcdStore(coordinator.EtcdConfig{Endpoints: []string{cu.String()}, CACert: ca,
-		Username: "root", Password: "s3cret", DialTimeout: 5 * time.Second})
+		Username: "root", Password: "s3cret", DialTimeout: callTimeout, RequestTimeout: callTimeout})
 	require.NoError(t, err)
 	defer good.Close()
-	_, err = good.Put(ctx, "/tls/k", []byte("v"), 0)
-	require.NoError(t, err)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		ctx, cancel := call()
+		defer cancel()
+		_, err := good.Put(ctx, "/tls/k", []byte("v"), 0)
+		require.NoError(c, err)
+	}, settle, 200*time.Millisecond, "first authenticated write over TLS")
+	ctx, cancel := call()
+	defer cancel()
 	kv, err := good.Get(ctx, "/tls/k")
 	require.NoError(t, err)
 	require.Equal(t, "v", string(kv.Value))
 
-	// Without credentials etcd refuses; without the CA the TLS handshake fails.
-	anon, err := coordinator.NewEtcdStore(coordinator.EtcdConfig{Endpoints: []string{cu.String()}, CACert: ca, RequestTimeout: 2 * time.Second})
+	// Without credentials etcd refuses; without the CA the TLS handshake
+	// fails (the short timeout only shortens the wait for that refusal).
+	anon, err := coordinator.NewEtcdStore(coordinator.EtcdConfig{Endpoints: []string{cu.String()}, CACert: ca,
+		DialTimeout: callTimeout, RequestTimeout: callTimeout})
 	require.NoError(t, err)
 	defer anon.Close()
-	_, err = anon.Put(ctx, "/tls/k", []byte("x"), 0)
+	_, err = anon.Put(context.Background(), "/tls/k", []byte("x"), 0)
 	require.Error(t, err)
+	require.NotErrorIs(t, err, coordinator.ErrUnavailable, "etcd itself refuses a client without credentials")
 	untrusted, err := coordinator.NewEtcdStore(coordinator.EtcdConfig{Endpoints: []string{cu.String()}, RequestTimeout: 2 * time.Second})
 	require.NoError(t, err)
 	defer untrusted.Close()
-	_, err = untrusted.Get(ctx, "/tls/k")
+	_, err = untrusted.Get(context.Background(), "/tls/k")
 	require.Error(t, err)
-	kv, err = good.Get(ctx, "/tls/k")
+	ctx2, cancel2 := call()
+	defer cancel2()
+	kv, err = good.Get(ctx2, "/tls/k")
 	require.NoError(t, err)
 	require.Equal(t, "v", string(kv.Value), "refused writes changed nothing")
 }

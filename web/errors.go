@@ -34,6 +34,12 @@ func statusOf(err error) (int, string) {
 		return http.StatusRequestEntityTooLarge, "too_large"
 	case errors.Is(err, models.ErrImpossible):
 		return http.StatusUnprocessableEntity, "unprocessable"
+	// Both before the generic 503: the client must learn that etcd is full
+	// (an operator has to act) or that its change may have been applied.
+	case errors.Is(err, coordinator.ErrNoSpace):
+		return http.StatusServiceUnavailable, "etcd_nospace"
+	case errors.Is(err, coordinator.ErrOutcomeUnknown):
+		return http.StatusServiceUnavailable, "outcome_unknown"
 	case errors.Is(err, models.ErrUnavailable), errors.Is(err, coordinator.ErrUnavailable),
 		errors.Is(err, coordinator.ErrDeposed):
 		return http.StatusServiceUnavailable, "unavailable"

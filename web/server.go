@@ -35,6 +35,8 @@ type Config struct {
 	State func() *statemachine.State
 	// EtcdUp reports whether etcd answered recently.
 	EtcdUp func() bool
+	// EtcdAlarms lists the alarms etcd raised ("nospace"); may be nil.
+	EtcdAlarms func() []string
 	// IsMaster reports whether this node currently holds a master term.
 	IsMaster func() bool
 	// Admin handles metadata changes; nil on nodes without the broker role.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
+	"strings"
 
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
@@ -39,12 +40,35 @@ func (s *Server) ready(c *gin.Context) {
 	}
 	waiting := s.waiting()
 	body := gin.H{"ready": waiting == "", "from_backup": st.FromBackup, "etcd": etcd, "node_id": s.cfg.NodeID}
+	// An etcd alarm degrades the node but does not make it unready: reads
+	// and data writes go on, only metadata changes are refused.
+	if degraded := s.degraded(); len(degraded) > 0 {
+		body["status"], body["degraded"] = "degraded", degraded
+	}
 	if waiting != "" {
 		body["waiting_for"] = waiting
 		c.JSON(http.StatusServiceUnavailable, body)
 		return
 	}
 	c.JSON(http.StatusOK, body)
+}
+
+// degraded lists what works only in part, with what to do about it.
+func (s *Server) degraded() []string {
+	if s.cfg.EtcdAlarms == nil {
+		return nil
+	}
+	var out []string
+	for _, a := range s.cfg.EtcdAlarms() {
+		switch a {
+		case "nospace":
+			out = append(out, "etcd_nospace: etcd is out of space and refuses metadata changes (DDL, failover); reads and data writes go on. "+
+				"Compact and defragment etcd or raise its quota (--etcd-quota-backend-bytes), then run etcdctl alarm disarm")
+		default:
+			out = append(out, "etcd_"+a+": etcd raised its "+strings.ToUpper(a)+" alarm")
+		}
+	}
+	return out
 }
 
 func (s *Server) master(c *gin.Context) {

@@ -103,6 +103,9 @@ func TestErrorMappingAndStrictBodies(t *testing.T) {
 		{fmt.Errorf("%w: x", models.ErrConflict), 409, "conflict"},
 		{fmt.Errorf("%w: x", models.ErrImpossible), 422, "unprocessable"},
 		{fmt.Errorf("%w: x", coordinator.ErrUnavailable), 503, "unavailable"},
+		{fmt.Errorf("%w: x", coordinator.ErrNoSpace), 503, "etcd_nospace"},
+		// An unknown outcome also matches ErrUnavailable; the precise code wins.
+		{fmt.Errorf("%w: %w", coordinator.ErrOutcomeUnknown, coordinator.ErrUnavailable), 503, "outcome_unknown"},
 		{errors.New("boom"), 500, "internal"},
 	}
 	for _, tc := range cases {

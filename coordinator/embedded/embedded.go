@@ -31,6 +31,9 @@ type Config struct {
 	Logger              *zap.Logger
 	StartTimeout        time.Duration // default 30s (a member of a new cluster waits for quorum)
 	CompactionRetention string        // default "5m" periodic
+	// QuotaBackendBytes is the space the member's database may use before
+	// etcd raises its NOSPACE alarm; 0 keeps etcd's default (2 GiB).
+	QuotaBackendBytes int64
 }
 
 // Validate fills defaults and checks URLs.
@@ -110,6 +113,7 @@ func Start(cfg Config) (*Server, error) {
 	}
 	ec.AutoCompactionMode = embed.CompactorModePeriodic
 	ec.AutoCompactionRetention = cfg.CompactionRetention
+	ec.QuotaBackendBytes = cfg.QuotaBackendBytes
 	ec.Logger = "zap"
 	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(cfg.Logger.Named("etcd"))
 	// Faster elections than etcd's defaults suit one machine or a LAN; they
