@@ -47,7 +47,7 @@ read-token = "r-toml"`)
 			}},
 		{name: "flag is recorded", args: []string{"--cluster-secret", "f1", "--read-token", "r1", "--log-level", "debug"},
 			flagged: []string{"cluster-secret", "read-token"},
-			check: func(t *testing.T, c Config) { require.Equal(t, "f1", c.ClusterSecret) }},
+			check:   func(t *testing.T, c Config) { require.Equal(t, "f1", c.ClusterSecret) }},
 		{name: "both", args: []string{"--admin-token", "x", "--admin-token-file", file}, errHas: "--admin-token is also given"},
 		{name: "missing file", args: []string{"--write-token-file", filepath.Join(dir, "nope")}, errHas: "--write-token-file"},
 		{name: "empty file", args: []string{"--cluster-secret-file", empty}, errHas: "the file is empty"},
