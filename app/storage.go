@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"net/http"
 	"path/filepath"
 	"time"
 
@@ -23,13 +22,9 @@ func (a *App) openStorage() error {
 	a.host = storage.NewHost(storage.HostConfig{
 		NodeID: a.nodeID, Cluster: a.cfg.StorageCluster, Engine: eng, State: a.sm.Snapshot,
 		Changed: a.sm.Subscribe(), Logger: a.lg, MinInsync: a.cfg.MinInsyncReplicas,
-		DropDelay: a.cfg.ShardDropDelay, Dir: dir,
+		DropDelay: a.cfg.ShardDropDelay, Dir: dir, Client: a.peerClient(0),
 	})
 	return nil
-}
-
-func dataClient() *http.Client {
-	return &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}}
 }
 
 // transferLeader asks the master (local or remote) for a graceful handoff.
