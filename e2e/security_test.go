@@ -306,3 +306,42 @@ func requireNoSecrets(t *testing.T, c *dataCluster, secrets ...string) {
 		}
 	}
 }
+
+// TestSecurityDefaults: a node without a cluster secret behaves as before and
+// warns once that its internal API is open; secret files work; a bad TLS
+// file or a secret given twice exits 2 without quoting the secret.
+func TestSecurityDefaults(t *testing.T) {
+	p := start(t, standaloneArgs(t)...)
+	p.waitStatus("/api/v1/ready", 200, 20*time.Second)
+	logged := readLog(t, p)
+	require.Equal(t, 1, strings.Count(logged, "the internal API (/internal/) is open"), logged)
+	require.NotContains(t, logged, "secrets given as command-line flags")
+
+	dir := t.TempDir()
+	secretFile := filepath.Join(dir, "secret")
+	require.NoError(t, os.WriteFile(secretFile, []byte("file-secret-value\n"), 0o600))
+	s := start(t, append(standaloneArgs(t), "--cluster-secret-file", secretFile, "--admin-token-file", secretFile)...)
+	s.waitStatus("/api/v1/health", 200, 20*time.Second)
+	code, _ := s.get("/api/v1/databases")
+	require.Equal(t, 200, code, "reads stay open with only an admin token")
+	code, _ = s.post("/api/v1/databases", map[string]any{"name": "x", "num_shards": 1})
+	require.Equal(t, 401, code)
+	code, _ = s.send("POST", "/api/v1/storage-clusters", map[string]any{"name": "other"}, "Bearer file-secret-value")
+	require.Equal(t, 201, code)
+	require.Eventually(t, func() bool {
+		code, _ := probe(t, &http.Client{Timeout: 5 * time.Second}, s.addr, internalProbe{"GET", "/internal/v1/shards/x/0/query", nil},
+			signWith("file-secret-value", time.Now()))
+		return code == 404 // the proof passes; the shard is not hosted
+	}, 10*time.Second, 50*time.Millisecond)
+	require.NotContains(t, readLog(t, s), "file-secret-value")
+
+	for _, args := range [][]string{
+		{"--cluster-secret", "flag-secret-value", "--cluster-secret-file", secretFile},
+		{"--tls-cert", filepath.Join(dir, "missing.pem"), "--tls-key", filepath.Join(dir, "missing-key.pem"), "--cluster-secret", "flag-secret-value"},
+	} {
+		code, _, stderr := runCLI(t, append(standaloneArgs(t), args...)...)
+		require.Equal(t, 2, code, stderr)
+		require.NotContains(t, stderr, "flag-secret-value")
+		require.NotContains(t, stderr, "file-secret-value")
+	}
+}
