@@ -202,7 +202,7 @@ func (v *Verifier) VerifyRequest(r *http.Request) error {
 	}
 	var body []byte
 	if r.Body != nil && r.Body != http.NoBody {
-		body, err = io.ReadAll(r.Body)
+		body, err = readBody(r.Body, r.ContentLength)
 		_ = r.Body.Close()
 		if err != nil {
 			return fmt.Errorf("%w: reading body: %w", ErrBodyMismatch, err)
@@ -213,6 +213,24 @@ func (v *Verifier) VerifyRequest(r *http.Request) error {
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	return nil
+}
+
+// readBody reads a whole body in one allocation when its length is known
+// (the server has already checked Content-Length against the bytes sent and
+// bounds the body).
+func readBody(rd io.Reader, n int64) ([]byte, error) {
+	if n <= 0 || n > 256<<20 {
+		return io.ReadAll(rd)
+	}
+	buf := make([]byte, n)
+	if _, err := io.ReadFull(rd, buf); err != nil {
+		return nil, err
+	}
+	var one [1]byte
+	if m, _ := rd.Read(one[:]); m != 0 {
+		return nil, errors.New("body longer than its Content-Length")
+	}
+	return buf, nil
 }
 
 // RequireVerifiedCert refuses a request that did not present a client
