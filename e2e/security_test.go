@@ -283,8 +283,13 @@ func requireNoSecrets(t *testing.T, c *dataCluster, secrets ...string) {
 		}
 		require.Contains(t, places[p.name+" /metrics"], "go_goroutines")
 		require.Contains(t, places[p.name+" /debug/pprof/cmdline"], "--role")
-		data, err := os.ReadFile(filepath.Join(p.dataDirArg(), "state.backup"))
-		require.NoError(t, err)
+		// A node restarted a moment ago may not have saved its copy yet.
+		var data []byte
+		require.Eventually(t, func() bool {
+			var err error
+			data, err = os.ReadFile(filepath.Join(p.dataDirArg(), "state.backup"))
+			return err == nil && len(data) > 0
+		}, 15*time.Second, 50*time.Millisecond, "%s wrote no state.backup", p.name)
 		places[p.name+" state.backup"] = string(data)
 	}
 	endpoint := ""
