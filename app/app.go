@@ -54,12 +54,14 @@ type App struct {
 
 	wg     sync.WaitGroup
 	cancel context.CancelFunc
+	fatal  chan error // a role that cannot go on (its node id is held by another process)
 }
 
 // Start brings the node up: it returns once the HTTP server listens and the
 // embedded etcd member, if any, serves. Wait then blocks until the end.
 func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
-	a := &App{cfg: cfg, lg: lg, keys: models.Keys{NS: cfg.Namespace}, reg: prometheus.NewRegistry(), masterOps: &masterSlot{}}
+	a := &App{cfg: cfg, lg: lg, keys: models.Keys{NS: cfg.Namespace}, reg: prometheus.NewRegistry(), masterOps: &masterSlot{},
+		fatal: make(chan error, 1)}
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	id, err := config.LoadOrCreateNodeID(cfg.DataDir, cfg.NodeID)
 	if err != nil {
@@ -93,6 +95,7 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 	wcfg := web.Config{
 		Addr: cfg.HTTPAddr, NodeID: id, Roles: cfg.Roles, Logger: a.lg,
 		Gatherer: a.reg, State: a.sm.Snapshot, EtcdUp: a.etcdUp.Load, IsMaster: a.masterOps.active, Console: consoleHandler(),
+		Waiting: a.waiting, WriteMaxBodyBytes: int64(cfg.WriteMaxBodyBytes),
 	}
 	a.webSecurity(&wcfg)
 	if cfg.HasRole(config.RoleStorage) {
@@ -104,11 +107,16 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 	}
 	if cfg.HasRole(config.RoleBroker) {
 		wcfg.Admin = a.admin()
-		data := &broker.Data{State: a.sm.Snapshot, Changed: a.sm.Changed, Client: a.peerClient(0)}
+		data := &broker.Data{State: a.sm.Snapshot, Changed: a.sm.Changed, Client: a.peerClient(0),
+			MaxPoints: cfg.WriteMaxPoints, QueryMaxSeries: cfg.QueryMaxSeries, QueryMaxPoints: cfg.QueryMaxPoints}
 		if a.host != nil {
 			data.Self, data.Local = id, a.host.Write
 		}
 		wcfg.Data = data
+	}
+	if err := a.preflightNodeID(); err != nil {
+		a.shutdown()
+		return nil, err
 	}
 	a.http = web.New(wcfg)
 	if err := a.http.Listen(); err != nil {
@@ -141,8 +149,11 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 	}
 	if cfg.HasRole(config.RoleBroker) {
 		a.goRun(runCtx, func(ctx context.Context) {
-			coordinator.KeepRegistered(ctx, a.store, a.keys.Broker(id), cfg.LeaseTTL, 0,
-				broker.BrokerRecord(id, cfg.AdvertiseAddr, time.Now()), a.lg.Named("broker"))
+			reg := coordinator.Registration{Key: a.keys.Broker(id), TTL: cfg.LeaseTTL,
+				Value: broker.BrokerRecord(id, cfg.AdvertiseAddr, time.Now()), Owner: broker.BrokerOwner(cfg.AdvertiseAddr)}
+			if err := coordinator.KeepRegistered(ctx, a.store, reg, a.lg.Named("broker")); err != nil {
+				a.failOn(fmt.Errorf("broker node id %q is in use by another live process: %w", id, err))
+			}
 		})
 	}
 	if cfg.HasRole(config.RoleMaster) {
@@ -192,6 +203,20 @@ func (a *App) Wait(ctx context.Context) error {
 		return errors.New("http server stopped")
 	case err := <-etcdErr:
 		return fmt.Errorf("embedded etcd: %w", err)
+	case err := <-a.fatal:
+		return err
+	}
+}
+
+// failOn stops the node with err (nil: nothing happened).
+func (a *App) failOn(err error) {
+	if err == nil {
+		return
+	}
+	a.lg.Error("cannot go on; stopping", zap.Error(err))
+	select {
+	case a.fatal <- err:
+	default:
 	}
 }
 

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/cairn-db/cairn/storage"
@@ -23,6 +24,7 @@ func (a *App) openStorage() error {
 		NodeID: a.nodeID, Cluster: a.cfg.StorageCluster, Engine: eng, State: a.sm.Snapshot,
 		Changed: a.sm.Subscribe(), Logger: a.lg, MinInsync: a.cfg.MinInsyncReplicas,
 		DropDelay: a.cfg.ShardDropDelay, Dir: dir, Client: a.peerClient(0),
+		QueryLimits: engine.Limits{MaxSeries: a.cfg.QueryMaxSeries, MaxPoints: a.cfg.QueryMaxPoints},
 	})
 	return nil
 }
@@ -43,13 +45,18 @@ func (a *App) runStorage(ctx context.Context) {
 			store, ck, err := a.clusters.get(cfg)
 			if err == nil {
 				a.host.Attach(store, ck)
+				// Shards are served only once this process holds its node id's
+				// record: a copy of the data dir must never lead or follow.
 				hctx, cancel := context.WithCancel(ctx)
 				done := make(chan struct{})
-				go func() { defer close(done); a.host.Run(hctx) }()
-				storage.RunNode(ctx, storage.NodeConfig{Store: store, Keys: ck, NodeID: a.nodeID, Address: a.cfg.AdvertiseAddr,
-					Cluster: cfg.Name, TTL: a.cfg.LeaseTTL, Report: a.host.Report, Logger: a.lg.Named("storage")})
+				var once sync.Once
+				registered := func() { once.Do(func() { go func() { defer close(done); a.host.Run(hctx) }() }) }
+				err := storage.RunNode(ctx, storage.NodeConfig{Store: store, Keys: ck, NodeID: a.nodeID, Address: a.cfg.AdvertiseAddr,
+					Cluster: cfg.Name, TTL: a.cfg.LeaseTTL, Report: a.host.Report, Logger: a.lg.Named("storage"), Registered: registered})
 				cancel()
+				once.Do(func() { close(done) })
 				<-done
+				a.failOn(err)
 				return
 			}
 			a.lg.Warn("cannot reach storage cluster", zap.String("cluster", cfg.Name), zap.Error(err))

@@ -38,6 +38,13 @@ type Data struct {
 	Self  string
 	Local func(ctx context.Context, db string, shard int, term int64, points []lineproto.Point) error
 	Now   func() time.Time
+	// MaxPoints bounds the points of one write batch (0: no bound): past it
+	// the batch is refused with models.ErrTooLarge before it is decoded in
+	// full.
+	MaxPoints int
+	// QueryMaxSeries and QueryMaxPoints bound one query's answer over all
+	// shards (0: no bound); each shard stops reading once over them.
+	QueryMaxSeries, QueryMaxPoints int
 }
 
 var _ web.Data = (*Data)(nil)
@@ -118,7 +125,10 @@ func (d *Data) Write(ctx context.Context, db, precision string, body []byte) err
 	if d.Now != nil {
 		now = d.Now
 	}
-	points, err := lineproto.Parse(body, precision, now().UnixNano())
+	points, err := lineproto.ParseLimited(body, precision, now().UnixNano(), d.MaxPoints)
+	if errors.Is(err, lineproto.ErrTooManyPoints) {
+		return fmt.Errorf("%w: the batch holds more than %d points (--write-max-points); send it in smaller batches", models.ErrTooLarge, d.MaxPoints)
+	}
 	if err != nil {
 		return fmt.Errorf("%w: %v", models.ErrBadInput, err)
 	}
@@ -269,19 +279,55 @@ func (d *Data) Query(ctx context.Context, q web.Query) (any, error) {
 	for k, val := range q.Tags {
 		v.Add("tag", k+":"+val)
 	}
-	parts := make([][]byte, cfg.NumShards)
+	if d.QueryMaxSeries > 0 {
+		v.Set("max_series", strconv.Itoa(d.QueryMaxSeries))
+	}
+	if d.QueryMaxPoints > 0 {
+		v.Set("max_points", strconv.Itoa(d.QueryMaxPoints))
+	}
+	// Every shard answers with its counts in headers before its body is
+	// read: the sum is checked against the limits first, so the broker never
+	// buffers an answer over them.
+	answers := make([]*http.Response, cfg.NumShards)
 	errs := make([]error, cfg.NumShards)
 	var wg sync.WaitGroup
 	for shard := 0; shard < cfg.NumShards; shard++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			parts[shard], errs[shard] = d.queryShard(ctx, st, cfg, shard, v.Encode())
+			answers[shard], errs[shard] = d.openShardQuery(ctx, st, cfg, shard, v.Encode())
 		}()
 	}
 	wg.Wait()
+	defer func() {
+		for _, resp := range answers {
+			if resp != nil {
+				resp.Body.Close()
+			}
+		}
+	}()
+	for _, err := range errs {
+		if errors.Is(err, models.ErrTooLarge) { // one shard over is the whole answer over
+			return nil, fmt.Errorf("%w (--query-max-series, --query-max-points); narrow the query with tag=key:value filters or a shorter start..end", err)
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
+	}
+	var series, points int
+	for _, resp := range answers {
+		n, _ := strconv.Atoi(resp.Header.Get("X-Cairn-Series"))
+		p, _ := strconv.Atoi(resp.Header.Get("X-Cairn-Points"))
+		series, points = series+n, points+p
+	}
+	if (d.QueryMaxSeries > 0 && series > d.QueryMaxSeries) || (d.QueryMaxPoints > 0 && points > d.QueryMaxPoints) {
+		return nil, d.tooLarge()
+	}
+	parts := make([][]byte, cfg.NumShards)
+	for shard, resp := range answers {
+		if parts[shard], err = readShardAnswer(shard, resp); err != nil {
+			return nil, err
+		}
 	}
 	out := append(make([]byte, 0, 64), `{"series":[`...)
 	first := true
@@ -300,7 +346,16 @@ func (d *Data) Query(ctx context.Context, q web.Query) (any, error) {
 	return json.RawMessage(append(out, "]}"...)), nil
 }
 
-func (d *Data) queryShard(ctx context.Context, st *statemachine.State, cfg models.Database, shard int, query string) ([]byte, error) {
+// tooLarge is the error of a query over its limits, naming them and how to
+// narrow the query.
+func (d *Data) tooLarge() error {
+	return fmt.Errorf("%w: the query matches more than %d series or %d points (--query-max-series, --query-max-points); narrow it with tag=key:value filters or a shorter start..end",
+		models.ErrTooLarge, d.QueryMaxSeries, d.QueryMaxPoints)
+}
+
+// openShardQuery sends one shard's query to its leader and returns the answer
+// with its body unread.
+func (d *Data) openShardQuery(ctx context.Context, st *statemachine.State, cfg models.Database, shard int, query string) (*http.Response, error) {
 	t := d.target(st, cfg, shard)
 	if !t.online {
 		return nil, fmt.Errorf("%w: shard %d of %q is offline", models.ErrUnavailable, shard, cfg.Name)
@@ -313,13 +368,21 @@ func (d *Data) queryShard(ctx context.Context, st *statemachine.State, cfg model
 	if err != nil {
 		return nil, fmt.Errorf("%w: shard %d leader unreachable: %v", models.ErrUnavailable, shard, err)
 	}
+	if resp.StatusCode == http.StatusOK {
+		return resp, nil
+	}
 	defer resp.Body.Close()
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode == http.StatusRequestEntityTooLarge {
+		return nil, fmt.Errorf("%w: shard %d: %s", models.ErrTooLarge, shard, errMessage(msg))
+	}
+	return nil, fmt.Errorf("%w: shard %d: %s", models.ErrUnavailable, shard, errMessage(msg))
+}
+
+func readShardAnswer(shard int, resp *http.Response) ([]byte, error) {
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return nil, fmt.Errorf("%w: shard %d answer: %v", models.ErrUnavailable, shard, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%w: shard %d: %s", models.ErrUnavailable, shard, errMessage(body))
 	}
 	if !json.Valid(body) {
 		return nil, fmt.Errorf("%w: shard %d answered invalid JSON", models.ErrUnavailable, shard)

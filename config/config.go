@@ -124,6 +124,12 @@ type Config struct {
 	// deleted.
 	ShardDropDelay time.Duration
 
+	// Limits on what one request may make a node hold in memory.
+	WriteMaxBodyBytes int // bytes of one write body
+	WriteMaxPoints    int // points of one write batch
+	QueryMaxSeries    int // series of one query answer
+	QueryMaxPoints    int // points of one query answer
+
 	// ConfigFile is the config file Parse loaded, if any.
 	ConfigFile string
 }
@@ -151,6 +157,10 @@ func Default() Config {
 		MinInsyncReplicas: 1,
 		RebalanceDelay:    30 * time.Second,
 		ShardDropDelay:    5 * time.Minute,
+		WriteMaxBodyBytes: 32 << 20,
+		WriteMaxPoints:    200_000,
+		QueryMaxSeries:    10_000,
+		QueryMaxPoints:    1_000_000,
 	}
 }
 

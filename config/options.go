@@ -49,9 +49,26 @@ const (
 	groupEtcd    = "Embedded etcd member (role etcd)"
 	groupTLS     = "etcd client security"
 	groupLog     = "Logging"
+	groupLimits  = "Limits (each request's memory)"
 )
 
-var groups = []string{groupNode, groupCluster, groupSec, groupEtcd, groupTLS, groupLog}
+var groups = []string{groupNode, groupCluster, groupSec, groupLimits, groupEtcd, groupTLS, groupLog}
+
+// limitOpt is a positive whole-number limit.
+func limitOpt(name, help string, field func(*Config) *int) option {
+	return option{
+		name: name, kind: kindInt, group: groupLimits, help: help,
+		get: func(c *Config) string { return strconv.Itoa(*field(c)) },
+		set: func(c *Config, raw string) error {
+			n, err := strconv.Atoi(raw)
+			if err != nil || n < 1 {
+				return errors.New("want a whole number of at least 1")
+			}
+			*field(c) = n
+			return nil
+		},
+	}
+}
 
 func stringOpt(name, group, help string, field func(*Config) *string, check func(string) error) option {
 	return option{
@@ -224,6 +241,15 @@ var options = []option{
 	fileOpt("tls-key", "private key (PEM) of --tls-cert", func(c *Config) *string { return &c.TLSKey }),
 	fileOpt("tls-ca", "CA bundle (PEM) that verifies peer nodes' certificates; the system roots when unset", func(c *Config) *string { return &c.TLSCA }),
 	fileOpt("tls-client-ca", "CA bundle (PEM) that verifies client certificates: the internal API then requires one (mTLS); the public API does not", func(c *Config) *string { return &c.TLSClientCA }),
+
+	limitOpt("write-max-body-bytes", "largest write body accepted, in bytes; a larger one gets 413 (send smaller batches)",
+		func(c *Config) *int { return &c.WriteMaxBodyBytes }),
+	limitOpt("write-max-points", "most points (field values) in one write batch; a larger batch gets 413 before it is decoded in full",
+		func(c *Config) *int { return &c.WriteMaxPoints }),
+	limitOpt("query-max-series", "most series one query may answer; past it the query gets 413 asking to narrow it (tag filters, shorter range)",
+		func(c *Config) *int { return &c.QueryMaxSeries }),
+	limitOpt("query-max-points", "most points one query may answer; past it the query gets 413 asking to narrow it; storage nodes stop reading once over",
+		func(c *Config) *int { return &c.QueryMaxPoints }),
 
 	stringOpt("etcd-name", groupEtcd, "member name, unique in the etcd cluster",
 		func(c *Config) *string { return &c.EtcdName }, checkName),

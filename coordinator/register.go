@@ -2,54 +2,188 @@ package coordinator
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"go.uber.org/zap"
 )
 
-// KeepRegistered keeps a leased record at key until ctx ends: the liveness
-// record of a broker or storage node. It rewrites the value every refresh
-// (0: never; a heartbeat costs one etcd write per node per refresh), creates
-// a new session and record whenever the lease is lost (etcd restarted, a long
-// partition), and retries with back-off while etcd is unreachable. On exit it
-// revokes the lease so peers see the node leave at once.
-func KeepRegistered(ctx context.Context, store Store, key string, ttl, refresh time.Duration, value func() []byte, lg *zap.Logger) {
-	lg = lg.With(zap.String("key", key))
+// ErrHeld means another live process holds a leased record this process
+// wanted: two processes with one node id. The holder must go first.
+var ErrHeld = errors.New("coordinator: record held by another live process")
+
+// errWaitCut: the wait for another holder ended early (our lease or ctx).
+var errWaitCut = errors.New("coordinator: wait for the record's holder cut short")
+
+// errContended: the record changed under every attempt of one claim.
+var errContended = errors.New("coordinator: record changed under every attempt")
+
+// claimAttempts bounds one claim: each round loses only to another writer of
+// the same key, which a node id shared by two processes makes rare.
+const claimAttempts = 8
+
+// Registration describes a leased liveness record: a broker's or a storage
+// node's.
+type Registration struct {
+	Key string
+	TTL time.Duration
+	// Refresh rewrites the value this often (0: never; a heartbeat costs one
+	// etcd write per node per refresh).
+	Refresh time.Duration
+	Value   func() []byte
+	// Owner inspects a live record found at Key: it names its holder (for
+	// the error) and says whether it is this node's own earlier incarnation
+	// (same advertised address: a kill -9 and restart within the TTL), which
+	// is taken over at once. Any other live holder makes registration fail
+	// with ErrHeld. Nil means every existing record belongs to another.
+	Owner func(existing []byte) (holder string, ours bool)
+	// OnRegistered, when set, runs after each successful (re)registration.
+	OnRegistered func()
+	// HeldWait is how long a record held by another process is waited on
+	// before giving up with ErrHeld; default 1.5 x TTL, so a dead holder's
+	// lease has expired by then.
+	HeldWait time.Duration
+}
+
+// KeepRegistered keeps a leased record at reg.Key until ctx ends. The record
+// is created only where absent (or where it is this node's own earlier one),
+// never blindly overwritten. A record held by another process is waited on
+// for HeldWait (default 1.5 x TTL): a holder that died (a node moved right
+// after a crash) loses its lease within its TTL and the record is then
+// created; a live holder keeps its lease, and KeepRegistered returns ErrHeld
+// naming it: a second process with the same node id must stop. A new session
+// and record are made whenever the lease is lost (etcd restarted, a long
+// partition), with the same rules, and it retries with back-off while etcd is
+// unreachable. On exit it revokes the lease so peers see the node leave at
+// once. It returns nil when ctx ends, or an ErrHeld error.
+func KeepRegistered(ctx context.Context, store Store, reg Registration, lg *zap.Logger) error {
+	lg = lg.With(zap.String("key", reg.Key))
+	if reg.HeldWait == 0 {
+		reg.HeldWait = reg.TTL * 3 / 2
+	}
 	backoff := 100 * time.Millisecond
+	var heldUntil <-chan time.Time // set while another holder is waited on
 	for ctx.Err() == nil {
-		s, err := NewSession(ctx, store, ttl)
+		s, err := NewSession(ctx, store, reg.TTL)
 		if err == nil {
-			if _, err = store.Put(ctx, key, value(), s.Lease()); err == nil {
+			var rev int64
+			for {
+				rev, err = Claim(ctx, store, reg, s.Lease())
+				if !errors.Is(err, ErrHeld) {
+					break
+				}
+				if heldUntil == nil {
+					lg.Warn("record held by another process; waiting for its lease to expire", zap.Error(err),
+						zap.Duration("wait", reg.HeldWait))
+					heldUntil = time.After(reg.HeldWait)
+				}
+				again, expired := waitOrDone(ctx, heldUntil, s, 200*time.Millisecond)
+				if again {
+					continue
+				}
+				if !expired {
+					err = errWaitCut // our lease or ctx ended: not a verdict on the holder
+				}
+				break
+			}
+			if err == nil {
 				lg.Info("registered")
-				backoff = 100 * time.Millisecond
-				holdRegistration(ctx, store, s, key, refresh, value, lg)
+				backoff, heldUntil = 100*time.Millisecond, nil
+				if reg.OnRegistered != nil {
+					reg.OnRegistered()
+				}
+				holdRegistration(ctx, store, s, reg, rev, lg)
 			}
 			cctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			_ = s.Close(cctx)
 			cancel()
 		}
+		if errors.Is(err, ErrHeld) {
+			return fmt.Errorf("%w, whose lease stayed alive for %s: that process runs; stop it first", err, reg.HeldWait)
+		}
 		if ctx.Err() != nil {
-			return
+			return nil
 		}
 		if err != nil {
 			lg.Debug("registration failed", zap.Error(err))
+			heldUntil = nil // the holder's lease could not run out while we could not look
 		}
 		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return
+			return nil
 		case <-t.C:
 		}
 		backoff = min(backoff*2, 2*time.Second)
 	}
+	return nil
 }
 
-// holdRegistration refreshes the record until ctx ends or the lease is lost.
-func holdRegistration(ctx context.Context, store Store, s *Session, key string, refresh time.Duration, value func() []byte, lg *zap.Logger) {
+// waitOrDone sleeps d before another claim (again), or reports that the wait
+// for the holder is over: expired when its deadline passed, neither when ctx
+// ended or our own lease was lost.
+func waitOrDone(ctx context.Context, deadline <-chan time.Time, s *Session, d time.Duration) (again, expired bool) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false, false
+	case <-s.Done():
+		return false, false
+	case <-deadline:
+		return false, true
+	case <-t.C:
+		return true, false
+	}
+}
+
+// Claim writes reg's record under lease where the key is absent, or where
+// reg.Owner recognises the live record as this node's own; it returns the
+// record's mod revision, or ErrHeld naming the other holder.
+func Claim(ctx context.Context, store Store, reg Registration, lease LeaseID) (int64, error) {
+	for range claimAttempts {
+		ok, rev, err := store.Txn(ctx, []Cmp{CreateRevIs(reg.Key, 0)}, []Op{OpPut(reg.Key, reg.Value(), lease)})
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			return rev, nil
+		}
+		kv, err := store.Get(ctx, reg.Key)
+		if err != nil {
+			return 0, err
+		}
+		if kv == nil {
+			continue // it expired in between: create it again
+		}
+		holder, ours := "an unknown process", false
+		if reg.Owner != nil {
+			holder, ours = reg.Owner(kv.Value)
+		}
+		if !ours && kv.Lease != lease {
+			return 0, fmt.Errorf("%w: %s is held by %s (lease %x)", ErrHeld, reg.Key, holder, int64(kv.Lease))
+		}
+		ok, rev, err = store.Txn(ctx, []Cmp{ModRevIs(reg.Key, kv.ModRev)}, []Op{OpPut(reg.Key, reg.Value(), lease)})
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			return rev, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: %s", errContended, reg.Key)
+}
+
+// holdRegistration refreshes the record until ctx ends, the lease is lost, or
+// another writer changed the record (then the caller claims it again, which
+// refuses a foreign holder). Refreshes compare the mod revision of our last
+// write: never a blind put.
+func holdRegistration(ctx context.Context, store Store, s *Session, reg Registration, rev int64, lg *zap.Logger) {
 	var tick <-chan time.Time
-	if refresh > 0 {
-		t := time.NewTicker(refresh)
+	if reg.Refresh > 0 {
+		t := time.NewTicker(reg.Refresh)
 		defer t.Stop()
 		tick = t.C
 	}
@@ -61,9 +195,53 @@ func holdRegistration(ctx context.Context, store Store, s *Session, key string, 
 			lg.Warn("registration lease lost; registering again")
 			return
 		case <-tick:
-			if _, err := store.Put(ctx, key, value(), s.Lease()); err != nil {
+			ok, next, err := store.Txn(ctx, []Cmp{ModRevIs(reg.Key, rev)}, []Op{OpPut(reg.Key, reg.Value(), s.Lease())})
+			switch {
+			case err != nil:
 				lg.Debug("refresh failed", zap.Error(err))
+			case !ok:
+				lg.Warn("registration record changed by another writer; registering again")
+				return
+			default:
+				rev = next
 			}
+		}
+	}
+}
+
+// AwaitFree waits until key holds no record of another live process: absent,
+// or this node's own by owner. It looks every 200ms for up to wait (a dead
+// holder's lease runs out meanwhile) and fails with ErrHeld past it. It
+// writes nothing: it is the check a process makes before it serves anything;
+// the claim that settles races comes later (Claim).
+func AwaitFree(ctx context.Context, store Store, key string, owner func([]byte) (string, bool), wait time.Duration) error {
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	for {
+		kv, err := store.Get(ctx, key)
+		if err != nil {
+			return err
+		}
+		if kv == nil {
+			return nil
+		}
+		holder, ours := "an unknown process", false
+		if owner != nil {
+			holder, ours = owner(kv.Value)
+		}
+		if ours {
+			return nil
+		}
+		t := time.NewTimer(200 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-deadline.C:
+			t.Stop()
+			return fmt.Errorf("%w: %s is held by %s (lease %x), whose lease stayed alive for %s: that process runs; stop it first",
+				ErrHeld, key, holder, int64(kv.Lease), wait)
+		case <-t.C:
 		}
 	}
 }

@@ -11,4 +11,5 @@ var (
 	ErrImpossible   = errors.New("impossible")              // 422
 	ErrUnavailable  = errors.New("temporarily unavailable") // 503
 	ErrUnauthorized = errors.New("unauthorized")            // 401
+	ErrTooLarge     = errors.New("too large")               // 413: over a size limit
 )

@@ -46,6 +46,9 @@ type HostConfig struct {
 	// Client sends requests to other storage nodes (the app's signing,
 	// TLS-aware peer client); a plain pooled client when nil.
 	Client *http.Client
+	// QueryLimits bound every query this node answers (zero: unbounded);
+	// a caller may ask for tighter ones.
+	QueryLimits engine.Limits
 }
 
 // Host opens and closes shard replicas as assignments change and serves the

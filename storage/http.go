@@ -22,7 +22,9 @@ import (
 //        205 + X-Cairn-Truncate-To (diverged log), 410 (full sync needed)
 //   GET  .../snapshot?term=T          the full replica
 //   POST .../leave?term=T&node=N      a stopping follower leaves the in-sync set
-//   GET  .../query?metric&start&end&tag=k:v   JSON []engine.Series
+//   GET  .../query?metric&start&end&tag=k:v[&max_series&max_points]   JSON []engine.Series,
+//        with X-Cairn-Series and X-Cairn-Points counting it; 413 past the limits
+//        (the caller's, capped by this node's own)
 // 409 means a stale term (the caller refreshes its view), 404 a shard not hosted.
 
 // Routes mounts the internal API.
@@ -45,6 +47,8 @@ func StatusOf(err error) int {
 		return http.StatusNotFound
 	case errors.Is(err, ErrNotEnoughISR), errors.Is(err, ErrAckTimeout):
 		return http.StatusServiceUnavailable
+	case errors.Is(err, engine.ErrTooLarge):
+		return http.StatusRequestEntityTooLarge
 	}
 	return http.StatusInternalServerError
 }
@@ -172,10 +176,17 @@ func (h *Host) handleQuery(c *gin.Context) {
 		k, v, _ := strings.Cut(t, ":")
 		match[k] = v
 	}
-	series, err := r.eng.Query(c.Query("metric"), match, queryInt(c, "start"), queryInt(c, "end"))
+	lim := h.cfg.QueryLimits.Tighter(engine.Limits{MaxSeries: int(queryInt(c, "max_series")), MaxPoints: int(queryInt(c, "max_points"))})
+	series, err := r.eng.QueryLimited(c.Query("metric"), match, queryInt(c, "start"), queryInt(c, "end"), lim)
 	if err != nil {
 		replyErr(c, err)
 		return
 	}
+	n := 0
+	for _, sr := range series {
+		n += len(sr.Points)
+	}
+	c.Header("X-Cairn-Series", strconv.Itoa(len(series)))
+	c.Header("X-Cairn-Points", strconv.Itoa(n))
 	c.Data(http.StatusOK, "application/json", engine.AppendSeriesJSON(nil, series))
 }

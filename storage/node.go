@@ -7,6 +7,7 @@ package storage
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/cairn-db/cairn/coordinator"
@@ -28,12 +29,19 @@ type NodeConfig struct {
 	Heartbeat time.Duration // default TTL/3
 	Report    ShardReport   // may be nil
 	Logger    *zap.Logger
+	// Registered, when set, runs after each successful (re)registration.
+	Registered func()
 }
 
 // RunNode keeps the node's leased record alive and fresh until ctx ends: it
 // is rewritten once per heartbeat (one etcd write per node per heartbeat, 1/s
-// with the default 3 s TTL) and re-created whenever the lease is lost.
-func RunNode(ctx context.Context, cfg NodeConfig) {
+// with the default 3 s TTL) and re-created whenever the lease is lost. The
+// record is claimed, never overwritten: a live record of the same node id at
+// another address (a copied data dir) makes it return a
+// coordinator.ErrHeld error naming that address, and the process must stop.
+// A record at this very address is this node's own previous run (killed
+// within the TTL) and is taken over. It returns nil when ctx ends.
+func RunNode(ctx context.Context, cfg NodeConfig) error {
 	if cfg.Heartbeat == 0 {
 		cfg.Heartbeat = cfg.TTL / 3
 	}
@@ -46,6 +54,23 @@ func RunNode(ctx context.Context, cfg NodeConfig) {
 		b, _ := json.Marshal(r)
 		return b
 	}
-	coordinator.KeepRegistered(ctx, cfg.Store, cfg.Keys.Node(cfg.NodeID), cfg.TTL, cfg.Heartbeat, record,
-		cfg.Logger.With(zap.String("cluster", cfg.Cluster)))
+	reg := coordinator.Registration{Key: cfg.Keys.Node(cfg.NodeID), TTL: cfg.TTL, Refresh: cfg.Heartbeat, Value: record,
+		Owner: NodeOwner(cfg.Address), OnRegistered: cfg.Registered}
+	if err := coordinator.KeepRegistered(ctx, cfg.Store, reg, cfg.Logger.With(zap.String("cluster", cfg.Cluster))); err != nil {
+		return fmt.Errorf("storage node id %q is in use by another live process: %w", cfg.NodeID, err)
+	}
+	return nil
+}
+
+// NodeOwner recognises a storage node record: its holder is its address, and
+// it is ours when that address is ours. A record that does not decode (etcd
+// values are untrusted) belongs to nobody we know: it is not ours.
+func NodeOwner(address string) func([]byte) (string, bool) {
+	return func(b []byte) (string, bool) {
+		var r models.StorageNode
+		if err := json.Unmarshal(b, &r); err != nil || r.NodeAddress == "" {
+			return "an unreadable record", false
+		}
+		return r.NodeAddress, r.NodeAddress == address
+	}
 }

@@ -64,6 +64,7 @@ type replica struct {
 	acked   map[string]uint64    // leader: highest txn each follower confirmed
 	caught  map[string]time.Time // leader: when each follower last had everything we had when it last fetched
 	sentEnd map[string]uint64    // leader: our last txn when each follower last fetched
+	fetched map[string]time.Time // leader: when each follower last fetched
 	changed chan struct{}        // closed and replaced on every append, ack or ISR change
 	kick    chan struct{}        // wakes the leader's in-sync set upkeep early
 }
@@ -108,6 +109,7 @@ func (r *replica) setDesired(d desired) {
 	ctx, c := context.WithCancel(context.Background())
 	r.cancel, r.done = c, make(chan struct{})
 	r.isr, r.acked, r.caught, r.sentEnd = nil, map[string]uint64{}, map[string]time.Time{}, map[string]uint64{}
+	r.fetched = map[string]time.Time{}
 	r.broadcastLocked()
 	done = r.done
 	switch d.role {
@@ -163,6 +165,7 @@ func (r *replica) lead(ctx context.Context, d desired) {
 	r.mu.Lock()
 	for _, n := range initial {
 		r.caught[n] = now // members of the last set get one lag bound to show up
+		r.fetched[n] = now
 	}
 	r.mu.Unlock()
 	for ctx.Err() == nil {
@@ -194,29 +197,19 @@ func (r *replica) lead(ctx context.Context, d desired) {
 
 func (r *replica) maintainISR(ctx context.Context, d desired) {
 	last := r.eng.LastTxnID()
-	now := time.Now()
+	st := r.h.state()
+	nodes := st.Nodes[r.h.cluster]
 	r.mu.Lock()
 	isr := slices.Clone(r.isr)
-	var drop, add []string
 	// Kafka's rule: a follower is in sync while it keeps catching up with
 	// where the leader was at its previous fetch; under a steady write load
-	// it is never exactly at the leader's last txn.
-	for _, n := range isr {
-		if n == r.h.nodeID {
-			continue
-		}
-		// A replica moved off this shard leaves at once; one that stopped
-		// catching up leaves after the lag bound.
-		gone := !slices.Contains(r.want.replicas, n)
-		if gone || (r.acked[n] < last && now.Sub(r.caught[n]) > r.h.cfg.LagBound) {
-			drop = append(drop, n)
-		}
-	}
-	for _, n := range r.want.replicas {
-		if !slices.Contains(isr, n) && !r.caught[n].IsZero() && now.Sub(r.caught[n]) < r.h.cfg.LagBound/2 {
-			add = append(add, n)
-		}
-	}
+	// it is never exactly at the leader's last txn. Liveness (its lease) and
+	// its fetches count too, so a dead follower leaves without writes.
+	drop, add := decideISR(time.Now(), isrView{
+		self: r.h.nodeID, isr: isr, replicas: r.want.replicas, last: last,
+		acked: r.acked, caught: r.caught, fetched: r.fetched, window: r.h.cfg.LagBound,
+		live: func(n string) bool { _, ok := nodes[n]; return ok },
+	})
 	r.mu.Unlock()
 	if len(drop) == 0 && len(add) == 0 {
 		return
@@ -376,6 +369,7 @@ func (r *replica) fetch(ctx context.Context, term int64, node string, after, aft
 		r.caught[node] = time.Now()
 	}
 	r.sentEnd[node] = last
+	r.fetched[node] = time.Now()
 	r.broadcastLocked()
 	ch := r.changed
 	r.mu.Unlock()
@@ -437,6 +431,7 @@ func (r *replica) leave(ctx context.Context, term int64, node string) error {
 	r.acked[node] = 0
 	delete(r.caught, node)
 	delete(r.sentEnd, node)
+	delete(r.fetched, node)
 	r.broadcastLocked()
 	r.mu.Unlock()
 	r.lg.Info("follower left the in-sync set", zap.String("follower", node), zap.Strings("isr", next))

@@ -103,7 +103,7 @@ func (s *Server) adminRoutes(api *gin.RouterGroup) {
 	mut.POST("/nodes/:id/undrain", func(c *gin.Context) { s.drain(c, false) })
 	mut.POST("/databases/:name/shards/:id/leader", s.transferLeader)
 	mut.POST("/rebalance", s.rebalance)
-	api.POST("/write", s.RequireScope(ScopeWrite), s.write)
+	api.POST("/write", s.RequireScope(ScopeWrite), s.write) // writePath
 }
 
 func (s *Server) requireAdminService(c *gin.Context) {

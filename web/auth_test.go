@@ -18,11 +18,11 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-type fakeData struct{}
+type scopeData struct{}
 
-func (fakeData) Route(string, string) (any, error)                   { return map[string]any{}, nil }
-func (fakeData) Write(context.Context, string, string, []byte) error { return nil }
-func (fakeData) Query(context.Context, web.Query) (any, error)       { return map[string]any{}, nil }
+func (scopeData) Route(string, string) (any, error)                   { return map[string]any{}, nil }
+func (scopeData) Write(context.Context, string, string, []byte) error { return nil }
+func (scopeData) Query(context.Context, web.Query) (any, error)       { return map[string]any{}, nil }
 
 // routeScopes is the scope of every public route; 0 means open. The table
 // test below fails for a route missing here, so a new route must pick one.
@@ -82,7 +82,7 @@ func concretePath(p string) string {
 // handler (2xx) with the right or a wider one.
 func TestRouteScopes(t *testing.T) {
 	tokens := web.Tokens{Admin: "adm", Write: "wri", Read: "rea"}
-	srv := web.New(web.Config{State: stateWithDB(t), Admin: &fakeAdmin{}, Data: fakeData{}, Tokens: tokens})
+	srv := web.New(web.Config{State: stateWithDB(t), Admin: &fakeAdmin{}, Data: scopeData{}, Tokens: tokens})
 	h := srv.Handler()
 	creds := []struct {
 		name  string

@@ -2,6 +2,7 @@ package web
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -38,6 +39,11 @@ func (s *Server) write(c *gin.Context) {
 		return
 	}
 	body, err := io.ReadAll(c.Request.Body)
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		fail(c, fmt.Errorf("%w: write body larger than %d bytes (--write-max-body-bytes); send smaller batches", models.ErrTooLarge, mbe.Limit))
+		return
+	}
 	if err != nil {
 		fail(c, fmt.Errorf("%w: reading body: %v", models.ErrBadInput, err))
 		return
@@ -97,3 +103,6 @@ func (s *Server) query(c *gin.Context) {
 	}
 	c.JSON(http.StatusOK, out)
 }
+
+// writePath is the route of data writes: its bodies have their own limit.
+const writePath = "/api/v1/write"

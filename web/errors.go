@@ -32,6 +32,8 @@ func statusOf(err error) (int, string) {
 		return http.StatusNotFound, "not_found"
 	case errors.Is(err, models.ErrConflict):
 		return http.StatusConflict, "conflict"
+	case errors.Is(err, models.ErrTooLarge):
+		return http.StatusRequestEntityTooLarge, "too_large"
 	case errors.Is(err, models.ErrImpossible):
 		return http.StatusUnprocessableEntity, "unprocessable"
 	case errors.Is(err, models.ErrUnavailable), errors.Is(err, coordinator.ErrUnavailable),

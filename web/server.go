@@ -59,6 +59,11 @@ type Config struct {
 	Mount func(gin.IRouter)
 	// MaxBodyBytes caps request bodies; default 32 MiB.
 	MaxBodyBytes int64
+	// WriteMaxBodyBytes caps write bodies instead; default MaxBodyBytes.
+	WriteMaxBodyBytes int64
+	// Waiting names what the node's roles still wait for before they serve
+	// ("" when nothing); /ready answers 503 with it until then. Nil: nothing.
+	Waiting func() string
 }
 
 // Server is the running HTTP server.
@@ -82,6 +87,9 @@ func New(cfg Config) *Server {
 	}
 	if cfg.MaxBodyBytes == 0 {
 		cfg.MaxBodyBytes = 32 << 20
+	}
+	if cfg.WriteMaxBodyBytes == 0 {
+		cfg.WriteMaxBodyBytes = cfg.MaxBodyBytes
 	}
 	if cfg.Gatherer == nil {
 		cfg.Gatherer = prometheus.DefaultGatherer
@@ -198,7 +206,11 @@ func (s *Server) logRequests(c *gin.Context) {
 
 func (s *Server) limitBody(c *gin.Context) {
 	if c.Request.Body != nil {
-		c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, s.cfg.MaxBodyBytes)
+		limit := s.cfg.MaxBodyBytes
+		if c.FullPath() == writePath {
+			limit = s.cfg.WriteMaxBodyBytes
+		}
+		c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, limit)
 	}
 	c.Next()
 }

@@ -15,13 +15,18 @@ func (s *Server) health(c *gin.Context) {
 		"is_master": s.cfg.IsMaster != nil && s.cfg.IsMaster()})
 }
 
-// isReady: state came from etcd (every source listed once) or from the backup.
-func (s *Server) isReady() bool {
+// waiting says what keeps the node from ready ("" when ready): the state
+// must come from etcd (every source listed once) or from the backup, and
+// every role must serve (Config.Waiting).
+func (s *Server) waiting() string {
 	st := s.cfg.State()
-	if st.FromBackup {
-		return true
+	if !st.FromBackup && (len(st.Synced) == 0 || !st.Synced[statemachine.SourceMaster] || !st.Synced[statemachine.SourceDatabaseConfig]) {
+		return "cluster state not loaded yet"
 	}
-	return len(st.Synced) > 0 && st.Synced[statemachine.SourceMaster] && st.Synced[statemachine.SourceDatabaseConfig]
+	if s.cfg.Waiting != nil {
+		return s.cfg.Waiting()
+	}
+	return ""
 }
 
 func (s *Server) etcdUp() bool { return s.cfg.EtcdUp == nil || s.cfg.EtcdUp() }
@@ -32,8 +37,10 @@ func (s *Server) ready(c *gin.Context) {
 	if !s.etcdUp() {
 		etcd = "down"
 	}
-	body := gin.H{"ready": s.isReady(), "from_backup": st.FromBackup, "etcd": etcd, "node_id": s.cfg.NodeID}
-	if !s.isReady() {
+	waiting := s.waiting()
+	body := gin.H{"ready": waiting == "", "from_backup": st.FromBackup, "etcd": etcd, "node_id": s.cfg.NodeID}
+	if waiting != "" {
+		body["waiting_for"] = waiting
 		c.JSON(http.StatusServiceUnavailable, body)
 		return
 	}

@@ -150,3 +150,30 @@ func TestBodyLimit(t *testing.T) {
 	require.Contains(t, body["error"].(map[string]any)["message"], "larger than")
 	require.Empty(t, a.calls)
 }
+
+// fakeData accepts writes and counts them.
+type fakeData struct{ writes int }
+
+func (f *fakeData) Route(string, string) (any, error) { return nil, nil }
+func (f *fakeData) Write(context.Context, string, string, []byte) error {
+	f.writes++
+	return nil
+}
+func (f *fakeData) Query(context.Context, web.Query) (any, error) { return nil, nil }
+
+// TestWriteBodyLimit: write bodies have their own limit, answered with 413
+// naming it; other bodies keep theirs.
+func TestWriteBodyLimit(t *testing.T) {
+	d := &fakeData{}
+	h := web.New(web.Config{State: newState(t), Admin: &fakeAdmin{}, Data: d, MaxBodyBytes: 1 << 20, WriteMaxBodyBytes: 64}).Handler()
+	code, body := do(t, h, "POST", "/api/v1/write?db=x", strings.Repeat("m value=1 1\n", 10))
+	require.Equal(t, 413, code)
+	require.Equal(t, "too_large", body["error"].(map[string]any)["code"])
+	require.Contains(t, body["error"].(map[string]any)["message"], "--write-max-body-bytes")
+	require.Equal(t, 0, d.writes)
+	code, _ = do(t, h, "POST", "/api/v1/write?db=x", "m value=1 1\n")
+	require.Equal(t, 204, code)
+	require.Equal(t, 1, d.writes)
+	code, _ = do(t, h, "POST", "/api/v1/databases", `{"name":"`+strings.Repeat("a", 30)+`","num_shards":1}`)
+	require.Equal(t, 201, code, "the admin body limit is not the write one")
+}

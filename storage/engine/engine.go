@@ -133,6 +133,9 @@ type Shard interface {
 	// Query returns the series of metric whose tags contain all of match (a
 	// FieldTag match selects the field), with points in [start, end] by ts.
 	Query(metric string, match map[string]string, start, end int64) ([]Series, error)
+	// QueryLimited is Query that stops reading, with ErrTooLarge, as soon as
+	// the answer holds more series or points than lim allows.
+	QueryLimited(metric string, match map[string]string, start, end int64, lim Limits) ([]Series, error)
 	// Snapshot writes a consistent full copy, for a full sync.
 	Snapshot(w io.Writer) error
 	// Restore replaces the content with a snapshot, log and txn id included.

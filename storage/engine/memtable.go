@@ -185,10 +185,11 @@ type memHit struct {
 
 // collect copies out the series of metric matching match that hold points in
 // [start, end], sorted by series key like the flushed series.
-func (mt *memtable) collect(metric string, match map[string]string, start, end int64) ([]memHit, error) {
+func (mt *memtable) collect(metric string, match map[string]string, start, end int64, lim Limits) ([]memHit, error) {
 	mt.mu.RLock()
 	defer mt.mu.RUnlock()
 	var hits []memHit
+	b := budget{lim: lim} // each hit is a series of the answer (a point also flushed counts twice: conservative)
 	for _, idx := range mt.byMetric[metric] {
 		ms := mt.series[idx]
 		lo, _ := slices.BinarySearchFunc(ms.pts, start, cmpPointTS)
@@ -205,6 +206,9 @@ func (mt *memtable) collect(metric string, match map[string]string, start, end i
 		}
 		if !ok {
 			continue
+		}
+		if err := b.add(hi - lo); err != nil {
+			return nil, err
 		}
 		points := make([]SeriesPoint, hi-lo)
 		for i, p := range ms.pts[lo:hi] {

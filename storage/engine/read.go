@@ -75,14 +75,25 @@ func (s *boltShard) TermAt(txnID uint64) (uint64, error) {
 // win on the same ts). Tag matching is a scan over that metric's series: there
 // is no inverted index.
 func (s *boltShard) Query(metric string, match map[string]string, start, end int64) ([]Series, error) {
+	return s.QueryLimited(metric, match, start, end, Limits{})
+}
+
+// QueryLimited is Query with limits: the answer is counted as it is read,
+// and the read stops at the first series or point over a limit.
+func (s *boltShard) QueryLimited(metric string, match map[string]string, start, end int64, lim Limits) ([]Series, error) {
 	var out []Series
+	b := budget{lim: lim}
+	emit := func(sr Series) error {
+		out = append(out, sr)
+		return b.add(len(sr.Points))
+	}
 	if start > end {
 		return out, nil
 	}
 	err := s.view(func(tx *bolt.Tx) error {
 		// s.mem is stable while view holds mu; see flushLocked for why this
 		// memtable and this transaction agree.
-		hits, err := s.mem.collect(metric, match, start, end)
+		hits, err := s.mem.collect(metric, match, start, end, lim)
 		if err != nil {
 			return err
 		}
@@ -99,28 +110,41 @@ func (s *boltShard) Query(metric string, match map[string]string, start, end int
 					continue // not a series bucket
 				}
 				for len(hits) > 0 && hits[0].key < string(k) {
-					out = append(out, hits[0].series())
+					if err := emit(hits[0].series()); err != nil {
+						return err
+					}
 					hits = hits[1:]
 				}
 				var sr Series
 				ok := false
 				if len(hits) > 0 && hits[0].key == string(k) {
 					sr, ok = hits[0].header, true
-					sr.Points = mergePoints(readPoints(series.Bucket(k), start, end), hits[0].points)
+					flushed, over := readPoints(series.Bucket(k), start, end, b.room())
+					if over {
+						return b.overPoints()
+					}
+					sr.Points = mergePoints(flushed, hits[0].points)
 					hits = hits[1:]
 				} else if sr, ok, err = matchSeries(string(k), match); err != nil {
 					return err
 				} else if ok {
-					sr.Points = readPoints(series.Bucket(k), start, end)
+					var over bool
+					if sr.Points, over = readPoints(series.Bucket(k), start, end, b.room()); over {
+						return b.overPoints()
+					}
 					ok = len(sr.Points) > 0
 				}
 				if ok {
-					out = append(out, sr)
+					if err := emit(sr); err != nil {
+						return err
+					}
 				}
 			}
 		}
 		for _, h := range hits {
-			out = append(out, h.series())
+			if err := emit(h.series()); err != nil {
+				return err
+			}
 		}
 		return nil
 	})
@@ -164,8 +188,10 @@ func matchSeries(key string, match map[string]string) (Series, bool, error) {
 	return sr, true, nil
 }
 
-// readPoints reads a flushed series' points in [start, end].
-func readPoints(b *bolt.Bucket, start, end int64) []SeriesPoint {
+// readPoints reads a flushed series' points in [start, end]; it stops and
+// reports over past room points (room < 0: no bound), so one huge series
+// cannot fill memory before the answer is counted.
+func readPoints(b *bolt.Bucket, start, end int64, room int) (points []SeriesPoint, over bool) {
 	var out []SeriesPoint
 	sk := make([]byte, 8)
 	putTSKey(sk, start)
@@ -175,9 +201,12 @@ func readPoints(b *bolt.Bucket, start, end int64) []SeriesPoint {
 		if ts > end {
 			break
 		}
+		if room >= 0 && len(out) >= room {
+			return nil, true
+		}
 		out = append(out, SeriesPoint{TS: ts, Value: math.Float64frombits(beUint64(v))})
 	}
-	return out
+	return out, false
 }
 
 // Snapshot copies the file as of one read transaction. It needs no flush: the

@@ -22,6 +22,9 @@ type Tag struct{ Key, Value string }
 // ErrBadPrecision is returned by Parse for a precision other than "", ns, us, ms or s.
 var ErrBadPrecision = errors.New("lineproto: bad precision")
 
+// ErrTooManyPoints is returned by ParseLimited for a body over its points limit.
+var ErrTooManyPoints = errors.New("lineproto: too many points")
+
 // LineError reports the first malformed line of a body.
 type LineError struct {
 	Line int // 1-based line number in the body

@@ -21,15 +21,27 @@ const internLimit = 1 << 14
 // Integer, unsigned and float fields become float64, booleans 1 or 0; string
 // fields are refused because Cairn stores numbers only.
 func Parse(body []byte, precision string, now int64) ([]Point, error) {
+	return ParseLimited(body, precision, now, 0)
+}
+
+// ParseLimited is Parse that stops with ErrTooManyPoints as soon as the body
+// holds more than maxPoints points (0: no limit), so a huge batch never sits
+// decoded in memory.
+func ParseLimited(body []byte, precision string, now int64, maxPoints int) ([]Point, error) {
 	mult, err := precisionMultiplier(precision)
 	if err != nil {
 		return nil, err
 	}
+	lines := bytes.Count(body, []byte{'\n'}) + 1
+	if maxPoints > 0 {
+		lines = min(lines, maxPoints+1)
+	}
 	p := parser{
 		mult:   mult,
 		now:    now,
+		max:    maxPoints,
 		strs:   make(map[string]string, 64),
-		points: make([]Point, 0, bytes.Count(body, []byte{'\n'})+1),
+		points: make([]Point, 0, lines),
 	}
 	// The body is split on '\n' by hand, one decoder per line, because the
 	// decoder does not expose the line it is on and our own errors (string field,
@@ -45,6 +57,9 @@ func Parse(body []byte, precision string, now int64) ([]Point, error) {
 			body = nil
 		}
 		if err := p.parseLine(line); err != nil {
+			if errors.Is(err, ErrTooManyPoints) {
+				return nil, err
+			}
 			return nil, &LineError{Line: lineNo, Msg: err.Error()}
 		}
 	}
@@ -68,6 +83,7 @@ func precisionMultiplier(precision string) (int64, error) {
 type parser struct {
 	mult   int64
 	now    int64
+	max    int // points; 0: no limit
 	strs   map[string]string
 	tags   []Tag // scratch for the current line
 	last   []Tag // sorted tags of the previous line, shared when they repeat
@@ -135,6 +151,9 @@ func (p *parser) parseLine(line []byte) error {
 			}
 		default:
 			return fmt.Errorf("field %q is a %s; only numeric and boolean fields are stored", k, v.Kind())
+		}
+		if p.max > 0 && len(p.points) >= p.max {
+			return fmt.Errorf("%w: more than %d points in one batch", ErrTooManyPoints, p.max)
 		}
 		p.points = append(p.points, Point{Metric: metric, Tags: tags, Field: p.intern(k), Value: f})
 	}

@@ -233,3 +233,18 @@ func BenchmarkParse5000(b *testing.B) {
 	}
 	b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "points/s")
 }
+
+// TestParseLimited: a body over the points limit fails with ErrTooManyPoints
+// (counting fields, not lines); at the limit it parses in full.
+func TestParseLimited(t *testing.T) {
+	body := []byte("cpu,host=a value=1 1\ncpu,host=b value=2,idle=3 2\n\nmem free=4 3\n")
+	pts, err := ParseLimited(body, "", 0, 4)
+	require.NoError(t, err)
+	require.Len(t, pts, 4)
+	_, err = ParseLimited(body, "", 0, 3)
+	require.ErrorIs(t, err, ErrTooManyPoints)
+	require.Contains(t, err.Error(), "more than 3 points")
+	pts, err = ParseLimited(body, "", 0, 0)
+	require.NoError(t, err)
+	require.Len(t, pts, 4)
+}

@@ -1,0 +1,51 @@
+package storage
+
+import (
+	"slices"
+	"time"
+)
+
+// isrView is what the in-sync set decision looks at: the leader's bookkeeping
+// of its followers and the cluster's live nodes, at one instant.
+type isrView struct {
+	self     string
+	isr      []string // the current in-sync set (self included)
+	replicas []string // the shard's assigned replicas
+	last     uint64   // the leader's last txn id
+	acked    map[string]uint64
+	caught   map[string]time.Time // when each follower last had all we had at its previous fetch
+	fetched  map[string]time.Time // when each follower last fetched
+	live     func(node string) bool
+	window   time.Duration // the catch-up window (lag bound)
+}
+
+// decideISR says which followers leave and which join the in-sync set at now.
+// A follower leaves when it left the assignment, when its lease is gone (not
+// live), when it has not fetched for the window (a dead or frozen process
+// whose lease still runs: this is what catches it with no writes arriving),
+// or when it has stopped catching up for the window. A follower joins when it
+// is live, assigned and caught up within half the window.
+func decideISR(now time.Time, v isrView) (drop, add []string) {
+	for _, n := range v.isr {
+		if n == v.self {
+			continue
+		}
+		switch {
+		case !slices.Contains(v.replicas, n), !v.live(n):
+			drop = append(drop, n)
+		case now.Sub(v.fetched[n]) > v.window:
+			drop = append(drop, n)
+		case v.acked[n] < v.last && now.Sub(v.caught[n]) > v.window:
+			drop = append(drop, n)
+		}
+	}
+	for _, n := range v.replicas {
+		if n == v.self || slices.Contains(v.isr, n) || !v.live(n) {
+			continue
+		}
+		if c := v.caught[n]; !c.IsZero() && now.Sub(c) < v.window/2 && now.Sub(v.fetched[n]) < v.window/2 {
+			add = append(add, n)
+		}
+	}
+	return drop, add
+}

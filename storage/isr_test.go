@@ -1,0 +1,72 @@
+package storage
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestDecideISR: the in-sync set decision on a fake clock. The cases that
+// matter for issue 8 #5 are the idle ones: with no write arriving (acked ==
+// last), a follower that stopped fetching or whose lease is gone must leave
+// within the window.
+func TestDecideISR(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	const window = 2 * time.Second
+	liveAll := func(string) bool { return true }
+	liveBut := func(dead string) func(string) bool { return func(n string) bool { return n != dead } }
+	cases := []struct {
+		name      string
+		now       time.Time
+		isr       []string
+		replicas  []string
+		last      uint64
+		acked     map[string]uint64
+		caught    map[string]time.Time
+		fetched   map[string]time.Time
+		live      func(string) bool
+		drop, add []string
+	}{
+		{name: "idle and fetching: stays", now: t0.Add(10 * time.Second), isr: []string{"a", "b"}, replicas: []string{"a", "b"},
+			last: 5, acked: map[string]uint64{"b": 5}, caught: map[string]time.Time{"b": t0},
+			fetched: map[string]time.Time{"b": t0.Add(9500 * time.Millisecond)}, live: liveAll},
+		{name: "idle, stopped fetching within the window: stays", now: t0.Add(window), isr: []string{"a", "b"}, replicas: []string{"a", "b"},
+			last: 5, acked: map[string]uint64{"b": 5}, caught: map[string]time.Time{"b": t0}, fetched: map[string]time.Time{"b": t0}, live: liveAll},
+		{name: "idle, stopped fetching past the window (kill -9, lease still running): leaves", now: t0.Add(window + time.Millisecond),
+			isr: []string{"a", "b", "c"}, replicas: []string{"a", "b", "c"}, last: 5, acked: map[string]uint64{"b": 5, "c": 5},
+			caught: map[string]time.Time{"b": t0, "c": t0}, fetched: map[string]time.Time{"b": t0, "c": t0.Add(time.Second)},
+			live: liveAll, drop: []string{"b"}},
+		{name: "idle, lease gone: leaves at once", now: t0.Add(100 * time.Millisecond), isr: []string{"a", "b"}, replicas: []string{"a", "b"},
+			last: 5, acked: map[string]uint64{"b": 5}, caught: map[string]time.Time{"b": t0}, fetched: map[string]time.Time{"b": t0},
+			live: liveBut("b"), drop: []string{"b"}},
+		{name: "fetching but not catching up past the window: leaves", now: t0.Add(3 * time.Second), isr: []string{"a", "b"},
+			replicas: []string{"a", "b"}, last: 9, acked: map[string]uint64{"b": 5}, caught: map[string]time.Time{"b": t0},
+			fetched: map[string]time.Time{"b": t0.Add(2900 * time.Millisecond)}, live: liveAll, drop: []string{"b"}},
+		{name: "behind under load but caught up recently: stays", now: t0.Add(3 * time.Second), isr: []string{"a", "b"},
+			replicas: []string{"a", "b"}, last: 9, acked: map[string]uint64{"b": 8}, caught: map[string]time.Time{"b": t0.Add(2500 * time.Millisecond)},
+			fetched: map[string]time.Time{"b": t0.Add(2900 * time.Millisecond)}, live: liveAll},
+		{name: "moved off the shard: leaves", now: t0, isr: []string{"a", "b"}, replicas: []string{"a"},
+			last: 1, acked: map[string]uint64{"b": 1}, caught: map[string]time.Time{"b": t0}, fetched: map[string]time.Time{"b": t0},
+			live: liveAll, drop: []string{"b"}},
+		{name: "caught up and fetching: joins", now: t0.Add(500 * time.Millisecond), isr: []string{"a"}, replicas: []string{"a", "b"},
+			last: 3, acked: map[string]uint64{"b": 3}, caught: map[string]time.Time{"b": t0.Add(400 * time.Millisecond)},
+			fetched: map[string]time.Time{"b": t0.Add(400 * time.Millisecond)}, live: liveAll, add: []string{"b"}},
+		{name: "caught up once but not live: does not join", now: t0.Add(500 * time.Millisecond), isr: []string{"a"}, replicas: []string{"a", "b"},
+			last: 3, acked: map[string]uint64{"b": 3}, caught: map[string]time.Time{"b": t0.Add(400 * time.Millisecond)},
+			fetched: map[string]time.Time{"b": t0.Add(400 * time.Millisecond)}, live: liveBut("b")},
+		{name: "caught up long ago, silent since: does not join", now: t0.Add(5 * time.Second), isr: []string{"a"}, replicas: []string{"a", "b"},
+			last: 3, acked: map[string]uint64{"b": 3}, caught: map[string]time.Time{"b": t0.Add(4500 * time.Millisecond)},
+			fetched: map[string]time.Time{"b": t0.Add(3 * time.Second)}, live: liveAll},
+		{name: "never fetched: does not join", now: t0, isr: []string{"a"}, replicas: []string{"a", "b"}, last: 0,
+			acked: map[string]uint64{}, caught: map[string]time.Time{}, fetched: map[string]time.Time{}, live: liveAll},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			drop, add := decideISR(tc.now, isrView{self: "a", isr: tc.isr, replicas: tc.replicas, last: tc.last,
+				acked: tc.acked, caught: tc.caught, fetched: tc.fetched, live: tc.live, window: window})
+			require.Equal(t, tc.drop, drop, "drop")
+			require.Equal(t, tc.add, add, "add")
+		})
+	}
+}
