@@ -324,7 +324,8 @@
     $("token").value = "";
     $("token-box").hidden = true;
     $("token-show").hidden = false;
-    notice(v ? "Admin token saved in this browser; retry the action." : "Admin token cleared.");
+    notice(v ? "Token saved in this browser; retry the action." : "Token cleared.");
+    poll();
   });
 
   // ---- actions ----
