@@ -1,7 +1,8 @@
 // Package certs owns a node's TLS material: its certificate and key (served
 // to clients and presented to peers as a client certificate), reloaded when
 // the files change on disk, and the CA pools that verify peers (--tls-ca)
-// and client certificates on the internal API (--tls-client-ca).
+// and client certificates on the internal API (--tls-client-ca). The CA
+// bundles are read once at start: renewing a CA needs a restart.
 package certs
 
 import (

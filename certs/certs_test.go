@@ -126,3 +126,34 @@ func TestMutualTLS(t *testing.T) {
 	_, err = get(other.ClientTLS(t, ""))
 	require.Error(t, err)
 }
+
+// A running HTTPS server serves a renewed certificate to new connections
+// without a restart.
+func TestServerPicksUpRenewedCertificate(t *testing.T) {
+	dir := t.TempDir()
+	ca := certstest.NewCA(t, "ca")
+	f := ca.WriteFiles(t, dir, "node")
+	m, err := Load(Config{CertFile: f.Cert, KeyFile: f.Key, CAFile: f.CA})
+	require.NoError(t, err)
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", m.Server)
+	require.NoError(t, err)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+
+	served := func() string {
+		conn, err := tls.Dial("tcp", ln.Addr().String(), m.Client)
+		require.NoError(t, err)
+		defer conn.Close()
+		require.NoError(t, conn.Handshake())
+		return conn.ConnectionState().PeerCertificates[0].Subject.CommonName
+	}
+	require.Equal(t, "node", served())
+	cert, key := ca.Issue(t, "renewed")
+	require.NoError(t, os.WriteFile(f.Cert, cert, 0o600))
+	require.NoError(t, os.WriteFile(f.Key, key, 0o600))
+	later := time.Now().Add(time.Minute)
+	require.NoError(t, os.Chtimes(f.Cert, later, later))
+	require.NoError(t, os.Chtimes(f.Key, later, later))
+	require.Equal(t, "renewed", served())
+}
