@@ -60,6 +60,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	if t.key != nil {
 		body, err := t.readBody(req)
+		if req.Body != nil {
+			// RoundTrip owns the caller's body; out sends a copy.
+			_ = req.Body.Close()
+		}
 		if err != nil {
 			return nil, err
 		}
