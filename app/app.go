@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/cairn-db/cairn/broker"
+	"github.com/cairn-db/cairn/certs"
 	"github.com/cairn-db/cairn/config"
 	"github.com/cairn-db/cairn/coordinator"
 	"github.com/cairn-db/cairn/coordinator/embedded"
@@ -50,6 +52,10 @@ type App struct {
 	engine    engine.Engine
 	host      *storage.Host
 
+	tls   *certs.Material // nil without --tls-cert
+	peer  http.RoundTripper
+	guard func(*http.Request) error // the internal API's; nil when open
+
 	wg     sync.WaitGroup
 	cancel context.CancelFunc
 	fatal  chan error // a role that cannot go on (its node id is held by another process)
@@ -77,6 +83,10 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 	a.masterOps.init(a)
 	a.lg = lg.With(zap.String("node_id", id))
 	a.lg.Info("starting", zap.Strings("roles", cfg.Roles), zap.String("http_addr", cfg.HTTPAddr), zap.String("data_dir", cfg.DataDir))
+	if err := a.setupSecurity(); err != nil {
+		return nil, err
+	}
+	a.masterOps.client = a.peerClient(10 * time.Second)
 
 	a.metrics.etcd = coordinator.NewEtcdMetrics(a.reg)
 	// The client connects lazily, so everything up to the HTTP server works
@@ -97,11 +107,12 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 	a.sm.Start(runCtx)
 
 	wcfg := web.Config{
-		Addr: cfg.HTTPAddr, NodeID: id, Roles: cfg.Roles, AdminToken: cfg.AdminToken, Logger: a.lg,
+		Addr: cfg.HTTPAddr, NodeID: id, Roles: cfg.Roles, Logger: a.lg,
 		Gatherer: a.reg, State: a.sm.Snapshot, EtcdUp: a.etcdUp.Load, IsMaster: a.masterOps.active, Console: consoleHandler(),
 		Waiting: a.waiting, WriteMaxBodyBytes: int64(cfg.WriteMaxBodyBytes),
 		EtcdAlarms: a.currentAlarms,
 	}
+	a.webSecurity(&wcfg)
 	if cfg.HasRole(config.RoleStorage) {
 		if err := a.openStorage(); err != nil {
 			a.shutdown()
@@ -111,7 +122,7 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 	}
 	if cfg.HasRole(config.RoleBroker) {
 		wcfg.Admin = a.admin()
-		data := &broker.Data{State: a.sm.Snapshot, Changed: a.sm.Changed, Client: dataClient(), Metrics: a.metrics.broker,
+		data := &broker.Data{State: a.sm.Snapshot, Changed: a.sm.Changed, Client: a.peerClient(0), Metrics: a.metrics.broker,
 			MaxPoints: cfg.WriteMaxPoints, QueryMaxSeries: cfg.QueryMaxSeries, QueryMaxPoints: cfg.QueryMaxPoints}
 		if a.host != nil {
 			data.Self, data.Local = id, a.host.Write

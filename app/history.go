@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"net/http"
 	"time"
 
 	"github.com/cairn-db/cairn/history"
@@ -18,7 +17,7 @@ type nodeHistory struct {
 func (a *App) newHistory() *nodeHistory {
 	rec := history.New(history.Config{NodeID: a.nodeID, Gatherer: a.reg, Interval: a.cfg.HistoryInterval})
 	return &nodeHistory{rec: rec, cluster: &history.Cluster{Self: rec, Peers: a.historyPeers,
-		Client: &http.Client{Timeout: 5 * time.Second}}}
+		Client: a.peerClient(5 * time.Second)}}
 }
 
 // historyPeers lists the live brokers and storage nodes other than this one.

@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"net/http"
 	"path/filepath"
 	"sync"
 	"time"
@@ -24,14 +23,10 @@ func (a *App) openStorage() error {
 	a.host = storage.NewHost(storage.HostConfig{
 		NodeID: a.nodeID, Cluster: a.cfg.StorageCluster, Engine: eng, State: a.sm.Snapshot,
 		Changed: a.sm.Subscribe(), Logger: a.lg, MinInsync: a.cfg.MinInsyncReplicas,
-		DropDelay: a.cfg.ShardDropDelay, Dir: dir, Registerer: a.reg,
+		DropDelay: a.cfg.ShardDropDelay, Dir: dir, Registerer: a.reg, Client: a.peerClient(0),
 		QueryLimits: engine.Limits{MaxSeries: a.cfg.QueryMaxSeries, MaxPoints: a.cfg.QueryMaxPoints},
 	})
 	return nil
-}
-
-func dataClient() *http.Client {
-	return &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}}
 }
 
 // transferLeader asks the master (local or remote) for a graceful handoff.

@@ -96,9 +96,25 @@ type Config struct {
 	LogLevel  string // debug, info, warn or error
 	LogFormat string // console or json
 
-	// AdminToken, when set, is the bearer token required by mutating
-	// endpoints.
+	// ClusterSecret, when set, is proven on every node-to-node request and
+	// required by the internal API (package peerauth).
+	ClusterSecret string
+	// AdminToken, WriteToken and ReadToken guard the scopes of the public
+	// API (admin > write > read); see web.Tokens.
 	AdminToken string
+	WriteToken string
+	ReadToken  string
+	// The *File fields name files holding the secrets above; Validate reads
+	// them into the secret fields.
+	ClusterSecretFile, AdminTokenFile, WriteTokenFile, ReadTokenFile string
+	// SecretFlags names the secret options given as command-line flags
+	// (visible in ps), for a warning at start.
+	SecretFlags []string
+
+	// TLS: certificate and key served on --http-addr and presented to
+	// peers, the CA verifying peers, the CA verifying client certificates
+	// on the internal API.
+	TLSCert, TLSKey, TLSCA, TLSClientCA string
 
 	// Client TLS and authentication for the etcd endpoints.
 	EtcdCACert   string
@@ -173,9 +189,12 @@ func (c Config) Redacted() Config {
 	if c.AdminToken != "" {
 		c.AdminToken = marker
 	}
-	if c.EtcdPassword != "" {
-		c.EtcdPassword = marker
+	for _, f := range []*string{&c.EtcdPassword, &c.ClusterSecret, &c.WriteToken, &c.ReadToken} {
+		if *f != "" {
+			*f = marker
+		}
 	}
+	c.SecretFlags = slices.Clone(c.SecretFlags)
 	c.Roles = slices.Clone(c.Roles)
 	c.EtcdEndpoints = slices.Clone(c.EtcdEndpoints)
 	return c

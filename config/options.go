@@ -45,13 +45,14 @@ func envName(name string) string {
 const (
 	groupNode    = "Node"
 	groupCluster = "Cluster"
+	groupSec     = "Security (prefer the *-file flags or CAIRN_* env vars for secrets: flag values show in ps)"
 	groupEtcd    = "Embedded etcd member (role etcd)"
 	groupTLS     = "etcd client security"
 	groupLog     = "Logging"
 	groupLimits  = "Limits (each request's memory)"
 )
 
-var groups = []string{groupNode, groupCluster, groupLimits, groupEtcd, groupTLS, groupLog}
+var groups = []string{groupNode, groupCluster, groupSec, groupLimits, groupEtcd, groupTLS, groupLog}
 
 // limitOpt is a positive whole-number limit.
 func limitOpt(name, help string, field func(*Config) *int) option {
@@ -226,8 +227,22 @@ var options = []option{
 		0, func(c *Config) *time.Duration { return &c.ShardDropDelay }, nil),
 	durationOpt("history-interval", groupNode, "sampling interval of the console's charts; each node keeps the last hour in memory (at most 3600 samples)",
 		time.Second, func(c *Config) *time.Duration { return &c.HistoryInterval }, maxDuration(5*time.Minute)),
-	withSecret(stringOpt("admin-token", groupCluster, "bearer token required by mutating API calls; unset means no token is required (prefer the env var or file: flags show in ps)",
+	withSecret(stringOpt("cluster-secret", groupSec, "secret shared by every node of the cluster: node-to-node requests carry an HMAC proof of it and the internal API refuses requests without one; unset leaves the internal API open (prefer --cluster-secret-file or CAIRN_CLUSTER_SECRET)",
+		func(c *Config) *string { return &c.ClusterSecret }, nil)),
+	fileOpt("cluster-secret-file", "file holding --cluster-secret (trailing newline ignored)", func(c *Config) *string { return &c.ClusterSecretFile }),
+	withSecret(stringOpt("admin-token", groupSec, "bearer token for DDL, storage config, drain, leader transfer, rebalance and /debug/pprof; also accepted for writes and reads; unset: admin calls are open (prefer --admin-token-file or CAIRN_ADMIN_TOKEN)",
 		func(c *Config) *string { return &c.AdminToken }, nil)),
+	fileOpt("admin-token-file", "file holding --admin-token", func(c *Config) *string { return &c.AdminTokenFile }),
+	withSecret(stringOpt("write-token", groupSec, "token for writes (/api/v1/write and the InfluxDB write endpoints); also accepted for reads; unset: writes need the admin token if one is set, else are open (prefer --write-token-file or CAIRN_WRITE_TOKEN)",
+		func(c *Config) *string { return &c.WriteToken }, nil)),
+	fileOpt("write-token-file", "file holding --write-token", func(c *Config) *string { return &c.WriteTokenFile }),
+	withSecret(stringOpt("read-token", groupSec, "token for queries, /metrics and reads of cluster state; unset: reads are open (prefer --read-token-file or CAIRN_READ_TOKEN)",
+		func(c *Config) *string { return &c.ReadToken }, nil)),
+	fileOpt("read-token-file", "file holding --read-token", func(c *Config) *string { return &c.ReadTokenFile }),
+	fileOpt("tls-cert", "certificate (PEM) to serve the API, console and internal API over HTTPS and to present to peers; reloaded when the file changes; needs --tls-key", func(c *Config) *string { return &c.TLSCert }),
+	fileOpt("tls-key", "private key (PEM) of --tls-cert", func(c *Config) *string { return &c.TLSKey }),
+	fileOpt("tls-ca", "CA bundle (PEM) that verifies peer nodes' certificates; the system roots when unset", func(c *Config) *string { return &c.TLSCA }),
+	fileOpt("tls-client-ca", "CA bundle (PEM) that verifies client certificates: the internal API then requires one (mTLS); the public API does not", func(c *Config) *string { return &c.TLSClientCA }),
 
 	limitOpt("write-max-body-bytes", "largest write body accepted, in bytes; a larger one gets 413 (send smaller batches)",
 		func(c *Config) *int { return &c.WriteMaxBodyBytes }),
@@ -300,6 +315,12 @@ func maxDuration(limit time.Duration) func(time.Duration) error {
 func withDefText(o option, text string) option {
 	o.defText = text
 	return o
+}
+
+// fileOpt is a path option of the security group (a secret file or TLS
+// material); its default is none.
+func fileOpt(name, help string, field func(*Config) *string) option {
+	return withDefText(stringOpt(name, groupSec, help, field, nil), "none")
 }
 
 func withSecret(o option) option {

@@ -85,6 +85,9 @@ func Parse(args []string, lookupEnv func(string) (string, bool), isTerminal bool
 			if err := o.set(&c, v); err != nil {
 				return Config{}, source{kind: "flag"}.invalid(o, v, err)
 			}
+			if o.secret && v != "" {
+				c.SecretFlags = append(c.SecretFlags, o.name)
+			}
 		}
 	}
 	if err := c.Validate(); err != nil {

@@ -80,7 +80,8 @@ func writeOption(b *strings.Builder, o option) {
 		meta = "HOST:PORT"
 	case strings.HasSuffix(o.name, "-dir"):
 		meta = "DIR"
-	case o.group == groupTLS && o.name != "etcd-username" && !o.secret:
+	case o.group == groupTLS && o.name != "etcd-username" && !o.secret,
+		strings.HasSuffix(o.name, "-file"), strings.HasPrefix(o.name, "tls-"):
 		meta = "FILE"
 	}
 	def := o.defText

@@ -23,6 +23,9 @@ func (c *Config) Validate() error {
 	if err := c.checkAll(); err != nil {
 		return err
 	}
+	if err := c.readSecretFiles(); err != nil {
+		return err
+	}
 	return c.checkCombinations()
 }
 
@@ -74,6 +77,12 @@ func (c *Config) checkCombinations() error {
 	}
 	if c.EtcdPassword != "" && c.EtcdUsername == "" {
 		return &UsageError{Msg: "invalid --etcd-password: it needs --etcd-username"}
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		return &UsageError{Msg: "invalid TLS certificate: --tls-cert and --tls-key must be given together"}
+	}
+	if c.TLSCert == "" && (c.TLSCA != "" || c.TLSClientCA != "") {
+		return &UsageError{Msg: "invalid --tls-ca/--tls-client-ca: they need --tls-cert and --tls-key (a cluster is all HTTPS or all HTTP)"}
 	}
 	return nil
 }

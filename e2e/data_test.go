@@ -28,7 +28,12 @@ func startRF3(t *testing.T, separateEtcd bool) *dataCluster {
 // writes for at most lease TTL + 1 s, loses no acknowledged point, and the
 // node, restarted with its data dir, rejoins every in-sync set.
 func TestKillLeaderLosesNothing(t *testing.T) {
-	c := startRF3(t, false)
+	killLeaderLosesNothing(t, startRF3(t, false))
+}
+
+// killLeaderLosesNothing is TestKillLeaderLosesNothing on a running cluster
+// (the secured clusters of security_test.go run it too).
+func killLeaderLosesNothing(t *testing.T, c *dataCluster) {
 	w := startDataWriter(t, c, dataSeries, dataPerPost, 0, 90*time.Second)
 	w.waitAcked(20, 20*time.Second)
 

@@ -74,7 +74,7 @@ func launchDataWriter(t testing.TB, c *dataCluster, first int64, series, perPost
 		t: t, url: fmt.Sprintf("http://%s/api/v1/write?db=%s", c.broker.addr, c.db),
 		// Longer than the broker's own 10 s retry: its 503 is the answer
 		// worth recording, not our timeout.
-		client: &http.Client{Timeout: 20 * time.Second},
+		client: testClient(20 * time.Second),
 		series: series, perPost: perPost, max: max, maxTime: maxTime,
 		stopCh: make(chan struct{}), done: make(chan struct{}), progress: make(chan struct{}),
 	}

@@ -107,7 +107,7 @@ func start(t testing.TB, args ...string) *Proc {
 	procSeq.n++
 	n := procSeq.n
 	procSeq.Unlock()
-	p := &Proc{t: t, args: args, client: &http.Client{Timeout: 5 * time.Second}}
+	p := &Proc{t: t, args: args, client: testClient(5 * time.Second)}
 	p.name = fmt.Sprintf("proc%d", n)
 	for i, a := range args {
 		if i+1 >= len(args) {

@@ -19,7 +19,8 @@ type Peer struct {
 }
 
 // Cluster gathers the rings of every live node: this node's own and each
-// peer's, fetched from its GET /api/v1/history?scope=node. The browser talks
+// peer's, fetched from its GET /internal/v1/history (node-to-node: signed
+// with the cluster secret when one is set, https when TLS is on). The browser talks
 // to one node only (peers' addresses may not be reachable from it), so the
 // node it talks to does the fan-out.
 type Cluster struct {
@@ -94,7 +95,7 @@ func (c *Cluster) Collect(ctx context.Context) ClusterSeries {
 }
 
 func (c *Cluster) fetch(ctx context.Context, p Peer) (Series, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.Address+"/api/v1/history?scope=node", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.Address+"/internal/v1/history", nil)
 	if err != nil {
 		return Series{}, err
 	}

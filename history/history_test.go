@@ -111,8 +111,8 @@ func TestClusterCollect(t *testing.T) {
 	peerRec.Sample(time.Unix(101, 0))
 	serve := func(s any) *httptest.Server {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.URL.Query().Get("scope") != "node" {
-				http.Error(w, "want scope=node", http.StatusBadRequest)
+			if r.URL.Path != "/internal/v1/history" {
+				http.Error(w, "want /internal/v1/history", http.StatusNotFound)
 				return
 			}
 			_ = json.NewEncoder(w).Encode(s)

@@ -44,6 +44,9 @@ type HostConfig struct {
 	// Dir holds the per-database incarnation marks (<db>.uid) next to the
 	// engine's files; "" disables them.
 	Dir string
+	// Client sends requests to other storage nodes (the app's signing,
+	// TLS-aware peer client); a plain pooled client when nil.
+	Client *http.Client
 	// QueryLimits bound every query this node answers (zero: unbounded);
 	// a caller may ask for tighter ones.
 	QueryLimits engine.Limits
@@ -87,9 +90,11 @@ func NewHost(cfg HostConfig) *Host {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	tr := &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}
+	if cfg.Client == nil {
+		cfg.Client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}}
+	}
 	h := &Host{cfg: cfg, nodeID: cfg.NodeID, cluster: cfg.Cluster, store: cfg.Store, ck: cfg.Keys, state: cfg.State,
-		lg: cfg.Logger.Named("shards"), client: &http.Client{Transport: tr}, replicas: map[string]*replica{},
+		lg: cfg.Logger.Named("shards"), client: cfg.Client, replicas: map[string]*replica{},
 		unwanted: map[string]time.Time{}}
 	if cfg.Registerer != nil {
 		h.metrics = newMetrics(h, cfg.Registerer)

@@ -84,15 +84,16 @@ func DecodeStrictJSON(data []byte, v any) error {
 }
 
 func (s *Server) adminRoutes(api *gin.RouterGroup) {
-	api.GET("/storage-clusters", s.listClusters)
-	api.GET("/storage-clusters/:name", s.getCluster)
-	api.GET("/databases", s.listDatabases)
-	api.GET("/databases/:name", s.getDatabase)
-	api.GET("/databases/:name/shards", s.getShards)
-	api.GET("/route", s.route)
-	api.GET("/query", s.query)
+	rd := api.Group("", s.RequireScope(ScopeRead))
+	rd.GET("/storage-clusters", s.listClusters)
+	rd.GET("/storage-clusters/:name", s.getCluster)
+	rd.GET("/databases", s.listDatabases)
+	rd.GET("/databases/:name", s.getDatabase)
+	rd.GET("/databases/:name/shards", s.getShards)
+	rd.GET("/route", s.route)
+	rd.GET("/query", s.query)
 
-	mut := api.Group("", s.requireAdmin, s.requireAdminService)
+	mut := api.Group("", s.RequireScope(ScopeAdmin), s.requireAdminService)
 	mut.POST("/storage-clusters", s.createCluster)
 	mut.DELETE("/storage-clusters/:name", s.deleteCluster)
 	mut.POST("/databases", s.createDatabase)
@@ -102,7 +103,7 @@ func (s *Server) adminRoutes(api *gin.RouterGroup) {
 	mut.POST("/nodes/:id/undrain", func(c *gin.Context) { s.drain(c, false) })
 	mut.POST("/databases/:name/shards/:id/leader", s.transferLeader)
 	mut.POST("/rebalance", s.rebalance)
-	api.POST("/write", s.requireAdmin, s.write) // writePath
+	api.POST("/write", s.RequireScope(ScopeWrite), s.write) // writePath
 }
 
 func (s *Server) requireAdminService(c *gin.Context) {

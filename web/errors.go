@@ -26,6 +26,8 @@ func statusOf(err error) (int, string) {
 		return http.StatusBadRequest, "bad_request"
 	case errors.Is(err, models.ErrUnauthorized):
 		return http.StatusUnauthorized, "unauthorized"
+	case errors.Is(err, ErrForbidden):
+		return http.StatusForbidden, "forbidden"
 	case errors.Is(err, models.ErrNotFound):
 		return http.StatusNotFound, "not_found"
 	case errors.Is(err, models.ErrConflict):

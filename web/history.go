@@ -33,3 +33,12 @@ func (s *Server) history(c *gin.Context) {
 		fail(c, fmt.Errorf("%w: invalid scope %q: want cluster or node", models.ErrBadInput, scope))
 	}
 }
+
+// historyNode answers GET /internal/v1/history: this node's own samples.
+func (s *Server) historyNode(c *gin.Context) {
+	if s.cfg.History == nil {
+		fail(c, fmt.Errorf("%w: this node keeps no history", models.ErrNotFound))
+		return
+	}
+	c.JSON(http.StatusOK, s.cfg.History.Node())
+}

@@ -6,16 +6,18 @@ package web
 
 import (
 	"context"
-	"crypto/subtle"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
-	_ "net/http/pprof" // registers /debug/pprof on the default mux
+	"net/http/pprof"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/cairn-db/cairn/models"
+	"github.com/cairn-db/cairn/peerauth"
 	"github.com/cairn-db/cairn/statemachine"
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,12 +27,21 @@ import (
 
 // Config of the HTTP server.
 type Config struct {
-	Addr       string
-	NodeID     string
-	Roles      []string
-	AdminToken string
-	Logger     *zap.Logger
-	Gatherer   prometheus.Gatherer
+	Addr     string
+	NodeID   string
+	Roles    []string
+	Tokens   Tokens
+	Logger   *zap.Logger
+	Gatherer prometheus.Gatherer
+	// TLS, when set, serves HTTPS.
+	TLS *tls.Config
+	// InternalGuard, when set, runs before any route under /internal/
+	// (even an unknown one): an error refuses the request with 401 and the
+	// peerauth cause in X-Cairn-Auth-Error.
+	InternalGuard func(*http.Request) error
+	// Cmdline is what /debug/pprof/cmdline shows: the command line with
+	// secret values redacted. Only the program name when nil.
+	Cmdline []string
 	// State returns the node's current snapshot.
 	State func() *statemachine.State
 	// EtcdUp reports whether etcd answered recently.
@@ -67,6 +78,8 @@ type Server struct {
 	lg   *zap.Logger
 	gin  *gin.Engine
 	done chan error
+	// refusals rate-limits the log lines of refused internal requests.
+	refusals *peerauth.Limiter
 }
 
 func init() { gin.SetMode(gin.ReleaseMode) }
@@ -85,25 +98,31 @@ func New(cfg Config) *Server {
 	if cfg.Gatherer == nil {
 		cfg.Gatherer = prometheus.DefaultGatherer
 	}
-	s := &Server{cfg: cfg, lg: cfg.Logger.Named("http"), done: make(chan error, 1)}
+	s := &Server{cfg: cfg, lg: cfg.Logger.Named("http"), done: make(chan error, 1), refusals: peerauth.NewLimiter(time.Minute, nil)}
 	e := gin.New()
 	e.ContextWithFallback = true
-	e.Use(s.recover, s.logRequests, s.limitBody)
+	e.Use(s.recover, s.logRequests, s.limitBody, s.guardInternal)
 	e.HandleMethodNotAllowed = true
 	api := e.Group("/api/v1")
+	// Probes stay open: they reveal nothing but liveness.
 	api.GET("/health", s.health)
 	api.GET("/ready", s.ready)
-	api.GET("/master", s.master)
-	api.GET("/nodes", s.nodes)
-	api.GET("/explore", s.explore)
-	api.GET("/history", s.history)
+	api.GET("/master", s.RequireScope(ScopeRead), s.master)
+	api.GET("/nodes", s.RequireScope(ScopeRead), s.nodes)
+	api.GET("/explore", s.RequireScope(ScopeRead), s.explore)
+	api.GET("/history", s.RequireScope(ScopeRead), s.history)
+	// A peer's own samples, for the fan-out of GET /api/v1/history: an
+	// internal route, so the cluster secret (not a user token) guards it.
+	e.GET("/internal/v1/history", s.historyNode)
 	s.adminRoutes(api)
 	if cfg.Mount != nil {
 		cfg.Mount(e)
 	}
-	e.GET("/metrics", gin.WrapH(promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{})))
-	// Go's profiler, for operators chasing CPU or memory.
-	e.GET("/debug/pprof/*any", gin.WrapH(http.DefaultServeMux))
+	e.GET("/metrics", s.RequireScope(ScopeRead), gin.WrapH(promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{})))
+	// Go's profiler, for operators chasing CPU or memory: admin only, since
+	// profiles and the command line tell a lot about a node.
+	e.GET("/debug/pprof/*name", s.RequireScope(ScopeAdmin), s.pprof)
+	e.POST("/debug/pprof/symbol", s.RequireScope(ScopeAdmin), gin.WrapF(pprof.Symbol))
 	e.NoRoute(func(c *gin.Context) {
 		if strings.HasPrefix(c.Request.URL.Path, "/api/") || s.cfg.Console == nil {
 			fail(c, fmt.Errorf("%w: no route %s %s", models.ErrNotFound, c.Request.Method, c.Request.URL.Path))
@@ -122,6 +141,9 @@ func New(cfg Config) *Server {
 // Handler exposes the routes (tests).
 func (s *Server) Handler() http.Handler { return s.gin }
 
+// Routes lists the registered routes (tests check each has a scope).
+func (s *Server) Routes() gin.RoutesInfo { return s.gin.Routes() }
+
 // Listen binds the address, so the caller knows the port before serving.
 func (s *Server) Listen() error {
 	ln, err := net.Listen("tcp", s.cfg.Addr)
@@ -138,7 +160,13 @@ func (s *Server) Listen() error {
 		MaxHeaderBytes:    1 << 20,
 	}
 	go func() {
-		err := s.srv.Serve(ln)
+		var err error
+		if s.cfg.TLS != nil {
+			s.srv.TLSConfig = s.cfg.TLS
+			err = s.srv.ServeTLS(ln, "", "")
+		} else {
+			err = s.srv.Serve(ln)
+		}
 		if errors.Is(err, http.ErrServerClosed) {
 			err = nil
 		}
@@ -195,16 +223,48 @@ func (s *Server) limitBody(c *gin.Context) {
 	c.Next()
 }
 
-// requireAdmin guards mutating endpoints when an admin token is configured.
-func (s *Server) requireAdmin(c *gin.Context) {
-	if s.cfg.AdminToken == "" {
+// guardInternal refuses requests to /internal/ that fail the internal
+// guard (cluster secret proof, client certificate), before routing: an
+// unknown internal path is refused like a known one.
+func (s *Server) guardInternal(c *gin.Context) {
+	if s.cfg.InternalGuard == nil || !strings.HasPrefix(c.Request.URL.Path, "/internal/") {
 		c.Next()
 		return
 	}
-	scheme, got, _ := strings.Cut(c.GetHeader("Authorization"), " ")
-	if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.AdminToken)) != 1 {
-		fail(c, fmt.Errorf("%w: this endpoint needs the admin token (Authorization: Bearer <token>)", models.ErrUnauthorized))
+	if err := s.cfg.InternalGuard(c.Request); err != nil {
+		cause := peerauth.Cause(err)
+		if cause == "" {
+			cause = "error"
+		}
+		host, _, _ := net.SplitHostPort(c.Request.RemoteAddr)
+		if s.refusals.Allow(host + " " + cause) {
+			s.lg.Warn("refused an internal request (rate limited: one line per peer and cause a minute)",
+				zap.String("remote", c.Request.RemoteAddr), zap.String("path", c.Request.URL.Path), zap.String("cause", cause), zap.Error(err))
+		}
+		c.Header(peerauth.HeaderError, cause)
+		fail(c, fmt.Errorf("%w: %w", models.ErrUnauthorized, err))
 		return
 	}
 	c.Next()
+}
+
+// pprof serves Go's profiler; cmdline shows the redacted command line.
+func (s *Server) pprof(c *gin.Context) {
+	switch strings.TrimPrefix(c.Param("name"), "/") {
+	case "cmdline":
+		args := s.cfg.Cmdline
+		if args == nil {
+			args = os.Args[:1]
+		}
+		c.Header("X-Content-Type-Options", "nosniff")
+		c.Data(http.StatusOK, "text/plain; charset=utf-8", []byte(strings.Join(args, "\x00")))
+	case "profile":
+		pprof.Profile(c.Writer, c.Request)
+	case "symbol":
+		pprof.Symbol(c.Writer, c.Request)
+	case "trace":
+		pprof.Trace(c.Writer, c.Request)
+	default:
+		pprof.Index(c.Writer, c.Request)
+	}
 }

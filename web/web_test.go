@@ -131,7 +131,7 @@ func TestErrorMappingAndStrictBodies(t *testing.T) {
 
 func TestAdminToken(t *testing.T) {
 	a := &fakeAdmin{}
-	h := web.New(web.Config{State: newState(t), Admin: a, AdminToken: "s3cret"}).Handler()
+	h := web.New(web.Config{State: newState(t), Admin: a, Tokens: web.Tokens{Admin: "s3cret"}}).Handler()
 	code, body := do(t, h, "POST", "/api/v1/storage-clusters", `{"name":"c1"}`)
 	require.Equal(t, 401, code)
 	require.Equal(t, "unauthorized", body["error"].(map[string]any)["code"])

@@ -201,6 +201,23 @@ func TestConsoleAdminToken(t *testing.T) {
 	})
 }
 
+// TestConsoleReadToken: with a read token set, the console's reads get 401
+// until the operator enters the token, then show the cluster.
+func TestConsoleReadToken(t *testing.T) {
+	api := newFakeAPI(3)
+	api.addDB("metrics", "default", 4, 2)
+	api.readToken = "r3ad"
+	c := newConsole(t, api)
+	c.open("#databases")
+	c.WaitJS(`!document.getElementById("token-box").hidden`)
+	require.Equal(t, 0, browsertest.Eval[int](c.Page, `document.querySelectorAll("#db-list tr[data-db]").length`))
+	c.Do(
+		chromedp.SendKeys(chromedp.CSS(`#token`), "r3ad"),
+		chromedp.Click(chromedp.CSS(`#token-save`)),
+	)
+	c.WaitJS(`document.querySelector("#db-list tr[data-db=metrics]") !== null`)
+}
+
 // TestConsoleShardMapRoles checks every cell against the fake's state,
 // including an offline shard and an out-of-sync replica.
 func TestConsoleShardMapRoles(t *testing.T) {

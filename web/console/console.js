@@ -71,8 +71,14 @@
 
   // ---- API access ----
 
+  // getJSON reads with the stored token, if any: with --read-token set,
+  // reads need one too (a 401 opens the token box once).
   async function getJSON(path) {
-    const r = await fetch(API + path, { headers: { Accept: "application/json" }, cache: "no-store" });
+    const headers = { Accept: "application/json" };
+    const token = localStorage.getItem(TOKEN_KEY);
+    if (token) headers.Authorization = "Bearer " + token;
+    const r = await fetch(API + path, { headers: headers, cache: "no-store" });
+    if (r.status === 401 && $("token-box").hidden) showTokenBox();
     let body = null;
     try { body = await r.json(); } catch (e) { body = null; }
     return { status: r.status, body: body };
@@ -318,7 +324,8 @@
     $("token").value = "";
     $("token-box").hidden = true;
     $("token-show").hidden = false;
-    notice(v ? "Admin token saved in this browser; retry the action." : "Admin token cleared.");
+    notice(v ? "Token saved in this browser; retry the action." : "Token cleared.");
+    poll();
   });
 
   // ---- actions ----

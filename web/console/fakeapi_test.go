@@ -15,13 +15,14 @@ import (
 // to drive the console: placement is round-robin, and draining a node moves
 // its replicas to the least-loaded other node, which joins out of sync.
 type fakeAPI struct {
-	mu       sync.Mutex
-	token    string // when set, mutating calls need "Authorization: Bearer <token>"
-	etcdDown bool
-	clusters map[string][]string // cluster -> storage node ids
-	draining map[string]bool
-	dbs      map[string]*fakeDB
-	auths    []string // Authorization headers seen on mutating calls
+	mu        sync.Mutex
+	token     string // when set, mutating calls need "Authorization: Bearer <token>"
+	readToken string // when set, reads other than health and ready need it (or token)
+	etcdDown  bool
+	clusters  map[string][]string // cluster -> storage node ids
+	draining  map[string]bool
+	dbs       map[string]*fakeDB
+	auths     []string // Authorization headers seen on mutating calls
 }
 
 type fakeDB struct {
@@ -152,6 +153,12 @@ func (f *fakeAPI) locked(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 		defer f.mu.Unlock()
+		probe := r.URL.Path == "/api/v1/health" || r.URL.Path == "/api/v1/ready"
+		auth := r.Header.Get("Authorization")
+		if f.readToken != "" && !probe && r.Method == http.MethodGet && auth != "Bearer "+f.readToken && auth != "Bearer "+f.token {
+			fail(w, 401, "unauthorized", "this endpoint needs a read token")
+			return
+		}
 		h(w, r)
 	}
 }

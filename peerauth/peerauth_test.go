@@ -1,0 +1,277 @@
+package peerauth
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+)
+
+var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+func fixed(at time.Time) func() time.Time { return func() time.Time { return at } }
+
+// signed builds a request signed with secret at time at.
+func signed(t *testing.T, secret, method, target string, body []byte, at time.Time) *http.Request {
+	t.Helper()
+	req := httptest.NewRequest(method, target, bytes.NewReader(body))
+	SignRequest(Key(secret), req, body, at)
+	return req
+}
+
+func TestVerifyRequest(t *testing.T) {
+	v := NewVerifier("s3cret", 0, fixed(t0))
+	body := []byte("entry bytes")
+	cases := []struct {
+		name   string
+		req    func() *http.Request
+		want   error
+		cause  string
+		bodyOK bool
+	}{
+		{name: "valid", req: func() *http.Request {
+			return signed(t, "s3cret", "POST", "/internal/v1/shards/db/0/write?term=3", body, t0)
+		}, bodyOK: true},
+		{name: "valid no body", req: func() *http.Request {
+			return signed(t, "s3cret", "GET", "/internal/v1/shards/db/0/log?term=3&after=9", nil, t0)
+		}},
+		{name: "valid within skew", req: func() *http.Request {
+			return signed(t, "s3cret", "GET", "/internal/v1/shards/db/0/snapshot?term=1", nil, t0.Add(-4*time.Minute))
+		}},
+		{name: "missing", req: func() *http.Request {
+			return httptest.NewRequest("POST", "/internal/v1/shards/db/0/write?term=3", bytes.NewReader(body))
+		}, want: ErrMissing, cause: "missing"},
+		{name: "wrong secret", req: func() *http.Request {
+			return signed(t, "other", "POST", "/internal/v1/shards/db/0/write?term=3", body, t0)
+		}, want: ErrBadSignature, cause: "bad_signature"},
+		{name: "stale", req: func() *http.Request {
+			return signed(t, "s3cret", "GET", "/internal/v1/shards/db/0/query?metric=m", nil, t0.Add(-6*time.Minute))
+		}, want: ErrStale, cause: "stale"},
+		{name: "future", req: func() *http.Request {
+			return signed(t, "s3cret", "GET", "/internal/v1/shards/db/0/query?metric=m", nil, t0.Add(6*time.Minute))
+		}, want: ErrStale},
+		{name: "other method", req: func() *http.Request {
+			r := signed(t, "s3cret", "GET", "/internal/v1/shards/db/0/leave?term=3&node=n1", nil, t0)
+			r.Method = "POST"
+			return r
+		}, want: ErrBadSignature},
+		{name: "other query", req: func() *http.Request {
+			r := signed(t, "s3cret", "POST", "/internal/v1/shards/db/0/leave?term=3&node=n1", nil, t0)
+			r2 := httptest.NewRequest("POST", "/internal/v1/shards/db/0/leave?term=3&node=n2", nil)
+			r2.Header = r.Header
+			return r2
+		}, want: ErrBadSignature},
+		{name: "other path", req: func() *http.Request {
+			r := signed(t, "s3cret", "GET", "/internal/v1/shards/db/0/query", nil, t0)
+			r2 := httptest.NewRequest("GET", "/internal/v1/shards/db/1/query", nil)
+			r2.Header = r.Header
+			return r2
+		}, want: ErrBadSignature},
+		{name: "body swapped", req: func() *http.Request {
+			r := signed(t, "s3cret", "POST", "/internal/v1/shards/db/0/write?term=3", body, t0)
+			r.Body = io.NopCloser(strings.NewReader("injected points"))
+			return r
+		}, want: ErrBodyMismatch, cause: "body_mismatch"},
+		{name: "bad date", req: func() *http.Request {
+			r := signed(t, "s3cret", "GET", "/x", nil, t0)
+			r.Header.Set(HeaderDate, "yesterday")
+			return r
+		}, want: ErrMalformed, cause: "malformed"},
+		{name: "uppercase signature", req: func() *http.Request {
+			r := signed(t, "s3cret", "GET", "/x", nil, t0)
+			r.Header.Set(HeaderSignature, strings.ToUpper(r.Header.Get(HeaderSignature)))
+			return r
+		}, want: ErrMalformed},
+		{name: "short digest", req: func() *http.Request {
+			r := signed(t, "s3cret", "GET", "/x", nil, t0)
+			r.Header.Set(HeaderDigest, "abcd")
+			return r
+		}, want: ErrMalformed},
+		{name: "signature only", req: func() *http.Request {
+			r := signed(t, "s3cret", "GET", "/x", nil, t0)
+			r.Header.Del(HeaderDate)
+			r.Header.Del(HeaderDigest)
+			return r
+		}, want: ErrMalformed},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := tc.req()
+			err := v.VerifyRequest(r)
+			if tc.want == nil {
+				require.NoError(t, err)
+				got, rerr := io.ReadAll(r.Body)
+				require.NoError(t, rerr)
+				if tc.bodyOK {
+					require.Equal(t, body, got, "the handler must still see the body")
+				}
+				return
+			}
+			require.ErrorIs(t, err, tc.want)
+			if tc.cause != "" {
+				require.Equal(t, tc.cause, Cause(err))
+			}
+		})
+	}
+}
+
+// A request whose headers fail is refused without its body being read.
+func TestVerifyRequestReadsNoBodyBeforeHeaders(t *testing.T) {
+	v := NewVerifier("s3cret", 0, fixed(t0))
+	r := signed(t, "other", "POST", "/internal/v1/shards/db/0/write", []byte("abc"), t0)
+	rd := &countingReader{r: strings.NewReader("abc")}
+	r.Body = io.NopCloser(rd)
+	require.ErrorIs(t, v.VerifyRequest(r), ErrBadSignature)
+	require.Zero(t, rd.n)
+}
+
+type countingReader struct {
+	r io.Reader
+	n int
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += n
+	return n, err
+}
+
+func TestKeyAndSign(t *testing.T) {
+	require.Nil(t, Key(""))
+	require.NotEqual(t, Key("a"), Key("b"))
+	require.Len(t, Key("a"), 32)
+	s := Sign(Key("a"), "GET", "/x?y=1", "1", Digest(nil))
+	require.True(t, strings.HasPrefix(s, "v1="))
+	require.NotEqual(t, s, Sign(Key("a"), "GET", "/x?y=2", "1", Digest(nil)))
+	require.NotEqual(t, s, Sign(Key("a"), "GET", "/x?y=1", "2", Digest(nil)))
+	// Field boundaries are unambiguous: moving a byte between fields changes
+	// the signature.
+	require.NotEqual(t, Sign(Key("a"), "GE", "T/x", "1", Digest(nil)), Sign(Key("a"), "GET", "/x", "1", Digest(nil)))
+}
+
+// The transport signs what the server verifies, keeps the body intact,
+// upgrades the scheme when asked and logs a refusal once per minute.
+func TestTransport(t *testing.T) {
+	now := t0
+	clock := func() time.Time { return now }
+	v := NewVerifier("s3cret", 0, clock)
+	var gotBody []byte
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := v.VerifyRequest(r); err != nil {
+			w.Header().Set(HeaderError, Cause(err))
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		gotBody, _ = io.ReadAll(r.Body)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer srv.Close()
+
+	core, logs := observer.New(zap.InfoLevel)
+	good := &http.Client{Transport: NewTransport(TransportConfig{Secret: "s3cret", Now: clock, Logger: zap.New(core)})}
+	req, err := http.NewRequest("POST", srv.URL+"/internal/v1/shards/db/0/write?term=2", bytes.NewReader([]byte("points")))
+	require.NoError(t, err)
+	resp, err := good.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusNoContent, resp.StatusCode)
+	require.Equal(t, "points", string(gotBody))
+
+	// A body without GetBody is read once and still sent whole.
+	req, err = http.NewRequest("POST", srv.URL+"/internal/v1/shards/db/0/write?term=2", io.NopCloser(strings.NewReader("stream")))
+	require.NoError(t, err)
+	resp, err = good.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusNoContent, resp.StatusCode)
+	require.Equal(t, "stream", string(gotBody))
+
+	bad := &http.Client{Transport: NewTransport(TransportConfig{Secret: "wrong", Now: clock, Logger: zap.New(core)})}
+	for range 3 {
+		resp, err = bad.Get(srv.URL + "/internal/v1/shards/db/0/log?term=2")
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	}
+	refusals := logs.FilterMessageSnippet("cannot authenticate to peer").All()
+	require.Len(t, refusals, 1, "rate limited to one line per minute")
+	require.Equal(t, "bad_signature", refusals[0].ContextMap()["cause"])
+	require.Contains(t, refusals[0].ContextMap()["hint"], "secrets differ")
+	require.NotContains(t, logs.All()[0].Message+refusals[0].ContextMap()["hint"].(string), "wrong")
+
+	now = now.Add(61 * time.Second)
+	resp, err = bad.Get(srv.URL + "/internal/v1/shards/db/0/log?term=2")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Len(t, logs.FilterMessageSnippet("cannot authenticate to peer").All(), 2)
+
+	none := &http.Client{Transport: NewTransport(TransportConfig{Now: clock})}
+	resp, err = none.Get(srv.URL + "/x")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	require.Equal(t, "missing", resp.Header.Get(HeaderError))
+
+	// HTTPS: the transport asks for https on an http:// URL.
+	var seen string
+	up := NewTransport(TransportConfig{HTTPS: true, Base: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		seen = r.URL.String()
+		return nil, errors.New("stop")
+	})})
+	orig, _ := http.NewRequest("GET", "http://127.0.0.1:1/internal/v1/x", nil)
+	_, _ = up.RoundTrip(orig)
+	require.Equal(t, "https://127.0.0.1:1/internal/v1/x", seen)
+	require.Equal(t, "http", orig.URL.Scheme, "the caller's request is not modified")
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+func TestLimiterBounded(t *testing.T) {
+	l := NewLimiter(time.Minute, fixed(t0))
+	require.True(t, l.Allow("a"))
+	require.False(t, l.Allow("a"))
+	for i := range 2000 {
+		l.Allow(strconv.Itoa(i))
+	}
+	require.LessOrEqual(t, len(l.last), 1024)
+}
+
+// FuzzVerify: no header or body combination panics, and nothing but a proof
+// made with the secret passes.
+func FuzzVerify(f *testing.F) {
+	key := Key("s3cret")
+	date := strconv.FormatInt(t0.UnixMilli(), 10)
+	good := Sign(key, "POST", "/internal/v1/shards/db/0/write?term=1", date, Digest([]byte("b")))
+	f.Add("POST", "/internal/v1/shards/db/0/write?term=1", date, Digest([]byte("b")), good, []byte("b"))
+	f.Add("GET", "/", "", "", "", []byte(nil))
+	f.Add("GET", "/x", "-1", strings.Repeat("0", 64), "v1="+strings.Repeat("f", 64), []byte{})
+	f.Add("GET", "/x", "99999999999999999999", "zz", "v2=", []byte("x"))
+	v := NewVerifier("s3cret", 0, fixed(t0))
+	f.Fuzz(func(t *testing.T, method, uri, date, digest, sig string, body []byte) {
+		h := http.Header{}
+		h.Set(HeaderDate, date)
+		h.Set(HeaderDigest, digest)
+		h.Set(HeaderSignature, sig)
+		d, err := v.CheckHeaders(method, uri, h)
+		if err != nil {
+			require.NotEmpty(t, Cause(err))
+			return
+		}
+		// Accepted headers must be exactly what the secret signs.
+		require.Equal(t, Sign(key, method, uri, h.Get(HeaderDate), h.Get(HeaderDigest)), h.Get(HeaderSignature))
+		if CheckBody(d, body) == nil {
+			require.Equal(t, Digest(body), d)
+		}
+	})
+}
