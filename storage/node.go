@@ -27,6 +27,8 @@ type NodeConfig struct {
 	TTL       time.Duration
 	Heartbeat time.Duration // default TTL/3
 	Report    ShardReport   // may be nil
+	// DataDir is statfs'ed for the record's disk_used_pct; "" leaves it out.
+	DataDir string
 	Logger    *zap.Logger
 }
 
@@ -42,6 +44,9 @@ func RunNode(ctx context.Context, cfg NodeConfig) {
 			LastUpdated: time.Now().UnixMicro()}
 		if cfg.Report != nil {
 			r.LastTxnID, r.Following = cfg.Report()
+		}
+		if cfg.DataDir != "" {
+			r.DiskUsedPct = DiskUsedPct(cfg.DataDir)
 		}
 		b, _ := json.Marshal(r)
 		return b
