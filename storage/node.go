@@ -29,7 +29,7 @@ type NodeConfig struct {
 	Report    ShardReport   // may be nil
 	// DataDir is statfs'ed for the record's disk_used_pct; "" leaves it out.
 	DataDir string
-	Logger    *zap.Logger
+	Logger  *zap.Logger
 }
 
 // RunNode keeps the node's leased record alive and fresh until ctx ends: it
