@@ -232,7 +232,13 @@ func (m *Manager) push(ctx context.Context, src Source, we coordinator.WatchEven
 }
 
 // Push enqueues a pre-decoded event (benchmarks and tests of the reducers).
-func (m *Manager) Push(ev Event) { m.queue <- ev }
+// Undated events are dated now.
+func (m *Manager) Push(ev Event) {
+	if ev.At == 0 {
+		ev.At = m.cfg.Now().UnixMilli()
+	}
+	m.queue <- ev
+}
 
 func (m *Manager) loop() {
 	defer m.loopWG.Done()

@@ -35,6 +35,8 @@ type Config struct {
 	State func() *statemachine.State
 	// EtcdUp reports whether etcd answered recently.
 	EtcdUp func() bool
+	// EtcdAlarms lists the alarms etcd raised (e.g. NOSPACE); may be nil.
+	EtcdAlarms func() []string
 	// IsMaster reports whether this node currently holds a master term.
 	IsMaster func() bool
 	// Admin handles metadata changes; nil on nodes without the broker role.
@@ -83,6 +85,7 @@ func New(cfg Config) *Server {
 	api.GET("/ready", s.ready)
 	api.GET("/master", s.master)
 	api.GET("/nodes", s.nodes)
+	api.GET("/problems", s.problems)
 	api.GET("/explore", s.explore)
 	s.adminRoutes(api)
 	if cfg.Mount != nil {
