@@ -40,6 +40,7 @@ type App struct {
 	http   *web.Server
 	reg    *prometheus.Registry
 	etcdUp atomic.Bool
+	alarms atomic.Pointer[[]string] // etcd's raised alarms, from the probe
 
 	masterOps *masterSlot
 	clusters  *clusterStores
@@ -82,7 +83,7 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 
 	wcfg := web.Config{
 		Addr: cfg.HTTPAddr, NodeID: id, Roles: cfg.Roles, AdminToken: cfg.AdminToken, Logger: a.lg,
-		Gatherer: a.reg, State: a.sm.Snapshot, EtcdUp: a.etcdUp.Load, IsMaster: a.masterOps.active, Console: consoleHandler(),
+		Gatherer: a.reg, State: a.sm.Snapshot, EtcdUp: a.etcdUp.Load, EtcdAlarms: a.etcdAlarms, IsMaster: a.masterOps.active, Console: consoleHandler(),
 	}
 	if cfg.HasRole(config.RoleStorage) {
 		if err := a.openStorage(); err != nil {
@@ -236,6 +237,9 @@ func (a *App) probeEtcd(ctx context.Context) {
 	for {
 		pctx, cancel := context.WithTimeout(ctx, 900*time.Millisecond)
 		_, err := a.store.ClusterID(pctx)
+		if err == nil {
+			a.probeAlarms(pctx)
+		}
 		cancel()
 		if ctx.Err() != nil {
 			return
@@ -253,6 +257,27 @@ func (a *App) probeEtcd(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+// probeAlarms records the alarms etcd raised (NOSPACE, CORRUPT), for
+// /api/v1/problems.
+func (a *App) probeAlarms(ctx context.Context) {
+	resp, err := a.store.Client().AlarmList(ctx)
+	if err != nil {
+		return // keep the last answer; the probe runs again in a second
+	}
+	list := make([]string, 0, len(resp.Alarms))
+	for _, al := range resp.Alarms {
+		list = append(list, fmt.Sprintf("%s on member %x", al.Alarm, al.MemberID))
+	}
+	a.alarms.Store(&list)
+}
+
+func (a *App) etcdAlarms() []string {
+	if p := a.alarms.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // ensureDefaultCluster creates the storage cluster "default" on a standalone
