@@ -200,7 +200,7 @@ func nodeProblems(in Input, st *statemachine.State) []Problem {
 		switch {
 		case d.Replicas > 0:
 			p.Severity = Critical
-			p.Message = fmt.Sprintf("storage node %s (cluster %s) is %s and still holds %d replica(s): restart it, or drain it to move them",
+			p.Message = fmt.Sprintf("storage node %s (cluster %s) is %s and still holds %d replica(s): restart it, or rebalance to re-create them on live nodes",
 				d.NodeID, d.Cluster, since, d.Replicas)
 		case d.Draining:
 			p.Severity = Info
