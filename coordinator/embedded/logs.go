@@ -53,7 +53,7 @@ func CairnFlags(s string) string {
 // quietWarnings are etcd warnings about settings Cairn chose; see above.
 var quietWarnings = map[string]bool{
 	"Running http and grpc server on single port. This is not recommended for production.": true,
-	"simple token is not cryptographically signed":                                          true,
+	"simple token is not cryptographically signed":                                         true,
 }
 
 // shutdownMessages are logged by etcd's serving goroutines when their
