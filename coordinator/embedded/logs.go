@@ -105,7 +105,7 @@ func (c *etcdCore) Check(ent zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.C
 }
 
 func (c *etcdCore) Write(ent zapcore.Entry, fields []zapcore.Field) error {
-	if ent.Level == zapcore.ErrorLevel && ent.Message == "failed to update storage version" && errorContains(fields, "missing term information") {
+	if ent.Level > zapcore.InfoLevel && errorContains(fields, "missing term information") {
 		ent.Level, ent.Stack = zapcore.InfoLevel, ""
 		ent.Message += " yet (a new member's first term is not on disk; etcd retries)"
 	}
