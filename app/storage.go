@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/cairn-db/cairn/logrepeat"
 	"github.com/cairn-db/cairn/storage"
 	"github.com/cairn-db/cairn/storage/engine"
 	"github.com/cairn-db/cairn/web"
@@ -42,6 +43,7 @@ func (a *App) transferLeader(ctx context.Context, db string, shard int, node str
 func (a *App) runStorage(ctx context.Context) {
 	changed := a.sm.Subscribe()
 	warned := false
+	unreachable := logrepeat.New(a.lg, 30*time.Second, nil)
 	for {
 		st := a.sm.Snapshot()
 		if cfg, ok := st.StorageClusters[a.cfg.StorageCluster]; ok {
@@ -57,7 +59,7 @@ func (a *App) runStorage(ctx context.Context) {
 				<-done
 				return
 			}
-			a.lg.Warn("cannot reach storage cluster", zap.String("cluster", cfg.Name), zap.Error(err))
+			unreachable.Warn(cfg.Name, "cannot reach storage cluster", zap.String("cluster", cfg.Name), zap.Error(err))
 		} else if !warned && !a.cfg.Standalone && len(st.Synced) > 0 {
 			a.lg.Warn("storage cluster not configured yet; waiting (create it with POST /api/v1/storage-clusters)",
 				zap.String("cluster", a.cfg.StorageCluster))

@@ -12,6 +12,7 @@ import (
 
 	"github.com/cairn-db/cairn/coordinator"
 	"github.com/cairn-db/cairn/coordinator/placement"
+	"github.com/cairn-db/cairn/logrepeat"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
 	"github.com/cairn-db/cairn/web"
@@ -55,6 +56,7 @@ type Master struct {
 	leaders map[placement.ShardKey]string   // plan's leaders, applied once relocations finish
 	members map[string]membership           // per cluster
 	forced  bool
+	repeats *logrepeat.Limiter // retry warnings: once per 30s with a count
 }
 
 type membership struct {
@@ -87,7 +89,8 @@ func New(cfg Config) *Master {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Master{cfg: cfg, lg: cfg.Logger.Named("master").With(zap.Int64("master_term", cfg.Term)),
+	lg := cfg.Logger.Named("master").With(zap.Int64("master_term", cfg.Term))
+	return &Master{cfg: cfg, lg: lg, repeats: logrepeat.New(lg, 30*time.Second, cfg.Now),
 		ops: make(chan op), pending: map[placement.ShardKey][]string{}, leaders: map[placement.ShardKey]string{}, members: map[string]membership{}}
 }
 
@@ -107,7 +110,7 @@ func (m *Master) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			m.lg.Warn("reconcile failed; retrying", zap.Error(err))
+			m.repeats.Warn("reconcile", "reconcile failed; retrying", zap.Error(err))
 		}
 		select {
 		case <-ctx.Done():
