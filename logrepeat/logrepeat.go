@@ -43,10 +43,14 @@ func New(lg *zap.Logger, every time.Duration, now func() time.Time) *Limiter {
 // Warn logs msg at warn level for key, or counts it if key was logged less
 // than Every ago. A line after suppressed ones carries "repeated" (how many
 // were not written) and "over" (the time since the last written line).
-func (l *Limiter) Warn(key, msg string, fields ...zap.Field) { l.log(zapcore.WarnLevel, key, msg, fields) }
+func (l *Limiter) Warn(key, msg string, fields ...zap.Field) {
+	l.log(zapcore.WarnLevel, key, msg, fields)
+}
 
 // Info is Warn at info level.
-func (l *Limiter) Info(key, msg string, fields ...zap.Field) { l.log(zapcore.InfoLevel, key, msg, fields) }
+func (l *Limiter) Info(key, msg string, fields ...zap.Field) {
+	l.log(zapcore.InfoLevel, key, msg, fields)
+}
 
 // Reset forgets key: the condition ended, so its next occurrence is news.
 // It returns how many occurrences were suppressed since the last line.
