@@ -265,4 +265,3 @@ func TestSystemdUnit(t *testing.T) {
 	require.NoError(t, err, "%s", out)
 	require.Empty(t, strings.TrimSpace(string(out)), "systemd-analyze verify complains")
 }
-
