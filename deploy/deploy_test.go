@@ -265,3 +265,13 @@ func TestSystemdUnit(t *testing.T) {
 	require.NoError(t, err, "%s", out)
 	require.Empty(t, strings.TrimSpace(string(out)), "systemd-analyze verify complains")
 }
+
+// TestExampleConfigIsCurrent: deploy/cairn.toml is what `cairn config init`
+// writes today, so a new flag cannot be missing from the shipped example.
+func TestExampleConfigIsCurrent(t *testing.T) {
+	shipped, err := os.ReadFile("cairn.toml")
+	require.NoError(t, err)
+	var now strings.Builder
+	require.NoError(t, config.WriteExample(&now))
+	require.Equal(t, now.String(), string(shipped), "regenerate with: go run ./cmd/cairn config init --out deploy/cairn.toml --force")
+}

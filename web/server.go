@@ -112,6 +112,21 @@ func New(cfg Config) *Server {
 // Handler exposes the routes (tests).
 func (s *Server) Handler() http.Handler { return s.gin }
 
+// Routes lists the registered routes as "METHOD /path/{param}".
+func (s *Server) Routes() []string {
+	var out []string
+	for _, r := range s.gin.Routes() {
+		parts := strings.Split(r.Path, "/")
+		for i, p := range parts {
+			if strings.HasPrefix(p, ":") || strings.HasPrefix(p, "*") {
+				parts[i] = "{" + p[1:] + "}"
+			}
+		}
+		out = append(out, r.Method+" "+strings.Join(parts, "/"))
+	}
+	return out
+}
+
 // Listen binds the address, so the caller knows the port before serving.
 func (s *Server) Listen() error {
 	ln, err := net.Listen("tcp", s.cfg.Addr)

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -222,4 +224,22 @@ func TestProblemsAndDownNodes(t *testing.T) {
 	for _, p := range body["problems"].([]any) {
 		require.NotEqual(t, "node_down", p.(map[string]any)["kind"])
 	}
+}
+
+// TestAPIDocumented: every public route is in docs/api.md with its method.
+func TestAPIDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../docs/api.md")
+	require.NoError(t, err)
+	text := string(doc)
+	s := web.New(web.Config{State: newState(t), Admin: &fakeAdmin{}})
+	n := 0
+	for _, r := range s.Routes() {
+		method, path, _ := strings.Cut(r, " ")
+		if strings.HasPrefix(path, "/debug/") {
+			continue
+		}
+		n++
+		require.Regexp(t, "`"+method+`(/[A-Z]+)* `+regexp.QuoteMeta(path)+"[`\\[?]", text, "route %s is not documented", r)
+	}
+	require.Greater(t, n, 20)
 }
