@@ -260,7 +260,7 @@ func (m *Master) syncAssignments(ctx context.Context) error {
 		from := len(a.Shards)
 		as, ss, err := newShards(st, db, from, db.NumShards)
 		if err != nil {
-			m.lg.Warn("cannot place database yet", zap.String("db", name), zap.Error(err))
+			m.repeats.Warn("place/"+name, "cannot place database yet", zap.String("db", name), zap.Error(err))
 			continue
 		}
 		next := models.Assignment{DB: name, Cluster: db.StorageCluster, Shards: append(slices.Clone(a.Shards), as...)}
