@@ -3,8 +3,8 @@ package app
 import (
 	"context"
 	"slices"
-	"time"
 	"sync"
+	"time"
 
 	"github.com/cairn-db/cairn/coordinator"
 	"github.com/cairn-db/cairn/logrepeat"
