@@ -105,6 +105,7 @@ func TestConsoleProblemsAndRebalance(t *testing.T) {
 		new MutationObserver(check).observe(document.getElementById("shard-map"), {subtree: true, childList: true, attributes: true});
 	})()`, victim)))
 
+	killed := time.Now()
 	nodes[0].kill9()
 	p.WaitJS(fmt.Sprintf(`document.querySelector('#shard-map th.gone[data-node=%q]') !== null`, victim))
 	p.WaitJS(mapCells(fmt.Sprintf(`[data-node=%q][data-role=down]`, victim)) + ` > 0`)
@@ -115,6 +116,7 @@ func TestConsoleProblemsAndRebalance(t *testing.T) {
 
 	p.Do(chromedp.Click(chromedp.CSS(`#tabs a[data-tab=overview]`)))
 	p.WaitJS(problemJS("node_down", "node", victim))
+	t.Logf("kill -9 to the Overview naming %s down: %s (lease TTL 2s)", victim, time.Since(killed).Round(10*time.Millisecond))
 	p.WaitJS(problemJS("under_replicated", "db", "metrics"))
 	msg := browsertest.Eval[string](p, fmt.Sprintf(`document.querySelector('#problems li[data-kind=node_down][data-node=%q]').textContent`, victim))
 	require.Contains(t, msg, "down since")
