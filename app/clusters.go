@@ -4,8 +4,10 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/cairn-db/cairn/coordinator"
+	"github.com/cairn-db/cairn/logrepeat"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
 	"go.uber.org/zap"
@@ -84,6 +86,7 @@ func (c *clusterStores) close() {
 func (a *App) watchClusters(ctx context.Context) {
 	changed := a.sm.Subscribe()
 	watched := map[string]models.StorageCluster{}
+	failing := logrepeat.New(a.lg, 30*time.Second, nil)
 	for {
 		st := a.sm.Snapshot()
 		for name, cfg := range st.StorageClusters {
@@ -95,7 +98,7 @@ func (a *App) watchClusters(ctx context.Context) {
 			}
 			store, ck, err := a.clusters.get(cfg)
 			if err != nil {
-				a.lg.Warn("cannot connect to storage cluster", zap.String("cluster", name), zap.Error(err))
+				failing.Warn(name, "cannot connect to storage cluster", zap.String("cluster", name), zap.Error(err))
 				continue
 			}
 			for _, src := range statemachine.ClusterSources(store, name, ck) {

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cairn-db/cairn/logrepeat"
 	"github.com/cairn-db/cairn/storage"
 	"github.com/cairn-db/cairn/storage/engine"
 	"github.com/cairn-db/cairn/web"
@@ -39,6 +40,7 @@ func (a *App) transferLeader(ctx context.Context, db string, shard int, node str
 func (a *App) runStorage(ctx context.Context) {
 	changed := a.sm.Subscribe()
 	warned := false
+	unreachable := logrepeat.New(a.lg, 30*time.Second, nil)
 	for {
 		st := a.sm.Snapshot()
 		if cfg, ok := st.StorageClusters[a.cfg.StorageCluster]; ok {
@@ -52,14 +54,14 @@ func (a *App) runStorage(ctx context.Context) {
 				var once sync.Once
 				registered := func() { once.Do(func() { go func() { defer close(done); a.host.Run(hctx) }() }) }
 				err := storage.RunNode(ctx, storage.NodeConfig{Store: store, Keys: ck, NodeID: a.nodeID, Address: a.cfg.AdvertiseAddr,
-					Cluster: cfg.Name, TTL: a.cfg.LeaseTTL, Report: a.host.Report, Logger: a.lg.Named("storage"), Registered: registered})
+					Cluster: cfg.Name, TTL: a.cfg.LeaseTTL, Report: a.host.Report, DataDir: a.cfg.DataDir, Logger: a.lg.Named("storage"), Registered: registered})
 				cancel()
 				once.Do(func() { close(done) })
 				<-done
 				a.failOn(err)
 				return
 			}
-			a.lg.Warn("cannot reach storage cluster", zap.String("cluster", cfg.Name), zap.Error(err))
+			unreachable.Warn(cfg.Name, "cannot reach storage cluster", zap.String("cluster", cfg.Name), zap.Error(err))
 		} else if !warned && !a.cfg.Standalone && len(st.Synced) > 0 {
 			a.lg.Warn("storage cluster not configured yet; waiting (create it with POST /api/v1/storage-clusters)",
 				zap.String("cluster", a.cfg.StorageCluster))

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cairn-db/cairn/config"
 	"github.com/cairn-db/cairn/coordinator"
 )
 
@@ -51,7 +52,7 @@ func Main(cmd string, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "cairn: unknown command %q (want backup or restore)\n", cmd)
 		return exitUsage
 	}
-	f, err := parseFlags(cmd, args, stderr)
+	f, err := parseFlags(cmd, args, stdout)
 	if errors.Is(err, flag.ErrHelp) {
 		return exitOK
 	}
@@ -91,10 +92,25 @@ func Main(cmd string, args []string, stdout, stderr io.Writer) int {
 	return exitFailure
 }
 
-func parseFlags(cmd string, args []string, stderr io.Writer) (cliFlags, error) {
+// usage texts of the two commands, for --help.
+var usage = map[string][2]string{
+	"backup": {"cairn backup --out FILE [--etcd-endpoints URLS --namespace NS ...]",
+		`Logical backup of a Cairn namespace: every key at one etcd revision, in a
+versioned, checksummed JSON file. It is written to a temporary file renamed into
+place, so a failed backup never leaves a partial file under FILE.`},
+	"restore": {"cairn restore --in FILE [--force] [--etcd-endpoints URLS --namespace NS ...]",
+		`Restores a backup (or a node's <data-dir>/state.backup) into an empty namespace.
+A corrupt file or a non-empty namespace (without --force) is refused before
+anything is written.`},
+}
+
+// parseFlags parses the flags of cmd; --help writes its help to stdout and
+// returns flag.ErrHelp.
+func parseFlags(cmd string, args []string, stdout io.Writer) (cliFlags, error) {
 	var f cliFlags
-	fs := flag.NewFlagSet("cairn "+cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	if cmd == "backup" {
 		fs.StringVar(&f.out, "out", "", "file to write the backup to (\"-\" for stdout); required")
 	} else {
@@ -109,7 +125,10 @@ func parseFlags(cmd string, args []string, stderr io.Writer) (cliFlags, error) {
 	fs.StringVar(&f.username, "etcd-username", "", "etcd user")
 	fs.StringVar(&f.password, "etcd-password", "", "etcd password")
 	fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "bound on each etcd request")
-	if err := fs.Parse(args); err != nil {
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		config.CommandUsage(stdout, fs, usage[cmd][0], usage[cmd][1], connFlags...)
+		return f, err
+	} else if err != nil {
 		return f, err
 	}
 	if fs.NArg() > 0 {

@@ -1,8 +1,10 @@
 package config
 
 import (
+	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 )
 
@@ -20,7 +22,12 @@ Usage:
                                          overwrite); also accepts a node's local backup file
   cairn simulate [--nodes N --shards P --replicas R --add-nodes K --remove-nodes K]
                                          placement what-if, prints one JSON object
-  cairn version                          print the version
+  cairn config init [--out FILE]         write an example config file (every key,
+                                         commented, at its default)
+  cairn health [--addr HOST:PORT]        probe a node's /api/v1/health (exit 0 when
+                                         healthy): for container health checks
+  cairn version                          print the version (also --version)
+  cairn help                             this text; cairn COMMAND --help for a command
 
 Every node flag is also an environment variable CAIRN_<FLAG> (dashes become
 underscores, e.g. CAIRN_HTTP_ADDR) and a key of the TOML config file
@@ -90,4 +97,47 @@ func writeOption(b *strings.Builder, o option) {
 		def = o.get(&d)
 	}
 	fmt.Fprintf(b, "  --%s %s\n        %s\n        (env %s; default: %s)\n", o.name, meta, o.help, envName(o.name), def)
+}
+
+// CommandUsage writes the help of a subcommand in the style of Usage: what
+// it does, its synopsis, then each flag with its meaning and default (and
+// its environment variable when env lists it).
+func CommandUsage(w io.Writer, fs *flag.FlagSet, synopsis, about string, env ...string) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s\n\nUsage:\n  %s\n", strings.TrimSpace(about), synopsis)
+	n := 0
+	fs.VisitAll(func(f *flag.Flag) {
+		if n == 0 {
+			b.WriteString("\nFlags:\n")
+		}
+		n++
+		meta, help := flag.UnquoteUsage(f)
+		switch meta {
+		case "string":
+			meta = "VALUE"
+		case "int", "uint", "int64", "uint64":
+			meta = "N"
+		case "duration":
+			meta = "DURATION"
+		case "float":
+			meta = "X"
+		}
+		if meta != "" {
+			meta = " " + meta
+		}
+		def := f.DefValue
+		switch {
+		case def == "" || (meta == "" && def == "false"):
+			def = "none"
+			if meta == "" {
+				def = "off"
+			}
+		}
+		extra := "default: " + def
+		if slices.Contains(env, f.Name) {
+			extra = "env " + envName(f.Name) + "; " + extra
+		}
+		fmt.Fprintf(&b, "  --%s%s\n        %s\n        (%s)\n", f.Name, meta, help, extra)
+	})
+	_, _ = io.WriteString(w, b.String())
 }

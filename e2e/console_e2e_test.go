@@ -95,6 +95,10 @@ func TestConsoleAgainstRealCluster(t *testing.T) {
 	}
 	require.Positive(t, most, "no node holds a replica")
 	p.Do(chromedp.Click(chromedp.CSS(fmt.Sprintf(`#shard-map th[data-node=%q] button.drain`, victim))))
+	// The node table (drawn even while another tab shows) counts what the
+	// drain still has to move: it starts from the node's replicas.
+	p.WaitJS(fmt.Sprintf(`(() => { const b = document.querySelector('#storage-nodes .badge.drain[data-remaining]');
+		return b !== null && Number(b.dataset.remaining) <= %d; })()`, most))
 
 	inVictim := mapCells(fmt.Sprintf(`[data-node=%q]:not([data-role=none])`, victim))
 	elsewhere := mapCells(fmt.Sprintf(`:not([data-node=%q]):not([data-role=none])`, victim))
@@ -102,6 +106,7 @@ func TestConsoleAgainstRealCluster(t *testing.T) {
 	p.WaitJS(fmt.Sprintf(`document.querySelector('#shard-map th[data-node=%q].dr button.undrain') !== null`, victim))
 	// Replicas that moved finish their full sync: all in sync, one leader each.
 	p.WaitJS(mapCells(`[data-role=leader]`) + ` === 6 && ` + mapCells(`[data-role=follower]`) + ` === 6`)
+	p.WaitJS(`(document.querySelector('#storage-nodes .badge.drain[data-remaining="0"]') || {}).textContent === "drained"`)
 	p.Screenshot("drained")
 
 	// The API agrees: no replica and no leadership left on the drained node.

@@ -42,6 +42,9 @@ type StorageNode struct {
 	LastUpdated int64             `json:"last_updated"` // unix microseconds, the heartbeat
 	LastTxnID   map[string]uint64 `json:"last_txn_id,omitempty"`
 	Following   map[string]string `json:"following,omitempty"` // shard -> leader node id
+	// DiskUsedPct is how full the node's data disk is, in whole percent
+	// (0: unknown); it changes the record only when it crosses a percent.
+	DiskUsedPct int `json:"disk_used_pct,omitempty"`
 }
 
 // StorageCluster is a configured storage cluster. Empty EtcdEndpoints means the

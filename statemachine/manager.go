@@ -27,6 +27,8 @@ type Config struct {
 	BackupWait time.Duration // debounce of backup writes; default 1s
 	QueueSize  int           // default 4096
 	Registerer prometheus.Registerer
+	// Now dates events (departed nodes); default time.Now.
+	Now func() time.Time
 }
 
 // Manager is the one consumer of the one event queue.
@@ -74,6 +76,9 @@ func New(cfg Config) *Manager {
 	}
 	if cfg.BackupWait == 0 {
 		cfg.BackupWait = time.Second
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
 	m := &Manager{
 		cfg: cfg, lg: cfg.Logger.Named("state"), queue: make(chan Event, cfg.QueueSize),
@@ -208,7 +213,7 @@ func (m *Manager) Sources() []Source {
 
 func (m *Manager) push(ctx context.Context, src Source, we coordinator.WatchEvent) {
 	ev := Event{Source: src.Name, Kind: src.Kind, Cluster: src.Cluster, Type: we.Kind, Rev: we.Rev,
-		Name: nameOf(we.Key, src.Prefix), ClusterID: we.ClusterID}
+		Name: nameOf(we.Key, src.Prefix), ClusterID: we.ClusterID, At: m.cfg.Now().UnixMilli()}
 	if we.Kind != coordinator.WatchSynced {
 		ev.raw = &rawChange{src: src, key: we.Key, value: we.Value, modRev: we.Rev, createRev: we.CreateRev, del: we.Kind == coordinator.WatchDelete}
 	}
@@ -227,7 +232,13 @@ func (m *Manager) push(ctx context.Context, src Source, we coordinator.WatchEven
 }
 
 // Push enqueues a pre-decoded event (benchmarks and tests of the reducers).
-func (m *Manager) Push(ev Event) { m.queue <- ev }
+// Undated events are dated now.
+func (m *Manager) Push(ev Event) {
+	if ev.At == 0 {
+		ev.At = m.cfg.Now().UnixMilli()
+	}
+	m.queue <- ev
+}
 
 func (m *Manager) loop() {
 	defer m.loopWG.Done()

@@ -24,6 +24,9 @@ type Event struct {
 	Removed bool
 	// BackupLoaded marks the end of a replay of the local backup file.
 	BackupLoaded bool
+	// At is when the event was taken from etcd (unix milliseconds); it dates
+	// departed storage nodes.
+	At int64
 
 	raw *rawChange // the raw key, for the local backup
 }
@@ -119,7 +122,9 @@ func (b *builder) apply(ev Event) {
 	case KindDrain:
 		put(cloneOnce(b, "drains", &s.Drains), ev, del)
 	case KindStorageNodes:
-		put(nested(b, "nodes", ev.Cluster, &s.Nodes), ev, del)
+		nodes := nested(b, "nodes", ev.Cluster, &s.Nodes)
+		b.depart(ev, nodes, del)
+		put(nodes, ev, del)
 	case KindISR:
 		put(nested(b, "isr", ev.Cluster, &s.ISR), ev, del)
 	}
@@ -141,10 +146,39 @@ func (b *builder) removeSource(ev Event) {
 	case KindStorageNodes:
 		delete(cloneOnce(b, "nodes", &s.Nodes), ev.Cluster)
 		b.cloned["nodes/"+ev.Cluster] = false
+		delete(cloneOnce(b, "departed", &s.Departed), ev.Cluster)
+		b.cloned["departed/"+ev.Cluster] = false
 	case KindISR:
 		delete(cloneOnce(b, "isr", &s.ISR), ev.Cluster)
 		b.cloned["isr/"+ev.Cluster] = false
 	}
+}
+
+// depart keeps the last record of a storage node whose key is deleted, and
+// forgets it when the node registers again.
+func (b *builder) depart(ev Event, live map[string]models.StorageNode, del bool) {
+	s := b.s
+	if !del {
+		if _, ok := s.Departed[ev.Cluster][ev.Name]; ok {
+			delete(nested(b, "departed", ev.Cluster, &s.Departed), ev.Name)
+		}
+		return
+	}
+	rec, ok := live[ev.Name]
+	if !ok {
+		return
+	}
+	gone := nested(b, "departed", ev.Cluster, &s.Departed)
+	if len(gone) >= MaxDeparted {
+		oldest, at := "", int64(0)
+		for id, d := range gone {
+			if oldest == "" || d.Since < at || (d.Since == at && id < oldest) {
+				oldest, at = id, d.Since
+			}
+		}
+		delete(gone, oldest)
+	}
+	gone[ev.Name] = DepartedNode{Record: rec, Since: ev.At}
 }
 
 // nameOf is the part of key after prefix.

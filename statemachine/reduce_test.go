@@ -1,6 +1,7 @@
 package statemachine
 
 import (
+	"strconv"
 	"testing"
 
 	"github.com/cairn-db/cairn/coordinator"
@@ -84,4 +85,46 @@ func TestSnapshotsAreImmutable(t *testing.T) {
 	s2 := fold(s1, Event{Kind: KindBrokers, Type: coordinator.WatchPut, Name: "b2", Value: models.BrokerRecord{NodeID: "b2"}})
 	require.Len(t, s1.Brokers, 1)
 	require.Len(t, s2.Brokers, 2)
+}
+
+func TestDepartedNodes(t *testing.T) {
+	put := func(name string, at int64) Event {
+		return Event{Source: "nodes/c1", Kind: KindStorageNodes, Cluster: "c1", Type: coordinator.WatchPut, Name: name,
+			Value: models.StorageNode{NodeID: name, LastTxnID: map[string]uint64{"db/0": 5}}, At: at}
+	}
+	del := func(name string, at int64) Event {
+		return Event{Source: "nodes/c1", Kind: KindStorageNodes, Cluster: "c1", Type: coordinator.WatchDelete, Name: name, At: at}
+	}
+	s := fold(emptyState(), put("n1", 1), put("n2", 1), del("n1", 100))
+	require.NotContains(t, s.Nodes["c1"], "n1")
+	require.Equal(t, DepartedNode{Record: models.StorageNode{NodeID: "n1", LastTxnID: map[string]uint64{"db/0": 5}}, Since: 100},
+		s.Departed["c1"]["n1"], "a vanished node is remembered with its last record and when it went")
+
+	// A second delete of a node already gone keeps the first time.
+	s2 := fold(s, del("n1", 200))
+	require.EqualValues(t, 100, s2.Departed["c1"]["n1"].Since)
+
+	// It registers again: no longer departed.
+	s3 := fold(s2, put("n1", 300))
+	require.NotContains(t, s3.Departed["c1"], "n1")
+	require.Contains(t, s3.Nodes["c1"], "n1")
+	require.Contains(t, s2.Departed["c1"], "n1", "published snapshots are never modified")
+
+	// The cluster's source goes: its departed nodes go with it.
+	s4 := fold(s2, Event{Source: "nodes/c1", Kind: KindStorageNodes, Cluster: "c1", Removed: true})
+	require.Empty(t, s4.Departed["c1"])
+}
+
+func TestDepartedNodesBounded(t *testing.T) {
+	var evs []Event
+	for i := range MaxDeparted + 5 {
+		id := "n" + strconv.Itoa(i)
+		evs = append(evs,
+			Event{Source: "nodes/c", Kind: KindStorageNodes, Cluster: "c", Type: coordinator.WatchPut, Name: id, Value: models.StorageNode{NodeID: id}},
+			Event{Source: "nodes/c", Kind: KindStorageNodes, Cluster: "c", Type: coordinator.WatchDelete, Name: id, At: int64(i)})
+	}
+	s := fold(emptyState(), evs...)
+	require.Len(t, s.Departed["c"], MaxDeparted)
+	require.NotContains(t, s.Departed["c"], "n0", "the oldest is forgotten first")
+	require.Contains(t, s.Departed["c"], "n"+strconv.Itoa(MaxDeparted+4))
 }

@@ -49,6 +49,12 @@ type State struct {
 	Drains          map[string]models.Drain
 	Nodes           map[string]map[string]models.StorageNode // cluster -> node id -> record
 	ISR             map[string]map[string]models.ISR         // cluster -> shard id -> set
+	// Departed remembers storage nodes whose leased record vanished (cluster
+	// -> node id), with their last record and when this node saw them go, so
+	// a dead node stays visible as "down since" instead of disappearing. A
+	// node that registers again leaves it. Bounded by MaxDeparted per
+	// cluster; not kept in the local backup.
+	Departed map[string]map[string]DepartedNode
 
 	// Synced lists sources that finished a list against etcd since start.
 	Synced map[string]bool
@@ -70,7 +76,8 @@ func emptyState() *State {
 		Databases: map[string]models.Database{}, Assignments: map[string]models.Assignment{},
 		ShardStates: map[string]models.ShardStates{}, Drains: map[string]models.Drain{},
 		Nodes: map[string]map[string]models.StorageNode{}, ISR: map[string]map[string]models.ISR{},
-		Synced: map[string]bool{}, Revisions: map[string]int64{}, ListedFrom: map[string]uint64{},
+		Departed: map[string]map[string]DepartedNode{},
+		Synced:   map[string]bool{}, Revisions: map[string]int64{}, ListedFrom: map[string]uint64{},
 	}
 }
 
@@ -96,6 +103,17 @@ func (s *State) NodeRecord(id string) (models.StorageNode, bool) {
 		}
 	}
 	return models.StorageNode{}, false
+}
+
+// MaxDeparted bounds the departed nodes remembered per storage cluster; the
+// oldest is forgotten first.
+const MaxDeparted = 1024
+
+// DepartedNode is a storage node whose record vanished: its last record and
+// when its deletion was applied (unix milliseconds).
+type DepartedNode struct {
+	Record models.StorageNode `json:"record"`
+	Since  int64              `json:"since"`
 }
 
 // builder applies a batch of events to a copy of a State, cloning each map the

@@ -28,7 +28,9 @@ type NodeConfig struct {
 	TTL       time.Duration
 	Heartbeat time.Duration // default TTL/3
 	Report    ShardReport   // may be nil
-	Logger    *zap.Logger
+	// DataDir is statfs'ed for the record's disk_used_pct; "" leaves it out.
+	DataDir string
+	Logger  *zap.Logger
 	// Registered, when set, runs after each successful (re)registration.
 	Registered func()
 }
@@ -50,6 +52,9 @@ func RunNode(ctx context.Context, cfg NodeConfig) error {
 			LastUpdated: time.Now().UnixMicro()}
 		if cfg.Report != nil {
 			r.LastTxnID, r.Following = cfg.Report()
+		}
+		if cfg.DataDir != "" {
+			r.DiskUsedPct = DiskUsedPct(cfg.DataDir)
 		}
 		b, _ := json.Marshal(r)
 		return b

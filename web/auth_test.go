@@ -33,6 +33,7 @@ var routeScopes = map[string]web.Scope{
 	"GET /api/v1/nodes":                              web.ScopeRead,
 	"GET /api/v1/explore":                            web.ScopeRead,
 	"GET /api/v1/history":                            web.ScopeRead,
+	"GET /api/v1/problems":                           web.ScopeRead,
 	"GET /internal/v1/history":                       0, // guarded by the cluster secret, not a token
 	"GET /api/v1/storage-clusters":                   web.ScopeRead,
 	"GET /api/v1/storage-clusters/:name":             web.ScopeRead,

@@ -109,6 +109,7 @@ func New(cfg Config) *Server {
 	api.GET("/ready", s.ready)
 	api.GET("/master", s.RequireScope(ScopeRead), s.master)
 	api.GET("/nodes", s.RequireScope(ScopeRead), s.nodes)
+	api.GET("/problems", s.RequireScope(ScopeRead), s.problems)
 	api.GET("/explore", s.RequireScope(ScopeRead), s.explore)
 	api.GET("/history", s.RequireScope(ScopeRead), s.history)
 	// A peer's own samples, for the fan-out of GET /api/v1/history: an

@@ -5,8 +5,10 @@ import (
 	"net/http"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/cairn-db/cairn/models"
+	"github.com/cairn-db/cairn/problems"
 	"github.com/cairn-db/cairn/statemachine"
 	"github.com/gin-gonic/gin"
 )
@@ -80,10 +82,34 @@ func (s *Server) master(c *gin.Context) {
 	c.JSON(http.StatusOK, m)
 }
 
-// storageNodeView is a storage node record as the API shows it.
+// storageNodeView is a storage node record as the API shows it: with the
+// replicas assigned to it (what a drain still has to move) and the shards
+// it leads.
 type storageNodeView struct {
 	models.StorageNode
 	Draining bool `json:"draining"`
+	Replicas int  `json:"replicas"`
+	Leads    int  `json:"leads"`
+}
+
+// downForget is how long a storage node that left holding no replica stays
+// listed as down.
+const downForget = time.Hour
+
+func (s *Server) problems(c *gin.Context) {
+	in := problems.Input{State: s.cfg.State(), Now: time.Now(), EtcdUp: s.etcdUp(), ForgetAfter: downForget}
+	if s.cfg.EtcdAlarms != nil {
+		in.EtcdAlarms = s.cfg.EtcdAlarms()
+	}
+	list := problems.Compute(in)
+	counts := map[string]int{problems.Critical: 0, problems.Warning: 0, problems.Info: 0}
+	for _, p := range list {
+		counts[p.Severity]++
+	}
+	if list == nil {
+		list = []problems.Problem{}
+	}
+	c.JSON(http.StatusOK, gin.H{"problems": list, "counts": counts})
 }
 
 func (s *Server) nodes(c *gin.Context) {
@@ -97,16 +123,30 @@ func (s *Server) nodes(c *gin.Context) {
 	for name := range st.StorageClusters {
 		storage[name] = []storageNodeView{}
 	}
+	replicas, leads := map[string]int{}, map[string]int{}
+	for name, a := range st.Assignments {
+		for _, sh := range a.Shards {
+			for _, r := range sh.Replicas {
+				replicas[r]++
+			}
+		}
+		for _, x := range st.ShardStates[name].Shards {
+			if x.Status == models.StatusOnline {
+				leads[x.Leader]++
+			}
+		}
+	}
 	for cluster, nodes := range st.Nodes {
 		list := make([]storageNodeView, 0, len(nodes))
 		for _, n := range nodes {
 			_, draining := st.Drains[n.NodeID]
-			list = append(list, storageNodeView{StorageNode: n, Draining: draining})
+			list = append(list, storageNodeView{StorageNode: n, Draining: draining, Replicas: replicas[n.NodeID], Leads: leads[n.NodeID]})
 		}
 		sort.Slice(list, func(i, j int) bool { return list[i].NodeID < list[j].NodeID })
 		storage[cluster] = list
 	}
-	c.JSON(http.StatusOK, gin.H{"brokers": brokers, "storage": storage})
+	down := problems.DownNodes(st, time.Now(), downForget)
+	c.JSON(http.StatusOK, gin.H{"brokers": brokers, "storage": storage, "down": down})
 }
 
 // explore dumps the local state store (LinDB's metadata explore); role narrows

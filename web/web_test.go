@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -179,4 +181,108 @@ func TestWriteBodyLimit(t *testing.T) {
 	require.Equal(t, 1, d.writes)
 	code, _ = do(t, h, "POST", "/api/v1/databases", `{"name":"`+strings.Repeat("a", 30)+`","num_shards":1}`)
 	require.Equal(t, 201, code, "the admin body limit is not the write one")
+}
+
+// TestProblemsAndDownNodes drives the real state manager: a storage node's
+// record vanishes while an assignment still names it; /problems and /nodes
+// report it down with its shards, and it clears when the node registers again.
+func TestProblemsAndDownNodes(t *testing.T) {
+	m := statemachine.New(statemachine.Config{})
+	node := func(typ coordinator.WatchEventKind, id string) statemachine.Event {
+		ev := statemachine.Event{Source: statemachine.ClusterNodesSource("c"), Kind: statemachine.KindStorageNodes, Cluster: "c", Type: typ, Name: id}
+		if typ == coordinator.WatchPut {
+			ev.Value = models.StorageNode{NodeID: id, NodeAddress: "h:" + id}
+		}
+		return ev
+	}
+	m.Push(statemachine.Event{Source: statemachine.SourceMaster, Kind: statemachine.KindMaster, Type: coordinator.WatchPut, Value: models.MasterRecord{NodeID: "m1"}})
+	m.Push(statemachine.Event{Source: statemachine.SourceMaster, Type: coordinator.WatchSynced})
+	m.Push(statemachine.Event{Source: "storage_config", Kind: statemachine.KindStorageConfig, Type: coordinator.WatchPut, Name: "c", Value: models.StorageCluster{Name: "c"}})
+	m.Push(statemachine.Event{Source: "databases", Kind: statemachine.KindDatabaseConfig, Type: coordinator.WatchPut, Name: "db",
+		Value: models.Database{Name: "db", StorageCluster: "c", NumShards: 2, ReplicaFactor: 2}})
+	m.Push(statemachine.Event{Source: "assign", Kind: statemachine.KindAssign, Type: coordinator.WatchPut, Name: "db",
+		Value: models.Assignment{DB: "db", Cluster: "c", Shards: []models.ShardAssignment{{ID: 0, Replicas: []string{"a", "b"}}, {ID: 1, Replicas: []string{"b", "a"}}}}})
+	m.Push(statemachine.Event{Source: "shard_state", Kind: statemachine.KindShardState, Type: coordinator.WatchPut, Name: "db",
+		Value: models.ShardStates{DB: "db", Shards: []models.ShardState{{ID: 0, Leader: "a", Term: 1, Status: "online"}, {ID: 1, Leader: "b", Term: 1, Status: "offline"}}}})
+	m.Push(node(coordinator.WatchPut, "a"))
+	m.Push(node(coordinator.WatchPut, "b"))
+	m.Push(node(coordinator.WatchDelete, "b"))
+	m.Start(context.Background())
+	t.Cleanup(m.Stop)
+	for len(m.Snapshot().Departed["c"]) == 0 {
+		<-m.Changed()
+	}
+	h := web.New(web.Config{State: m.Snapshot, EtcdUp: func() bool { return true }, EtcdAlarms: func() []string { return []string{"NOSPACE"} }}).Handler()
+
+	code, body := do(t, h, "GET", "/api/v1/problems", "")
+	require.Equal(t, 200, code)
+	var kinds []string
+	for _, p := range body["problems"].([]any) {
+		pm := p.(map[string]any)
+		node, _ := pm["node"].(string)
+		db, _ := pm["db"].(string)
+		kinds = append(kinds, pm["kind"].(string)+":"+node+db)
+		require.NotEmpty(t, pm["message"])
+		require.NotEmpty(t, pm["link"])
+	}
+	require.Equal(t, []string{"etcd_alarm:", "node_down:b", "shards_offline:db", "under_replicated:db"}, kinds)
+	require.EqualValues(t, 3, body["counts"].(map[string]any)["critical"])
+
+	code, body = do(t, h, "GET", "/api/v1/nodes", "")
+	require.Equal(t, 200, code)
+	down := body["down"].([]any)
+	require.Len(t, down, 1)
+	d := down[0].(map[string]any)
+	require.Equal(t, "b", d["node_id"])
+	require.Equal(t, "h:b", d["node_address"], "the last known record")
+	require.Positive(t, d["since"])
+	require.EqualValues(t, 2, d["replicas"])
+	require.Equal(t, []any{"db/0", "db/1"}, d["shards"])
+	live := body["storage"].(map[string]any)["c"].([]any)
+	require.Len(t, live, 1)
+	require.EqualValues(t, 2, live[0].(map[string]any)["replicas"])
+	require.EqualValues(t, 1, live[0].(map[string]any)["leads"])
+
+	seq := m.Snapshot().Seq
+	m.Push(node(coordinator.WatchPut, "b"))
+	for m.Snapshot().Seq == seq {
+		<-m.Changed()
+	}
+	_, body = do(t, h, "GET", "/api/v1/nodes", "")
+	require.Empty(t, body["down"])
+	_, body = do(t, h, "GET", "/api/v1/problems", "")
+	for _, p := range body["problems"].([]any) {
+		require.NotEqual(t, "node_down", p.(map[string]any)["kind"])
+	}
+}
+
+// TestAPIDocumented: every public route is in docs/api.md with its method.
+func TestAPIDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../docs/api.md")
+	require.NoError(t, err)
+	text := string(doc)
+	s := web.New(web.Config{State: newState(t), Admin: &fakeAdmin{}})
+	n := 0
+	for _, route := range s.Routes() {
+		method, path := route.Method, ginPathToDoc(route.Path)
+		r := method + " " + path
+		if strings.HasPrefix(path, "/debug/") {
+			continue
+		}
+		n++
+		require.Regexp(t, "`"+method+`(/[A-Z]+)* `+regexp.QuoteMeta(path)+"[`\\[?]", text, "route %s is not documented", r)
+	}
+	require.Greater(t, n, 20)
+}
+
+// ginPathToDoc writes gin's :param and *param path segments as {param}, as
+// docs/api.md does.
+func ginPathToDoc(path string) string {
+	parts := strings.Split(path, "/")
+	for i, p := range parts {
+		if strings.HasPrefix(p, ":") || strings.HasPrefix(p, "*") {
+			parts[i] = "{" + p[1:] + "}"
+		}
+	}
+	return strings.Join(parts, "/")
 }

@@ -1,6 +1,7 @@
 // Command cairn runs a Cairn node (any mix of the etcd, master, broker and
 // storage roles; standalone runs all four) and its operator tools: backup,
-// restore, simulate and version. Run `cairn --help` for the flags.
+// restore, simulate, config init, health and version. Run `cairn --help` for
+// the flags.
 package main
 
 import (
@@ -12,6 +13,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/cairn-db/cairn/app"
@@ -29,29 +31,84 @@ func run(args []string, stdout, stderr io.Writer) int {
 	cmd := "run"
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
 		cmd, args = args[0], args[1:]
+	} else if len(args) == 1 && (args[0] == "--version" || args[0] == "-version") {
+		cmd, args = "version", nil
 	}
 	switch cmd {
 	case "run":
-		return runNode(args, stderr)
+		return runNode(args, stdout, stderr)
 	case "backup", "restore":
 		return backup.Main(cmd, args, stdout, stderr)
 	case "simulate":
 		return simulate(args, stdout, stderr)
+	case "config":
+		return configCmd(args, stdout, stderr)
+	case "health":
+		return health(args, stdout, stderr)
 	case "version":
-		fmt.Fprintf(stdout, "cairn %s\n", version)
-		return 0
+		return versionCmd(args, stdout, stderr)
 	case "help":
 		config.Usage(stdout)
 		return 0
 	}
-	fmt.Fprintf(stderr, "cairn: unknown command %q: want run, backup, restore, simulate or version (see cairn --help)\n", cmd)
+	fmt.Fprintf(stderr, "cairn: unknown command %q: want run, backup, restore, simulate, config, health, version or help (see cairn --help)\n", cmd)
 	return 2
 }
 
-func runNode(args []string, stderr io.Writer) int {
+// versionString is the release version, or for a development build the
+// commit it was built from when Go recorded it.
+func versionString() string {
+	v := version
+	if bi, ok := debug.ReadBuildInfo(); ok && v == "dev" {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+				v += "-" + s.Value[:12]
+			}
+		}
+	}
+	return v
+}
+
+func versionCmd(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("version")
+	if code, done := parse(fs, args, stdout, stderr, "cairn version", "Prints the version of this binary (the same as cairn --version)."); done {
+		return code
+	}
+	fmt.Fprintf(stdout, "cairn %s\n", versionString())
+	return 0
+}
+
+// newFlagSet makes a subcommand's flag set; parse does its help and errors.
+func newFlagSet(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	return fs
+}
+
+// parse parses a subcommand's flags. --help writes the help in the main
+// help's style to stdout (exit 0); a bad flag or a stray argument is named
+// on stderr (exit 2). done says the command must return code now.
+func parse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer, synopsis, about string, env ...string) (code int, done bool) {
+	err := fs.Parse(args)
+	if errors.Is(err, flag.ErrHelp) {
+		config.CommandUsage(stdout, fs, synopsis, about, env...)
+		return 0, true
+	}
+	if err == nil && fs.NArg() > 0 {
+		err = fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "cairn %s: %v (see cairn %s --help)\n", fs.Name(), err, fs.Name())
+		return 2, true
+	}
+	return 0, false
+}
+
+func runNode(args []string, stdout, stderr io.Writer) int {
 	fi, _ := os.Stderr.Stat()
 	isTTY := fi != nil && fi.Mode()&os.ModeCharDevice != 0
-	cfg, err := config.Parse(args, os.LookupEnv, isTTY, stderr)
+	cfg, err := config.Parse(args, os.LookupEnv, isTTY, stdout)
 	if errors.Is(err, config.ErrHelp) {
 		return 0
 	}
@@ -91,28 +148,19 @@ func runNode(args []string, stderr io.Writer) int {
 }
 
 func simulate(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("simulate")
 	var p placement.SimulateParams
 	fs.IntVar(&p.Nodes, "nodes", 10, "storage nodes before the change")
 	fs.IntVar(&p.Shards, "shards", 100, "shards (all databases together)")
 	fs.IntVar(&p.Replicas, "replicas", 3, "replicas per shard")
 	fs.IntVar(&p.AddNodes, "add-nodes", 1, "nodes added")
 	fs.IntVar(&p.RemoveNodes, "remove-nodes", 0, "nodes removed")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: cairn simulate [--nodes N --shards P --replicas R --add-nodes K --remove-nodes K]")
-		fmt.Fprintln(stderr, "Places P shards x R replicas on N nodes, applies the change and prints the re-plan as JSON.")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "cairn simulate: unexpected argument %q\n", fs.Arg(0))
-		return 2
+	if code, done := parse(fs, args, stdout, stderr,
+		"cairn simulate [--nodes N --shards P --replicas R --add-nodes K --remove-nodes K]",
+		`Placement what-if: places P shards x R replicas on N nodes, applies the change
+(nodes added or removed) and prints the re-plan as one JSON object:
+{"moves","lower_bound","replicas_per_node":{"min","max"},"leaders_per_node":{"min","max"},"plan_ms"}.`); done {
+		return code
 	}
 	res, err := placement.Simulate(p)
 	if err != nil {

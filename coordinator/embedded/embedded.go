@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
@@ -75,8 +76,9 @@ func (c *Config) Validate() error {
 
 // Server is a running member.
 type Server struct {
-	etcd *embed.Etcd
-	cfg  Config
+	etcd    *embed.Etcd
+	cfg     Config
+	closing *atomic.Bool // set by Close: etcd's shutdown noise is expected
 }
 
 func urls(s string) []url.URL {
@@ -115,7 +117,8 @@ func Start(cfg Config) (*Server, error) {
 	ec.AutoCompactionRetention = cfg.CompactionRetention
 	ec.QuotaBackendBytes = cfg.QuotaBackendBytes
 	ec.Logger = "zap"
-	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(cfg.Logger.Named("etcd"))
+	elg, closing := wrapLogger(cfg.Logger.Named("etcd"))
+	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(elg)
 	// Faster elections than etcd's defaults suit one machine or a LAN; they
 	// bound how long the cluster is unavailable when a member dies.
 	ec.TickMs = 100
@@ -128,19 +131,21 @@ func Start(cfg Config) (*Server, error) {
 	}
 	e, err := embed.StartEtcd(ec)
 	if err != nil {
-		return nil, fmt.Errorf("embedded: start etcd: %w", err)
+		return nil, fmt.Errorf("embedded: start etcd: %w", flagError{err})
 	}
 	select {
 	case <-e.Server.ReadyNotify():
 	case err := <-e.Err():
+		closing.Store(true)
 		e.Close()
-		return nil, fmt.Errorf("embedded: etcd failed: %w", err)
+		return nil, fmt.Errorf("embedded: etcd failed: %w", flagError{err})
 	case <-time.After(cfg.StartTimeout):
+		closing.Store(true)
 		e.Server.Stop()
 		e.Close()
 		return nil, fmt.Errorf("embedded: etcd not ready after %s (is a quorum of --etcd-initial-cluster up?)", cfg.StartTimeout)
 	}
-	return &Server{etcd: e, cfg: cfg}, nil
+	return &Server{etcd: e, cfg: cfg, closing: closing}, nil
 }
 
 // ClientURL is where clients reach this member.
@@ -151,6 +156,7 @@ func (s *Server) Err() <-chan error { return s.etcd.Err() }
 
 // Close stops the member, giving it at most timeout.
 func (s *Server) Close(ctx context.Context) {
+	s.closing.Store(true)
 	done := make(chan struct{})
 	go func() {
 		s.etcd.Close()

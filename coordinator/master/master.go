@@ -12,6 +12,7 @@ import (
 
 	"github.com/cairn-db/cairn/coordinator"
 	"github.com/cairn-db/cairn/coordinator/placement"
+	"github.com/cairn-db/cairn/logrepeat"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
 	"github.com/cairn-db/cairn/web"
@@ -57,6 +58,7 @@ type Master struct {
 	leaders map[placement.ShardKey]string   // plan's leaders, applied once relocations finish
 	members map[string]membership           // per cluster
 	forced  bool
+	repeats *logrepeat.Limiter // retry warnings: once per 30s with a count
 }
 
 type membership struct {
@@ -89,7 +91,8 @@ func New(cfg Config) *Master {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Master{cfg: cfg, lg: cfg.Logger.Named("master").With(zap.Int64("master_term", cfg.Term)),
+	lg := cfg.Logger.Named("master").With(zap.Int64("master_term", cfg.Term))
+	return &Master{cfg: cfg, lg: lg, repeats: logrepeat.New(lg, 30*time.Second, cfg.Now),
 		ops: make(chan op), pending: map[placement.ShardKey][]string{}, leaders: map[placement.ShardKey]string{}, members: map[string]membership{}}
 }
 
@@ -111,7 +114,7 @@ func (m *Master) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			m.lg.Warn("reconcile failed; retrying", zap.Error(err))
+			m.repeats.Warn("reconcile", "reconcile failed; retrying", zap.Error(err))
 		}
 		select {
 		case <-ctx.Done():
@@ -261,7 +264,7 @@ func (m *Master) syncAssignments(ctx context.Context) error {
 		from := len(a.Shards)
 		as, ss, err := newShards(st, db, from, db.NumShards)
 		if err != nil {
-			m.lg.Warn("cannot place database yet", zap.String("db", name), zap.Error(err))
+			m.repeats.Warn("place/"+name, "cannot place database yet", zap.String("db", name), zap.Error(err))
 			continue
 		}
 		next := models.Assignment{DB: name, Cluster: db.StorageCluster, Shards: append(slices.Clone(a.Shards), as...)}

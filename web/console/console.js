@@ -11,7 +11,7 @@
 
   const state = {
     health: null, ready: null, master: null, nodes: null, dbs: [], clusters: [],
-    shards: null, shardsDb: "", apiError: "",
+    shards: null, shardsDb: "", apiError: "", problems: null,
   };
   const DB_KEY = "cairn.shard_db";
   // Remembered across reloads so the first poll can fetch its shards at once.
@@ -140,10 +140,11 @@
       // The selected database's shards come in the same round trip as the
       // rest; only a database that has just vanished costs a second one.
       const early = wantShards && selectedDb ? shardsOf(selectedDb).catch(() => null) : null;
-      const [health, ready, master, nodes, dbs, clusters] = await Promise.all([
+      const [health, ready, master, nodes, dbs, clusters, problems] = await Promise.all([
         getJSON("/health"), getJSON("/ready"), getJSON("/master"), getJSON("/nodes"),
-        getJSON("/databases"), getJSON("/storage-clusters"),
+        getJSON("/databases"), getJSON("/storage-clusters"), getJSON("/problems"),
       ]);
+      state.problems = problems.status === 200 ? problems.body : state.problems;
       state.health = health.body;
       state.ready = ready.body;
       state.master = master.status === 200 ? master.body : null;
@@ -170,6 +171,7 @@
 
   function render() {
     renderHeader();
+    renderProblems();
     renderOverview();
     renderDatabases();
     if (currentTab() === "shards") renderShardMap();
@@ -192,6 +194,30 @@
     pill.className = "pill " + (etcd === "up" ? "up" : etcd === "down" ? "down" : "");
     const h = state.health;
     setText("node-info", h ? "node " + h.node_id + " · " + (h.roles || []).join(", ") : "");
+  }
+
+  // Problems the server computed, most severe first; each links to the view
+  // where it can be fixed. The tab title carries the count of critical and
+  // warning problems, so a background tab still tells.
+  function renderProblems() {
+    const p = state.problems;
+    if (!p) { put("problems", ""); return; }
+    const list = p.problems || [];
+    const urgent = list.filter((x) => x.severity !== "info").length;
+    const title = (urgent ? "(" + urgent + ") " : "") + "Cairn console";
+    if (document.title !== title) document.title = title;
+    if (!list.length) { put("problems", "<div class=all-ok data-problems=0>No problems: every shard is online and fully in sync.</div>"); return; }
+    const label = { critical: "critical", warning: "warning", info: "info" };
+    put("problems", "<ul data-problems=" + list.length + ">" + list.map((x) => "<li data-kind='" + esc(x.kind) + "'" +
+      (x.node ? " data-node='" + esc(x.node) + "'" : "") + (x.db ? " data-db='" + esc(x.db) + "'" : "") +
+      "><span class='sev " + esc(x.severity) + "'>" + esc(label[x.severity] || x.severity) + "</span><span class=msg>" +
+      esc(x.message) + "</span>" + (x.link && x.link !== "#" + currentTab() ? "<a href='" + esc(x.link) + "'>fix →</a>" : "") +
+      "</li>").join("") + "</ul>");
+  }
+
+  // problemsOf lists the problems of one database.
+  function problemsOf(db) {
+    return ((state.problems && state.problems.problems) || []).filter((x) => x.db === db);
   }
 
   function renderOverview() {
@@ -218,21 +244,33 @@
       (storage[cluster] || []).slice().sort((a, b) => byName(a.node_id, b.node_id)).forEach((n) => {
         total++;
         if (n.draining) draining++;
-        const hosted = Object.keys(n.last_txn_id || {}).length;
-        const follows = Object.keys(n.following || {}).length;
         const age = n.last_updated ? (Date.now() - n.last_updated / 1000) / 1000 : Infinity;
         const ageCls = age > 10 ? "bad" : age > 3 ? "warn" : "";
         rows += "<tr><td>" + esc(cluster) + "</td><td>" + esc(n.node_id) + "</td><td>" + esc(n.node_address) +
           "</td><td>" + esc(n.role) + "</td><td class='num " + ageCls + "'>" + ago(n.last_updated / 1000) +
-          "</td><td class=num>" + hosted + "</td><td class=num>" + Math.max(0, hosted - follows) + "</td><td>" +
-          (n.draining ? "<span class='badge drain'>draining</span>" : "<span class='badge on'>active</span>") +
+          "</td><td class=num>" + esc(n.replicas) + "</td><td class=num>" + esc(n.leads) + "</td><td>" +
+          (n.draining ? "<span class='badge drain' data-remaining=" + esc(n.replicas) + ">" +
+            (n.replicas ? "draining · " + esc(n.replicas) + " replica" + (n.replicas === 1 ? "" : "s") + " still to move" : "drained") + "</span>" :
+            "<span class='badge on'>active</span>") +
           "</td><td>" + drainButton(n.node_id, n.draining) + "</td></tr>";
       });
     });
+    // Nodes whose record vanished stay listed, with what they held.
+    let down = 0;
+    (nodes.down || []).forEach((d) => {
+      down++;
+      const shards = (d.shards || []).join(", ") + (d.replicas > (d.shards || []).length ? ", ..." : "");
+      rows += "<tr class=down data-down='" + esc(d.node_id) + "'><td>" + esc(d.cluster) + "</td><td>" + esc(d.node_id) + "</td><td>" +
+        esc(d.node_address || "-") + "</td><td>storage</td><td class='num bad'>-</td><td class=num title='" + esc(shards) + "'>" +
+        esc(d.replicas) + "</td><td class=num>0</td><td><span class='badge down'>down" +
+        (d.since ? " since " + esc(new Date(d.since).toLocaleTimeString()) + " (" + ago(d.since) + ")" : "") +
+        "</span></td><td class=muted>" + (shards ? "last shards: " + esc(shards.length > 60 ? shards.slice(0, 60) + "…" : shards) : "") + "</td></tr>";
+    });
     setText("storage-count", String(total));
-    setText("storage-sub", Object.keys(storage).length + " cluster(s)" + (draining ? " · " + draining + " draining" : ""));
-    put("storage-nodes", total ? "<table class=list><tr><th>Cluster</th><th>Node</th><th>Address</th><th>Role</th>" +
-      "<th class=num>Heartbeat age</th><th class=num>Shards</th><th class=num>Leads</th><th>State</th><th></th></tr>" + rows + "</table>" :
+    setText("storage-sub", Object.keys(storage).length + " cluster(s)" + (draining ? " · " + draining + " draining" : "") +
+      (down ? " · " + down + " down" : ""));
+    put("storage-nodes", total + down ? "<table class=list><tr><th>Cluster</th><th>Node</th><th>Address</th><th>Role</th>" +
+      "<th class=num>Heartbeat age</th><th class=num>Replicas</th><th class=num>Leads</th><th>State</th><th></th></tr>" + rows + "</table>" :
       "<div class=empty>No live storage nodes.</div>");
 
     rows = state.clusters.slice().sort((a, b) => byName(a.name, b.name)).map((c) => "<tr><td>" + esc(c.name) + "</td><td>" +
@@ -243,12 +281,23 @@
       "<th class=num>Live nodes</th><th class=num>Shards</th></tr>" + rows + "</table>" : "<div class=empty>No storage clusters.</div>");
   }
 
+  // health sums up a database's problems in a few words.
+  function health(db) {
+    if (!state.problems) return "<td class=health>?</td>";
+    const ps = problemsOf(db);
+    if (!ps.length) return "<td class='health ok' data-health=ok>healthy</td>";
+    const words = { shards_offline: "offline", under_replicated: "under-replicated", followers_lagging: "catching up" };
+    const bad = ps.some((x) => x.severity === "critical");
+    return "<td class='health " + (bad ? "bad" : "warn") + "' data-health=" + (bad ? "critical" : "warning") + " title='" +
+      esc(ps.map((x) => x.message).join("\n")) + "'>" + ps.map((x) => esc(x.count) + " " + esc(words[x.kind] || x.kind)).join(" · ") + "</td>";
+  }
+
   function renderDatabases() {
-    const rows = state.dbs.map((d) => "<tr data-db='" + esc(d.name) + "'><td><a href='#shards' data-show-db='" +
-      esc(d.name) + "'>" + esc(d.name) + "</a></td><td>" + esc(d.storage_cluster) + "</td><td class=num>" +
+    const rows = state.dbs.map((d) => "<tr data-db='" + esc(d.name) + "'><td><a href='#shards/" + esc(encodeURIComponent(d.name)) + "' data-show-db='" +
+      esc(d.name) + "'>" + esc(d.name) + "</a></td>" + health(d.name) + "<td>" + esc(d.storage_cluster) + "</td><td class=num>" +
       esc(d.num_shards) + "</td><td class=num>" + esc(d.replica_factor) +
       "</td><td><button type=button class=delete data-db='" + esc(d.name) + "'>delete</button></td></tr>").join("");
-    put("db-list", state.dbs.length ? "<table class=list><tr><th>Name</th><th>Storage cluster</th><th class=num>Shards</th>" +
+    put("db-list", state.dbs.length ? "<table class=list><tr><th>Name</th><th>Health</th><th>Storage cluster</th><th class=num>Shards</th>" +
       "<th class=num>Replica factor</th><th></th></tr>" + rows + "</table>" : "<div class=empty>No databases yet.</div>");
 
     const sel = $("db-form").elements.storage_cluster;
@@ -284,13 +333,16 @@
 
   // ---- navigation ----
 
+  // Routes are #tab or #tab/<database> (problems link to #shards/<db>).
   function currentTab() {
-    const t = location.hash.replace("#", "");
+    const t = location.hash.replace("#", "").split("/")[0];
     return t === "databases" || t === "shards" || t === "charts" ? t : "overview";
   }
 
   function showTab() {
     const tab = currentTab();
+    const db = decodeURIComponent(location.hash.split("/").slice(1).join("/"));
+    if (db && db !== selectedDb) selectDb(db);
     document.querySelectorAll("[data-section]").forEach((s) => { s.hidden = s.dataset.section !== tab; });
     document.querySelectorAll("#tabs a").forEach((a) => a.classList.toggle("active", a.dataset.tab === tab));
     if (tab === "shards") renderShardMap();
@@ -400,7 +452,72 @@
     if (b) drain(b);
   });
 
-  $("shard-db").addEventListener("change", (e) => { selectDb(e.target.value); $("shard-action").hidden = true; poll(); });
+  // ---- rebalance: dry run first, then the operator confirms ----
+
+  function planText(plan) {
+    const moves = plan.moves || [];
+    const leaders = moves.filter((m) => m.kind === "leader").length;
+    return { replicas: moves.length - leaders, leaders: leaders, moves: moves };
+  }
+
+  function moveLine(m) {
+    const where = esc(m.db) + " shard " + esc(m.shard);
+    if (m.kind === "leader") return "leader of " + where + ": " + esc(m.from || "none") + " → " + esc(m.to);
+    if (m.kind === "add") return "add a replica of " + where + " on " + esc(m.to);
+    if (m.kind === "remove") return "remove the replica of " + where + " from " + esc(m.from);
+    return esc(m.kind) + " " + where;
+  }
+
+  $("rebalance").addEventListener("click", async () => {
+    const box = $("rebalance-plan");
+    $("rebalance").disabled = true;
+    try {
+      const plan = await mutate("POST", "/rebalance?dry_run=true");
+      const t = planText(plan);
+      box.dataset.moves = String(t.moves.length);
+      if (!t.moves.length) {
+        box.innerHTML = "<b>Nothing to do:</b> replicas and leaders are already balanced. <button type=button id=rebalance-cancel>Close</button>";
+      } else {
+        const shown = t.moves.slice(0, 200);
+        box.innerHTML = "<div><b>Rebalance plan (dry run):</b> <span id=plan-replicas>" + t.replicas + "</span> replica move(s), <span id=plan-leaders>" +
+          t.leaders + "</span> leader transfer(s)" + (plan.lower_bound !== undefined ? " · at least " + esc(plan.lower_bound) + " relocations needed" : "") +
+          ". Replicas are copied before old ones are dropped; leaders move only to in-sync replicas.</div><ol>" +
+          shown.map((m) => "<li data-kind='" + esc(m.kind) + "'>" + moveLine(m) + "</li>").join("") + "</ol>" +
+          (t.moves.length > shown.length ? "<div class=muted>and " + (t.moves.length - shown.length) + " more</div>" : "") +
+          "<button type=button id=rebalance-go class=primary>Run this plan</button> <button type=button id=rebalance-cancel>Cancel</button>";
+      }
+      box.hidden = false;
+    } catch (ex) {
+      notice("Rebalance dry run: " + ex.message, true);
+    } finally {
+      $("rebalance").disabled = false;
+    }
+  });
+  $("rebalance-plan").addEventListener("click", async (e) => {
+    const box = $("rebalance-plan");
+    if (e.target.id === "rebalance-cancel") { box.hidden = true; return; }
+    if (e.target.id !== "rebalance-go") return;
+    e.target.disabled = true;
+    try {
+      const plan = await mutate("POST", "/rebalance");
+      const t = planText(plan);
+      box.hidden = true;
+      const shown = Number(box.dataset.moves || "0");
+      notice("Rebalance started: " + t.replicas + " replica move(s) and " + t.leaders + " leader transfer(s)" +
+        (t.moves.length !== shown ? " (the cluster changed since the dry run, which showed " + shown + " steps)" : "") +
+        "; the master carries them out step by step.");
+    } catch (ex) {
+      e.target.disabled = false;
+      notice("Rebalance: " + ex.message, true);
+    }
+  });
+
+  $("shard-db").addEventListener("change", (e) => {
+    selectDb(e.target.value);
+    history.replaceState(null, "", "#shards/" + encodeURIComponent(e.target.value));
+    $("shard-action").hidden = true;
+    poll();
+  });
 
   $("shard-map").addEventListener("click", (e) => {
     const b = e.target.closest("button.drain, button.undrain");

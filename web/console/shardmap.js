@@ -47,8 +47,11 @@ window.CairnShardMap = (function () {
     for (const c of cols) {
       let role = "none", label = "";
       if (replicas.has(c.id)) {
+        // A replica on a node that is not live serves nothing, whatever the
+        // (stale) leader or in-sync records still say.
+        if (c.gone) { role = "down"; label = "×"; }
         // An offline shard has no serving leader, whatever the record says.
-        if (c.id === s.leader && !offline) { role = "leader"; label = "L"; }
+        else if (c.id === s.leader && !offline) { role = "leader"; label = "L"; }
         else if (isr.has(c.id)) { role = "follower"; label = "F"; }
         else { role = "stale"; label = "F"; }
       }
@@ -60,14 +63,18 @@ window.CairnShardMap = (function () {
   }
 
   function summary(db, shards, cols) {
-    let offline = 0, stale = 0;
+    const gone = new Set(cols.filter((c) => c.gone).map((c) => c.id));
+    let offline = 0, stale = 0, down = 0;
     for (const s of shards) {
       if (s.status === "offline") offline++;
       const isr = new Set(s.isr || []);
-      for (const r of s.replicas || []) if (!isr.has(r)) stale++;
+      for (const r of s.replicas || []) {
+        if (gone.has(r)) down++;
+        else if (!isr.has(r)) stale++;
+      }
     }
     return shards.length + " shards × " + cols.length + " nodes · replica factor " + db.replica_factor +
-      " · " + offline + " offline · " + stale + " out-of-sync replicas";
+      " · " + offline + " offline · " + stale + " out-of-sync replicas" + (down ? " · " + down + " replicas on down nodes" : "");
   }
 
   // create binds a view to a <table>. stats receives render counters and

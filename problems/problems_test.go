@@ -1,0 +1,164 @@
+package problems
+
+import (
+	"testing"
+	"time"
+
+	"github.com/cairn-db/cairn/models"
+	"github.com/cairn-db/cairn/statemachine"
+	"github.com/stretchr/testify/require"
+)
+
+var now = time.UnixMilli(1_700_000_000_000)
+
+// cluster builds a synced state: database db with the given replicas per
+// shard (leader first) on cluster "c", live nodes, and every in-sync set
+// equal to the live replicas.
+func cluster(rf int, live []string, shards ...[]string) *statemachine.State {
+	st := &statemachine.State{
+		Master:          &models.MasterRecord{NodeID: "m"},
+		StorageClusters: map[string]models.StorageCluster{"c": {Name: "c"}},
+		Databases:       map[string]models.Database{"db": {Name: "db", StorageCluster: "c", NumShards: len(shards), ReplicaFactor: rf}},
+		Assignments:     map[string]models.Assignment{},
+		ShardStates:     map[string]models.ShardStates{},
+		Nodes:           map[string]map[string]models.StorageNode{"c": {}},
+		ISR:             map[string]map[string]models.ISR{"c": {}},
+		Departed:        map[string]map[string]statemachine.DepartedNode{},
+		Drains:          map[string]models.Drain{},
+		Synced:          map[string]bool{statemachine.SourceMaster: true},
+	}
+	for _, id := range live {
+		st.Nodes["c"][id] = models.StorageNode{NodeID: id}
+	}
+	a := models.Assignment{DB: "db", Cluster: "c"}
+	ss := models.ShardStates{DB: "db"}
+	for i, reps := range shards {
+		a.Shards = append(a.Shards, models.ShardAssignment{ID: i, Replicas: reps})
+		ss.Shards = append(ss.Shards, models.ShardState{ID: i, Leader: reps[0], Term: 2, Status: models.StatusOnline})
+		st.ISR["c"][models.ShardID("db", i)] = models.ISR{Leader: reps[0], Term: 2, Replicas: reps}
+	}
+	st.Assignments["db"], st.ShardStates["db"] = a, ss
+	return st
+}
+
+func kinds(ps []Problem) []string {
+	out := []string{}
+	for _, p := range ps {
+		out = append(out, p.Severity+":"+p.Kind+":"+p.DB+p.Node)
+	}
+	return out
+}
+
+func TestCompute(t *testing.T) {
+	tests := []struct {
+		name  string
+		state func() *statemachine.State
+		in    func(*Input)
+		want  []string
+		check func(t *testing.T, ps []Problem)
+	}{
+		{"healthy", func() *statemachine.State {
+			return cluster(2, []string{"a", "b"}, []string{"a", "b"}, []string{"b", "a"})
+		}, nil, []string{}, nil},
+		{"a dead node: offline shard, under-replicated shards, node down with its shards", func() *statemachine.State {
+			st := cluster(2, []string{"a", "b"}, []string{"a", "c"}, []string{"b", "c"}, []string{"c", "a"})
+			// c died: shard 2 lost its only in-sync replica, the stale ISR
+			// records still name c.
+			st.ShardStates["db"].Shards[2].Status = models.StatusOffline
+			st.Departed["c"] = map[string]statemachine.DepartedNode{"c": {Record: models.StorageNode{NodeID: "c", NodeAddress: "h:3"}, Since: now.UnixMilli() - 5000}}
+			return st
+		}, nil, []string{"critical:node_down:c", "critical:shards_offline:db", "warning:under_replicated:db"},
+			func(t *testing.T, ps []Problem) {
+				require.Equal(t, 3, ps[0].Count, "c holds three replicas")
+				require.Equal(t, now.UnixMilli()-5000, ps[0].Since)
+				require.Contains(t, ps[0].Message, "down since")
+				require.Equal(t, "#overview", ps[0].Link)
+				require.Equal(t, 1, ps[1].Count)
+				require.Equal(t, "#shards/db", ps[1].Link)
+				require.Contains(t, ps[1].Message, "1 of 3 shards offline (2)")
+				require.Equal(t, 2, ps[2].Count, "shards 0 and 1 are online with one live in-sync replica")
+			}},
+		{"a node named by assignments but never seen is down with unknown since", func() *statemachine.State {
+			return cluster(1, []string{"a"}, []string{"a"}, []string{"z"})
+		}, nil, []string{"critical:node_down:z", "warning:under_replicated:db"}, func(t *testing.T, ps []Problem) {
+			require.Zero(t, ps[0].Since)
+			require.NotContains(t, ps[0].Message, "since")
+		}},
+		{"a departed node without replicas is a warning, then forgotten", func() *statemachine.State {
+			st := cluster(1, []string{"a"}, []string{"a"})
+			st.Departed["c"] = map[string]statemachine.DepartedNode{"x": {Since: now.UnixMilli() - 1000}, "old": {Since: now.Add(-2 * time.Hour).UnixMilli()}}
+			return st
+		}, nil, []string{"warning:node_down:x"}, nil},
+		{"a drained node that left is info", func() *statemachine.State {
+			st := cluster(1, []string{"a"}, []string{"a"})
+			st.Departed["c"] = map[string]statemachine.DepartedNode{"x": {Since: now.UnixMilli()}}
+			st.Drains["x"] = models.Drain{NodeID: "x"}
+			return st
+		}, nil, []string{"info:node_down:x"}, nil},
+		{"followers catching up; an ISR of an older term is not trusted", func() *statemachine.State {
+			st := cluster(2, []string{"a", "b"}, []string{"a", "b"}, []string{"b", "a"})
+			st.ISR["c"]["db/0"] = models.ISR{Leader: "a", Term: 2, Replicas: []string{"a"}}
+			st.ISR["c"]["db/1"] = models.ISR{Leader: "b", Term: 1, Replicas: []string{"b", "a"}}
+			return st
+		}, nil, []string{"warning:under_replicated:db", "warning:followers_lagging:db"}, func(t *testing.T, ps []Problem) {
+			require.Equal(t, 2, ps[0].Count)
+			require.Equal(t, 2, ps[1].Count)
+		}},
+		{"leader imbalance over live, non-draining nodes", func() *statemachine.State {
+			return cluster(2, []string{"a", "b", "c"}, []string{"a", "b"}, []string{"a", "c"}, []string{"a", "b"}, []string{"b", "c"})
+		}, nil, []string{"warning:leader_imbalance:"}, func(t *testing.T, ps []Problem) {
+			require.Contains(t, ps[0].Message, "a leads 3, c leads 0")
+			require.Equal(t, "c", ps[0].Cluster)
+		}},
+		{"one apart is balanced", func() *statemachine.State {
+			return cluster(2, []string{"a", "b", "c"}, []string{"a", "b"}, []string{"a", "c"}, []string{"b", "c"}, []string{"c", "b"})
+		}, nil, []string{}, nil},
+		{"no master, etcd down and alarmed", func() *statemachine.State {
+			st := cluster(1, []string{"a"}, []string{"a"})
+			st.Master = nil
+			return st
+		}, func(in *Input) { in.EtcdUp = false; in.EtcdAlarms = []string{"NOSPACE"} },
+			[]string{"critical:etcd_down:", "critical:etcd_alarm:", "critical:master_missing:"}, nil},
+		{"before the first list no master is not a problem", func() *statemachine.State {
+			st := cluster(1, []string{"a"}, []string{"a"})
+			st.Master, st.Synced = nil, map[string]bool{}
+			return st
+		}, nil, []string{}, nil},
+		{"disks nearly full", func() *statemachine.State {
+			st := cluster(1, []string{"a", "b", "d"}, []string{"a"}, []string{"b"}, []string{"d"})
+			st.Nodes["c"]["a"] = models.StorageNode{NodeID: "a", DiskUsedPct: 91}
+			st.Nodes["c"]["b"] = models.StorageNode{NodeID: "b", DiskUsedPct: 98}
+			st.Nodes["c"]["d"] = models.StorageNode{NodeID: "d", DiskUsedPct: 89}
+			return st
+		}, nil, []string{"critical:disk_full:b", "warning:disk_full:a"}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := Input{State: tt.state(), Now: now, EtcdUp: true}
+			if tt.in != nil {
+				tt.in(&in)
+			}
+			ps := Compute(in)
+			require.Equal(t, tt.want, kinds(ps))
+			if tt.check != nil {
+				tt.check(t, ps)
+			}
+		})
+	}
+}
+
+func TestDownNodesListsLastKnownShards(t *testing.T) {
+	var shards [][]string
+	for range MaxListed + 3 {
+		shards = append(shards, []string{"a", "gone"})
+	}
+	st := cluster(2, []string{"a"}, shards...)
+	st.Drains["gone"] = models.Drain{NodeID: "gone"}
+	down := DownNodes(st, now, time.Hour)
+	require.Len(t, down, 1)
+	require.Equal(t, "gone", down[0].NodeID)
+	require.Equal(t, MaxListed+3, down[0].Replicas)
+	require.Len(t, down[0].Shards, MaxListed, "the list is bounded, the count is not")
+	require.Equal(t, "db/0", down[0].Shards[0])
+	require.True(t, down[0].Draining)
+}
