@@ -17,6 +17,7 @@ import (
 	"github.com/cairn-db/cairn/config"
 	"github.com/cairn-db/cairn/coordinator"
 	"github.com/cairn-db/cairn/coordinator/embedded"
+	"github.com/cairn-db/cairn/influx"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
 	"github.com/cairn-db/cairn/storage"
@@ -98,6 +99,7 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 			data.Self, data.Local = id, a.host.Write
 		}
 		wcfg.Data = data
+		wcfg.Influx = influx.New(influx.Config{Backend: data, Logger: a.lg})
 	}
 	a.http = web.New(wcfg)
 	if err := a.http.Listen(); err != nil {

@@ -23,6 +23,7 @@ import (
 //   GET  .../snapshot?term=T          the full replica
 //   POST .../leave?term=T&node=N      a stopping follower leaves the in-sync set
 //   GET  .../query?metric&start&end&tag=k:v   JSON []engine.Series
+//   POST .../select, GET .../series   InfluxQL evaluation (influxql.go)
 // 409 means a stale term (the caller refreshes its view), 404 a shard not hosted.
 
 // Routes mounts the internal API.
@@ -33,6 +34,8 @@ func (h *Host) Routes(r gin.IRouter) {
 	g.GET("/snapshot", h.handleSnapshot)
 	g.POST("/leave", h.handleLeave)
 	g.GET("/query", h.handleQuery)
+	g.POST("/select", h.handleSelect)
+	g.GET("/series", h.handleSeries)
 }
 
 // StatusOf maps a replication error to the HTTP status the internal API

@@ -3,12 +3,12 @@ package web
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/cairn-db/cairn/influx"
 	"github.com/cairn-db/cairn/models"
 	"github.com/gin-gonic/gin"
 )
@@ -37,9 +37,9 @@ func (s *Server) write(c *gin.Context) {
 	if !s.requireData(c) {
 		return
 	}
-	body, err := io.ReadAll(c.Request.Body)
+	body, err := influx.ReadBody(c.Request, s.cfg.MaxBodyBytes)
 	if err != nil {
-		fail(c, fmt.Errorf("%w: reading body: %v", models.ErrBadInput, err))
+		fail(c, fmt.Errorf("%w: %w", models.ErrBadInput, err))
 		return
 	}
 	if err := s.cfg.Data.Write(c, c.Query("db"), c.Query("precision"), body); err != nil {

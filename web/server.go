@@ -48,6 +48,15 @@ type Config struct {
 	Mount func(gin.IRouter)
 	// MaxBodyBytes caps request bodies; default 32 MiB.
 	MaxBodyBytes int64
+	// Influx mounts the InfluxDB-compatible endpoints (/write, /api/v2/write,
+	// /query, /ping); nil on nodes without the broker role.
+	Influx InfluxRoutes
+}
+
+// InfluxRoutes mounts InfluxDB's endpoints: writes and reads on separate
+// groups, so each group carries its own authorization scope.
+type InfluxRoutes interface {
+	Routes(writes, queries gin.IRouter)
 }
 
 // Server is the running HTTP server.
@@ -85,6 +94,11 @@ func New(cfg Config) *Server {
 	api.GET("/nodes", s.nodes)
 	api.GET("/explore", s.explore)
 	s.adminRoutes(api)
+	if cfg.Influx != nil {
+		// The two groups are where write and read scopes attach.
+		influxWrites, influxQueries := e.Group("/"), e.Group("/")
+		cfg.Influx.Routes(influxWrites, influxQueries)
+	}
 	if cfg.Mount != nil {
 		cfg.Mount(e)
 	}

@@ -133,6 +133,10 @@ type Shard interface {
 	// Query returns the series of metric whose tags contain all of match (a
 	// FieldTag match selects the field), with points in [start, end] by ts.
 	Query(metric string, match map[string]string, start, end int64) ([]Series, error)
+	// SeriesKeys calls visit once per stored series (flushed or not) with its
+	// lineproto series key, in no promised order, reading no points; a visit
+	// error ends the walk and is returned. InfluxQL's SHOW statements use it.
+	SeriesKeys(visit func(key string) error) error
 	// Snapshot writes a consistent full copy, for a full sync.
 	Snapshot(w io.Writer) error
 	// Restore replaces the content with a snapshot, log and txn id included.
