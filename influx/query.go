@@ -110,7 +110,7 @@ func planStatement(stmt influxql.Statement, now time.Time) (statement, error) {
 		*influxql.ShowFieldKeysStatement, *influxql.ShowSeriesStatement:
 		st.show, err = query.PlanShow(stmt)
 	default:
-		err = fmt.Errorf("%w: the statement %s is not supported", query.ErrUnsupported, firstWords(stmt.String()))
+		err = fmt.Errorf("%w: the statement %s", query.ErrUnsupported, firstWords(stmt.String()))
 	}
 	return st, err
 }

@@ -137,7 +137,7 @@ func PlanSelect(s *influxql.SelectStatement, now time.Time) (*Plan, error) {
 }
 
 func unsupported(feature string) error {
-	return fmt.Errorf("%w: %s is not supported", ErrUnsupported, feature)
+	return fmt.Errorf("%w: %s", ErrUnsupported, feature)
 }
 
 func (p *Plan) planFields(s *influxql.SelectStatement) error {
@@ -204,7 +204,7 @@ func (p *Plan) planFields(s *influxql.SelectStatement) error {
 		p.Outputs = append(p.Outputs, out)
 	}
 	if aggs > 0 && raws > 0 {
-		return fmt.Errorf("%w: mixing aggregate and non-aggregate queries is not supported", ErrUnsupported)
+		return fmt.Errorf("%w: mixing aggregate and non-aggregate queries", ErrUnsupported)
 	}
 	p.Req.Raw = aggs == 0
 	p.Req.Fields = slices.Sorted(maps.Keys(fields))

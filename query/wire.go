@@ -17,7 +17,7 @@ import (
 var (
 	// ErrUnsupported: valid InfluxQL that Cairn does not run; the message names
 	// the feature.
-	ErrUnsupported = errors.New("unsupported")
+	ErrUnsupported = errors.New("not supported by Cairn's InfluxQL")
 	// ErrBadQuery: a statement that cannot run as written.
 	ErrBadQuery = errors.New("bad query")
 	// ErrTooLarge: the answer would exceed a bound (points, buckets, series).
