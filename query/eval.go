@@ -86,7 +86,7 @@ type evaluator struct {
 
 type groupAcc struct {
 	tags   []Tag
-	fields map[string]map[int64]*Partial
+	fields map[string][]Bucket // sorted by Start
 }
 
 func seriesTags(s engine.Series) []Tag {
@@ -123,27 +123,78 @@ func (ev *evaluator) add(s engine.Series, field string) {
 	key := GroupKey(tags)
 	g := ev.groups[key]
 	if g == nil {
-		g = &groupAcc{tags: tags, fields: map[string]map[int64]*Partial{}}
+		g = &groupAcc{tags: tags, fields: map[string][]Bucket{}}
 		ev.groups[key] = g
 	}
-	buckets := g.fields[field]
-	if buckets == nil {
-		buckets = map[int64]*Partial{}
-		g.fields[field] = buckets
+	// The series' points come sorted by time, so its buckets are built in
+	// order and merged into the group's in one linear pass: no map, no sort.
+	estimate := len(s.Points)
+	if n := len(s.Points); n > 0 && req.Interval > 0 {
+		if span := (s.Points[n-1].TS-s.Points[0].TS)/req.Interval + 2; span > 0 && span < int64(estimate) {
+			estimate = int(span)
+		}
+	} else if req.Interval <= 0 {
+		estimate = 1
 	}
-	var cur *Partial
-	curStart := int64(0)
+	buckets := make([]Bucket, 0, estimate)
+	sorted := true
 	for _, p := range s.Points {
 		start := BucketOf(p.TS, req.Start, req.Interval, req.Offset)
-		if cur == nil || start != curStart {
-			cur, curStart = buckets[start], start
-			if cur == nil {
-				cur = &Partial{}
-				buckets[start] = cur
-			}
+		if n := len(buckets); n == 0 || buckets[n-1].Start != start {
+			sorted = sorted && (n == 0 || buckets[n-1].Start < start)
+			buckets = append(buckets, Bucket{Start: start})
 		}
-		cur.Add(p.TS, p.Value, req.Stats)
+		buckets[len(buckets)-1].Add(p.TS, p.Value, req.Stats)
 	}
+	if !sorted {
+		buckets = coalesce(buckets)
+	}
+	g.fields[field] = MergeBuckets(g.fields[field], buckets)
+}
+
+// coalesce sorts buckets by start and merges those with the same start.
+func coalesce(buckets []Bucket) []Bucket {
+	slices.SortStableFunc(buckets, func(a, b Bucket) int { return cmp.Compare(a.Start, b.Start) })
+	out := buckets[:0]
+	for _, b := range buckets {
+		if n := len(out); n > 0 && out[n-1].Start == b.Start {
+			out[n-1].Merge(&b.Partial)
+			continue
+		}
+		out = append(out, b)
+	}
+	return out
+}
+
+// MergeBuckets merges two bucket lists sorted by start into one; it may
+// reuse either list's storage.
+func MergeBuckets(a, b []Bucket) []Bucket {
+	switch {
+	case len(a) == 0:
+		return b
+	case len(b) == 0:
+		return a
+	}
+	out := make([]Bucket, 0, max(len(a), len(b)))
+	i, j := 0, 0
+	for i < len(a) && j < len(b) {
+		switch {
+		case a[i].Start < b[j].Start:
+			out = append(out, a[i])
+			i++
+		case a[i].Start > b[j].Start:
+			out = append(out, b[j])
+			j++
+		default:
+			m := a[i]
+			m.Merge(&b[j].Partial)
+			out = append(out, m)
+			i++
+			j++
+		}
+	}
+	out = append(out, a[i:]...)
+	return append(out, b[j:]...)
 }
 
 // BucketOf is the start of the time bucket holding ts; with interval 0 the
@@ -178,12 +229,7 @@ func (ev *evaluator) result() *ShardResult {
 		g := ev.groups[key]
 		out := Group{Tags: g.tags}
 		for _, field := range slices.Sorted(maps.Keys(g.fields)) {
-			fb := FieldBuckets{Field: field}
-			for start, p := range g.fields[field] {
-				fb.Buckets = append(fb.Buckets, Bucket{Start: start, Partial: *p})
-			}
-			slices.SortFunc(fb.Buckets, func(a, b Bucket) int { return cmp.Compare(a.Start, b.Start) })
-			out.Fields = append(out.Fields, fb)
+			out.Fields = append(out.Fields, FieldBuckets{Field: field, Buckets: g.fields[field]})
 		}
 		r.Groups = append(r.Groups, out)
 	}

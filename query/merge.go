@@ -44,7 +44,7 @@ func (p *Plan) Merge(results []*ShardResult) ([]Row, error) {
 
 type mergedGroup struct {
 	tags   []Tag
-	fields map[string]map[int64]*Partial
+	fields map[string][]Bucket // sorted by Start
 }
 
 func (p *Plan) mergeAggregates(results []*ShardResult) []Row {
@@ -54,23 +54,11 @@ func (p *Plan) mergeAggregates(results []*ShardResult) []Row {
 			key := GroupKey(g.Tags)
 			mg := groups[key]
 			if mg == nil {
-				mg = &mergedGroup{tags: g.Tags, fields: map[string]map[int64]*Partial{}}
+				mg = &mergedGroup{tags: g.Tags, fields: map[string][]Bucket{}}
 				groups[key] = mg
 			}
 			for _, f := range g.Fields {
-				bs := mg.fields[f.Field]
-				if bs == nil {
-					bs = map[int64]*Partial{}
-					mg.fields[f.Field] = bs
-				}
-				for i := range f.Buckets {
-					b := &f.Buckets[i]
-					if cur := bs[b.Start]; cur != nil {
-						cur.Merge(&b.Partial)
-					} else {
-						bs[b.Start] = &b.Partial
-					}
-				}
+				mg.fields[f.Field] = MergeBuckets(mg.fields[f.Field], f.Buckets)
 			}
 		}
 	}
@@ -118,6 +106,22 @@ func (p *Plan) page(values [][]any) [][]any {
 // bucketRows lays one group's buckets out in time and fills the gaps.
 func (p *Plan) bucketRows(g *mergedGroup) [][]any {
 	req := &p.Req
+	// One cursor per output into its field's sorted buckets.
+	lists := make([][]Bucket, len(p.Outputs))
+	for i, o := range p.Outputs {
+		lists[i] = g.fields[o.Field]
+	}
+	at := func(i int, t int64) *Partial {
+		l := lists[i]
+		for len(l) > 0 && l[0].Start < t {
+			l = l[1:]
+		}
+		lists[i] = l
+		if len(l) > 0 && l[0].Start == t {
+			return &l[0].Partial
+		}
+		return nil
+	}
 	if req.Interval <= 0 {
 		row := make([]any, len(p.Outputs)+1)
 		t := req.Start
@@ -126,7 +130,7 @@ func (p *Plan) bucketRows(g *mergedGroup) [][]any {
 		}
 		row[0] = t
 		for i, o := range p.Outputs {
-			pt := g.fields[o.Field][req.Start]
+			pt := at(i, req.Start)
 			row[i+1] = finalize(pt, o)
 			if len(p.Outputs) == 1 && selectors[o.Func] && pt != nil {
 				row[0] = selectorTime(pt, o.Func)
@@ -136,13 +140,16 @@ func (p *Plan) bucketRows(g *mergedGroup) [][]any {
 	}
 	first := BucketOf(req.Start, req.Start, req.Interval, req.Offset)
 	last := BucketOf(req.End, req.Start, req.Interval, req.Offset)
-	rows := make([][]any, 0, (last-first)/req.Interval+1)
+	n := int((last-first)/req.Interval + 1)
+	rows := make([][]any, 0, n)
+	cells := make([]any, n*(len(p.Outputs)+1)) // one allocation for every row
 	for t := first; t <= last; t += req.Interval {
-		row := make([]any, len(p.Outputs)+1)
+		row := cells[: len(p.Outputs)+1 : len(p.Outputs)+1]
+		cells = cells[len(p.Outputs)+1:]
 		row[0] = t
 		empty := true
 		for i, o := range p.Outputs {
-			row[i+1] = finalize(g.fields[o.Field][t], o)
+			row[i+1] = finalize(at(i, t), o)
 			empty = empty && row[i+1] == nil
 		}
 		if empty && p.Fill == influxql.NoFill {
