@@ -295,87 +295,9 @@ func TestInfluxQLMatchesReference(t *testing.T) {
 	for db := range dbs {
 		writeLines(t, p.addr, db, lines)
 	}
-	ms := func(ns int64) string { return fmt.Sprintf("%dms", ns/1e6) }
+	requireCases(t, p.addr, slices.Collect(maps.Keys(dbs)), influxQLCases(), pts)
 	h := int64(3600e9)
-	from, to := dayStart, dayStart+12*h-1
-	where := fmt.Sprintf("time >= %s AND time < %s", ms(from), ms(to+1))
-	type tc struct {
-		label string
-		q     string
-		ref   refQuery
-	}
-	var cases []tc
-	for _, fn := range []string{"mean", "sum", "count", "min", "max", "first", "last", "median", "percentile", "stddev", "spread"} {
-		call, n := fn+"(value)", 0.0
-		if fn == "percentile" {
-			call, n = "percentile(value, 90)", 90
-		}
-		cases = append(cases, tc{fn + " by host",
-			fmt.Sprintf("SELECT %s FROM cpu WHERE %s GROUP BY time(30m), host fill(null)", call, where),
-			refQuery{m: "cpu", field: "value", fn: fn, n: n, start: from, end: to, interval: 1800e9, groupBy: []string{"host"}, fill: "null"}})
-		cases = append(cases, tc{fn + " by region, 2 h, offset 15m",
-			fmt.Sprintf("SELECT %s FROM cpu WHERE %s GROUP BY time(2h, 15m), region", call, where),
-			refQuery{m: "cpu", field: "value", fn: fn, n: n, start: from, end: to, interval: 2 * h, offset: 15 * 60e9, groupBy: []string{"region"}, fill: "null"}})
-		cases = append(cases, tc{fn + " whole range",
-			fmt.Sprintf("SELECT %s FROM mem WHERE %s", strings.Replace(call, "value", "used", 1), where),
-			refQuery{m: "mem", field: "used", fn: fn, n: n, start: from, end: to}})
-	}
-	h1 := func(tags map[string]string) bool { return tags["host"] == "h1" }
-	for _, fill := range []string{"null", "none", "0", "-1.5", "previous", "linear"} {
-		cases = append(cases, tc{"fill " + fill,
-			fmt.Sprintf("SELECT mean(value) FROM cpu WHERE host = 'h1' AND %s GROUP BY time(20m) fill(%s)", where, fill),
-			refQuery{m: "cpu", field: "value", fn: "mean", keep: h1, start: from, end: to, interval: 1200e9, fill: fill}})
-		cases = append(cases, tc{"count fill " + fill,
-			fmt.Sprintf("SELECT count(idle) FROM cpu WHERE host = 'h1' AND %s GROUP BY time(20m) fill(%s)", where, fill),
-			refQuery{m: "cpu", field: "idle", fn: "count", keep: h1, start: from, end: to, interval: 1200e9, fill: fill}})
-	}
-	cases = append(cases,
-		tc{"regex and !=", fmt.Sprintf(`SELECT max(idle) FROM cpu WHERE host =~ /^h[0-2]$/ AND region != 'us' AND %s GROUP BY time(1h), *`, where),
-			refQuery{m: "cpu", field: "idle", fn: "max", keep: func(t map[string]string) bool { return t["host"] <= "h2" && t["region"] != "us" },
-				start: from, end: to, interval: h, groupBy: []string{"host", "region"}, fill: "null"}},
-		tc{"!~ and OR", fmt.Sprintf(`SELECT sum(used) FROM mem WHERE (host !~ /h3/ AND (region = 'us' OR host = 'h0')) AND %s GROUP BY time(3h)`, where),
-			refQuery{m: "mem", field: "used", fn: "sum", keep: func(t map[string]string) bool { return t["host"] != "h3" && (t["region"] == "us" || t["host"] == "h0") },
-				start: from, end: to, interval: 3 * h, fill: "null"}},
-		tc{"disk by path", fmt.Sprintf(`SELECT last(free) FROM disk WHERE %s GROUP BY time(4h), path`, where),
-			refQuery{m: "disk", field: "free", fn: "last", start: from, end: to, interval: 4 * h, groupBy: []string{"path"}, fill: "null"}},
-	)
-	// Grafana's InfluxDB datasource, time series panel, visual editor: the
-	// backend renders $timeFilter as `time >= <from>ms and time <= <to>ms`
-	// (grafana/grafana pkg/tsdb/influxdb/influxql, Query.renderTimeFilter),
-	// a multi-value template variable $host as /^(h0|h2)$/, a tag filter as
-	// ("host" =~ /^$host$/) before AND $timeFilter, $__interval as the
-	// panel's interval, and GROUP BY time($__interval), "host" fill(null);
-	// it asks for epoch=ms.
-	gFrom, gTo := dayStart+3*h, dayStart+4*h
-	cases = append(cases, tc{"grafana panel",
-		fmt.Sprintf(`SELECT mean("value") FROM "cpu" WHERE ("host" =~ /^(h0|h2)$/) AND time >= %dms and time <= %dms GROUP BY time(10s), "host" fill(null)`, gFrom/1e6, gTo/1e6),
-		refQuery{m: "cpu", field: "value", fn: "mean", keep: func(t map[string]string) bool { return t["host"] == "h0" || t["host"] == "h2" },
-			start: gFrom, end: gTo, interval: 10e9, groupBy: []string{"host"}, fill: "null"}})
-	cases = append(cases, tc{"grafana panel, policy and ::tag",
-		fmt.Sprintf(`SELECT max("used") FROM "autogen"."mem" WHERE ("host"::tag = 'h3') AND time >= %dms and time <= %dms GROUP BY time(1m) fill(null)`, gFrom/1e6, gTo/1e6),
-		refQuery{m: "mem", field: "used", fn: "max", keep: func(t map[string]string) bool { return t["host"] == "h3" },
-			start: gFrom, end: gTo, interval: 60e9, fill: "null"}})
-
-	// One request holding every statement (Grafana sends a panel's queries
-	// joined by ';'), against each database.
-	var qs []string
-	for _, c := range cases {
-		qs = append(qs, c.q)
-	}
-	answers := map[string]influxResponse{}
-	for db := range dbs {
-		code, res := influxQL(t, p.addr, db, strings.Join(qs, ";\n"), "ms")
-		require.Equal(t, 200, code, "%s: %s", db, res.Error)
-		require.Len(t, res.Results, len(cases))
-		answers[db] = res
-	}
-	for i, c := range cases {
-		want := c.ref.run(pts)
-		require.NotEmpty(t, want, c.label)
-		for db := range dbs {
-			requireResult(t, db+" "+c.label, want, answers[db], i)
-		}
-	}
+	where := fmt.Sprintf("time >= %dms AND time < %dms", dayStart/1e6, (dayStart+12*h)/1e6)
 
 	// The raw forms, LIMIT/SLIMIT and ORDER BY time DESC.
 	code, res := influxQL(t, p.addr, "s8", fmt.Sprintf(`SELECT value, host FROM cpu WHERE host = 'h2' AND time >= %d AND time < %d;
@@ -435,4 +357,112 @@ func TestInfluxQLMatchesReference(t *testing.T) {
 	require.Equal(t, []string{`disk,host=h0,path=/`, `disk,host=h0,path=/var`}, col(10, 0))
 	require.Equal(t, []string{"autogen=0s=168h0m0s=1=true"}, col(11, 0))
 	require.Equal(t, []string{"cpu,host=h3,region=us", "mem,host=h3,region=us"}, col(12, 0))
+}
+
+// tc is one query of the reference set.
+type tc struct {
+	label string
+	q     string
+	ref   refQuery
+}
+
+// influxQLCases are the reference queries over the data set.
+func influxQLCases() []tc {
+	ms := func(ns int64) string { return fmt.Sprintf("%dms", ns/1e6) }
+	h := int64(3600e9)
+	from, to := dayStart, dayStart+12*h-1
+	where := fmt.Sprintf("time >= %s AND time < %s", ms(from), ms(to+1))
+	var cases []tc
+	for _, fn := range []string{"mean", "sum", "count", "min", "max", "first", "last", "median", "percentile", "stddev", "spread"} {
+		call, n := fn+"(value)", 0.0
+		if fn == "percentile" {
+			call, n = "percentile(value, 90)", 90
+		}
+		cases = append(cases, tc{fn + " by host",
+			fmt.Sprintf("SELECT %s FROM cpu WHERE %s GROUP BY time(30m), host fill(null)", call, where),
+			refQuery{m: "cpu", field: "value", fn: fn, n: n, start: from, end: to, interval: 1800e9, groupBy: []string{"host"}, fill: "null"}})
+		cases = append(cases, tc{fn + " by region, 2 h, offset 15m",
+			fmt.Sprintf("SELECT %s FROM cpu WHERE %s GROUP BY time(2h, 15m), region", call, where),
+			refQuery{m: "cpu", field: "value", fn: fn, n: n, start: from, end: to, interval: 2 * h, offset: 15 * 60e9, groupBy: []string{"region"}, fill: "null"}})
+		cases = append(cases, tc{fn + " whole range",
+			fmt.Sprintf("SELECT %s FROM mem WHERE %s", strings.Replace(call, "value", "used", 1), where),
+			refQuery{m: "mem", field: "used", fn: fn, n: n, start: from, end: to}})
+	}
+	h1 := func(tags map[string]string) bool { return tags["host"] == "h1" }
+	for _, fill := range []string{"null", "none", "0", "-1.5", "previous", "linear"} {
+		cases = append(cases, tc{"fill " + fill,
+			fmt.Sprintf("SELECT mean(value) FROM cpu WHERE host = 'h1' AND %s GROUP BY time(20m) fill(%s)", where, fill),
+			refQuery{m: "cpu", field: "value", fn: "mean", keep: h1, start: from, end: to, interval: 1200e9, fill: fill}})
+		cases = append(cases, tc{"count fill " + fill,
+			fmt.Sprintf("SELECT count(idle) FROM cpu WHERE host = 'h1' AND %s GROUP BY time(20m) fill(%s)", where, fill),
+			refQuery{m: "cpu", field: "idle", fn: "count", keep: h1, start: from, end: to, interval: 1200e9, fill: fill}})
+	}
+	cases = append(cases,
+		tc{"regex and !=", fmt.Sprintf(`SELECT max(idle) FROM cpu WHERE host =~ /^h[0-2]$/ AND region != 'us' AND %s GROUP BY time(1h), *`, where),
+			refQuery{m: "cpu", field: "idle", fn: "max", keep: func(t map[string]string) bool { return t["host"] <= "h2" && t["region"] != "us" },
+				start: from, end: to, interval: h, groupBy: []string{"host", "region"}, fill: "null"}},
+		tc{"!~ and OR", fmt.Sprintf(`SELECT sum(used) FROM mem WHERE (host !~ /h3/ AND (region = 'us' OR host = 'h0')) AND %s GROUP BY time(3h)`, where),
+			refQuery{m: "mem", field: "used", fn: "sum", keep: func(t map[string]string) bool { return t["host"] != "h3" && (t["region"] == "us" || t["host"] == "h0") },
+				start: from, end: to, interval: 3 * h, fill: "null"}},
+		tc{"disk by path", fmt.Sprintf(`SELECT last(free) FROM disk WHERE %s GROUP BY time(4h), path`, where),
+			refQuery{m: "disk", field: "free", fn: "last", start: from, end: to, interval: 4 * h, groupBy: []string{"path"}, fill: "null"}},
+	)
+	// Grafana's InfluxDB datasource, time series panel, visual editor: the
+	// backend renders $timeFilter as `time >= <from>ms and time <= <to>ms`
+	// (grafana/grafana pkg/tsdb/influxdb/influxql, Query.renderTimeFilter),
+	// a multi-value template variable $host as /^(h0|h2)$/, a tag filter as
+	// ("host" =~ /^$host$/) before AND $timeFilter, $__interval as the
+	// panel's interval, and GROUP BY time($__interval), "host" fill(null);
+	// it asks for epoch=ms.
+	gFrom, gTo := dayStart+3*h, dayStart+4*h
+	cases = append(cases, tc{"grafana panel",
+		fmt.Sprintf(`SELECT mean("value") FROM "cpu" WHERE ("host" =~ /^(h0|h2)$/) AND time >= %dms and time <= %dms GROUP BY time(10s), "host" fill(null)`, gFrom/1e6, gTo/1e6),
+		refQuery{m: "cpu", field: "value", fn: "mean", keep: func(t map[string]string) bool { return t["host"] == "h0" || t["host"] == "h2" },
+			start: gFrom, end: gTo, interval: 10e9, groupBy: []string{"host"}, fill: "null"}})
+	cases = append(cases, tc{"grafana panel, policy and ::tag",
+		fmt.Sprintf(`SELECT max("used") FROM "autogen"."mem" WHERE ("host"::tag = 'h3') AND time >= %dms and time <= %dms GROUP BY time(1m) fill(null)`, gFrom/1e6, gTo/1e6),
+		refQuery{m: "mem", field: "used", fn: "max", keep: func(t map[string]string) bool { return t["host"] == "h3" },
+			start: gFrom, end: gTo, interval: 60e9, fill: "null"}})
+
+	return cases
+}
+
+// requireCases runs every case in one request per database and checks each
+// answer against the reference.
+func requireCases(t *testing.T, addr string, dbs []string, cases []tc, pts []refPoint) {
+	t.Helper()
+	// One request holding every statement (Grafana sends a panel's queries
+	// joined by ';'), against each database.
+	var qs []string
+	for _, c := range cases {
+		qs = append(qs, c.q)
+	}
+	answers := map[string]influxResponse{}
+	for _, db := range dbs {
+		code, res := influxQL(t, addr, db, strings.Join(qs, ";\n"), "ms")
+		require.Equal(t, 200, code, "%s: %s", db, res.Error)
+		require.Len(t, res.Results, len(cases))
+		answers[db] = res
+	}
+	for i, c := range cases {
+		want := c.ref.run(pts)
+		require.NotEmpty(t, want, c.label)
+		for _, db := range dbs {
+			requireResult(t, db+" "+c.label, want, answers[db], i)
+		}
+	}
+}
+
+// TestInfluxQLReplicated: the same reference answers from a broker in front
+// of three storage processes holding 8 shards at replica factor 3; the
+// broker asks each shard's leader only.
+func TestInfluxQLReplicated(t *testing.T) {
+	pts, lines := influxDataset()
+	c := startDataCluster(t, dataClusterOpts{storageNodes: 3, shards: 8, rf: 3})
+	writeLines(t, c.broker.addr, c.db, lines)
+	requireCases(t, c.broker.addr, []string{c.db}, influxQLCases(), pts)
+	code, res := influxQL(t, c.broker.addr, c.db, "SHOW RETENTION POLICIES; SHOW MEASUREMENTS", "")
+	require.Equal(t, 200, code)
+	require.Equal(t, json.Number("3"), res.Results[0].Series[0].Values[0][3])
+	require.Equal(t, [][]any{{"cpu"}, {"disk"}, {"mem"}}, res.Results[1].Series[0].Values)
 }
