@@ -89,16 +89,20 @@ func (p *Partial) Add(ts int64, v float64, st Stats) {
 		}
 		return
 	}
-	// Welford: the mean before and after this point.
-	n := float64(p.Count)
-	mean := p.Sum / n
+	if st&StatM2 != 0 {
+		// Welford: the mean before and after this point.
+		mean := p.Sum / float64(p.Count)
+		p.M2 += (v - mean) * (v - (p.Sum+v)/float64(p.Count+1))
+	}
 	p.Count++
 	p.Sum += v
-	if st&StatM2 != 0 {
-		p.M2 += (v - mean) * (v - p.Sum/float64(p.Count))
+	// Only what the request ships is kept up to date: a mean costs an add.
+	if st&StatMinMax != 0 {
+		p.addMinMax(v, ts, v, ts)
 	}
-	p.addMinMax(v, ts, v, ts)
-	p.addFirstLast(v, ts, v, ts)
+	if st&(StatFirst|StatLast) != 0 {
+		p.addFirstLast(v, ts, v, ts)
+	}
 	if st&StatValues != 0 {
 		p.Values = append(p.Values, v)
 	}
