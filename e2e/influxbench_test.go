@@ -133,6 +133,25 @@ func BenchmarkInfluxQLGroupByHost(b *testing.B) {
 	cpu := func() time.Duration { return procCPU(b, cmd.Process.Pid) }
 	var influxTook, rawTook, influxCPU, rawCPU []time.Duration
 	var influxBytes, rawBytes int
+	if path := os.Getenv("CAIRN_BENCH_CPUPROFILE"); path != "" {
+		// The server's CPU profile over three InfluxQL queries.
+		done := make(chan []byte)
+		go func() {
+			resp, err := client.Get("http://" + p.addr + "/debug/pprof/profile?seconds=20")
+			if err != nil {
+				done <- nil
+				return
+			}
+			defer resp.Body.Close()
+			data, _ := io.ReadAll(resp.Body)
+			done <- data
+		}()
+		deadline := time.Now().Add(19 * time.Second)
+		for time.Now().Before(deadline) {
+			runInflux()
+		}
+		require.NoError(b, os.WriteFile(path, <-done, 0o600))
+	}
 	b.ResetTimer()
 	for range b.N {
 		for range 3 {

@@ -28,7 +28,7 @@ func (p *Plan) Merge(results []*ShardResult) ([]Row, error) {
 	if p.Req.Raw {
 		rows, err = p.mergeRaw(results)
 	} else {
-		rows = p.mergeAggregates(results)
+		rows, err = p.mergeAggregates(results)
 	}
 	if err != nil {
 		return nil, err
@@ -47,7 +47,11 @@ type mergedGroup struct {
 	fields map[string][]Bucket // sorted by Start
 }
 
-func (p *Plan) mergeAggregates(results []*ShardResult) []Row {
+// MaxResultValues bounds the values (rows x columns, over all series) an
+// aggregate statement may lay out: GROUP BY time over many groups multiplies.
+const MaxResultValues = 20_000_000
+
+func (p *Plan) mergeAggregates(results []*ShardResult) ([]Row, error) {
 	groups := map[string]*mergedGroup{}
 	for _, r := range results {
 		for _, g := range r.Groups {
@@ -61,6 +65,14 @@ func (p *Plan) mergeAggregates(results []*ShardResult) []Row {
 				mg.fields[f.Field] = MergeBuckets(mg.fields[f.Field], f.Buckets)
 			}
 		}
+	}
+	buckets := int64(1)
+	if p.Req.Interval > 0 {
+		buckets = (BucketOf(p.Req.End, p.Req.Start, p.Req.Interval, p.Req.Offset)-BucketOf(p.Req.Start, p.Req.Start, p.Req.Interval, p.Req.Offset))/p.Req.Interval + 1
+	}
+	if n := int64(len(groups)) * buckets * int64(len(p.Outputs)+1); n > MaxResultValues {
+		return nil, fmt.Errorf("%w: %d series x %d time buckets is more than %d values; narrow the time range, use a larger GROUP BY time or fewer groups",
+			ErrTooLarge, len(groups), buckets, MaxResultValues)
 	}
 	columns := p.columns()
 	var out []Row
@@ -82,7 +94,7 @@ func (p *Plan) mergeAggregates(results []*ShardResult) []Row {
 			out = append(out, row)
 		}
 	}
-	return out
+	return out, nil
 }
 
 func (p *Plan) columns() []string {

@@ -162,3 +162,27 @@ func TestShardSplitInvariance(t *testing.T) {
 		}
 	}
 }
+
+// TestMergeBoundsResult: many groups times many buckets is refused, not
+// laid out.
+func TestMergeBoundsResult(t *testing.T) {
+	var src fakeSource
+	for h := range 300 {
+		src = append(src, engine.Series{Metric: "m", Tags: map[string]string{"host": fmt.Sprint(h), engine.FieldTag: "v"},
+			Points: []engine.SeriesPoint{{TS: 5e9, Value: 1}}})
+	}
+	p, err := plan(t, "SELECT mean(v) FROM m WHERE time >= 0 AND time < 99999s GROUP BY time(1s), host", time.Unix(0, 0))
+	require.NoError(t, err)
+	r, err := Evaluate(src, &p.Req)
+	require.NoError(t, err)
+	_, err = p.Merge([]*ShardResult{r})
+	require.ErrorIs(t, err, ErrTooLarge)
+	p, err = plan(t, "SELECT mean(v) FROM m WHERE time >= 0 AND time < 999s GROUP BY time(1s), host", time.Unix(0, 0))
+	require.NoError(t, err)
+	r, err = Evaluate(src, &p.Req)
+	require.NoError(t, err)
+	rows, err := p.Merge([]*ShardResult{r})
+	require.NoError(t, err)
+	require.Len(t, rows, 300)
+	require.Len(t, rows[0].Values, 999)
+}

@@ -3,6 +3,7 @@ package storage
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -20,6 +21,11 @@ import (
 
 // maxSelectBody bounds a ShardRequest: it is a few hundred bytes in practice.
 const maxSelectBody = 1 << 20
+
+// maxSeriesList bounds the series keys one shard lists for a SHOW statement.
+const maxSeriesList = 1_000_000
+
+var errTooManySeries = errors.New("too many series")
 
 func (h *Host) handleSelect(c *gin.Context) {
 	r, ok := h.replicaOf(c)
@@ -65,10 +71,18 @@ func (h *Host) handleSeries(c *gin.Context) {
 	keys := []string{}
 	err := r.eng.SeriesKeys(func(k string) error {
 		if prefix == "" || strings.HasPrefix(k, prefix) && len(k) > len(prefix) && (k[len(prefix)] == ',' || k[len(prefix)] == '#') {
+			if len(keys) == maxSeriesList {
+				return errTooManySeries
+			}
 			keys = append(keys, k)
 		}
 		return nil
 	})
+	if errors.Is(err, errTooManySeries) {
+		c.AbortWithStatusJSON(http.StatusBadRequest, gin.H{"error": gin.H{"code": "too_large",
+			"message": fmt.Sprintf("more than %d series in shard %s: name a measurement (FROM)", maxSeriesList, r.id)}})
+		return
+	}
 	if err != nil {
 		replyErr(c, err)
 		return
