@@ -108,7 +108,7 @@ func planStatement(stmt influxql.Statement, now time.Time) (statement, error) {
 		st.rps, st.onDB = true, s.Database
 	case *influxql.ShowMeasurementsStatement, *influxql.ShowTagKeysStatement, *influxql.ShowTagValuesStatement,
 		*influxql.ShowFieldKeysStatement, *influxql.ShowSeriesStatement:
-		st.show, err = query.PlanShow(stmt)
+		st.show, err = query.PlanShow(stmt, now)
 	default:
 		err = fmt.Errorf("%w: the statement %s", query.ErrUnsupported, firstWords(stmt.String()))
 	}

@@ -46,7 +46,7 @@ type ShowPlan struct {
 // PlanShow checks a SHOW MEASUREMENTS / TAG KEYS / TAG VALUES / FIELD KEYS /
 // SERIES statement; the others (SHOW DATABASES, RETENTION POLICIES) need no
 // series and are the caller's.
-func PlanShow(stmt influxql.Statement) (*ShowPlan, error) {
+func PlanShow(stmt influxql.Statement, now time.Time) (*ShowPlan, error) {
 	p := &ShowPlan{stmt: stmt}
 	var cond influxql.Expr
 	var sources influxql.Sources
@@ -80,7 +80,7 @@ func PlanShow(stmt influxql.Statement) (*ShowPlan, error) {
 		p.sources = append(p.sources, m)
 	}
 	// Time bounds are accepted and ignored: the series index has no time.
-	rest, _, _, err := SplitTime(cond, time.Now())
+	rest, _, _, err := SplitTime(cond, now)
 	if err != nil {
 		return nil, err
 	}
