@@ -190,6 +190,13 @@ func (q refQuery) run(all []refPoint) refResult {
 		}
 		switch q.fill {
 		case "null", "none":
+			// count() reports 0 for an empty interval (InfluxDB's
+			// functions page, COUNT() and fill()).
+			for _, r := range rows {
+				if r[1] == nil && q.fn == "count" {
+					r[1] = int64(0)
+				}
+			}
 		case "previous":
 			var prev any
 			for _, r := range rows {

@@ -193,6 +193,19 @@ func (p *Plan) bucketRows(g *mergedGroup) [][]any {
 		for i := 1; i <= len(p.Outputs); i++ {
 			linearFill(rows, i)
 		}
+	case influxql.NullFill, influxql.NoFill:
+		// InfluxDB's count() reports 0, not null, for an empty interval
+		// (fill replaces that 0, which the cases above did).
+		for i, o := range p.Outputs {
+			if o.Func != "count" {
+				continue
+			}
+			for _, row := range rows {
+				if row[i+1] == nil {
+					row[i+1] = int64(0)
+				}
+			}
+		}
 	}
 	return rows
 }
