@@ -125,6 +125,9 @@ func TestHandlers(t *testing.T) {
 	require.Contains(t, w.Body.String(), `"error":"database not found: nope"`)
 	w = do("GET", "/query?q="+url.QueryEscape("SHOW MEASUREMENTS"), "")
 	require.Contains(t, w.Body.String(), `"error":"database name required"`)
+	w = do("GET", "/query?q="+url.QueryEscape(`SHOW MEASUREMENTS ON "db"; SHOW RETENTION POLICIES ON "db"`), "")
+	require.JSONEq(t, `{"results":[{"statement_id":0,"series":[{"name":"measurements","columns":["name"],"values":[["m"]]}]},
+		{"statement_id":1,"series":[{"columns":["name","duration","shardGroupDuration","replicaN","default"],"values":[["autogen","0s","168h0m0s",3,true]]}]}]}`, w.Body.String())
 	for target, want := range map[string]string{
 		"/query?db=db":                                                     `missing required parameter`,
 		"/query?db=db&epoch=x&q=SHOW+DATABASES":                            `invalid epoch`,

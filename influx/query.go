@@ -106,13 +106,26 @@ func planStatement(stmt influxql.Statement, now time.Time) (statement, error) {
 		st.dbs = true
 	case *influxql.ShowRetentionPoliciesStatement:
 		st.rps, st.onDB = true, s.Database
-	case *influxql.ShowMeasurementsStatement, *influxql.ShowTagKeysStatement, *influxql.ShowTagValuesStatement,
-		*influxql.ShowFieldKeysStatement, *influxql.ShowSeriesStatement:
-		st.show, err = query.PlanShow(stmt, now)
+	case *influxql.ShowMeasurementsStatement:
+		st.show, st.onDB, err = showPlan(stmt, s.Database, now)
+	case *influxql.ShowTagKeysStatement:
+		st.show, st.onDB, err = showPlan(stmt, s.Database, now)
+	case *influxql.ShowTagValuesStatement:
+		st.show, st.onDB, err = showPlan(stmt, s.Database, now)
+	case *influxql.ShowFieldKeysStatement:
+		st.show, st.onDB, err = showPlan(stmt, s.Database, now)
+	case *influxql.ShowSeriesStatement:
+		st.show, st.onDB, err = showPlan(stmt, s.Database, now)
 	default:
 		err = fmt.Errorf("%w: the statement %s", query.ErrUnsupported, firstWords(stmt.String()))
 	}
 	return st, err
+}
+
+// showPlan plans a SHOW over series; on is its ON database, if any.
+func showPlan(stmt influxql.Statement, on string, now time.Time) (*query.ShowPlan, string, error) {
+	p, err := query.PlanShow(stmt, now)
+	return p, on, err
 }
 
 // firstWords names a statement by its keywords (SHOW USERS, DROP SERIES...).
@@ -150,6 +163,9 @@ func (h *Handler) run(ctx context.Context, db string, st statement) ([]query.Row
 		}
 		return st.sel.Merge(parts)
 	default:
+		if st.onDB != "" {
+			db = st.onDB
+		}
 		if db == "" {
 			return nil, errDBRequired
 		}
