@@ -96,7 +96,7 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 		wcfg.Admin = a.admin()
 		data := &broker.Data{State: a.sm.Snapshot, Changed: a.sm.Changed, Client: dataClient()}
 		if a.host != nil {
-			data.Self, data.Local = id, a.host.Write
+			data.Self, data.Local, data.LocalSelect = id, a.host.Write, a.host.Select
 		}
 		wcfg.Data = data
 		wcfg.Influx = influx.New(influx.Config{Backend: data, Logger: a.lg})

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/cairn-db/cairn/models"
+	"github.com/cairn-db/cairn/query"
 	"github.com/cairn-db/cairn/statemachine"
 	"github.com/cairn-db/cairn/storage"
 	"github.com/cairn-db/cairn/storage/engine"
@@ -37,7 +38,10 @@ type Data struct {
 	// errors, mapped with storage.StatusOf.
 	Self  string
 	Local func(ctx context.Context, db string, shard int, term int64, points []lineproto.Point) error
-	Now   func() time.Time
+	// LocalSelect evaluates InfluxQL shard requests on shards led by this
+	// process, without HTTP or encoding.
+	LocalSelect func(db string, shard int, req *query.ShardRequest) (*query.ShardResult, error)
+	Now         func() time.Time
 }
 
 var _ web.Data = (*Data)(nil)

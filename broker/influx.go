@@ -15,7 +15,6 @@ import (
 	"github.com/cairn-db/cairn/influx"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/query"
-	"github.com/cairn-db/cairn/statemachine"
 )
 
 var _ influx.Backend = (*Data)(nil)
@@ -50,7 +49,10 @@ func (d *Data) Select(ctx context.Context, db string, req *query.ShardRequest) (
 	if err != nil {
 		return nil, err
 	}
-	return fanOut(ctx, d, db, func(ctx context.Context, base string) (*query.ShardResult, error) {
+	return fanOut(ctx, d, db, func(ctx context.Context, t target, base string) (*query.ShardResult, error) {
+		if d.LocalSelect != nil && t.leader == d.Self {
+			return d.LocalSelect(db, t.shard, req)
+		}
 		data, err := d.shardCall(ctx, http.MethodPost, base+"/select", body)
 		if err != nil {
 			return nil, err
@@ -65,7 +67,7 @@ func (d *Data) Select(ctx context.Context, db string, req *query.ShardRequest) (
 
 // SeriesKeys implements influx.Backend.
 func (d *Data) SeriesKeys(ctx context.Context, db, measurement string) ([]string, error) {
-	parts, err := fanOut(ctx, d, db, func(ctx context.Context, base string) ([]string, error) {
+	parts, err := fanOut(ctx, d, db, func(ctx context.Context, _ target, base string) ([]string, error) {
 		data, err := d.shardCall(ctx, http.MethodGet, base+"/series?measurement="+url.QueryEscape(measurement), nil)
 		if err != nil {
 			return nil, err
@@ -87,7 +89,7 @@ func (d *Data) SeriesKeys(ctx context.Context, db, measurement string) ([]string
 }
 
 // fanOut calls each shard leader of db at its internal base URL, in parallel.
-func fanOut[T any](ctx context.Context, d *Data, db string, call func(ctx context.Context, base string) (T, error)) ([]T, error) {
+func fanOut[T any](ctx context.Context, d *Data, db string, call func(ctx context.Context, t target, base string) (T, error)) ([]T, error) {
 	st := d.State()
 	cfg, err := d.database(st, db)
 	if err != nil {
@@ -102,9 +104,10 @@ func fanOut[T any](ctx context.Context, d *Data, db string, call func(ctx contex
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			base, err := d.shardBase(st, cfg, shard)
+			t := d.target(st, cfg, shard)
+			base, err := d.shardBase(t, cfg)
 			if err == nil {
-				out[shard], err = call(ctx, base)
+				out[shard], err = call(ctx, t, base)
 			}
 			if err != nil {
 				errs[shard] = err
@@ -124,12 +127,11 @@ func fanOut[T any](ctx context.Context, d *Data, db string, call func(ctx contex
 	return out, nil
 }
 
-func (d *Data) shardBase(st *statemachine.State, cfg models.Database, shard int) (string, error) {
-	t := d.target(st, cfg, shard)
+func (d *Data) shardBase(t target, cfg models.Database) (string, error) {
 	if !t.online {
-		return "", fmt.Errorf("%w: shard %d of %q is offline", models.ErrUnavailable, shard, cfg.Name)
+		return "", fmt.Errorf("%w: shard %d of %q is offline", models.ErrUnavailable, t.shard, cfg.Name)
 	}
-	return fmt.Sprintf("http://%s/internal/v1/shards/%s/%d", t.address, cfg.Name, shard), nil
+	return fmt.Sprintf("http://%s/internal/v1/shards/%s/%d", t.address, cfg.Name, t.shard), nil
 }
 
 // shardCall sends one internal request; a 400 is the statement's fault
@@ -157,10 +159,21 @@ func (d *Data) shardCall(ctx context.Context, method, u string, body []byte) ([]
 		return nil, fmt.Errorf("%w: shard answer: %w", models.ErrUnavailable, err)
 	case len(data) > maxShardAnswer:
 		return nil, fmt.Errorf("%w: a shard's answer passed %d bytes", query.ErrTooLarge, maxShardAnswer)
+	case resp.StatusCode == http.StatusBadRequest && errCode(data) == "too_large":
+		return nil, fmt.Errorf("%w: %s", query.ErrTooLarge, errMessage(data))
 	case resp.StatusCode == http.StatusBadRequest:
 		return nil, fmt.Errorf("%w: %s", query.ErrBadQuery, errMessage(data))
 	case resp.StatusCode != http.StatusOK:
 		return nil, fmt.Errorf("%w: %s: %s", models.ErrUnavailable, resp.Status, errMessage(data))
 	}
 	return data, nil
+}
+
+// errCode is the code of an internal API error envelope, "" if none.
+func errCode(body []byte) string {
+	var env struct {
+		Error struct{ Code string } `json:"error"`
+	}
+	_ = json.Unmarshal(body, &env)
+	return env.Error.Code
 }

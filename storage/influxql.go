@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/query"
 	"github.com/cairn-db/cairn/storage/lineproto"
 	"github.com/gin-gonic/gin"
@@ -88,4 +89,15 @@ func (h *Host) handleSeries(c *gin.Context) {
 		return
 	}
 	c.JSON(http.StatusOK, keys)
+}
+
+// Select evaluates an InfluxQL shard request on a replica hosted here: the
+// in-process path for a broker in the same process as the leader, which
+// skips encoding the partials.
+func (h *Host) Select(db string, shard int, req *query.ShardRequest) (*query.ShardResult, error) {
+	r := h.get(db, shard)
+	if r == nil {
+		return nil, fmt.Errorf("%w: %s on %s", ErrNotHosted, models.ShardID(db, shard), h.nodeID)
+	}
+	return query.Evaluate(r.eng, req)
 }
