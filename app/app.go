@@ -21,6 +21,7 @@ import (
 	"github.com/cairn-db/cairn/config"
 	"github.com/cairn-db/cairn/coordinator"
 	"github.com/cairn-db/cairn/coordinator/embedded"
+	"github.com/cairn-db/cairn/influx"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
 	"github.com/cairn-db/cairn/storage"
@@ -125,9 +126,10 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 		data := &broker.Data{State: a.sm.Snapshot, Changed: a.sm.Changed, Client: a.peerClient(0), Metrics: a.metrics.broker,
 			MaxPoints: cfg.WriteMaxPoints, QueryMaxSeries: cfg.QueryMaxSeries, QueryMaxPoints: cfg.QueryMaxPoints}
 		if a.host != nil {
-			data.Self, data.Local = id, a.host.Write
+			data.Self, data.Local, data.LocalSelect = id, a.host.Write, a.host.Select
 		}
 		wcfg.Data = data
+		wcfg.Influx = influx.New(influx.Config{Backend: data, Logger: a.lg, MaxBodyBytes: int64(cfg.WriteMaxBodyBytes)})
 	}
 	if err := a.preflightNodeID(); err != nil {
 		a.shutdown()

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/cairn-db/cairn/models"
+	"github.com/cairn-db/cairn/query"
 	"github.com/cairn-db/cairn/statemachine"
 	"github.com/cairn-db/cairn/storage"
 	"github.com/cairn-db/cairn/storage/engine"
@@ -47,6 +48,9 @@ type Data struct {
 	QueryMaxSeries, QueryMaxPoints int
 	// Metrics records writes and queries; nil records nothing.
 	Metrics *Metrics
+	// LocalSelect evaluates InfluxQL shard requests on shards led by this
+	// process, without HTTP or encoding.
+	LocalSelect func(db string, shard int, req *query.ShardRequest) (*query.ShardResult, error)
 }
 
 var _ web.Data = (*Data)(nil)

@@ -25,6 +25,7 @@ import (
 //   GET  .../query?metric&start&end&tag=k:v[&max_series&max_points]   JSON []engine.Series,
 //        with X-Cairn-Series and X-Cairn-Points counting it; 413 past the limits
 //        (the caller's, capped by this node's own)
+//   POST .../select, GET .../series   InfluxQL evaluation (influxql.go)
 // 409 means a stale term (the caller refreshes its view), 404 a shard not hosted.
 
 // Routes mounts the internal API.
@@ -35,6 +36,8 @@ func (h *Host) Routes(r gin.IRouter) {
 	g.GET("/snapshot", h.handleSnapshot)
 	g.POST("/leave", h.handleLeave)
 	g.GET("/query", h.handleQuery)
+	g.POST("/select", h.handleSelect)
+	g.GET("/series", h.handleSeries)
 }
 
 // StatusOf maps a replication error to the HTTP status the internal API

@@ -35,6 +35,12 @@ var routeScopes = map[string]web.Scope{
 	"GET /api/v1/history":                            web.ScopeRead,
 	"GET /api/v1/problems":                           web.ScopeRead,
 	"GET /internal/v1/history":                       0, // guarded by the cluster secret, not a token
+	"POST /write":                                    web.ScopeWrite,
+	"POST /api/v2/write":                             web.ScopeWrite,
+	"GET /query":                                     web.ScopeRead,
+	"POST /query":                                    web.ScopeRead,
+	"GET /ping":                                      0, // InfluxDB clients ping before they authenticate
+	"HEAD /ping":                                     0,
 	"GET /api/v1/storage-clusters":                   web.ScopeRead,
 	"GET /api/v1/storage-clusters/:name":             web.ScopeRead,
 	"GET /api/v1/databases":                          web.ScopeRead,
@@ -85,7 +91,7 @@ func concretePath(p string) string {
 // handler (2xx) with the right or a wider one.
 func TestRouteScopes(t *testing.T) {
 	tokens := web.Tokens{Admin: "adm", Write: "wri", Read: "rea"}
-	srv := web.New(web.Config{State: stateWithDB(t), Admin: &fakeAdmin{}, Data: scopeData{}, Tokens: tokens, History: scopeHistory{}})
+	srv := web.New(web.Config{State: stateWithDB(t), Admin: &fakeAdmin{}, Data: scopeData{}, Tokens: tokens, History: scopeHistory{}, Influx: scopeInflux{}})
 	h := srv.Handler()
 	creds := []struct {
 		name  string
@@ -250,3 +256,18 @@ type scopeHistory struct{}
 
 func (scopeHistory) Node() any                   { return map[string]any{} }
 func (scopeHistory) Cluster(context.Context) any { return map[string]any{} }
+
+// scopeInflux mounts the InfluxDB endpoints' paths on the groups web hands
+// it, with handlers that only answer 204: what is tested is the scope each
+// group carries.
+type scopeInflux struct{}
+
+func (scopeInflux) Routes(writes, queries, open gin.IRouter) {
+	ok := func(c *gin.Context) { c.Status(http.StatusNoContent) }
+	writes.POST("/write", ok)
+	writes.POST("/api/v2/write", ok)
+	queries.GET("/query", ok)
+	queries.POST("/query", ok)
+	open.GET("/ping", ok)
+	open.HEAD("/ping", ok)
+}

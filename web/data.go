@@ -4,12 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/cairn-db/cairn/influx"
 	"github.com/cairn-db/cairn/models"
 	"github.com/gin-gonic/gin"
 )
@@ -38,14 +38,13 @@ func (s *Server) write(c *gin.Context) {
 	if !s.requireData(c) {
 		return
 	}
-	body, err := io.ReadAll(c.Request.Body)
-	var mbe *http.MaxBytesError
-	if errors.As(err, &mbe) {
-		fail(c, fmt.Errorf("%w: write body larger than %d bytes (--write-max-body-bytes); send smaller batches", models.ErrTooLarge, mbe.Limit))
+	body, err := influx.ReadBody(c.Request, s.cfg.WriteMaxBodyBytes)
+	if errors.Is(err, influx.ErrBodyTooLarge) {
+		fail(c, fmt.Errorf("%w: write body larger than %d bytes (--write-max-body-bytes, counted after gzip decompression); send smaller batches", models.ErrTooLarge, s.cfg.WriteMaxBodyBytes))
 		return
 	}
 	if err != nil {
-		fail(c, fmt.Errorf("%w: reading body: %v", models.ErrBadInput, err))
+		fail(c, fmt.Errorf("%w: %w", models.ErrBadInput, err))
 		return
 	}
 	if err := s.cfg.Data.Write(c, c.Query("db"), c.Query("precision"), body); err != nil {

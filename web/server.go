@@ -68,6 +68,15 @@ type Config struct {
 	Waiting func() string
 	// History serves GET /api/v1/history; nil answers 404.
 	History History
+	// Influx mounts the InfluxDB-compatible endpoints (/write, /api/v2/write,
+	// /query, /ping); nil on nodes without the broker role.
+	Influx InfluxRoutes
+}
+
+// InfluxRoutes mounts InfluxDB's endpoints: writes, reads and open probes on
+// separate groups, so each group carries its own authorization scope.
+type InfluxRoutes interface {
+	Routes(writes, queries, open gin.IRouter)
 }
 
 // Server is the running HTTP server.
@@ -116,6 +125,12 @@ func New(cfg Config) *Server {
 	// internal route, so the cluster secret (not a user token) guards it.
 	e.GET("/internal/v1/history", s.historyNode)
 	s.adminRoutes(api)
+	if cfg.Influx != nil {
+		// InfluxDB clients send tokens as `Token x`, basic auth or p=, which
+		// RequireScope accepts; /ping stays open, as clients ping before
+		// they authenticate.
+		cfg.Influx.Routes(e.Group("/", s.RequireScope(ScopeWrite)), e.Group("/", s.RequireScope(ScopeRead)), e.Group("/"))
+	}
 	if cfg.Mount != nil {
 		cfg.Mount(e)
 	}
@@ -216,7 +231,7 @@ func (s *Server) logRequests(c *gin.Context) {
 func (s *Server) limitBody(c *gin.Context) {
 	if c.Request.Body != nil {
 		limit := s.cfg.MaxBodyBytes
-		if c.FullPath() == writePath {
+		if p := c.FullPath(); p == writePath || p == "/write" || p == "/api/v2/write" {
 			limit = s.cfg.WriteMaxBodyBytes
 		}
 		c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, limit)

@@ -136,6 +136,10 @@ type Shard interface {
 	// QueryLimited is Query that stops reading, with ErrTooLarge, as soon as
 	// the answer holds more series or points than lim allows.
 	QueryLimited(metric string, match map[string]string, start, end int64, lim Limits) ([]Series, error)
+	// SeriesKeys calls visit once per stored series (flushed or not) with its
+	// lineproto series key, in no promised order, reading no points; a visit
+	// error ends the walk and is returned. InfluxQL's SHOW statements use it.
+	SeriesKeys(visit func(key string) error) error
 	// Snapshot writes a consistent full copy, for a full sync.
 	Snapshot(w io.Writer) error
 	// Restore replaces the content with a snapshot, log and txn id included.

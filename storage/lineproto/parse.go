@@ -15,7 +15,7 @@ import (
 const internLimit = 1 << 14
 
 // Parse parses a whole line-protocol body. precision is "ns" (also ""), "us",
-// "ms" or "s"; lines without a timestamp get now (unix ns). It is all-or-nothing:
+// "ms", "s", "m" or "h"; lines without a timestamp get now (unix ns). It is all-or-nothing:
 // on the first malformed line it returns a *LineError and no points.
 //
 // Integer, unsigned and float fields become float64, booleans 1 or 0; string
@@ -76,8 +76,12 @@ func precisionMultiplier(precision string) (int64, error) {
 		return 1e6, nil
 	case "s":
 		return 1e9, nil
+	case "m": // InfluxDB 1.x's minutes and hours
+		return 60e9, nil
+	case "h":
+		return 3600e9, nil
 	}
-	return 0, fmt.Errorf("%w %q (want ns, us, ms or s)", ErrBadPrecision, precision)
+	return 0, fmt.Errorf("%w %q (want ns, us, ms, s, m or h)", ErrBadPrecision, precision)
 }
 
 type parser struct {

@@ -126,10 +126,23 @@ func TestParseBad(t *testing.T) {
 }
 
 func TestParseBadPrecision(t *testing.T) {
-	for _, p := range []string{"n", "h", "NS", "m"} {
+	for _, p := range []string{"n", "u", "NS", "H", "min"} {
 		_, err := Parse([]byte("cpu v=1 1"), p, now)
 		require.ErrorIs(t, err, ErrBadPrecision, p)
 	}
+}
+
+// TestParseMinutesHours: InfluxDB 1.x's m and h precisions, with the
+// overflow check applied after scaling.
+func TestParseMinutesHours(t *testing.T) {
+	pts, err := Parse([]byte("cpu v=1 2"), "m", now)
+	require.NoError(t, err)
+	require.Equal(t, int64(120e9), pts[0].TS)
+	pts, err = Parse([]byte("cpu v=1 -3"), "h", now)
+	require.NoError(t, err)
+	require.Equal(t, int64(-3*3600e9), pts[0].TS)
+	_, err = Parse([]byte("cpu v=1 9000000000"), "h", now)
+	require.ErrorContains(t, err, "out of range")
 }
 
 func TestSeriesKeyRoundTrip(t *testing.T) {

@@ -1,0 +1,435 @@
+package query
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/influxdata/influxql"
+)
+
+// Row is one result series of a statement, in InfluxDB's shape. Values hold
+// the time (unix ns, int64) first, then float64, int64 (count), string (raw
+// tag columns) or nil.
+type Row struct {
+	Name    string
+	Tags    map[string]string
+	Columns []string
+	Values  [][]any
+}
+
+// Merge combines the shards' answers into the statement's result series.
+func (p *Plan) Merge(results []*ShardResult) ([]Row, error) {
+	var rows []Row
+	var err error
+	if p.Req.Raw {
+		rows, err = p.mergeRaw(results)
+	} else {
+		rows, err = p.mergeAggregates(results)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if p.SOffset > 0 {
+		rows = rows[min(p.SOffset, len(rows)):]
+	}
+	if p.SLimit > 0 && len(rows) > p.SLimit {
+		rows = rows[:p.SLimit]
+	}
+	return rows, nil
+}
+
+type mergedGroup struct {
+	tags   []Tag
+	fields map[string][]Bucket // sorted by Start
+}
+
+// MaxResultValues bounds the values (rows x columns, over all series) an
+// aggregate statement may lay out: GROUP BY time over many groups multiplies.
+const MaxResultValues = 20_000_000
+
+func (p *Plan) mergeAggregates(results []*ShardResult) ([]Row, error) {
+	groups := map[string]*mergedGroup{}
+	for _, r := range results {
+		for _, g := range r.Groups {
+			key := GroupKey(g.Tags)
+			mg := groups[key]
+			if mg == nil {
+				mg = &mergedGroup{tags: g.Tags, fields: map[string][]Bucket{}}
+				groups[key] = mg
+			}
+			for _, f := range g.Fields {
+				mg.fields[f.Field] = MergeBuckets(mg.fields[f.Field], f.Buckets)
+			}
+		}
+	}
+	buckets := int64(1)
+	if p.Req.Interval > 0 {
+		buckets = (BucketOf(p.Req.End, p.Req.Start, p.Req.Interval, p.Req.Offset)-BucketOf(p.Req.Start, p.Req.Start, p.Req.Interval, p.Req.Offset))/p.Req.Interval + 1
+	}
+	if n := int64(len(groups)) * buckets * int64(len(p.Outputs)+1); n > MaxResultValues {
+		return nil, fmt.Errorf("%w: %d series x %d time buckets is more than %d values; narrow the time range, use a larger GROUP BY time or fewer groups",
+			ErrTooLarge, len(groups), buckets, MaxResultValues)
+	}
+	columns := p.columns()
+	var out []Row
+	for _, key := range slices.Sorted(maps.Keys(groups)) {
+		g := groups[key]
+		row := Row{Name: p.Req.Measurement, Columns: columns}
+		if p.Grouped {
+			row.Tags = make(map[string]string, len(g.tags))
+			for _, t := range g.tags {
+				row.Tags[t.Key] = t.Value
+			}
+		}
+		row.Values = p.bucketRows(g)
+		if p.Desc {
+			slices.Reverse(row.Values)
+		}
+		row.Values = p.page(row.Values)
+		if len(row.Values) > 0 {
+			out = append(out, row)
+		}
+	}
+	return out, nil
+}
+
+func (p *Plan) columns() []string {
+	cols := []string{"time"}
+	for _, o := range p.Outputs {
+		cols = append(cols, o.Name)
+	}
+	return cols
+}
+
+func (p *Plan) page(values [][]any) [][]any {
+	if p.Offset > 0 {
+		values = values[min(p.Offset, len(values)):]
+	}
+	if p.Limit > 0 && len(values) > p.Limit {
+		values = values[:p.Limit]
+	}
+	return values
+}
+
+// bucketRows lays one group's buckets out in time and fills the gaps.
+func (p *Plan) bucketRows(g *mergedGroup) [][]any {
+	req := &p.Req
+	// One cursor per output into its field's sorted buckets.
+	lists := make([][]Bucket, len(p.Outputs))
+	for i, o := range p.Outputs {
+		lists[i] = g.fields[o.Field]
+	}
+	at := func(i int, t int64) *Partial {
+		l := lists[i]
+		for len(l) > 0 && l[0].Start < t {
+			l = l[1:]
+		}
+		lists[i] = l
+		if len(l) > 0 && l[0].Start == t {
+			return &l[0].Partial
+		}
+		return nil
+	}
+	if req.Interval <= 0 {
+		row := make([]any, len(p.Outputs)+1)
+		t := req.Start
+		if t == math.MinInt64 {
+			t = 0
+		}
+		row[0] = t
+		for i, o := range p.Outputs {
+			pt := at(i, req.Start)
+			row[i+1] = finalize(pt, o)
+			if len(p.Outputs) == 1 && selectors[o.Func] && pt != nil {
+				row[0] = selectorTime(pt, o.Func)
+			}
+		}
+		return [][]any{row}
+	}
+	first := BucketOf(req.Start, req.Start, req.Interval, req.Offset)
+	last := BucketOf(req.End, req.Start, req.Interval, req.Offset)
+	n := int((last-first)/req.Interval + 1)
+	rows := make([][]any, 0, n)
+	cells := make([]any, n*(len(p.Outputs)+1)) // one allocation for every row
+	for t := first; t <= last; t += req.Interval {
+		row := cells[: len(p.Outputs)+1 : len(p.Outputs)+1]
+		cells = cells[len(p.Outputs)+1:]
+		row[0] = t
+		empty := true
+		for i, o := range p.Outputs {
+			row[i+1] = finalize(at(i, t), o)
+			empty = empty && row[i+1] == nil
+		}
+		if empty && p.Fill == influxql.NoFill {
+			continue
+		}
+		rows = append(rows, row)
+	}
+	switch p.Fill {
+	case influxql.NumberFill:
+		for _, row := range rows {
+			for i := 1; i < len(row); i++ {
+				if row[i] == nil {
+					row[i] = p.FillValue
+				}
+			}
+		}
+	case influxql.PreviousFill:
+		for i := 1; i <= len(p.Outputs); i++ {
+			var prev any
+			for _, row := range rows {
+				if row[i] == nil {
+					row[i] = prev
+				} else {
+					prev = row[i]
+				}
+			}
+		}
+	case influxql.LinearFill:
+		for i := 1; i <= len(p.Outputs); i++ {
+			linearFill(rows, i)
+		}
+	case influxql.NullFill, influxql.NoFill:
+		// InfluxDB's count() reports 0, not null, for an empty interval
+		// (fill replaces that 0, which the cases above did).
+		for i, o := range p.Outputs {
+			if o.Func != "count" {
+				continue
+			}
+			for _, row := range rows {
+				if row[i+1] == nil {
+					row[i+1] = int64(0)
+				}
+			}
+		}
+	}
+	return rows
+}
+
+// linearFill interpolates column i between its known neighbours, by time;
+// leading and trailing gaps stay null.
+func linearFill(rows [][]any, i int) {
+	prev := -1
+	for j, row := range rows {
+		if row[i] == nil {
+			continue
+		}
+		if prev >= 0 && j-prev > 1 {
+			x0, x1 := float64(rows[prev][0].(int64)), float64(row[0].(int64))
+			y0, y1 := toFloat(rows[prev][i]), toFloat(row[i])
+			for k := prev + 1; k < j; k++ {
+				x := float64(rows[k][0].(int64))
+				v := y0 + (y1-y0)*(x-x0)/(x1-x0)
+				if _, isInt := row[i].(int64); isInt {
+					rows[k][i] = int64(math.Round(v))
+				} else {
+					rows[k][i] = v
+				}
+			}
+		}
+		prev = j
+	}
+}
+
+func toFloat(v any) float64 {
+	switch x := v.(type) {
+	case int64:
+		return float64(x)
+	case float64:
+		return x
+	}
+	return math.NaN()
+}
+
+func selectorTime(p *Partial, fn string) int64 {
+	switch fn {
+	case "min":
+		return p.MinTS
+	case "max":
+		return p.MaxTS
+	case "first":
+		return p.FirstTS
+	}
+	return p.LastTS
+}
+
+// finalize turns a merged partial into the value of one aggregate; nil for
+// an empty bucket.
+func finalize(p *Partial, o Output) any {
+	if p == nil || p.Count == 0 {
+		return nil
+	}
+	switch o.Func {
+	case "count":
+		return p.Count
+	case "sum":
+		return p.Sum
+	case "mean":
+		return p.Sum / float64(p.Count)
+	case "min":
+		return p.Min
+	case "max":
+		return p.Max
+	case "spread":
+		return p.Max - p.Min
+	case "first":
+		return p.First
+	case "last":
+		return p.Last
+	case "stddev":
+		if p.Count < 2 {
+			return nil
+		}
+		return math.Sqrt(p.M2 / float64(p.Count-1))
+	case "median":
+		v := slices.Clone(p.Values)
+		slices.Sort(v)
+		n := len(v)
+		if n%2 == 1 {
+			return v[n/2]
+		}
+		return (v[n/2-1] + v[n/2]) / 2
+	case "percentile":
+		v := slices.Clone(p.Values)
+		slices.Sort(v)
+		// InfluxDB's nearest-rank: the value at rank round(n*N/100).
+		i := int(math.Floor(float64(len(v))*o.N/100+0.5)) - 1
+		if i < 0 || i >= len(v) {
+			return nil
+		}
+		return v[i]
+	}
+	return nil
+}
+
+// rawRow is one (series, time) of a raw query.
+type rawRow struct {
+	ts     int64
+	series string
+	tags   []Tag
+	fields map[string]float64
+}
+
+func (p *Plan) mergeRaw(results []*ShardResult) ([]Row, error) {
+	type group struct {
+		tags []Tag
+		rows map[string]*rawRow // series key + ts
+	}
+	groups := map[string]*group{}
+	fieldsSeen := map[string]bool{}
+	tagsSeen := map[string]bool{}
+	total := 0
+	for _, r := range results {
+		for _, s := range r.Raw {
+			if total += len(s.TS); total > DefaultMaxPoints {
+				return nil, fmt.Errorf("%w: more than %d points; narrow the time range, the series or add LIMIT", ErrTooLarge, DefaultMaxPoints)
+			}
+			fieldsSeen[s.Field] = true
+			var gtags []Tag
+			tagMap := map[string]string{}
+			for _, t := range s.Tags {
+				tagMap[t.Key] = t.Value
+			}
+			switch {
+			case p.Req.GroupAll:
+				gtags = s.Tags
+			default:
+				for _, k := range p.Req.GroupBy {
+					gtags = append(gtags, Tag{k, tagMap[k]})
+				}
+			}
+			for _, t := range s.Tags {
+				if !p.Req.GroupAll && !slices.Contains(p.Req.GroupBy, t.Key) {
+					tagsSeen[t.Key] = true
+				}
+			}
+			gk := GroupKey(gtags)
+			g := groups[gk]
+			if g == nil {
+				g = &group{tags: gtags, rows: map[string]*rawRow{}}
+				groups[gk] = g
+			}
+			sk := GroupKey(s.Tags)
+			for i, ts := range s.TS {
+				rk := fmt.Sprintf("%s\x01%d", sk, ts)
+				row := g.rows[rk]
+				if row == nil {
+					row = &rawRow{ts: ts, series: sk, tags: s.Tags, fields: map[string]float64{}}
+					g.rows[rk] = row
+				}
+				row.fields[s.Field] = s.Values[i]
+			}
+		}
+	}
+	outputs := p.Outputs
+	if p.Wildcard {
+		outputs = nil
+		names := map[string]bool{}
+		for f := range fieldsSeen {
+			names[f] = true
+		}
+		for t := range tagsSeen {
+			names[t] = true
+		}
+		for _, n := range slices.Sorted(maps.Keys(names)) {
+			outputs = append(outputs, Output{Name: n, Field: n, Tag: !fieldsSeen[n]})
+		}
+	} else {
+		outputs = slices.Clone(outputs)
+		for i := range outputs {
+			outputs[i].Tag = outputs[i].Tag || !fieldsSeen[outputs[i].Field]
+		}
+	}
+	columns := []string{"time"}
+	for _, o := range outputs {
+		columns = append(columns, o.Name)
+	}
+	var out []Row
+	for _, gk := range slices.Sorted(maps.Keys(groups)) {
+		g := groups[gk]
+		rows := slices.Collect(maps.Values(g.rows))
+		slices.SortFunc(rows, func(a, b *rawRow) int {
+			if c := cmp.Compare(a.ts, b.ts); c != 0 {
+				return c
+			}
+			return strings.Compare(a.series, b.series)
+		})
+		if p.Desc {
+			slices.Reverse(rows)
+		}
+		values := make([][]any, 0, len(rows))
+		for _, r := range rows {
+			v := make([]any, len(outputs)+1)
+			v[0] = r.ts
+			for i, o := range outputs {
+				if o.Tag {
+					for _, t := range r.tags {
+						if t.Key == o.Field {
+							v[i+1] = t.Value
+						}
+					}
+				} else if f, ok := r.fields[o.Field]; ok {
+					v[i+1] = f
+				}
+			}
+			values = append(values, v)
+		}
+		values = p.page(values)
+		if len(values) == 0 {
+			continue
+		}
+		row := Row{Name: p.Req.Measurement, Columns: columns, Values: values}
+		if p.Grouped {
+			row.Tags = map[string]string{}
+			for _, t := range g.tags {
+				row.Tags[t.Key] = t.Value
+			}
+		}
+		out = append(out, row)
+	}
+	return out, nil
+}

@@ -1,0 +1,188 @@
+package query
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/cairn-db/cairn/storage/engine"
+	"github.com/influxdata/influxql"
+	"github.com/stretchr/testify/require"
+)
+
+func plan(t *testing.T, q string, now time.Time) (*Plan, error) {
+	t.Helper()
+	stmt, err := influxql.ParseStatement(q)
+	require.NoError(t, err, q)
+	return PlanSelect(stmt.(*influxql.SelectStatement), now)
+}
+
+func TestPlanRefusesUnsupported(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	for q, want := range map[string]error{
+		"SELECT derivative(v) FROM m":                             ErrUnsupported,
+		"SELECT v FROM m WHERE v > 3":                             ErrUnsupported,
+		"SELECT v FROM m WHERE host = 'a' OR time > now() - 1h":   ErrUnsupported,
+		"SELECT mean(v) FROM m GROUP BY time(1m)":                 ErrBadQuery,
+		"SELECT mean(v), v FROM m":                                ErrUnsupported,
+		"SELECT mean(*) FROM m":                                   ErrUnsupported,
+		"SELECT percentile(v, 101) FROM m":                        ErrBadQuery,
+		"SELECT mean(v) FROM /m.*/":                               ErrUnsupported,
+		"SELECT v INTO x FROM m":                                  ErrUnsupported,
+		"SELECT mean(v) FROM m WHERE time > 0 GROUP BY time(1ns)": ErrTooLarge,
+		"SELECT v FROM m GROUP BY time(1m)":                       ErrBadQuery,
+	} {
+		_, err := plan(t, q, now)
+		require.ErrorIs(t, err, want, q)
+	}
+}
+
+func TestSplitTime(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	ns := now.UnixNano()
+	for q, want := range map[string][2]int64{
+		"SELECT v FROM m WHERE time > now() - 1h":                                    {ns - 3600e9 + 1, math.MaxInt64},
+		"SELECT v FROM m WHERE time >= 1700000000000ms and time <= 1700000001000ms":  {1_700_000_000e9, 1_700_000_001e9},
+		"SELECT v FROM m WHERE '2023-11-14T22:13:20Z' <= time AND time < now() + 1h": {1_700_000_000e9, ns + 3600e9 - 1},
+		"SELECT v FROM m WHERE host = 'a' AND (time = 5)":                            {5, 5},
+		"SELECT v FROM m WHERE time > 10 AND time > 20 AND time < 100":               {21, 99},
+	} {
+		p, err := plan(t, q, now)
+		require.NoError(t, err, q)
+		require.Equal(t, want, [2]int64{p.Req.Start, p.Req.End}, q)
+	}
+	p, err := plan(t, "SELECT v FROM m WHERE host = 'a' AND time > 1 AND (region =~ /x/ OR host != 'b')", now)
+	require.NoError(t, err)
+	require.Equal(t, `host = 'a' AND (region =~ /x/ OR host != 'b')`, p.Req.Cond)
+	p, err = plan(t, "SELECT v FROM m WHERE time > 10 AND time < 5", now)
+	require.NoError(t, err)
+	require.Greater(t, p.Req.Start, p.Req.End, "an empty range stays empty")
+}
+
+func TestWireRoundTrip(t *testing.T) {
+	all := StatSum | StatMinMax | StatFirst | StatLast | StatM2 | StatValues
+	r := &ShardResult{
+		Groups: []Group{{Tags: []Tag{{"host", "a"}}, Fields: []FieldBuckets{{Field: "v", Buckets: []Bucket{
+			{Start: -60, Partial: Partial{Count: 2, Sum: 3, Min: 1, Max: 2, MinTS: -60, MaxTS: -50, First: 1, Last: 2, FirstTS: -60, LastTS: -50, M2: 0.5, Values: []float64{1, 2}}},
+			{Start: 0, Partial: Partial{Count: 1, Sum: math.Inf(1), Values: []float64{math.Inf(1)}}},
+		}}}}},
+		Raw: []RawSeries{{Tags: []Tag{{"k", "v=,\x00"}}, Field: "f", TS: []int64{-5, 0, 1 << 62}, Values: []float64{1, math.NaN(), -3}}},
+	}
+	back, err := UnmarshalResult(MarshalResult(r, all))
+	require.NoError(t, err)
+	require.Equal(t, r.Groups, back.Groups)
+	require.Equal(t, r.Raw[0].TS, back.Raw[0].TS)
+	require.True(t, math.IsNaN(back.Raw[0].Values[1]))
+	// Only the asked statistics travel.
+	back, err = UnmarshalResult(MarshalResult(r, StatSum))
+	require.NoError(t, err)
+	require.Equal(t, 3.0, back.Groups[0].Fields[0].Buckets[0].Sum)
+	require.Zero(t, back.Groups[0].Fields[0].Buckets[0].Max)
+	require.Nil(t, back.Groups[0].Fields[0].Buckets[0].Values)
+}
+
+func FuzzUnmarshalResult(f *testing.F) {
+	f.Add(MarshalResult(&ShardResult{Groups: []Group{{Fields: []FieldBuckets{{Field: "v", Buckets: []Bucket{{Start: 1}}}}}}}, StatValues))
+	f.Add([]byte{1, 0, 200, 200, 200, 200, 1})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, err := UnmarshalResult(data)
+		if err != nil {
+			require.True(t, errors.Is(err, ErrBadWire))
+			return
+		}
+		require.NotNil(t, r)
+	})
+}
+
+// TestShardSplitInvariance: however the series are spread over shards, the
+// merged partials give the answer of one shard holding them all, for every
+// aggregate (integer values keep sums exact; stddev within rounding).
+func TestShardSplitInvariance(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var series []engine.Series
+	for h := range 12 {
+		s := engine.Series{Metric: "m", Tags: map[string]string{"host": fmt.Sprintf("h%d", h%6), "dc": fmt.Sprintf("d%d", h%2), engine.FieldTag: "v"}}
+		ts := int64(0)
+		for range 300 {
+			ts += int64(rng.IntN(40)+1) * 1e9
+			s.Points = append(s.Points, engine.SeriesPoint{TS: ts, Value: float64(rng.IntN(50))})
+		}
+		series = append(series, s)
+	}
+	now := time.Unix(100000, 0)
+	for _, fn := range []string{"mean", "sum", "count", "min", "max", "first", "last", "median", "percentile(v, 75)", "stddev", "spread"} {
+		call := fn + "(v)"
+		if fn[len(fn)-1] == ')' {
+			call = fn
+		}
+		for _, tail := range []string{"GROUP BY time(5m), dc fill(linear)", "GROUP BY time(7m, 2m) fill(previous)", "GROUP BY *", ""} {
+			q := fmt.Sprintf("SELECT %s FROM m WHERE time >= 0 AND time < 9000s %s", call, tail)
+			p, err := plan(t, q, now)
+			require.NoError(t, err, q)
+			run := func(shards int) []Row {
+				parts := make([]fakeSource, shards)
+				for i, s := range series {
+					parts[(i*7)%shards] = append(parts[(i*7)%shards], s)
+				}
+				var results []*ShardResult
+				for _, src := range parts {
+					r, err := Evaluate(src, &p.Req)
+					require.NoError(t, err)
+					back, err := UnmarshalResult(MarshalResult(r, p.Req.Stats))
+					require.NoError(t, err)
+					results = append(results, back)
+				}
+				rows, err := p.Merge(results)
+				require.NoError(t, err)
+				return rows
+			}
+			one := run(1)
+			require.NotEmpty(t, one, q)
+			for _, n := range []int{2, 5, 12} {
+				got := run(n)
+				require.Equal(t, len(one), len(got), q)
+				for i := range one {
+					require.Equal(t, one[i].Tags, got[i].Tags, q)
+					require.Equal(t, len(one[i].Values), len(got[i].Values), q)
+					for j := range one[i].Values {
+						for k := range one[i].Values[j] {
+							a, b := one[i].Values[j][k], got[i].Values[j][k]
+							if fa, ok := a.(float64); ok {
+								require.InDelta(t, fa, b, 1e-9*math.Max(1, math.Abs(fa)), "%s: %d shards", q, n)
+							} else {
+								require.Equal(t, a, b, "%s: %d shards", q, n)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestMergeBoundsResult: many groups times many buckets is refused, not
+// laid out.
+func TestMergeBoundsResult(t *testing.T) {
+	var src fakeSource
+	for h := range 300 {
+		src = append(src, engine.Series{Metric: "m", Tags: map[string]string{"host": fmt.Sprint(h), engine.FieldTag: "v"},
+			Points: []engine.SeriesPoint{{TS: 5e9, Value: 1}}})
+	}
+	p, err := plan(t, "SELECT mean(v) FROM m WHERE time >= 0 AND time < 99999s GROUP BY time(1s), host", time.Unix(0, 0))
+	require.NoError(t, err)
+	r, err := Evaluate(src, &p.Req)
+	require.NoError(t, err)
+	_, err = p.Merge([]*ShardResult{r})
+	require.ErrorIs(t, err, ErrTooLarge)
+	p, err = plan(t, "SELECT mean(v) FROM m WHERE time >= 0 AND time < 999s GROUP BY time(1s), host", time.Unix(0, 0))
+	require.NoError(t, err)
+	r, err = Evaluate(src, &p.Req)
+	require.NoError(t, err)
+	rows, err := p.Merge([]*ShardResult{r})
+	require.NoError(t, err)
+	require.Len(t, rows, 300)
+	require.Len(t, rows[0].Values, 999)
+}

@@ -1,0 +1,423 @@
+// Package query plans and evaluates the InfluxQL SELECT and SHOW statements
+// Cairn answers, split the way the cluster runs them: a broker turns a parsed
+// statement into a ShardRequest, every shard leader evaluates it over its own
+// series (Evaluate) and returns partial aggregates per (group, field, time
+// bucket) or raw points, and the broker merges the shards' answers into result
+// rows (Merge). Parsing is influxql's; this package only reads its AST.
+package query
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+)
+
+// Sentinel errors, checked with errors.Is.
+var (
+	// ErrUnsupported: valid InfluxQL that Cairn does not run; the message names
+	// the feature.
+	ErrUnsupported = errors.New("not supported by Cairn's InfluxQL")
+	// ErrBadQuery: a statement that cannot run as written.
+	ErrBadQuery = errors.New("bad query")
+	// ErrTooLarge: the answer would exceed a bound (points, buckets, series).
+	ErrTooLarge = errors.New("query too large")
+	// ErrBadWire: a shard request or answer that does not decode.
+	ErrBadWire = errors.New("query: bad wire data")
+)
+
+// Stats says which running statistics a shard keeps per bucket; a request
+// asks only for those its aggregates need, so a mean ships count and sum only.
+type Stats uint8
+
+// The statistics of a Partial.
+const (
+	StatSum    Stats = 1 << iota // sum (sum, mean, stddev)
+	StatMinMax                   // min and max with their times (min, max, spread)
+	StatFirst                    // first value and time
+	StatLast                     // last value and time
+	StatM2                       // sum of squared deviations from the mean (stddev)
+	StatValues                   // every value (median, percentile: exact)
+)
+
+// ShardRequest is what a broker asks every shard leader to evaluate.
+type ShardRequest struct {
+	Measurement string
+	// Fields to read; empty with AllFields reads every field.
+	Fields    []string
+	AllFields bool
+	// Cond is the tag condition as InfluxQL text ("" for none): tag =, !=,
+	// =~, !~ joined by AND / OR. Time bounds are in Start and End.
+	Cond       string
+	Start, End int64 // inclusive, unix ns
+	// Raw asks for the matching points rather than aggregates.
+	Raw bool
+	// Interval > 0 buckets by time: bucket start = floor((ts-Offset)/Interval)*Interval+Offset.
+	// With Interval 0 every point falls in one bucket starting at Start.
+	Interval, Offset int64
+	// GroupBy lists the tag keys that group series; GroupAll groups by every tag.
+	GroupBy  []string
+	GroupAll bool
+	Stats    Stats
+	// MaxPoints bounds the raw points (Raw) or values kept (StatValues) a
+	// shard returns; past it the shard answers ErrTooLarge.
+	MaxPoints int
+}
+
+// Partial is the running state of one aggregate bucket; two Partials of the
+// same bucket merge (Merge) into the state of their union.
+type Partial struct {
+	Count           int64
+	Sum             float64
+	Min, Max        float64
+	MinTS, MaxTS    int64
+	First, Last     float64
+	FirstTS, LastTS int64
+	M2              float64 // Σ(x-mean)², with mean = Sum/Count
+	Values          []float64
+}
+
+// Add folds one point in. Ties on time keep the larger value, for first and
+// last alike, so the answer does not depend on which shard saw which point.
+func (p *Partial) Add(ts int64, v float64, st Stats) {
+	if p.Count == 0 {
+		p.Count, p.Sum = 1, v
+		p.Min, p.Max, p.MinTS, p.MaxTS = v, v, ts, ts
+		p.First, p.Last, p.FirstTS, p.LastTS = v, v, ts, ts
+		if st&StatValues != 0 {
+			p.Values = append(p.Values, v)
+		}
+		return
+	}
+	if st&StatM2 != 0 {
+		// Welford: the mean before and after this point.
+		mean := p.Sum / float64(p.Count)
+		p.M2 += (v - mean) * (v - (p.Sum+v)/float64(p.Count+1))
+	}
+	p.Count++
+	p.Sum += v
+	// Only what the request ships is kept up to date: a mean costs an add.
+	if st&StatMinMax != 0 {
+		p.addMinMax(v, ts, v, ts)
+	}
+	if st&(StatFirst|StatLast) != 0 {
+		p.addFirstLast(v, ts, v, ts)
+	}
+	if st&StatValues != 0 {
+		p.Values = append(p.Values, v)
+	}
+}
+
+func (p *Partial) addMinMax(min float64, minTS int64, max float64, maxTS int64) {
+	if min < p.Min || min == p.Min && minTS < p.MinTS {
+		p.Min, p.MinTS = min, minTS
+	}
+	if max > p.Max || max == p.Max && maxTS < p.MaxTS {
+		p.Max, p.MaxTS = max, maxTS
+	}
+}
+
+func (p *Partial) addFirstLast(first float64, firstTS int64, last float64, lastTS int64) {
+	if firstTS < p.FirstTS || firstTS == p.FirstTS && first > p.First {
+		p.First, p.FirstTS = first, firstTS
+	}
+	if lastTS > p.LastTS || lastTS == p.LastTS && last > p.Last {
+		p.Last, p.LastTS = last, lastTS
+	}
+}
+
+// Merge folds o into p (Chan et al.'s parallel variance for M2).
+func (p *Partial) Merge(o *Partial) {
+	switch {
+	case o.Count == 0:
+		return
+	case p.Count == 0:
+		*p = *o
+		p.Values = append([]float64(nil), o.Values...)
+		return
+	}
+	na, nb := float64(p.Count), float64(o.Count)
+	delta := o.Sum/nb - p.Sum/na
+	p.M2 += o.M2 + delta*delta*na*nb/(na+nb)
+	p.Count += o.Count
+	p.Sum += o.Sum
+	p.addMinMax(o.Min, o.MinTS, o.Max, o.MaxTS)
+	p.addFirstLast(o.First, o.FirstTS, o.Last, o.LastTS)
+	p.Values = append(p.Values, o.Values...)
+}
+
+// Bucket is one time bucket's partial aggregate.
+type Bucket struct {
+	Start int64
+	Partial
+}
+
+// FieldBuckets are one field's buckets in one group, sorted by Start.
+type FieldBuckets struct {
+	Field   string
+	Buckets []Bucket
+}
+
+// Group is one series group: its group-by tag values and per-field buckets.
+type Group struct {
+	Tags   []Tag // sorted by key
+	Fields []FieldBuckets
+}
+
+// Tag is one key=value pair.
+type Tag struct{ Key, Value string }
+
+// RawSeries is one stored series' matching points (Raw requests).
+type RawSeries struct {
+	Tags   []Tag // every tag of the series, sorted by key
+	Field  string
+	TS     []int64
+	Values []float64
+}
+
+// ShardResult is one shard's answer.
+type ShardResult struct {
+	Groups []Group
+	Raw    []RawSeries
+}
+
+// The wire format of a ShardResult is a compact binary one: a query over
+// thousands of series returns millions of buckets, and a mean needs 2 numbers
+// per bucket. Layout (uvarint counts and lengths, zigzag varint times, floats
+// as 8 bytes little endian, strings as length + bytes):
+//
+//	version=1, stats, #groups, each: #tags, (key, value)*, #fields, each:
+//	  field, #buckets, each: start (delta from previous), count, then per
+//	  stats bit in order: sum | min, minTS, max, maxTS | first, firstTS |
+//	  last, lastTS | m2 | #values, values*
+//	#raw, each: #tags, (key, value)*, field, #points, (ts delta, value)*
+const wireVersion = 1
+
+// MarshalResult encodes r for the broker; st must be the request's Stats.
+func MarshalResult(r *ShardResult, st Stats) []byte {
+	b := make([]byte, 0, 1024)
+	b = append(b, wireVersion, byte(st))
+	b = binary.AppendUvarint(b, uint64(len(r.Groups)))
+	for _, g := range r.Groups {
+		b = appendTags(b, g.Tags)
+		b = binary.AppendUvarint(b, uint64(len(g.Fields)))
+		for _, f := range g.Fields {
+			b = appendString(b, f.Field)
+			b = binary.AppendUvarint(b, uint64(len(f.Buckets)))
+			prev := int64(0)
+			for _, k := range f.Buckets {
+				b = binary.AppendVarint(b, k.Start-prev)
+				prev = k.Start
+				b = binary.AppendUvarint(b, uint64(k.Count))
+				if st&StatSum != 0 {
+					b = appendFloat(b, k.Sum)
+				}
+				if st&StatMinMax != 0 {
+					b = appendFloat(b, k.Min)
+					b = binary.AppendVarint(b, k.MinTS)
+					b = appendFloat(b, k.Max)
+					b = binary.AppendVarint(b, k.MaxTS)
+				}
+				if st&StatFirst != 0 {
+					b = appendFloat(b, k.First)
+					b = binary.AppendVarint(b, k.FirstTS)
+				}
+				if st&StatLast != 0 {
+					b = appendFloat(b, k.Last)
+					b = binary.AppendVarint(b, k.LastTS)
+				}
+				if st&StatM2 != 0 {
+					b = appendFloat(b, k.M2)
+				}
+				if st&StatValues != 0 {
+					b = binary.AppendUvarint(b, uint64(len(k.Values)))
+					for _, v := range k.Values {
+						b = appendFloat(b, v)
+					}
+				}
+			}
+		}
+	}
+	b = binary.AppendUvarint(b, uint64(len(r.Raw)))
+	for _, s := range r.Raw {
+		b = appendTags(b, s.Tags)
+		b = appendString(b, s.Field)
+		b = binary.AppendUvarint(b, uint64(len(s.TS)))
+		prev := int64(0)
+		for i, ts := range s.TS {
+			b = binary.AppendVarint(b, ts-prev)
+			prev = ts
+			b = appendFloat(b, s.Values[i])
+		}
+	}
+	return b
+}
+
+func appendTags(b []byte, tags []Tag) []byte {
+	b = binary.AppendUvarint(b, uint64(len(tags)))
+	for _, t := range tags {
+		b = appendString(b, t.Key)
+		b = appendString(b, t.Value)
+	}
+	return b
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+func appendFloat(b []byte, f float64) []byte {
+	return binary.LittleEndian.AppendUint64(b, math.Float64bits(f))
+}
+
+// UnmarshalResult decodes a shard's answer. It trusts nothing: every count is
+// checked against the bytes left, so a corrupt answer cannot allocate wildly.
+func UnmarshalResult(data []byte) (*ShardResult, error) {
+	d := decoder{b: data}
+	if v := d.byte(); v != wireVersion {
+		return nil, fmt.Errorf("%w: version %d", ErrBadWire, v)
+	}
+	st := Stats(d.byte())
+	r := &ShardResult{}
+	ng := d.count(2)
+	for i := 0; i < ng && d.err == nil; i++ {
+		g := Group{Tags: d.tags()}
+		nf := d.count(2)
+		for j := 0; j < nf && d.err == nil; j++ {
+			f := FieldBuckets{Field: d.string()}
+			nb := d.count(2)
+			f.Buckets = make([]Bucket, 0, nb)
+			prev := int64(0)
+			for k := 0; k < nb && d.err == nil; k++ {
+				var bk Bucket
+				bk.Start = prev + d.varint()
+				prev = bk.Start
+				bk.Count = int64(d.uvarint())
+				if st&StatSum != 0 {
+					bk.Sum = d.float()
+				}
+				if st&StatMinMax != 0 {
+					bk.Min, bk.MinTS, bk.Max, bk.MaxTS = d.float(), d.varint(), d.float(), d.varint()
+				}
+				if st&StatFirst != 0 {
+					bk.First, bk.FirstTS = d.float(), d.varint()
+				}
+				if st&StatLast != 0 {
+					bk.Last, bk.LastTS = d.float(), d.varint()
+				}
+				if st&StatM2 != 0 {
+					bk.M2 = d.float()
+				}
+				if st&StatValues != 0 {
+					nv := d.count(8)
+					bk.Values = make([]float64, nv)
+					for v := range bk.Values {
+						bk.Values[v] = d.float()
+					}
+				}
+				f.Buckets = append(f.Buckets, bk)
+			}
+			g.Fields = append(g.Fields, f)
+		}
+		r.Groups = append(r.Groups, g)
+	}
+	nr := d.count(3)
+	for i := 0; i < nr && d.err == nil; i++ {
+		s := RawSeries{Tags: d.tags(), Field: d.string()}
+		np := d.count(9)
+		s.TS, s.Values = make([]int64, np), make([]float64, np)
+		prev := int64(0)
+		for j := 0; j < np && d.err == nil; j++ {
+			s.TS[j] = prev + d.varint()
+			prev = s.TS[j]
+			s.Values[j] = d.float()
+		}
+		r.Raw = append(r.Raw, s)
+	}
+	if d.err == nil && len(d.b) != 0 {
+		d.err = fmt.Errorf("%w: %d trailing bytes", ErrBadWire, len(d.b))
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	return r, nil
+}
+
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) fail(what string) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: truncated %s", ErrBadWire, what)
+	}
+	d.b = nil
+}
+
+func (d *decoder) byte() byte {
+	if len(d.b) < 1 {
+		d.fail("header")
+		return 0
+	}
+	c := d.b[0]
+	d.b = d.b[1:]
+	return c
+}
+
+func (d *decoder) uvarint() uint64 {
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail("integer")
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) varint() int64 {
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.fail("integer")
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+// count reads a length whose items take at least minSize bytes each.
+func (d *decoder) count(minSize int) int {
+	n := d.uvarint()
+	if n > uint64(len(d.b)/minSize) {
+		d.fail("list")
+		return 0
+	}
+	return int(n)
+}
+
+func (d *decoder) float() float64 {
+	if len(d.b) < 8 {
+		d.fail("float")
+		return 0
+	}
+	v := math.Float64frombits(binary.LittleEndian.Uint64(d.b))
+	d.b = d.b[8:]
+	return v
+}
+
+func (d *decoder) string() string {
+	n := d.count(1)
+	s := string(d.b[:n])
+	d.b = d.b[n:]
+	return s
+}
+
+func (d *decoder) tags() []Tag {
+	n := d.count(2)
+	tags := make([]Tag, n)
+	for i := range tags {
+		tags[i] = Tag{Key: d.string(), Value: d.string()}
+	}
+	return tags
+}

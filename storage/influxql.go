@@ -1,0 +1,103 @@
+package storage
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/cairn-db/cairn/models"
+	"github.com/cairn-db/cairn/query"
+	"github.com/cairn-db/cairn/storage/lineproto"
+	"github.com/gin-gonic/gin"
+)
+
+// The InfluxQL side of the internal API (see http.go):
+//   POST .../select   body: JSON query.ShardRequest; 200 query.MarshalResult bytes
+//                     (partial aggregates per group and bucket, or raw points);
+//                     400 {"error":{"code":"bad_query"|"too_large","message"}}
+//   GET  .../series?measurement=M   JSON array of the shard's series keys (of M only when given)
+
+// maxSelectBody bounds a ShardRequest: it is a few hundred bytes in practice.
+const maxSelectBody = 1 << 20
+
+// maxSeriesList bounds the series keys one shard lists for a SHOW statement.
+const maxSeriesList = 1_000_000
+
+var errTooManySeries = errors.New("too many series")
+
+func (h *Host) handleSelect(c *gin.Context) {
+	r, ok := h.replicaOf(c)
+	if !ok {
+		return
+	}
+	var req query.ShardRequest
+	body, err := io.ReadAll(io.LimitReader(c.Request.Body, maxSelectBody+1))
+	if err == nil && len(body) > maxSelectBody {
+		err = errors.New("request too large")
+	}
+	if err == nil {
+		err = json.Unmarshal(body, &req)
+	}
+	if err != nil {
+		c.AbortWithStatusJSON(http.StatusBadRequest, gin.H{"error": gin.H{"code": "bad_request", "message": "select request: " + err.Error()}})
+		return
+	}
+	res, err := query.Evaluate(r.eng, &req)
+	switch {
+	case errors.Is(err, query.ErrTooLarge):
+		c.AbortWithStatusJSON(http.StatusBadRequest, gin.H{"error": gin.H{"code": "too_large", "message": err.Error()}})
+		return
+	case errors.Is(err, query.ErrBadQuery), errors.Is(err, query.ErrUnsupported):
+		c.AbortWithStatusJSON(http.StatusBadRequest, gin.H{"error": gin.H{"code": "bad_query", "message": err.Error()}})
+		return
+	case err != nil:
+		replyErr(c, err)
+		return
+	}
+	c.Data(http.StatusOK, "application/octet-stream", query.MarshalResult(res, req.Stats))
+}
+
+func (h *Host) handleSeries(c *gin.Context) {
+	r, ok := h.replicaOf(c)
+	if !ok {
+		return
+	}
+	var prefix string
+	if m := c.Query("measurement"); m != "" {
+		prefix = string(lineproto.AppendMetricPrefix(nil, m))
+	}
+	keys := []string{}
+	err := r.eng.SeriesKeys(func(k string) error {
+		if prefix == "" || strings.HasPrefix(k, prefix) && len(k) > len(prefix) && (k[len(prefix)] == ',' || k[len(prefix)] == '#') {
+			if len(keys) == maxSeriesList {
+				return errTooManySeries
+			}
+			keys = append(keys, k)
+		}
+		return nil
+	})
+	if errors.Is(err, errTooManySeries) {
+		c.AbortWithStatusJSON(http.StatusBadRequest, gin.H{"error": gin.H{"code": "too_large",
+			"message": fmt.Sprintf("more than %d series in shard %s: name a measurement (FROM)", maxSeriesList, r.id)}})
+		return
+	}
+	if err != nil {
+		replyErr(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, keys)
+}
+
+// Select evaluates an InfluxQL shard request on a replica hosted here: the
+// in-process path for a broker in the same process as the leader, which
+// skips encoding the partials.
+func (h *Host) Select(db string, shard int, req *query.ShardRequest) (*query.ShardResult, error) {
+	r := h.get(db, shard)
+	if r == nil {
+		return nil, fmt.Errorf("%w: %s on %s", ErrNotHosted, models.ShardID(db, shard), h.nodeID)
+	}
+	return query.Evaluate(r.eng, req)
+}
