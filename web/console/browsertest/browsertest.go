@@ -182,6 +182,10 @@ func (p *Page) Screenshot(suffix string) {
 		name += "-" + suffix
 	}
 	file := filepath.Join(p.artifacts, unsafeName.ReplaceAllString(name, "_")+".png")
+	if err := os.MkdirAll(p.artifacts, 0o755); err != nil {
+		p.t.Errorf("screenshot dir: %v", err)
+		return
+	}
 	if err := os.WriteFile(file, png, 0o644); err != nil {
 		p.t.Errorf("write screenshot: %v", err)
 		return
