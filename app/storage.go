@@ -52,7 +52,7 @@ func (a *App) runStorage(ctx context.Context) {
 				done := make(chan struct{})
 				go func() { defer close(done); a.host.Run(hctx) }()
 				storage.RunNode(ctx, storage.NodeConfig{Store: store, Keys: ck, NodeID: a.nodeID, Address: a.cfg.AdvertiseAddr,
-					Cluster: cfg.Name, TTL: a.cfg.LeaseTTL, Report: a.host.Report, Logger: a.lg.Named("storage")})
+					Cluster: cfg.Name, TTL: a.cfg.LeaseTTL, Report: a.host.Report, MaxTerm: a.host.MaxTerms, Logger: a.lg.Named("storage")})
 				cancel()
 				<-done
 				return

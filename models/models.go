@@ -41,7 +41,11 @@ type StorageNode struct {
 	Cluster     string            `json:"cluster"`
 	LastUpdated int64             `json:"last_updated"` // unix microseconds, the heartbeat
 	LastTxnID   map[string]uint64 `json:"last_txn_id,omitempty"`
-	Following   map[string]string `json:"following,omitempty"` // shard -> leader node id
+	// MaxTerm is the term of the last entry in each replica's log: the
+	// master never publishes a shard at a term at or below one its replicas
+	// already hold (a restored etcd would otherwise roll terms back).
+	MaxTerm   map[string]int64  `json:"max_term,omitempty"`
+	Following map[string]string `json:"following,omitempty"` // shard -> leader node id
 }
 
 // StorageCluster is a configured storage cluster. Empty EtcdEndpoints means the

@@ -28,9 +28,18 @@ type Event struct {
 	raw *rawChange // the raw key, for the local backup
 }
 
-// decode turns a raw value into the record of kind k. It runs on the watcher
-// goroutine, so the consumer only moves pointers.
-func decode(k Kind, value []byte, createRev int64) (any, error) {
+// decode turns a raw value into the record of kind k, tolerantly (unknown
+// fields are ignored, missing ones defaulted) but validated. It runs on the
+// watcher goroutine, so the consumer only moves pointers.
+func decode(k Kind, name string, value []byte, createRev int64) (any, error) {
+	v, err := decodeJSON(k, value, createRev)
+	if err != nil {
+		return nil, err
+	}
+	return normalize(k, name, v)
+}
+
+func decodeJSON(k Kind, value []byte, createRev int64) (any, error) {
 	var err error
 	switch k {
 	case KindMaster:
@@ -98,6 +107,12 @@ func (b *builder) apply(ev Event) {
 		cloneOnce(b, "revisions", &s.Revisions)[ev.Source] = ev.Rev
 	}
 	del := ev.Type == coordinator.WatchDelete
+	revs := nested(b, "modrevs", ev.Source, &s.ModRevs)
+	if del {
+		delete(revs, ev.Name)
+	} else {
+		revs[ev.Name] = ev.Rev
+	}
 	switch ev.Kind {
 	case KindMaster:
 		if del {
@@ -137,6 +152,8 @@ func (b *builder) removeSource(ev Event) {
 	s := b.s
 	delete(cloneOnce(b, "synced", &s.Synced), ev.Source)
 	delete(cloneOnce(b, "revisions", &s.Revisions), ev.Source)
+	delete(cloneOnce(b, "modrevs", &s.ModRevs), ev.Source)
+	b.cloned["modrevs/"+ev.Source] = false
 	switch ev.Kind {
 	case KindStorageNodes:
 		delete(cloneOnce(b, "nodes", &s.Nodes), ev.Cluster)

@@ -50,6 +50,10 @@ type State struct {
 	Nodes           map[string]map[string]models.StorageNode // cluster -> node id -> record
 	ISR             map[string]map[string]models.ISR         // cluster -> shard id -> set
 
+	// ModRevs is the mod revision of every key held, per source and name
+	// (relative key): compare-and-set guards use it, never re-encoded bytes.
+	ModRevs map[string]map[string]int64
+
 	// Synced lists sources that finished a list against etcd since start.
 	Synced map[string]bool
 	// Revisions is the last revision applied per source.
@@ -70,7 +74,8 @@ func emptyState() *State {
 		Databases: map[string]models.Database{}, Assignments: map[string]models.Assignment{},
 		ShardStates: map[string]models.ShardStates{}, Drains: map[string]models.Drain{},
 		Nodes: map[string]map[string]models.StorageNode{}, ISR: map[string]map[string]models.ISR{},
-		Synced: map[string]bool{}, Revisions: map[string]int64{}, ListedFrom: map[string]uint64{},
+		ModRevs: map[string]map[string]int64{},
+		Synced:  map[string]bool{}, Revisions: map[string]int64{}, ListedFrom: map[string]uint64{},
 	}
 }
 
@@ -87,6 +92,10 @@ func (s *State) ShardState(db string, shard int) (models.ShardState, bool) {
 	}
 	return ss.Shards[shard], true
 }
+
+// ModRev is the mod revision of a key of source (name relative to the
+// source's prefix); 0 when the key is not held.
+func (s *State) ModRev(source, name string) int64 { return s.ModRevs[source][name] }
 
 // NodeRecord finds a live storage node in any cluster.
 func (s *State) NodeRecord(id string) (models.StorageNode, bool) {

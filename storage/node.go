@@ -25,8 +25,9 @@ type NodeConfig struct {
 	Address   string
 	Cluster   string
 	TTL       time.Duration
-	Heartbeat time.Duration // default TTL/3
-	Report    ShardReport   // may be nil
+	Heartbeat time.Duration           // default TTL/3
+	Report    ShardReport             // may be nil
+	MaxTerm   func() map[string]int64 // may be nil: last log term per shard
 	Logger    *zap.Logger
 }
 
@@ -42,6 +43,9 @@ func RunNode(ctx context.Context, cfg NodeConfig) {
 			LastUpdated: time.Now().UnixMicro()}
 		if cfg.Report != nil {
 			r.LastTxnID, r.Following = cfg.Report()
+		}
+		if cfg.MaxTerm != nil {
+			r.MaxTerm = cfg.MaxTerm()
 		}
 		b, _ := json.Marshal(r)
 		return b

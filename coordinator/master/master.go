@@ -263,11 +263,14 @@ func (m *Master) syncAssignments(ctx context.Context) error {
 		next := models.Assignment{DB: name, Cluster: db.StorageCluster, Shards: append(slices.Clone(a.Shards), as...)}
 		states := st.ShardStates[name]
 		nextStates := models.ShardStates{DB: name, Shards: append(slices.Clone(states.Shards), ss...)}
-		cmp := coordinator.CreateRevIs(m.cfg.Keys.Assign(name), 0)
-		if has {
-			cmp = coordinator.ValueIs(m.cfg.Keys.Assign(name), mustJSON(a))
+		// Both keys are guarded by the mod revisions the decision read (0:
+		// absent), never by re-encoded bytes: another version, a restore or a
+		// person may have written them.
+		cmps := []coordinator.Cmp{
+			coordinator.ModRevIs(m.cfg.Keys.Assign(name), st.ModRev(statemachine.SourceAssign, name)),
+			coordinator.ModRevIs(m.cfg.Keys.ShardState(name), st.ModRev(statemachine.SourceShardState, name)),
 		}
-		ok, err := m.write(ctx, []coordinator.Cmp{cmp}, []coordinator.Op{
+		ok, err := m.write(ctx, cmps, []coordinator.Op{
 			coordinator.OpPut(m.cfg.Keys.Assign(name), mustJSON(next), 0),
 			coordinator.OpPut(m.cfg.Keys.ShardState(name), mustJSON(nextStates), 0),
 		}, statemachine.SourceAssign, statemachine.SourceShardState)
@@ -308,7 +311,7 @@ func (m *Master) failover(ctx context.Context) error {
 		if len(changed) == 0 {
 			continue
 		}
-		if err := m.publishStates(ctx, name, st.ShardStates[name], next, changed); err != nil {
+		if err := m.publishStates(ctx, st, name, next, changed); err != nil {
 			return err
 		}
 		for _, id := range changed {
@@ -334,9 +337,9 @@ const maxTxnOps = 100
 
 // publishStates takes the failover lock of each changed shard (a unique value
 // bound to the master's lease; only its creator deletes it), publishes the
-// database's states in one fenced txn guarded by the value it was computed
-// from, and releases the locks.
-func (m *Master) publishStates(ctx context.Context, db string, prev, next models.ShardStates, changed []int) error {
+// database's states in one fenced txn guarded by the mod revision of the value
+// in st they were computed from, and releases the locks.
+func (m *Master) publishStates(ctx context.Context, st *statemachine.State, db string, next models.ShardStates, changed []int) error {
 	token := []byte(m.cfg.NodeID + "/" + strconv.FormatInt(m.cfg.Term, 10) + "/" + strconv.FormatInt(m.cfg.Now().UnixNano(), 10))
 	var locked []string
 	release := func() {
@@ -383,7 +386,7 @@ func (m *Master) publishStates(ctx context.Context, db string, prev, next models
 		locked = append(locked, keys...)
 	}
 	key := m.cfg.Keys.ShardState(db)
-	ok, err := m.write(ctx, []coordinator.Cmp{coordinator.ValueIs(key, mustJSON(prev))},
+	ok, err := m.write(ctx, []coordinator.Cmp{coordinator.ModRevIs(key, st.ModRev(statemachine.SourceShardState, db))},
 		[]coordinator.Op{coordinator.OpPut(key, mustJSON(next), 0)}, statemachine.SourceShardState)
 	if err != nil {
 		return err
@@ -427,7 +430,7 @@ func (m *Master) TransferLeader(ctx context.Context, db string, shard int, t web
 			return nil, fmt.Errorf("%w: shard %d of %q has no published state yet", models.ErrUnavailable, shard, db)
 		}
 		next.Shards[i] = models.ShardState{ID: shard, Leader: t.NodeID, Term: cur.Term + 1, Status: models.StatusOnline}
-		return nil, m.publishStates(ctx, db, prev, next, []int{shard})
+		return nil, m.publishStates(ctx, st, db, next, []int{shard})
 	})
 	return err
 }

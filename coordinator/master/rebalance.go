@@ -166,7 +166,7 @@ func (m *Master) rebalance(ctx context.Context) error {
 	names := slices.Sorted(maps.Keys(assign))
 	for _, name := range names {
 		key := m.cfg.Keys.Assign(name)
-		ok, err := m.write(ctx, []coordinator.Cmp{coordinator.ValueIs(key, mustJSON(st.Assignments[name]))},
+		ok, err := m.write(ctx, []coordinator.Cmp{coordinator.ModRevIs(key, st.ModRev(statemachine.SourceAssign, name))},
 			[]coordinator.Op{coordinator.OpPut(key, mustJSON(assign[name]), 0)}, statemachine.SourceAssign)
 		if err != nil {
 			return err
@@ -223,7 +223,7 @@ func (m *Master) moveLeadersOff(ctx context.Context, st *statemachine.State, key
 		if len(changed) == 0 {
 			continue
 		}
-		if err := m.publishStates(ctx, db, prev, next, changed); err != nil {
+		if err := m.publishStates(ctx, st, db, next, changed); err != nil {
 			return err
 		}
 	}
@@ -269,7 +269,7 @@ func (m *Master) balanceLeaders(ctx context.Context, st *statemachine.State) err
 			m.lg.Info("balancing leadership", zap.String("db", db), zap.Int("shard", id),
 				zap.String("from", cur.Leader), zap.String("to", m.leaders[k]), zap.Int64("term", cur.Term+1))
 		}
-		if err := m.publishStates(ctx, db, prev, next, changed); err != nil {
+		if err := m.publishStates(ctx, st, db, next, changed); err != nil {
 			return err // targets stay: the next pass re-checks them
 		}
 		for _, id := range changed {
