@@ -429,7 +429,8 @@ func (m *Master) TransferLeader(ctx context.Context, db string, shard int, t web
 		if i < 0 {
 			return nil, fmt.Errorf("%w: shard %d of %q has no published state yet", models.ErrUnavailable, shard, db)
 		}
-		next.Shards[i] = models.ShardState{ID: shard, Leader: t.NodeID, Term: cur.Term + 1, Status: models.StatusOnline}
+		in := ShardInputs{DB: db, Assign: a, States: prev, Live: st.Nodes[a.Cluster]}
+		next.Shards[i] = models.ShardState{ID: shard, Leader: t.NodeID, Term: NextTerm(in, cur), Status: models.StatusOnline}
 		return nil, m.publishStates(ctx, st, db, next, []int{shard})
 	})
 	return err

@@ -215,10 +215,10 @@ func (m *Master) moveLeadersOff(ctx context.Context, st *statemachine.State, key
 			cur := next.Shards[i]
 			leads[cur.Leader]--
 			leads[best]++
-			next.Shards[i] = models.ShardState{ID: k.Shard, Leader: best, Term: cur.Term + 1, Status: models.StatusOnline}
+			next.Shards[i] = models.ShardState{ID: k.Shard, Leader: best, Term: NextTerm(in, cur), Status: models.StatusOnline}
 			changed = append(changed, k.Shard)
 			m.lg.Info("moving leadership off a leaving replica", zap.String("db", db), zap.Int("shard", k.Shard),
-				zap.String("from", cur.Leader), zap.String("to", best), zap.Int64("term", cur.Term+1))
+				zap.String("from", cur.Leader), zap.String("to", best), zap.Int64("term", next.Shards[i].Term))
 		}
 		if len(changed) == 0 {
 			continue
@@ -259,15 +259,16 @@ func (m *Master) balanceLeaders(ctx context.Context, st *statemachine.State) err
 	for _, db := range dbs {
 		prev := st.ShardStates[db]
 		next := models.ShardStates{DB: db, Shards: slices.Clone(prev.Shards)}
+		in := ShardInputs{DB: db, Assign: st.Assignments[db], States: prev, Live: st.Nodes[st.Assignments[db].Cluster]}
 		changed := byDB[db]
 		sort.Ints(changed)
 		for _, id := range changed {
 			i := indexOf(next, id)
 			k := placement.ShardKey{DB: db, Shard: id}
 			cur := next.Shards[i]
-			next.Shards[i] = models.ShardState{ID: id, Leader: m.leaders[k], Term: cur.Term + 1, Status: models.StatusOnline}
+			next.Shards[i] = models.ShardState{ID: id, Leader: m.leaders[k], Term: NextTerm(in, cur), Status: models.StatusOnline}
 			m.lg.Info("balancing leadership", zap.String("db", db), zap.Int("shard", id),
-				zap.String("from", cur.Leader), zap.String("to", m.leaders[k]), zap.Int64("term", cur.Term+1))
+				zap.String("from", cur.Leader), zap.String("to", m.leaders[k]), zap.Int64("term", next.Shards[i].Term))
 		}
 		if err := m.publishStates(ctx, st, db, next, changed); err != nil {
 			return err // targets stay: the next pass re-checks them
