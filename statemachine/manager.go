@@ -215,8 +215,12 @@ func (m *Manager) push(ctx context.Context, src Source, we coordinator.WatchEven
 	if we.Kind == coordinator.WatchPut {
 		v, err := decode(src.Kind, ev.Name, we.Value, we.CreateRev)
 		if err != nil {
-			m.lg.Warn("undecodable value ignored", zap.String("key", we.Key), zap.Error(err))
-			return
+			// The source's revision still advances (waiters on it must not
+			// hang), but the key keeps its last good value and that value's
+			// mod revision: a guarded write then fails instead of
+			// overwriting what nobody could read.
+			m.lg.Warn("undecodable value ignored", zap.String("key", we.Key), zap.Int64("mod_revision", we.Rev), zap.Error(err))
+			ev.Invalid = true
 		}
 		ev.Value = v
 	}

@@ -24,6 +24,9 @@ type Event struct {
 	Removed bool
 	// BackupLoaded marks the end of a replay of the local backup file.
 	BackupLoaded bool
+	// Invalid marks a put whose value did not decode or validate: it only
+	// advances the source's revision.
+	Invalid bool
 
 	raw *rawChange // the raw key, for the local backup
 }
@@ -105,6 +108,9 @@ func (b *builder) apply(ev Event) {
 	}
 	if ev.Rev > s.Revisions[ev.Source] {
 		cloneOnce(b, "revisions", &s.Revisions)[ev.Source] = ev.Rev
+	}
+	if ev.Invalid {
+		return
 	}
 	del := ev.Type == coordinator.WatchDelete
 	revs := nested(b, "modrevs", ev.Source, &s.ModRevs)

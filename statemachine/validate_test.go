@@ -66,3 +66,15 @@ func TestModRevsFollowPutsAndDeletes(t *testing.T) {
 	s3 := fold(s2, Event{Source: SourceAssign, Kind: KindAssign, Removed: true})
 	require.EqualValues(t, 0, s3.ModRev(SourceAssign, "b"))
 }
+
+// An invalid put advances its source's revision (waiters on it never hang)
+// but keeps the key's last good value and mod revision.
+func TestInvalidPutKeepsLastGoodValue(t *testing.T) {
+	good := Event{Source: SourceShardState, Kind: KindShardState, Type: coordinator.WatchPut, Name: "d", Rev: 4,
+		Value: models.ShardStates{DB: "d"}}
+	bad := Event{Source: SourceShardState, Kind: KindShardState, Type: coordinator.WatchPut, Name: "d", Rev: 7, Invalid: true}
+	s := fold(emptyState(), good, bad)
+	require.EqualValues(t, 7, s.Revisions[SourceShardState])
+	require.EqualValues(t, 4, s.ModRev(SourceShardState, "d"))
+	require.Equal(t, models.ShardStates{DB: "d"}, s.ShardStates["d"])
+}

@@ -172,6 +172,10 @@ type masterOpts struct {
 	// clusterID is the etcd cluster the term claims to be won in; 0: the
 	// harness etcd's own.
 	clusterID uint64
+	logger    *zap.Logger // default: logger(t)
+	// rebalanceDelay defaults to an hour (no rebalancing in tests that do
+	// not ask for it).
+	rebalanceDelay time.Duration
 }
 
 // startMaster campaigns (blocking until elected) and runs a master term.
@@ -197,9 +201,15 @@ func (h *harness) startMaster(o masterOpts) *runningMaster {
 		o.clusterID, err = h.store.ClusterID(ctx)
 		require.NoError(h.t, err)
 	}
+	if o.logger == nil {
+		o.logger = logger(h.t)
+	}
+	if o.rebalanceDelay == 0 {
+		o.rebalanceDelay = time.Hour
+	}
 	m := master.New(master.Config{Store: h.store, Keys: h.keys, Election: el, Term: term, Session: session,
-		NodeID: "m", State: o.sm.Snapshot, Changed: o.sm.Changed, Logger: logger(h.t),
-		RebalanceDelay: time.Hour, Resync: 200 * time.Millisecond, ClusterID: o.clusterID})
+		NodeID: "m", State: o.sm.Snapshot, Changed: o.sm.Changed, Logger: o.logger,
+		RebalanceDelay: o.rebalanceDelay, Resync: 200 * time.Millisecond, ClusterID: o.clusterID})
 	rm := &runningMaster{Master: m, term: term, election: es}
 	rm.start()
 	h.t.Cleanup(rm.stop)

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"time"
@@ -43,7 +43,14 @@ type Config struct {
 	ClusterID uint64
 	// Resync is the period of a full reconcile without events; default 1s.
 	Resync time.Duration
-	Now    func() time.Time
+	// RetryBase and RetryMax bound the back-off of a database whose
+	// reconcile failed (doubling per failure, jittered); default 20ms, 5s.
+	RetryBase, RetryMax time.Duration
+	// ErrorLogInterval: a repeated identical error is logged once per
+	// interval with its count; default 30s.
+	ErrorLogInterval time.Duration
+	// Now is the master's clock: every time-dependent decision reads it.
+	Now func() time.Time
 }
 
 // Master runs the state machines for one term.
@@ -55,6 +62,8 @@ type Master struct {
 	leaders map[placement.ShardKey]string   // plan's leaders, applied once relocations finish
 	members map[string]membership           // per cluster
 	forced  bool
+	queue   *workQueue // databases to reconcile, with per-database retry
+	warn    *rateLog
 }
 
 type membership struct {
@@ -87,8 +96,19 @@ func New(cfg Config) *Master {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Master{cfg: cfg, lg: cfg.Logger.Named("master").With(zap.Int64("master_term", cfg.Term)),
-		ops: make(chan op), pending: map[placement.ShardKey][]string{}, leaders: map[placement.ShardKey]string{}, members: map[string]membership{}}
+	if cfg.RetryBase == 0 {
+		cfg.RetryBase = 20 * time.Millisecond
+	}
+	if cfg.RetryMax == 0 {
+		cfg.RetryMax = 5 * time.Second
+	}
+	if cfg.ErrorLogInterval == 0 {
+		cfg.ErrorLogInterval = 30 * time.Second
+	}
+	lg := cfg.Logger.Named("master").With(zap.Int64("master_term", cfg.Term))
+	return &Master{cfg: cfg, lg: lg,
+		ops: make(chan op), pending: map[placement.ShardKey][]string{}, leaders: map[placement.ShardKey]string{}, members: map[string]membership{},
+		queue: newWorkQueue(cfg.RetryBase, cfg.RetryMax, rand.Float64), warn: newRateLog(lg, cfg.ErrorLogInterval, cfg.Now)}
 }
 
 // Run reconciles until ctx ends or the term is lost (ErrDeposed).
@@ -107,23 +127,44 @@ func (m *Master) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			m.lg.Warn("reconcile failed; retrying", zap.Error(err))
+			m.warn.Warn("reconcile", "reconcile failed; retrying", zap.Error(err))
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-m.cfg.Session.Done():
-			return coordinator.ErrDeposed
-		case <-changed:
-		case <-t.C:
-		case o := <-m.ops:
-			v, err := o.run(ctx, m.cfg.State())
-			o.done <- opResult{v, err}
-			if errors.Is(err, coordinator.ErrDeposed) {
-				return err
-			}
+		// Wake for the earliest database retry as well.
+		var retry <-chan time.Time
+		var rt *time.Timer
+		if at, ok := m.queue.Next(); ok {
+			rt = time.NewTimer(max(at.Sub(m.cfg.Now()), time.Millisecond))
+			retry = rt.C
+		}
+		err := m.wait(ctx, changed, t.C, retry)
+		if rt != nil {
+			rt.Stop()
+		}
+		if err != nil {
+			return err
 		}
 	}
+}
+
+// wait blocks until something may need reconciling, serving operator
+// requests in between; an error ends the term.
+func (m *Master) wait(ctx context.Context, changed <-chan struct{}, tick, retry <-chan time.Time) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-m.cfg.Session.Done():
+		return coordinator.ErrDeposed
+	case <-changed:
+	case <-tick:
+	case <-retry:
+	case o := <-m.ops:
+		v, err := o.run(ctx, m.cfg.State())
+		o.done <- opResult{v, err}
+		if errors.Is(err, coordinator.ErrDeposed) {
+			return err
+		}
+	}
+	return nil
 }
 
 // do runs fn on the master's goroutine, so operator requests never race the
@@ -225,66 +266,71 @@ func mustJSON(v any) []byte {
 	return b
 }
 
-// reconcile is one level-triggered pass over everything the master owns.
+// reconcile is one level-triggered pass over everything the master owns: each
+// database due in the work queue is synced on its own (an error in one only
+// schedules its retry, never delays another's failover), then rebalancing.
 func (m *Master) reconcile(ctx context.Context) error {
-	if st := m.cfg.State(); !Ready(st) || !m.sameCluster(st) {
+	st := m.cfg.State()
+	if !Ready(st) || !m.sameCluster(st) {
 		// A partial picture is worse than none: without the live nodes every
 		// leader looks dead, without the databases every assignment looks
 		// orphaned. Wait for the next publication.
 		m.lg.Debug("local state not loaded from etcd yet; waiting")
 		return nil
 	}
-	if err := m.syncAssignments(ctx); err != nil {
-		return err
-	}
-	if err := m.failover(ctx); err != nil {
-		return err
-	}
-	return m.rebalance(ctx)
-}
-
-// syncAssignments creates assignments for new databases, grows them, and
-// deletes those of dropped databases.
-func (m *Master) syncAssignments(ctx context.Context) error {
-	st := m.cfg.State()
-	names := slices.Sorted(maps.Keys(st.Databases))
-	for _, name := range names {
-		db := st.Databases[name]
-		a, has := st.Assignments[name]
-		if (has && len(a.Shards) >= db.NumShards) || !ClusterReady(st, db.StorageCluster) {
-			continue
-		}
-		from := len(a.Shards)
-		as, ss, err := newShards(st, db, from, db.NumShards)
-		if err != nil {
-			m.lg.Warn("cannot place database yet", zap.String("db", name), zap.Error(err))
-			continue
-		}
-		next := models.Assignment{DB: name, Cluster: db.StorageCluster, Shards: append(slices.Clone(a.Shards), as...)}
-		states := st.ShardStates[name]
-		nextStates := models.ShardStates{DB: name, Shards: append(slices.Clone(states.Shards), ss...)}
-		// Both keys are guarded by the mod revisions the decision read (0:
-		// absent), never by re-encoded bytes: another version, a restore or a
-		// person may have written them.
-		cmps := []coordinator.Cmp{
-			coordinator.ModRevIs(m.cfg.Keys.Assign(name), st.ModRev(statemachine.SourceAssign, name)),
-			coordinator.ModRevIs(m.cfg.Keys.ShardState(name), st.ModRev(statemachine.SourceShardState, name)),
-		}
-		ok, err := m.write(ctx, cmps, []coordinator.Op{
-			coordinator.OpPut(m.cfg.Keys.Assign(name), mustJSON(next), 0),
-			coordinator.OpPut(m.cfg.Keys.ShardState(name), mustJSON(nextStates), 0),
-		}, statemachine.SourceAssign, statemachine.SourceShardState)
-		if err != nil {
-			return err
-		}
-		if ok {
-			m.lg.Info("placed shards", zap.String("db", name), zap.Int("from", from), zap.Int("to", db.NumShards))
-		}
-		st = m.cfg.State()
+	for name := range st.Databases {
+		m.queue.Add(name)
 	}
 	for name := range st.Assignments {
-		if _, ok := st.Databases[name]; ok {
+		m.queue.Add(name)
+	}
+	for name := range st.ShardStates {
+		m.queue.Add(name)
+	}
+	for _, name := range m.queue.Due(m.cfg.Now()) {
+		err := m.syncDB(ctx, name)
+		if err == nil {
+			if m.queue.Failures(name) > 0 {
+				m.queue.Forget(name)
+				m.warn.Resolved(name)
+				m.lg.Info("database reconciled again", zap.String("db", name))
+			}
 			continue
+		}
+		if errors.Is(err, coordinator.ErrDeposed) || ctx.Err() != nil {
+			return err
+		}
+		delay := m.queue.Failed(name, m.cfg.Now())
+		m.warn.Warn(name, "database reconcile failed; retrying", zap.String("db", name),
+			zap.Int("failures", m.queue.Failures(name)), zap.Duration("retry_in", delay), zap.Error(err))
+	}
+	if err := m.rebalance(ctx); err != nil {
+		if errors.Is(err, coordinator.ErrDeposed) || ctx.Err() != nil {
+			return err
+		}
+		m.warn.Warn("rebalance", "rebalance step failed; retrying", zap.Error(err))
+	}
+	return nil
+}
+
+// syncDB brings one database's assignment and shard leaders in line with the
+// state: placement of new shards, removal of a dropped database, failover.
+func (m *Master) syncDB(ctx context.Context, name string) error {
+	if err := m.syncAssignment(ctx, name); err != nil {
+		return err
+	}
+	return m.failover(ctx, name)
+}
+
+// syncAssignment creates the assignment of a new database, grows it, or
+// deletes that of a dropped database.
+func (m *Master) syncAssignment(ctx context.Context, name string) error {
+	st := m.cfg.State()
+	a, has := st.Assignments[name]
+	db, exists := st.Databases[name]
+	if !exists {
+		if !has {
+			return nil
 		}
 		if _, err := m.write(ctx, nil, []coordinator.Op{
 			coordinator.OpDelete(m.cfg.Keys.Assign(name)), coordinator.OpDelete(m.cfg.Keys.ShardState(name)),
@@ -292,33 +338,68 @@ func (m *Master) syncAssignments(ctx context.Context) error {
 			return err
 		}
 		m.lg.Info("dropped assignment of deleted database", zap.String("db", name))
+		return nil
 	}
+	if (has && len(a.Shards) >= db.NumShards) || !ClusterReady(st, db.StorageCluster) {
+		return nil
+	}
+	from := len(a.Shards)
+	as, ss, err := newShards(st, db, from, db.NumShards)
+	if err != nil {
+		// Waiting for storage nodes is not a failure of the database.
+		m.warn.Warn(name, "cannot place database yet", zap.String("db", name), zap.Error(err))
+		return nil
+	}
+	next := models.Assignment{DB: name, Cluster: db.StorageCluster, Shards: append(slices.Clone(a.Shards), as...)}
+	states := st.ShardStates[name]
+	nextStates := models.ShardStates{DB: name, Shards: append(slices.Clone(states.Shards), ss...)}
+	// Both keys are guarded by the mod revisions the decision read (0:
+	// absent), never by re-encoded bytes: another version, a restore or a
+	// person may have written them.
+	cmps := []coordinator.Cmp{
+		coordinator.ModRevIs(m.cfg.Keys.Assign(name), st.ModRev(statemachine.SourceAssign, name)),
+		coordinator.ModRevIs(m.cfg.Keys.ShardState(name), st.ModRev(statemachine.SourceShardState, name)),
+	}
+	ok, err := m.write(ctx, cmps, []coordinator.Op{
+		coordinator.OpPut(m.cfg.Keys.Assign(name), mustJSON(next), 0),
+		coordinator.OpPut(m.cfg.Keys.ShardState(name), mustJSON(nextStates), 0),
+	}, statemachine.SourceAssign, statemachine.SourceShardState)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("%w: assignment or shard states of %s", errChanged, name)
+	}
+	m.lg.Info("placed shards", zap.String("db", name), zap.Int("from", from), zap.Int("to", db.NumShards))
 	return nil
 }
 
-// failover publishes new leaders for shards whose leader died, under the
-// per-shard failover locks.
-func (m *Master) failover(ctx context.Context) error {
+// errChanged: a guarded write found the key at another revision than the
+// decision read (a write the local state has not seen yet, or a value it
+// could not decode); the database is retried after its back-off.
+var errChanged = errors.New("changed underneath; recomputing")
+
+// failover publishes new leaders for the database's shards whose leader died
+// (or whose term is behind its replicas' logs), under the per-shard failover
+// locks.
+func (m *Master) failover(ctx context.Context, name string) error {
 	st := m.cfg.State()
-	names := slices.Sorted(maps.Keys(st.ShardStates))
-	for _, name := range names {
-		a, ok := st.Assignments[name]
-		if !ok || !ClusterReady(st, a.Cluster) {
-			continue
-		}
-		next, changed := PlanLeaders(ShardInputs{DB: name, Assign: a, States: st.ShardStates[name],
-			Live: st.Nodes[a.Cluster], ISR: st.ISR[a.Cluster], Drains: st.Drains})
-		if len(changed) == 0 {
-			continue
-		}
-		if err := m.publishStates(ctx, st, name, next, changed); err != nil {
-			return err
-		}
-		for _, id := range changed {
-			s := next.Shards[indexOf(next, id)]
-			m.lg.Info("shard leader changed", zap.String("db", name), zap.Int("shard", id),
-				zap.String("leader", s.Leader), zap.Int64("term", s.Term), zap.String("status", s.Status))
-		}
+	a, ok := st.Assignments[name]
+	if !ok || !ClusterReady(st, a.Cluster) {
+		return nil
+	}
+	next, changed := PlanLeaders(ShardInputs{DB: name, Assign: a, States: st.ShardStates[name],
+		Live: st.Nodes[a.Cluster], ISR: st.ISR[a.Cluster], Drains: st.Drains})
+	if len(changed) == 0 {
+		return nil
+	}
+	if err := m.publishStates(ctx, st, name, next, changed); err != nil {
+		return err
+	}
+	for _, id := range changed {
+		s := next.Shards[indexOf(next, id)]
+		m.lg.Info("shard leader changed", zap.String("db", name), zap.Int("shard", id),
+			zap.String("leader", s.Leader), zap.Int64("term", s.Term), zap.String("status", s.Status))
 	}
 	return nil
 }
@@ -392,7 +473,7 @@ func (m *Master) publishStates(ctx context.Context, st *statemachine.State, db s
 		return err
 	}
 	if !ok {
-		return fmt.Errorf("shard states of %s changed underneath; recomputing", db)
+		return fmt.Errorf("%w: shard states of %s", errChanged, db)
 	}
 	return nil
 }

@@ -2,6 +2,8 @@ package master
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"sort"
@@ -160,8 +162,9 @@ func (m *Master) rebalance(ctx context.Context) error {
 		}
 		setReplicas(assign, st, k, slices.Clone(target))
 	}
-	if err := m.moveLeadersOff(ctx, st, leaderMoves); err != nil {
-		return err
+	errs := m.moveLeadersOff(ctx, st, leaderMoves)
+	if fatal(ctx, errs) {
+		return errs
 	}
 	names := slices.Sorted(maps.Keys(assign))
 	for _, name := range names {
@@ -169,13 +172,23 @@ func (m *Master) rebalance(ctx context.Context) error {
 		ok, err := m.write(ctx, []coordinator.Cmp{coordinator.ModRevIs(key, st.ModRev(statemachine.SourceAssign, name))},
 			[]coordinator.Op{coordinator.OpPut(key, mustJSON(assign[name]), 0)}, statemachine.SourceAssign)
 		if err != nil {
-			return err
+			errs = errors.Join(errs, fmt.Errorf("moving replicas of %s: %w", name, err))
+			if fatal(ctx, err) {
+				return errs
+			}
+			continue
 		}
 		if ok {
 			m.lg.Info("replicas moved", zap.String("db", name))
 		}
 	}
-	return nil
+	return errs
+}
+
+// fatal: err ends the pass (the term is lost or the master stops); any
+// other error concerns one database and the others go on.
+func fatal(ctx context.Context, err error) bool {
+	return err != nil && (errors.Is(err, coordinator.ErrDeposed) || ctx.Err() != nil)
 }
 
 // moveLeadersOff hands leadership of shards whose leader is being removed to
@@ -183,7 +196,7 @@ func (m *Master) rebalance(ctx context.Context) error {
 // database change in one publication: their states share one value, and
 // publishing them one by one from the same snapshot would fail every compare
 // but the first.
-func (m *Master) moveLeadersOff(ctx context.Context, st *statemachine.State, keys []placement.ShardKey) error {
+func (m *Master) moveLeadersOff(ctx context.Context, st *statemachine.State, keys []placement.ShardKey) (errs error) {
 	byDB := map[string][]placement.ShardKey{}
 	var dbs []string
 	for _, k := range keys {
@@ -224,17 +237,20 @@ func (m *Master) moveLeadersOff(ctx context.Context, st *statemachine.State, key
 			continue
 		}
 		if err := m.publishStates(ctx, st, db, next, changed); err != nil {
-			return err
+			errs = errors.Join(errs, fmt.Errorf("moving leaders of %s: %w", db, err))
+			if fatal(ctx, err) {
+				return errs
+			}
 		}
 	}
-	return nil
+	return errs
 }
 
 // balanceLeaders hands leadership to the plan's leaders once its relocations
 // are done (a replica that moved back after a drain would otherwise hold data
 // but never lead). Each handover is graceful: only to a live, non-draining
 // replica in the in-sync set, else the target is dropped.
-func (m *Master) balanceLeaders(ctx context.Context, st *statemachine.State) error {
+func (m *Master) balanceLeaders(ctx context.Context, st *statemachine.State) (errs error) {
 	byDB := map[string][]int{}
 	var dbs []string
 	for k, to := range m.leaders {
@@ -271,13 +287,18 @@ func (m *Master) balanceLeaders(ctx context.Context, st *statemachine.State) err
 				zap.String("from", cur.Leader), zap.String("to", m.leaders[k]), zap.Int64("term", next.Shards[i].Term))
 		}
 		if err := m.publishStates(ctx, st, db, next, changed); err != nil {
-			return err // targets stay: the next pass re-checks them
+			// Targets stay: the next pass re-checks them.
+			errs = errors.Join(errs, fmt.Errorf("balancing leaders of %s: %w", db, err))
+			if fatal(ctx, err) {
+				return errs
+			}
+			continue
 		}
 		for _, id := range changed {
 			delete(m.leaders, placement.ShardKey{DB: db, Shard: id})
 		}
 	}
-	return nil
+	return errs
 }
 
 func assigned(st *statemachine.State, k placement.ShardKey) []string {

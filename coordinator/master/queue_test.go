@@ -1,0 +1,94 @@
+package master
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+)
+
+func TestWorkQueueDedupsAndBacksOffPerKey(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	jitter := 0.0
+	q := newWorkQueue(10*time.Millisecond, 80*time.Millisecond, func() float64 { return jitter })
+	q.Add("b")
+	q.Add("a")
+	q.Add("b")
+	require.Equal(t, []string{"a", "b"}, q.Due(t0), "sorted and deduplicated")
+	require.Empty(t, q.Due(t0), "Due removes what it returns")
+	_, waiting := q.Next()
+	require.False(t, waiting)
+
+	// a fails: it waits out its back-off while b is served at every pass.
+	wants := []time.Duration{10, 20, 40, 80, 80} // ms: doubling, capped
+	now := t0
+	for i, want := range wants {
+		d := q.Failed("a", now)
+		require.Equal(t, want*time.Millisecond, d, "failure %d", i+1)
+		require.Equal(t, i+1, q.Failures("a"))
+		next, ok := q.Next()
+		require.True(t, ok)
+		require.Equal(t, now.Add(d), next)
+		q.Add("a") // new events do not cut a back-off short
+		q.Add("b")
+		require.Equal(t, []string{"b"}, q.Due(now.Add(d-time.Nanosecond)))
+		now = now.Add(d)
+		require.Equal(t, []string{"a"}, q.Due(now))
+	}
+	q.Forget("a")
+	require.Zero(t, q.Failures("a"))
+	require.Equal(t, 10*time.Millisecond, q.Failed("a", now), "a success resets the back-off")
+
+	// Jitter takes up to half the delay off, never more.
+	jitter = 0.999
+	q.Forget("a")
+	d := q.Failed("a", now)
+	require.Greater(t, d, 5*time.Millisecond-time.Microsecond)
+	require.Less(t, d, 10*time.Millisecond)
+}
+
+func TestRateLogOncePerIntervalWithCount(t *testing.T) {
+	core, logs := observer.New(zapcore.WarnLevel)
+	now := time.Unix(1000, 0)
+	r := newRateLog(zap.New(core), 30*time.Second, func() time.Time { return now })
+	err := errTest("boom")
+	for range 343 {
+		r.Warn("db1", "reconcile failed", zap.Error(err))
+		now = now.Add(100 * time.Millisecond) // 34.3 s in all
+	}
+	entries := logs.TakeAll()
+	require.Len(t, entries, 2, "once at first sight, once after the interval")
+	require.NotContains(t, entries[0].ContextMap(), "repeated")
+	require.EqualValues(t, 299, entries[1].ContextMap()["repeated"])
+
+	// Another key and another error are news of their own.
+	r.Warn("db2", "reconcile failed", zap.Error(err))
+	r.Warn("db1", "reconcile failed", zap.Error(errTest("other")))
+	require.Len(t, logs.TakeAll(), 2)
+
+	// Once resolved, the same error is news again.
+	r.Resolved("db1")
+	r.Warn("db1", "reconcile failed", zap.Error(err))
+	require.Len(t, logs.TakeAll(), 1)
+}
+
+func TestRateLogIsBounded(t *testing.T) {
+	core, logs := observer.New(zapcore.WarnLevel)
+	now := time.Unix(1000, 0)
+	r := newRateLog(zap.New(core), time.Minute, func() time.Time { return now })
+	for i := range maxRateLogKeys + 10 {
+		r.Warn(string(rune('a'+i%26))+time.Duration(i).String(), "x")
+	}
+	require.LessOrEqual(t, len(r.seen), maxRateLogKeys)
+	require.Equal(t, maxRateLogKeys+10, logs.Len(), "untracked keys are still logged")
+	now = now.Add(time.Minute)
+	r.Warn("fresh", "x")
+	require.Contains(t, r.seen, "fresh\x00x", "stale keys make room")
+}
+
+type errTest string
+
+func (e errTest) Error() string { return string(e) }
