@@ -176,6 +176,27 @@ type masterOpts struct {
 	// rebalanceDelay defaults to an hour (no rebalancing in tests that do
 	// not ask for it).
 	rebalanceDelay time.Duration
+	now            func() time.Time // the master's clock; default time.Now
+}
+
+// skewClock is a test clock that runs with real time plus an offset the
+// test moves forward: delays of hours pass at once, while back-offs of
+// milliseconds still elapse on their own.
+type skewClock struct {
+	mu     sync.Mutex
+	offset time.Duration
+}
+
+func (c *skewClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Add(c.offset)
+}
+
+func (c *skewClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.offset += d
+	c.mu.Unlock()
 }
 
 // startMaster campaigns (blocking until elected) and runs a master term.
@@ -209,7 +230,7 @@ func (h *harness) startMaster(o masterOpts) *runningMaster {
 	}
 	m := master.New(master.Config{Store: h.store, Keys: h.keys, Election: el, Term: term, Session: session,
 		NodeID: "m", State: o.sm.Snapshot, Changed: o.sm.Changed, Logger: o.logger,
-		RebalanceDelay: o.rebalanceDelay, Resync: 200 * time.Millisecond, ClusterID: o.clusterID})
+		RebalanceDelay: o.rebalanceDelay, Resync: 200 * time.Millisecond, ClusterID: o.clusterID, Now: o.now})
 	rm := &runningMaster{Master: m, term: term, election: es}
 	rm.start()
 	h.t.Cleanup(rm.stop)

@@ -115,7 +115,11 @@ func (m *Master) rebalance(ctx context.Context) error {
 		}
 	}
 	if len(m.pending) == 0 {
-		return m.balanceLeaders(ctx, st)
+		errs := m.balanceLeaders(ctx, st)
+		if len(m.leaders) > 0 || fatal(ctx, errs) {
+			return errs // the plan's leaders first
+		}
+		return errors.Join(errs, m.spreadLeaders(ctx))
 	}
 	keys := make([]placement.ShardKey, 0, len(m.pending))
 	for k := range m.pending {
@@ -296,6 +300,41 @@ func (m *Master) balanceLeaders(ctx context.Context, st *statemachine.State) (er
 		}
 		for _, id := range changed {
 			delete(m.leaders, placement.ShardKey{DB: db, Shard: id})
+		}
+	}
+	return errs
+}
+
+// spreadLeaders hands leadership over, gracefully, until every database's
+// leaders are spread max - min <= 1 over its nodes (SpreadLeaders), once its
+// cluster's membership has been stable for RebalanceDelay.
+func (m *Master) spreadLeaders(ctx context.Context) (errs error) {
+	st := m.cfg.State()
+	for _, db := range slices.Sorted(maps.Keys(st.Assignments)) {
+		a := st.Assignments[db]
+		mb, seen := m.members[a.Cluster]
+		if _, ok := st.Databases[db]; !ok || !seen || !ClusterReady(st, a.Cluster) {
+			continue
+		}
+		next, changed := SpreadLeaders(SpreadInput{
+			ShardInputs: ShardInputs{DB: db, Assign: a, States: st.ShardStates[db], Live: st.Nodes[a.Cluster], ISR: st.ISR[a.Cluster], Drains: st.Drains},
+			StableSince: mb.since, Now: m.cfg.Now(), Delay: m.cfg.RebalanceDelay, MaxMoves: m.cfg.MaxMovesInFlight,
+		})
+		if len(changed) == 0 {
+			continue
+		}
+		prev := st.ShardStates[db]
+		if err := m.publishStates(ctx, st, db, next, changed); err != nil {
+			errs = errors.Join(errs, fmt.Errorf("spreading leaders of %s: %w", db, err))
+			if fatal(ctx, err) {
+				return errs
+			}
+			continue
+		}
+		for _, id := range changed {
+			i := indexOf(next, id)
+			m.lg.Info("spreading leadership", zap.String("db", db), zap.Int("shard", id),
+				zap.String("from", prev.Shards[i].Leader), zap.String("to", next.Shards[i].Leader), zap.Int64("term", next.Shards[i].Term))
 		}
 	}
 	return errs
