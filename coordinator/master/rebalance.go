@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/cairn-db/cairn/coordinator"
 	"github.com/cairn-db/cairn/coordinator/placement"
@@ -43,18 +44,10 @@ func (m *Master) needsPlan(st *statemachine.State) bool {
 	need := false
 	for name := range st.StorageClusters {
 		ids := slices.Sorted(maps.Keys(st.Nodes[name]))
-		sig := strings.Join(ids, ",")
 		mb, ok := m.members[name]
-		if !ok {
-			// First sight in this term: treat as stable and balanced unless
-			// placement says otherwise after the delay.
-			mb = membership{sig: sig, since: now}
-		} else if mb.sig != sig {
-			mb.sig, mb.since = sig, now
-		}
-		if mb.balanced != sig && now.Sub(mb.since) >= m.cfg.RebalanceDelay {
-			need = true
-		}
+		var due bool
+		mb, due = trackMembership(mb, ok, strings.Join(ids, ","), now, m.cfg.RebalanceDelay)
+		need = need || due
 		m.members[name] = mb
 	}
 	for id := range st.Drains {
@@ -78,6 +71,20 @@ func (m *Master) needsPlan(st *statemachine.State) bool {
 		}
 	}
 	return need
+}
+
+// trackMembership folds one observation of a cluster's live node set (sig) at
+// now into what the master knows of it (mb; seen false at first sight in a
+// term, taken as stable from now), and says whether a placement plan is due:
+// the set differs from the one last found balanced and has not changed for
+// delay.
+func trackMembership(mb membership, seen bool, sig string, now time.Time, delay time.Duration) (membership, bool) {
+	if !seen {
+		mb = membership{sig: sig, since: now}
+	} else if mb.sig != sig {
+		mb.sig, mb.since = sig, now
+	}
+	return mb, mb.balanced != sig && now.Sub(mb.since) >= delay
 }
 
 // rebalance drives relocations: a shard gains its new replicas first, keeps
