@@ -96,7 +96,7 @@ func (m *Master) rebalance(ctx context.Context) error {
 	if len(m.pending) == 0 && m.needsPlan(st) {
 		plans, view, err := rebalancePlan(st)
 		if err != nil {
-			m.lg.Warn("no rebalance plan", zap.Error(err))
+			m.warn.Warn("rebalance", "no rebalance plan", zap.Error(err))
 			return nil
 		}
 		m.forced = false
