@@ -86,6 +86,7 @@ func (a *App) oneTerm(ctx context.Context, el *coordinator.Election, lg *zap.Log
 	m := master.New(master.Config{
 		Store: a.store, Keys: a.keys, Election: el, Term: term, Session: s, NodeID: a.nodeID,
 		State: a.sm.Snapshot, Changed: a.sm.Changed, Logger: a.lg, RebalanceDelay: a.cfg.RebalanceDelay, ClusterID: clusterID,
+		LivenessGrace: a.cfg.LeaseTTL,
 	})
 	a.masterOps.set(m)
 	err = m.Run(mctx)

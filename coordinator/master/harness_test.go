@@ -132,6 +132,19 @@ func (h *harness) setTxn(id string, txn map[string]uint64) {
 	require.NoError(h.t, err)
 }
 
+// setMaxTerm rewrites a live node's record with the terms of its logs' last
+// entries (max_term), as the storage host reports them.
+func (h *harness) setMaxTerm(id string, terms map[string]int64) {
+	h.t.Helper()
+	h.mu.Lock()
+	rec, lease := h.recs[id], h.nodes[id]
+	rec.MaxTerm = terms
+	h.recs[id] = rec
+	h.mu.Unlock()
+	_, err := h.store.Put(context.Background(), h.ck.Node(id), mustJSON(h.t, rec), lease)
+	require.NoError(h.t, err)
+}
+
 // kill revokes a node's lease: its record vanishes at once, as when etcd
 // expires the lease of a dead process.
 func (h *harness) kill(id string) {
@@ -177,6 +190,7 @@ type masterOpts struct {
 	// not ask for it).
 	rebalanceDelay time.Duration
 	now            func() time.Time // the master's clock; default time.Now
+	grace          time.Duration    // LivenessGrace; default none
 }
 
 // skewClock is a test clock that runs with real time plus an offset the
@@ -230,7 +244,7 @@ func (h *harness) startMaster(o masterOpts) *runningMaster {
 	}
 	m := master.New(master.Config{Store: h.store, Keys: h.keys, Election: el, Term: term, Session: session,
 		NodeID: "m", State: o.sm.Snapshot, Changed: o.sm.Changed, Logger: o.logger,
-		RebalanceDelay: o.rebalanceDelay, Resync: 200 * time.Millisecond, ClusterID: o.clusterID, Now: o.now})
+		RebalanceDelay: o.rebalanceDelay, Resync: 200 * time.Millisecond, ClusterID: o.clusterID, Now: o.now, LivenessGrace: o.grace})
 	rm := &runningMaster{Master: m, term: term, election: es}
 	rm.start()
 	h.t.Cleanup(rm.stop)

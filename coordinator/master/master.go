@@ -49,6 +49,12 @@ type Config struct {
 	// ErrorLogInterval: a repeated identical error is logged once per
 	// interval with its count; default 30s.
 	ErrorLogInterval time.Duration
+	// LivenessGrace: for this long after the term's state is first complete,
+	// a node missing from the live set is not yet presumed dead and no
+	// leader changes (nodes may still be re-registering, as after a restore
+	// into a new etcd: electing among the first to return could pass over the
+	// replica holding the newest writes). The lease TTL; 0 disables.
+	LivenessGrace time.Duration
 	// Now is the master's clock: every time-dependent decision reads it.
 	Now func() time.Time
 }
@@ -64,6 +70,7 @@ type Master struct {
 	forced  bool
 	queue   *workQueue // databases to reconcile, with per-database retry
 	warn    *rateLog
+	ready   time.Time // when this term first saw a complete state
 }
 
 type membership struct {
@@ -278,6 +285,9 @@ func (m *Master) reconcile(ctx context.Context) error {
 		m.lg.Debug("local state not loaded from etcd yet; waiting")
 		return nil
 	}
+	if m.ready.IsZero() {
+		m.ready = m.cfg.Now()
+	}
 	for name := range st.Databases {
 		m.queue.Add(name)
 	}
@@ -374,6 +384,12 @@ func (m *Master) syncAssignment(ctx context.Context, name string) error {
 	return nil
 }
 
+// inGrace reports whether now is within grace of ready, the moment the term
+// first saw a complete state.
+func inGrace(ready, now time.Time, grace time.Duration) bool {
+	return now.Sub(ready) < grace
+}
+
 // errChanged: a guarded write found the key at another revision than the
 // decision read (a write the local state has not seen yet, or a value it
 // could not decode); the database is retried after its back-off.
@@ -383,6 +399,9 @@ var errChanged = errors.New("changed underneath; recomputing")
 // (or whose term is behind its replicas' logs), under the per-shard failover
 // locks.
 func (m *Master) failover(ctx context.Context, name string) error {
+	if inGrace(m.ready, m.cfg.Now(), m.cfg.LivenessGrace) {
+		return nil // the resync pass comes back after the grace
+	}
 	st := m.cfg.State()
 	a, ok := st.Assignments[name]
 	if !ok || !ClusterReady(st, a.Cluster) {

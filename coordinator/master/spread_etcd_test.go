@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
 	"github.com/stretchr/testify/require"
 )
@@ -56,4 +57,40 @@ func TestLeadersComeBackAfterRebalanceDelay(t *testing.T) {
 	before := h.etcdStates("x")
 	h.settle(rm)
 	require.Equal(t, before, h.etcdStates("x"))
+}
+
+// For one liveness grace after its state is complete, a new master changes no
+// leader: a node missing from the live set may still be re-registering (a
+// restored etcd starts without any node record).
+func TestNoFailoverWithinLivenessGrace(t *testing.T) {
+	h := newHarness(t, "n1", "n2", "n3")
+	h.createDBDirect("g", 2, []string{"n1", "n2"}, "n1")
+	clock := &skewClock{}
+	h.kill("n1")
+	h.eventually("n1 gone", func(st *statemachine.State) bool { _, ok := st.Nodes[cluster]["n1"]; return !ok })
+	rm := h.startMaster(masterOpts{now: clock.Now, grace: time.Hour})
+	h.settle(rm)
+	for _, s := range h.etcdStates("g").Shards {
+		require.Equal(t, "n1", s.Leader, "leader changed within the grace")
+		require.Equal(t, int64(1), s.Term)
+	}
+	clock.Advance(time.Hour)
+	h.eventually("failed over after the grace", func(st *statemachine.State) bool {
+		return noneLedBy(st.ShardStates["g"], "n1") && allOnline(st, "g", 2)
+	})
+}
+
+// createDBDirect writes a database with every shard on replicas and led by
+// leader at term 1, as a previous master would have left it.
+func (h *harness) createDBDirect(name string, shards int, replicas []string, leader string) {
+	h.t.Helper()
+	db := models.Database{Name: name, StorageCluster: cluster, NumShards: shards, ReplicaFactor: len(replicas), Options: map[string]any{}}
+	a := models.Assignment{DB: name, Cluster: cluster}
+	ss := models.ShardStates{DB: name}
+	for i := range shards {
+		a.Shards = append(a.Shards, models.ShardAssignment{ID: i, Replicas: replicas})
+		ss.Shards = append(ss.Shards, models.ShardState{ID: i, Leader: leader, Term: 1, Status: models.StatusOnline})
+	}
+	h.putDatabases([]models.Database{db}, []models.Assignment{a}, []models.ShardStates{ss})
+	h.eventually("database loaded", func(st *statemachine.State) bool { return allOnline(st, name, shards) })
 }

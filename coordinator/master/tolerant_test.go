@@ -76,3 +76,25 @@ func TestMissingStatusDefaultsToOffline(t *testing.T) {
 	require.Equal(t, "bare", h.etcdStates("bare").DB)
 	require.NotEmpty(t, got.Leader)
 }
+
+// Shard states restored from an older backup name terms below what the
+// replicas' logs hold: the master re-publishes those shards above every such
+// term (the leader by the usual rule), leaving the others alone.
+func TestRestoredTermsBelowReplicaLogsAreRaised(t *testing.T) {
+	h := newHarness(t, "n1", "n2", "n3")
+	h.startMaster(masterOpts{})
+	h.createDB("old", 2, 3)
+	before := h.etcdStates("old")
+	// The replicas' logs of shard 0 hold term 4 (a failover the restored
+	// state never saw); n3's log is the longest.
+	id := models.ShardID("old", 0)
+	h.setTxn("n3", map[string]uint64{id: 30})
+	for _, n := range []string{"n3", "n1", "n2"} {
+		h.setMaxTerm(n, map[string]int64{id: 4, models.ShardID("old", 1): 1})
+	}
+	s := h.waitShard("old", 0, "shard 0 above its replicas' terms", func(s models.ShardState) bool { return s.Term > 4 })
+	require.Equal(t, int64(5), s.Term)
+	require.Equal(t, "n3", s.Leader, "the most advanced in-sync replica leads")
+	require.Equal(t, models.StatusOnline, s.Status)
+	require.Equal(t, before.Shards[1], h.etcdStates("old").Shards[1], "a shard at the terms its replicas hold stays")
+}
