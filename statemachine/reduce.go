@@ -113,11 +113,13 @@ func (b *builder) apply(ev Event) {
 		return
 	}
 	del := ev.Type == coordinator.WatchDelete
-	revs := nested(b, "modrevs", ev.Source, &s.ModRevs)
-	if del {
-		delete(revs, ev.Name)
-	} else {
-		revs[ev.Name] = ev.Rev
+	if guarded(ev.Kind) {
+		revs := nested(b, "modrevs", ev.Source, &s.ModRevs)
+		if del {
+			delete(revs, ev.Name)
+		} else {
+			revs[ev.Name] = ev.Rev
+		}
 	}
 	switch ev.Kind {
 	case KindMaster:
@@ -144,6 +146,17 @@ func (b *builder) apply(ev Event) {
 	case KindISR:
 		put(nested(b, "isr", ev.Cluster, &s.ISR), ev, del)
 	}
+}
+
+// guarded kinds are the records written with compare-and-set on their mod
+// revision (configs, assignments, states, drains); the hot, leased ones
+// (node records, in-sync sets, brokers, master) keep no per-key revision.
+func guarded(k Kind) bool {
+	switch k {
+	case KindStorageConfig, KindDatabaseConfig, KindAssign, KindShardState, KindDrain:
+		return true
+	}
+	return false
 }
 
 func put[V any](m map[string]V, ev Event, del bool) {

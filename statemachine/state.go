@@ -50,8 +50,9 @@ type State struct {
 	Nodes           map[string]map[string]models.StorageNode // cluster -> node id -> record
 	ISR             map[string]map[string]models.ISR         // cluster -> shard id -> set
 
-	// ModRevs is the mod revision of every key held, per source and name
-	// (relative key): compare-and-set guards use it, never re-encoded bytes.
+	// ModRevs is the mod revision of every key held of the kinds written
+	// with compare-and-set (configs, assignments, shard states, drains), per
+	// source and name (relative key): guards use it, never re-encoded bytes.
 	ModRevs map[string]map[string]int64
 
 	// Synced lists sources that finished a list against etcd since start.
