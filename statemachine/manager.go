@@ -220,7 +220,7 @@ func (m *Manager) push(ctx context.Context, src Source, we coordinator.WatchEven
 			// mod revision: a guarded write then fails instead of
 			// overwriting what nobody could read.
 			m.lg.Warn("undecodable value ignored", zap.String("key", we.Key), zap.Int64("mod_revision", we.Rev), zap.Error(err))
-			ev.Invalid = true
+			ev.Invalid = err.Error()
 		}
 		ev.Value = v
 	}

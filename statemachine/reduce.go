@@ -24,9 +24,10 @@ type Event struct {
 	Removed bool
 	// BackupLoaded marks the end of a replay of the local backup file.
 	BackupLoaded bool
-	// Invalid marks a put whose value did not decode or validate: it only
-	// advances the source's revision.
-	Invalid bool
+	// Invalid is why a put's value did not decode or validate ("" when it
+	// did): such a put only advances the source's revision and is listed in
+	// State.Invalid.
+	Invalid string
 
 	raw *rawChange // the raw key, for the local backup
 }
@@ -109,8 +110,13 @@ func (b *builder) apply(ev Event) {
 	if ev.Rev > s.Revisions[ev.Source] {
 		cloneOnce(b, "revisions", &s.Revisions)[ev.Source] = ev.Rev
 	}
-	if ev.Invalid {
-		return
+	if ev.Invalid != "" || s.Invalid[ev.Source][ev.Name] != "" {
+		inv := nested(b, "invalid", ev.Source, &s.Invalid)
+		if ev.Invalid != "" {
+			inv[ev.Name] = ev.Invalid
+			return
+		}
+		delete(inv, ev.Name) // a good value or a delete replaced it
 	}
 	del := ev.Type == coordinator.WatchDelete
 	if guarded(ev.Kind) {
@@ -173,6 +179,8 @@ func (b *builder) removeSource(ev Event) {
 	delete(cloneOnce(b, "revisions", &s.Revisions), ev.Source)
 	delete(cloneOnce(b, "modrevs", &s.ModRevs), ev.Source)
 	b.cloned["modrevs/"+ev.Source] = false
+	delete(cloneOnce(b, "invalid", &s.Invalid), ev.Source)
+	b.cloned["invalid/"+ev.Source] = false
 	switch ev.Kind {
 	case KindStorageNodes:
 		delete(cloneOnce(b, "nodes", &s.Nodes), ev.Cluster)

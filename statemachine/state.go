@@ -54,6 +54,10 @@ type State struct {
 	// with compare-and-set (configs, assignments, shard states, drains), per
 	// source and name (relative key): guards use it, never re-encoded bytes.
 	ModRevs map[string]map[string]int64
+	// Invalid lists keys whose current value in etcd did not decode or
+	// validate, with why, per source and name; the state keeps their last
+	// good value.
+	Invalid map[string]map[string]string
 
 	// Synced lists sources that finished a list against etcd since start.
 	Synced map[string]bool
@@ -75,8 +79,8 @@ func emptyState() *State {
 		Databases: map[string]models.Database{}, Assignments: map[string]models.Assignment{},
 		ShardStates: map[string]models.ShardStates{}, Drains: map[string]models.Drain{},
 		Nodes: map[string]map[string]models.StorageNode{}, ISR: map[string]map[string]models.ISR{},
-		ModRevs: map[string]map[string]int64{},
-		Synced:  map[string]bool{}, Revisions: map[string]int64{}, ListedFrom: map[string]uint64{},
+		ModRevs: map[string]map[string]int64{}, Invalid: map[string]map[string]string{},
+		Synced: map[string]bool{}, Revisions: map[string]int64{}, ListedFrom: map[string]uint64{},
 	}
 }
 

@@ -72,9 +72,16 @@ func TestModRevsFollowPutsAndDeletes(t *testing.T) {
 func TestInvalidPutKeepsLastGoodValue(t *testing.T) {
 	good := Event{Source: SourceShardState, Kind: KindShardState, Type: coordinator.WatchPut, Name: "d", Rev: 4,
 		Value: models.ShardStates{DB: "d"}}
-	bad := Event{Source: SourceShardState, Kind: KindShardState, Type: coordinator.WatchPut, Name: "d", Rev: 7, Invalid: true}
+	bad := Event{Source: SourceShardState, Kind: KindShardState, Type: coordinator.WatchPut, Name: "d", Rev: 7, Invalid: "json: cannot unmarshal"}
 	s := fold(emptyState(), good, bad)
 	require.EqualValues(t, 7, s.Revisions[SourceShardState])
 	require.EqualValues(t, 4, s.ModRev(SourceShardState, "d"))
 	require.Equal(t, models.ShardStates{DB: "d"}, s.ShardStates["d"])
+	require.Equal(t, "json: cannot unmarshal", s.Invalid[SourceShardState]["d"])
+	// A good value again clears it.
+	good.Rev = 9
+	s2 := fold(s, good)
+	require.Empty(t, s2.Invalid[SourceShardState]["d"])
+	require.EqualValues(t, 9, s2.ModRev(SourceShardState, "d"))
+	require.Equal(t, "json: cannot unmarshal", s.Invalid[SourceShardState]["d"], "published states never change")
 }

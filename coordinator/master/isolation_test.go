@@ -65,7 +65,8 @@ func TestPoisonedDatabaseDoesNotStallOthers(t *testing.T) {
 	h.settle(rm)
 	fails := logs.FilterMessage("database reconcile failed; retrying").FilterField(zap.String("db", "a")).All()
 	require.LessOrEqual(t, len(fails), 2, "a repeated error is logged once per interval")
-	require.Contains(t, fails[0].ContextMap()["error"], "changed underneath")
+	require.Contains(t, fails[0].ContextMap()["error"], h.keys.ShardState("a")+": json: cannot unmarshal")
+	require.Contains(t, fails[0].ContextMap()["error"], "fix or delete the key")
 	require.Zero(t, logs.FilterField(zap.String("db", "b")).Len(), "b had no error")
 
 	// Once a's value is readable again, a fails over too.

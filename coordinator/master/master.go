@@ -326,6 +326,15 @@ func (m *Master) reconcile(ctx context.Context) error {
 // syncDB brings one database's assignment and shard leaders in line with the
 // state: placement of new shards, removal of a dropped database, failover.
 func (m *Master) syncDB(ctx context.Context, name string) error {
+	st := m.cfg.State()
+	for _, k := range []struct{ source, key string }{
+		{statemachine.SourceAssign, m.cfg.Keys.Assign(name)}, {statemachine.SourceShardState, m.cfg.Keys.ShardState(name)},
+	} {
+		if why := st.Invalid[k.source][name]; why != "" {
+			// Never overwrite what nobody could read: an operator decides.
+			return fmt.Errorf("%w: %s: %s; fix or delete the key", errUnreadable, k.key, why)
+		}
+	}
 	if err := m.syncAssignment(ctx, name); err != nil {
 		return err
 	}
@@ -389,6 +398,10 @@ func (m *Master) syncAssignment(ctx context.Context, name string) error {
 func inGrace(ready, now time.Time, grace time.Duration) bool {
 	return now.Sub(ready) < grace
 }
+
+// errUnreadable: a key the master owns holds a value it cannot decode or
+// validate; the database waits for an operator, the others go on.
+var errUnreadable = errors.New("value in etcd cannot be used")
 
 // errChanged: a guarded write found the key at another revision than the
 // decision read (a write the local state has not seen yet, or a value it
