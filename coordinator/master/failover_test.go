@@ -141,6 +141,10 @@ func TestOfflineAndBack(t *testing.T) {
 	s = h.waitShard("off", 0, "b leads", func(s models.ShardState) bool { return s.Leader == b && s.Status == models.StatusOnline })
 	require.Equal(t, int64(2), s.Term)
 	h.writeISR("off", 0, models.ISR{Leader: b, Term: 2, Replicas: []string{b}})
+	// The master decides on what its state has seen: wait for the set.
+	h.eventually("in-sync set seen", func(st *statemachine.State) bool {
+		return st.ISR[cluster][models.ShardID("off", 0)].Term == 2
+	})
 
 	// Every replica gone: offline, naming the last in-sync set.
 	h.kill(b)

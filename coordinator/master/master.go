@@ -351,10 +351,20 @@ func (m *Master) syncAssignment(ctx context.Context, name string) error {
 		if !has {
 			return nil
 		}
-		if _, err := m.write(ctx, nil, []coordinator.Op{
+		// Only if the database is really gone from etcd: its config and
+		// assignment are watched apart, and one written with the other (a
+		// restore) may show up second.
+		ok, err := m.write(ctx, []coordinator.Cmp{
+			coordinator.CreateRevIs(m.cfg.Keys.DatabaseConfig(name), 0),
+			coordinator.ModRevIs(m.cfg.Keys.Assign(name), st.ModRev(statemachine.SourceAssign, name)),
+		}, []coordinator.Op{
 			coordinator.OpDelete(m.cfg.Keys.Assign(name)), coordinator.OpDelete(m.cfg.Keys.ShardState(name)),
-		}, statemachine.SourceAssign, statemachine.SourceShardState); err != nil {
+		}, statemachine.SourceAssign, statemachine.SourceShardState)
+		if err != nil {
 			return err
+		}
+		if !ok {
+			return fmt.Errorf("%w: database %s or its assignment", errChanged, name)
 		}
 		m.lg.Info("dropped assignment of deleted database", zap.String("db", name))
 		return nil

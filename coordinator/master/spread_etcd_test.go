@@ -1,6 +1,7 @@
 package master_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -92,5 +93,40 @@ func (h *harness) createDBDirect(name string, shards int, replicas []string, lea
 		ss.Shards = append(ss.Shards, models.ShardState{ID: i, Leader: leader, Term: 1, Status: models.StatusOnline})
 	}
 	h.putDatabases([]models.Database{db}, []models.Assignment{a}, []models.ShardStates{ss})
-	h.eventually("database loaded", func(st *statemachine.State) bool { return allOnline(st, name, shards) })
+	h.eventually("database loaded", func(st *statemachine.State) bool {
+		_, ok := st.Databases[name]
+		return ok && allOnline(st, name, shards)
+	})
+}
+
+// A master whose state shows an assignment without its database config
+// (watched apart: a restore writes both at once and the config may show up
+// second) drops the assignment only if the config is really absent in etcd.
+func TestAssignmentKeptWhileItsDatabaseExistsInEtcd(t *testing.T) {
+	h := newHarness(t, "n1", "n2", "n3")
+	h.createDBDirect("kept", 2, []string{"n1", "n2"}, "n1")
+	// A state manager whose database source lags forever: it lists an
+	// empty prefix under the database source's name.
+	blind := statemachine.New(statemachine.Config{Logger: logger(t)})
+	blind.Start(context.Background())
+	t.Cleanup(blind.Stop)
+	for _, src := range statemachine.MainSources(h.store, h.keys) {
+		if src.Name == statemachine.SourceDatabaseConfig {
+			src.Prefix = "/elsewhere/"
+		}
+		blind.AddSource(src)
+	}
+	for _, src := range statemachine.ClusterSources(h.store, cluster, h.ck) {
+		blind.AddSource(src)
+	}
+	rm := h.startMaster(masterOpts{sm: blind})
+	h.settle(rm)
+	h.settle(rm)
+	kv, err := h.store.Get(context.Background(), h.keys.Assign("kept"))
+	require.NoError(t, err)
+	require.NotNil(t, kv, "the assignment of a database present in etcd was dropped")
+	// Really gone: the assignment goes.
+	_, err = h.store.Delete(context.Background(), h.keys.DatabaseConfig("kept"))
+	require.NoError(t, err)
+	h.eventually("assignment dropped", func(st *statemachine.State) bool { _, ok := st.Assignments["kept"]; return !ok })
 }
