@@ -71,6 +71,9 @@ type Master struct {
 	queue   *workQueue // databases to reconcile, with per-database retry
 	warn    *rateLog
 	ready   time.Time // when this term first saw a complete state
+	// spreadClean: per cluster, the inputs at which leader spreading last
+	// found nothing to move.
+	spreadClean map[string]string
 }
 
 type membership struct {
@@ -115,7 +118,8 @@ func New(cfg Config) *Master {
 	lg := cfg.Logger.Named("master").With(zap.Int64("master_term", cfg.Term))
 	return &Master{cfg: cfg, lg: lg,
 		ops: make(chan op), pending: map[placement.ShardKey][]string{}, leaders: map[placement.ShardKey]string{}, members: map[string]membership{},
-		queue: newWorkQueue(cfg.RetryBase, cfg.RetryMax, rand.Float64), warn: newRateLog(lg, cfg.ErrorLogInterval, cfg.Now)}
+		spreadClean: map[string]string{},
+		queue:       newWorkQueue(cfg.RetryBase, cfg.RetryMax, rand.Float64), warn: newRateLog(lg, cfg.ErrorLogInterval, cfg.Now)}
 }
 
 // Run reconciles until ctx ends or the term is lost (ErrDeposed).

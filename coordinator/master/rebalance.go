@@ -317,19 +317,35 @@ func (m *Master) balanceLeaders(ctx context.Context, st *statemachine.State) (er
 // cluster's membership has been stable for RebalanceDelay.
 func (m *Master) spreadLeaders(ctx context.Context) (errs error) {
 	st := m.cfg.State()
+	now := m.cfg.Now()
+	// A cluster whose inputs did not change since a pass found nothing to
+	// move is skipped: the decision is cheap, but not times every database
+	// on every pass.
+	sigs := map[string]string{}
+	for name := range st.StorageClusters {
+		mb, seen := m.members[name]
+		if !seen || !ClusterReady(st, name) {
+			continue
+		}
+		sigs[name] = fmt.Sprintf("%s|%d|%t|%d|%d|%d|%d|%d", mb.sig, mb.since.UnixNano(), now.Sub(mb.since) >= m.cfg.RebalanceDelay,
+			st.Revisions[statemachine.SourceShardState], st.Revisions[statemachine.SourceAssign], st.Revisions[statemachine.SourceDrain],
+			st.Revisions[statemachine.SourceDatabaseConfig], st.Revisions[statemachine.ClusterISRSource(name)])
+	}
+	dirty := map[string]bool{}
 	for _, db := range slices.Sorted(maps.Keys(st.Assignments)) {
 		a := st.Assignments[db]
-		mb, seen := m.members[a.Cluster]
-		if _, ok := st.Databases[db]; !ok || !seen || !ClusterReady(st, a.Cluster) {
+		sig, ok := sigs[a.Cluster]
+		if _, exists := st.Databases[db]; !exists || !ok || m.spreadClean[a.Cluster] == sig {
 			continue
 		}
 		next, changed := SpreadLeaders(SpreadInput{
 			ShardInputs: ShardInputs{DB: db, Assign: a, States: st.ShardStates[db], Live: st.Nodes[a.Cluster], ISR: st.ISR[a.Cluster], Drains: st.Drains},
-			StableSince: mb.since, Now: m.cfg.Now(), Delay: m.cfg.RebalanceDelay, MaxMoves: m.cfg.MaxMovesInFlight,
+			StableSince: m.members[a.Cluster].since, Now: now, Delay: m.cfg.RebalanceDelay, MaxMoves: m.cfg.MaxMovesInFlight,
 		})
 		if len(changed) == 0 {
 			continue
 		}
+		dirty[a.Cluster] = true
 		prev := st.ShardStates[db]
 		if err := m.publishStates(ctx, st, db, next, changed); err != nil {
 			errs = errors.Join(errs, fmt.Errorf("spreading leaders of %s: %w", db, err))
@@ -342,6 +358,11 @@ func (m *Master) spreadLeaders(ctx context.Context) (errs error) {
 			i := indexOf(next, id)
 			m.lg.Info("spreading leadership", zap.String("db", db), zap.Int("shard", id),
 				zap.String("from", prev.Shards[i].Leader), zap.String("to", next.Shards[i].Leader), zap.Int64("term", next.Shards[i].Term))
+		}
+	}
+	for name, sig := range sigs {
+		if !dirty[name] {
+			m.spreadClean[name] = sig
 		}
 	}
 	return errs

@@ -2,6 +2,7 @@ package master
 
 import (
 	"maps"
+	"math"
 	"slices"
 	"time"
 
@@ -28,10 +29,10 @@ type SpreadInput struct {
 // only to a live, non-draining replica in the shard's in-sync set, each at
 // NextTerm. It returns the new states and the shards that changed.
 func SpreadLeaders(in SpreadInput) (models.ShardStates, []int) {
-	next := models.ShardStates{DB: in.DB, Shards: slices.Clone(in.States.Shards)}
 	if in.Now.Sub(in.StableSince) < in.Delay {
-		return next, nil
+		return in.States, nil
 	}
+	next := models.ShardStates{DB: in.DB, Shards: slices.Clone(in.States.Shards)}
 	// Candidates per movable shard, and the current leader counts over every
 	// node that may lead something.
 	type movable struct {
@@ -64,6 +65,9 @@ func SpreadLeaders(in SpreadInput) (models.ShardStates, []int) {
 		}
 		count[s.Leader]++
 		byShard[s.ID] = movable{idx: i, cands: cands}
+	}
+	if spreadOf(count) <= 1 {
+		return in.States, nil // the common case: nothing to search
 	}
 	leaderOf := func(id int) string { return next.Shards[byShard[id].idx].Leader }
 	ids := slices.Sorted(maps.Keys(byShard))
@@ -144,4 +148,16 @@ func improvingPath(nodes []string, ids []int, count map[string]int, leaderOf fun
 		}
 	}
 	return nil
+}
+
+// spreadOf is max - min of the counts (0 when empty).
+func spreadOf(count map[string]int) int {
+	if len(count) == 0 {
+		return 0
+	}
+	lo, hi := math.MaxInt, math.MinInt
+	for _, c := range count {
+		lo, hi = min(lo, c), max(hi, c)
+	}
+	return hi - lo
 }
