@@ -42,6 +42,7 @@ func TestLeadersReturnAfterRestart(t *testing.T) {
 	}
 	require.Eventually(t, spreadOK, 60*time.Second, 50*time.Millisecond, "leaders never spread again: %v", c.leaderCounts())
 	require.Positive(t, c.leaderCounts()[victim], "the restarted node leads again")
+	t.Logf("restart to leaders spread (rebalance delay 2s): %s; leaders %v", time.Since(restarted).Round(time.Millisecond), c.leaderCounts())
 	n, _ := w.snapshot()
 	w.waitAcked(len(n)+10, 20*time.Second)
 	w.stop()

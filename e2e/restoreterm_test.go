@@ -109,6 +109,7 @@ func TestRestoreNeverRollsTermsBack(t *testing.T) {
 	code, _, stderr = runCLI(t, "restore", "--in", file, "--etcd-endpoints", client)
 	require.Equal(t, 0, code, "restore: %s", stderr)
 	thaw()
+	thawed := time.Now()
 
 	// The nodes adopt the restored state (the master of the new etcd's
 	// election), and the master publishes the failed-over shards above the
@@ -139,6 +140,9 @@ func TestRestoreNeverRollsTermsBack(t *testing.T) {
 	w3 := startDataWriterAt(t, c, 2_000_000, 0)
 	w3.waitAcked(5, 15*time.Second)
 	w3.stop()
+	acked, _ := w3.snapshot()
+	t.Logf("restore done and nodes resumed to first write acknowledged on every shard: %s; shards now %+v",
+		acked[0].end.Sub(thawed).Round(time.Millisecond), shards)
 	require.Len(t, shards, c.shards)
 	for _, w := range []*dataWriter{w1, w2, w3} {
 		c.verifyAcked(w)
