@@ -87,6 +87,7 @@ func (a *App) oneTerm(ctx context.Context, el *coordinator.Election, lg *zap.Log
 		Store: a.store, Keys: a.keys, Election: el, Term: term, Session: s, NodeID: a.nodeID,
 		State: a.sm.Snapshot, Changed: a.sm.Changed, Logger: a.lg, RebalanceDelay: a.cfg.RebalanceDelay, ClusterID: clusterID,
 		Metrics: a.metrics.master,
+		LivenessGrace: a.cfg.LeaseTTL,
 	})
 	a.masterOps.set(m)
 	err = m.Run(mctx)

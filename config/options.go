@@ -221,7 +221,7 @@ var options = []option{
 			return nil
 		},
 	},
-	durationOpt("rebalance-delay", groupCluster, "wait after nodes join or leave before moving replicas, so a restart does not shuffle shards",
+	durationOpt("rebalance-delay", groupCluster, "wait after nodes join or leave before moving replicas or spreading leaders again, so a restart does not shuffle shards",
 		0, func(c *Config) *time.Duration { return &c.RebalanceDelay }, nil),
 	durationOpt("shard-drop-delay", groupCluster, "how long a storage node keeps the data of a shard no longer assigned to it before deleting it (guards against an emptied or replaced etcd)",
 		0, func(c *Config) *time.Duration { return &c.ShardDropDelay }, nil),

@@ -41,6 +41,10 @@ type StorageNode struct {
 	Cluster     string            `json:"cluster"`
 	LastUpdated int64             `json:"last_updated"` // unix microseconds, the heartbeat
 	LastTxnID   map[string]uint64 `json:"last_txn_id,omitempty"`
+	// MaxTerm is the term of the last entry in each replica's log: the
+	// master never publishes a shard at a term at or below one its replicas
+	// already hold (a restored etcd would otherwise roll terms back).
+	MaxTerm   map[string]int64  `json:"max_term,omitempty"`
 	Following   map[string]string `json:"following,omitempty"` // shard -> leader node id
 	// DiskUsedPct is how full the node's data disk is, in whole percent
 	// (0: unknown); it changes the record only when it crosses a percent.

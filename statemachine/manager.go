@@ -132,7 +132,7 @@ func (m *Manager) LoadBackup() (bool, error) {
 		for _, kv := range rs.KVs {
 			known[kv.Key] = kv.ModRev
 			r.kvs[kv.Key] = rawKV{value: kv.Value, modRev: kv.ModRev, createRev: kv.CreateRev}
-			v, err := decode(rs.Kind, kv.Value, kv.CreateRev)
+			v, err := decode(rs.Kind, nameOf(kv.Key, rs.Prefix), kv.Value, kv.CreateRev)
 			if err != nil {
 				continue
 			}
@@ -218,10 +218,14 @@ func (m *Manager) push(ctx context.Context, src Source, we coordinator.WatchEven
 		ev.raw = &rawChange{src: src, key: we.Key, value: we.Value, modRev: we.Rev, createRev: we.CreateRev, del: we.Kind == coordinator.WatchDelete}
 	}
 	if we.Kind == coordinator.WatchPut {
-		v, err := decode(src.Kind, we.Value, we.CreateRev)
+		v, err := decode(src.Kind, ev.Name, we.Value, we.CreateRev)
 		if err != nil {
-			m.lg.Warn("undecodable value ignored", zap.String("key", we.Key), zap.Error(err))
-			return
+			// The source's revision still advances (waiters on it must not
+			// hang), but the key keeps its last good value and that value's
+			// mod revision: a guarded write then fails instead of
+			// overwriting what nobody could read.
+			m.lg.Warn("undecodable value ignored", zap.String("key", we.Key), zap.Int64("mod_revision", we.Rev), zap.Error(err))
+			ev.Invalid = err.Error()
 		}
 		ev.Value = v
 	}

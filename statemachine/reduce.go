@@ -27,13 +27,26 @@ type Event struct {
 	// At is when the event was taken from etcd (unix milliseconds); it dates
 	// departed storage nodes.
 	At int64
+	// Invalid is why a put's value did not decode or validate ("" when it
+	// did): such a put only advances the source's revision and is listed in
+	// State.Invalid.
+	Invalid string
 
 	raw *rawChange // the raw key, for the local backup
 }
 
-// decode turns a raw value into the record of kind k. It runs on the watcher
-// goroutine, so the consumer only moves pointers.
-func decode(k Kind, value []byte, createRev int64) (any, error) {
+// decode turns a raw value into the record of kind k, tolerantly (unknown
+// fields are ignored, missing ones defaulted) but validated. It runs on the
+// watcher goroutine, so the consumer only moves pointers.
+func decode(k Kind, name string, value []byte, createRev int64) (any, error) {
+	v, err := decodeJSON(k, value, createRev)
+	if err != nil {
+		return nil, err
+	}
+	return normalize(k, name, v)
+}
+
+func decodeJSON(k Kind, value []byte, createRev int64) (any, error) {
 	var err error
 	switch k {
 	case KindMaster:
@@ -100,7 +113,23 @@ func (b *builder) apply(ev Event) {
 	if ev.Rev > s.Revisions[ev.Source] {
 		cloneOnce(b, "revisions", &s.Revisions)[ev.Source] = ev.Rev
 	}
+	if ev.Invalid != "" || s.Invalid[ev.Source][ev.Name] != "" {
+		inv := nested(b, "invalid", ev.Source, &s.Invalid)
+		if ev.Invalid != "" {
+			inv[ev.Name] = ev.Invalid
+			return
+		}
+		delete(inv, ev.Name) // a good value or a delete replaced it
+	}
 	del := ev.Type == coordinator.WatchDelete
+	if guarded(ev.Kind) {
+		revs := nested(b, "modrevs", ev.Source, &s.ModRevs)
+		if del {
+			delete(revs, ev.Name)
+		} else {
+			revs[ev.Name] = ev.Rev
+		}
+	}
 	switch ev.Kind {
 	case KindMaster:
 		if del {
@@ -130,6 +159,17 @@ func (b *builder) apply(ev Event) {
 	}
 }
 
+// guarded kinds are the records written with compare-and-set on their mod
+// revision (configs, assignments, states, drains); the hot, leased ones
+// (node records, in-sync sets, brokers, master) keep no per-key revision.
+func guarded(k Kind) bool {
+	switch k {
+	case KindStorageConfig, KindDatabaseConfig, KindAssign, KindShardState, KindDrain:
+		return true
+	}
+	return false
+}
+
 func put[V any](m map[string]V, ev Event, del bool) {
 	if del {
 		delete(m, ev.Name)
@@ -142,6 +182,10 @@ func (b *builder) removeSource(ev Event) {
 	s := b.s
 	delete(cloneOnce(b, "synced", &s.Synced), ev.Source)
 	delete(cloneOnce(b, "revisions", &s.Revisions), ev.Source)
+	delete(cloneOnce(b, "modrevs", &s.ModRevs), ev.Source)
+	b.cloned["modrevs/"+ev.Source] = false
+	delete(cloneOnce(b, "invalid", &s.Invalid), ev.Source)
+	b.cloned["invalid/"+ev.Source] = false
 	switch ev.Kind {
 	case KindStorageNodes:
 		delete(cloneOnce(b, "nodes", &s.Nodes), ev.Cluster)

@@ -56,6 +56,15 @@ type State struct {
 	// cluster; not kept in the local backup.
 	Departed map[string]map[string]DepartedNode
 
+	// ModRevs is the mod revision of every key held of the kinds written
+	// with compare-and-set (configs, assignments, shard states, drains), per
+	// source and name (relative key): guards use it, never re-encoded bytes.
+	ModRevs map[string]map[string]int64
+	// Invalid lists keys whose current value in etcd did not decode or
+	// validate, with why, per source and name; the state keeps their last
+	// good value.
+	Invalid map[string]map[string]string
+
 	// Synced lists sources that finished a list against etcd since start.
 	Synced map[string]bool
 	// Revisions is the last revision applied per source.
@@ -77,6 +86,7 @@ func emptyState() *State {
 		ShardStates: map[string]models.ShardStates{}, Drains: map[string]models.Drain{},
 		Nodes: map[string]map[string]models.StorageNode{}, ISR: map[string]map[string]models.ISR{},
 		Departed: map[string]map[string]DepartedNode{},
+		ModRevs:  map[string]map[string]int64{}, Invalid: map[string]map[string]string{},
 		Synced:   map[string]bool{}, Revisions: map[string]int64{}, ListedFrom: map[string]uint64{},
 	}
 }
@@ -94,6 +104,10 @@ func (s *State) ShardState(db string, shard int) (models.ShardState, bool) {
 	}
 	return ss.Shards[shard], true
 }
+
+// ModRev is the mod revision of a key of source (name relative to the
+// source's prefix); 0 when the key is not held.
+func (s *State) ModRev(source, name string) int64 { return s.ModRevs[source][name] }
 
 // NodeRecord finds a live storage node in any cluster.
 func (s *State) NodeRecord(id string) (models.StorageNode, bool) {

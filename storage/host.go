@@ -293,3 +293,15 @@ func (h *Host) Report() (map[string]uint64, map[string]string) {
 	}
 	return last, following
 }
+
+// MaxTerms gives the term of the last entry of every replica's log, for the
+// node record's max_term.
+func (h *Host) MaxTerms() map[string]int64 {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	out := make(map[string]int64, len(h.replicas))
+	for id, r := range h.replicas {
+		out[id] = int64(r.eng.LastTerm())
+	}
+	return out
+}

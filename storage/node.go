@@ -28,6 +28,7 @@ type NodeConfig struct {
 	TTL       time.Duration
 	Heartbeat time.Duration // default TTL/3
 	Report    ShardReport   // may be nil
+	MaxTerm   func() map[string]int64 // may be nil: last log term per shard
 	// DataDir is statfs'ed for the record's disk_used_pct; "" leaves it out.
 	DataDir string
 	Logger  *zap.Logger
@@ -55,6 +56,9 @@ func RunNode(ctx context.Context, cfg NodeConfig) error {
 		}
 		if cfg.DataDir != "" {
 			r.DiskUsedPct = DiskUsedPct(cfg.DataDir)
+		}
+		if cfg.MaxTerm != nil {
+			r.MaxTerm = cfg.MaxTerm()
 		}
 		b, _ := json.Marshal(r)
 		return b

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
@@ -38,9 +37,7 @@ func TestCreateDatabasePlacesBalanced(t *testing.T) {
 	h := newHarness(t, five...)
 	h.startMaster(masterOpts{})
 
-	start := time.Now()
 	h.createDB("metrics", 7, 2)
-	t.Logf("create database to every shard online: %v", time.Since(start))
 	checkPlacement(t, h.shards("metrics"), 7, 2, 1)
 	st := h.sm.Snapshot()
 	replicas, leaders := counts(st, five)

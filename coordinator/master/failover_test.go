@@ -12,7 +12,11 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestFailoverReelectsWithin500ms(t *testing.T) {
+// TestFailoverReelectsInSyncReplicas: the shards of a dead leader go to the
+// live in-sync replica with the highest last_txn_id, at term + 1, in one
+// publication; the others are untouched. How fast is measured by
+// BenchmarkFailover1000Shards, not asserted here.
+func TestFailoverReelectsInSyncReplicas(t *testing.T) {
 	nodes := []string{"n1", "n2", "n3"}
 	h := newHarness(t, nodes...)
 	h.startMaster(masterOpts{})
@@ -66,7 +70,6 @@ func TestFailoverReelectsWithin500ms(t *testing.T) {
 	watch := h.store.Watch(ctx, h.keys.ShardState("fo"), kv.ModRev+1)
 
 	h.kill(victim)
-	revoked := time.Now()
 	var after models.ShardStates
 	deadline := time.After(waitFor)
 	for done := false; !done; {
@@ -81,9 +84,6 @@ func TestFailoverReelectsWithin500ms(t *testing.T) {
 			t.Fatalf("shards led by %s not re-elected after %v", victim, waitFor)
 		}
 	}
-	took := time.Since(revoked)
-	t.Logf("lease revoked to new leaders of %d shards in etcd: %v", len(led), took)
-	require.Less(t, took, 500*time.Millisecond)
 
 	for _, s := range after.Shards {
 		prev := before.Shards[s.ID]
@@ -141,6 +141,10 @@ func TestOfflineAndBack(t *testing.T) {
 	s = h.waitShard("off", 0, "b leads", func(s models.ShardState) bool { return s.Leader == b && s.Status == models.StatusOnline })
 	require.Equal(t, int64(2), s.Term)
 	h.writeISR("off", 0, models.ISR{Leader: b, Term: 2, Replicas: []string{b}})
+	// The master decides on what its state has seen: wait for the set.
+	h.eventually("in-sync set seen", func(st *statemachine.State) bool {
+		return st.ISR[cluster][models.ShardID("off", 0)].Term == 2
+	})
 
 	// Every replica gone: offline, naming the last in-sync set.
 	h.kill(b)
@@ -209,10 +213,12 @@ func TestMasterIgnoresStateFromAnotherCluster(t *testing.T) {
 	rm := h.startMaster(masterOpts{clusterID: 42}) // not the harness etcd's id
 	_, err := h.admin.CreateDatabase(context.Background(), models.Database{Name: "elsewhere", NumShards: 2, ReplicaFactor: 1})
 	require.NoError(t, err)
-	require.Never(t, func() bool {
-		_, ok := h.sm.Snapshot().Assignments["elsewhere"]
-		return ok
-	}, time.Second, 50*time.Millisecond, "a master acted on state listed from another etcd cluster")
+	h.eventually("database seen", func(st *statemachine.State) bool { _, ok := st.Databases["elsewhere"]; return ok })
+	// Passes that saw the database have run (a write would have been
+	// awaited within its pass): nothing was placed.
+	h.settle(rm)
+	_, placed := h.sm.Snapshot().Assignments["elsewhere"]
+	require.False(t, placed, "a master acted on state listed from another etcd cluster")
 	rm.stop()
 	require.NoError(t, h.store.Revoke(context.Background(), rm.election.Lease()))
 	h.startMaster(masterOpts{})

@@ -132,6 +132,19 @@ func (h *harness) setTxn(id string, txn map[string]uint64) {
 	require.NoError(h.t, err)
 }
 
+// setMaxTerm rewrites a live node's record with the terms of its logs' last
+// entries (max_term), as the storage host reports them.
+func (h *harness) setMaxTerm(id string, terms map[string]int64) {
+	h.t.Helper()
+	h.mu.Lock()
+	rec, lease := h.recs[id], h.nodes[id]
+	rec.MaxTerm = terms
+	h.recs[id] = rec
+	h.mu.Unlock()
+	_, err := h.store.Put(context.Background(), h.ck.Node(id), mustJSON(h.t, rec), lease)
+	require.NoError(h.t, err)
+}
+
 // kill revokes a node's lease: its record vanishes at once, as when etcd
 // expires the lease of a dead process.
 func (h *harness) kill(id string) {
@@ -173,6 +186,32 @@ type masterOpts struct {
 	// harness etcd's own.
 	clusterID uint64
 	metrics   *master.Metrics
+	logger    *zap.Logger // default: logger(t)
+	// rebalanceDelay defaults to an hour (no rebalancing in tests that do
+	// not ask for it).
+	rebalanceDelay time.Duration
+	now            func() time.Time // the master's clock; default time.Now
+	grace          time.Duration    // LivenessGrace; default none
+}
+
+// skewClock is a test clock that runs with real time plus an offset the
+// test moves forward: delays of hours pass at once, while back-offs of
+// milliseconds still elapse on their own.
+type skewClock struct {
+	mu     sync.Mutex
+	offset time.Duration
+}
+
+func (c *skewClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Add(c.offset)
+}
+
+func (c *skewClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.offset += d
+	c.mu.Unlock()
 }
 
 // startMaster campaigns (blocking until elected) and runs a master term.
@@ -198,9 +237,15 @@ func (h *harness) startMaster(o masterOpts) *runningMaster {
 		o.clusterID, err = h.store.ClusterID(ctx)
 		require.NoError(h.t, err)
 	}
+	if o.logger == nil {
+		o.logger = logger(h.t)
+	}
+	if o.rebalanceDelay == 0 {
+		o.rebalanceDelay = time.Hour
+	}
 	m := master.New(master.Config{Store: h.store, Keys: h.keys, Election: el, Term: term, Session: session,
-		NodeID: "m", State: o.sm.Snapshot, Changed: o.sm.Changed, Logger: logger(h.t),
-		RebalanceDelay: time.Hour, Resync: 200 * time.Millisecond, ClusterID: o.clusterID, Metrics: o.metrics})
+		NodeID: "m", State: o.sm.Snapshot, Changed: o.sm.Changed, Logger: o.logger,
+		RebalanceDelay: o.rebalanceDelay, Resync: 200 * time.Millisecond, ClusterID: o.clusterID, Now: o.now, LivenessGrace: o.grace, Metrics: o.metrics})
 	rm := &runningMaster{Master: m, term: term, election: es}
 	rm.start()
 	h.t.Cleanup(rm.stop)

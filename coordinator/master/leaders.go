@@ -34,10 +34,30 @@ func inSync(in ShardInputs, sh models.ShardAssignment) []string {
 	return sh.Replicas
 }
 
+// liveTerm is the highest term any live node holds in its log of the shard.
+func liveTerm(in ShardInputs, shard int) int64 {
+	id := models.ShardID(in.DB, shard)
+	var t int64
+	for _, n := range in.Live {
+		t = max(t, n.MaxTerm[id])
+	}
+	return t
+}
+
+// NextTerm is the term of a new leadership of shard whose published state is
+// cur: above the published term and above every term a live replica already
+// holds in its log, so terms never go backwards under data (a restored etcd
+// may publish a term older than the replicas' logs).
+func NextTerm(in ShardInputs, cur models.ShardState) int64 {
+	return max(cur.Term, liveTerm(in, cur.ID)) + 1
+}
+
 // PlanLeaders decides, for every shard of one database, whether its leader must
-// change: a dead leader is replaced by the live in-sync replica with the highest
-// last_txn_id (term + 1); with none the shard goes offline; an offline shard
-// comes back when a replica of its last in-sync set returns. It returns the new
+// change: a dead leader is replaced by the live in-sync replica with the most
+// recent log (highest max_term, then last_txn_id) at NextTerm; with none the
+// shard goes offline; an offline shard comes back when a replica of its last
+// in-sync set returns. A shard published at a term below one a live replica
+// holds (restored state) is re-elected the same way. It returns the new
 // states and the ids of the shards that changed.
 func PlanLeaders(in ShardInputs) (models.ShardStates, []int) {
 	cur := map[int]models.ShardState{}
@@ -58,7 +78,8 @@ func PlanLeaders(in ShardInputs) (models.ShardStates, []int) {
 			st = models.ShardState{ID: sh.ID, Status: models.StatusOffline}
 		}
 		_, leaderLive := in.Live[st.Leader]
-		healthy := st.Status == models.StatusOnline && leaderLive && slices.Contains(sh.Replicas, st.Leader)
+		behind := liveTerm(in, sh.ID) > st.Term
+		healthy := st.Status == models.StatusOnline && leaderLive && slices.Contains(sh.Replicas, st.Leader) && !behind
 		if healthy {
 			next.Shards = append(next.Shards, st)
 			continue
@@ -74,7 +95,7 @@ func PlanLeaders(in ShardInputs) (models.ShardStates, []int) {
 				leads[st.Leader]--
 			}
 			leads[best]++
-			ns = models.ShardState{ID: sh.ID, Leader: best, Term: st.Term + 1, Status: models.StatusOnline}
+			ns = models.ShardState{ID: sh.ID, Leader: best, Term: NextTerm(in, st), Status: models.StatusOnline}
 		}
 		if ns != st {
 			changed = append(changed, sh.ID)
@@ -84,8 +105,10 @@ func PlanLeaders(in ShardInputs) (models.ShardStates, []int) {
 	return next, changed
 }
 
-// pickLeader returns the live in-sync replica with the highest last_txn_id
-// (ties: fewest leaderships, then node id); "" when none qualifies.
+// pickLeader returns the live in-sync replica with the most recent log: the
+// highest max_term, then the highest last_txn_id (a replica holding a newer
+// term's entries beats a longer tail from an older term, as in Raft); ties go
+// to the fewest leaderships, then the node id. "" when none qualifies.
 func pickLeader(in ShardInputs, sh models.ShardAssignment, isr []string, old string, leads map[string]int) string {
 	id := models.ShardID(in.DB, sh.ID)
 	var cands []string
@@ -99,6 +122,9 @@ func pickLeader(in ShardInputs, sh models.ShardAssignment, isr []string, old str
 	}
 	sort.Slice(cands, func(i, j int) bool {
 		a, b := cands[i], cands[j]
+		if ma, mb := in.Live[a].MaxTerm[id], in.Live[b].MaxTerm[id]; ma != mb {
+			return ma > mb
+		}
 		ta, tb := in.Live[a].LastTxnID[id], in.Live[b].LastTxnID[id]
 		if ta != tb {
 			return ta > tb

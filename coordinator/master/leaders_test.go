@@ -16,6 +16,15 @@ func live(txn map[string]uint64) map[string]models.StorageNode {
 	return out
 }
 
+// liveAt is live nodes with a last_txn_id and a max_term (log term) for db/0.
+func liveAt(logs map[string][2]int64) map[string]models.StorageNode {
+	out := map[string]models.StorageNode{}
+	for id, l := range logs {
+		out[id] = models.StorageNode{NodeID: id, LastTxnID: map[string]uint64{"db/0": uint64(l[0])}, MaxTerm: map[string]int64{"db/0": l[1]}}
+	}
+	return out
+}
+
 func TestPlanLeaders(t *testing.T) {
 	abc := models.Assignment{DB: "db", Cluster: cluster, Shards: []models.ShardAssignment{{ID: 0, Replicas: []string{"a", "b", "c"}}}}
 	online := func(leader string, term int64) models.ShardStates {
@@ -67,6 +76,22 @@ func TestPlanLeaders(t *testing.T) {
 			in: master.ShardInputs{Assign: models.Assignment{DB: "db", Shards: []models.ShardAssignment{{ID: 0, Replicas: []string{"b", "c"}}}},
 				States: online("a", 3), Live: live(map[string]uint64{"a": 9, "b": 1, "c": 2})},
 			leader: "c", term: 4, status: models.StatusOnline, changed: true},
+		{name: "leader alive at the term its replicas' logs hold: unchanged",
+			in:     master.ShardInputs{Assign: abc, States: online("a", 2), Live: liveAt(map[string][2]int64{"a": {9, 2}, "b": {9, 2}, "c": {8, 1}})},
+			leader: "a", term: 2, status: models.StatusOnline},
+		{name: "restored state below the replicas' log terms: re-elected above them",
+			in:     master.ShardInputs{Assign: abc, States: online("a", 1), Live: liveAt(map[string][2]int64{"a": {10, 2}, "b": {12, 2}, "c": {12, 2}})},
+			leader: "b", term: 3, status: models.StatusOnline, changed: true},
+		{name: "restored state, leader holds the newest log: same leader, new term",
+			in:     master.ShardInputs{Assign: abc, States: online("a", 1), Live: liveAt(map[string][2]int64{"a": {12, 4}, "b": {12, 2}})},
+			leader: "a", term: 5, status: models.StatusOnline, changed: true},
+		{name: "a newer term's log beats a longer tail from an older term",
+			in:     master.ShardInputs{Assign: abc, States: online("a", 2), Live: liveAt(map[string][2]int64{"b": {20, 1}, "c": {15, 2}})},
+			leader: "c", term: 3, status: models.StatusOnline, changed: true},
+		{name: "offline shard returns above the terms its replicas hold",
+			in: master.ShardInputs{Assign: abc, States: offline, Live: liveAt(map[string][2]int64{"b": {3, 7}}),
+				ISR: map[string]models.ISR{"db/0": {Leader: "a", Term: 4, Replicas: []string{"a", "b"}}}},
+			leader: "b", term: 8, status: models.StatusOnline, changed: true},
 		{name: "shard without a published state gets a leader at term 1",
 			in:     master.ShardInputs{Assign: abc, States: models.ShardStates{DB: "db"}, Live: live(map[string]uint64{"a": 1, "b": 1, "c": 1})},
 			leader: "a", term: 1, status: models.StatusOnline, changed: true},

@@ -5,14 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
+	"github.com/cairn-db/cairn/logrepeat"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"time"
 
 	"github.com/cairn-db/cairn/coordinator"
 	"github.com/cairn-db/cairn/coordinator/placement"
-	"github.com/cairn-db/cairn/logrepeat"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
 	"github.com/cairn-db/cairn/web"
@@ -44,7 +44,20 @@ type Config struct {
 	ClusterID uint64
 	// Resync is the period of a full reconcile without events; default 1s.
 	Resync time.Duration
-	Now    func() time.Time
+	// RetryBase and RetryMax bound the back-off of a database whose
+	// reconcile failed (doubling per failure, jittered); default 20ms, 5s.
+	RetryBase, RetryMax time.Duration
+	// ErrorLogInterval: a repeated identical error is logged once per
+	// interval with its count; default 30s.
+	ErrorLogInterval time.Duration
+	// LivenessGrace: for this long after the term's state is first complete,
+	// a node missing from the live set is not yet presumed dead and no
+	// leader changes (nodes may still be re-registering, as after a restore
+	// into a new etcd: electing among the first to return could pass over the
+	// replica holding the newest writes). The lease TTL; 0 disables.
+	LivenessGrace time.Duration
+	// Now is the master's clock: every time-dependent decision reads it.
+	Now func() time.Time
 	// Metrics records the term, failovers and leader changes; may be nil.
 	Metrics *Metrics
 }
@@ -58,7 +71,12 @@ type Master struct {
 	leaders map[placement.ShardKey]string   // plan's leaders, applied once relocations finish
 	members map[string]membership           // per cluster
 	forced  bool
-	repeats *logrepeat.Limiter // retry warnings: once per 30s with a count
+	queue   *workQueue         // databases to reconcile, with per-database retry
+	warn    *logrepeat.Limiter // repeated warnings: once per interval with a count
+	ready   time.Time          // when this term first saw a complete state
+	// spreadClean: per cluster, the inputs at which leader spreading last
+	// found nothing to move.
+	spreadClean map[string]string
 }
 
 type membership struct {
@@ -91,9 +109,20 @@ func New(cfg Config) *Master {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.RetryBase == 0 {
+		cfg.RetryBase = 20 * time.Millisecond
+	}
+	if cfg.RetryMax == 0 {
+		cfg.RetryMax = 5 * time.Second
+	}
+	if cfg.ErrorLogInterval == 0 {
+		cfg.ErrorLogInterval = 30 * time.Second
+	}
 	lg := cfg.Logger.Named("master").With(zap.Int64("master_term", cfg.Term))
-	return &Master{cfg: cfg, lg: lg, repeats: logrepeat.New(lg, 30*time.Second, cfg.Now),
-		ops: make(chan op), pending: map[placement.ShardKey][]string{}, leaders: map[placement.ShardKey]string{}, members: map[string]membership{}}
+	return &Master{cfg: cfg, lg: lg,
+		ops: make(chan op), pending: map[placement.ShardKey][]string{}, leaders: map[placement.ShardKey]string{}, members: map[string]membership{},
+		spreadClean: map[string]string{},
+		queue:       newWorkQueue(cfg.RetryBase, cfg.RetryMax, rand.Float64), warn: logrepeat.New(lg, cfg.ErrorLogInterval, cfg.Now)}
 }
 
 // Run reconciles until ctx ends or the term is lost (ErrDeposed).
@@ -114,23 +143,44 @@ func (m *Master) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			m.repeats.Warn("reconcile", "reconcile failed; retrying", zap.Error(err))
+			m.warn.Warn("reconcile", "reconcile failed; retrying", zap.Error(err))
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-m.cfg.Session.Done():
-			return coordinator.ErrDeposed
-		case <-changed:
-		case <-t.C:
-		case o := <-m.ops:
-			v, err := o.run(ctx, m.cfg.State())
-			o.done <- opResult{v, err}
-			if errors.Is(err, coordinator.ErrDeposed) {
-				return err
-			}
+		// Wake for the earliest database retry as well.
+		var retry <-chan time.Time
+		var rt *time.Timer
+		if at, ok := m.queue.Next(); ok {
+			rt = time.NewTimer(max(at.Sub(m.cfg.Now()), time.Millisecond))
+			retry = rt.C
+		}
+		err := m.wait(ctx, changed, t.C, retry)
+		if rt != nil {
+			rt.Stop()
+		}
+		if err != nil {
+			return err
 		}
 	}
+}
+
+// wait blocks until something may need reconciling, serving operator
+// requests in between; an error ends the term.
+func (m *Master) wait(ctx context.Context, changed <-chan struct{}, tick, retry <-chan time.Time) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-m.cfg.Session.Done():
+		return coordinator.ErrDeposed
+	case <-changed:
+	case <-tick:
+	case <-retry:
+	case o := <-m.ops:
+		v, err := o.run(ctx, m.cfg.State())
+		o.done <- opResult{v, err}
+		if errors.Is(err, coordinator.ErrDeposed) {
+			return err
+		}
+	}
+	return nil
 }
 
 // do runs fn on the master's goroutine, so operator requests never race the
@@ -232,102 +282,6 @@ func mustJSON(v any) []byte {
 	return b
 }
 
-// reconcile is one level-triggered pass over everything the master owns.
-func (m *Master) reconcile(ctx context.Context) error {
-	if st := m.cfg.State(); !Ready(st) || !m.sameCluster(st) {
-		// A partial picture is worse than none: without the live nodes every
-		// leader looks dead, without the databases every assignment looks
-		// orphaned. Wait for the next publication.
-		m.lg.Debug("local state not loaded from etcd yet; waiting")
-		return nil
-	}
-	if err := m.syncAssignments(ctx); err != nil {
-		return err
-	}
-	if err := m.failover(ctx); err != nil {
-		return err
-	}
-	return m.rebalance(ctx)
-}
-
-// syncAssignments creates assignments for new databases, grows them, and
-// deletes those of dropped databases.
-func (m *Master) syncAssignments(ctx context.Context) error {
-	st := m.cfg.State()
-	names := slices.Sorted(maps.Keys(st.Databases))
-	for _, name := range names {
-		db := st.Databases[name]
-		a, has := st.Assignments[name]
-		if (has && len(a.Shards) >= db.NumShards) || !ClusterReady(st, db.StorageCluster) {
-			continue
-		}
-		from := len(a.Shards)
-		as, ss, err := newShards(st, db, from, db.NumShards)
-		if err != nil {
-			m.repeats.Warn("place/"+name, "cannot place database yet", zap.String("db", name), zap.Error(err))
-			continue
-		}
-		next := models.Assignment{DB: name, Cluster: db.StorageCluster, Shards: append(slices.Clone(a.Shards), as...)}
-		states := st.ShardStates[name]
-		nextStates := models.ShardStates{DB: name, Shards: append(slices.Clone(states.Shards), ss...)}
-		cmp := coordinator.CreateRevIs(m.cfg.Keys.Assign(name), 0)
-		if has {
-			cmp = coordinator.ValueIs(m.cfg.Keys.Assign(name), mustJSON(a))
-		}
-		ok, err := m.write(ctx, []coordinator.Cmp{cmp}, []coordinator.Op{
-			coordinator.OpPut(m.cfg.Keys.Assign(name), mustJSON(next), 0),
-			coordinator.OpPut(m.cfg.Keys.ShardState(name), mustJSON(nextStates), 0),
-		}, statemachine.SourceAssign, statemachine.SourceShardState)
-		if err != nil {
-			return err
-		}
-		if ok {
-			m.lg.Info("placed shards", zap.String("db", name), zap.Int("from", from), zap.Int("to", db.NumShards))
-		}
-		st = m.cfg.State()
-	}
-	for name := range st.Assignments {
-		if _, ok := st.Databases[name]; ok {
-			continue
-		}
-		if _, err := m.write(ctx, nil, []coordinator.Op{
-			coordinator.OpDelete(m.cfg.Keys.Assign(name)), coordinator.OpDelete(m.cfg.Keys.ShardState(name)),
-		}, statemachine.SourceAssign, statemachine.SourceShardState); err != nil {
-			return err
-		}
-		m.lg.Info("dropped assignment of deleted database", zap.String("db", name))
-	}
-	return nil
-}
-
-// failover publishes new leaders for shards whose leader died, under the
-// per-shard failover locks.
-func (m *Master) failover(ctx context.Context) error {
-	st := m.cfg.State()
-	names := slices.Sorted(maps.Keys(st.ShardStates))
-	for _, name := range names {
-		a, ok := st.Assignments[name]
-		if !ok || !ClusterReady(st, a.Cluster) {
-			continue
-		}
-		next, changed := PlanLeaders(ShardInputs{DB: name, Assign: a, States: st.ShardStates[name],
-			Live: st.Nodes[a.Cluster], ISR: st.ISR[a.Cluster], Drains: st.Drains})
-		if len(changed) == 0 {
-			continue
-		}
-		if err := m.publishStates(ctx, name, st.ShardStates[name], next, changed); err != nil {
-			return err
-		}
-		m.cfg.Metrics.failedOver(st.ShardStates[name], next, changed)
-		for _, id := range changed {
-			s := next.Shards[indexOf(next, id)]
-			m.lg.Info("shard leader changed", zap.String("db", name), zap.Int("shard", id),
-				zap.String("leader", s.Leader), zap.Int64("term", s.Term), zap.String("status", s.Status))
-		}
-	}
-	return nil
-}
-
 func indexOf(ss models.ShardStates, id int) int {
 	for i, s := range ss.Shards {
 		if s.ID == id {
@@ -342,9 +296,9 @@ const maxTxnOps = 100
 
 // publishStates takes the failover lock of each changed shard (a unique value
 // bound to the master's lease; only its creator deletes it), publishes the
-// database's states in one fenced txn guarded by the value it was computed
-// from, and releases the locks.
-func (m *Master) publishStates(ctx context.Context, db string, prev, next models.ShardStates, changed []int) error {
+// database's states in one fenced txn guarded by the mod revision of the value
+// in st they were computed from, and releases the locks.
+func (m *Master) publishStates(ctx context.Context, st *statemachine.State, db string, next models.ShardStates, changed []int) error {
 	token := []byte(m.cfg.NodeID + "/" + strconv.FormatInt(m.cfg.Term, 10) + "/" + strconv.FormatInt(m.cfg.Now().UnixNano(), 10))
 	var locked []string
 	release := func() {
@@ -391,15 +345,15 @@ func (m *Master) publishStates(ctx context.Context, db string, prev, next models
 		locked = append(locked, keys...)
 	}
 	key := m.cfg.Keys.ShardState(db)
-	ok, err := m.write(ctx, []coordinator.Cmp{coordinator.ValueIs(key, mustJSON(prev))},
+	ok, err := m.write(ctx, []coordinator.Cmp{coordinator.ModRevIs(key, st.ModRev(statemachine.SourceShardState, db))},
 		[]coordinator.Op{coordinator.OpPut(key, mustJSON(next), 0)}, statemachine.SourceShardState)
 	if err != nil {
 		return err
 	}
 	if !ok {
-		return fmt.Errorf("shard states of %s changed underneath; recomputing", db)
+		return fmt.Errorf("%w: shard states of %s", errChanged, db)
 	}
-	m.cfg.Metrics.published(prev, next, changed)
+	m.cfg.Metrics.published(st.ShardStates[db], next, changed)
 	return nil
 }
 
@@ -435,8 +389,9 @@ func (m *Master) TransferLeader(ctx context.Context, db string, shard int, t web
 		if i < 0 {
 			return nil, fmt.Errorf("%w: shard %d of %q has no published state yet", models.ErrUnavailable, shard, db)
 		}
-		next.Shards[i] = models.ShardState{ID: shard, Leader: t.NodeID, Term: cur.Term + 1, Status: models.StatusOnline}
-		return nil, m.publishStates(ctx, db, prev, next, []int{shard})
+		in := ShardInputs{DB: db, Assign: a, States: prev, Live: st.Nodes[a.Cluster]}
+		next.Shards[i] = models.ShardState{ID: shard, Leader: t.NodeID, Term: NextTerm(in, cur), Status: models.StatusOnline}
+		return nil, m.publishStates(ctx, st, db, next, []int{shard})
 	})
 	return err
 }

@@ -2,10 +2,13 @@ package master
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/cairn-db/cairn/coordinator"
 	"github.com/cairn-db/cairn/coordinator/placement"
@@ -41,18 +44,10 @@ func (m *Master) needsPlan(st *statemachine.State) bool {
 	need := false
 	for name := range st.StorageClusters {
 		ids := slices.Sorted(maps.Keys(st.Nodes[name]))
-		sig := strings.Join(ids, ",")
 		mb, ok := m.members[name]
-		if !ok {
-			// First sight in this term: treat as stable and balanced unless
-			// placement says otherwise after the delay.
-			mb = membership{sig: sig, since: now}
-		} else if mb.sig != sig {
-			mb.sig, mb.since = sig, now
-		}
-		if mb.balanced != sig && now.Sub(mb.since) >= m.cfg.RebalanceDelay {
-			need = true
-		}
+		var due bool
+		mb, due = trackMembership(mb, ok, strings.Join(ids, ","), now, m.cfg.RebalanceDelay)
+		need = need || due
 		m.members[name] = mb
 	}
 	for id := range st.Drains {
@@ -78,6 +73,20 @@ func (m *Master) needsPlan(st *statemachine.State) bool {
 	return need
 }
 
+// trackMembership folds one observation of a cluster's live node set (sig) at
+// now into what the master knows of it (mb; seen false at first sight in a
+// term, taken as stable from now), and says whether a placement plan is due:
+// the set differs from the one last found balanced and has not changed for
+// delay.
+func trackMembership(mb membership, seen bool, sig string, now time.Time, delay time.Duration) (membership, bool) {
+	if !seen {
+		mb = membership{sig: sig, since: now}
+	} else if mb.sig != sig {
+		mb.sig, mb.since = sig, now
+	}
+	return mb, mb.balanced != sig && now.Sub(mb.since) >= delay
+}
+
 // rebalance drives relocations: a shard gains its new replicas first, keeps
 // them until they are in sync, hands leadership over if its leader is leaving,
 // and only then drops the old replicas. A shard never has fewer in-sync
@@ -87,7 +96,7 @@ func (m *Master) rebalance(ctx context.Context) error {
 	if len(m.pending) == 0 && m.needsPlan(st) {
 		plans, view, err := rebalancePlan(st)
 		if err != nil {
-			m.repeats.Warn("no-plan", "no rebalance plan", zap.Error(err))
+			m.warn.Warn("rebalance", "no rebalance plan", zap.Error(err))
 			return nil
 		}
 		m.forced = false
@@ -113,7 +122,11 @@ func (m *Master) rebalance(ctx context.Context) error {
 		}
 	}
 	if len(m.pending) == 0 {
-		return m.balanceLeaders(ctx, st)
+		errs := m.balanceLeaders(ctx, st)
+		if len(m.leaders) > 0 || fatal(ctx, errs) {
+			return errs // the plan's leaders first
+		}
+		return errors.Join(errs, m.spreadLeaders(ctx))
 	}
 	keys := make([]placement.ShardKey, 0, len(m.pending))
 	for k := range m.pending {
@@ -160,22 +173,33 @@ func (m *Master) rebalance(ctx context.Context) error {
 		}
 		setReplicas(assign, st, k, slices.Clone(target))
 	}
-	if err := m.moveLeadersOff(ctx, st, leaderMoves); err != nil {
-		return err
+	errs := m.moveLeadersOff(ctx, st, leaderMoves)
+	if fatal(ctx, errs) {
+		return errs
 	}
 	names := slices.Sorted(maps.Keys(assign))
 	for _, name := range names {
 		key := m.cfg.Keys.Assign(name)
-		ok, err := m.write(ctx, []coordinator.Cmp{coordinator.ValueIs(key, mustJSON(st.Assignments[name]))},
+		ok, err := m.write(ctx, []coordinator.Cmp{coordinator.ModRevIs(key, st.ModRev(statemachine.SourceAssign, name))},
 			[]coordinator.Op{coordinator.OpPut(key, mustJSON(assign[name]), 0)}, statemachine.SourceAssign)
 		if err != nil {
-			return err
+			errs = errors.Join(errs, fmt.Errorf("moving replicas of %s: %w", name, err))
+			if fatal(ctx, err) {
+				return errs
+			}
+			continue
 		}
 		if ok {
 			m.lg.Info("replicas moved", zap.String("db", name))
 		}
 	}
-	return nil
+	return errs
+}
+
+// fatal: err ends the pass (the term is lost or the master stops); any
+// other error concerns one database and the others go on.
+func fatal(ctx context.Context, err error) bool {
+	return err != nil && (errors.Is(err, coordinator.ErrDeposed) || ctx.Err() != nil)
 }
 
 // moveLeadersOff hands leadership of shards whose leader is being removed to
@@ -183,7 +207,7 @@ func (m *Master) rebalance(ctx context.Context) error {
 // database change in one publication: their states share one value, and
 // publishing them one by one from the same snapshot would fail every compare
 // but the first.
-func (m *Master) moveLeadersOff(ctx context.Context, st *statemachine.State, keys []placement.ShardKey) error {
+func (m *Master) moveLeadersOff(ctx context.Context, st *statemachine.State, keys []placement.ShardKey) (errs error) {
 	byDB := map[string][]placement.ShardKey{}
 	var dbs []string
 	for _, k := range keys {
@@ -215,26 +239,29 @@ func (m *Master) moveLeadersOff(ctx context.Context, st *statemachine.State, key
 			cur := next.Shards[i]
 			leads[cur.Leader]--
 			leads[best]++
-			next.Shards[i] = models.ShardState{ID: k.Shard, Leader: best, Term: cur.Term + 1, Status: models.StatusOnline}
+			next.Shards[i] = models.ShardState{ID: k.Shard, Leader: best, Term: NextTerm(in, cur), Status: models.StatusOnline}
 			changed = append(changed, k.Shard)
 			m.lg.Info("moving leadership off a leaving replica", zap.String("db", db), zap.Int("shard", k.Shard),
-				zap.String("from", cur.Leader), zap.String("to", best), zap.Int64("term", cur.Term+1))
+				zap.String("from", cur.Leader), zap.String("to", best), zap.Int64("term", next.Shards[i].Term))
 		}
 		if len(changed) == 0 {
 			continue
 		}
-		if err := m.publishStates(ctx, db, prev, next, changed); err != nil {
-			return err
+		if err := m.publishStates(ctx, st, db, next, changed); err != nil {
+			errs = errors.Join(errs, fmt.Errorf("moving leaders of %s: %w", db, err))
+			if fatal(ctx, err) {
+				return errs
+			}
 		}
 	}
-	return nil
+	return errs
 }
 
 // balanceLeaders hands leadership to the plan's leaders once its relocations
 // are done (a replica that moved back after a drain would otherwise hold data
 // but never lead). Each handover is graceful: only to a live, non-draining
 // replica in the in-sync set, else the target is dropped.
-func (m *Master) balanceLeaders(ctx context.Context, st *statemachine.State) error {
+func (m *Master) balanceLeaders(ctx context.Context, st *statemachine.State) (errs error) {
 	byDB := map[string][]int{}
 	var dbs []string
 	for k, to := range m.leaders {
@@ -259,24 +286,86 @@ func (m *Master) balanceLeaders(ctx context.Context, st *statemachine.State) err
 	for _, db := range dbs {
 		prev := st.ShardStates[db]
 		next := models.ShardStates{DB: db, Shards: slices.Clone(prev.Shards)}
+		in := ShardInputs{DB: db, Assign: st.Assignments[db], States: prev, Live: st.Nodes[st.Assignments[db].Cluster]}
 		changed := byDB[db]
 		sort.Ints(changed)
 		for _, id := range changed {
 			i := indexOf(next, id)
 			k := placement.ShardKey{DB: db, Shard: id}
 			cur := next.Shards[i]
-			next.Shards[i] = models.ShardState{ID: id, Leader: m.leaders[k], Term: cur.Term + 1, Status: models.StatusOnline}
+			next.Shards[i] = models.ShardState{ID: id, Leader: m.leaders[k], Term: NextTerm(in, cur), Status: models.StatusOnline}
 			m.lg.Info("balancing leadership", zap.String("db", db), zap.Int("shard", id),
-				zap.String("from", cur.Leader), zap.String("to", m.leaders[k]), zap.Int64("term", cur.Term+1))
+				zap.String("from", cur.Leader), zap.String("to", m.leaders[k]), zap.Int64("term", next.Shards[i].Term))
 		}
-		if err := m.publishStates(ctx, db, prev, next, changed); err != nil {
-			return err // targets stay: the next pass re-checks them
+		if err := m.publishStates(ctx, st, db, next, changed); err != nil {
+			// Targets stay: the next pass re-checks them.
+			errs = errors.Join(errs, fmt.Errorf("balancing leaders of %s: %w", db, err))
+			if fatal(ctx, err) {
+				return errs
+			}
+			continue
 		}
 		for _, id := range changed {
 			delete(m.leaders, placement.ShardKey{DB: db, Shard: id})
 		}
 	}
-	return nil
+	return errs
+}
+
+// spreadLeaders hands leadership over, gracefully, until every database's
+// leaders are spread max - min <= 1 over its nodes (SpreadLeaders), once its
+// cluster's membership has been stable for RebalanceDelay.
+func (m *Master) spreadLeaders(ctx context.Context) (errs error) {
+	st := m.cfg.State()
+	now := m.cfg.Now()
+	// A cluster whose inputs did not change since a pass found nothing to
+	// move is skipped: the decision is cheap, but not times every database
+	// on every pass.
+	sigs := map[string]string{}
+	for name := range st.StorageClusters {
+		mb, seen := m.members[name]
+		if !seen || !ClusterReady(st, name) {
+			continue
+		}
+		sigs[name] = fmt.Sprintf("%s|%d|%t|%d|%d|%d|%d|%d", mb.sig, mb.since.UnixNano(), now.Sub(mb.since) >= m.cfg.RebalanceDelay,
+			st.Revisions[statemachine.SourceShardState], st.Revisions[statemachine.SourceAssign], st.Revisions[statemachine.SourceDrain],
+			st.Revisions[statemachine.SourceDatabaseConfig], st.Revisions[statemachine.ClusterISRSource(name)])
+	}
+	dirty := map[string]bool{}
+	for _, db := range slices.Sorted(maps.Keys(st.Assignments)) {
+		a := st.Assignments[db]
+		sig, ok := sigs[a.Cluster]
+		if _, exists := st.Databases[db]; !exists || !ok || m.spreadClean[a.Cluster] == sig {
+			continue
+		}
+		next, changed := SpreadLeaders(SpreadInput{
+			ShardInputs: ShardInputs{DB: db, Assign: a, States: st.ShardStates[db], Live: st.Nodes[a.Cluster], ISR: st.ISR[a.Cluster], Drains: st.Drains},
+			StableSince: m.members[a.Cluster].since, Now: now, Delay: m.cfg.RebalanceDelay, MaxMoves: m.cfg.MaxMovesInFlight,
+		})
+		if len(changed) == 0 {
+			continue
+		}
+		dirty[a.Cluster] = true
+		prev := st.ShardStates[db]
+		if err := m.publishStates(ctx, st, db, next, changed); err != nil {
+			errs = errors.Join(errs, fmt.Errorf("spreading leaders of %s: %w", db, err))
+			if fatal(ctx, err) {
+				return errs
+			}
+			continue
+		}
+		for _, id := range changed {
+			i := indexOf(next, id)
+			m.lg.Info("spreading leadership", zap.String("db", db), zap.Int("shard", id),
+				zap.String("from", prev.Shards[i].Leader), zap.String("to", next.Shards[i].Leader), zap.Int64("term", next.Shards[i].Term))
+		}
+	}
+	for name, sig := range sigs {
+		if !dirty[name] {
+			m.spreadClean[name] = sig
+		}
+	}
+	return errs
 }
 
 func assigned(st *statemachine.State, k placement.ShardKey) []string {
