@@ -257,8 +257,8 @@ func TestInfluxWriteEndpoints(t *testing.T) {
 	code, body, _ = post("/write?db=w&precision=s", compressed, hdr)
 	require.Equal(t, http.StatusRequestEntityTooLarge, code, body)
 	code, body, _ = post("/api/v1/write?db=w&precision=s", compressed, hdr)
-	require.Equal(t, 400, code, body)
-	require.Contains(t, body, "too large")
+	require.Equal(t, http.StatusRequestEntityTooLarge, code, body)
+	require.Contains(t, body, "--write-max-body-bytes")
 
 	code, res = influxQL(t, p.addr, "w", `SELECT sum(v) FROM g GROUP BY via; SELECT count(v) FROM m`, "s")
 	require.Equal(t, 200, code)
