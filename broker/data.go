@@ -1,3 +1,6 @@
+// Package broker is the data path: it hashes series to shards, routes
+// writes to each shard's leader at its published term and fans queries out,
+// all from the local state copy.
 package broker
 
 import (
@@ -11,14 +14,12 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/query"
 	"github.com/cairn-db/cairn/statemachine"
-	"github.com/cairn-db/cairn/storage"
 	"github.com/cairn-db/cairn/storage/engine"
 	"github.com/cairn-db/cairn/storage/lineproto"
 	"github.com/cairn-db/cairn/web"
@@ -35,7 +36,7 @@ type Data struct {
 	RetryFor time.Duration
 	// Self and Local short-circuit writes to shards led by this very process
 	// (a standalone node): no HTTP, no re-encoding. Local returns storage
-	// errors, mapped with storage.StatusOf.
+	// errors (wrapping the models sentinels the internal API answers with).
 	Self  string
 	Local func(ctx context.Context, db string, shard int, term int64, points []lineproto.Point) error
 	Now   func() time.Time
@@ -75,6 +76,10 @@ type target struct {
 	address string
 	term    int64
 	online  bool
+}
+
+func bad(format string, a ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{models.ErrBadInput}, a...)...)
 }
 
 func (d *Data) database(st *statemachine.State, db string) (models.Database, error) {
@@ -175,16 +180,21 @@ func (d *Data) writeShard(ctx context.Context, cfg models.Database, shard int, p
 	for attempt := 0; ; attempt++ {
 		t := d.target(d.State(), cfg, shard)
 		if t.online {
-			status, msg, err := d.attempt(ctx, cfg, t, pts)
+			err := d.attempt(ctx, cfg, t, pts)
+			var peer *peerError
 			switch {
-			case err == nil && status == http.StatusNoContent:
+			case err == nil:
 				return nil
-			case err != nil:
-				lastErr = fmt.Errorf("%w: shard %d leader %s unreachable: %v", models.ErrUnavailable, shard, t.leader, err)
-			case status == http.StatusServiceUnavailable && strings.Contains(msg, "minimum"):
-				return fmt.Errorf("%w: %s", models.ErrUnavailable, msg)
+			case errors.Is(err, models.ErrNotEnoughISR):
+				// Final for this batch: the leader itself counted too few
+				// in-sync replicas, and retrying cannot add any.
+				return fmt.Errorf("%w: %s", models.ErrUnavailable, err)
+			case errors.As(err, &peer):
+				// The leader's answer is about the broker's request, not the
+				// client's: its code is not passed on (%s).
+				lastErr = fmt.Errorf("%w: shard %d: leader %s answered %d: %s", models.ErrUnavailable, shard, t.leader, peer.status, err)
 			default:
-				lastErr = fmt.Errorf("%w: shard %d: leader %s answered %d: %s", models.ErrUnavailable, shard, t.leader, status, msg)
+				lastErr = fmt.Errorf("%w: shard %d leader %s unreachable: %w", models.ErrUnavailable, shard, t.leader, err)
 			}
 		} else {
 			lastErr = fmt.Errorf("%w: shard %d of %q is offline (no live leader)", models.ErrUnavailable, shard, cfg.Name)
@@ -207,10 +217,10 @@ func (d *Data) writeShard(ctx context.Context, cfg models.Database, shard int, p
 	}
 }
 
-// attempt sends one batch to t, abandoning it as soon as the published state
+// attempt sends one batch to t (nil: durable), abandoning it as soon as the published state
 // names another leader or term for the shard: a frozen or partitioned leader
 // must not hold a write hostage.
-func (d *Data) attempt(ctx context.Context, cfg models.Database, t target, pts []lineproto.Point) (int, string, error) {
+func (d *Data) attempt(ctx context.Context, cfg models.Database, t target, pts []lineproto.Point) error {
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -229,33 +239,46 @@ func (d *Data) attempt(ctx context.Context, cfg models.Database, t target, pts [
 	}()
 	if d.Local != nil && t.leader == d.Self {
 		if err := d.Local(actx, cfg.Name, t.shard, t.term, pts); err != nil {
-			return storage.StatusOf(err), err.Error(), nil
+			status, _ := models.StatusOf(err)
+			return &peerError{status: status, err: err}
 		}
-		return http.StatusNoContent, "", nil
+		return nil
 	}
 	body, _ := engine.Entry{Term: uint64(t.term), Points: pts}.MarshalBinary()
 	return d.post(actx, fmt.Sprintf("http://%s/internal/v1/shards/%s/%d/write?term=%d", t.address, cfg.Name, t.shard, t.term), body)
 }
 
-func (d *Data) post(ctx context.Context, u string, body []byte) (int, string, error) {
+// peerError is a storage node's refusal (its status and the sentinel its
+// envelope code names), as opposed to not reaching it.
+type peerError struct {
+	status int
+	err    error
+}
+
+func (e *peerError) Error() string { return e.err.Error() }
+func (e *peerError) Unwrap() error { return e.err }
+
+// post sends one encoded batch; nil means 204, durable on the in-sync set.
+func (d *Data) post(ctx context.Context, u string, body []byte) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
 	if err != nil {
-		return 0, "", err
+		return err
 	}
 	req.Header.Set("Content-Type", "application/octet-stream")
 	resp, err := d.Client.Do(req)
 	if err != nil {
-		return 0, "", err
+		return err
 	}
 	defer resp.Body.Close()
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	return resp.StatusCode, errMessage(msg), nil
+	if resp.StatusCode == http.StatusNoContent {
+		return nil
+	}
+	return &peerError{status: resp.StatusCode, err: models.DecodeError(msg)}
 }
 
 func errMessage(body []byte) string {
-	var env struct {
-		Error struct{ Message string } `json:"error"`
-	}
+	var env models.ErrorBody
 	if json.Unmarshal(body, &env) == nil && env.Error.Message != "" {
 		return env.Error.Message
 	}
@@ -266,7 +289,7 @@ func errMessage(body []byte) string {
 // answer is {"series":[...]} with the shards' series in shard order (each
 // shard's sorted by series), relayed without decoding: a query can return
 // millions of points.
-func (d *Data) query(ctx context.Context, q web.Query) (any, error) {
+func (d *Data) query(ctx context.Context, q models.Query) (any, error) {
 	st := d.State()
 	cfg, err := d.database(st, q.DB)
 	if err != nil {

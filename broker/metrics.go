@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/cairn-db/cairn/web"
+	"github.com/cairn-db/cairn/models"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -53,7 +53,7 @@ func (d *Data) Write(ctx context.Context, db, precision string, body []byte) err
 }
 
 // Query implements web.Data, recording the request.
-func (d *Data) Query(ctx context.Context, q web.Query) (any, error) {
+func (d *Data) Query(ctx context.Context, q models.Query) (any, error) {
 	start := time.Now()
 	out, err := d.query(ctx, q)
 	d.recordQuery(q.DB, start, err)
@@ -96,5 +96,10 @@ func statusLabel(err error, ok int) string {
 	if err == nil {
 		return strconv.Itoa(ok)
 	}
-	return strconv.Itoa(web.StatusOf(err))
+	return strconv.Itoa(status(err))
+}
+
+func status(err error) int {
+	s, _ := models.StatusOf(err)
+	return s
 }

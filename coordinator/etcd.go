@@ -78,10 +78,6 @@ func NewEtcdStore(cfg EtcdConfig) (*EtcdStore, error) {
 	return &EtcdStore{cli: cli, timeout: cfg.RequestTimeout, metrics: cfg.Metrics}, nil
 }
 
-// Client exposes the etcd client for the few callers that need it (the embedded
-// server's health probe).
-func (s *EtcdStore) Client() *clientv3.Client { return s.cli }
-
 func (s *EtcdStore) ctx(ctx context.Context) (context.Context, context.CancelFunc) {
 	if _, ok := ctx.Deadline(); ok {
 		return context.WithCancel(ctx)
