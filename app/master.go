@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cairn-db/cairn/backoff"
 	"github.com/cairn-db/cairn/coordinator"
 	"github.com/cairn-db/cairn/coordinator/master"
 	"github.com/cairn-db/cairn/meta"
@@ -21,7 +22,7 @@ import (
 func (a *App) runMasterCandidate(ctx context.Context) {
 	lg := a.lg.Named("election")
 	el := coordinator.NewElection(a.store, a.keys.Master())
-	backoff := 100 * time.Millisecond
+	bo := backoff.New(100*time.Millisecond, 2*time.Second)
 	for ctx.Err() == nil {
 		err := a.oneTerm(ctx, el, lg)
 		if ctx.Err() != nil {
@@ -30,14 +31,11 @@ func (a *App) runMasterCandidate(ctx context.Context) {
 		if err != nil {
 			lg.Debug("campaign ended", zap.Error(err))
 		} else {
-			backoff = 100 * time.Millisecond
+			bo.Reset()
 		}
-		select {
-		case <-ctx.Done():
+		if !bo.Wait(ctx) {
 			return
-		case <-time.After(backoff):
 		}
-		backoff = min(backoff*2, 2*time.Second)
 	}
 }
 

@@ -141,7 +141,7 @@ func (d *Data) write(ctx context.Context, db, precision string, body []byte) (in
 		return 0, fmt.Errorf("%w: the batch holds more than %d points (--write-max-points); send it in smaller batches", models.ErrTooLarge, d.MaxPoints)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("%w: %v", models.ErrBadInput, err)
+		return 0, fmt.Errorf("%w: %w", models.ErrBadInput, err)
 	}
 	if len(points) == 0 {
 		return 0, nil
@@ -395,7 +395,7 @@ func (d *Data) openShardQuery(ctx context.Context, st *statemachine.State, cfg m
 	}
 	resp, err := d.Client.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("%w: shard %d leader unreachable: %v", models.ErrUnavailable, shard, err)
+		return nil, fmt.Errorf("%w: shard %d leader unreachable: %w", models.ErrUnavailable, shard, err)
 	}
 	if resp.StatusCode == http.StatusOK {
 		return resp, nil
@@ -411,7 +411,7 @@ func (d *Data) openShardQuery(ctx context.Context, st *statemachine.State, cfg m
 func readShardAnswer(shard int, resp *http.Response) ([]byte, error) {
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return nil, fmt.Errorf("%w: shard %d answer: %v", models.ErrUnavailable, shard, err)
+		return nil, fmt.Errorf("%w: shard %d answer: %w", models.ErrUnavailable, shard, err)
 	}
 	if !json.Valid(body) {
 		return nil, fmt.Errorf("%w: shard %d answered invalid JSON", models.ErrUnavailable, shard)

@@ -62,7 +62,10 @@ func unavailable(err error) error {
 		return models.Mark(fmt.Errorf("%w: etcd is out of space (NOSPACE alarm) and refuses metadata changes; nothing changed. "+
 			"Reads and data writes keep working. To recover, free space in etcd (etcdctl compact <revision>, then etcdctl defrag) "+
 			"or raise its quota (--etcd-quota-backend-bytes for an embedded member), then clear the alarm with etcdctl alarm disarm", err), models.ErrNoSpace)
-	case errors.Is(err, coordinator.ErrOutcomeUnknown), errors.Is(err, context.DeadlineExceeded):
+	// A deadline inside ErrUnavailable is a call that never reached etcd
+	// (nothing changed); a bare one may have cut a write short.
+	case errors.Is(err, coordinator.ErrOutcomeUnknown),
+		errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, coordinator.ErrUnavailable):
 		if !errors.Is(err, coordinator.ErrOutcomeUnknown) {
 			err = fmt.Errorf("%w: %w", coordinator.ErrOutcomeUnknown, err)
 		}

@@ -45,7 +45,7 @@ func decodeStrict(c *gin.Context, v any) error {
 		if errors.As(err, &mbe) {
 			return fmt.Errorf("%w: body larger than %d bytes", models.ErrBadInput, mbe.Limit)
 		}
-		return fmt.Errorf("%w: reading body: %v", models.ErrBadInput, err)
+		return fmt.Errorf("%w: reading body: %w", models.ErrBadInput, err)
 	}
 	return DecodeStrictJSON(data, v)
 }
@@ -56,7 +56,7 @@ func DecodeStrictJSON(data []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("%w: malformed JSON body: %v", models.ErrBadInput, err)
+		return fmt.Errorf("%w: malformed JSON body: %w", models.ErrBadInput, err)
 	}
 	if dec.More() {
 		return fmt.Errorf("%w: malformed JSON body: trailing data", models.ErrBadInput)
