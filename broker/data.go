@@ -20,9 +20,8 @@ import (
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/query"
 	"github.com/cairn-db/cairn/statemachine"
-	"github.com/cairn-db/cairn/storage/engine"
+	"github.com/cairn-db/cairn/storage/client"
 	"github.com/cairn-db/cairn/storage/lineproto"
-	"github.com/cairn-db/cairn/web"
 )
 
 // Data is the broker's data plane: it hashes series to shards, sends each
@@ -53,8 +52,6 @@ type Data struct {
 	// process, without HTTP or encoding.
 	LocalSelect func(db string, shard int, req *query.ShardRequest) (*query.ShardResult, error)
 }
-
-var _ web.Data = (*Data)(nil)
 
 // RouteView is GET /route's answer.
 type RouteView struct {
@@ -106,7 +103,7 @@ func (d *Data) target(st *statemachine.State, cfg models.Database, shard int) ta
 	return t
 }
 
-// Route implements web.Data.
+// Route serves GET /route.
 func (d *Data) Route(db, series string) (any, error) {
 	st := d.State()
 	cfg, err := d.database(st, db)
@@ -181,7 +178,7 @@ func (d *Data) writeShard(ctx context.Context, cfg models.Database, shard int, p
 		t := d.target(d.State(), cfg, shard)
 		if t.online {
 			err := d.attempt(ctx, cfg, t, pts)
-			var peer *peerError
+			var peer *client.PeerError
 			switch {
 			case err == nil:
 				return nil
@@ -192,7 +189,7 @@ func (d *Data) writeShard(ctx context.Context, cfg models.Database, shard int, p
 			case errors.As(err, &peer):
 				// The leader's answer is about the broker's request, not the
 				// client's: its code is not passed on (%s).
-				lastErr = fmt.Errorf("%w: shard %d: leader %s answered %d: %s", models.ErrUnavailable, shard, t.leader, peer.status, err)
+				lastErr = fmt.Errorf("%w: shard %d: leader %s answered %d: %s", models.ErrUnavailable, shard, t.leader, peer.Status, err)
 			default:
 				lastErr = fmt.Errorf("%w: shard %d leader %s unreachable: %w", models.ErrUnavailable, shard, t.leader, err)
 			}
@@ -240,41 +237,11 @@ func (d *Data) attempt(ctx context.Context, cfg models.Database, t target, pts [
 	if d.Local != nil && t.leader == d.Self {
 		if err := d.Local(actx, cfg.Name, t.shard, t.term, pts); err != nil {
 			status, _ := models.StatusOf(err)
-			return &peerError{status: status, err: err}
+			return &client.PeerError{Status: status, Err: err}
 		}
 		return nil
 	}
-	body, _ := engine.Entry{Term: uint64(t.term), Points: pts}.MarshalBinary()
-	return d.post(actx, fmt.Sprintf("http://%s/internal/v1/shards/%s/%d/write?term=%d", t.address, cfg.Name, t.shard, t.term), body)
-}
-
-// peerError is a storage node's refusal (its status and the sentinel its
-// envelope code names), as opposed to not reaching it.
-type peerError struct {
-	status int
-	err    error
-}
-
-func (e *peerError) Error() string { return e.err.Error() }
-func (e *peerError) Unwrap() error { return e.err }
-
-// post sends one encoded batch; nil means 204, durable on the in-sync set.
-func (d *Data) post(ctx context.Context, u string, body []byte) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/octet-stream")
-	resp, err := d.Client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	if resp.StatusCode == http.StatusNoContent {
-		return nil
-	}
-	return &peerError{status: resp.StatusCode, err: models.DecodeError(msg)}
+	return (&client.Client{HTTP: d.Client}).Write(actx, client.Shard{Address: t.address, DB: cfg.Name, Shard: t.shard}, t.term, pts)
 }
 
 func errMessage(body []byte) string {

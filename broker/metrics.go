@@ -44,7 +44,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-// Write implements web.Data, recording the request.
+// Write parses a line-protocol batch and writes it to every shard it
+// touches, recording the request.
 func (d *Data) Write(ctx context.Context, db, precision string, body []byte) error {
 	start := time.Now()
 	n, err := d.write(ctx, db, precision, body)
@@ -52,7 +53,8 @@ func (d *Data) Write(ctx context.Context, db, precision string, body []byte) err
 	return err
 }
 
-// Query implements web.Data, recording the request.
+// Query fans a query out to the database's shard leaders, recording the
+// request.
 func (d *Data) Query(ctx context.Context, q models.Query) (any, error) {
 	start := time.Now()
 	out, err := d.query(ctx, q)
