@@ -369,8 +369,10 @@ func (d *Data) openShardQuery(ctx context.Context, st *statemachine.State, cfg m
 	}
 	defer resp.Body.Close()
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	if resp.StatusCode == http.StatusRequestEntityTooLarge {
-		return nil, fmt.Errorf("%w: shard %d: %s", models.ErrTooLarge, shard, errMessage(msg))
+	// Over the limits is the client's to fix (narrow the query); any other
+	// refusal is the cluster's, and its code is not passed on.
+	if err := models.DecodeError(msg); errors.Is(err, models.ErrTooLarge) {
+		return nil, fmt.Errorf("%w: shard %d: %w", models.ErrTooLarge, shard, err)
 	}
 	return nil, fmt.Errorf("%w: shard %d: %s", models.ErrUnavailable, shard, errMessage(msg))
 }
