@@ -22,6 +22,7 @@ import (
 	"github.com/cairn-db/cairn/coordinator"
 	"github.com/cairn-db/cairn/coordinator/embedded"
 	"github.com/cairn-db/cairn/influx"
+	"github.com/cairn-db/cairn/meta"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
 	"github.com/cairn-db/cairn/storage"
@@ -87,7 +88,7 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 	if err := a.setupSecurity(); err != nil {
 		return nil, err
 	}
-	a.masterOps.client = a.peerClient(10 * time.Second)
+	a.masterOps.forward.Client = a.peerClient(10 * time.Second)
 
 	a.metrics.etcd = coordinator.NewEtcdMetrics(a.reg)
 	// The client connects lazily, so everything up to the HTTP server works
@@ -363,7 +364,7 @@ func (a *App) currentAlarms() []string {
 // ensureDefaultCluster creates the storage cluster "default" on a standalone
 // node's first start, retrying until etcd answers.
 func (a *App) ensureDefaultCluster(ctx context.Context) {
-	admin := &broker.Admin{Store: a.store, Keys: a.keys, State: a.sm.Snapshot}
+	admin := &meta.Admin{Store: a.store, Keys: a.keys, State: a.sm.Snapshot}
 	for ctx.Err() == nil {
 		_, err := admin.CreateStorageCluster(ctx, models.StorageCluster{Name: a.cfg.StorageCluster})
 		if err == nil || errors.Is(err, models.ErrConflict) {

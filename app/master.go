@@ -1,19 +1,16 @@
 package app
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
-	"io"
 	"net/http"
-	"strconv"
 	"sync/atomic"
 	"time"
 
-	"github.com/cairn-db/cairn/broker"
+	"github.com/cairn-db/cairn/backoff"
 	"github.com/cairn-db/cairn/coordinator"
 	"github.com/cairn-db/cairn/coordinator/master"
+	"github.com/cairn-db/cairn/meta"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/web"
 	"go.uber.org/zap"
@@ -25,7 +22,7 @@ import (
 func (a *App) runMasterCandidate(ctx context.Context) {
 	lg := a.lg.Named("election")
 	el := coordinator.NewElection(a.store, a.keys.Master())
-	backoff := 100 * time.Millisecond
+	bo := backoff.New(100*time.Millisecond, 2*time.Second)
 	for ctx.Err() == nil {
 		err := a.oneTerm(ctx, el, lg)
 		if ctx.Err() != nil {
@@ -34,14 +31,11 @@ func (a *App) runMasterCandidate(ctx context.Context) {
 		if err != nil {
 			lg.Debug("campaign ended", zap.Error(err))
 		} else {
-			backoff = 100 * time.Millisecond
+			bo.Reset()
 		}
-		select {
-		case <-ctx.Done():
+		if !bo.Wait(ctx) {
 			return
-		case <-time.After(backoff):
 		}
-		backoff = min(backoff*2, 2*time.Second)
 	}
 }
 
@@ -86,7 +80,7 @@ func (a *App) oneTerm(ctx context.Context, el *coordinator.Election, lg *zap.Log
 	m := master.New(master.Config{
 		Store: a.store, Keys: a.keys, Election: el, Term: term, Session: s, NodeID: a.nodeID,
 		State: a.sm.Snapshot, Changed: a.sm.Changed, Logger: a.lg, RebalanceDelay: a.cfg.RebalanceDelay, ClusterID: clusterID,
-		Metrics: a.metrics.master,
+		Metrics:       a.metrics.master,
 		LivenessGrace: a.cfg.LeaseTTL,
 	})
 	a.masterOps.set(m)
@@ -101,98 +95,41 @@ func (a *App) oneTerm(ctx context.Context, el *coordinator.Election, lg *zap.Log
 }
 
 // masterSlot holds the local master while this node is master; otherwise it
-// forwards master operations to the elected master's HTTP API.
+// forwards master operations to the elected master (meta.Forwarder).
 type masterSlot struct {
-	cur    atomic.Pointer[master.Master]
-	lookup func() *models.MasterRecord
-	self   string
-	token  string
-	client *http.Client
+	cur     atomic.Pointer[master.Master]
+	forward meta.Forwarder
 }
 
-var _ broker.MasterOps = (*masterSlot)(nil)
+var _ meta.MasterOps = (*masterSlot)(nil)
 
 func (s *masterSlot) set(m *master.Master) { s.cur.Store(m) }
 
 func (s *masterSlot) active() bool { return s.cur.Load() != nil }
 
-func (s *masterSlot) TransferLeader(ctx context.Context, db string, shard int, t web.LeaderTransfer) error {
+func (s *masterSlot) TransferLeader(ctx context.Context, db string, shard int, t models.LeaderTransfer) error {
 	if m := s.cur.Load(); m != nil {
 		return m.TransferLeader(ctx, db, shard, t)
 	}
-	body, _ := json.Marshal(t)
-	_, err := s.forward(ctx, "/api/v1/databases/"+db+"/shards/"+strconv.Itoa(shard)+"/leader", body)
-	return err
+	return s.forward.TransferLeader(ctx, db, shard, t)
 }
 
 func (s *masterSlot) Rebalance(ctx context.Context, dryRun bool) (any, error) {
 	if m := s.cur.Load(); m != nil {
 		return m.Rebalance(ctx, dryRun)
 	}
-	out, err := s.forward(ctx, "/api/v1/rebalance?dry_run="+strconv.FormatBool(dryRun), nil)
-	if err != nil {
-		return nil, err
-	}
-	return json.RawMessage(out), nil
-}
-
-// forward replays an operation on the master; the master's error envelope
-// comes back with its status.
-func (s *masterSlot) forward(ctx context.Context, path string, body []byte) ([]byte, error) {
-	rec := s.lookup()
-	if rec == nil || rec.NodeID == s.self {
-		return nil, fmt.Errorf("%w: no master elected", models.ErrUnavailable)
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+rec.Address+path, bytes.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if s.token != "" {
-		req.Header.Set("Authorization", "Bearer "+s.token)
-	}
-	resp, err := s.client.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("%w: master %s unreachable: %v", models.ErrUnavailable, rec.Address, err)
-	}
-	defer resp.Body.Close()
-	out, err := io.ReadAll(io.LimitReader(resp.Body, 32<<20))
-	if err != nil {
-		return nil, fmt.Errorf("%w: reading master answer: %v", models.ErrUnavailable, err)
-	}
-	if resp.StatusCode >= 300 {
-		var env struct {
-			Error struct{ Message string } `json:"error"`
-		}
-		_ = json.Unmarshal(out, &env)
-		return nil, fmt.Errorf("%w: %s", sentinelFor(resp.StatusCode), env.Error.Message)
-	}
-	return out, nil
-}
-
-func sentinelFor(status int) error {
-	switch status {
-	case http.StatusBadRequest:
-		return models.ErrBadInput
-	case http.StatusNotFound:
-		return models.ErrNotFound
-	case http.StatusConflict:
-		return models.ErrConflict
-	case http.StatusUnprocessableEntity:
-		return models.ErrImpossible
-	case http.StatusUnauthorized:
-		return models.ErrUnauthorized
-	}
-	return models.ErrUnavailable
+	return s.forward.Rebalance(ctx, dryRun)
 }
 
 func (s *masterSlot) init(a *App) {
-	s.lookup = func() *models.MasterRecord { return a.sm.Snapshot().Master }
-	s.self = a.nodeID
-	s.token = a.cfg.AdminToken
-	s.client = &http.Client{Timeout: 10 * time.Second}
+	s.forward = meta.Forwarder{
+		Master: func() *models.MasterRecord { return a.sm.Snapshot().Master },
+		Self:   a.nodeID,
+		Token:  a.cfg.AdminToken,
+		Client: &http.Client{Timeout: 10 * time.Second}, // replaced by the peer client once security is set up
+	}
 }
 
 func (a *App) admin() web.Admin {
-	return &broker.Admin{Store: a.store, Keys: a.keys, State: a.sm.Snapshot, Master: a.masterOps}
+	return &meta.Admin{Store: a.store, Keys: a.keys, State: a.sm.Snapshot, Master: a.masterOps}
 }

@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/cairn-db/cairn/logrepeat"
+	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/storage"
 	"github.com/cairn-db/cairn/storage/engine"
-	"github.com/cairn-db/cairn/web"
 	"go.uber.org/zap"
 )
 
@@ -32,7 +32,7 @@ func (a *App) openStorage() error {
 
 // transferLeader asks the master (local or remote) for a graceful handoff.
 func (a *App) transferLeader(ctx context.Context, db string, shard int, node string) error {
-	return a.masterOps.TransferLeader(ctx, db, shard, web.LeaderTransfer{NodeID: node})
+	return a.masterOps.TransferLeader(ctx, db, shard, models.LeaderTransfer{NodeID: node})
 }
 
 // runStorage waits for this node's storage cluster to be configured, then

@@ -184,7 +184,7 @@ func runBackup(ctx context.Context, o Options, out string, stdout, stderr io.Wri
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(out), filepath.Base(out)+".tmp*")
 	if err != nil {
-		return fmt.Errorf("%w: --out %s: %v", errBadPath, out, err)
+		return fmt.Errorf("%w: --out %s: %w", errBadPath, out, err)
 	}
 	defer os.Remove(tmp.Name()) // no-op after the rename
 	s, err := Backup(ctx, o, tmp)
@@ -209,7 +209,7 @@ func runRestore(ctx context.Context, o Options, in string, force bool, stderr io
 	if in != "-" {
 		f, err := os.Open(in)
 		if err != nil {
-			return fmt.Errorf("%w: --in %s: %v", errBadPath, in, err)
+			return fmt.Errorf("%w: --in %s: %w", errBadPath, in, err)
 		}
 		defer f.Close()
 		r = f

@@ -211,7 +211,7 @@ func sniffFormat(data []byte) (string, error) {
 	for i := range toks {
 		t, err := dec.Token()
 		if err != nil {
-			return "", fmt.Errorf("%w: not a JSON backup file: %v", ErrCorrupt, err)
+			return "", fmt.Errorf("%w: not a JSON backup file: %w", ErrCorrupt, err)
 		}
 		toks[i] = t
 	}
@@ -235,7 +235,7 @@ func decodeFile(data []byte, ns string) (header, []kv, error) {
 	}
 	var doc fileDoc
 	if err := json.Unmarshal(data, &doc); err != nil {
-		return header{}, nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+		return header{}, nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
 	if doc.Format != Format || doc.Version != Version {
 		return header{}, nil, fmt.Errorf("%w: unsupported format %q version %d (this cairn reads %q version %d)",
@@ -249,7 +249,7 @@ func decodeFile(data []byte, ns string) (header, []kv, error) {
 	for i, e := range doc.Keys {
 		k, v, err := e.decode()
 		if err != nil {
-			return header{}, nil, fmt.Errorf("%w: key #%d: %v", ErrCorrupt, i, err)
+			return header{}, nil, fmt.Errorf("%w: key #%d: %w", ErrCorrupt, i, err)
 		}
 		if _, dup := seen[k]; dup {
 			return header{}, nil, fmt.Errorf("%w: key %q appears twice", ErrCorrupt, k)

@@ -115,7 +115,7 @@ var skippedKinds = map[statemachine.Kind]bool{
 func decodeStateBackup(data []byte, o Options) ([]kv, error) {
 	var f statemachine.BackupFile
 	if err := json.Unmarshal(data, &f); err != nil {
-		return nil, fmt.Errorf("%w: state backup: %v", ErrCorrupt, err)
+		return nil, fmt.Errorf("%w: state backup: %w", ErrCorrupt, err)
 	}
 	if f.Version != statemachine.BackupVersion {
 		return nil, fmt.Errorf("%w: state backup version %d (this cairn reads %d)", ErrCorrupt, f.Version, statemachine.BackupVersion)

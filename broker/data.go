@@ -1,3 +1,6 @@
+// Package broker is the data path: it hashes series to shards, routes
+// writes to each shard's leader at its published term and fans queries out,
+// all from the local state copy.
 package broker
 
 import (
@@ -11,17 +14,14 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/query"
 	"github.com/cairn-db/cairn/statemachine"
-	"github.com/cairn-db/cairn/storage"
-	"github.com/cairn-db/cairn/storage/engine"
+	"github.com/cairn-db/cairn/storage/client"
 	"github.com/cairn-db/cairn/storage/lineproto"
-	"github.com/cairn-db/cairn/web"
 )
 
 // Data is the broker's data plane: it hashes series to shards, sends each
@@ -35,7 +35,7 @@ type Data struct {
 	RetryFor time.Duration
 	// Self and Local short-circuit writes to shards led by this very process
 	// (a standalone node): no HTTP, no re-encoding. Local returns storage
-	// errors, mapped with storage.StatusOf.
+	// errors (wrapping the models sentinels the internal API answers with).
 	Self  string
 	Local func(ctx context.Context, db string, shard int, term int64, points []lineproto.Point) error
 	Now   func() time.Time
@@ -52,8 +52,6 @@ type Data struct {
 	// process, without HTTP or encoding.
 	LocalSelect func(db string, shard int, req *query.ShardRequest) (*query.ShardResult, error)
 }
-
-var _ web.Data = (*Data)(nil)
 
 // RouteView is GET /route's answer.
 type RouteView struct {
@@ -75,6 +73,10 @@ type target struct {
 	address string
 	term    int64
 	online  bool
+}
+
+func bad(format string, a ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{models.ErrBadInput}, a...)...)
 }
 
 func (d *Data) database(st *statemachine.State, db string) (models.Database, error) {
@@ -101,7 +103,7 @@ func (d *Data) target(st *statemachine.State, cfg models.Database, shard int) ta
 	return t
 }
 
-// Route implements web.Data.
+// Route serves GET /route.
 func (d *Data) Route(db, series string) (any, error) {
 	st := d.State()
 	cfg, err := d.database(st, db)
@@ -136,7 +138,7 @@ func (d *Data) write(ctx context.Context, db, precision string, body []byte) (in
 		return 0, fmt.Errorf("%w: the batch holds more than %d points (--write-max-points); send it in smaller batches", models.ErrTooLarge, d.MaxPoints)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("%w: %v", models.ErrBadInput, err)
+		return 0, fmt.Errorf("%w: %w", models.ErrBadInput, err)
 	}
 	if len(points) == 0 {
 		return 0, nil
@@ -175,16 +177,21 @@ func (d *Data) writeShard(ctx context.Context, cfg models.Database, shard int, p
 	for attempt := 0; ; attempt++ {
 		t := d.target(d.State(), cfg, shard)
 		if t.online {
-			status, msg, err := d.attempt(ctx, cfg, t, pts)
+			err := d.attempt(ctx, cfg, t, pts)
+			var peer *client.PeerError
 			switch {
-			case err == nil && status == http.StatusNoContent:
+			case err == nil:
 				return nil
-			case err != nil:
-				lastErr = fmt.Errorf("%w: shard %d leader %s unreachable: %v", models.ErrUnavailable, shard, t.leader, err)
-			case status == http.StatusServiceUnavailable && strings.Contains(msg, "minimum"):
-				return fmt.Errorf("%w: %s", models.ErrUnavailable, msg)
+			case errors.Is(err, models.ErrNotEnoughISR):
+				// Final for this batch: the leader itself counted too few
+				// in-sync replicas, and retrying cannot add any.
+				return fmt.Errorf("%w: %s", models.ErrUnavailable, err)
+			case errors.As(err, &peer):
+				// The leader's answer is about the broker's request, not the
+				// client's: its code is not passed on (%s).
+				lastErr = fmt.Errorf("%w: shard %d: leader %s answered %d: %s", models.ErrUnavailable, shard, t.leader, peer.Status, err)
 			default:
-				lastErr = fmt.Errorf("%w: shard %d: leader %s answered %d: %s", models.ErrUnavailable, shard, t.leader, status, msg)
+				lastErr = fmt.Errorf("%w: shard %d leader %s unreachable: %w", models.ErrUnavailable, shard, t.leader, err)
 			}
 		} else {
 			lastErr = fmt.Errorf("%w: shard %d of %q is offline (no live leader)", models.ErrUnavailable, shard, cfg.Name)
@@ -207,10 +214,10 @@ func (d *Data) writeShard(ctx context.Context, cfg models.Database, shard int, p
 	}
 }
 
-// attempt sends one batch to t, abandoning it as soon as the published state
+// attempt sends one batch to t (nil: durable), abandoning it as soon as the published state
 // names another leader or term for the shard: a frozen or partitioned leader
 // must not hold a write hostage.
-func (d *Data) attempt(ctx context.Context, cfg models.Database, t target, pts []lineproto.Point) (int, string, error) {
+func (d *Data) attempt(ctx context.Context, cfg models.Database, t target, pts []lineproto.Point) error {
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -229,33 +236,16 @@ func (d *Data) attempt(ctx context.Context, cfg models.Database, t target, pts [
 	}()
 	if d.Local != nil && t.leader == d.Self {
 		if err := d.Local(actx, cfg.Name, t.shard, t.term, pts); err != nil {
-			return storage.StatusOf(err), err.Error(), nil
+			status, _ := models.StatusOf(err)
+			return &client.PeerError{Status: status, Err: err}
 		}
-		return http.StatusNoContent, "", nil
+		return nil
 	}
-	body, _ := engine.Entry{Term: uint64(t.term), Points: pts}.MarshalBinary()
-	return d.post(actx, fmt.Sprintf("http://%s/internal/v1/shards/%s/%d/write?term=%d", t.address, cfg.Name, t.shard, t.term), body)
-}
-
-func (d *Data) post(ctx context.Context, u string, body []byte) (int, string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
-	if err != nil {
-		return 0, "", err
-	}
-	req.Header.Set("Content-Type", "application/octet-stream")
-	resp, err := d.Client.Do(req)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	return resp.StatusCode, errMessage(msg), nil
+	return (&client.Client{HTTP: d.Client}).Write(actx, client.Shard{Address: t.address, DB: cfg.Name, Shard: t.shard}, t.term, pts)
 }
 
 func errMessage(body []byte) string {
-	var env struct {
-		Error struct{ Message string } `json:"error"`
-	}
+	var env models.ErrorBody
 	if json.Unmarshal(body, &env) == nil && env.Error.Message != "" {
 		return env.Error.Message
 	}
@@ -266,7 +256,7 @@ func errMessage(body []byte) string {
 // answer is {"series":[...]} with the shards' series in shard order (each
 // shard's sorted by series), relayed without decoding: a query can return
 // millions of points.
-func (d *Data) query(ctx context.Context, q web.Query) (any, error) {
+func (d *Data) query(ctx context.Context, q models.Query) (any, error) {
 	st := d.State()
 	cfg, err := d.database(st, q.DB)
 	if err != nil {
@@ -372,15 +362,17 @@ func (d *Data) openShardQuery(ctx context.Context, st *statemachine.State, cfg m
 	}
 	resp, err := d.Client.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("%w: shard %d leader unreachable: %v", models.ErrUnavailable, shard, err)
+		return nil, fmt.Errorf("%w: shard %d leader unreachable: %w", models.ErrUnavailable, shard, err)
 	}
 	if resp.StatusCode == http.StatusOK {
 		return resp, nil
 	}
 	defer resp.Body.Close()
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	if resp.StatusCode == http.StatusRequestEntityTooLarge {
-		return nil, fmt.Errorf("%w: shard %d: %s", models.ErrTooLarge, shard, errMessage(msg))
+	// Over the limits is the client's to fix (narrow the query); any other
+	// refusal is the cluster's, and its code is not passed on.
+	if err := models.DecodeError(msg); errors.Is(err, models.ErrTooLarge) {
+		return nil, fmt.Errorf("%w: shard %d: %w", models.ErrTooLarge, shard, err)
 	}
 	return nil, fmt.Errorf("%w: shard %d: %s", models.ErrUnavailable, shard, errMessage(msg))
 }
@@ -388,7 +380,7 @@ func (d *Data) openShardQuery(ctx context.Context, st *statemachine.State, cfg m
 func readShardAnswer(shard int, resp *http.Response) ([]byte, error) {
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return nil, fmt.Errorf("%w: shard %d answer: %v", models.ErrUnavailable, shard, err)
+		return nil, fmt.Errorf("%w: shard %d answer: %w", models.ErrUnavailable, shard, err)
 	}
 	if !json.Valid(body) {
 		return nil, fmt.Errorf("%w: shard %d answered invalid JSON", models.ErrUnavailable, shard)

@@ -59,7 +59,7 @@ func (d *Data) Select(ctx context.Context, db string, req *query.ShardRequest) (
 		}
 		r, err := query.UnmarshalResult(data)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %v", models.ErrUnavailable, err)
+			return nil, fmt.Errorf("%w: %w", models.ErrUnavailable, err)
 		}
 		return r, nil
 	})
@@ -74,7 +74,7 @@ func (d *Data) SeriesKeys(ctx context.Context, db, measurement string) ([]string
 		}
 		var keys []string
 		if err := json.Unmarshal(data, &keys); err != nil {
-			return nil, fmt.Errorf("%w: series list: %v", models.ErrUnavailable, err)
+			return nil, fmt.Errorf("%w: series list: %w", models.ErrUnavailable, err)
 		}
 		return keys, nil
 	})

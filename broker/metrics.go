@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/cairn-db/cairn/web"
+	"github.com/cairn-db/cairn/models"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -44,7 +44,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-// Write implements web.Data, recording the request.
+// Write parses a line-protocol batch and writes it to every shard it
+// touches, recording the request.
 func (d *Data) Write(ctx context.Context, db, precision string, body []byte) error {
 	start := time.Now()
 	n, err := d.write(ctx, db, precision, body)
@@ -52,8 +53,9 @@ func (d *Data) Write(ctx context.Context, db, precision string, body []byte) err
 	return err
 }
 
-// Query implements web.Data, recording the request.
-func (d *Data) Query(ctx context.Context, q web.Query) (any, error) {
+// Query fans a query out to the database's shard leaders, recording the
+// request.
+func (d *Data) Query(ctx context.Context, q models.Query) (any, error) {
 	start := time.Now()
 	out, err := d.query(ctx, q)
 	d.recordQuery(q.DB, start, err)
@@ -96,5 +98,10 @@ func statusLabel(err error, ok int) string {
 	if err == nil {
 		return strconv.Itoa(ok)
 	}
-	return strconv.Itoa(web.StatusOf(err))
+	return strconv.Itoa(status(err))
+}
+
+func status(err error) int {
+	s, _ := models.StatusOf(err)
+	return s
 }

@@ -84,9 +84,6 @@ func (e *Election) waitDeleted(ctx context.Context, s *Session) error {
 	}
 }
 
-// Leader returns the current holder's record and term, or nil.
-func (e *Election) Leader(ctx context.Context) (*KeyValue, error) { return e.store.Get(ctx, e.key) }
-
 // Fence is the compare every write of the holder of term must carry.
 func (e *Election) Fence(term int64) Cmp { return CreateRevIs(e.key, term) }
 

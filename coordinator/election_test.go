@@ -62,7 +62,7 @@ func testElection(t *testing.T, s coordinator.Store) {
 
 	// Resign hands over at once.
 	require.NoError(t, el.Resign(ctx, r.term))
-	got, err := el.Leader(ctx)
+	got, err := s.Get(ctx, "/el/master")
 	require.NoError(t, err)
 	require.Nil(t, got)
 }

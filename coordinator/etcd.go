@@ -78,10 +78,6 @@ func NewEtcdStore(cfg EtcdConfig) (*EtcdStore, error) {
 	return &EtcdStore{cli: cli, timeout: cfg.RequestTimeout, metrics: cfg.Metrics}, nil
 }
 
-// Client exposes the etcd client for the few callers that need it (the embedded
-// server's health probe).
-func (s *EtcdStore) Client() *clientv3.Client { return s.cli }
-
 func (s *EtcdStore) ctx(ctx context.Context) (context.Context, context.CancelFunc) {
 	if _, ok := ctx.Deadline(); ok {
 		return context.WithCancel(ctx)
@@ -96,22 +92,22 @@ func mapErr(err error) error {
 	}
 	switch {
 	case errors.Is(err, rpctypes.ErrCompacted):
-		return fmt.Errorf("%w: %v", ErrCompacted, err)
+		return fmt.Errorf("%w: %w", ErrCompacted, err)
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):
-		return fmt.Errorf("%w: %v", ErrLeaseNotFound, err)
+		return fmt.Errorf("%w: %w", ErrLeaseNotFound, err)
 	case errors.Is(err, rpctypes.ErrNoSpace):
-		return fmt.Errorf("%w: %v", ErrNoSpace, err)
+		return fmt.Errorf("%w: %w", ErrNoSpace, err)
 	case errors.Is(err, context.Canceled):
 		return err
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, rpctypes.ErrNoLeader),
 		errors.Is(err, rpctypes.ErrTimeout), errors.Is(err, rpctypes.ErrTimeoutDueToLeaderFail),
 		errors.Is(err, rpctypes.ErrTimeoutDueToConnectionLost):
-		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	if st, ok := status.FromError(err); ok {
 		switch st.Code() {
 		case codes.Unavailable, codes.DeadlineExceeded:
-			return fmt.Errorf("%w: %v", ErrUnavailable, err)
+			return fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 	}
 	return err
@@ -314,7 +310,7 @@ func (s *EtcdStore) Watch(ctx context.Context, prefix string, fromRev int64) <-c
 				} else {
 					err = mapErr(err)
 					if !errors.Is(err, ErrCompacted) {
-						err = fmt.Errorf("%w: %v", ErrUnavailable, err)
+						err = fmt.Errorf("%w: %w", ErrUnavailable, err)
 					}
 				}
 				r.Err = err

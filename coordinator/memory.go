@@ -13,7 +13,7 @@ import (
 
 // MemoryStore is an in-process Store with etcd's semantics: one revision
 // counter, create and mod revisions, leases that expire, watches from a past
-// revision and compaction. Tests and `cairn simulate` use it.
+// revision and compaction. Tests use it.
 type MemoryStore struct {
 	mu        sync.Mutex
 	rev       int64

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cairn-db/cairn/backoff"
 	"go.uber.org/zap"
 )
 
@@ -62,7 +63,7 @@ func KeepRegistered(ctx context.Context, store Store, reg Registration, lg *zap.
 	if reg.HeldWait == 0 {
 		reg.HeldWait = reg.TTL * 3 / 2
 	}
-	backoff := 100 * time.Millisecond
+	bo := backoff.New(100*time.Millisecond, 2*time.Second)
 	var heldUntil <-chan time.Time // set while another holder is waited on
 	for ctx.Err() == nil {
 		s, err := NewSession(ctx, store, reg.TTL)
@@ -89,7 +90,8 @@ func KeepRegistered(ctx context.Context, store Store, reg Registration, lg *zap.
 			}
 			if err == nil {
 				lg.Info("registered")
-				backoff, heldUntil = 100*time.Millisecond, nil
+				bo.Reset()
+				heldUntil = nil
 				if reg.OnRegistered != nil {
 					reg.OnRegistered()
 				}
@@ -109,14 +111,9 @@ func KeepRegistered(ctx context.Context, store Store, reg Registration, lg *zap.
 			lg.Debug("registration failed", zap.Error(err))
 			heldUntil = nil // the holder's lease could not run out while we could not look
 		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !bo.Wait(ctx) {
 			return nil
-		case <-t.C:
 		}
-		backoff = min(backoff*2, 2*time.Second)
 	}
 	return nil
 }

@@ -16,7 +16,6 @@ var ErrSessionLost = errors.New("coordinator: session lost")
 type Session struct {
 	store  Store
 	lease  LeaseID
-	ttl    time.Duration
 	done   <-chan struct{}
 	cancel context.CancelFunc
 	once   sync.Once
@@ -34,14 +33,11 @@ func NewSession(ctx context.Context, store Store, ttl time.Duration) (*Session, 
 		cancel()
 		return nil, fmt.Errorf("keep lease alive: %w", err)
 	}
-	return &Session{store: store, lease: id, ttl: ttl, done: done, cancel: cancel}, nil
+	return &Session{store: store, lease: id, done: done, cancel: cancel}, nil
 }
 
 // Lease is the session's lease.
 func (s *Session) Lease() LeaseID { return s.lease }
-
-// TTL is the lease's time to live.
-func (s *Session) TTL() time.Duration { return s.ttl }
 
 // Done closes when the lease is lost or the session closed.
 func (s *Session) Done() <-chan struct{} { return s.done }

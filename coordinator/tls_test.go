@@ -95,7 +95,7 @@ func TestEtcdStoreTLSAndAuth(t *testing.T) {
 	admin, err := coordinator.NewEtcdStore(coordinator.EtcdConfig{Endpoints: []string{cu.String()}, CACert: ca,
 		DialTimeout: callTimeout, RequestTimeout: callTimeout})
 	require.NoError(t, err)
-	cli := admin.Client()
+	cli := coordinator.EtcdClient(admin)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		ctx, cancel := call()
 		defer cancel()

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cairn-db/cairn/backoff"
 	"go.uber.org/zap"
 )
 
@@ -65,18 +66,8 @@ func RunWatcher(ctx context.Context, cfg WatcherConfig, emit func(WatchEvent)) {
 	for k, v := range cfg.Known {
 		known[k] = v
 	}
-	backoff := cfg.MinBackoff
-	wait := func() bool {
-		t := time.NewTimer(backoff)
-		defer t.Stop()
-		backoff = min(backoff*2, cfg.MaxBackoff)
-		select {
-		case <-ctx.Done():
-			return false
-		case <-t.C:
-			return true
-		}
-	}
+	bo := backoff.New(cfg.MinBackoff, cfg.MaxBackoff)
+	wait := func() bool { return bo.Wait(ctx) }
 	var clusterID uint64
 	var lastRev int64
 	needList := true
@@ -149,7 +140,7 @@ func RunWatcher(ctx context.Context, cfg WatcherConfig, emit func(WatchEvent)) {
 			return
 		}
 		if err == nil {
-			backoff = cfg.MinBackoff
+			bo.Reset()
 		}
 	}
 }

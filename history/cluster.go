@@ -116,7 +116,7 @@ func (c *Cluster) fetch(ctx context.Context, p Peer) (Series, error) {
 	}
 	var s Series
 	if err := json.Unmarshal(body, &s); err != nil {
-		return Series{}, fmt.Errorf("%w: node %s: %v", ErrBadPeerAnswer, p.NodeID, err)
+		return Series{}, fmt.Errorf("%w: node %s: %w", ErrBadPeerAnswer, p.NodeID, err)
 	}
 	if err := s.validate(p.NodeID); err != nil {
 		return Series{}, err

@@ -26,7 +26,7 @@ func ReadBody(r *http.Request, limit int64) ([]byte, error) {
 	case "gzip":
 		zr, err := gzip.NewReader(r.Body)
 		if err != nil {
-			return nil, fmt.Errorf("%w: gzip: %v", ErrBadEncoding, err)
+			return nil, fmt.Errorf("%w: gzip: %w", ErrBadEncoding, err)
 		}
 		defer zr.Close()
 		src = zr
@@ -39,7 +39,7 @@ func ReadBody(r *http.Request, limit int64) ([]byte, error) {
 	case errors.As(err, &maxErr):
 		return nil, fmt.Errorf("%w: more than %d bytes", ErrBodyTooLarge, maxErr.Limit)
 	case err != nil && src != r.Body:
-		return nil, fmt.Errorf("%w: gzip: %v", ErrBadEncoding, err)
+		return nil, fmt.Errorf("%w: gzip: %w", ErrBadEncoding, err)
 	case err != nil:
 		return nil, fmt.Errorf("reading body: %w", err)
 	case int64(len(body)) > limit:

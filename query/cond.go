@@ -23,7 +23,7 @@ func ParseTagCond(s string) (influxql.Expr, error) {
 	}
 	e, err := influxql.ParseExpr(s)
 	if err != nil {
-		return nil, fmt.Errorf("%w: condition: %v", ErrBadQuery, err)
+		return nil, fmt.Errorf("%w: condition: %w", ErrBadQuery, err)
 	}
 	if err := CheckTagCond(e); err != nil {
 		return nil, err

@@ -224,14 +224,14 @@ func (p *Plan) planDimensions(s *influxql.SelectStatement) error {
 			}
 			iv, err := s.GroupByInterval()
 			if err != nil {
-				return fmt.Errorf("%w: %v", ErrBadQuery, err)
+				return fmt.Errorf("%w: %w", ErrBadQuery, err)
 			}
 			if iv <= 0 {
 				return fmt.Errorf("%w: GROUP BY time interval must be positive", ErrBadQuery)
 			}
 			off, err := s.GroupByOffset()
 			if err != nil {
-				return fmt.Errorf("%w: %v", ErrBadQuery, err)
+				return fmt.Errorf("%w: %w", ErrBadQuery, err)
 			}
 			p.Req.Interval, p.Req.Offset = int64(iv), int64(off)
 		case *influxql.VarRef:
@@ -326,7 +326,7 @@ func timeBound(be *influxql.BinaryExpr, now time.Time) (int64, int64, error) {
 	}
 	ts, err := timeValue(influxql.Reduce(val, &influxql.NowValuer{Now: now}))
 	if err != nil {
-		return 0, 0, fmt.Errorf("%w: %s: %v", ErrBadQuery, be, err)
+		return 0, 0, fmt.Errorf("%w: %s: %w", ErrBadQuery, be, err)
 	}
 	lo, hi := int64(math.MinInt64), int64(math.MaxInt64)
 	switch op {

@@ -29,7 +29,7 @@ func ParseSeries(keys []string) ([]SeriesInfo, error) {
 	for _, k := range keys {
 		m, tags, f, err := lineproto.ParseSeriesKey(k)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrBadWire, err)
+			return nil, fmt.Errorf("%w: %w", ErrBadWire, err)
 		}
 		out = append(out, SeriesInfo{Measurement: m, Tags: tags, Field: f})
 	}

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/cairn-db/cairn/backoff"
 	"github.com/cairn-db/cairn/storage/engine"
 	"go.uber.org/zap"
 )
@@ -19,19 +20,18 @@ import (
 // follow pulls the leader's log from our last txn id until the role changes:
 // a diverged tail is truncated, a replica too far behind gets a full sync.
 func (r *replica) follow(ctx context.Context, d desired) {
-	backoff := 50 * time.Millisecond
+	bo := backoff.New(50*time.Millisecond, time.Second)
 	for ctx.Err() == nil {
 		err := r.pullOnce(ctx, d)
 		if err == nil {
-			backoff = 50 * time.Millisecond
+			bo.Reset()
 			continue
 		}
 		if ctx.Err() != nil {
 			return
 		}
 		r.lg.Debug("fetch from leader failed", zap.String("leader", d.leader), zap.Error(err))
-		r.sleep(ctx, backoff)
-		backoff = min(backoff*2, time.Second)
+		r.sleep(ctx, bo.Next())
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/storage/engine"
 	"github.com/gin-gonic/gin"
 	"go.uber.org/zap"
@@ -40,24 +41,15 @@ func (h *Host) Routes(r gin.IRouter) {
 	g.GET("/series", h.handleSeries)
 }
 
-// StatusOf maps a replication error to the HTTP status the internal API
-// answers with.
-func StatusOf(err error) int {
-	switch {
-	case errors.Is(err, ErrStaleTerm):
-		return http.StatusConflict
-	case errors.Is(err, ErrNotHosted):
-		return http.StatusNotFound
-	case errors.Is(err, ErrNotEnoughISR), errors.Is(err, ErrAckTimeout):
-		return http.StatusServiceUnavailable
-	case errors.Is(err, engine.ErrTooLarge):
-		return http.StatusRequestEntityTooLarge
-	}
-	return http.StatusInternalServerError
-}
-
+// replyErr answers with err's status and code from models.Codes (the
+// replication sentinels wrap models'); a query over the engine's limits is
+// models.ErrTooLarge.
 func replyErr(c *gin.Context, err error) {
-	c.AbortWithStatusJSON(StatusOf(err), gin.H{"error": gin.H{"code": "storage", "message": err.Error()}})
+	if errors.Is(err, engine.ErrTooLarge) {
+		err = models.Mark(err, models.ErrTooLarge)
+	}
+	status, body := models.Envelope(err)
+	c.AbortWithStatusJSON(status, body)
 }
 
 func (h *Host) replicaOf(c *gin.Context) (*replica, bool) {

@@ -19,13 +19,13 @@ import (
 // Errors of the replication protocol.
 var (
 	// ErrStaleTerm: the request's term is not this replica's leadership term.
-	ErrStaleTerm = errors.New("storage: stale term")
+	ErrStaleTerm = fmt.Errorf("storage: %w", models.ErrStaleTerm)
 	// ErrNotHosted: this node holds no replica of the shard.
-	ErrNotHosted = errors.New("storage: shard not hosted here")
+	ErrNotHosted = fmt.Errorf("storage: %w", models.ErrNotHosted)
 	// ErrNotEnoughISR: fewer in-sync replicas than the configured minimum.
-	ErrNotEnoughISR = errors.New("storage: not enough in-sync replicas")
+	ErrNotEnoughISR = fmt.Errorf("storage: %w", models.ErrNotEnoughISR)
 	// ErrAckTimeout: the in-sync replicas did not confirm in time.
-	ErrAckTimeout = errors.New("storage: in-sync replicas did not confirm in time")
+	ErrAckTimeout = fmt.Errorf("storage: %w", models.ErrAckTimeout)
 )
 
 type role int

@@ -17,28 +17,16 @@ import (
 	"github.com/gin-gonic/gin"
 )
 
-// DatabasePatch is the body of PATCH /databases/{name}; nil fields stay.
-type DatabasePatch struct {
-	NumShards     *int `json:"num_shards"`
-	ReplicaFactor *int `json:"replica_factor"`
-}
-
-// LeaderTransfer is the body of POST .../shards/{id}/leader.
-type LeaderTransfer struct {
-	NodeID  string `json:"node_id"`
-	Unclean bool   `json:"unclean"`
-}
-
 // Admin applies metadata changes (a broker writes them to etcd; the master
 // reacts). Errors wrap the models sentinels.
 type Admin interface {
 	CreateStorageCluster(ctx context.Context, c models.StorageCluster) (models.StorageCluster, error)
 	DeleteStorageCluster(ctx context.Context, name string) error
 	CreateDatabase(ctx context.Context, db models.Database) (models.Database, error)
-	UpdateDatabase(ctx context.Context, name string, p DatabasePatch) (models.Database, error)
+	UpdateDatabase(ctx context.Context, name string, p models.DatabasePatch) (models.Database, error)
 	DeleteDatabase(ctx context.Context, name string) error
 	SetDrain(ctx context.Context, node string, drain bool) error
-	TransferLeader(ctx context.Context, db string, shard int, t LeaderTransfer) error
+	TransferLeader(ctx context.Context, db string, shard int, t models.LeaderTransfer) error
 	Rebalance(ctx context.Context, dryRun bool) (any, error)
 }
 
@@ -46,14 +34,7 @@ type Admin interface {
 type Data interface {
 	Route(db, series string) (any, error)
 	Write(ctx context.Context, db, precision string, body []byte) error
-	Query(ctx context.Context, q Query) (any, error)
-}
-
-// Query carries the query parameters of GET /query.
-type Query struct {
-	DB, Metric string
-	Start, End int64
-	Tags       map[string]string
+	Query(ctx context.Context, q models.Query) (any, error)
 }
 
 // decodeStrict reads a JSON body, refusing unknown fields and trailing data.
@@ -64,7 +45,7 @@ func decodeStrict(c *gin.Context, v any) error {
 		if errors.As(err, &mbe) {
 			return fmt.Errorf("%w: body larger than %d bytes", models.ErrBadInput, mbe.Limit)
 		}
-		return fmt.Errorf("%w: reading body: %v", models.ErrBadInput, err)
+		return fmt.Errorf("%w: reading body: %w", models.ErrBadInput, err)
 	}
 	return DecodeStrictJSON(data, v)
 }
@@ -75,7 +56,7 @@ func DecodeStrictJSON(data []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("%w: malformed JSON body: %v", models.ErrBadInput, err)
+		return fmt.Errorf("%w: malformed JSON body: %w", models.ErrBadInput, err)
 	}
 	if dec.More() {
 		return fmt.Errorf("%w: malformed JSON body: trailing data", models.ErrBadInput)
@@ -228,7 +209,7 @@ func (s *Server) createDatabase(c *gin.Context) {
 }
 
 func (s *Server) patchDatabase(c *gin.Context) {
-	var body DatabasePatch
+	var body models.DatabasePatch
 	if err := decodeStrict(c, &body); err != nil {
 		fail(c, err)
 		return
@@ -249,17 +230,6 @@ func (s *Server) deleteDatabase(c *gin.Context) {
 	c.Status(http.StatusNoContent)
 }
 
-// ShardView is one shard as GET .../shards shows it.
-type ShardView struct {
-	ID       int      `json:"id"`
-	Replicas []string `json:"replicas"`
-	Leader   string   `json:"leader"`
-	Term     int64    `json:"term"`
-	ISR      []string `json:"isr"`
-	Status   string   `json:"status"`
-	Reason   string   `json:"reason,omitempty"`
-}
-
 func (s *Server) getShards(c *gin.Context) {
 	name := c.Param("name")
 	st := s.cfg.State()
@@ -272,15 +242,15 @@ func (s *Server) getShards(c *gin.Context) {
 }
 
 // ShardViews joins assignment, state and in-sync sets of one database.
-func ShardViews(a models.Assignment, ss models.ShardStates, isr map[string]models.ISR) []ShardView {
+func ShardViews(a models.Assignment, ss models.ShardStates, isr map[string]models.ISR) []models.ShardView {
 	states := map[int]models.ShardState{}
 	for _, x := range ss.Shards {
 		states[x.ID] = x
 	}
-	out := make([]ShardView, 0, len(a.Shards))
+	out := make([]models.ShardView, 0, len(a.Shards))
 	for _, sh := range a.Shards {
 		st := states[sh.ID]
-		v := ShardView{ID: sh.ID, Replicas: sh.Replicas, Leader: st.Leader, Term: st.Term, Status: st.Status, Reason: st.Reason}
+		v := models.ShardView{ID: sh.ID, Replicas: sh.Replicas, Leader: st.Leader, Term: st.Term, Status: st.Status, Reason: st.Reason}
 		if v.Status == "" {
 			v.Status = models.StatusOffline
 			v.Reason = "no leader published yet"
@@ -315,7 +285,7 @@ func (s *Server) transferLeader(c *gin.Context) {
 		fail(c, fmt.Errorf("%w: invalid shard id %q", models.ErrBadInput, c.Param("id")))
 		return
 	}
-	var body LeaderTransfer
+	var body models.LeaderTransfer
 	if err := decodeStrict(c, &body); err != nil {
 		fail(c, err)
 		return

@@ -2,7 +2,6 @@ package web
 
 import (
 	"crypto/subtle"
-	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -35,7 +34,7 @@ func (s Scope) String() string {
 }
 
 // ErrForbidden: the caller proved a token, but of a narrower scope (403).
-var ErrForbidden = errors.New("forbidden")
+var ErrForbidden = models.ErrForbidden
 
 // Tokens are the API tokens of a node. A scope is open (as before tokens
 // existed) when its token is unset, with one exception kept from the days of

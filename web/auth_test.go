@@ -22,7 +22,7 @@ type scopeData struct{}
 
 func (scopeData) Route(string, string) (any, error)                   { return map[string]any{}, nil }
 func (scopeData) Write(context.Context, string, string, []byte) error { return nil }
-func (scopeData) Query(context.Context, web.Query) (any, error)       { return map[string]any{}, nil }
+func (scopeData) Query(context.Context, models.Query) (any, error)    { return map[string]any{}, nil }
 
 // routeScopes is the scope of every public route; 0 means open. The table
 // test below fails for a route missing here, so a new route must pick one.

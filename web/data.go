@@ -73,7 +73,7 @@ func (s *Server) query(c *gin.Context) {
 	if !s.requireData(c) {
 		return
 	}
-	q := Query{DB: c.Query("db"), Metric: c.Query("metric"), Tags: map[string]string{}}
+	q := models.Query{DB: c.Query("db"), Metric: c.Query("metric"), Tags: map[string]string{}}
 	var err error
 	if q.Start, err = ParseTime("start", c.Query("start")); err != nil {
 		fail(c, err)

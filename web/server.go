@@ -147,7 +147,7 @@ func New(cfg Config) *Server {
 		s.cfg.Console.ServeHTTP(c.Writer, c.Request)
 	})
 	e.NoMethod(func(c *gin.Context) {
-		c.AbortWithStatusJSON(http.StatusMethodNotAllowed, errorBody{Error: errorDetail{Code: "method_not_allowed",
+		c.AbortWithStatusJSON(http.StatusMethodNotAllowed, models.ErrorBody{Error: models.ErrorDetail{Code: "method_not_allowed",
 			Message: fmt.Sprintf("method %s not allowed on %s", c.Request.Method, c.Request.URL.Path)}})
 	})
 	s.gin = e

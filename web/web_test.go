@@ -34,13 +34,13 @@ func (f *fakeAdmin) CreateDatabase(_ context.Context, d models.Database) (models
 	f.calls = append(f.calls, "db:"+d.Name)
 	return d, f.err
 }
-func (f *fakeAdmin) UpdateDatabase(_ context.Context, _ string, _ web.DatabasePatch) (models.Database, error) {
+func (f *fakeAdmin) UpdateDatabase(_ context.Context, _ string, _ models.DatabasePatch) (models.Database, error) {
 	return models.Database{}, f.err
 }
 func (f *fakeAdmin) DeleteDatabase(context.Context, string) error { return f.err }
 func (f *fakeAdmin) SetDrain(context.Context, string, bool) error { return f.err }
 func (f *fakeAdmin) Rebalance(context.Context, bool) (any, error) { return map[string]any{}, f.err }
-func (f *fakeAdmin) TransferLeader(context.Context, string, int, web.LeaderTransfer) error {
+func (f *fakeAdmin) TransferLeader(context.Context, string, int, models.LeaderTransfer) error {
 	return f.err
 }
 
@@ -104,10 +104,10 @@ func TestErrorMappingAndStrictBodies(t *testing.T) {
 		{fmt.Errorf("%w: x", models.ErrNotFound), 404, "not_found"},
 		{fmt.Errorf("%w: x", models.ErrConflict), 409, "conflict"},
 		{fmt.Errorf("%w: x", models.ErrImpossible), 422, "unprocessable"},
-		{fmt.Errorf("%w: x", coordinator.ErrUnavailable), 503, "unavailable"},
-		{fmt.Errorf("%w: x", coordinator.ErrNoSpace), 503, "etcd_nospace"},
+		{fmt.Errorf("%w: x", models.ErrUnavailable), 503, "unavailable"},
+		{fmt.Errorf("%w: x", models.ErrNoSpace), 503, "etcd_nospace"},
 		// An unknown outcome also matches ErrUnavailable; the precise code wins.
-		{fmt.Errorf("%w: %w", coordinator.ErrOutcomeUnknown, coordinator.ErrUnavailable), 503, "outcome_unknown"},
+		{fmt.Errorf("%w: %w", models.ErrOutcomeUnknown, models.ErrUnavailable), 503, "outcome_unknown"},
 		{errors.New("boom"), 500, "internal"},
 	}
 	for _, tc := range cases {
@@ -164,7 +164,7 @@ func (f *fakeData) Write(context.Context, string, string, []byte) error {
 	f.writes++
 	return nil
 }
-func (f *fakeData) Query(context.Context, web.Query) (any, error) { return nil, nil }
+func (f *fakeData) Query(context.Context, models.Query) (any, error) { return nil, nil }
 
 // TestWriteBodyLimit: write bodies have their own limit, answered with 413
 // naming it; other bodies keep theirs.

@@ -13,7 +13,6 @@ import (
 	"github.com/cairn-db/cairn/coordinator/master"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
-	"github.com/cairn-db/cairn/web"
 	"github.com/stretchr/testify/require"
 )
 
@@ -129,7 +128,7 @@ func BenchmarkMasterRestart(b *testing.B) {
 		rm := h.startMaster(masterOpts{})
 		// Run answers operations only between reconcile passes: the answer
 		// comes after its first pass over the full state.
-		err := rm.TransferLeader(context.Background(), "absent", 0, web.LeaderTransfer{NodeID: "n1"})
+		err := rm.TransferLeader(context.Background(), "absent", 0, models.LeaderTransfer{NodeID: "n1"})
 		require.True(b, errors.Is(err, models.ErrNotFound), "%v", err)
 		took := time.Since(start)
 		b.StopTimer()

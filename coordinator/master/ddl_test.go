@@ -9,7 +9,6 @@ import (
 
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
-	"github.com/cairn-db/cairn/web"
 	"github.com/stretchr/testify/require"
 )
 
@@ -17,7 +16,7 @@ var five = []string{"n1", "n2", "n3", "n4", "n5"}
 
 // checkPlacement asserts the placement invariants of one database as the API
 // shows it: distinct replicas, every shard online with a leader among them.
-func checkPlacement(t *testing.T, views []web.ShardView, shards, rf int, term int64) {
+func checkPlacement(t *testing.T, views []models.ShardView, shards, rf int, term int64) {
 	t.Helper()
 	require.Len(t, views, shards)
 	for _, v := range views {
@@ -103,7 +102,7 @@ func TestGrowDatabase(t *testing.T) {
 	ctx := context.Background()
 
 	shards := 10
-	_, err := h.admin.UpdateDatabase(ctx, "grow", web.DatabasePatch{NumShards: &shards})
+	_, err := h.admin.UpdateDatabase(ctx, "grow", models.DatabasePatch{NumShards: &shards})
 	require.NoError(t, err)
 	h.eventually("10 shards online", func(st *statemachine.State) bool { return allOnline(st, "grow", 10) })
 	views := h.shards("grow")
@@ -116,7 +115,7 @@ func TestGrowDatabase(t *testing.T) {
 	require.LessOrEqual(t, spread(leaders, nodes), 1, "leaders per node %v", leaders)
 
 	rf := 3
-	_, err = h.admin.UpdateDatabase(ctx, "grow", web.DatabasePatch{ReplicaFactor: &rf})
+	_, err = h.admin.UpdateDatabase(ctx, "grow", models.DatabasePatch{ReplicaFactor: &rf})
 	require.NoError(t, err)
 	h.eventually("every shard has 3 replicas", func(st *statemachine.State) bool {
 		for _, sh := range st.Assignments["grow"].Shards {

@@ -12,7 +12,6 @@ import (
 	"github.com/cairn-db/cairn/coordinator"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
-	"github.com/cairn-db/cairn/web"
 	"github.com/stretchr/testify/require"
 )
 
@@ -49,7 +48,7 @@ func TestDeposedMasterWritesNothing(t *testing.T) {
 	st := h.sm.Snapshot()
 	s0, _ := st.ShardState("dep", 0)
 	other := notExpected(s0.Leader, st.Assignments["dep"].Shards[0].Replicas[0], st.Assignments["dep"].Shards[0].Replicas[1])
-	err := a.TransferLeader(context.Background(), "dep", 0, web.LeaderTransfer{NodeID: other})
+	err := a.TransferLeader(context.Background(), "dep", 0, models.LeaderTransfer{NodeID: other})
 	require.ErrorIs(t, err, coordinator.ErrDeposed)
 	require.ErrorIs(t, a.wait(t), coordinator.ErrDeposed)
 	require.Equal(t, rev, h.lastRev(), "a deposed master changed etcd")
@@ -120,7 +119,7 @@ func TestTwoMastersNeverSplitLeadership(t *testing.T) {
 			s, _ := st.ShardState("x", sh.ID)
 			for _, r := range sh.Replicas {
 				if _, live := st.Nodes[cluster][r]; live && r != s.Leader && s.Status == models.StatusOnline {
-					err := a.TransferLeader(ctx, "x", sh.ID, web.LeaderTransfer{NodeID: r})
+					err := a.TransferLeader(ctx, "x", sh.ID, models.LeaderTransfer{NodeID: r})
 					return errors.Is(err, coordinator.ErrDeposed)
 				}
 			}

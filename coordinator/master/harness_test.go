@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-db/cairn/broker"
 	"github.com/cairn-db/cairn/coordinator"
 	"github.com/cairn-db/cairn/coordinator/etcdtest"
 	"github.com/cairn-db/cairn/coordinator/master"
+	"github.com/cairn-db/cairn/meta"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
 	"github.com/cairn-db/cairn/web"
@@ -40,7 +40,7 @@ type harness struct {
 	keys  models.Keys
 	ck    models.ClusterKeys
 	sm    *statemachine.Manager
-	admin *broker.Admin
+	admin *meta.Admin
 	http  http.Handler
 
 	mu    sync.Mutex
@@ -74,7 +74,7 @@ func newHarness(t testing.TB, nodes ...string) *harness {
 	h.eventually("nodes registered and state loaded", func(st *statemachine.State) bool {
 		return master.Ready(st) && len(st.Nodes[cluster]) == len(nodes)
 	})
-	h.admin = &broker.Admin{Store: h.store, Keys: h.keys, State: h.sm.Snapshot}
+	h.admin = &meta.Admin{Store: h.store, Keys: h.keys, State: h.sm.Snapshot}
 	h.http = web.New(web.Config{NodeID: "test", State: h.sm.Snapshot, Admin: h.admin, Logger: logger(t)}).Handler()
 	return h
 }
@@ -336,12 +336,12 @@ func (h *harness) do(method, path string, body any) (int, string) {
 }
 
 // shards reads GET /databases/{db}/shards.
-func (h *harness) shards(db string) []web.ShardView {
+func (h *harness) shards(db string) []models.ShardView {
 	h.t.Helper()
 	code, body := h.do(http.MethodGet, "/api/v1/databases/"+db+"/shards", nil)
 	require.Equal(h.t, http.StatusOK, code, body)
 	var out struct {
-		Shards []web.ShardView `json:"shards"`
+		Shards []models.ShardView `json:"shards"`
 	}
 	require.NoError(h.t, json.Unmarshal([]byte(body), &out))
 	return out.Shards

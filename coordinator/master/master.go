@@ -15,7 +15,6 @@ import (
 	"github.com/cairn-db/cairn/coordinator/placement"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
-	"github.com/cairn-db/cairn/web"
 	"go.uber.org/zap"
 )
 
@@ -360,7 +359,7 @@ func (m *Master) publishStates(ctx context.Context, st *statemachine.State, db s
 // TransferLeader implements broker.MasterOps: a graceful leader change to an
 // in-sync replica, or with Unclean to any live replica (forcing an offline
 // shard back online, accepting that writes it never saw are lost).
-func (m *Master) TransferLeader(ctx context.Context, db string, shard int, t web.LeaderTransfer) error {
+func (m *Master) TransferLeader(ctx context.Context, db string, shard int, t models.LeaderTransfer) error {
 	_, err := m.do(ctx, func(ctx context.Context, st *statemachine.State) (any, error) {
 		if !Ready(st) || !m.sameCluster(st) {
 			return nil, fmt.Errorf("%w: master is still loading state from etcd", models.ErrUnavailable)

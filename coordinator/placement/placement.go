@@ -2,7 +2,7 @@
 //
 // It is a pure planner: it reads a Cluster snapshot and returns a Plan (target
 // placement plus an ordered list of moves). It holds no state between calls and
-// does no I/O, so the master, the Sharder implementations and `cairn simulate`
+// does no I/O, so the master and `cairn simulate`
 // can all call it and tests can drive it with plain tables.
 package placement
 

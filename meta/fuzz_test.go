@@ -1,11 +1,11 @@
-package broker_test
+package meta_test
 
 import (
 	"context"
 	"testing"
 
-	"github.com/cairn-db/cairn/broker"
 	"github.com/cairn-db/cairn/coordinator"
+	"github.com/cairn-db/cairn/meta"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
 	"github.com/cairn-db/cairn/web"
@@ -47,7 +47,7 @@ func FuzzCreateDatabase(f *testing.F) {
 		store := coordinator.NewMemoryStore()
 		defer store.Close()
 		keys := models.Keys{NS: "/cairn"}
-		a := &broker.Admin{Store: store, Keys: keys, State: state}
+		a := &meta.Admin{Store: store, Keys: keys, State: state}
 		ctx := context.Background()
 		var db models.Database
 		err := web.DecodeStrictJSON(body, &db)

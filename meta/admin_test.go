@@ -1,4 +1,4 @@
-package broker_test
+package meta_test
 
 import (
 	"context"
@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/cairn-db/cairn/broker"
 	"github.com/cairn-db/cairn/coordinator"
+	"github.com/cairn-db/cairn/meta"
 	"github.com/cairn-db/cairn/models"
 	"github.com/stretchr/testify/require"
 )
@@ -44,11 +44,12 @@ func TestCreateDatabaseIdempotent(t *testing.T) {
 	keys := models.Keys{NS: "/cairn"}
 	// The local state never sees the database: the retry must find it in
 	// the store, as a broker whose watch lags would.
-	a := &broker.Admin{Store: store, Keys: keys, State: fixedState(t)}
+	a := &meta.Admin{Store: store, Keys: keys, State: fixedState(t)}
 	req := models.Database{Name: "metrics", NumShards: 4, ReplicaFactor: 2, Options: map[string]any{"retention": "7d"}}
 
 	_, err := a.CreateDatabase(ctx, req)
 	require.ErrorIs(t, err, coordinator.ErrOutcomeUnknown)
+	require.ErrorIs(t, err, models.ErrOutcomeUnknown, "labelled for the API")
 	require.NotErrorIs(t, err, models.ErrConflict)
 	require.NotContains(t, err.Error(), "nothing changed")
 	require.Contains(t, err.Error(), "safe to retry")
@@ -82,7 +83,7 @@ func TestCreateDatabaseIdempotent(t *testing.T) {
 // TestCreateStorageClusterIdempotent: the same for storage clusters.
 func TestCreateStorageClusterIdempotent(t *testing.T) {
 	ctx := context.Background()
-	a := &broker.Admin{Store: coordinator.NewMemoryStore(), Keys: models.Keys{NS: "/cairn"}, State: fixedState(t)}
+	a := &meta.Admin{Store: coordinator.NewMemoryStore(), Keys: models.Keys{NS: "/cairn"}, State: fixedState(t)}
 	c := models.StorageCluster{Name: "east", EtcdEndpoints: []string{"http://127.0.0.1:2379"}, Namespace: "/east"}
 	_, err := a.CreateStorageCluster(ctx, c)
 	require.NoError(t, err)
@@ -96,11 +97,55 @@ func TestCreateStorageClusterIdempotent(t *testing.T) {
 // TestDDLUnderNoSpace: etcd's NOSPACE alarm is reported as such, with what to
 // do, never as a generic failure.
 func TestDDLUnderNoSpace(t *testing.T) {
-	a := &broker.Admin{Store: nospaceStore{coordinator.NewMemoryStore()}, Keys: models.Keys{NS: "/cairn"}, State: fixedState(t)}
+	a := &meta.Admin{Store: nospaceStore{coordinator.NewMemoryStore()}, Keys: models.Keys{NS: "/cairn"}, State: fixedState(t)}
 	_, err := a.CreateDatabase(context.Background(), models.Database{Name: "m", NumShards: 1})
 	require.ErrorIs(t, err, coordinator.ErrNoSpace)
+	status, code := models.StatusOf(err)
+	require.Equal(t, 503, status)
+	require.Equal(t, "etcd_nospace", code)
 	require.False(t, errors.Is(err, coordinator.ErrOutcomeUnknown))
 	for _, hint := range []string{"nothing changed", "compact", "defrag", "--etcd-quota-backend-bytes", "alarm disarm"} {
 		require.Contains(t, err.Error(), hint)
 	}
+}
+
+// failingMaster fails every operation with err.
+type failingMaster struct{ err error }
+
+func (f failingMaster) TransferLeader(context.Context, string, int, models.LeaderTransfer) error {
+	return f.err
+}
+func (f failingMaster) Rebalance(context.Context, bool) (any, error) { return nil, f.err }
+
+// TestStoreErrorsLabelled: the etcd layer's failures leave meta labelled with
+// the API's sentinels (the web layer knows only those), their own kept in the
+// chain for errors.Is.
+func TestStoreErrorsLabelled(t *testing.T) {
+	ctx := context.Background()
+	cases := []struct {
+		err  error
+		code string
+	}{
+		{fmt.Errorf("%w: x", coordinator.ErrUnavailable), "unavailable"},
+		{fmt.Errorf("%w: x", coordinator.ErrDeposed), "unavailable"},
+		{fmt.Errorf("%w: x", coordinator.ErrNoSpace), "etcd_nospace"},
+		{fmt.Errorf("%w: %w", coordinator.ErrOutcomeUnknown, coordinator.ErrUnavailable), "outcome_unknown"},
+		{fmt.Errorf("%w: x", models.ErrConflict), "conflict"},
+	}
+	for _, c := range cases {
+		t.Run(c.code, func(t *testing.T) {
+			a := &meta.Admin{Store: coordinator.NewMemoryStore(), Keys: models.Keys{NS: "/c"}, State: fixedState(t), Master: failingMaster{c.err}}
+			_, err := a.Rebalance(ctx, true)
+			require.ErrorIs(t, err, c.err)
+			_, code := models.StatusOf(err)
+			require.Equal(t, c.code, code)
+		})
+	}
+	down := coordinator.NewMemoryStore()
+	down.SetDown(true)
+	a := &meta.Admin{Store: down, Keys: models.Keys{NS: "/c"}, State: fixedState(t)}
+	err := a.DeleteDatabase(ctx, "x")
+	require.ErrorIs(t, err, coordinator.ErrUnavailable)
+	_, code := models.StatusOf(err)
+	require.Equal(t, "unavailable", code)
 }

@@ -1,7 +1,8 @@
-// Package broker is the broker role: it registers itself, serves routing and
-// the data plane from the local state copy, and turns DDL and storage config
-// into etcd writes that the master reacts to.
-package broker
+// Package meta owns metadata changes: it validates DDL (databases) and
+// storage-cluster configuration against the local state copy, writes them to
+// etcd for the master to react to, and hands operations only the elected
+// master performs to that master (in process, or forwarded over HTTP).
+package meta
 
 import (
 	"bytes"
@@ -19,7 +20,6 @@ import (
 	"github.com/cairn-db/cairn/coordinator"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
-	"github.com/cairn-db/cairn/web"
 )
 
 // MaxShards bounds num_shards of one database.
@@ -28,20 +28,18 @@ const MaxShards = 4096
 // MasterOps are the operations only the elected master performs; a broker
 // that is not master forwards them.
 type MasterOps interface {
-	TransferLeader(ctx context.Context, db string, shard int, t web.LeaderTransfer) error
+	TransferLeader(ctx context.Context, db string, shard int, t models.LeaderTransfer) error
 	Rebalance(ctx context.Context, dryRun bool) (any, error)
 }
 
 // Admin writes metadata changes to etcd after validating them against the
-// local state. It implements web.Admin.
+// local state. It is the web layer's Admin.
 type Admin struct {
 	Store  coordinator.Store
 	Keys   models.Keys
 	State  func() *statemachine.State
 	Master MasterOps // the local master if this node is one, else a forwarder
 }
-
-var _ web.Admin = (*Admin)(nil)
 
 func newUID() string {
 	var b [8]byte
@@ -53,22 +51,26 @@ func bad(format string, a ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{models.ErrBadInput}, a...)...)
 }
 
-// unavailable words a failed etcd call for the caller, saying truthfully
-// whether anything may have changed.
+// unavailable words a failed etcd call for the caller, saying
+// truthfully whether anything may have changed, and labels it with the
+// API's sentinel (models.Codes) while keeping the store's in the chain.
 func unavailable(err error) error {
 	switch {
 	case err == nil:
 		return nil
 	case errors.Is(err, coordinator.ErrNoSpace):
-		return fmt.Errorf("%w: etcd is out of space (NOSPACE alarm) and refuses metadata changes; nothing changed. "+
+		return models.Mark(fmt.Errorf("%w: etcd is out of space (NOSPACE alarm) and refuses metadata changes; nothing changed. "+
 			"Reads and data writes keep working. To recover, free space in etcd (etcdctl compact <revision>, then etcdctl defrag) "+
-			"or raise its quota (--etcd-quota-backend-bytes for an embedded member), then clear the alarm with etcdctl alarm disarm", err)
-	case errors.Is(err, coordinator.ErrOutcomeUnknown), errors.Is(err, context.DeadlineExceeded):
+			"or raise its quota (--etcd-quota-backend-bytes for an embedded member), then clear the alarm with etcdctl alarm disarm", err), models.ErrNoSpace)
+	// A deadline inside ErrUnavailable is a call that never reached etcd
+	// (nothing changed); a bare one may have cut a write short.
+	case errors.Is(err, coordinator.ErrOutcomeUnknown),
+		errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, coordinator.ErrUnavailable):
 		if !errors.Is(err, coordinator.ErrOutcomeUnknown) {
 			err = fmt.Errorf("%w: %w", coordinator.ErrOutcomeUnknown, err)
 		}
-		return fmt.Errorf("outcome unknown: etcd did not confirm the change in time, so it may or may not have been applied; "+
-			"safe to retry the same request (a repeated create answers with the existing identical object, a repeated delete 404) (%w)", err)
+		return models.Mark(fmt.Errorf("outcome unknown: etcd did not confirm the change in time, so it may or may not have been applied; "+
+			"safe to retry the same request (a repeated create answers with the existing identical object, a repeated delete 404) (%w)", err), models.ErrOutcomeUnknown)
 	case errors.Is(err, coordinator.ErrUnavailable):
 		return fmt.Errorf("%w: etcd unreachable, nothing changed; retry: %w", models.ErrUnavailable, err)
 	}
@@ -106,7 +108,7 @@ func validEndpoint(e string) bool {
 	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" && u.Port() != ""
 }
 
-// CreateStorageCluster implements web.Admin.
+// CreateStorageCluster validates and creates a storage cluster's config.
 func (a *Admin) CreateStorageCluster(ctx context.Context, c models.StorageCluster) (models.StorageCluster, error) {
 	if !models.ValidName(c.Name) {
 		return c, bad("invalid storage cluster name %q: want [A-Za-z0-9_-]{1,64}", c.Name)
@@ -129,7 +131,7 @@ func (a *Admin) CreateStorageCluster(ctx context.Context, c models.StorageCluste
 	return create(ctx, a, a.Keys.StorageConfig(c.Name), c, fmt.Sprintf("storage cluster %q", c.Name), same)
 }
 
-// DeleteStorageCluster implements web.Admin.
+// DeleteStorageCluster removes a storage cluster no database uses.
 func (a *Admin) DeleteStorageCluster(ctx context.Context, name string) error {
 	st := a.State()
 	for _, d := range st.Databases {
@@ -179,7 +181,8 @@ func sameStorageCluster(cur, c models.StorageCluster) bool {
 	return cur.Name == c.Name && cur.Namespace == c.Namespace && slices.Equal(cur.EtcdEndpoints, c.EtcdEndpoints)
 }
 
-// CreateDatabase implements web.Admin.
+// CreateDatabase validates and creates a database; a retried identical create
+// answers with the database the first one made.
 func (a *Admin) CreateDatabase(ctx context.Context, d models.Database) (models.Database, error) {
 	if !models.ValidName(d.Name) {
 		return d, bad("invalid database name %q: want [A-Za-z0-9_-]{1,64}", d.Name)
@@ -220,9 +223,9 @@ func (a *Admin) CreateDatabase(ctx context.Context, d models.Database) (models.D
 	return create(ctx, a, a.Keys.DatabaseConfig(d.Name), d, fmt.Sprintf("database %q", d.Name), same)
 }
 
-// UpdateDatabase implements web.Admin. The write is guarded by the config's
+// UpdateDatabase grows num_shards or changes replica_factor. The write is guarded by the config's
 // mod revision so two concurrent PATCHes cannot lose one another.
-func (a *Admin) UpdateDatabase(ctx context.Context, name string, p web.DatabasePatch) (models.Database, error) {
+func (a *Admin) UpdateDatabase(ctx context.Context, name string, p models.DatabasePatch) (models.Database, error) {
 	kv, err := a.Store.Get(ctx, a.Keys.DatabaseConfig(name))
 	if err != nil {
 		return models.Database{}, unavailable(err)
@@ -273,7 +276,7 @@ func (a *Admin) UpdateDatabase(ctx context.Context, name string, p web.DatabaseP
 	return d, nil
 }
 
-// DeleteDatabase implements web.Admin.
+// DeleteDatabase removes a database's config; the master drops its shards.
 func (a *Admin) DeleteDatabase(ctx context.Context, name string) error {
 	ok, err := a.Store.Delete(ctx, a.Keys.DatabaseConfig(name))
 	if err != nil {
@@ -285,7 +288,7 @@ func (a *Admin) DeleteDatabase(ctx context.Context, name string) error {
 	return nil
 }
 
-// SetDrain implements web.Admin.
+// SetDrain marks a storage node draining (or clears the mark).
 func (a *Admin) SetDrain(ctx context.Context, node string, drain bool) error {
 	if !models.ValidName(node) {
 		return bad("invalid node id %q", node)
@@ -305,8 +308,8 @@ func (a *Admin) SetDrain(ctx context.Context, node string, drain bool) error {
 	return unavailable(err)
 }
 
-// TransferLeader implements web.Admin.
-func (a *Admin) TransferLeader(ctx context.Context, db string, shard int, t web.LeaderTransfer) error {
+// TransferLeader validates a leader transfer and hands it to the master.
+func (a *Admin) TransferLeader(ctx context.Context, db string, shard int, t models.LeaderTransfer) error {
 	st := a.State()
 	as, ok := st.Assignments[db]
 	if !ok {
@@ -321,13 +324,28 @@ func (a *Admin) TransferLeader(ctx context.Context, db string, shard int, t web.
 	if a.Master == nil {
 		return fmt.Errorf("%w: no master reachable", models.ErrUnavailable)
 	}
-	return a.Master.TransferLeader(ctx, db, shard, t)
+	return masterErr(a.Master.TransferLeader(ctx, db, shard, t))
 }
 
-// Rebalance implements web.Admin.
+// Rebalance hands a rebalance (or its dry run) to the master.
 func (a *Admin) Rebalance(ctx context.Context, dryRun bool) (any, error) {
 	if a.Master == nil {
 		return nil, fmt.Errorf("%w: no master reachable", models.ErrUnavailable)
 	}
-	return a.Master.Rebalance(ctx, dryRun)
+	out, err := a.Master.Rebalance(ctx, dryRun)
+	return out, masterErr(err)
+}
+
+// masterErr labels the etcd layer's errors out of a master operation; the
+// master's own (models sentinels) pass as they are.
+func masterErr(err error) error {
+	switch {
+	case errors.Is(err, coordinator.ErrNoSpace):
+		return models.Mark(err, models.ErrNoSpace)
+	case errors.Is(err, coordinator.ErrOutcomeUnknown):
+		return models.Mark(err, models.ErrOutcomeUnknown)
+	case errors.Is(err, coordinator.ErrUnavailable), errors.Is(err, coordinator.ErrDeposed):
+		return models.Mark(err, models.ErrUnavailable)
+	}
+	return err
 }

@@ -1,0 +1,34 @@
+package models
+
+// Request and response bodies of the HTTP API that more than the web layer
+// handles (the broker, meta and the master take and return them).
+
+// DatabasePatch is the body of PATCH /databases/{name}; nil fields stay.
+type DatabasePatch struct {
+	NumShards     *int `json:"num_shards"`
+	ReplicaFactor *int `json:"replica_factor"`
+}
+
+// LeaderTransfer is the body of POST .../shards/{id}/leader.
+type LeaderTransfer struct {
+	NodeID  string `json:"node_id"`
+	Unclean bool   `json:"unclean"`
+}
+
+// Query carries the parameters of GET /query.
+type Query struct {
+	DB, Metric string
+	Start, End int64
+	Tags       map[string]string
+}
+
+// ShardView is one shard as GET .../shards shows it.
+type ShardView struct {
+	ID       int      `json:"id"`
+	Replicas []string `json:"replicas"`
+	Leader   string   `json:"leader"`
+	Term     int64    `json:"term"`
+	ISR      []string `json:"isr"`
+	Status   string   `json:"status"`
+	Reason   string   `json:"reason,omitempty"`
+}
