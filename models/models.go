@@ -45,7 +45,7 @@ type StorageNode struct {
 	// master never publishes a shard at a term at or below one its replicas
 	// already hold (a restored etcd would otherwise roll terms back).
 	MaxTerm   map[string]int64  `json:"max_term,omitempty"`
-	Following   map[string]string `json:"following,omitempty"` // shard -> leader node id
+	Following map[string]string `json:"following,omitempty"` // shard -> leader node id
 	// DiskUsedPct is how full the node's data disk is, in whole percent
 	// (0: unknown); it changes the record only when it crosses a percent.
 	DiskUsedPct int `json:"disk_used_pct,omitempty"`

@@ -87,7 +87,7 @@ func emptyState() *State {
 		Nodes: map[string]map[string]models.StorageNode{}, ISR: map[string]map[string]models.ISR{},
 		Departed: map[string]map[string]DepartedNode{},
 		ModRevs:  map[string]map[string]int64{}, Invalid: map[string]map[string]string{},
-		Synced:   map[string]bool{}, Revisions: map[string]int64{}, ListedFrom: map[string]uint64{},
+		Synced: map[string]bool{}, Revisions: map[string]int64{}, ListedFrom: map[string]uint64{},
 	}
 }
 

@@ -26,8 +26,8 @@ type NodeConfig struct {
 	Address   string
 	Cluster   string
 	TTL       time.Duration
-	Heartbeat time.Duration // default TTL/3
-	Report    ShardReport   // may be nil
+	Heartbeat time.Duration           // default TTL/3
+	Report    ShardReport             // may be nil
 	MaxTerm   func() map[string]int64 // may be nil: last log term per shard
 	// DataDir is statfs'ed for the record's disk_used_pct; "" leaves it out.
 	DataDir string
