@@ -29,6 +29,7 @@ type memtable struct {
 	points   int        // distinct (series, ts) held
 	since    time.Time  // when the first entry went in, for the age-based flush
 
+	ix     *seriesIndex // the shard's flushed series, whose key strings are reused
 	keyBuf []byte
 	pend   map[memSlot]int // batch scratch: out-of-order points -> index in pending
 }
@@ -74,8 +75,8 @@ type memUndo struct {
 	fromDisk bool
 }
 
-func newMemtable() *memtable {
-	return &memtable{index: make(map[string]int32), byMetric: make(map[string][]int32)}
+func newMemtable(ix *seriesIndex) *memtable {
+	return &memtable{ix: ix, index: make(map[string]int32), byMetric: make(map[string][]int32)}
 }
 
 func (mt *memtable) empty() bool { return len(mt.entries) == 0 }
@@ -146,7 +147,10 @@ func (mt *memtable) seriesOf(p *lineproto.Point) int32 {
 	if idx, ok := mt.index[string(mt.keyBuf)]; ok {
 		return idx
 	}
-	key := string(mt.keyBuf)
+	key, ok := mt.ix.intern(mt.keyBuf)
+	if !ok {
+		key = string(mt.keyBuf)
+	}
 	idx := int32(len(mt.series))
 	mt.series = append(mt.series, &memSeries{key: key})
 	mt.index[key] = idx

@@ -3,12 +3,10 @@ package engine
 import (
 	"encoding/binary"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/cairn-db/cairn/storage/lineproto"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -17,7 +15,10 @@ import (
 //	meta                last_txn, last_term, base_txn, base_term, flushed_txn (big-endian u64)
 //	log    txn       -> encoded Entry (the last RetainEntries entries, and every unflushed one)
 //	undo   txn       -> what each point of that flushed entry replaced, for TruncateAfter
-//	series seriesKey -> bucket: ts key -> float64 bits (big-endian)
+//	sidx, skey, post, blocks, recent: the flushed points as compressed
+//	       blocks and their index (blocks.go)
+//	series seriesKey -> bucket: ts key -> float64 bits; written by older
+//	       versions only, converted to blocks at open
 //
 // base_txn/base_term describe the newest trimmed entry: the log holds exactly
 // (base_txn, last_txn]. Apply only appends to the log; the points of entries
@@ -38,10 +39,6 @@ var (
 	keyFlushed  = []byte("flushed_txn")
 )
 
-// seriesFill packs series pages fuller than bbolt's default half: points mostly
-// arrive in time order, so pages are appended to, not split in the middle.
-const seriesFill = 0.9
-
 type boltShard struct {
 	path        string
 	retain      uint64
@@ -56,7 +53,9 @@ type boltShard struct {
 	mu         sync.RWMutex
 	db         *bolt.DB
 	mem        *memtable
-	flushedTxn uint64 // guarded by wmu
+	ix         *seriesIndex // replaced only with mu held exclusively
+	flushedTxn uint64       // guarded by wmu
+	compactAt  []byte       // where compaction resumes; guarded by wmu
 
 	lastTxn  atomic.Uint64
 	lastTerm atomic.Uint64
@@ -107,7 +106,7 @@ func openBolt(path string) (*bolt.DB, error) {
 		return nil, fmt.Errorf("engine: open %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{bucketMeta, bucketLog, bucketUndo, bucketSeries} {
+		for _, name := range allBuckets {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}
@@ -125,16 +124,28 @@ func openBolt(path string) (*bolt.DB, error) {
 // memtable. The caller has the shard to itself: it is being opened, or holds
 // wmu and mu exclusively.
 func (s *boltShard) recover() error {
+	if err := s.db.Update(func(tx *bolt.Tx) error {
+		if err := convertLegacy(tx); err != nil {
+			return err
+		}
+		return repairTorn(tx)
+	}); err != nil {
+		return fmt.Errorf("engine: recover %s: %w", s.path, err)
+	}
 	return s.db.View(func(tx *bolt.Tx) error {
 		m, err := readMeta(tx)
 		if err != nil {
 			return err
 		}
-		mt, err := replay(tx, m.flushedTxn, m.lastTxn, time.Now())
+		ix, err := loadIndex(tx)
 		if err != nil {
 			return fmt.Errorf("engine: recover %s: %w", s.path, err)
 		}
-		s.mem, s.flushedTxn = mt, m.flushedTxn
+		mt, err := replay(tx, ix, m.flushedTxn, m.lastTxn, time.Now())
+		if err != nil {
+			return fmt.Errorf("engine: recover %s: %w", s.path, err)
+		}
+		s.mem, s.ix, s.flushedTxn = mt, ix, m.flushedTxn
 		s.lastTxn.Store(m.lastTxn)
 		s.lastTerm.Store(m.lastTerm)
 		return nil
@@ -311,9 +322,9 @@ func (s *boltShard) TruncateAfter(txnID uint64) error {
 				return err
 			}
 		}
-		for t := m.flushedTxn; t > txnID; t-- {
-			if err := undoEntry(tx, t); err != nil {
-				return fmt.Errorf("undo txn %d: %w", t, err)
+		if m.flushedTxn > txnID {
+			if err := undoEntries(tx, s.ix, txnID, m.flushedTxn); err != nil {
+				return err
 			}
 		}
 		m.flushedTxn = min(m.flushedTxn, txnID)
@@ -325,7 +336,7 @@ func (s *boltShard) TruncateAfter(txnID uint64) error {
 			}
 			m.lastTerm = term
 		}
-		if mt, err = replay(tx, m.flushedTxn, m.lastTxn, time.Now()); err != nil {
+		if mt, err = replay(tx, s.ix, m.flushedTxn, m.lastTxn, time.Now()); err != nil {
 			return err
 		}
 		return writeMeta(tx, m)
@@ -337,54 +348,6 @@ func (s *boltShard) TruncateAfter(txnID uint64) error {
 	s.lastTxn.Store(m.lastTxn)
 	s.lastTerm.Store(m.lastTerm)
 	return nil
-}
-
-// undoEntry rolls back one entry's point writes, newest first, deletes series
-// left empty, and removes the entry from the log.
-func undoEntry(tx *bolt.Tx, txn uint64) error {
-	logB, undoB, series := tx.Bucket(bucketLog), tx.Bucket(bucketUndo), tx.Bucket(bucketSeries)
-	k := u64Key(txn)
-	var e Entry
-	if err := e.UnmarshalBinary(logB.Get(k)); err != nil {
-		return err
-	}
-	ops, err := decodeUndo(undoB.Get(k), len(e.Points))
-	if err != nil {
-		return err
-	}
-	touched := make(map[string]struct{})
-	tk := make([]byte, 8)
-	for _, op := range slices.Backward(ops) {
-		p := &e.Points[op.point]
-		sk := lineproto.AppendSeriesKey(nil, p.Metric, p.Tags, p.Field)
-		b := series.Bucket(sk)
-		if b == nil {
-			return fmt.Errorf("%w: series %q missing", ErrCorrupt, sk)
-		}
-		putTSKey(tk, p.TS)
-		if op.hadPrev {
-			err = b.Put(slices.Clone(tk), binary.BigEndian.AppendUint64(nil, op.prev))
-		} else {
-			err = b.Delete(tk)
-		}
-		if err != nil {
-			return err
-		}
-		touched[string(sk)] = struct{}{}
-	}
-	for sk := range touched {
-		if b := series.Bucket([]byte(sk)); b != nil {
-			if first, _ := b.Cursor().First(); first == nil {
-				if err := series.DeleteBucket([]byte(sk)); err != nil {
-					return err
-				}
-			}
-		}
-	}
-	if err := logB.Delete(k); err != nil {
-		return err
-	}
-	return undoB.Delete(k)
 }
 
 func (s *boltShard) Close() error {
