@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	bolt "go.etcd.io/bbolt"
@@ -145,4 +146,57 @@ func TestQueryReadsOnlyOverlappingBlocks(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, got[0].Points, 5)
 	require.EqualValues(t, 1, blockReads.Load()-before)
+}
+
+func countBlocks(t *testing.T, s Shard) (n int) {
+	require.NoError(t, s.(*boltShard).view(func(tx *bolt.Tx) error {
+		n = tx.Bucket(bucketBlocks).Stats().KeyN
+		return nil
+	}))
+	return n
+}
+
+// TestCompactMergesSmallBlocks: one small block per series per flush becomes
+// one block per series, the answers do not change, and a truncation across
+// the merged blocks still undoes exactly the cut entries.
+func TestCompactMergesSmallBlocks(t *testing.T) {
+	_, s := openShard1(t, manual...)
+	for f := range 10 {
+		for i := range 5 {
+			ts := int64(f*5+i) * 10
+			apply(t, s, 1, pt("m", "h=a", "value", ts, float64(ts)), pt("m", "h=b", "value", ts, 1), pt("n", "", "value", ts, -1))
+		}
+		flushNow(t, s)
+	}
+	require.Equal(t, 30, countBlocks(t, s))
+	apply(t, s, 1, pt("m", "h=a", "value", 100, 7)) // overwrites a flushed point
+	flushNow(t, s)
+	want, err := s.Query("m", nil, 0, 1000)
+	require.NoError(t, err)
+	require.NoError(t, s.(Compacter).Compact())
+	require.Equal(t, 3, countBlocks(t, s))
+	got, err := s.Query("m", nil, 0, 1000)
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+
+	require.NoError(t, s.TruncateAfter(s.LastTxnID()-1))
+	got, err = s.Query("m", map[string]string{"h": "a"}, 100, 100)
+	require.NoError(t, err)
+	require.Equal(t, []SeriesPoint{{100, 100}}, got[0].Points)
+}
+
+// TestBackgroundCompaction: with the background pass on, small blocks get
+// merged without anyone asking.
+func TestBackgroundCompaction(t *testing.T) {
+	_, s := openShard1(t, WithFlushPoints(1<<30), WithFlushInterval(0), WithCompactRate(1<<30))
+	for f := range 8 {
+		for i := range 3 {
+			apply(t, s, 1, pt("m", "h=a", "value", int64(f*3+i)*10, 1))
+		}
+		flushNow(t, s)
+	}
+	require.Eventually(t, func() bool { return countBlocks(t, s) <= 2 }, 20*time.Second, 20*time.Millisecond)
+	got, err := s.Query("m", nil, 0, 1000)
+	require.NoError(t, err)
+	require.Len(t, got[0].Points, 24)
 }

@@ -167,8 +167,18 @@ type Option func(*options)
 
 type options struct {
 	retain        uint64
+	retainBytes   int64
 	flushPoints   int
 	flushInterval time.Duration
+	compactRate   int
+	compactEvery  time.Duration
+	memBytes      int64
+}
+
+// WithCompactRate sets the pace of background compaction in block bytes per
+// second for the whole engine; 0 or less turns it off (Compacter still works).
+func WithCompactRate(bytesPerSec int) Option {
+	return func(o *options) { o.compactRate = max(bytesPerSec, 0) }
 }
 
 // WithRetainEntries sets how many recent log entries each shard keeps (at least
@@ -197,6 +207,7 @@ type shardID struct {
 type boltEngine struct {
 	dir  string
 	opts options
+	lim  *rateLimiter // paces the compaction of every shard together
 
 	mu     sync.Mutex
 	shards map[shardID]*boltShard
@@ -205,14 +216,16 @@ type boltEngine struct {
 
 // NewBoltEngine returns the bbolt engine keeping shard files at dir/<db>/<shard>.db.
 func NewBoltEngine(dir string, opts ...Option) (Engine, error) {
-	o := options{retain: DefaultRetainEntries, flushPoints: DefaultFlushPoints, flushInterval: DefaultFlushInterval}
+	o := options{retain: DefaultRetainEntries, flushPoints: DefaultFlushPoints, flushInterval: DefaultFlushInterval,
+		compactRate: DefaultCompactRate, compactEvery: time.Second}
 	for _, opt := range opts {
 		opt(&o)
 	}
+	lim := &rateLimiter{rate: float64(max(o.compactRate, 1))}
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("engine: create data dir: %w", err)
 	}
-	return &boltEngine{dir: dir, opts: o, shards: make(map[shardID]*boltShard)}, nil
+	return &boltEngine{dir: dir, opts: o, lim: lim, shards: make(map[shardID]*boltShard)}, nil
 }
 
 func (e *boltEngine) path(id shardID) (string, error) {
@@ -254,7 +267,7 @@ func (e *boltEngine) Open(db string, shard int) (Shard, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		return nil, fmt.Errorf("engine: create db dir: %w", err)
 	}
-	s, err := openShard(path, e.opts)
+	s, err := openShard(path, e.opts, e.lim)
 	if err != nil {
 		return nil, err
 	}

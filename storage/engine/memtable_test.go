@@ -14,7 +14,7 @@ import (
 )
 
 // manual keeps flushes under the test's control.
-var manual = []Option{WithFlushPoints(1 << 30), WithFlushInterval(0)}
+var manual = []Option{WithFlushPoints(1 << 30), WithFlushInterval(0), WithCompactRate(0)}
 
 func flushNow(t testing.TB, s Shard) {
 	t.Helper()
@@ -206,7 +206,7 @@ func TestSnapshotRestoreWithUnflushedMemtable(t *testing.T) {
 func TestRandomAgainstModel(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	dir := t.TempDir()
-	opts := []Option{WithFlushPoints(40), WithFlushInterval(0), WithRetainEntries(30)}
+	opts := []Option{WithFlushPoints(40), WithFlushInterval(0), WithRetainEntries(30), WithCompactRate(0)}
 	s, err := newEngine(t, dir, opts...).Open("db1", 0)
 	require.NoError(t, err)
 	var log []Entry // every surviving entry, log[i].TxnID == i+1
@@ -223,6 +223,8 @@ func TestRandomAgainstModel(t *testing.T) {
 			}
 			require.NoError(t, err, "step %d", step)
 			log = log[:to]
+		case r == 3:
+			require.NoError(t, s.(Compacter).Compact())
 		case r == 2:
 			require.NoError(t, s.Close())
 			s, err = newEngine(t, dir, opts...).Open("db1", 0)

@@ -60,8 +60,9 @@ type boltShard struct {
 	lastTxn  atomic.Uint64
 	lastTerm atomic.Uint64
 
-	stop     chan struct{} // closed by Close to end flushLoop
-	loopDone chan struct{}
+	stop        chan struct{} // closed by Close to end flushLoop and compactLoop
+	loopDone    chan struct{}
+	compactDone chan struct{}
 	stopOnce sync.Once
 
 	onClose func()
@@ -81,13 +82,13 @@ func boltOptions() *bolt.Options {
 	}
 }
 
-func openShard(path string, o options) (*boltShard, error) {
+func openShard(path string, o options, lim *rateLimiter) (*boltShard, error) {
 	db, err := openBolt(path)
 	if err != nil {
 		return nil, err
 	}
 	s := &boltShard{path: path, retain: o.retain, flushPoints: o.flushPoints, db: db,
-		stop: make(chan struct{}), loopDone: make(chan struct{})}
+		stop: make(chan struct{}), loopDone: make(chan struct{}), compactDone: make(chan struct{})}
 	if err := s.recover(); err != nil {
 		_ = db.Close()
 		return nil, err
@@ -96,6 +97,11 @@ func openShard(path string, o options) (*boltShard, error) {
 		go s.flushLoop(o.flushInterval)
 	} else {
 		close(s.loopDone)
+	}
+	if o.compactRate > 0 {
+		go s.compactLoop(o.compactEvery, lim)
+	} else {
+		close(s.compactDone)
 	}
 	return s, nil
 }
@@ -354,6 +360,7 @@ func (s *boltShard) Close() error {
 	// Stop the flusher first: it takes wmu, which Close is about to hold.
 	s.stopOnce.Do(func() { close(s.stop) })
 	<-s.loopDone
+	<-s.compactDone
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	s.mu.Lock()
