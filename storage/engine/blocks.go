@@ -17,15 +17,15 @@ import (
 // bbolt values next to the log, so one bbolt commit moves a memtable into
 // blocks, writes its undo records and advances flushed_txn atomically:
 //
-//	sidx    seriesKey        -> series id (u64 BE)
-//	skey    series id        -> seriesKey
-//	post    posting key      -> nil: the query index (see postingKey)
+//	skey    series id (u64 BE) -> seriesKey (the key -> id map is rebuilt from
+//	                            it in memory at open)
+//	post    posting key      -> sorted series ids, delta uvarints: the query
+//	                            index (see postingPrefix)
 //	blocks  id | ts(minTS)   -> block; one series' blocks never overlap in time
 //	recent  id | ts(minTS)   -> first txn of the flush that wrote the block from
 //	                            the memtable alone: such a block can be rebuilt
 //	                            from the log while the log still holds that txn
 var (
-	bucketSIdx   = []byte("sidx")
 	bucketSKey   = []byte("skey")
 	bucketPost   = []byte("post")
 	bucketBlocks = []byte("blocks")
@@ -34,7 +34,7 @@ var (
 	keyNextSID    = []byte("next_sid")
 	keyRecentFrom = []byte("recent_from")
 
-	allBuckets = [][]byte{bucketMeta, bucketLog, bucketUndo, bucketSIdx, bucketSKey, bucketPost, bucketBlocks, bucketRecent}
+	allBuckets = [][]byte{bucketMeta, bucketLog, bucketUndo, bucketSKey, bucketPost, bucketBlocks, bucketRecent}
 )
 
 // blockFill packs block pages full: a series' new blocks go after its older
@@ -120,13 +120,19 @@ func postingPrefix(kind byte, parts ...string) []byte {
 	return b
 }
 
-// createSeries allocates an id for key and writes its index entries.
-func createSeries(tx *bolt.Tx, key string) (uint64, error) {
+// newSeries allocates ids and writes the index entries of series created by
+// one flush; postings gathers them per posting key and writes each list once.
+type newSeries struct {
+	tx    *bolt.Tx
+	posts map[string][]uint64
+}
+
+func (ns *newSeries) create(key string) (uint64, error) {
 	metric, tags, field, err := lineproto.ParseSeriesKey(key)
 	if err != nil {
 		return 0, fmt.Errorf("%w: series key %q: %v", ErrCorrupt, key, err)
 	}
-	meta := tx.Bucket(bucketMeta)
+	meta := ns.tx.Bucket(bucketMeta)
 	var id uint64 = 1
 	if v := meta.Get(keyNextSID); len(v) == 8 {
 		id = beUint64(v)
@@ -134,24 +140,65 @@ func createSeries(tx *bolt.Tx, key string) (uint64, error) {
 	if err := meta.Put(keyNextSID, u64Key(id+1)); err != nil {
 		return 0, err
 	}
-	idk := u64Key(id)
-	if err := tx.Bucket(bucketSIdx).Put([]byte(key), idk); err != nil {
+	if err := ns.tx.Bucket(bucketSKey).Put(u64Key(id), []byte(key)); err != nil {
 		return 0, err
 	}
-	if err := tx.Bucket(bucketSKey).Put(idk, []byte(key)); err != nil {
-		return 0, err
+	if ns.posts == nil {
+		ns.posts = make(map[string][]uint64)
 	}
-	post := tx.Bucket(bucketPost)
-	keys := [][]byte{postingPrefix(postMetric, metric), postingPrefix(postField, metric, field)}
+	keys := []string{string(postingPrefix(postMetric, metric)), string(postingPrefix(postField, metric, field))}
 	for _, t := range tags {
-		keys = append(keys, postingPrefix(postTag, metric, t.Key, t.Value))
+		keys = append(keys, string(postingPrefix(postTag, metric, t.Key, t.Value)))
 	}
 	for _, k := range keys {
-		if err := post.Put(append(k, idk...), nil); err != nil {
-			return 0, err
-		}
+		ns.posts[k] = append(ns.posts[k], id)
 	}
 	return id, nil
+}
+
+// writePostings appends the new ids, which are above every existing one, to
+// their posting lists.
+func (ns *newSeries) writePostings() error {
+	post := ns.tx.Bucket(bucketPost)
+	for k, ids := range ns.posts {
+		old := post.Get([]byte(k))
+		last, err := lastPosting(old)
+		if err != nil {
+			return err
+		}
+		v := append(make([]byte, 0, len(old)+2*len(ids)), old...)
+		for _, id := range ids {
+			v = binary.AppendUvarint(v, id-last)
+			last = id
+		}
+		if err := post.Put([]byte(k), v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func decodePostings(v []byte) ([]uint64, error) {
+	var out []uint64
+	var id uint64
+	for len(v) > 0 {
+		d, n := binary.Uvarint(v)
+		if n <= 0 {
+			return nil, fmt.Errorf("%w: posting list", ErrCorrupt)
+		}
+		id += d
+		out = append(out, id)
+		v = v[n:]
+	}
+	return out, nil
+}
+
+func lastPosting(v []byte) (uint64, error) {
+	ids, err := decodePostings(v)
+	if err != nil || len(ids) == 0 {
+		return 0, err
+	}
+	return ids[len(ids)-1], nil
 }
 
 func blockKey(id uint64, minTS int64) []byte {
@@ -324,6 +371,7 @@ func writeMemtable(tx *bolt.Tx, ix *seriesIndex, mt *memtable, fromTxn uint64) (
 	slices.SortFunc(order, func(a, b int32) int { return strings.Compare(mt.series[a].key, mt.series[b].key) })
 	prev = make(map[memSlot]uint64)
 	created = make(map[string]uint64)
+	ns := newSeries{tx: tx}
 	blocks := tx.Bucket(bucketBlocks)
 	for _, idx := range order {
 		ms := mt.series[idx]
@@ -332,7 +380,7 @@ func writeMemtable(tx *bolt.Tx, ix *seriesIndex, mt *memtable, fromTxn uint64) (
 		}
 		id, known := ix.id(ms.key)
 		if !known {
-			if id, err = createSeries(tx, ms.key); err != nil {
+			if id, err = ns.create(ms.key); err != nil {
 				return nil, nil, false, err
 			}
 			created[ms.key] = id
@@ -355,7 +403,7 @@ func writeMemtable(tx *bolt.Tx, ix *seriesIndex, mt *memtable, fromTxn uint64) (
 			return nil, nil, false, err
 		}
 	}
-	return prev, created, merged, nil
+	return prev, created, merged, ns.writePostings()
 }
 
 // mergeMem merges two sorted point lists, newer winning on the same ts, and

@@ -166,6 +166,9 @@ func (s *boltShard) compactLoop(interval time.Duration, lim *rateLimiter) {
 // shard file so the pages freed by compaction and by the trimmed log are
 // given back to the file system.
 func (s *boltShard) Compact() error {
+	if err := s.settleRecent(); err != nil {
+		return err
+	}
 	for done := false; !done; {
 		var err error
 		if _, done, err = s.compactStep(1<<30, 2); err != nil {
@@ -173,6 +176,34 @@ func (s *boltShard) Compact() error {
 		}
 	}
 	return s.rewriteFile()
+}
+
+// settleRecent checks the last flush's blocks now, and when they are whole,
+// lets compaction merge them like any other.
+func (s *boltShard) settleRecent() error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.closed() {
+		return ErrClosed
+	}
+	return s.update(func(tx *bolt.Tx) error {
+		blocks := tx.Bucket(bucketBlocks)
+		err := tx.Bucket(bucketRecent).ForEach(func(k, _ []byte) error {
+			if v := blocks.Get(k); v != nil {
+				if _, _, err := parseBlock(v); err != nil {
+					return fmt.Errorf("block %x: %w", k, err)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err // reopening the shard redoes that flush from the log
+		}
+		if err := tx.Bucket(bucketMeta).Put(keyRecentFrom, u64Key(0)); err != nil {
+			return err
+		}
+		return resetRecent(tx)
+	})
 }
 
 // rewriteFile copies the shard into a fresh file, packed full, and swaps it
@@ -191,6 +222,7 @@ func (s *boltShard) rewriteFile() error {
 	if err != nil {
 		return fmt.Errorf("engine: compact file: %w", err)
 	}
+	dst.AllocSize = allocSize
 	err = bolt.Compact(dst, s.db, 64<<20)
 	if cerr := dst.Close(); err == nil {
 		err = cerr

@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -154,9 +155,10 @@ type Engine interface {
 const DefaultRetainEntries = 10000
 
 // DefaultFlushPoints is how many points a shard's memtable holds before they
-// are moved into the series buckets: large enough that each series page is
-// rewritten once per hundreds of points rather than once per batch.
-const DefaultFlushPoints = 200_000
+// are written as blocks (unless the engine's memory budget says so first):
+// the more points a flush carries per series, the fewer small blocks there
+// are to compact.
+const DefaultFlushPoints = 1_000_000
 
 // DefaultFlushInterval is how long a shard's memtable may sit before it is
 // flushed anyway, which bounds the memory an idle shard holds.
@@ -173,6 +175,55 @@ type options struct {
 	compactRate   int
 	compactEvery  time.Duration
 	memBytes      int64
+}
+
+// DefaultRetainBytes bounds the log a shard keeps for followers by size, on
+// top of the entry count: a follower further behind gets a full sync.
+const DefaultRetainBytes = 32 << 20
+
+// WithRetainBytes sets the size bound of the log kept for followers (at
+// least 1 byte; unflushed entries are always kept).
+func WithRetainBytes(n int64) Option {
+	return func(o *options) { o.retainBytes = max(n, 1) }
+}
+
+// WithMemtableBytes sets the memory budget of all memtables of the engine
+// together; reaching it flushes. 0 or less: no budget (the per-shard point
+// limit and the interval still apply).
+func WithMemtableBytes(n int64) Option {
+	return func(o *options) { o.memBytes = max(n, 0) }
+}
+
+// DefaultMemtableBytes is 1/64 of the machine's memory, between 32 MiB and
+// 128 MiB: enough for 40k series to flush in blocks of useful size, small
+// enough to keep a node's resident memory bounded.
+func DefaultMemtableBytes() int64 {
+	const lo, hi = 32 << 20, 128 << 20
+	total := memTotal()
+	if total <= 0 {
+		return hi
+	}
+	return min(max(total/64, lo), hi)
+}
+
+// memTotal reads the machine's memory from /proc/meminfo (0 if unknown).
+func memTotal() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+			f := strings.Fields(rest)
+			if len(f) == 2 && f[1] == "kB" {
+				kb, err := strconv.ParseInt(f[0], 10, 64)
+				if err == nil {
+					return kb << 10
+				}
+			}
+		}
+	}
+	return 0
 }
 
 // WithCompactRate sets the pace of background compaction in block bytes per
@@ -208,6 +259,7 @@ type boltEngine struct {
 	dir  string
 	opts options
 	lim  *rateLimiter // paces the compaction of every shard together
+	mem  *memBudget   // memtable bytes of every shard together
 
 	mu     sync.Mutex
 	shards map[shardID]*boltShard
@@ -216,8 +268,9 @@ type boltEngine struct {
 
 // NewBoltEngine returns the bbolt engine keeping shard files at dir/<db>/<shard>.db.
 func NewBoltEngine(dir string, opts ...Option) (Engine, error) {
-	o := options{retain: DefaultRetainEntries, flushPoints: DefaultFlushPoints, flushInterval: DefaultFlushInterval,
-		compactRate: DefaultCompactRate, compactEvery: time.Second}
+	o := options{retain: DefaultRetainEntries, retainBytes: DefaultRetainBytes, flushPoints: DefaultFlushPoints,
+		flushInterval: DefaultFlushInterval, compactRate: DefaultCompactRate, compactEvery: time.Second,
+		memBytes: DefaultMemtableBytes()}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -225,7 +278,7 @@ func NewBoltEngine(dir string, opts ...Option) (Engine, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("engine: create data dir: %w", err)
 	}
-	return &boltEngine{dir: dir, opts: o, lim: lim, shards: make(map[shardID]*boltShard)}, nil
+	return &boltEngine{dir: dir, opts: o, lim: lim, mem: &memBudget{}, shards: make(map[shardID]*boltShard)}, nil
 }
 
 func (e *boltEngine) path(id shardID) (string, error) {
@@ -267,7 +320,8 @@ func (e *boltEngine) Open(db string, shard int) (Shard, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		return nil, fmt.Errorf("engine: create db dir: %w", err)
 	}
-	s, err := openShard(path, e.opts, e.lim)
+	s, err := openShard(path, e.opts, e.lim, e.mem)
+	e.mem.charge(0, 1)
 	if err != nil {
 		return nil, err
 	}

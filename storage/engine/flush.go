@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -10,8 +11,48 @@ import (
 // flushDue says whether the memtable must be flushed before entry txn goes in:
 // it is full, or the log trim after txn would otherwise have to drop entries
 // that exist nowhere else yet.
+// A memtable also flushes once the engine's memtables together exceed the
+// memory budget, if it holds a fair share of it.
 func (s *boltShard) flushDue(txn uint64) bool {
-	return s.mem.points >= s.flushPoints || s.flushedTxn+s.retain < txn
+	if s.mem.points >= s.flushPoints || s.flushedTxn+s.retain < txn {
+		return true
+	}
+	if s.memLimit <= 0 || s.mem.empty() {
+		return false
+	}
+	total, shards := s.memAcct.load()
+	return total > s.memLimit && s.memCharged >= s.memLimit/(2*max(shards, 1))
+}
+
+// accountMem brings the engine's account of this shard's memtable up to
+// date; the caller holds wmu.
+func (s *boltShard) accountMem() {
+	b := s.mem.sizeBytes()
+	s.memAcct.charge(b-s.memCharged, 0)
+	s.memCharged = b
+}
+
+// memBudget is the engine-wide account of memtable bytes and open shards.
+type memBudget struct {
+	bytes  atomic.Int64
+	shards atomic.Int64
+}
+
+func (b *memBudget) charge(bytes, shards int64) {
+	b.bytes.Add(bytes)
+	b.shards.Add(shards)
+}
+
+func (b *memBudget) load() (int64, int64) { return b.bytes.Load(), b.shards.Load() }
+
+// logSize adds up the log's entries.
+func logSize(tx *bolt.Tx) (int64, error) {
+	var n int64
+	err := tx.Bucket(bucketLog).ForEach(func(_, v []byte) error {
+		n += int64(len(v))
+		return nil
+	})
+	return n, err
 }
 
 // flushLocked moves the memtable into the series buckets in one commit, with
@@ -25,6 +66,7 @@ func (s *boltShard) flushLocked() error {
 	}
 	upto := mt.entries[len(mt.entries)-1].txn
 	var created map[string]uint64
+	logBytes := s.logBytes
 	err := s.update(func(tx *bolt.Tx) error {
 		m, err := readMeta(tx)
 		if err != nil {
@@ -57,7 +99,7 @@ func (s *boltShard) flushLocked() error {
 			}
 		}
 		m.flushedTxn = upto
-		if err := trimLog(tx, &m, s.retain); err != nil {
+		if err := trimLog(tx, &m, s.retain, s.retainBytes, &logBytes); err != nil {
 			return err
 		}
 		return writeMeta(tx, m)
@@ -69,9 +111,11 @@ func (s *boltShard) flushLocked() error {
 	// and buckets, same values); those that pick up the new one start their
 	// read transaction after this commit. Either way nothing is missing.
 	s.ix.add(created)
+	s.logBytes = logBytes
 	s.mu.Lock()
 	s.mem = newMemtable(s.ix)
 	s.mu.Unlock()
+	s.accountMem()
 	s.flushedTxn = upto
 	return nil
 }

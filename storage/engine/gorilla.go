@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"math"
 	"math/bits"
 )
 
@@ -16,7 +17,8 @@ import (
 //
 // Layout (all integers are uvarint/varint unless sized):
 //
-//	crc32c(rest) u32 LE | version 1 | count | minTS varint | maxTS-minTS | bit stream
+//	crc32c(rest) u32 LE | version 1 | count | minTS varint | maxTS-minTS |
+//	value mode (0: XOR; 1+k: decimals with k digits) | bit stream
 //
 // The checksum covers everything after it, so a torn or truncated block never
 // decodes to wrong points: it fails with ErrCorrupt.
@@ -108,34 +110,28 @@ func encodeBlock(dst []byte, pts []memPoint) []byte {
 	minTS, maxTS := pts[0].ts, pts[len(pts)-1].ts
 	dst = binary.AppendVarint(dst, minTS)
 	dst = binary.AppendUvarint(dst, uint64(maxTS)-uint64(minTS))
+	scale, decimal := decimalScale(pts)
+	mode := byte(0)
+	if decimal {
+		mode = 1 + byte(scale)
+	}
+	dst = append(dst, mode)
 	w := bitWriter{b: dst}
 	// Deltas and their differences use wrapping uint64 arithmetic so every
-	// int64 timestamp range round-trips.
+	// int64 range round-trips.
 	var prevTS, prevDelta uint64 = uint64(minTS), 0
 	prevVal := pts[0].bits
-	w.writeBits(prevVal, 64)
-	var lead, trail = -1, 0 // the current XOR window; -1: none yet
+	if !decimal {
+		w.writeBits(prevVal, 64)
+	}
+	lead, trail := -1, 0 // the current XOR window; -1: none yet
 	for _, p := range pts[1:] {
 		delta := uint64(p.ts) - prevTS
-		dod := int64(delta - prevDelta)
-		switch {
-		case dod == 0:
-			w.writeBit(false)
-		case dod >= -63 && dod <= 64:
-			w.writeBits(0b10, 2)
-			w.writeBits(uint64(dod+63), 7)
-		case dod >= -255 && dod <= 256:
-			w.writeBits(0b110, 3)
-			w.writeBits(uint64(dod+255), 9)
-		case dod >= -2047 && dod <= 2048:
-			w.writeBits(0b1110, 4)
-			w.writeBits(uint64(dod+2047), 12)
-		default:
-			w.writeBits(0b1111, 4)
-			w.writeBits(uint64(dod), 64)
-		}
+		w.writeDoD(int64(delta - prevDelta))
 		prevTS, prevDelta = uint64(p.ts), delta
-
+		if decimal {
+			continue
+		}
 		x := p.bits ^ prevVal
 		prevVal = p.bits
 		if x == 0 {
@@ -158,7 +154,89 @@ func encodeBlock(dst []byte, pts []memPoint) []byte {
 		w.writeBits(uint64(n-1), 6)
 		w.writeBits(x>>uint(t), n)
 	}
+	if decimal {
+		// Exact decimals (integers, counters, two-decimal gauges) go as the
+		// delta-of-delta of their scaled integers, after the timestamps:
+		// steady counters and unchanged gauges cost one bit a point.
+		pow := decimalPow[scale]
+		prev := uint64(int64(math.Round(math.Float64frombits(pts[0].bits) * pow)))
+		w.writeBits(prev, 64)
+		var prevD uint64
+		for _, p := range pts[1:] {
+			v := uint64(int64(math.Round(math.Float64frombits(p.bits) * pow)))
+			d := v - prev
+			w.writeDoD(int64(d - prevD))
+			prev, prevD = v, d
+		}
+	}
 	return sealBlock(w.b, start)
+}
+
+// writeDoD writes a delta-of-delta in Gorilla's variable-length buckets,
+// with a 32-bit one added for nanosecond timestamps that are off by up to
+// seconds.
+func (w *bitWriter) writeDoD(dod int64) {
+	switch {
+	case dod == 0:
+		w.writeBit(false)
+	case dod >= -63 && dod <= 64:
+		w.writeBits(0b10, 2)
+		w.writeBits(uint64(dod+63), 7)
+	case dod >= -255 && dod <= 256:
+		w.writeBits(0b110, 3)
+		w.writeBits(uint64(dod+255), 9)
+	case dod >= -2047 && dod <= 2048:
+		w.writeBits(0b1110, 4)
+		w.writeBits(uint64(dod+2047), 12)
+	case dod >= -(1<<31)+1 && dod <= 1<<31:
+		w.writeBits(0b11110, 5)
+		w.writeBits(uint64(dod+(1<<31)-1), 32)
+	default:
+		w.writeBits(0b11111, 5)
+		w.writeBits(uint64(dod), 64)
+	}
+}
+
+func (r *bitReader) readDoD() uint64 {
+	switch {
+	case !r.readBit():
+		return 0
+	case !r.readBit():
+		return r.readBits(7) - 63
+	case !r.readBit():
+		return r.readBits(9) - 255
+	case !r.readBit():
+		return r.readBits(12) - 2047
+	case !r.readBit():
+		return r.readBits(32) - (1 << 31) + 1
+	default:
+		return r.readBits(64)
+	}
+}
+
+var decimalPow = [...]float64{1, 10, 100, 1000}
+
+// maxExactInt bounds scaled values so they convert to int64 and back exactly.
+const maxExactInt = 1 << 53
+
+// decimalScale finds the fewest decimals (up to 3) with which every value is
+// an integer that converts back to exactly the same float64 bits.
+func decimalScale(pts []memPoint) (int, bool) {
+	for scale, pow := range decimalPow {
+		ok := true
+		for _, p := range pts {
+			v := math.Float64frombits(p.bits)
+			iv := math.Round(v * pow)
+			if !(math.Abs(iv) < maxExactInt) || math.Float64bits(float64(int64(iv))/pow) != p.bits {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return scale, true
+		}
+	}
+	return 0, false
 }
 
 func sealBlock(b []byte, start int) []byte {
@@ -191,8 +269,8 @@ func parseBlock(b []byte) (blockHeader, []byte, error) {
 		h.minTS = d.varint()
 		h.maxTS = int64(uint64(h.minTS) + d.uvarint())
 	}
-	// Each point past the first costs at least two bits.
-	if d.err != nil || n > maxBlockPoints*64 || (n > 0 && n-1 > uint64(len(d.b))*4) {
+	// Each point past the first costs at least a bit; a mode byte follows.
+	if d.err != nil || n > maxBlockPoints*64 || (n > 0 && (len(d.b) < 1 || n-1 > uint64(len(d.b))*8)) {
 		return blockHeader{}, nil, fmt.Errorf("%w: bad header", ErrBlockCorrupt)
 	}
 	h.count = int(n)
@@ -208,28 +286,24 @@ func decodeBlock(dst []memPoint, b []byte) ([]memPoint, error) {
 	if h.count == 0 {
 		return dst, nil
 	}
-	r := bitReader{b: stream}
+	mode := stream[0]
+	if mode > byte(len(decimalPow)) {
+		return dst, fmt.Errorf("%w: unknown value mode %d", ErrBlockCorrupt, mode)
+	}
+	decimal := mode > 0
+	base := len(dst)
+	r := bitReader{b: stream[1:]}
 	prevTS, prevDelta := uint64(h.minTS), uint64(0)
-	prevVal := r.readBits(64)
+	var prevVal uint64
+	if !decimal {
+		prevVal = r.readBits(64)
+	}
 	dst = append(dst, memPoint{h.minTS, prevVal})
 	lead, trail := -1, 0
 	for i := 1; i < h.count && !r.err; i++ {
-		var dod uint64
-		switch {
-		case !r.readBit():
-		case !r.readBit():
-			dod = r.readBits(7) - 63
-		case !r.readBit():
-			dod = r.readBits(9) - 255
-		case !r.readBit():
-			dod = r.readBits(12) - 2047
-		default:
-			dod = r.readBits(64)
-		}
-		delta := prevDelta + dod
+		delta := prevDelta + r.readDoD()
 		prevTS, prevDelta = prevTS+delta, delta
-
-		if r.readBit() {
+		if !decimal && r.readBit() {
 			if r.readBit() {
 				lead = int(r.readBits(5))
 				trail = 64 - lead - int(r.readBits(6)) - 1
@@ -245,8 +319,20 @@ func decodeBlock(dst []memPoint, b []byte) ([]memPoint, error) {
 		}
 		dst = append(dst, memPoint{int64(prevTS), prevVal})
 	}
+	if decimal && !r.err {
+		pow := decimalPow[mode-1]
+		v := r.readBits(64)
+		var d uint64
+		for i := base; i < len(dst) && !r.err; i++ {
+			if i > base {
+				d += r.readDoD()
+				v += d
+			}
+			dst[i].bits = math.Float64bits(float64(int64(v)) / pow)
+		}
+	}
 	if r.err || dst[len(dst)-1].ts != h.maxTS {
-		return dst, fmt.Errorf("%w: bad bit stream", ErrBlockCorrupt)
+		return dst[:base], fmt.Errorf("%w: bad bit stream", ErrBlockCorrupt)
 	}
 	return dst, nil
 }

@@ -15,7 +15,7 @@ import (
 func randomSeries(rng *rand.Rand, n int) []memPoint {
 	ts := rng.Int64N(1<<40) - 1<<39
 	step := int64(rng.IntN(4)+1) * 1e9
-	shape := rng.IntN(6)
+	shape := rng.IntN(7)
 	pts := make([]memPoint, 0, n)
 	v := rng.NormFloat64() * 100
 	for i := 0; i < n; i++ {
@@ -29,9 +29,15 @@ func randomSeries(rng *rand.Rand, n int) []memPoint {
 		}
 		switch shape {
 		case 0, 1:
-			v += float64(rng.IntN(3) - 1) // integer-valued gauge
+			v = math.Round(v) + float64(rng.IntN(3)-1) // integer-valued gauge
 		case 2:
 			v = rng.Float64()
+		case 6: // two decimals, or huge integers
+			if i%2 == 0 {
+				v = float64(rng.IntN(100000)) / 100
+			} else {
+				v = float64(rng.Int64N(1<<53) - 1<<52)
+			}
 		case 3:
 			v = []float64{0, math.Copysign(0, -1), math.Inf(1), math.Inf(-1), math.NaN(), math.MaxFloat64,
 				math.SmallestNonzeroFloat64, v}[rng.IntN(8)]

@@ -27,6 +27,7 @@ type memtable struct {
 	byMetric map[string][]int32
 	entries  []memEntry // in txn order, one per applied entry, empty ones included
 	points   int        // distinct (series, ts) held
+	bytes    int64      // estimated heap held, for the memory budget
 	since    time.Time  // when the first entry went in, for the age-based flush
 
 	ix     *seriesIndex // the shard's flushed series, whose key strings are reused
@@ -81,6 +82,18 @@ func newMemtable(ix *seriesIndex) *memtable {
 
 func (mt *memtable) empty() bool { return len(mt.entries) == 0 }
 
+// Estimates of what the memtable holds per point and per series, with the
+// slack of growing slices and maps, for the memory budget.
+const (
+	memPointBytes  = 24 // memPoint, amortized over slice growth
+	memUndoBytes   = 32 // memUndo
+	memSeriesBytes = 160
+)
+
+// sizeBytes is the memtable's estimated heap use; the caller holds the
+// shard's write mutex, which every insert holds too.
+func (mt *memtable) sizeBytes() int64 { return mt.bytes }
+
 // insert adds an entry's points; later points win over earlier ones at the
 // same series and ts, within the entry and across entries.
 func (mt *memtable) insert(e Entry, now time.Time) {
@@ -132,6 +145,7 @@ func (mt *memtable) insert(e Entry, now time.Time) {
 		}
 		undo[i] = u
 	}
+	mt.bytes += int64(len(e.Points)) * (memPointBytes + memUndoBytes)
 	for _, idx := range touched {
 		mt.series[idx].mergePending()
 	}
@@ -153,6 +167,10 @@ func (mt *memtable) seriesOf(p *lineproto.Point) int32 {
 	}
 	idx := int32(len(mt.series))
 	mt.series = append(mt.series, &memSeries{key: key})
+	mt.bytes += memSeriesBytes
+	if !ok {
+		mt.bytes += int64(len(key))
+	}
 	mt.index[key] = idx
 	// Clone: the metric may point into a whole request body.
 	metric := strings.Clone(p.Metric)

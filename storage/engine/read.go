@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -148,18 +147,17 @@ func flushedSeries(tx *bolt.Tx, metric string, match map[string]string) ([]flush
 		}
 	}
 	skey := tx.Bucket(bucketSKey)
-	var out []flushedRef
-	c := tx.Bucket(bucketPost).Cursor()
-	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
-		if len(k) != len(prefix)+8 {
-			continue // a longer name that shares the prefix bytes
-		}
-		idk := k[len(prefix):]
-		key := skey.Get(idk)
+	ids, err := decodePostings(tx.Bucket(bucketPost).Get(prefix))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]flushedRef, 0, len(ids))
+	for _, id := range ids {
+		key := skey.Get(u64Key(id))
 		if key == nil {
-			return nil, fmt.Errorf("%w: posting for unknown series %x", ErrCorrupt, idk)
+			return nil, fmt.Errorf("%w: posting for unknown series %d", ErrCorrupt, id)
 		}
-		out = append(out, flushedRef{beUint64(idk), string(key)})
+		out = append(out, flushedRef{id, string(key)})
 	}
 	slices.SortFunc(out, func(a, b flushedRef) int { return strings.Compare(a.key, b.key) })
 	return out, nil

@@ -77,6 +77,7 @@ func convertLegacy(tx *bolt.Tx) error {
 	if series == nil {
 		return nil
 	}
+	ns := newSeries{tx: tx}
 	err := series.ForEach(func(k, v []byte) error {
 		if v != nil {
 			return nil
@@ -92,12 +93,15 @@ func convertLegacy(tx *bolt.Tx) error {
 		if err != nil || len(pts) == 0 {
 			return err
 		}
-		id, err := createSeries(tx, string(k))
+		id, err := ns.create(string(k))
 		if err != nil {
 			return err
 		}
 		return putBlocks(tx, id, pts, 0)
 	})
+	if err == nil {
+		err = ns.writePostings()
+	}
 	if err != nil {
 		return fmt.Errorf("convert series to blocks: %w", err)
 	}

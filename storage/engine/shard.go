@@ -55,6 +55,12 @@ type boltShard struct {
 	mem        *memtable
 	ix         *seriesIndex // replaced only with mu held exclusively
 	flushedTxn uint64       // guarded by wmu
+	logBytes   int64        // size of the log's entries; guarded by wmu
+
+	retainBytes int64
+	memLimit    int64      // engine-wide memtable budget; 0: none
+	memAcct     *memBudget // the engine's account of memtable bytes
+	memCharged  int64      // what this shard's memtable is charged there; guarded by wmu
 	compactAt  []byte       // where compaction resumes; guarded by wmu
 
 	lastTxn  atomic.Uint64
@@ -63,7 +69,7 @@ type boltShard struct {
 	stop        chan struct{} // closed by Close to end flushLoop and compactLoop
 	loopDone    chan struct{}
 	compactDone chan struct{}
-	stopOnce sync.Once
+	stopOnce    sync.Once
 
 	onClose func()
 }
@@ -82,14 +88,16 @@ func boltOptions() *bolt.Options {
 	}
 }
 
-func openShard(path string, o options, lim *rateLimiter) (*boltShard, error) {
+func openShard(path string, o options, lim *rateLimiter, mem *memBudget) (*boltShard, error) {
 	db, err := openBolt(path)
 	if err != nil {
 		return nil, err
 	}
-	s := &boltShard{path: path, retain: o.retain, flushPoints: o.flushPoints, db: db,
+	s := &boltShard{path: path, retain: o.retain, retainBytes: o.retainBytes, flushPoints: o.flushPoints, db: db,
+		memLimit: o.memBytes, memAcct: mem,
 		stop: make(chan struct{}), loopDone: make(chan struct{}), compactDone: make(chan struct{})}
 	if err := s.recover(); err != nil {
+		s.memAcct.charge(-s.memCharged, 0)
 		_ = db.Close()
 		return nil, err
 	}
@@ -106,11 +114,16 @@ func openShard(path string, o options, lim *rateLimiter) (*boltShard, error) {
 	return s, nil
 }
 
+// allocSize is how far a large shard file grows past its data at a time
+// (bbolt's default, 16 MiB, is more than a compressed shard may hold).
+const allocSize = 2 << 20
+
 func openBolt(path string) (*bolt.DB, error) {
 	db, err := bolt.Open(path, 0o600, boltOptions())
 	if err != nil {
 		return nil, fmt.Errorf("engine: open %s: %w", path, err)
 	}
+	db.AllocSize = allocSize
 	err = db.Update(func(tx *bolt.Tx) error {
 		for _, name := range allBuckets {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
@@ -151,7 +164,11 @@ func (s *boltShard) recover() error {
 		if err != nil {
 			return fmt.Errorf("engine: recover %s: %w", s.path, err)
 		}
+		if s.logBytes, err = logSize(tx); err != nil {
+			return fmt.Errorf("engine: recover %s: %w", s.path, err)
+		}
 		s.mem, s.ix, s.flushedTxn = mt, ix, m.flushedTxn
+		s.accountMem()
 		s.lastTxn.Store(m.lastTxn)
 		s.lastTerm.Store(m.lastTerm)
 		return nil
@@ -244,6 +261,7 @@ func (s *boltShard) Apply(e Entry) error {
 		}
 	}
 	enc := e.appendBinary(make([]byte, 0, 64+len(e.Points)*16))
+	logBytes := s.logBytes + int64(len(enc))
 	err := s.update(func(tx *bolt.Tx) error {
 		m, err := readMeta(tx)
 		if err != nil {
@@ -253,7 +271,7 @@ func (s *boltShard) Apply(e Entry) error {
 			return err
 		}
 		m.lastTxn, m.lastTerm = e.TxnID, e.Term
-		if err := trimLog(tx, &m, s.retain); err != nil {
+		if err := trimLog(tx, &m, s.retain, s.retainBytes, &logBytes); err != nil {
 			return err
 		}
 		return writeMeta(tx, m)
@@ -261,9 +279,11 @@ func (s *boltShard) Apply(e Entry) error {
 	if err != nil {
 		return fmt.Errorf("engine: apply txn %d: %w", e.TxnID, err)
 	}
+	s.logBytes = logBytes
 	// Durable from here on; readers see the points once they are in the
 	// memtable, and the txn id only after that.
 	s.mem.insert(e, time.Now())
+	s.accountMem()
 	s.lastTxn.Store(e.TxnID)
 	s.lastTerm.Store(e.Term)
 	return nil
@@ -271,9 +291,11 @@ func (s *boltShard) Apply(e Entry) error {
 
 // trimLog drops log and undo records beyond the retention window, advancing
 // base, but never past flushed_txn: unflushed entries exist only in the log.
-func trimLog(tx *bolt.Tx, m *shardMeta, retain uint64) error {
+// The window is both a count of entries and a size in bytes (logBytes, the
+// size of the log, is kept up to date).
+func trimLog(tx *bolt.Tx, m *shardMeta, retain uint64, retainBytes int64, logBytes *int64) error {
 	logB, undoB := tx.Bucket(bucketLog), tx.Bucket(bucketUndo)
-	for m.lastTxn-m.baseTxn > retain && m.baseTxn < m.flushedTxn {
+	for (m.lastTxn-m.baseTxn > retain || *logBytes > retainBytes) && m.baseTxn < m.flushedTxn {
 		next := m.baseTxn + 1
 		k := u64Key(next)
 		if v := logB.Get(k); v != nil {
@@ -282,6 +304,7 @@ func trimLog(tx *bolt.Tx, m *shardMeta, retain uint64) error {
 				return err
 			}
 			m.baseTerm = term
+			*logBytes -= int64(len(v))
 		}
 		if err := logB.Delete(k); err != nil {
 			return err
@@ -345,12 +368,16 @@ func (s *boltShard) TruncateAfter(txnID uint64) error {
 		if mt, err = replay(tx, s.ix, m.flushedTxn, m.lastTxn, time.Now()); err != nil {
 			return err
 		}
+		if s.logBytes, err = logSize(tx); err != nil {
+			return err
+		}
 		return writeMeta(tx, m)
 	})
 	if err != nil {
 		return fmt.Errorf("engine: truncate after %d: %w", txnID, err)
 	}
 	s.mem, s.flushedTxn = mt, m.flushedTxn
+	s.accountMem()
 	s.lastTxn.Store(m.lastTxn)
 	s.lastTerm.Store(m.lastTerm)
 	return nil
@@ -370,6 +397,8 @@ func (s *boltShard) Close() error {
 	if db == nil {
 		return ErrClosed
 	}
+	s.memAcct.charge(-s.memCharged, -1)
+	s.memCharged = 0
 	if s.onClose != nil {
 		s.onClose()
 	}
