@@ -200,3 +200,32 @@ func TestBackgroundCompaction(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, got[0].Points, 24)
 }
+
+// TestIndexListsFlushedAndMemtableSeries: the query index answers from the
+// posting lists and the memtable together.
+func TestIndexListsFlushedAndMemtableSeries(t *testing.T) {
+	_, s := openShard1(t, manual...)
+	apply(t, s, 1, pt("cpu", "host=a,region=eu", "usage", 1, 1), pt("cpu", "host=b,region=us", "idle", 1, 1), pt("mem", "host=a", "value", 1, 1))
+	flushNow(t, s)
+	apply(t, s, 1, pt("cpu", "dc=x,host=c", "usage", 2, 1), pt("disk", "", "value", 2, 1))
+	ix := s.(Index)
+	ms, err := ix.Measurements()
+	require.NoError(t, err)
+	require.Equal(t, []string{"cpu", "disk", "mem"}, ms)
+	keys, err := ix.TagKeys("cpu")
+	require.NoError(t, err)
+	require.Equal(t, []string{"dc", "host", "region"}, keys)
+	vals, err := ix.TagValues("cpu", "host")
+	require.NoError(t, err)
+	require.Equal(t, []string{"a", "b", "c"}, vals)
+	fields, err := ix.FieldKeys("cpu")
+	require.NoError(t, err)
+	require.Equal(t, []string{"idle", "usage"}, fields)
+	vals, err = ix.TagValues("mem", "region")
+	require.NoError(t, err)
+	require.Empty(t, vals)
+	got, err := s.Query("cpu", map[string]string{"region": "us", FieldTag: "idle"}, 0, 10)
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.Equal(t, "b", got[0].Tags["host"])
+}

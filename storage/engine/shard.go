@@ -61,7 +61,7 @@ type boltShard struct {
 	memLimit    int64      // engine-wide memtable budget; 0: none
 	memAcct     *memBudget // the engine's account of memtable bytes
 	memCharged  int64      // what this shard's memtable is charged there; guarded by wmu
-	compactAt  []byte       // where compaction resumes; guarded by wmu
+	compactAt   []byte     // where compaction resumes; guarded by wmu
 
 	lastTxn  atomic.Uint64
 	lastTerm atomic.Uint64
