@@ -107,6 +107,9 @@ type Config struct {
 	// ShardDropDelay is how long unassigned shard data is kept before it is
 	// deleted.
 	ShardDropDelay time.Duration
+	// MemtableMaxBytes is the memory budget of a storage node's memtables
+	// together; 0 means the engine's default (1/64 of memory, 32-128 MiB).
+	MemtableMaxBytes int64
 
 	// ConfigFile is the config file Parse loaded, if any.
 	ConfigFile string
