@@ -1,12 +1,15 @@
 package engine
 
 import (
+	"encoding/binary"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/cairn-db/cairn/storage/lineproto"
 	"github.com/stretchr/testify/require"
 	bolt "go.etcd.io/bbolt"
 )
@@ -228,4 +231,62 @@ func TestIndexListsFlushedAndMemtableSeries(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, got, 1)
 	require.Equal(t, "b", got[0].Tags["host"])
+}
+
+// TestOpenConvertsPerPointFiles: a shard file of the per-point layout
+// (series buckets of ts -> value) opens with its points in blocks, indexed,
+// and its old buckets gone.
+func TestOpenConvertsPerPointFiles(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "db1", "0.db")
+	require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o750))
+	db, err := bolt.Open(path, 0o600, nil)
+	require.NoError(t, err)
+	e := Entry{TxnID: 1, Term: 3, Points: []lineproto.Point{pt("cpu", "host=a", "value", 5, 2)}}
+	require.NoError(t, db.Update(func(tx *bolt.Tx) error {
+		for _, name := range [][]byte{bucketMeta, bucketLog, bucketUndo, bucketSeries} {
+			if _, err := tx.CreateBucket(name); err != nil {
+				return err
+			}
+		}
+		if err := writeMeta(tx, shardMeta{lastTxn: 1, lastTerm: 3, flushedTxn: 1}); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bucketLog).Put(u64Key(1), e.appendBinary(nil)); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bucketUndo).Put(u64Key(1), appendUndo(nil, undoOp{point: 0})); err != nil {
+			return err
+		}
+		b, err := tx.Bucket(bucketSeries).CreateBucket([]byte(lineproto.AppendSeriesKey(nil, "cpu", e.Points[0].Tags, "value")))
+		if err != nil {
+			return err
+		}
+		for _, p := range []memPoint{{-7, math.Float64bits(1)}, {5, math.Float64bits(2)}} {
+			k := make([]byte, 8)
+			putTSKey(k, p.ts)
+			if err := b.Put(k, binary.BigEndian.AppendUint64(nil, p.bits)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+	require.NoError(t, db.Close())
+
+	s, err := newEngine(t, dir, manual...).Open("db1", 0)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, s.LastTxnID())
+	got, err := s.Query("cpu", map[string]string{"host": "a"}, -100, 100)
+	require.NoError(t, err)
+	require.Equal(t, []Series{{Metric: "cpu", Tags: map[string]string{"host": "a"}, Points: []SeriesPoint{{-7, 1}, {5, 2}}}}, got)
+	require.Equal(t, 1, countBlocks(t, s))
+	require.NoError(t, s.(*boltShard).view(func(tx *bolt.Tx) error {
+		require.Nil(t, tx.Bucket(bucketSeries))
+		return nil
+	}))
+	// The converted entry can still be cut: its undo record is intact.
+	require.NoError(t, s.TruncateAfter(0))
+	got, err = s.Query("cpu", nil, -100, 100)
+	require.NoError(t, err)
+	require.Equal(t, []SeriesPoint{{-7, 1}}, got[0].Points)
 }
