@@ -94,12 +94,6 @@ func (ix *seriesIndex) add(created map[string]uint64) {
 	}
 }
 
-func (ix *seriesIndex) len() int {
-	ix.mu.RLock()
-	defer ix.mu.RUnlock()
-	return len(ix.ids)
-}
-
 // Posting keys: a kind byte, then length-prefixed strings, then the series id.
 const (
 	postMetric = 'm' // metric -> id

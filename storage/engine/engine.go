@@ -161,8 +161,10 @@ const DefaultRetainEntries = 10000
 const DefaultFlushPoints = 1_000_000
 
 // DefaultFlushInterval is how long a shard's memtable may sit before it is
-// flushed anyway, which bounds the memory an idle shard holds.
-const DefaultFlushInterval = 2 * time.Second
+// flushed anyway, which bounds the memory an idle shard holds and the log a
+// restart replays; the memory budget bounds the rest. Longer intervals make
+// fewer, larger blocks.
+const DefaultFlushInterval = 10 * time.Second
 
 // Option tunes NewBoltEngine.
 type Option func(*options)

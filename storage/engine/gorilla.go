@@ -2,7 +2,6 @@ package engine
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"hash/crc32"
 	"math"
@@ -336,6 +335,3 @@ func decodeBlock(dst []memPoint, b []byte) ([]memPoint, error) {
 	}
 	return dst, nil
 }
-
-// isBlockCorrupt says whether err is a block failing its checks.
-func isBlockCorrupt(err error) bool { return errors.Is(err, ErrBlockCorrupt) }
