@@ -162,10 +162,17 @@ func (s *boltShard) compactLoop(interval time.Duration, lim *rateLimiter) {
 	}
 }
 
-// Compact merges every run of two or more small blocks, then rewrites the
-// shard file so the pages freed by compaction and by the trimmed log are
-// given back to the file system.
+// Compact flushes the memtable (so the log can be trimmed to its bounds),
+// merges every run of two or more small blocks, then rewrites the shard file
+// so the pages freed by compaction and by the trimmed log are given back to
+// the file system.
 func (s *boltShard) Compact() error {
+	s.wmu.Lock()
+	err := s.flushLocked()
+	s.wmu.Unlock()
+	if err != nil {
+		return err
+	}
 	if err := s.settleRecent(); err != nil {
 		return err
 	}
