@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -249,34 +250,51 @@ func prevOf(c *bolt.Cursor, k []byte) ([]byte, []byte) {
 	return c.Prev()
 }
 
-// readSeries decodes series id's points in [start, end].
-func readSeries(b *bolt.Bucket, id uint64, start, end int64) ([]memPoint, error) {
-	var out []memPoint
+// readSeries decodes series id's points in [start, end] into a slice with
+// room for extra more (the memtable's points, merged in after).
+func readSeries(b *bolt.Bucket, id uint64, start, end int64, extra int) ([]SeriesPoint, error) {
+	type hit struct {
+		v []byte
+		h blockHeader
+	}
+	var hits []hit
+	total := 0
 	err := seriesBlocks(b, id, start, func(_, v []byte, h blockHeader) (bool, error) {
 		if h.minTS > end {
 			return false, nil
 		}
+		hits = append(hits, hit{v, h})
+		total += h.count
+		return true, nil
+	})
+	if err != nil || total == 0 {
+		return nil, err
+	}
+	out := make([]SeriesPoint, 0, total+extra)
+	var scratch []memPoint
+	for _, x := range hits {
 		blockReads.Add(1)
-		n := len(out)
-		var err error
-		if out, err = decodeBlock(out, v); err != nil {
-			return false, err
+		if scratch, err = decodeBlock(scratch[:0], x.v); err != nil {
+			return nil, err
 		}
+		pts := scratch
 		// Trim the parts of the first and last block outside the range.
-		if h.minTS < start {
-			i, _ := slices.BinarySearchFunc(out[n:], start, cmpPointTS)
-			out = append(out[:n], out[n+i:]...)
+		if x.h.minTS < start {
+			i, _ := slices.BinarySearchFunc(pts, start, cmpPointTS)
+			pts = pts[i:]
 		}
-		if h.maxTS > end {
-			i, found := slices.BinarySearchFunc(out[n:], end, cmpPointTS)
+		if x.h.maxTS > end {
+			i, found := slices.BinarySearchFunc(pts, end, cmpPointTS)
 			if found {
 				i++
 			}
-			out = out[:n+i]
+			pts = pts[:i]
 		}
-		return true, nil
-	})
-	return out, err
+		for _, p := range pts {
+			out = append(out, SeriesPoint{TS: p.ts, Value: math.Float64frombits(p.bits)})
+		}
+	}
+	return out, nil
 }
 
 // putBlocks writes pts (sorted, unique, not overlapping the series' other

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -110,11 +109,11 @@ func (s *boltShard) Query(metric string, match map[string]string, start, end int
 					continue
 				}
 			}
-			pts, err := readSeries(blocks, fs.id, start, end)
+			pts, err := readSeries(blocks, fs.id, start, end, len(mem))
 			if err != nil {
 				return fmt.Errorf("series %q: %w", fs.key, err)
 			}
-			sr.Points = mergePoints(toSeriesPoints(pts), mem)
+			sr.Points = mergePoints(pts, mem)
 			if len(sr.Points) > 0 {
 				out = append(out, sr)
 			}
@@ -161,17 +160,6 @@ func flushedSeries(tx *bolt.Tx, metric string, match map[string]string) ([]flush
 	}
 	slices.SortFunc(out, func(a, b flushedRef) int { return strings.Compare(a.key, b.key) })
 	return out, nil
-}
-
-func toSeriesPoints(pts []memPoint) []SeriesPoint {
-	if len(pts) == 0 {
-		return nil
-	}
-	out := make([]SeriesPoint, len(pts))
-	for i, p := range pts {
-		out[i] = SeriesPoint{TS: p.ts, Value: math.Float64frombits(p.bits)}
-	}
-	return out
 }
 
 func (h memHit) series() Series {
