@@ -145,6 +145,11 @@ func (s *boltShard) compactLoop(interval time.Duration, lim *rateLimiter) {
 			return
 		case <-t.C:
 		}
+		// A pass only after flushes: blocks change nowhere else, and a pass
+		// reads every block header of the shard.
+		if !s.flushed.Swap(false) {
+			continue
+		}
 		for done := false; !done; {
 			n, d, err := s.compactStep(compactBudget, backgroundMinRun)
 			if err != nil {

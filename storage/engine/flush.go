@@ -112,6 +112,7 @@ func (s *boltShard) flushLocked() error {
 	// read transaction after this commit. Either way nothing is missing.
 	s.ix.add(created)
 	s.logBytes = logBytes
+	s.flushed.Store(true)
 	s.mu.Lock()
 	s.mem = newMemtable(s.ix)
 	s.mu.Unlock()

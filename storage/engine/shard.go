@@ -63,6 +63,7 @@ type boltShard struct {
 	memCharged  int64      // what this shard's memtable is charged there; guarded by wmu
 	compactAt   []byte     // where compaction resumes; guarded by wmu
 
+	flushed  atomic.Bool // a flush wrote blocks since the last compaction pass
 	lastTxn  atomic.Uint64
 	lastTerm atomic.Uint64
 
