@@ -20,7 +20,7 @@ import (
 // limit on the bytes it rewrites so that writes keep their latency.
 
 // DefaultCompactRate is the default pace of background compaction, in block
-// bytes rewritten per second across all shards of the engine.
+// bytes read per second across all shards of the engine.
 const DefaultCompactRate = 8 << 20
 
 // compactBudget is how many blocks one compaction step looks at: a bound on
@@ -105,8 +105,8 @@ func (s *boltShard) compactStep(budget, minRun int) (int, bool, error) {
 				}
 				cur.keys = append(cur.keys, append([]byte(nil), k...))
 				curID, curPoints = id, curPoints+h.count
-				bytes += len(v)
 			}
+			bytes += len(v) // what is checked counts too: it is read and checksummed
 			k, v = c.Next()
 		}
 		end()
