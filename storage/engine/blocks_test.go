@@ -290,3 +290,22 @@ func TestOpenConvertsPerPointFiles(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []SeriesPoint{{-7, 1}}, got[0].Points)
 }
+
+// TestDropRemovesEveryFile: dropping a compacted shard leaves no file of it,
+// staging files of an interrupted restore or compaction included.
+func TestDropRemovesEveryFile(t *testing.T) {
+	dir := t.TempDir()
+	e := newEngine(t, dir, manual...)
+	s, err := e.Open("db1", 3)
+	require.NoError(t, err)
+	apply(t, s, 1, pt("m", "", "value", 1, 1))
+	require.NoError(t, s.(Compacter).Compact())
+	path := filepath.Join(dir, "db1", "3.db")
+	for _, stray := range []string{path + ".restore", path + ".compact"} {
+		require.NoError(t, os.WriteFile(stray, []byte("x"), 0o600))
+	}
+	require.NoError(t, e.Drop("db1", 3))
+	left, err := os.ReadDir(filepath.Join(dir, "db1"))
+	require.NoError(t, err)
+	require.Empty(t, left)
+}

@@ -359,8 +359,12 @@ func (e *boltEngine) Drop(db string, shard int) error {
 			return err
 		}
 	}
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("engine: drop %s/%d: %w", db, shard, err)
+	// The staging files of a restore or a file compaction that a crash
+	// interrupted go too.
+	for _, p := range []string{path, path + ".restore", path + ".compact"} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("engine: drop %s/%d: %w", db, shard, err)
+		}
 	}
 	return syncDir(filepath.Dir(path))
 }
