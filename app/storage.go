@@ -16,7 +16,11 @@ import (
 // openStorage opens the shard engine and the shard host of the storage role.
 func (a *App) openStorage() error {
 	dir := filepath.Join(a.cfg.DataDir, "shards")
-	eng, err := engine.NewBoltEngine(dir)
+	var opts []engine.Option
+	if a.cfg.MemtableMaxBytes > 0 {
+		opts = append(opts, engine.WithMemtableBytes(a.cfg.MemtableMaxBytes))
+	}
+	eng, err := engine.NewBoltEngine(dir, opts...)
 	if err != nil {
 		return err
 	}

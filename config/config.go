@@ -141,6 +141,9 @@ type Config struct {
 	WriteMaxPoints    int // points of one write batch
 	QueryMaxSeries    int // series of one query answer
 	QueryMaxPoints    int // points of one query answer
+	// MemtableMaxBytes is the memory budget of a storage node's memtables
+	// together; 0 means the engine's default (1/64 of memory, 32-128 MiB).
+	MemtableMaxBytes int64
 
 	// ConfigFile is the config file Parse loaded, if any.
 	ConfigFile string

@@ -223,6 +223,19 @@ var options = []option{
 	},
 	durationOpt("rebalance-delay", groupCluster, "wait after nodes join or leave before moving replicas or spreading leaders again, so a restart does not shuffle shards",
 		0, func(c *Config) *time.Duration { return &c.RebalanceDelay }, nil),
+	{
+		name: "memtable-max-bytes", kind: kindInt, group: groupNode, defText: "0: 1/64 of memory, 32-128 MiB",
+		help: "memory budget of the storage node's in-memory write buffers together; reaching it flushes them to compressed blocks",
+		get:  func(c *Config) string { return strconv.FormatInt(c.MemtableMaxBytes, 10) },
+		set: func(c *Config, raw string) error {
+			n, err := strconv.ParseInt(raw, 10, 64)
+			if err != nil || (n != 0 && n < 1<<20) {
+				return errors.New("want a whole number of bytes of at least 1048576, or 0 for the default")
+			}
+			c.MemtableMaxBytes = n
+			return nil
+		},
+	},
 	durationOpt("shard-drop-delay", groupCluster, "how long a storage node keeps the data of a shard no longer assigned to it before deleting it (guards against an emptied or replaced etcd)",
 		0, func(c *Config) *time.Duration { return &c.ShardDropDelay }, nil),
 	durationOpt("history-interval", groupNode, "sampling interval of the console's charts; each node keeps the last hour in memory (at most 3600 samples)",

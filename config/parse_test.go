@@ -221,3 +221,20 @@ func TestValidateProgrammatic(t *testing.T) {
 	require.NotContains(t, wild.AdvertiseAddr, "0.0.0.0", "a wildcard listen address is not dialable")
 	require.Contains(t, wild.AdvertiseAddr, ":9000")
 }
+
+func TestParseMemtableMaxBytes(t *testing.T) {
+	c, err := Parse(nil, envOf(nil), false, io.Discard)
+	require.NoError(t, err)
+	require.Zero(t, c.MemtableMaxBytes, "0: the engine's memory-derived default")
+	c, err = Parse([]string{"--memtable-max-bytes", "67108864"}, envOf(nil), false, io.Discard)
+	require.NoError(t, err)
+	require.EqualValues(t, 64<<20, c.MemtableMaxBytes)
+	c, err = Parse(nil, envOf(map[string]string{"CAIRN_MEMTABLE_MAX_BYTES": "2097152"}), false, io.Discard)
+	require.NoError(t, err)
+	require.EqualValues(t, 2<<20, c.MemtableMaxBytes)
+	for _, bad := range []string{"1000", "-1", "64MiB"} {
+		_, err = Parse([]string{"--memtable-max-bytes", bad}, envOf(nil), false, io.Discard)
+		require.Error(t, err, bad)
+		require.Contains(t, err.Error(), bad)
+	}
+}

@@ -1,9 +1,12 @@
 // Package engine owns the on-disk state of shard replicas: the Shard and Engine
 // interfaces the storage role programs against, and the default implementation
-// that keeps one bbolt file per shard replica holding the points, the
-// replication log of recent entries and the undo records needed to cut a
-// divergent tail. A write is durable once its entry is in the log; its points
-// wait in an in-memory memtable and reach the series buckets in bulk flushes.
+// that keeps one bbolt file per shard replica holding the replication log of
+// recent entries, the undo records needed to cut a divergent tail, and the
+// points in compressed per-series blocks (Gorilla's delta-of-delta timestamps
+// and XOR values) with a series index and posting lists. A write is durable
+// once its entry is in the log; its points wait in an in-memory memtable and
+// become blocks in bulk flushes, and a rate-limited background compaction
+// merges the small blocks of successive flushes.
 package engine
 
 import (
@@ -17,6 +20,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -161,21 +165,83 @@ type Engine interface {
 const DefaultRetainEntries = 10000
 
 // DefaultFlushPoints is how many points a shard's memtable holds before they
-// are moved into the series buckets: large enough that each series page is
-// rewritten once per hundreds of points rather than once per batch.
-const DefaultFlushPoints = 200_000
+// are written as blocks (unless the engine's memory budget says so first):
+// the more points a flush carries per series, the fewer small blocks there
+// are to compact.
+const DefaultFlushPoints = 1_000_000
 
 // DefaultFlushInterval is how long a shard's memtable may sit before it is
-// flushed anyway, which bounds the memory an idle shard holds.
-const DefaultFlushInterval = 2 * time.Second
+// flushed anyway, which bounds the memory an idle shard holds and the log a
+// restart replays; the memory budget bounds the rest. Longer intervals make
+// fewer, larger blocks.
+const DefaultFlushInterval = 10 * time.Second
 
 // Option tunes NewBoltEngine.
 type Option func(*options)
 
 type options struct {
 	retain        uint64
+	retainBytes   int64
 	flushPoints   int
 	flushInterval time.Duration
+	compactRate   int
+	compactEvery  time.Duration
+	memBytes      int64
+}
+
+// DefaultRetainBytes bounds the log a shard keeps for followers by size, on
+// top of the entry count: a follower further behind gets a full sync.
+const DefaultRetainBytes = 32 << 20
+
+// WithRetainBytes sets the size bound of the log kept for followers (at
+// least 1 byte; unflushed entries are always kept).
+func WithRetainBytes(n int64) Option {
+	return func(o *options) { o.retainBytes = max(n, 1) }
+}
+
+// WithMemtableBytes sets the memory budget of all memtables of the engine
+// together; reaching it flushes. 0 or less: no budget (the per-shard point
+// limit and the interval still apply).
+func WithMemtableBytes(n int64) Option {
+	return func(o *options) { o.memBytes = max(n, 0) }
+}
+
+// DefaultMemtableBytes is 1/64 of the machine's memory, between 32 MiB and
+// 128 MiB: enough for 40k series to flush in blocks of useful size, small
+// enough to keep a node's resident memory bounded.
+func DefaultMemtableBytes() int64 {
+	const lo, hi = 32 << 20, 128 << 20
+	total := memTotal()
+	if total <= 0 {
+		return hi
+	}
+	return min(max(total/64, lo), hi)
+}
+
+// memTotal reads the machine's memory from /proc/meminfo (0 if unknown).
+func memTotal() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+			f := strings.Fields(rest)
+			if len(f) == 2 && f[1] == "kB" {
+				kb, err := strconv.ParseInt(f[0], 10, 64)
+				if err == nil {
+					return kb << 10
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// WithCompactRate sets the pace of background compaction in block bytes per
+// second for the whole engine; 0 or less turns it off (Compacter still works).
+func WithCompactRate(bytesPerSec int) Option {
+	return func(o *options) { o.compactRate = max(bytesPerSec, 0) }
 }
 
 // WithRetainEntries sets how many recent log entries each shard keeps (at least
@@ -204,6 +270,8 @@ type shardID struct {
 type boltEngine struct {
 	dir  string
 	opts options
+	lim  *rateLimiter // paces the compaction of every shard together
+	mem  *memBudget   // memtable bytes of every shard together
 
 	mu     sync.Mutex
 	shards map[shardID]*boltShard
@@ -212,14 +280,17 @@ type boltEngine struct {
 
 // NewBoltEngine returns the bbolt engine keeping shard files at dir/<db>/<shard>.db.
 func NewBoltEngine(dir string, opts ...Option) (Engine, error) {
-	o := options{retain: DefaultRetainEntries, flushPoints: DefaultFlushPoints, flushInterval: DefaultFlushInterval}
+	o := options{retain: DefaultRetainEntries, retainBytes: DefaultRetainBytes, flushPoints: DefaultFlushPoints,
+		flushInterval: DefaultFlushInterval, compactRate: DefaultCompactRate, compactEvery: time.Second,
+		memBytes: DefaultMemtableBytes()}
 	for _, opt := range opts {
 		opt(&o)
 	}
+	lim := &rateLimiter{rate: float64(max(o.compactRate, 1))}
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("engine: create data dir: %w", err)
 	}
-	return &boltEngine{dir: dir, opts: o, shards: make(map[shardID]*boltShard)}, nil
+	return &boltEngine{dir: dir, opts: o, lim: lim, mem: &memBudget{}, shards: make(map[shardID]*boltShard)}, nil
 }
 
 func (e *boltEngine) path(id shardID) (string, error) {
@@ -261,7 +332,8 @@ func (e *boltEngine) Open(db string, shard int) (Shard, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		return nil, fmt.Errorf("engine: create db dir: %w", err)
 	}
-	s, err := openShard(path, e.opts)
+	s, err := openShard(path, e.opts, e.lim, e.mem)
+	e.mem.charge(0, 1)
 	if err != nil {
 		return nil, err
 	}
@@ -294,8 +366,12 @@ func (e *boltEngine) Drop(db string, shard int) error {
 			return err
 		}
 	}
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("engine: drop %s/%d: %w", db, shard, err)
+	// The staging files of a restore or a file compaction that a crash
+	// interrupted go too.
+	for _, p := range []string{path, path + ".restore", path + ".compact"} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("engine: drop %s/%d: %w", db, shard, err)
+		}
 	}
 	return syncDir(filepath.Dir(path))
 }

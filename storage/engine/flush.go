@@ -1,11 +1,8 @@
 package engine
 
 import (
-	"bytes"
-	"encoding/binary"
 	"fmt"
-	"slices"
-	"strings"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -14,8 +11,48 @@ import (
 // flushDue says whether the memtable must be flushed before entry txn goes in:
 // it is full, or the log trim after txn would otherwise have to drop entries
 // that exist nowhere else yet.
+// A memtable also flushes once the engine's memtables together exceed the
+// memory budget, if it holds a fair share of it.
 func (s *boltShard) flushDue(txn uint64) bool {
-	return s.mem.points >= s.flushPoints || s.flushedTxn+s.retain < txn
+	if s.mem.points >= s.flushPoints || s.flushedTxn+s.retain < txn {
+		return true
+	}
+	if s.memLimit <= 0 || s.mem.empty() {
+		return false
+	}
+	total, shards := s.memAcct.load()
+	return total > s.memLimit && s.memCharged >= s.memLimit/(2*max(shards, 1))
+}
+
+// accountMem brings the engine's account of this shard's memtable up to
+// date; the caller holds wmu.
+func (s *boltShard) accountMem() {
+	b := s.mem.sizeBytes()
+	s.memAcct.charge(b-s.memCharged, 0)
+	s.memCharged = b
+}
+
+// memBudget is the engine-wide account of memtable bytes and open shards.
+type memBudget struct {
+	bytes  atomic.Int64
+	shards atomic.Int64
+}
+
+func (b *memBudget) charge(bytes, shards int64) {
+	b.bytes.Add(bytes)
+	b.shards.Add(shards)
+}
+
+func (b *memBudget) load() (int64, int64) { return b.bytes.Load(), b.shards.Load() }
+
+// logSize adds up the log's entries.
+func logSize(tx *bolt.Tx) (int64, error) {
+	var n int64
+	err := tx.Bucket(bucketLog).ForEach(func(_, v []byte) error {
+		n += int64(len(v))
+		return nil
+	})
+	return n, err
 }
 
 // flushLocked moves the memtable into the series buckets in one commit, with
@@ -28,6 +65,8 @@ func (s *boltShard) flushLocked() error {
 		return nil
 	}
 	upto := mt.entries[len(mt.entries)-1].txn
+	var created map[string]uint64
+	logBytes := s.logBytes
 	err := s.update(func(tx *bolt.Tx) error {
 		m, err := readMeta(tx)
 		if err != nil {
@@ -36,8 +75,21 @@ func (s *boltShard) flushLocked() error {
 		if m.flushedTxn != mt.entries[0].txn-1 {
 			return fmt.Errorf("%w: memtable starts at txn %d, flushed up to %d", ErrCorrupt, mt.entries[0].txn, m.flushedTxn)
 		}
-		prev, err := writeMemtable(tx.Bucket(bucketSeries), mt)
+		if err := resetRecent(tx); err != nil {
+			return err
+		}
+		prev, c, merged, err := writeMemtable(tx, s.ix, mt, mt.entries[0].txn)
 		if err != nil {
+			return err
+		}
+		created = c
+		// Only a flush that merged nothing into older blocks can be redone
+		// from the log alone if one of its blocks turns out torn.
+		from := mt.entries[0].txn
+		if merged {
+			from = 0
+		}
+		if err := tx.Bucket(bucketMeta).Put(keyRecentFrom, u64Key(from)); err != nil {
 			return err
 		}
 		undoB := tx.Bucket(bucketUndo)
@@ -47,7 +99,7 @@ func (s *boltShard) flushLocked() error {
 			}
 		}
 		m.flushedTxn = upto
-		if err := trimLog(tx, &m, s.retain); err != nil {
+		if err := trimLog(tx, &m, s.retain, s.retainBytes, &logBytes); err != nil {
 			return err
 		}
 		return writeMeta(tx, m)
@@ -58,57 +110,15 @@ func (s *boltShard) flushLocked() error {
 	// Readers that picked up the old memtable see its points twice (memtable
 	// and buckets, same values); those that pick up the new one start their
 	// read transaction after this commit. Either way nothing is missing.
+	s.ix.add(created)
+	s.logBytes = logBytes
+	s.flushed.Store(true)
 	s.mu.Lock()
-	s.mem = newMemtable()
+	s.mem = newMemtable(s.ix)
 	s.mu.Unlock()
+	s.accountMem()
 	s.flushedTxn = upto
 	return nil
-}
-
-// writeMemtable writes every memtable point into its series bucket, series by
-// series in key order and each in ts order so pages fill sequentially. It
-// returns the flushed values it overwrote, keyed by (series, ts), for the undo
-// records.
-func writeMemtable(series *bolt.Bucket, mt *memtable) (map[memSlot]uint64, error) {
-	order := make([]int32, len(mt.series))
-	for i := range order {
-		order[i] = int32(i)
-	}
-	slices.SortFunc(order, func(a, b int32) int { return strings.Compare(mt.series[a].key, mt.series[b].key) })
-	// bbolt keeps references to keys and values until commit: one buffer for all.
-	kv := make([]byte, 16*mt.points)
-	prev := make(map[memSlot]uint64)
-	for _, idx := range order {
-		ms := mt.series[idx]
-		b, err := series.CreateBucketIfNotExists([]byte(ms.key))
-		if err != nil {
-			return nil, err
-		}
-		b.FillPercent = seriesFill
-		c := b.Cursor()
-		newest, _ := c.Last()
-		newest = slices.Clone(newest)
-		for _, p := range ms.pts {
-			if len(kv) < 16 {
-				return nil, fmt.Errorf("%w: memtable point count is off", ErrCorrupt)
-			}
-			tk, v := kv[0:8:8], kv[8:16:16]
-			kv = kv[16:]
-			putTSKey(tk, p.ts)
-			binary.BigEndian.PutUint64(v, p.bits)
-			// Points past the series' newest flushed one cannot overwrite
-			// anything, which spares the lookup for the usual in-order writes.
-			if newest != nil && bytes.Compare(tk, newest) <= 0 {
-				if k, old := c.Seek(tk); bytes.Equal(k, tk) && len(old) == 8 {
-					prev[memSlot{idx, p.ts}] = beUint64(old)
-				}
-			}
-			if err := b.Put(tk, v); err != nil {
-				return nil, err
-			}
-		}
-	}
-	return prev, nil
 }
 
 // encodeUndo turns an entry's memtable undo information into its undo record,
@@ -128,8 +138,8 @@ func encodeUndo(undo []memUndo, prev map[memSlot]uint64) []byte {
 }
 
 // replay rebuilds a memtable from the log entries (from, to].
-func replay(tx *bolt.Tx, from, to uint64, now time.Time) (*memtable, error) {
-	mt := newMemtable()
+func replay(tx *bolt.Tx, ix *seriesIndex, from, to uint64, now time.Time) (*memtable, error) {
+	mt := newMemtable(ix)
 	c := tx.Bucket(bucketLog).Cursor()
 	next := from + 1
 	for k, v := c.Seek(u64Key(next)); k != nil && beUint64(k) <= to; k, v = c.Next() {

@@ -5,7 +5,7 @@ import (
 )
 
 // SeriesKeys calls visit once with the key of every series the shard holds,
-// flushed or still in the memtable, flushed ones in byte order first. It is the
+// flushed (from the series index, in id order) or still in the memtable. It is the
 // series enumeration behind InfluxQL's SHOW statements; it reads no points. A
 // visit error stops the walk and is returned as is.
 func (s *boltShard) SeriesKeys(visit func(key string) error) error {
@@ -17,13 +17,10 @@ func (s *boltShard) SeriesKeys(visit func(key string) error) error {
 			pending[ms.key] = struct{}{}
 		}
 		s.mem.mu.RUnlock()
-		c := tx.Bucket(bucketSeries).Cursor()
-		for k, v := c.First(); k != nil; k, v = c.Next() {
-			if v != nil {
-				continue // not a series bucket
-			}
-			delete(pending, string(k))
-			if err := visit(string(k)); err != nil {
+		c := tx.Bucket(bucketSKey).Cursor()
+		for _, key := c.First(); key != nil; _, key = c.Next() {
+			delete(pending, string(key))
+			if err := visit(string(key)); err != nil {
 				return err
 			}
 		}

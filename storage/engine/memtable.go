@@ -27,8 +27,10 @@ type memtable struct {
 	byMetric map[string][]int32
 	entries  []memEntry // in txn order, one per applied entry, empty ones included
 	points   int        // distinct (series, ts) held
+	bytes    int64      // estimated heap held, for the memory budget
 	since    time.Time  // when the first entry went in, for the age-based flush
 
+	ix     *seriesIndex // the shard's flushed series, whose key strings are reused
 	keyBuf []byte
 	pend   map[memSlot]int // batch scratch: out-of-order points -> index in pending
 }
@@ -74,11 +76,23 @@ type memUndo struct {
 	fromDisk bool
 }
 
-func newMemtable() *memtable {
-	return &memtable{index: make(map[string]int32), byMetric: make(map[string][]int32)}
+func newMemtable(ix *seriesIndex) *memtable {
+	return &memtable{ix: ix, index: make(map[string]int32), byMetric: make(map[string][]int32)}
 }
 
 func (mt *memtable) empty() bool { return len(mt.entries) == 0 }
+
+// Estimates of what the memtable holds per point and per series, with the
+// slack of growing slices and maps, for the memory budget.
+const (
+	memPointBytes  = 24 // memPoint, amortized over slice growth
+	memUndoBytes   = 32 // memUndo
+	memSeriesBytes = 160
+)
+
+// sizeBytes is the memtable's estimated heap use; the caller holds the
+// shard's write mutex, which every insert holds too.
+func (mt *memtable) sizeBytes() int64 { return mt.bytes }
 
 // insert adds an entry's points; later points win over earlier ones at the
 // same series and ts, within the entry and across entries.
@@ -131,6 +145,7 @@ func (mt *memtable) insert(e Entry, now time.Time) {
 		}
 		undo[i] = u
 	}
+	mt.bytes += int64(len(e.Points)) * (memPointBytes + memUndoBytes)
 	for _, idx := range touched {
 		mt.series[idx].mergePending()
 	}
@@ -146,9 +161,16 @@ func (mt *memtable) seriesOf(p *lineproto.Point) int32 {
 	if idx, ok := mt.index[string(mt.keyBuf)]; ok {
 		return idx
 	}
-	key := string(mt.keyBuf)
+	key, ok := mt.ix.intern(mt.keyBuf)
+	if !ok {
+		key = string(mt.keyBuf)
+	}
 	idx := int32(len(mt.series))
 	mt.series = append(mt.series, &memSeries{key: key})
+	mt.bytes += memSeriesBytes
+	if !ok {
+		mt.bytes += int64(len(key))
+	}
 	mt.index[key] = idx
 	// Clone: the metric may point into a whole request body.
 	metric := strings.Clone(p.Metric)

@@ -14,7 +14,7 @@ import (
 )
 
 // manual keeps flushes under the test's control.
-var manual = []Option{WithFlushPoints(1 << 30), WithFlushInterval(0)}
+var manual = []Option{WithFlushPoints(1 << 30), WithFlushInterval(0), WithCompactRate(0)}
 
 func flushNow(t testing.TB, s Shard) {
 	t.Helper()
@@ -206,7 +206,7 @@ func TestSnapshotRestoreWithUnflushedMemtable(t *testing.T) {
 func TestRandomAgainstModel(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	dir := t.TempDir()
-	opts := []Option{WithFlushPoints(40), WithFlushInterval(0), WithRetainEntries(30)}
+	opts := []Option{WithFlushPoints(40), WithFlushInterval(0), WithRetainEntries(30), WithCompactRate(0)}
 	s, err := newEngine(t, dir, opts...).Open("db1", 0)
 	require.NoError(t, err)
 	var log []Entry // every surviving entry, log[i].TxnID == i+1
@@ -223,6 +223,8 @@ func TestRandomAgainstModel(t *testing.T) {
 			}
 			require.NoError(t, err, "step %d", step)
 			log = log[:to]
+		case r == 3:
+			require.NoError(t, s.(Compacter).Compact())
 		case r == 2:
 			require.NoError(t, s.Close())
 			s, err = newEngine(t, dir, opts...).Open("db1", 0)
@@ -264,4 +266,57 @@ func modelQuery(log []Entry) []Series {
 		out = append(out, sr)
 	}
 	return out
+}
+
+// TestMemoryBudgetFlushes: once the memtables of the engine together pass the
+// budget, a shard holding a fair share of it flushes before its next entry,
+// and the engine's account drops by what it held.
+func TestMemoryBudgetFlushes(t *testing.T) {
+	const budget = 64 << 10
+	e := newEngine(t, t.TempDir(), WithFlushPoints(1<<30), WithFlushInterval(0), WithCompactRate(0), WithMemtableBytes(budget))
+	a, err := e.Open("db1", 0)
+	require.NoError(t, err)
+	b, err := e.Open("db1", 1)
+	require.NoError(t, err)
+	acct := a.(*boltShard).memAcct
+	batch := func(n int) []lineproto.Point {
+		pts := make([]lineproto.Point, 100)
+		for i := range pts {
+			pts[i] = pt("m", "h=x", "value", int64(n*100+i), 1)
+		}
+		return pts
+	}
+	apply(t, b, 1, batch(0)...)
+	for n := 0; flushedTxn(a) == 0; n++ {
+		require.Less(t, n, 1000, "the budget never flushed")
+		total, _ := acct.load()
+		require.LessOrEqual(t, total, int64(budget)+int64(100*(memPointBytes+memUndoBytes)+memSeriesBytes+64),
+			"never more than one batch over the budget")
+		apply(t, a, 1, batch(n)...)
+	}
+	total, shards := acct.load()
+	require.EqualValues(t, 2, shards)
+	require.Less(t, total, int64(budget))
+	require.Zero(t, flushedTxn(b), "the shard with a small memtable did not flush")
+	require.NoError(t, b.Close())
+	_, shards = acct.load()
+	require.EqualValues(t, 1, shards)
+}
+
+// TestLogBoundedByBytes: flushed entries beyond the byte bound are trimmed,
+// and a follower asking for them is told to do a full sync.
+func TestLogBoundedByBytes(t *testing.T) {
+	_, s := openShard1(t, WithFlushPoints(1<<30), WithFlushInterval(0), WithCompactRate(0), WithRetainBytes(1))
+	for i := 1; i <= 5; i++ {
+		apply(t, s, 1, pt("m", "", "value", int64(i), 1))
+	}
+	_, err := s.Entries(0, 0)
+	require.NoError(t, err, "nothing flushed, nothing trimmed")
+	flushNow(t, s)
+	apply(t, s, 1, pt("m", "", "value", 6, 1))
+	_, err = s.Entries(4, 0)
+	require.ErrorIs(t, err, ErrCompacted)
+	es, err := s.Entries(5, 0)
+	require.NoError(t, err)
+	require.Len(t, es, 1, "only the unflushed entry stays")
 }

@@ -1,13 +1,13 @@
 package engine
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/cairn-db/cairn/storage/lineproto"
@@ -70,10 +70,10 @@ func (s *boltShard) TermAt(txnID uint64) (uint64, error) {
 	return term, nil
 }
 
-// Query walks the series keys of metric, which share one key prefix, and range
-// scans each matching series, merging in the memtable's points (newer, so they
-// win on the same ts). Tag matching is a scan over that metric's series: there
-// is no inverted index.
+// Query finds the flushed series of metric through the posting lists (those
+// of one matched tag when there is one), reads only their blocks that overlap
+// [start, end], and merges in the memtable's points, which are newer and win
+// on the same ts. Results are sorted by series key.
 func (s *boltShard) Query(metric string, match map[string]string, start, end int64) ([]Series, error) {
 	return s.QueryLimited(metric, match, start, end, Limits{})
 }
@@ -97,47 +97,39 @@ func (s *boltShard) QueryLimited(metric string, match map[string]string, start, 
 		if err != nil {
 			return err
 		}
-		series := tx.Bucket(bucketSeries)
-		prefix := lineproto.AppendMetricPrefix(nil, metric)
-		// Untagged series continue the prefix with '#', tagged ones with ',':
-		// as '#' < ',', the two walks together visit keys in byte order, the
-		// order hits are sorted in.
-		for _, sep := range []byte{'#', ','} {
-			p := append(prefix[:len(prefix):len(prefix)], sep)
-			c := series.Cursor()
-			for k, v := c.Seek(p); k != nil && bytes.HasPrefix(k, p); k, v = c.Next() {
-				if v != nil {
-					continue // not a series bucket
-				}
-				for len(hits) > 0 && hits[0].key < string(k) {
-					if err := emit(hits[0].series()); err != nil {
-						return err
-					}
-					hits = hits[1:]
-				}
-				var sr Series
-				ok := false
-				if len(hits) > 0 && hits[0].key == string(k) {
-					sr, ok = hits[0].header, true
-					flushed, over := readPoints(series.Bucket(k), start, end, b.room())
-					if over {
-						return b.overPoints()
-					}
-					sr.Points = mergePoints(flushed, hits[0].points)
-					hits = hits[1:]
-				} else if sr, ok, err = matchSeries(string(k), match); err != nil {
+		flushed, err := flushedSeries(tx, metric, match)
+		if err != nil {
+			return err
+		}
+		blocks := tx.Bucket(bucketBlocks)
+		for _, fs := range flushed {
+			for len(hits) > 0 && hits[0].key < fs.key {
+				if err := emit(hits[0].series()); err != nil {
 					return err
-				} else if ok {
-					var over bool
-					if sr.Points, over = readPoints(series.Bucket(k), start, end, b.room()); over {
-						return b.overPoints()
-					}
-					ok = len(sr.Points) > 0
 				}
-				if ok {
-					if err := emit(sr); err != nil {
-						return err
-					}
+				hits = hits[1:]
+			}
+			var mem []SeriesPoint
+			var sr Series
+			if len(hits) > 0 && hits[0].key == fs.key {
+				sr, mem = hits[0].header, hits[0].points
+				hits = hits[1:]
+			} else {
+				var ok bool
+				if sr, ok, err = matchSeries(fs.key, match); err != nil {
+					return err
+				} else if !ok {
+					continue
+				}
+			}
+			pts, err := readSeries(blocks, fs.id, start, end, len(mem))
+			if err != nil {
+				return fmt.Errorf("series %q: %w", fs.key, err)
+			}
+			sr.Points = mergePoints(pts, mem)
+			if len(sr.Points) > 0 {
+				if err := emit(sr); err != nil {
+					return err
 				}
 			}
 		}
@@ -151,6 +143,39 @@ func (s *boltShard) QueryLimited(metric string, match map[string]string, start, 
 	if err != nil {
 		return nil, fmt.Errorf("engine: query %q: %w", metric, err)
 	}
+	return out, nil
+}
+
+type flushedRef struct {
+	id  uint64
+	key string
+}
+
+// flushedSeries lists the flushed series of metric that may match, by key.
+func flushedSeries(tx *bolt.Tx, metric string, match map[string]string) ([]flushedRef, error) {
+	prefix := postingPrefix(postMetric, metric)
+	for k, v := range match {
+		if k == FieldTag {
+			prefix = postingPrefix(postField, metric, v)
+		} else {
+			prefix = postingPrefix(postTag, metric, k, v)
+			break
+		}
+	}
+	skey := tx.Bucket(bucketSKey)
+	ids, err := decodePostings(tx.Bucket(bucketPost).Get(prefix))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]flushedRef, 0, len(ids))
+	for _, id := range ids {
+		key := skey.Get(u64Key(id))
+		if key == nil {
+			return nil, fmt.Errorf("%w: posting for unknown series %d", ErrCorrupt, id)
+		}
+		out = append(out, flushedRef{id, string(key)})
+	}
+	slices.SortFunc(out, func(a, b flushedRef) int { return strings.Compare(a.key, b.key) })
 	return out, nil
 }
 
@@ -186,27 +211,6 @@ func matchSeries(key string, match map[string]string) (Series, bool, error) {
 		}
 	}
 	return sr, true, nil
-}
-
-// readPoints reads a flushed series' points in [start, end]; it stops and
-// reports over past room points (room < 0: no bound), so one huge series
-// cannot fill memory before the answer is counted.
-func readPoints(b *bolt.Bucket, start, end int64, room int) (points []SeriesPoint, over bool) {
-	var out []SeriesPoint
-	sk := make([]byte, 8)
-	putTSKey(sk, start)
-	c := b.Cursor()
-	for k, v := c.Seek(sk); k != nil; k, v = c.Next() {
-		ts := tsFromKey(k)
-		if ts > end {
-			break
-		}
-		if room >= 0 && len(out) >= room {
-			return nil, true
-		}
-		out = append(out, SeriesPoint{TS: ts, Value: math.Float64frombits(beUint64(v))})
-	}
-	return out, false
 }
 
 // Snapshot copies the file as of one read transaction. It needs no flush: the
@@ -289,7 +293,9 @@ func checkSnapshot(path string) error {
 	}
 	defer db.Close()
 	return db.View(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{bucketMeta, bucketLog, bucketUndo, bucketSeries} {
+		// Snapshots of older versions have no block buckets; opening adds
+		// them and converts the points.
+		for _, name := range [][]byte{bucketMeta, bucketLog, bucketUndo} {
 			if tx.Bucket(name) == nil {
 				return fmt.Errorf("%w: bucket %q missing", ErrBadSnapshot, name)
 			}
@@ -297,8 +303,12 @@ func checkSnapshot(path string) error {
 		// The unflushed tail must replay, or the swapped-in shard could not
 		// build its memtable.
 		m, err := readMeta(tx)
+		var ix *seriesIndex
 		if err == nil {
-			_, err = replay(tx, m.flushedTxn, m.lastTxn, time.Now())
+			ix, err = loadIndex(tx)
+		}
+		if err == nil {
+			_, err = replay(tx, ix, m.flushedTxn, m.lastTxn, time.Now())
 		}
 		if err != nil {
 			return fmt.Errorf("%w: %v", ErrBadSnapshot, err)

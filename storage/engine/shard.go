@@ -3,12 +3,10 @@ package engine
 import (
 	"encoding/binary"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/cairn-db/cairn/storage/lineproto"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -17,7 +15,10 @@ import (
 //	meta                last_txn, last_term, base_txn, base_term, flushed_txn (big-endian u64)
 //	log    txn       -> encoded Entry (the last RetainEntries entries, and every unflushed one)
 //	undo   txn       -> what each point of that flushed entry replaced, for TruncateAfter
-//	series seriesKey -> bucket: ts key -> float64 bits (big-endian)
+//	sidx, skey, post, blocks, recent: the flushed points as compressed
+//	       blocks and their index (blocks.go)
+//	series seriesKey -> bucket: ts key -> float64 bits; written by older
+//	       versions only, converted to blocks at open
 //
 // base_txn/base_term describe the newest trimmed entry: the log holds exactly
 // (base_txn, last_txn]. Apply only appends to the log; the points of entries
@@ -38,10 +39,6 @@ var (
 	keyFlushed  = []byte("flushed_txn")
 )
 
-// seriesFill packs series pages fuller than bbolt's default half: points mostly
-// arrive in time order, so pages are appended to, not split in the middle.
-const seriesFill = 0.9
-
 type boltShard struct {
 	path        string
 	retain      uint64
@@ -56,14 +53,24 @@ type boltShard struct {
 	mu         sync.RWMutex
 	db         *bolt.DB
 	mem        *memtable
-	flushedTxn uint64 // guarded by wmu
+	ix         *seriesIndex // replaced only with mu held exclusively
+	flushedTxn uint64       // guarded by wmu
+	logBytes   int64        // size of the log's entries; guarded by wmu
 
+	retainBytes int64
+	memLimit    int64      // engine-wide memtable budget; 0: none
+	memAcct     *memBudget // the engine's account of memtable bytes
+	memCharged  int64      // what this shard's memtable is charged there; guarded by wmu
+	compactAt   []byte     // where compaction resumes; guarded by wmu
+
+	flushed  atomic.Bool // a flush wrote blocks since the last compaction pass
 	lastTxn  atomic.Uint64
 	lastTerm atomic.Uint64
 
-	stop     chan struct{} // closed by Close to end flushLoop
-	loopDone chan struct{}
-	stopOnce sync.Once
+	stop        chan struct{} // closed by Close to end flushLoop and compactLoop
+	loopDone    chan struct{}
+	compactDone chan struct{}
+	stopOnce    sync.Once
 
 	onClose func()
 }
@@ -82,14 +89,16 @@ func boltOptions() *bolt.Options {
 	}
 }
 
-func openShard(path string, o options) (*boltShard, error) {
+func openShard(path string, o options, lim *rateLimiter, mem *memBudget) (*boltShard, error) {
 	db, err := openBolt(path)
 	if err != nil {
 		return nil, err
 	}
-	s := &boltShard{path: path, retain: o.retain, flushPoints: o.flushPoints, db: db,
-		stop: make(chan struct{}), loopDone: make(chan struct{})}
+	s := &boltShard{path: path, retain: o.retain, retainBytes: o.retainBytes, flushPoints: o.flushPoints, db: db,
+		memLimit: o.memBytes, memAcct: mem,
+		stop: make(chan struct{}), loopDone: make(chan struct{}), compactDone: make(chan struct{})}
 	if err := s.recover(); err != nil {
+		s.memAcct.charge(-s.memCharged, 0)
 		_ = db.Close()
 		return nil, err
 	}
@@ -98,16 +107,26 @@ func openShard(path string, o options) (*boltShard, error) {
 	} else {
 		close(s.loopDone)
 	}
+	if o.compactRate > 0 {
+		go s.compactLoop(o.compactEvery, lim)
+	} else {
+		close(s.compactDone)
+	}
 	return s, nil
 }
+
+// allocSize is how far a large shard file grows past its data at a time
+// (bbolt's default, 16 MiB, is more than a compressed shard may hold).
+const allocSize = 2 << 20
 
 func openBolt(path string) (*bolt.DB, error) {
 	db, err := bolt.Open(path, 0o600, boltOptions())
 	if err != nil {
 		return nil, fmt.Errorf("engine: open %s: %w", path, err)
 	}
+	db.AllocSize = allocSize
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{bucketMeta, bucketLog, bucketUndo, bucketSeries} {
+		for _, name := range allBuckets {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}
@@ -125,16 +144,32 @@ func openBolt(path string) (*bolt.DB, error) {
 // memtable. The caller has the shard to itself: it is being opened, or holds
 // wmu and mu exclusively.
 func (s *boltShard) recover() error {
+	if err := s.db.Update(func(tx *bolt.Tx) error {
+		if err := convertLegacy(tx); err != nil {
+			return err
+		}
+		return repairTorn(tx)
+	}); err != nil {
+		return fmt.Errorf("engine: recover %s: %w", s.path, err)
+	}
 	return s.db.View(func(tx *bolt.Tx) error {
 		m, err := readMeta(tx)
 		if err != nil {
 			return err
 		}
-		mt, err := replay(tx, m.flushedTxn, m.lastTxn, time.Now())
+		ix, err := loadIndex(tx)
 		if err != nil {
 			return fmt.Errorf("engine: recover %s: %w", s.path, err)
 		}
-		s.mem, s.flushedTxn = mt, m.flushedTxn
+		mt, err := replay(tx, ix, m.flushedTxn, m.lastTxn, time.Now())
+		if err != nil {
+			return fmt.Errorf("engine: recover %s: %w", s.path, err)
+		}
+		if s.logBytes, err = logSize(tx); err != nil {
+			return fmt.Errorf("engine: recover %s: %w", s.path, err)
+		}
+		s.mem, s.ix, s.flushedTxn = mt, ix, m.flushedTxn
+		s.accountMem()
 		s.lastTxn.Store(m.lastTxn)
 		s.lastTerm.Store(m.lastTerm)
 		return nil
@@ -227,6 +262,7 @@ func (s *boltShard) Apply(e Entry) error {
 		}
 	}
 	enc := e.appendBinary(make([]byte, 0, 64+len(e.Points)*16))
+	logBytes := s.logBytes + int64(len(enc))
 	err := s.update(func(tx *bolt.Tx) error {
 		m, err := readMeta(tx)
 		if err != nil {
@@ -236,7 +272,7 @@ func (s *boltShard) Apply(e Entry) error {
 			return err
 		}
 		m.lastTxn, m.lastTerm = e.TxnID, e.Term
-		if err := trimLog(tx, &m, s.retain); err != nil {
+		if err := trimLog(tx, &m, s.retain, s.retainBytes, &logBytes); err != nil {
 			return err
 		}
 		return writeMeta(tx, m)
@@ -244,9 +280,11 @@ func (s *boltShard) Apply(e Entry) error {
 	if err != nil {
 		return fmt.Errorf("engine: apply txn %d: %w", e.TxnID, err)
 	}
+	s.logBytes = logBytes
 	// Durable from here on; readers see the points once they are in the
 	// memtable, and the txn id only after that.
 	s.mem.insert(e, time.Now())
+	s.accountMem()
 	s.lastTxn.Store(e.TxnID)
 	s.lastTerm.Store(e.Term)
 	return nil
@@ -254,9 +292,11 @@ func (s *boltShard) Apply(e Entry) error {
 
 // trimLog drops log and undo records beyond the retention window, advancing
 // base, but never past flushed_txn: unflushed entries exist only in the log.
-func trimLog(tx *bolt.Tx, m *shardMeta, retain uint64) error {
+// The window is both a count of entries and a size in bytes (logBytes, the
+// size of the log, is kept up to date).
+func trimLog(tx *bolt.Tx, m *shardMeta, retain uint64, retainBytes int64, logBytes *int64) error {
 	logB, undoB := tx.Bucket(bucketLog), tx.Bucket(bucketUndo)
-	for m.lastTxn-m.baseTxn > retain && m.baseTxn < m.flushedTxn {
+	for (m.lastTxn-m.baseTxn > retain || *logBytes > retainBytes) && m.baseTxn < m.flushedTxn {
 		next := m.baseTxn + 1
 		k := u64Key(next)
 		if v := logB.Get(k); v != nil {
@@ -265,6 +305,7 @@ func trimLog(tx *bolt.Tx, m *shardMeta, retain uint64) error {
 				return err
 			}
 			m.baseTerm = term
+			*logBytes -= int64(len(v))
 		}
 		if err := logB.Delete(k); err != nil {
 			return err
@@ -311,9 +352,9 @@ func (s *boltShard) TruncateAfter(txnID uint64) error {
 				return err
 			}
 		}
-		for t := m.flushedTxn; t > txnID; t-- {
-			if err := undoEntry(tx, t); err != nil {
-				return fmt.Errorf("undo txn %d: %w", t, err)
+		if m.flushedTxn > txnID {
+			if err := undoEntries(tx, s.ix, txnID, m.flushedTxn); err != nil {
+				return err
 			}
 		}
 		m.flushedTxn = min(m.flushedTxn, txnID)
@@ -325,7 +366,10 @@ func (s *boltShard) TruncateAfter(txnID uint64) error {
 			}
 			m.lastTerm = term
 		}
-		if mt, err = replay(tx, m.flushedTxn, m.lastTxn, time.Now()); err != nil {
+		if mt, err = replay(tx, s.ix, m.flushedTxn, m.lastTxn, time.Now()); err != nil {
+			return err
+		}
+		if s.logBytes, err = logSize(tx); err != nil {
 			return err
 		}
 		return writeMeta(tx, m)
@@ -334,63 +378,17 @@ func (s *boltShard) TruncateAfter(txnID uint64) error {
 		return fmt.Errorf("engine: truncate after %d: %w", txnID, err)
 	}
 	s.mem, s.flushedTxn = mt, m.flushedTxn
+	s.accountMem()
 	s.lastTxn.Store(m.lastTxn)
 	s.lastTerm.Store(m.lastTerm)
 	return nil
-}
-
-// undoEntry rolls back one entry's point writes, newest first, deletes series
-// left empty, and removes the entry from the log.
-func undoEntry(tx *bolt.Tx, txn uint64) error {
-	logB, undoB, series := tx.Bucket(bucketLog), tx.Bucket(bucketUndo), tx.Bucket(bucketSeries)
-	k := u64Key(txn)
-	var e Entry
-	if err := e.UnmarshalBinary(logB.Get(k)); err != nil {
-		return err
-	}
-	ops, err := decodeUndo(undoB.Get(k), len(e.Points))
-	if err != nil {
-		return err
-	}
-	touched := make(map[string]struct{})
-	tk := make([]byte, 8)
-	for _, op := range slices.Backward(ops) {
-		p := &e.Points[op.point]
-		sk := lineproto.AppendSeriesKey(nil, p.Metric, p.Tags, p.Field)
-		b := series.Bucket(sk)
-		if b == nil {
-			return fmt.Errorf("%w: series %q missing", ErrCorrupt, sk)
-		}
-		putTSKey(tk, p.TS)
-		if op.hadPrev {
-			err = b.Put(slices.Clone(tk), binary.BigEndian.AppendUint64(nil, op.prev))
-		} else {
-			err = b.Delete(tk)
-		}
-		if err != nil {
-			return err
-		}
-		touched[string(sk)] = struct{}{}
-	}
-	for sk := range touched {
-		if b := series.Bucket([]byte(sk)); b != nil {
-			if first, _ := b.Cursor().First(); first == nil {
-				if err := series.DeleteBucket([]byte(sk)); err != nil {
-					return err
-				}
-			}
-		}
-	}
-	if err := logB.Delete(k); err != nil {
-		return err
-	}
-	return undoB.Delete(k)
 }
 
 func (s *boltShard) Close() error {
 	// Stop the flusher first: it takes wmu, which Close is about to hold.
 	s.stopOnce.Do(func() { close(s.stop) })
 	<-s.loopDone
+	<-s.compactDone
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	s.mu.Lock()
@@ -400,6 +398,8 @@ func (s *boltShard) Close() error {
 	if db == nil {
 		return ErrClosed
 	}
+	s.memAcct.charge(-s.memCharged, -1)
+	s.memCharged = 0
 	if s.onClose != nil {
 		s.onClose()
 	}

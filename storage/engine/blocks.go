@@ -1,0 +1,513 @@
+package engine
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cairn-db/cairn/storage/lineproto"
+	bolt "go.etcd.io/bbolt"
+)
+
+// Flushed points live in compressed per-series blocks (gorilla.go), kept as
+// bbolt values next to the log, so one bbolt commit moves a memtable into
+// blocks, writes its undo records and advances flushed_txn atomically:
+//
+//	skey    series id (u64 BE) -> seriesKey (the key -> id map is rebuilt from
+//	                            it in memory at open)
+//	post    posting key      -> sorted series ids, delta uvarints: the query
+//	                            index (see postingPrefix)
+//	blocks  id | ts(minTS)   -> block; one series' blocks never overlap in time
+//	recent  id | ts(minTS)   -> first txn of the flush that wrote the block from
+//	                            the memtable alone: such a block can be rebuilt
+//	                            from the log while the log still holds that txn
+var (
+	bucketSKey   = []byte("skey")
+	bucketPost   = []byte("post")
+	bucketBlocks = []byte("blocks")
+	bucketRecent = []byte("recent")
+
+	keyNextSID    = []byte("next_sid")
+	keyRecentFrom = []byte("recent_from")
+
+	allBuckets = [][]byte{bucketMeta, bucketLog, bucketUndo, bucketSKey, bucketPost, bucketBlocks, bucketRecent}
+)
+
+// blockFill packs block pages full: a series' new blocks go after its older
+// ones, and compaction rewrites them in key order.
+const blockFill = 0.95
+
+// seriesIndex is a shard's series key -> id map, loaded at open. Each key is
+// held as one string for the shard's lifetime, which the memtable reuses
+// (interning) instead of allocating a key per series per flush cycle.
+type seriesIndex struct {
+	mu   sync.RWMutex
+	ids  map[string]uint64
+	keys map[uint64]string
+}
+
+func loadIndex(tx *bolt.Tx) (*seriesIndex, error) {
+	ix := &seriesIndex{ids: make(map[string]uint64), keys: make(map[uint64]string)}
+	b := tx.Bucket(bucketSKey)
+	if b == nil {
+		return ix, nil // a read-only look at a file of an older version
+	}
+	err := b.ForEach(func(k, v []byte) error {
+		if len(k) != 8 {
+			return fmt.Errorf("%w: series id key of %d bytes", ErrCorrupt, len(k))
+		}
+		key := string(v)
+		id := beUint64(k)
+		ix.ids[key], ix.keys[id] = id, key
+		return nil
+	})
+	return ix, err
+}
+
+// intern returns the shard's copy of key, if the series is known.
+func (ix *seriesIndex) intern(key []byte) (string, bool) {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	id, ok := ix.ids[string(key)]
+	if !ok {
+		return "", false
+	}
+	return ix.keys[id], true
+}
+
+func (ix *seriesIndex) id(key string) (uint64, bool) {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	id, ok := ix.ids[key]
+	return id, ok
+}
+
+func (ix *seriesIndex) add(created map[string]uint64) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	for k, id := range created {
+		ix.ids[k], ix.keys[id] = id, k
+	}
+}
+
+// Posting keys: a kind byte, then length-prefixed strings, then the series id.
+const (
+	postMetric = 'm' // metric -> id
+	postTag    = 't' // metric, tag key, tag value -> id
+	postField  = 'f' // metric, field -> id
+)
+
+func appendLP(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+func postingPrefix(kind byte, parts ...string) []byte {
+	b := []byte{kind}
+	for _, p := range parts {
+		b = appendLP(b, p)
+	}
+	return b
+}
+
+// newSeries allocates ids and writes the index entries of series created by
+// one flush; postings gathers them per posting key and writes each list once.
+type newSeries struct {
+	tx    *bolt.Tx
+	posts map[string][]uint64
+}
+
+func (ns *newSeries) create(key string) (uint64, error) {
+	metric, tags, field, err := lineproto.ParseSeriesKey(key)
+	if err != nil {
+		return 0, fmt.Errorf("%w: series key %q: %v", ErrCorrupt, key, err)
+	}
+	meta := ns.tx.Bucket(bucketMeta)
+	var id uint64 = 1
+	if v := meta.Get(keyNextSID); len(v) == 8 {
+		id = beUint64(v)
+	}
+	if err := meta.Put(keyNextSID, u64Key(id+1)); err != nil {
+		return 0, err
+	}
+	if err := ns.tx.Bucket(bucketSKey).Put(u64Key(id), []byte(key)); err != nil {
+		return 0, err
+	}
+	if ns.posts == nil {
+		ns.posts = make(map[string][]uint64)
+	}
+	keys := []string{string(postingPrefix(postMetric, metric)), string(postingPrefix(postField, metric, field))}
+	for _, t := range tags {
+		keys = append(keys, string(postingPrefix(postTag, metric, t.Key, t.Value)))
+	}
+	for _, k := range keys {
+		ns.posts[k] = append(ns.posts[k], id)
+	}
+	return id, nil
+}
+
+// writePostings appends the new ids, which are above every existing one, to
+// their posting lists.
+func (ns *newSeries) writePostings() error {
+	post := ns.tx.Bucket(bucketPost)
+	for k, ids := range ns.posts {
+		old := post.Get([]byte(k))
+		last, err := lastPosting(old)
+		if err != nil {
+			return err
+		}
+		v := append(make([]byte, 0, len(old)+2*len(ids)), old...)
+		for _, id := range ids {
+			v = binary.AppendUvarint(v, id-last)
+			last = id
+		}
+		if err := post.Put([]byte(k), v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func decodePostings(v []byte) ([]uint64, error) {
+	var out []uint64
+	var id uint64
+	for len(v) > 0 {
+		d, n := binary.Uvarint(v)
+		if n <= 0 {
+			return nil, fmt.Errorf("%w: posting list", ErrCorrupt)
+		}
+		id += d
+		out = append(out, id)
+		v = v[n:]
+	}
+	return out, nil
+}
+
+func lastPosting(v []byte) (uint64, error) {
+	ids, err := decodePostings(v)
+	if err != nil || len(ids) == 0 {
+		return 0, err
+	}
+	return ids[len(ids)-1], nil
+}
+
+func blockKey(id uint64, minTS int64) []byte {
+	k := make([]byte, 16)
+	binary.BigEndian.PutUint64(k, id)
+	putTSKey(k[8:], minTS)
+	return k
+}
+
+// blockReads counts decoded blocks, so tests can check that a query reads
+// only the blocks it needs.
+var blockReads atomic.Uint64
+
+// seriesBlocks positions on the first block of series id that may hold points
+// at or after ts, and calls fn for each block from there on until fn says stop.
+func seriesBlocks(b *bolt.Bucket, id uint64, ts int64, fn func(k, v []byte, h blockHeader) (bool, error)) error {
+	prefix := u64Key(id)
+	c := b.Cursor()
+	seek := blockKey(id, ts)
+	k, _ := c.Seek(seek)
+	// The block before the seek position may still cover ts.
+	if pk, pv := prevOf(c, k); pk != nil && bytes.HasPrefix(pk, prefix) {
+		h, _, err := parseBlock(pv)
+		if err != nil {
+			return fmt.Errorf("block %x: %w", pk, err)
+		}
+		if h.maxTS >= ts {
+			more, err := fn(pk, pv, h)
+			if err != nil || !more {
+				return err
+			}
+		}
+	}
+	k, v := c.Seek(seek)
+	for ; k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+		h, _, err := parseBlock(v)
+		if err != nil {
+			return fmt.Errorf("block %x: %w", k, err)
+		}
+		more, err := fn(k, v, h)
+		if err != nil || !more {
+			return err
+		}
+	}
+	return nil
+}
+
+// prevOf moves the cursor to the entry before the one it was positioned on
+// by Seek (k nil meaning past the end).
+func prevOf(c *bolt.Cursor, k []byte) ([]byte, []byte) {
+	if k == nil {
+		return c.Last()
+	}
+	return c.Prev()
+}
+
+// readSeries decodes series id's points in [start, end] into a slice with
+// room for extra more (the memtable's points, merged in after).
+func readSeries(b *bolt.Bucket, id uint64, start, end int64, extra int) ([]SeriesPoint, error) {
+	type hit struct {
+		v []byte
+		h blockHeader
+	}
+	var hits []hit
+	total := 0
+	err := seriesBlocks(b, id, start, func(_, v []byte, h blockHeader) (bool, error) {
+		if h.minTS > end {
+			return false, nil
+		}
+		hits = append(hits, hit{v, h})
+		total += h.count
+		return true, nil
+	})
+	if err != nil || total == 0 {
+		return nil, err
+	}
+	out := make([]SeriesPoint, 0, total+extra)
+	var scratch []memPoint
+	for _, x := range hits {
+		blockReads.Add(1)
+		if scratch, err = decodeBlock(scratch[:0], x.v); err != nil {
+			return nil, err
+		}
+		pts := scratch
+		// Trim the parts of the first and last block outside the range.
+		if x.h.minTS < start {
+			i, _ := slices.BinarySearchFunc(pts, start, cmpPointTS)
+			pts = pts[i:]
+		}
+		if x.h.maxTS > end {
+			i, found := slices.BinarySearchFunc(pts, end, cmpPointTS)
+			if found {
+				i++
+			}
+			pts = pts[:i]
+		}
+		for _, p := range pts {
+			out = append(out, SeriesPoint{TS: p.ts, Value: math.Float64frombits(p.bits)})
+		}
+	}
+	return out, nil
+}
+
+// putBlocks writes pts (sorted, unique, not overlapping the series' other
+// blocks) as blocks of at most maxBlockPoints. A fromTxn above 0 records
+// them as rebuildable from the log from that txn on.
+func putBlocks(tx *bolt.Tx, id uint64, pts []memPoint, fromTxn uint64) error {
+	b := tx.Bucket(bucketBlocks)
+	b.FillPercent = blockFill
+	for len(pts) > 0 {
+		n := min(len(pts), maxBlockPoints)
+		k := blockKey(id, pts[0].ts)
+		if err := b.Put(k, encodeBlock(nil, pts[:n])); err != nil {
+			return err
+		}
+		if fromTxn > 0 {
+			if err := tx.Bucket(bucketRecent).Put(k, u64Key(fromTxn)); err != nil {
+				return err
+			}
+		}
+		pts = pts[n:]
+	}
+	return nil
+}
+
+func deleteBlock(tx *bolt.Tx, k []byte) error {
+	if err := tx.Bucket(bucketBlocks).Delete(k); err != nil {
+		return err
+	}
+	return tx.Bucket(bucketRecent).Delete(k)
+}
+
+// rewriteRange replaces series id's blocks that overlap [lo, hi] by the
+// result of edit, which gets their points (sorted) and returns the new ones.
+func rewriteRange(tx *bolt.Tx, id uint64, lo, hi int64, edit func([]memPoint) []memPoint) error {
+	var old []memPoint
+	var keys [][]byte
+	err := seriesBlocks(tx.Bucket(bucketBlocks), id, lo, func(k, v []byte, h blockHeader) (bool, error) {
+		if h.minTS > hi {
+			return false, nil
+		}
+		var err error
+		old, err = decodeBlock(old, v)
+		keys = append(keys, slices.Clone(k))
+		return true, err
+	})
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if err := deleteBlock(tx, k); err != nil {
+			return err
+		}
+	}
+	return putBlocks(tx, id, edit(old), 0)
+}
+
+// lastBlockMax returns the newest flushed ts of series id (ok false: none).
+func lastBlockMax(b *bolt.Bucket, id uint64) (int64, bool, error) {
+	c := b.Cursor()
+	k, v := prevOf(c, firstKeyAfter(c, id))
+	if k == nil || beUint64(k) != id {
+		return 0, false, nil
+	}
+	h, _, err := parseBlock(v)
+	if err != nil {
+		return 0, false, fmt.Errorf("block %x: %w", k, err)
+	}
+	return h.maxTS, true, nil
+}
+
+func firstKeyAfter(c *bolt.Cursor, id uint64) []byte {
+	k, _ := c.Seek(u64Key(id + 1))
+	return k
+}
+
+// writeMemtable moves every memtable point into blocks. Points after a
+// series' newest flushed one (the usual case) become new blocks; others are
+// merged into the blocks they overlap. It returns the flushed values that
+// were overwritten, keyed by (series, ts), for the undo records, and the
+// series it created.
+func writeMemtable(tx *bolt.Tx, ix *seriesIndex, mt *memtable, fromTxn uint64) (prev map[memSlot]uint64, created map[string]uint64, merged bool, err error) {
+	order := make([]int32, len(mt.series))
+	for i := range order {
+		order[i] = int32(i)
+	}
+	slices.SortFunc(order, func(a, b int32) int { return strings.Compare(mt.series[a].key, mt.series[b].key) })
+	prev = make(map[memSlot]uint64)
+	created = make(map[string]uint64)
+	ns := newSeries{tx: tx}
+	blocks := tx.Bucket(bucketBlocks)
+	for _, idx := range order {
+		ms := mt.series[idx]
+		if len(ms.pts) == 0 {
+			continue
+		}
+		id, known := ix.id(ms.key)
+		if !known {
+			if id, err = ns.create(ms.key); err != nil {
+				return nil, nil, false, err
+			}
+			created[ms.key] = id
+		}
+		newest, any, err := lastBlockMax(blocks, id)
+		if err != nil {
+			return nil, nil, false, err
+		}
+		if !any || ms.pts[0].ts > newest {
+			if err := putBlocks(tx, id, ms.pts, fromTxn); err != nil {
+				return nil, nil, false, err
+			}
+			continue
+		}
+		merged = true
+		err = rewriteRange(tx, id, ms.pts[0].ts, ms.pts[len(ms.pts)-1].ts, func(old []memPoint) []memPoint {
+			return mergeMem(old, ms.pts, func(ts int64, bits uint64) { prev[memSlot{idx, ts}] = bits })
+		})
+		if err != nil {
+			return nil, nil, false, err
+		}
+	}
+	return prev, created, merged, ns.writePostings()
+}
+
+// mergeMem merges two sorted point lists, newer winning on the same ts, and
+// reports each older value it replaced.
+func mergeMem(older, newer []memPoint, replaced func(ts int64, bits uint64)) []memPoint {
+	out := make([]memPoint, 0, len(older)+len(newer))
+	i, j := 0, 0
+	for i < len(older) && j < len(newer) {
+		switch {
+		case older[i].ts < newer[j].ts:
+			out = append(out, older[i])
+			i++
+		case older[i].ts > newer[j].ts:
+			out = append(out, newer[j])
+			j++
+		default:
+			replaced(older[i].ts, older[i].bits)
+			out = append(out, newer[j])
+			i++
+			j++
+		}
+	}
+	out = append(out, older[i:]...)
+	return append(out, newer[j:]...)
+}
+
+// undoEntries rolls back the flushed entries (to, from], newest first, with
+// their undo records, rewriting the blocks of each series they touched once,
+// and removes them from the log.
+func undoEntries(tx *bolt.Tx, ix *seriesIndex, to, from uint64) error {
+	logB, undoB := tx.Bucket(bucketLog), tx.Bucket(bucketUndo)
+	type op struct {
+		ts      int64
+		hadPrev bool
+		prev    uint64
+	}
+	bySeries := make(map[string][]op)
+	for t := from; t > to; t-- {
+		k := u64Key(t)
+		var e Entry
+		if err := e.UnmarshalBinary(logB.Get(k)); err != nil {
+			return fmt.Errorf("undo txn %d: %w", t, err)
+		}
+		ops, err := decodeUndo(undoB.Get(k), len(e.Points))
+		if err != nil {
+			return fmt.Errorf("undo txn %d: %w", t, err)
+		}
+		var key []byte
+		for _, u := range slices.Backward(ops) {
+			p := &e.Points[u.point]
+			key = lineproto.AppendSeriesKey(key[:0], p.Metric, p.Tags, p.Field)
+			bySeries[string(key)] = append(bySeries[string(key)], op{p.TS, u.hadPrev, u.prev})
+		}
+		if err := logB.Delete(k); err != nil {
+			return err
+		}
+		if err := undoB.Delete(k); err != nil {
+			return err
+		}
+	}
+	for key, ops := range bySeries {
+		id, ok := ix.id(key)
+		if !ok {
+			return fmt.Errorf("%w: flushed series %q not indexed", ErrCorrupt, key)
+		}
+		lo, hi := ops[0].ts, ops[0].ts
+		for _, o := range ops {
+			lo, hi = min(lo, o.ts), max(hi, o.ts)
+		}
+		err := rewriteRange(tx, id, lo, hi, func(old []memPoint) []memPoint {
+			state := make(map[int64]uint64, len(old))
+			for _, p := range old {
+				state[p.ts] = p.bits
+			}
+			// Newest first: the oldest entry's record, applied last, wins.
+			for _, o := range ops {
+				if o.hadPrev {
+					state[o.ts] = o.prev
+				} else {
+					delete(state, o.ts)
+				}
+			}
+			out := make([]memPoint, 0, len(state))
+			for ts, bits := range state {
+				out = append(out, memPoint{ts, bits})
+			}
+			slices.SortFunc(out, func(a, b memPoint) int { return cmpPointTS(a, b.ts) })
+			return out
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

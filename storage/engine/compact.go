@@ -1,0 +1,279 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Compaction merges a series' consecutive small blocks (one per flush) into
+// blocks of up to maxBlockPoints, which is where most of the space saving of
+// the block format comes from: a block's fixed costs (key, header, first
+// timestamp and value in full) are paid once per thousand points instead of
+// once per flush. It runs in the background in small steps, each one short
+// bbolt commit under the shard's write mutex, paced by an engine-wide rate
+// limit on the bytes it rewrites so that writes keep their latency.
+
+// DefaultCompactRate is the default pace of background compaction, in block
+// bytes read per second across all shards of the engine.
+const DefaultCompactRate = 8 << 20
+
+// compactBudget is how many blocks one compaction step looks at: a bound on
+// how long it holds the shard's write mutex.
+const compactBudget = 4096
+
+// backgroundMinRun is how many small consecutive blocks the background
+// compaction waits for before merging them, so a series' newest block is not
+// rewritten after every flush.
+const backgroundMinRun = 4
+
+// Compacter is implemented by shards that can be fully compacted on demand.
+type Compacter interface {
+	// Compact merges every run of small blocks now and rewrites the shard
+	// file without its free pages.
+	Compact() error
+}
+
+// rateLimiter paces work shared by many goroutines to rate units per second.
+type rateLimiter struct {
+	mu   sync.Mutex
+	rate float64
+	next time.Time
+}
+
+// delay books n units of work just done and returns how long the caller
+// must pause before doing more.
+func (l *rateLimiter) delay(n int, now time.Time) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.next.Before(now) {
+		l.next = now
+	}
+	l.next = l.next.Add(time.Duration(float64(n) / l.rate * float64(time.Second)))
+	return l.next.Sub(now)
+}
+
+type compactRun struct {
+	keys [][]byte
+	pts  []memPoint
+}
+
+// compactStep merges runs of at least minRun consecutive small blocks of one
+// series, looking at up to budget blocks from where the last step stopped.
+// It returns the block bytes it read and whether it reached the end.
+func (s *boltShard) compactStep(budget, minRun int) (int, bool, error) {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.closed() {
+		return 0, true, ErrClosed
+	}
+	var bytes int
+	done := false
+	err := s.update(func(tx *bolt.Tx) error {
+		blocks, recent := tx.Bucket(bucketBlocks), tx.Bucket(bucketRecent)
+		c := blocks.Cursor()
+		k, v := c.First()
+		if s.compactAt != nil {
+			k, v = c.Seek(s.compactAt)
+		}
+		var runs []compactRun
+		var cur compactRun
+		var curID uint64
+		var curPoints int
+		end := func() {
+			if len(cur.keys) >= minRun {
+				runs = append(runs, cur)
+			}
+			cur, curPoints = compactRun{}, 0
+		}
+		for n := 0; k != nil && n < budget; n++ {
+			h, _, err := parseBlock(v)
+			id := beUint64(k)
+			// Corrupt blocks are left for reads to report, and the last
+			// flush's blocks for repairTorn to check at the next open.
+			if err != nil || recent.Get(k) != nil || id != curID || curPoints+h.count > maxBlockPoints {
+				end()
+			}
+			if err == nil && recent.Get(k) == nil && h.count < maxBlockPoints {
+				if cur.pts, err = decodeBlock(cur.pts, v); err != nil {
+					return err
+				}
+				cur.keys = append(cur.keys, append([]byte(nil), k...))
+				curID, curPoints = id, curPoints+h.count
+			}
+			bytes += len(v) // what is checked counts too: it is read and checksummed
+			k, v = c.Next()
+		}
+		end()
+		if k == nil {
+			s.compactAt, done = nil, true
+		} else {
+			s.compactAt = append(s.compactAt[:0], k...)
+		}
+		for _, r := range runs {
+			for _, key := range r.keys {
+				if err := deleteBlock(tx, key); err != nil {
+					return err
+				}
+			}
+			if err := putBlocks(tx, beUint64(r.keys[0]), r.pts, 0); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, false, fmt.Errorf("engine: compact: %w", err)
+	}
+	return bytes, done, nil
+}
+
+// compactLoop runs background compaction passes, one every interval, paced
+// by the engine's limiter. Close stops it.
+func (s *boltShard) compactLoop(interval time.Duration, lim *rateLimiter) {
+	defer close(s.compactDone)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		// A pass only after flushes: blocks change nowhere else, and a pass
+		// reads every block header of the shard.
+		if !s.flushed.Swap(false) {
+			continue
+		}
+		for done := false; !done; {
+			n, d, err := s.compactStep(compactBudget, backgroundMinRun)
+			if err != nil {
+				break // closed, or retried at the next tick
+			}
+			done = d
+			if wait := lim.delay(n, time.Now()); wait > 0 {
+				select {
+				case <-s.stop:
+					return
+				case <-time.After(wait):
+				}
+			}
+		}
+	}
+}
+
+// Compact flushes the memtable (so the log can be trimmed to its bounds),
+// merges every run of two or more small blocks, then rewrites the shard file
+// so the pages freed by compaction and by the trimmed log are given back to
+// the file system.
+func (s *boltShard) Compact() error {
+	s.wmu.Lock()
+	err := s.flushLocked()
+	s.wmu.Unlock()
+	if err != nil {
+		return err
+	}
+	if err := s.settleRecent(); err != nil {
+		return err
+	}
+	for done := false; !done; {
+		var err error
+		if _, done, err = s.compactStep(1<<30, 2); err != nil {
+			return err
+		}
+	}
+	return s.rewriteFile()
+}
+
+// settleRecent checks the last flush's blocks now, and when they are whole,
+// lets compaction merge them like any other.
+func (s *boltShard) settleRecent() error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.closed() {
+		return ErrClosed
+	}
+	return s.update(func(tx *bolt.Tx) error {
+		blocks := tx.Bucket(bucketBlocks)
+		err := tx.Bucket(bucketRecent).ForEach(func(k, _ []byte) error {
+			if v := blocks.Get(k); v != nil {
+				if _, _, err := parseBlock(v); err != nil {
+					return fmt.Errorf("block %x: %w", k, err)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err // reopening the shard redoes that flush from the log
+		}
+		if err := tx.Bucket(bucketMeta).Put(keyRecentFrom, u64Key(0)); err != nil {
+			return err
+		}
+		return resetRecent(tx)
+	})
+}
+
+// rewriteFile copies the shard into a fresh file, packed full, and swaps it
+// in with a rename; readers wait for the swap.
+func (s *boltShard) rewriteFile() error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.db == nil {
+		return ErrClosed
+	}
+	tmp := s.path + ".compact"
+	_ = os.Remove(tmp)
+	dst, err := bolt.Open(tmp, 0o600, boltOptions())
+	if err != nil {
+		return fmt.Errorf("engine: compact file: %w", err)
+	}
+	dst.AllocSize = allocSize
+	err = bolt.Compact(dst, s.db, 64<<20)
+	if cerr := dst.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = syncFile(tmp)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("engine: compact file: %w", err)
+	}
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("engine: compact file: close: %w", err)
+	}
+	s.db = nil
+	renameErr := os.Rename(tmp, s.path)
+	if renameErr == nil {
+		renameErr = syncDir(filepath.Dir(s.path))
+	}
+	db, err := openBolt(s.path)
+	if err != nil {
+		return fmt.Errorf("engine: compact file: reopen: %w", errors.Join(renameErr, err))
+	}
+	s.db = db
+	if renameErr != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("engine: compact file: %w", renameErr)
+	}
+	return nil
+}
+
+func syncFile(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}

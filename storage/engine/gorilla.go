@@ -1,0 +1,337 @@
+package engine
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"math"
+	"math/bits"
+)
+
+// A block holds one series' points over a time range, compressed the way
+// Facebook's Gorilla does it (VLDB 2015): timestamps as delta-of-delta in
+// variable-length buckets, values as the XOR with the previous value, with
+// the meaningful bits only. Regular intervals cost one bit per timestamp and
+// unchanged values one bit per value.
+//
+// Layout (all integers are uvarint/varint unless sized):
+//
+//	crc32c(rest) u32 LE | version 1 | count | minTS varint | maxTS-minTS |
+//	value mode (0: XOR; 1+k: decimals with k digits) | bit stream
+//
+// The checksum covers everything after it, so a torn or truncated block never
+// decodes to wrong points: it fails with ErrCorrupt.
+const blockVersion = 1
+
+// maxBlockPoints bounds one block, so decoding a block for a short range stays
+// cheap and compaction has a target size.
+const maxBlockPoints = 1024
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// ErrBlockCorrupt means a block failed its checksum or did not decode.
+var ErrBlockCorrupt = fmt.Errorf("%w: block", ErrCorrupt)
+
+type bitWriter struct {
+	b     []byte
+	nbits uint8 // free bits in the last byte (0 means a new byte is needed)
+}
+
+func (w *bitWriter) writeBit(bit bool) {
+	if w.nbits == 0 {
+		w.b = append(w.b, 0)
+		w.nbits = 8
+	}
+	w.nbits--
+	if bit {
+		w.b[len(w.b)-1] |= 1 << w.nbits
+	}
+}
+
+// writeBits writes the low n bits of v, most significant first.
+func (w *bitWriter) writeBits(v uint64, n int) {
+	for n > 0 {
+		if w.nbits == 0 {
+			w.b = append(w.b, 0)
+			w.nbits = 8
+		}
+		take := min(n, int(w.nbits))
+		chunk := (v >> uint(n-take)) & (1<<uint(take) - 1)
+		w.nbits -= uint8(take)
+		w.b[len(w.b)-1] |= byte(chunk << w.nbits)
+		n -= take
+	}
+}
+
+type bitReader struct {
+	b   []byte
+	pos uint64 // bit position
+	err bool
+}
+
+func (r *bitReader) readBit() bool {
+	if r.pos >= uint64(len(r.b))*8 {
+		r.err = true
+		return false
+	}
+	bit := r.b[r.pos/8]&(0x80>>(r.pos%8)) != 0
+	r.pos++
+	return bit
+}
+
+func (r *bitReader) readBits(n int) uint64 {
+	if r.pos+uint64(n) > uint64(len(r.b))*8 {
+		r.err = true
+		return 0
+	}
+	var v uint64
+	for n > 0 {
+		off := r.pos % 8
+		avail := 8 - int(off)
+		take := min(n, avail)
+		chunk := uint64(r.b[r.pos/8]>>(uint(avail-take))) & (1<<uint(take) - 1)
+		v = v<<uint(take) | chunk
+		r.pos += uint64(take)
+		n -= take
+	}
+	return v
+}
+
+// encodeBlock compresses points, which must be sorted by ts and unique, and
+// appends the block to dst.
+func encodeBlock(dst []byte, pts []memPoint) []byte {
+	start := len(dst)
+	dst = append(dst, 0, 0, 0, 0, blockVersion)
+	dst = binary.AppendUvarint(dst, uint64(len(pts)))
+	if len(pts) == 0 {
+		return sealBlock(dst, start)
+	}
+	minTS, maxTS := pts[0].ts, pts[len(pts)-1].ts
+	dst = binary.AppendVarint(dst, minTS)
+	dst = binary.AppendUvarint(dst, uint64(maxTS)-uint64(minTS))
+	scale, decimal := decimalScale(pts)
+	mode := byte(0)
+	if decimal {
+		mode = 1 + byte(scale)
+	}
+	dst = append(dst, mode)
+	w := bitWriter{b: dst}
+	// Deltas and their differences use wrapping uint64 arithmetic so every
+	// int64 range round-trips.
+	var prevTS, prevDelta uint64 = uint64(minTS), 0
+	prevVal := pts[0].bits
+	if !decimal {
+		w.writeBits(prevVal, 64)
+	}
+	lead, trail := -1, 0 // the current XOR window; -1: none yet
+	for _, p := range pts[1:] {
+		delta := uint64(p.ts) - prevTS
+		w.writeDoD(int64(delta - prevDelta))
+		prevTS, prevDelta = uint64(p.ts), delta
+		if decimal {
+			continue
+		}
+		x := p.bits ^ prevVal
+		prevVal = p.bits
+		if x == 0 {
+			w.writeBit(false)
+			continue
+		}
+		l, t := bits.LeadingZeros64(x), bits.TrailingZeros64(x)
+		if l > 31 {
+			l = 31 // five bits hold the leading count
+		}
+		if lead >= 0 && l >= lead && t >= trail {
+			w.writeBits(0b10, 2)
+			w.writeBits(x>>uint(trail), 64-lead-trail)
+			continue
+		}
+		lead, trail = l, t
+		n := 64 - l - t
+		w.writeBits(0b11, 2)
+		w.writeBits(uint64(l), 5)
+		w.writeBits(uint64(n-1), 6)
+		w.writeBits(x>>uint(t), n)
+	}
+	if decimal {
+		// Exact decimals (integers, counters, two-decimal gauges) go as the
+		// delta-of-delta of their scaled integers, after the timestamps:
+		// steady counters and unchanged gauges cost one bit a point.
+		pow := decimalPow[scale]
+		prev := uint64(int64(math.Round(math.Float64frombits(pts[0].bits) * pow)))
+		w.writeBits(prev, 64)
+		var prevD uint64
+		for _, p := range pts[1:] {
+			v := uint64(int64(math.Round(math.Float64frombits(p.bits) * pow)))
+			d := v - prev
+			w.writeDoD(int64(d - prevD))
+			prev, prevD = v, d
+		}
+	}
+	return sealBlock(w.b, start)
+}
+
+// writeDoD writes a delta-of-delta in Gorilla's variable-length buckets,
+// with a 32-bit one added for nanosecond timestamps that are off by up to
+// seconds.
+func (w *bitWriter) writeDoD(dod int64) {
+	switch {
+	case dod == 0:
+		w.writeBit(false)
+	case dod >= -63 && dod <= 64:
+		w.writeBits(0b10, 2)
+		w.writeBits(uint64(dod+63), 7)
+	case dod >= -255 && dod <= 256:
+		w.writeBits(0b110, 3)
+		w.writeBits(uint64(dod+255), 9)
+	case dod >= -2047 && dod <= 2048:
+		w.writeBits(0b1110, 4)
+		w.writeBits(uint64(dod+2047), 12)
+	case dod >= -(1<<31)+1 && dod <= 1<<31:
+		w.writeBits(0b11110, 5)
+		w.writeBits(uint64(dod+(1<<31)-1), 32)
+	default:
+		w.writeBits(0b11111, 5)
+		w.writeBits(uint64(dod), 64)
+	}
+}
+
+func (r *bitReader) readDoD() uint64 {
+	switch {
+	case !r.readBit():
+		return 0
+	case !r.readBit():
+		return r.readBits(7) - 63
+	case !r.readBit():
+		return r.readBits(9) - 255
+	case !r.readBit():
+		return r.readBits(12) - 2047
+	case !r.readBit():
+		return r.readBits(32) - (1 << 31) + 1
+	default:
+		return r.readBits(64)
+	}
+}
+
+var decimalPow = [...]float64{1, 10, 100, 1000}
+
+// maxExactInt bounds scaled values so they convert to int64 and back exactly.
+const maxExactInt = 1 << 53
+
+// decimalScale finds the fewest decimals (up to 3) with which every value is
+// an integer that converts back to exactly the same float64 bits.
+func decimalScale(pts []memPoint) (int, bool) {
+	for scale, pow := range decimalPow {
+		ok := true
+		for _, p := range pts {
+			v := math.Float64frombits(p.bits)
+			iv := math.Round(v * pow)
+			if !(math.Abs(iv) < maxExactInt) || math.Float64bits(float64(int64(iv))/pow) != p.bits {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return scale, true
+		}
+	}
+	return 0, false
+}
+
+func sealBlock(b []byte, start int) []byte {
+	binary.LittleEndian.PutUint32(b[start:], crc32.Checksum(b[start+4:], castagnoli))
+	return b
+}
+
+// blockHeader is what a block says about itself without decoding its points.
+type blockHeader struct {
+	count        int
+	minTS, maxTS int64
+}
+
+// parseBlock checks the block's checksum and reads its header; it returns the
+// bit stream that follows.
+func parseBlock(b []byte) (blockHeader, []byte, error) {
+	if len(b) < 6 {
+		return blockHeader{}, nil, fmt.Errorf("%w: %d bytes", ErrBlockCorrupt, len(b))
+	}
+	if crc32.Checksum(b[4:], castagnoli) != binary.LittleEndian.Uint32(b) {
+		return blockHeader{}, nil, fmt.Errorf("%w: checksum mismatch", ErrBlockCorrupt)
+	}
+	d := decoder{b: b[4:]}
+	if d.byte() != blockVersion {
+		return blockHeader{}, nil, fmt.Errorf("%w: unknown version", ErrBlockCorrupt)
+	}
+	n := d.uvarint()
+	var h blockHeader
+	if n > 0 {
+		h.minTS = d.varint()
+		h.maxTS = int64(uint64(h.minTS) + d.uvarint())
+	}
+	// Each point past the first costs at least a bit; a mode byte follows.
+	if d.err != nil || n > maxBlockPoints*64 || (n > 0 && (len(d.b) < 1 || n-1 > uint64(len(d.b))*8)) {
+		return blockHeader{}, nil, fmt.Errorf("%w: bad header", ErrBlockCorrupt)
+	}
+	h.count = int(n)
+	return h, d.b, nil
+}
+
+// decodeBlock appends the block's points to dst.
+func decodeBlock(dst []memPoint, b []byte) ([]memPoint, error) {
+	h, stream, err := parseBlock(b)
+	if err != nil {
+		return dst, err
+	}
+	if h.count == 0 {
+		return dst, nil
+	}
+	mode := stream[0]
+	if mode > byte(len(decimalPow)) {
+		return dst, fmt.Errorf("%w: unknown value mode %d", ErrBlockCorrupt, mode)
+	}
+	decimal := mode > 0
+	base := len(dst)
+	r := bitReader{b: stream[1:]}
+	prevTS, prevDelta := uint64(h.minTS), uint64(0)
+	var prevVal uint64
+	if !decimal {
+		prevVal = r.readBits(64)
+	}
+	dst = append(dst, memPoint{h.minTS, prevVal})
+	lead, trail := -1, 0
+	for i := 1; i < h.count && !r.err; i++ {
+		delta := prevDelta + r.readDoD()
+		prevTS, prevDelta = prevTS+delta, delta
+		if !decimal && r.readBit() {
+			if r.readBit() {
+				lead = int(r.readBits(5))
+				trail = 64 - lead - int(r.readBits(6)) - 1
+				if trail < 0 {
+					r.err = true
+					break
+				}
+			} else if lead < 0 {
+				r.err = true
+				break
+			}
+			prevVal ^= r.readBits(64-lead-trail) << uint(trail)
+		}
+		dst = append(dst, memPoint{int64(prevTS), prevVal})
+	}
+	if decimal && !r.err {
+		pow := decimalPow[mode-1]
+		v := r.readBits(64)
+		var d uint64
+		for i := base; i < len(dst) && !r.err; i++ {
+			if i > base {
+				d += r.readDoD()
+				v += d
+			}
+			dst[i].bits = math.Float64bits(float64(int64(v)) / pow)
+		}
+	}
+	if r.err || dst[len(dst)-1].ts != h.maxTS {
+		return dst[:base], fmt.Errorf("%w: bad bit stream", ErrBlockCorrupt)
+	}
+	return dst, nil
+}

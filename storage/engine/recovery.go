@@ -1,0 +1,109 @@
+package engine
+
+import (
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// resetRecent forgets the blocks of the previous flush: from now on only the
+// flush under way can be redone from the log.
+func resetRecent(tx *bolt.Tx) error {
+	if err := tx.DeleteBucket(bucketRecent); err != nil {
+		return err
+	}
+	_, err := tx.CreateBucket(bucketRecent)
+	return err
+}
+
+// repairTorn checks the blocks of the last flush, the only ones a crash can
+// have caught half-written. If one fails its checksum and the log still holds
+// every entry that flush wrote (and it merged nothing into older blocks), the
+// flush is undone (its blocks and undo records dropped, flushed_txn moved
+// back) so the log tail replays into the memtable and the next flush writes
+// the blocks again. Anything else that is corrupt stays an ErrBlockCorrupt
+// for the reads that meet it: never silently wrong points.
+func repairTorn(tx *bolt.Tx) error {
+	m, err := readMeta(tx)
+	if err != nil {
+		return err
+	}
+	v := tx.Bucket(bucketMeta).Get(keyRecentFrom)
+	if len(v) != 8 {
+		return nil
+	}
+	from := beUint64(v)
+	if from == 0 || from <= m.baseTxn || from > m.flushedTxn+1 {
+		return nil
+	}
+	blocks, recent := tx.Bucket(bucketBlocks), tx.Bucket(bucketRecent)
+	torn := false
+	var keys [][]byte
+	err = recent.ForEach(func(k, _ []byte) error {
+		keys = append(keys, append([]byte(nil), k...))
+		if b := blocks.Get(k); b != nil {
+			if _, _, err := parseBlock(b); err != nil {
+				torn = true
+			}
+		}
+		return nil
+	})
+	if err != nil || !torn {
+		return err
+	}
+	for _, k := range keys {
+		if err := deleteBlock(tx, k); err != nil {
+			return err
+		}
+	}
+	undoB := tx.Bucket(bucketUndo)
+	for t := from; t <= m.flushedTxn; t++ {
+		if err := undoB.Delete(u64Key(t)); err != nil {
+			return err
+		}
+	}
+	m.flushedTxn = from - 1
+	if err := tx.Bucket(bucketMeta).Put(keyRecentFrom, u64Key(0)); err != nil {
+		return err
+	}
+	return writeMeta(tx, m)
+}
+
+// convertLegacy moves the per-point series buckets that versions before the
+// block format wrote into blocks, in the open's transaction: a crash leaves
+// the file unconverted, and the next open converts it again.
+func convertLegacy(tx *bolt.Tx) error {
+	series := tx.Bucket(bucketSeries)
+	if series == nil {
+		return nil
+	}
+	ns := newSeries{tx: tx}
+	err := series.ForEach(func(k, v []byte) error {
+		if v != nil {
+			return nil
+		}
+		var pts []memPoint
+		err := series.Bucket(k).ForEach(func(tk, val []byte) error {
+			if len(tk) != 8 || len(val) != 8 {
+				return fmt.Errorf("%w: legacy point in %q", ErrCorrupt, k)
+			}
+			pts = append(pts, memPoint{tsFromKey(tk), beUint64(val)})
+			return nil
+		})
+		if err != nil || len(pts) == 0 {
+			return err
+		}
+		id, err := ns.create(string(k))
+		if err != nil {
+			return err
+		}
+		return putBlocks(tx, id, pts, 0)
+	})
+	if err == nil {
+		err = ns.writePostings()
+	}
+	if err != nil {
+		return fmt.Errorf("convert series to blocks: %w", err)
+	}
+	return tx.DeleteBucket(bucketSeries)
+}
