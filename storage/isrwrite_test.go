@@ -23,7 +23,8 @@ import (
 // triggered (a replica leaves the assignment). Against a real etcd: with the
 // keys intact the set is updated; with etcd wiped (an older backup restored)
 // no key is recreated; with the database's shard state gone (dropped) the
-// old set is not touched. The fallback for a cluster with its own etcd (no
+// old set is not touched; a leader whose first write finds no shard state
+// in etcd creates nothing. The fallback for a cluster with its own etcd (no
 // state fence) still refuses to recreate a removed set.
 func TestISRWriteFencedOnVanishedShard(t *testing.T) {
 	const (
@@ -37,7 +38,11 @@ func TestISRWriteFencedOnVanishedShard(t *testing.T) {
 		damage     func(ctx context.Context, s coordinator.Store) error
 		want       []string // the set in etcd afterwards; nil: absent
 		refused    error
+		// absent: etcd never had the database (the restore happened before
+		// the leader's first write, which keeps retrying until it succeeds).
+		absent bool
 	}{
+		{name: "first write of a term, the database not in etcd", stateFence: true, absent: true},
 		{name: "intact: the change is written", stateFence: true, want: []string{"L"}},
 		{name: "etcd wiped and an older backup restored", stateFence: true, refused: storage.ErrShardGone,
 			damage: func(ctx context.Context, s coordinator.Store) error {
@@ -81,12 +86,14 @@ func TestISRWriteFencedOnVanishedShard(t *testing.T) {
 				{ID: 0, Leader: "F", Term: 1, Status: models.StatusOnline}, {ID: 1, Leader: "L", Term: 3, Status: models.StatusOnline}}}
 			assign := models.Assignment{DB: "late", Cluster: "default", Shards: []models.ShardAssignment{
 				{ID: 0, Replicas: []string{"F"}}, {ID: 1, Replicas: []string{"L", "F"}}}}
-			raw, _ := json.Marshal(states)
-			_, err = store.Put(ctx, keys.ShardState("late"), raw, 0)
-			require.NoError(t, err)
-			raw, _ = json.Marshal(assign)
-			_, err = store.Put(ctx, keys.Assign("late"), raw, 0)
-			require.NoError(t, err)
+			if !tc.absent {
+				raw, _ := json.Marshal(states)
+				_, err = store.Put(ctx, keys.ShardState("late"), raw, 0)
+				require.NoError(t, err)
+				raw, _ = json.Marshal(assign)
+				_, err = store.Put(ctx, keys.Assign("late"), raw, 0)
+				require.NoError(t, err)
+			}
 			put(sm, statemachine.SourceStorageConfig, statemachine.KindStorageConfig, "", "default", models.StorageCluster{Name: "default"})
 			for _, n := range []string{"L", "F"} {
 				put(sm, statemachine.ClusterNodesSource("default"), statemachine.KindStorageNodes, "default", n,
@@ -106,6 +113,13 @@ func TestISRWriteFencedOnVanishedShard(t *testing.T) {
 				var s models.ISR
 				require.NoError(t, json.Unmarshal(kv.Value, &s))
 				return s.Replicas
+			}
+			if tc.absent {
+				require.Eventually(t, func() bool {
+					return logs.FilterMessage("shard not in etcd; not publishing its in-sync set").Len() > 0
+				}, 10*time.Second, 10*time.Millisecond)
+				require.Nil(t, set(), "no set created for a database etcd does not have")
+				return
 			}
 			// The leader publishes its first set: both live replicas.
 			require.Eventually(t, func() bool { return len(set()) == 2 }, 10*time.Second, 10*time.Millisecond)

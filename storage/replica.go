@@ -169,12 +169,15 @@ func (r *replica) lead(ctx context.Context, d desired) {
 		r.fetched[n] = now
 	}
 	r.mu.Unlock()
-	for ctx.Err() == nil {
+	for gone := false; ctx.Err() == nil; {
 		if err := r.persistISR(ctx, d.term, initial); err == nil {
 			break
 		} else if errors.Is(err, ErrStaleTerm) {
 			r.lg.Warn("a newer term owns the in-sync set; not leading", zap.Int64("term", d.term))
 			return
+		} else if errors.Is(err, ErrShardGone) && !gone {
+			gone = true // until the state catches up and stops this role
+			r.lg.Warn("shard not in etcd; not publishing its in-sync set", zap.Int64("term", d.term), zap.Error(err))
 		}
 		r.sleep(ctx, 200*time.Millisecond)
 	}
