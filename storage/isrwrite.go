@@ -21,9 +21,11 @@ var ErrShardGone = errors.New("storage: shard no longer in etcd")
 //   - it creates an absent key only on its term's first write: a set this
 //     leader wrote and that is now gone was removed by someone else (etcd
 //     wiped and an older backup restored) and is not recreated;
-//   - when the storage cluster shares the main etcd, the same txn requires
-//     the database's shard-state key, unchanged since read, to name this node
-//     leader at this term: no set is (re)created for a database etcd dropped.
+//   - when the storage cluster shares the main etcd, it reads the database's
+//     shard-state key, which must name this node leader at this term, and the
+//     same txn requires that key's create revision as read: no set is
+//     (re)created for a database etcd dropped or never had (a restore), yet
+//     the master's updates of other shards' states do not fail the write.
 func (r *replica) persistISR(ctx context.Context, term int64, isr []string) error {
 	key := r.h.ck.ISR(r.db, r.shard)
 	r.mu.Lock()
@@ -64,8 +66,9 @@ func (r *replica) persistISR(ctx context.Context, term int64, isr []string) erro
 }
 
 // stateFence reads the database's shard states from the main etcd when the
-// storage cluster lives there too, and returns a compare on the key's mod
-// revision after checking it names this node leader of the shard at term.
+// storage cluster lives there too, and returns a compare on the key's create
+// revision (the database's states, not their latest update) after checking
+// it names this node leader of the shard at term.
 // Nil when the cluster has its own etcd (no txn can span both).
 func (r *replica) stateFence(ctx context.Context, term int64) (*coordinator.Cmp, error) {
 	if r.h.cfg.StateStore == nil || r.h.cfg.StateStore != r.h.store {
@@ -90,7 +93,7 @@ func (r *replica) stateFence(ctx context.Context, term int64) (*coordinator.Cmp,
 		if s.Leader != r.h.nodeID || s.Term != term {
 			return nil, fmt.Errorf("%w: shard %s is led by %s at term %d in etcd", ErrStaleTerm, r.id, s.Leader, s.Term)
 		}
-		cmp := coordinator.ModRevIs(key, kv.ModRev)
+		cmp := coordinator.CreateRevIs(key, kv.CreateRev)
 		return &cmp, nil
 	}
 	return nil, fmt.Errorf("%w: database %s has no shard %d in etcd", ErrShardGone, r.db, r.shard)

@@ -227,6 +227,10 @@ func (r *replica) maintainISR(ctx context.Context, d desired) {
 	}
 	if err := r.persistISR(ctx, d.term, next); err != nil {
 		r.lg.Warn("in-sync set not updated", zap.Error(err))
+		// Undo the additions, so that the next pass decides them again.
+		r.mu.Lock()
+		r.isr = slices.DeleteFunc(slices.Clone(r.isr), func(n string) bool { return slices.Contains(add, n) })
+		r.mu.Unlock()
 		return
 	}
 	r.mu.Lock()
