@@ -18,14 +18,15 @@ var ErrShardGone = errors.New("storage: shard no longer in etcd")
 // set for a shard that etcd no longer has:
 //   - it never overwrites a set of a newer term, and compares the key's mod
 //     revision as read;
-//   - it creates an absent key only on its term's first write: a set this
-//     leader wrote and that is now gone was removed by someone else (etcd
-//     wiped and an older backup restored) and is not recreated;
 //   - when the storage cluster shares the main etcd, it reads the database's
 //     shard-state key, which must name this node leader at this term, and the
 //     same txn requires that key's create revision as read: no set is
 //     (re)created for a database etcd dropped or never had (a restore), yet
-//     the master's updates of other shards' states do not fail the write.
+//     the master's updates of other shards' states do not fail the write;
+//   - without that fence (the cluster has its own etcd), it creates an absent
+//     key only on its term's first write: a set this leader wrote and that is
+//     now gone was removed by someone else (etcd wiped, an older backup
+//     restored) and is not recreated.
 func (r *replica) persistISR(ctx context.Context, term int64, isr []string) error {
 	key := r.h.ck.ISR(r.db, r.shard)
 	r.mu.Lock()
@@ -35,9 +36,13 @@ func (r *replica) persistISR(ctx context.Context, term int64, isr []string) erro
 	if err != nil {
 		return err
 	}
+	fence, err := r.stateFence(ctx, term)
+	if err != nil {
+		return err
+	}
 	cmps := []coordinator.Cmp{coordinator.ModRevIs(key, 0)}
 	switch {
-	case kv == nil && wrote:
+	case kv == nil && wrote && fence == nil:
 		return fmt.Errorf("%w: the in-sync set of %s written at term %d was removed; not recreating it", ErrShardGone, r.id, term)
 	case kv != nil:
 		var cur models.ISR
@@ -46,9 +51,7 @@ func (r *replica) persistISR(ctx context.Context, term int64, isr []string) erro
 		}
 		cmps[0] = coordinator.ModRevIs(key, kv.ModRev)
 	}
-	if fence, err := r.stateFence(ctx, term); err != nil {
-		return err
-	} else if fence != nil {
+	if fence != nil {
 		cmps = append(cmps, *fence)
 	}
 	val, _ := json.Marshal(models.ISR{Leader: r.h.nodeID, Term: term, Replicas: isr})

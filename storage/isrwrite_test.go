@@ -24,7 +24,8 @@ import (
 // keys intact the set is updated; with etcd wiped (an older backup restored)
 // no key is recreated; with the database's shard state gone (dropped) the
 // old set is not touched; a leader whose first write finds no shard state
-// in etcd creates nothing. The fallback for a cluster with its own etcd (no
+// in etcd creates nothing; a set removed alone (a backup taken before it was
+// first written) is written again, as the shard is still there. The fallback for a cluster with its own etcd (no
 // state fence) still refuses to recreate a removed set.
 func TestISRWriteFencedOnVanishedShard(t *testing.T) {
 	const (
@@ -52,6 +53,11 @@ func TestISRWriteFencedOnVanishedShard(t *testing.T) {
 		{name: "database dropped: shard state deleted", stateFence: true, want: []string{"L", "F"}, refused: storage.ErrShardGone,
 			damage: func(ctx context.Context, s coordinator.Store) error {
 				_, _, err := s.Txn(ctx, nil, []coordinator.Op{coordinator.OpDelete(keys.ShardState("late")), coordinator.OpDelete(keys.Assign("late"))})
+				return err
+			}},
+		{name: "only the set removed, the shard still in etcd: written again", stateFence: true, want: []string{"L"},
+			damage: func(ctx context.Context, s coordinator.Store) error {
+				_, _, err := s.Txn(ctx, nil, []coordinator.Op{coordinator.OpDelete(isrKey)})
 				return err
 			}},
 		{name: "own etcd (no state fence), wiped", refused: storage.ErrShardGone,
