@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"regexp"
@@ -236,6 +237,30 @@ func TestMetricsLintAndDeploy(t *testing.T) {
 	}
 	_, hasMaster := peer["cairn_master_is_master"]
 	require.False(t, hasMaster, "a storage-only node has no master metrics")
+
+	// The InfluxDB-compatible endpoints count too: their writes as writes,
+	// each InfluxQL statement that reaches the shards as a query of its
+	// database (a statement error is counted with the status it maps to).
+	q := func(name string, l map[string]string) float64 { return value(core, name, l) }
+	m200 := map[string]string{"database": "m", "status": "200"}
+	m204 := map[string]string{"database": "m", "status": "204"}
+	queries, queryObs, writes, points := q("cairn_broker_query_requests_total", m200), q("cairn_broker_query_duration_seconds", nil),
+		q("cairn_broker_write_requests_total", m204), q("cairn_broker_write_points_total", m204)
+	code, _ = c.do(c.core, http.MethodPost, "/write?db=m", []byte("cpu,host=d v=4 1700000000000000000\ncpu,host=e v=5 1700000000000000000\n"))
+	require.Equal(t, http.StatusNoContent, code)
+	code, _ = c.do(c.core, http.MethodPost, "/api/v2/write?bucket=m", []byte("cpu,host=f v=6 1700000000000000000\n"))
+	require.Equal(t, http.StatusNoContent, code)
+	code, body := c.do(c.core, http.MethodGet, "/query?db=m&q="+url.QueryEscape("SELECT mean(v) FROM cpu; SHOW TAG VALUES FROM cpu WITH KEY = host"), nil)
+	require.Equal(t, http.StatusOK, code, "%s", body)
+	code, _ = c.do(c.core, http.MethodGet, "/query?db=nosuch&q="+url.QueryEscape("SELECT v FROM cpu"), nil)
+	require.Equal(t, http.StatusOK, code, "InfluxDB answers a statement error in the results")
+	_, core = c.scrape(c.core)
+	require.Equal(t, writes+2, q("cairn_broker_write_requests_total", m204), "/write and /api/v2/write are counted")
+	require.Equal(t, points+3, q("cairn_broker_write_points_total", m204))
+	require.Equal(t, queries+2, q("cairn_broker_query_requests_total", m200), "each InfluxQL statement over the shards is a query")
+	require.Equal(t, 1.0, q("cairn_broker_query_requests_total", map[string]string{"database": "", "status": "404"}),
+		"an InfluxQL statement on an unknown database is counted without its name")
+	require.Equal(t, queryObs+3, q("cairn_broker_query_duration_seconds", nil))
 
 	// Lint: the Go-native check always, promtool's too when installed.
 	for _, raw := range [][]byte{rawCore, rawPeer} {

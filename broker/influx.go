@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/cairn-db/cairn/influx"
 	"github.com/cairn-db/cairn/models"
@@ -44,7 +45,9 @@ func (d *Data) ReplicaFactor(db string) (int, error) {
 
 // Select implements influx.Backend: every shard leader evaluates req over its
 // series and answers partial aggregates (or raw points); the caller merges.
-func (d *Data) Select(ctx context.Context, db string, req *query.ShardRequest) ([]*query.ShardResult, error) {
+// Each call is one InfluxQL statement: it is recorded as a query.
+func (d *Data) Select(ctx context.Context, db string, req *query.ShardRequest) (_ []*query.ShardResult, err error) {
+	defer func(start time.Time) { d.recordQuery(db, start, err) }(time.Now())
 	body, err := json.Marshal(req)
 	if err != nil {
 		return nil, err
@@ -65,8 +68,10 @@ func (d *Data) Select(ctx context.Context, db string, req *query.ShardRequest) (
 	})
 }
 
-// SeriesKeys implements influx.Backend.
-func (d *Data) SeriesKeys(ctx context.Context, db, measurement string) ([]string, error) {
+// SeriesKeys implements influx.Backend; each call (a SHOW statement) is
+// recorded as a query.
+func (d *Data) SeriesKeys(ctx context.Context, db, measurement string) (_ []string, err error) {
+	defer func(start time.Time) { d.recordQuery(db, start, err) }(time.Now())
 	parts, err := fanOut(ctx, d, db, func(ctx context.Context, _ target, base string) ([]string, error) {
 		data, err := d.shardCall(ctx, http.MethodGet, base+"/series?measurement="+url.QueryEscape(measurement), nil)
 		if err != nil {

@@ -88,6 +88,22 @@ func (h *Handler) ping(c *gin.Context) {
 }
 
 // v1Error answers InfluxDB 1.x's error shape.
+// Refuse answers a request the node's tokens refused (401: no or unknown
+// token, 403: a narrower one) as InfluxDB does: {"code","message"} on the
+// 2.x write endpoint, {"error"} on the 1.x ones and /query.
+func (h *Handler) Refuse(c *gin.Context, status int, err error) {
+	if c.Request.URL.Path == "/api/v2/write" {
+		code := "unauthorized"
+		if status == http.StatusForbidden {
+			code = "forbidden"
+		}
+		c.Header("X-Influxdb-Version", Version)
+		v2Error(c, status, code, err.Error())
+		return
+	}
+	v1Error(c, status, err.Error())
+}
+
 func v1Error(c *gin.Context, status int, msg string) {
 	c.Header("X-Influxdb-Version", Version)
 	c.Header("X-Influxdb-Error", msg)

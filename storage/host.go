@@ -52,6 +52,12 @@ type HostConfig struct {
 	QueryLimits engine.Limits
 	// Registerer, when set, gets the host's metrics (metrics.go).
 	Registerer prometheus.Registerer
+	// StateStore and StateKeys locate the master's shard states. When the
+	// storage cluster's store is this same store (its etcd is the main one),
+	// every in-sync set write is also fenced on the shard's state key
+	// (isrwrite.go).
+	StateStore coordinator.Store
+	StateKeys  models.Keys
 }
 
 // Host opens and closes shard replicas as assignments change and serves the

@@ -2,14 +2,12 @@ package storage
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"sync"
 	"time"
 
-	"github.com/cairn-db/cairn/coordinator"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/storage/engine"
 	"github.com/cairn-db/cairn/storage/lineproto"
@@ -68,6 +66,8 @@ type replica struct {
 	fetched map[string]time.Time // leader: when each follower last fetched
 	changed chan struct{}        // closed and replaced on every append, ack or ISR change
 	kick    chan struct{}        // wakes the leader's in-sync set upkeep early
+	isrTerm int64                // leader: the term of isrRev
+	isrRev  int64                // leader: mod revision of the in-sync set this leader last wrote
 }
 
 func newReplica(h *Host, db string, shard int, eng engine.Shard) *replica {
@@ -169,12 +169,15 @@ func (r *replica) lead(ctx context.Context, d desired) {
 		r.fetched[n] = now
 	}
 	r.mu.Unlock()
-	for ctx.Err() == nil {
+	for gone := false; ctx.Err() == nil; {
 		if err := r.persistISR(ctx, d.term, initial); err == nil {
 			break
 		} else if errors.Is(err, ErrStaleTerm) {
 			r.lg.Warn("a newer term owns the in-sync set; not leading", zap.Int64("term", d.term))
 			return
+		} else if errors.Is(err, ErrShardGone) && !gone {
+			gone = true // until the state catches up and stops this role
+			r.lg.Warn("shard not in etcd; not publishing its in-sync set", zap.Int64("term", d.term), zap.Error(err))
 		}
 		r.sleep(ctx, 200*time.Millisecond)
 	}
@@ -224,6 +227,10 @@ func (r *replica) maintainISR(ctx context.Context, d desired) {
 	}
 	if err := r.persistISR(ctx, d.term, next); err != nil {
 		r.lg.Warn("in-sync set not updated", zap.Error(err))
+		// Undo the additions, so that the next pass decides them again.
+		r.mu.Lock()
+		r.isr = slices.DeleteFunc(slices.Clone(r.isr), func(n string) bool { return slices.Contains(add, n) })
+		r.mu.Unlock()
 		return
 	}
 	r.mu.Lock()
@@ -231,32 +238,6 @@ func (r *replica) maintainISR(ctx context.Context, d desired) {
 	r.broadcastLocked()
 	r.mu.Unlock()
 	r.lg.Info("in-sync set changed", zap.Strings("isr", next), zap.Strings("dropped", drop), zap.Strings("added", add), zap.Int64("term", d.term))
-}
-
-// persistISR writes the in-sync set, refusing to overwrite one of a newer term.
-func (r *replica) persistISR(ctx context.Context, term int64, isr []string) error {
-	key := r.h.ck.ISR(r.db, r.shard)
-	kv, err := r.h.store.Get(ctx, key)
-	if err != nil {
-		return err
-	}
-	cmp := coordinator.ModRevIs(key, 0)
-	if kv != nil {
-		var cur models.ISR
-		if json.Unmarshal(kv.Value, &cur) == nil && cur.Term > term {
-			return ErrStaleTerm
-		}
-		cmp = coordinator.ModRevIs(key, kv.ModRev)
-	}
-	val, _ := json.Marshal(models.ISR{Leader: r.h.nodeID, Term: term, Replicas: isr})
-	ok, _, err := r.h.store.Txn(ctx, []coordinator.Cmp{cmp}, []coordinator.Op{coordinator.OpPut(key, val, 0)})
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return fmt.Errorf("in-sync set of %s changed concurrently", r.id)
-	}
-	return nil
 }
 
 // write appends a batch at the leader's term and waits until every in-sync

@@ -121,10 +121,18 @@ func (t Tokens) Allow(r *http.Request, s Scope) error {
 //
 // or, inside package web, s.RequireScope(web.ScopeWrite).
 func RequireScope(t Tokens, s Scope) gin.HandlerFunc {
+	return RequireScopeAs(t, s, func(c *gin.Context, _ int, err error) { fail(c, err) })
+}
+
+// RequireScopeAs is RequireScope for a foreign protocol: a refusal (status
+// 401 or 403) is answered by refuse in that protocol's error shape, so its
+// stock clients surface the message (the InfluxDB endpoints).
+func RequireScopeAs(t Tokens, s Scope, refuse func(c *gin.Context, status int, err error)) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		if err := t.Allow(c.Request, s); err != nil {
 			c.Header("WWW-Authenticate", `Bearer realm="cairn"`)
-			fail(c, err)
+			refuse(c, StatusOf(err), err)
+			c.Abort()
 			return
 		}
 		c.Next()

@@ -262,6 +262,10 @@ func (scopeHistory) Cluster(context.Context) any { return map[string]any{} }
 // group carries.
 type scopeInflux struct{}
 
+func (scopeInflux) Refuse(c *gin.Context, status int, err error) {
+	c.AbortWithStatusJSON(status, gin.H{"error": err.Error()})
+}
+
 func (scopeInflux) Routes(writes, queries, open gin.IRouter) {
 	ok := func(c *gin.Context) { c.Status(http.StatusNoContent) }
 	writes.POST("/write", ok)

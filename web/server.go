@@ -77,6 +77,9 @@ type Config struct {
 // separate groups, so each group carries its own authorization scope.
 type InfluxRoutes interface {
 	Routes(writes, queries, open gin.IRouter)
+	// Refuse answers a refused request (401 or 403) in the shape the
+	// endpoint's clients expect.
+	Refuse(c *gin.Context, status int, err error)
 }
 
 // Server is the running HTTP server.
@@ -128,8 +131,10 @@ func New(cfg Config) *Server {
 	if cfg.Influx != nil {
 		// InfluxDB clients send tokens as `Token x`, basic auth or p=, which
 		// RequireScope accepts; /ping stays open, as clients ping before
-		// they authenticate.
-		cfg.Influx.Routes(e.Group("/", s.RequireScope(ScopeWrite)), e.Group("/", s.RequireScope(ScopeRead)), e.Group("/"))
+		// they authenticate. A refusal answers in InfluxDB's error shape,
+		// which its clients parse and show.
+		cfg.Influx.Routes(e.Group("/", RequireScopeAs(cfg.Tokens, ScopeWrite, cfg.Influx.Refuse)),
+			e.Group("/", RequireScopeAs(cfg.Tokens, ScopeRead, cfg.Influx.Refuse)), e.Group("/"))
 	}
 	if cfg.Mount != nil {
 		cfg.Mount(e)

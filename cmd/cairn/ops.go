@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -70,19 +72,26 @@ commented out. Load it with cairn --config FILE.`); done {
 
 // health runs `cairn health`: one GET of /api/v1/health, exit 0 when the node
 // answers {"status":"ok"}, 1 otherwise. It needs no shell or curl, so a
-// minimal container image can use it as its health check.
+// minimal container image can use it as its health check. It reads the node's
+// own settings (environment and $CAIRN_CONFIG) for the address and for TLS.
 func health(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("health")
-	def := "127.0.0.1:9000"
-	if v, ok := os.LookupEnv("CAIRN_HTTP_ADDR"); ok && v != "" {
-		def = v
-	}
-	addr := fs.String("addr", def, "the node's --http-addr (an all-interfaces address is probed on loopback)")
+	node := nodeSettings()
+	addr := fs.String("addr", node.HTTPAddr, "the node's --http-addr (an all-interfaces address is probed on loopback)")
 	timeout := fs.Duration("timeout", 3*time.Second, "give up after this long")
-	if code, done := parse(fs, args, stdout, stderr, "cairn health [--addr HOST:PORT] [--timeout DURATION]",
+	useTLS := fs.Bool("tls", node.TLSCert != "", "probe over HTTPS; on by default when the node's --tls-cert is set")
+	caFile := fs.String("tls-ca", node.TLSCA, "CA bundle (PEM) that verifies the node's certificate; by default the node's --tls-ca")
+	if code, done := parse(fs, args, stdout, stderr, "cairn health [--addr HOST:PORT] [--timeout DURATION] [--tls] [--tls-ca FILE]",
 		`Probes a node's liveness endpoint (GET /api/v1/health, which needs no etcd) and
 exits 0 when it answers ok, 1 when it does not: a container health check that
-needs neither a shell nor curl. --addr defaults to $CAIRN_HTTP_ADDR, like the node.`); done {
+needs neither a shell nor curl. Its defaults come from the node's own settings
+(CAIRN_* environment and $CAIRN_CONFIG), so in the node's container it needs
+no flags: --addr is the node's --http-addr, and HTTPS is used when the node's
+--tls-cert is set. Over HTTPS the node's certificate is verified against
+--tls-ca (on a loopback address: the chain only, as the probe dials 127.0.0.1,
+which the certificate need not name). Without a CA, a loopback probe does NOT
+verify the certificate (it checks that the node is alive, not who it is); a
+probe of another host verifies against the system roots.`); done {
 		return code
 	}
 	host, port, err := net.SplitHostPort(*addr)
@@ -97,10 +106,19 @@ needs neither a shell nor curl. --addr defaults to $CAIRN_HTTP_ADDR, like the no
 	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
 		host = "127.0.0.1"
 	}
+	scheme, client := "http", &http.Client{}
+	if *useTLS {
+		cfg, err := healthTLS(host, *caFile)
+		if err != nil {
+			fmt.Fprintf(stderr, "cairn health: invalid --tls-ca %q: %v\n", *caFile, err)
+			return 2
+		}
+		scheme, client = "https", &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+net.JoinHostPort(host, port)+"/api/v1/health", nil)
-	resp, err := http.DefaultClient.Do(req)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, scheme+"://"+net.JoinHostPort(host, port)+"/api/v1/health", nil)
+	resp, err := client.Do(req)
 	if err != nil {
 		fmt.Fprintf(stderr, "cairn health: %v\n", err)
 		return 1
@@ -116,4 +134,57 @@ needs neither a shell nor curl. --addr defaults to $CAIRN_HTTP_ADDR, like the no
 	}
 	fmt.Fprintf(stdout, "ok %s\n", body.NodeID)
 	return 0
+}
+
+// nodeSettings are the node's settings as its environment and config file
+// give them; when they do not parse (the node would not start either), the
+// address and TLS variables are read alone.
+func nodeSettings() config.Config {
+	c, err := config.Parse(nil, os.LookupEnv, false, io.Discard)
+	if err == nil {
+		return c
+	}
+	c = config.Config{HTTPAddr: "127.0.0.1:9000"}
+	if v := os.Getenv("CAIRN_HTTP_ADDR"); v != "" {
+		c.HTTPAddr = v
+	}
+	c.TLSCert, c.TLSCA = os.Getenv("CAIRN_TLS_CERT"), os.Getenv("CAIRN_TLS_CA")
+	return c
+}
+
+// healthTLS is the probe's TLS client config for host (see health's help).
+func healthTLS(host, caFile string) (*tls.Config, error) {
+	ip := net.ParseIP(host)
+	loopback := host == "localhost" || (ip != nil && ip.IsLoopback())
+	if caFile == "" {
+		if loopback {
+			return &tls.Config{InsecureSkipVerify: true}, nil // liveness of the local node, as --help says
+		}
+		return &tls.Config{ServerName: host}, nil
+	}
+	data, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(data) {
+		return nil, errors.New("no PEM certificate in it")
+	}
+	if !loopback {
+		return &tls.Config{RootCAs: pool, ServerName: host}, nil
+	}
+	return &tls.Config{
+		InsecureSkipVerify: true, // the chain is verified below; only the name is not
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 {
+				return errors.New("the node presented no certificate")
+			}
+			opts := x509.VerifyOptions{Roots: pool, Intermediates: x509.NewCertPool()}
+			for _, c := range cs.PeerCertificates[1:] {
+				opts.Intermediates.AddCert(c)
+			}
+			_, err := cs.PeerCertificates[0].Verify(opts)
+			return err
+		},
+	}, nil
 }
