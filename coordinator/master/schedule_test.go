@@ -33,7 +33,7 @@ func newWorld(nodes []string, shards, rf int) *world {
 		Databases:       map[string]models.Database{"db": {Name: "db", StorageCluster: "c", NumShards: shards, ReplicaFactor: rf}},
 		Assignments:     map[string]models.Assignment{}, ShardStates: map[string]models.ShardStates{},
 		Drains: map[string]models.Drain{}, Nodes: map[string]map[string]models.StorageNode{"c": {}},
-		ISR: map[string]map[string]models.ISR{"c": {}},
+		ISR:    map[string]map[string]models.ISR{"c": {}},
 		Synced: map[string]bool{statemachine.ClusterNodesSource("c"): true, statemachine.ClusterISRSource("c"): true},
 	}
 	for _, n := range nodes {
