@@ -60,8 +60,10 @@ type Operator struct {
 	// From is the replica set when the operator was made; To the target.
 	From []string `json:"from,omitempty"`
 	To   []string `json:"to,omitempty"`
-	// Leader is the leader to end with ("" keeps whoever leads).
-	Leader string `json:"leader,omitempty"`
+	// Leader is the leader to end with ("" keeps whoever leads);
+	// FromLeader who led when the operator was made.
+	Leader     string `json:"leader,omitempty"`
+	FromLeader string `json:"from_leader,omitempty"`
 	// Term is the shard term a failover publishes.
 	Term int64 `json:"term,omitempty"`
 	// Reason says why a shard goes offline.

@@ -85,7 +85,7 @@ func planView(ops []Operator, relocations, lowerBound int) PlanView {
 			adds = append(adds, MoveView{Kind: string(placement.MoveAdd), DB: o.DB, Shard: o.Shard, To: n})
 		}
 		if o.Leader != "" {
-			leaders = append(leaders, MoveView{Kind: string(placement.MoveLeader), DB: o.DB, Shard: o.Shard, To: o.Leader})
+			leaders = append(leaders, MoveView{Kind: string(placement.MoveLeader), DB: o.DB, Shard: o.Shard, From: o.FromLeader, To: o.Leader})
 		}
 		if o.Kind == OpMove {
 			for _, n := range minus(o.From, o.To) {

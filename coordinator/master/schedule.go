@@ -129,7 +129,8 @@ func Schedule(in Input) Decision {
 		})
 		for _, id := range changed {
 			s := next.Shards[indexOf(next, id)]
-			d.Spread = append(d.Spread, Operator{DB: db, Shard: id, Kind: OpLeader, Leader: s.Leader, Step: StepLeader, MasterTerm: in.MasterTerm, Created: in.Now})
+			d.Spread = append(d.Spread, Operator{DB: db, Shard: id, Kind: OpLeader, Leader: s.Leader, FromLeader: st.ShardStates[db].Shards[indexOf(st.ShardStates[db], id)].Leader,
+				Step: StepLeader, MasterTerm: in.MasterTerm, Created: in.Now})
 		}
 	}
 	return d
@@ -192,6 +193,9 @@ func FailoverOps(st *statemachine.State, db string, term int64, now time.Time) [
 	for _, id := range changed {
 		s := next.Shards[indexOf(next, id)]
 		o := Operator{DB: db, Shard: id, Kind: OpFailover, Leader: s.Leader, Term: s.Term, Step: StepPublish, MasterTerm: term, Created: now}
+		if prev, ok := st.ShardState(db, id); ok {
+			o.FromLeader = prev.Leader
+		}
 		if s.Status != models.StatusOnline {
 			o.Kind, o.Reason = OpOffline, s.Reason
 		}
@@ -214,9 +218,10 @@ func PlanOps(st *statemachine.State, term int64, now time.Time) (ops []Operator,
 			return nil, nil, 0, 0, err
 		}
 		relocations += p.Relocations
-		lowerBound += placement.LowerBound(c)
 		if p.Relocations == 0 {
-			balanced = append(balanced, name)
+			balanced = append(balanced, name) // and the bound is 0
+		} else {
+			lowerBound += placement.LowerBound(c)
 		}
 		keys := slices.Collect(maps.Keys(p.Target))
 		slices.SortFunc(keys, func(a, b placement.ShardKey) int {
@@ -226,7 +231,10 @@ func PlanOps(st *statemachine.State, term int64, now time.Time) (ops []Operator,
 			t := p.Target[k]
 			cur := assigned(st, k)
 			s, _ := st.ShardState(k.DB, k.Shard)
-			o := Operator{DB: k.DB, Shard: k.Shard, From: slices.Clone(cur), To: slices.Clone(t.Replicas), MasterTerm: term, Created: now}
+			o := Operator{DB: k.DB, Shard: k.Shard, From: slices.Clone(cur), To: slices.Clone(t.Replicas), FromLeader: s.Leader, MasterTerm: term, Created: now}
+			if s.Status != models.StatusOnline {
+				o.FromLeader = ""
+			}
 			if t.Leader != "" && t.Leader != s.Leader {
 				o.Leader = t.Leader
 			}
