@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/cairn-db/cairn/coordinator"
@@ -157,11 +155,9 @@ func inReplicaStage(s Step) bool {
 
 // Operator records live under NS/operators/<db>/<shard>: a key per shard,
 // small, written only by the master, fenced on its term.
-func operatorsPrefix(k models.Keys) string { return k.NS + "/operators/" }
+func operatorsPrefix(k models.Keys) string { return k.OperatorPrefix() }
 
-func operatorKey(k models.Keys, db string, shard int) string {
-	return operatorsPrefix(k) + db + "/" + strconv.Itoa(shard)
-}
+func operatorKey(k models.Keys, db string, shard int) string { return k.Operator(db, shard) }
 
 // maxOperatorBytes bounds one record read back from etcd.
 const maxOperatorBytes = 64 << 10
@@ -220,21 +216,4 @@ func ListOperators(ctx context.Context, store coordinator.Store, keys models.Key
 	}
 	slices.SortFunc(ops, compareOps)
 	return ops, bad, nil
-}
-
-// shardOfKey parses <db>/<shard> under the operators prefix.
-func shardOfKey(keys models.Keys, key string) (shardKey, bool) {
-	rest, ok := strings.CutPrefix(key, operatorsPrefix(keys))
-	if !ok {
-		return shardKey{}, false
-	}
-	i := strings.LastIndexByte(rest, '/')
-	if i <= 0 {
-		return shardKey{}, false
-	}
-	n, err := strconv.Atoi(rest[i+1:])
-	if err != nil {
-		return shardKey{}, false
-	}
-	return shardKey{rest[:i], n}, true
 }
