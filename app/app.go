@@ -138,6 +138,7 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 	}
 	a.history = a.newHistory()
 	wcfg.History = a.history
+	wcfg.Operators = a.operators
 	a.http = web.New(wcfg)
 	if err := a.http.Listen(); err != nil {
 		a.shutdown()

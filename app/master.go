@@ -133,3 +133,16 @@ func (s *masterSlot) init(a *App) {
 func (a *App) admin() web.Admin {
 	return &meta.Admin{Store: a.store, Keys: a.keys, State: a.sm.Snapshot, Master: a.masterOps}
 }
+
+// operators answers GET /api/v1/operators from etcd: the operators the
+// master persisted, on any node.
+func (a *App) operators(ctx context.Context) (any, error) {
+	ops, bad, err := master.ListOperators(ctx, a.store, a.keys)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", models.ErrUnavailable, err)
+	}
+	if bad == nil {
+		bad = []string{}
+	}
+	return map[string]any{"operators": ops, "unreadable": bad}, nil
+}

@@ -48,6 +48,14 @@ func (k Keys) FailoverLock(db string, shard int) string {
 	return k.join("failover", db, strconv.Itoa(shard))
 }
 
+// OperatorPrefix holds the master's operators in flight (master only).
+func (k Keys) OperatorPrefix() string { return k.join("operators") + "/" }
+
+// Operator is the operator in flight on one shard.
+func (k Keys) Operator(db string, shard int) string {
+	return k.OperatorPrefix() + db + "/" + strconv.Itoa(shard)
+}
+
 // DrainPrefix holds drain marks of storage nodes.
 func (k Keys) DrainPrefix() string { return k.join("drain") + "/" }
 

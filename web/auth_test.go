@@ -59,6 +59,7 @@ var routeScopes = map[string]web.Scope{
 	"POST /api/v1/nodes/:id/undrain":                 web.ScopeAdmin,
 	"POST /api/v1/databases/:name/shards/:id/leader": web.ScopeAdmin,
 	"POST /api/v1/rebalance":                         web.ScopeAdmin,
+	"GET /api/v1/operators":                          web.ScopeRead,
 	"GET /debug/pprof/*name":                         web.ScopeAdmin,
 	"POST /debug/pprof/symbol":                       web.ScopeAdmin,
 }
@@ -91,7 +92,8 @@ func concretePath(p string) string {
 // handler (2xx) with the right or a wider one.
 func TestRouteScopes(t *testing.T) {
 	tokens := web.Tokens{Admin: "adm", Write: "wri", Read: "rea"}
-	srv := web.New(web.Config{State: stateWithDB(t), Admin: &fakeAdmin{}, Data: scopeData{}, Tokens: tokens, History: scopeHistory{}, Influx: scopeInflux{}})
+	srv := web.New(web.Config{State: stateWithDB(t), Admin: &fakeAdmin{}, Data: scopeData{}, Tokens: tokens, History: scopeHistory{}, Influx: scopeInflux{},
+		Operators: func(context.Context) (any, error) { return map[string]any{"operators": []any{}}, nil }})
 	h := srv.Handler()
 	creds := []struct {
 		name  string

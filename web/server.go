@@ -68,6 +68,8 @@ type Config struct {
 	Waiting func() string
 	// History serves GET /api/v1/history; nil answers 404.
 	History History
+	// Operators serves GET /api/v1/operators; nil answers 404.
+	Operators Operators
 	// Influx mounts the InfluxDB-compatible endpoints (/write, /api/v2/write,
 	// /query, /ping); nil on nodes without the broker role.
 	Influx InfluxRoutes
@@ -124,6 +126,7 @@ func New(cfg Config) *Server {
 	api.GET("/problems", s.RequireScope(ScopeRead), s.problems)
 	api.GET("/explore", s.RequireScope(ScopeRead), s.explore)
 	api.GET("/history", s.RequireScope(ScopeRead), s.history)
+	api.GET("/operators", s.RequireScope(ScopeRead), s.operators)
 	// A peer's own samples, for the fan-out of GET /api/v1/history: an
 	// internal route, so the cluster secret (not a user token) guards it.
 	e.GET("/internal/v1/history", s.historyNode)

@@ -1,9 +1,11 @@
 // Package master is the elected master's work: it turns database configs into
 // shard assignments (through placement), publishes shard leaders and terms,
 // fails leadership over when storage nodes die, and moves replicas for drains,
-// replica-factor changes and rebalancing. Decisions are pure functions over a
-// state snapshot (this file and plan.go); master.go executes them with fenced
-// writes while the term lasts.
+// replica-factor changes and rebalancing. Decisions are pure: Schedule
+// (schedule.go) maps a state snapshot and the time to operators, data that is
+// shown by the API and persisted under NS/operators/ while it runs
+// (operator.go); the executor (rebalance.go, reconcile.go) performs each
+// operator's next step as one fenced txn while the term lasts.
 package master
 
 import (

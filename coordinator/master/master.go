@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/cairn-db/cairn/coordinator"
-	"github.com/cairn-db/cairn/coordinator/placement"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
 	"go.uber.org/zap"
@@ -63,12 +62,15 @@ type Config struct {
 
 // Master runs the state machines for one term.
 type Master struct {
-	cfg     Config
-	lg      *zap.Logger
-	ops     chan op
-	pending map[placement.ShardKey][]string // relocation targets in flight
-	leaders map[placement.ShardKey]string   // plan's leaders, applied once relocations finish
-	members map[string]membership           // per cluster
+	cfg  Config
+	lg   *zap.Logger
+	reqs chan op // operator requests, served on the master's goroutine
+	// ops are the operators in flight, mirrored in etcd under
+	// NS/operators/ (every change is written fenced, in the txn of the step
+	// it records); loaded from there once per term before any decision.
+	ops     map[shardKey]Operator
+	loaded  bool
+	members map[string]Membership // per cluster
 	forced  bool
 	queue   *workQueue         // databases to reconcile, with per-database retry
 	warn    *logrepeat.Limiter // repeated warnings: once per interval with a count
@@ -76,12 +78,6 @@ type Master struct {
 	// spreadClean: per cluster, the inputs at which leader spreading last
 	// found nothing to move.
 	spreadClean map[string]string
-}
-
-type membership struct {
-	sig      string
-	since    time.Time
-	balanced string // signature at which a plan last had no relocations
 }
 
 type op struct {
@@ -119,7 +115,7 @@ func New(cfg Config) *Master {
 	}
 	lg := cfg.Logger.Named("master").With(zap.Int64("master_term", cfg.Term))
 	return &Master{cfg: cfg, lg: lg,
-		ops: make(chan op), pending: map[placement.ShardKey][]string{}, leaders: map[placement.ShardKey]string{}, members: map[string]membership{},
+		reqs: make(chan op), ops: map[shardKey]Operator{}, members: map[string]Membership{},
 		spreadClean: map[string]string{},
 		queue:       newWorkQueue(cfg.RetryBase, cfg.RetryMax, rand.Float64), warn: logrepeat.New(lg, cfg.ErrorLogInterval, cfg.Now)}
 }
@@ -172,7 +168,7 @@ func (m *Master) wait(ctx context.Context, changed <-chan struct{}, tick, retry 
 	case <-changed:
 	case <-tick:
 	case <-retry:
-	case o := <-m.ops:
+	case o := <-m.reqs:
 		v, err := o.run(ctx, m.cfg.State())
 		o.done <- opResult{v, err}
 		if errors.Is(err, coordinator.ErrDeposed) {
@@ -187,7 +183,7 @@ func (m *Master) wait(ctx context.Context, changed <-chan struct{}, tick, retry 
 func (m *Master) do(ctx context.Context, fn func(ctx context.Context, st *statemachine.State) (any, error)) (any, error) {
 	o := op{run: fn, done: make(chan opResult, 1)}
 	select {
-	case m.ops <- o:
+	case m.reqs <- o:
 	case <-ctx.Done():
 		return nil, fmt.Errorf("%w: master busy: %v", models.ErrUnavailable, ctx.Err())
 	}
@@ -297,7 +293,8 @@ const maxTxnOps = 100
 // bound to the master's lease; only its creator deletes it), publishes the
 // database's states in one fenced txn guarded by the mod revision of the value
 // in st they were computed from, and releases the locks.
-func (m *Master) publishStates(ctx context.Context, st *statemachine.State, db string, next models.ShardStates, changed []int) error {
+// extra ops (operator records) are written in the same txn as the states.
+func (m *Master) publishStates(ctx context.Context, st *statemachine.State, db string, next models.ShardStates, changed []int, extra ...coordinator.Op) error {
 	token := []byte(m.cfg.NodeID + "/" + strconv.FormatInt(m.cfg.Term, 10) + "/" + strconv.FormatInt(m.cfg.Now().UnixNano(), 10))
 	var locked []string
 	release := func() {
@@ -345,7 +342,7 @@ func (m *Master) publishStates(ctx context.Context, st *statemachine.State, db s
 	}
 	key := m.cfg.Keys.ShardState(db)
 	ok, err := m.write(ctx, []coordinator.Cmp{coordinator.ModRevIs(key, st.ModRev(statemachine.SourceShardState, db))},
-		[]coordinator.Op{coordinator.OpPut(key, mustJSON(next), 0)}, statemachine.SourceShardState)
+		append([]coordinator.Op{coordinator.OpPut(key, mustJSON(next), 0)}, extra...), statemachine.SourceShardState)
 	if err != nil {
 		return err
 	}

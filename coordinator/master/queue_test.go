@@ -50,26 +50,26 @@ func TestWorkQueueDedupsAndBacksOffPerKey(t *testing.T) {
 func TestTrackMembershipWaitsForTheDelay(t *testing.T) {
 	t0 := time.Unix(5000, 0)
 	delay := 30 * time.Second
-	mb, due := trackMembership(membership{}, false, "a,b,c", t0, delay)
+	mb, due := TrackMembership(Membership{}, false, "a,b,c", t0, delay)
 	require.False(t, due, "first sight is taken as stable from now")
-	require.Equal(t, t0, mb.since)
-	_, due = trackMembership(mb, true, "a,b,c", t0.Add(delay-time.Nanosecond), delay)
+	require.Equal(t, t0, mb.Since)
+	_, due = TrackMembership(mb, true, "a,b,c", t0.Add(delay-time.Nanosecond), delay)
 	require.False(t, due)
-	mb, due = trackMembership(mb, true, "a,b,c", t0.Add(delay), delay)
+	mb, due = TrackMembership(mb, true, "a,b,c", t0.Add(delay), delay)
 	require.True(t, due, "stable for the delay and never found balanced")
-	mb.balanced = "a,b,c"
-	_, due = trackMembership(mb, true, "a,b,c", t0.Add(time.Hour), delay)
+	mb.Balanced = "a,b,c"
+	_, due = TrackMembership(mb, true, "a,b,c", t0.Add(time.Hour), delay)
 	require.False(t, due, "balanced at this membership")
 	// A node leaves: the clock restarts at the change.
 	t1 := t0.Add(2 * time.Hour)
-	mb, due = trackMembership(mb, true, "a,b", t1, delay)
+	mb, due = TrackMembership(mb, true, "a,b", t1, delay)
 	require.False(t, due)
-	require.Equal(t, t1, mb.since)
-	_, due = trackMembership(mb, true, "a,b", t1.Add(delay), delay)
+	require.Equal(t, t1, mb.Since)
+	_, due = TrackMembership(mb, true, "a,b", t1.Add(delay), delay)
 	require.True(t, due)
 	// It returns before the delay: back to the balanced membership, no plan,
 	// but the change restarts the clock that leader spreading reads.
-	mb, due = trackMembership(mb, true, "a,b,c", t1.Add(time.Second), delay)
+	mb, due = TrackMembership(mb, true, "a,b,c", t1.Add(time.Second), delay)
 	require.False(t, due)
-	require.Equal(t, t1.Add(time.Second), mb.since)
+	require.Equal(t, t1.Add(time.Second), mb.Since)
 }

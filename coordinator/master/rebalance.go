@@ -6,9 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sort"
-	"strings"
-	"time"
 
 	"github.com/cairn-db/cairn/coordinator"
 	"github.com/cairn-db/cairn/coordinator/placement"
@@ -17,171 +14,311 @@ import (
 	"go.uber.org/zap"
 )
 
-// Rebalance implements broker.MasterOps: the plan, and unless dryRun its
-// execution (started now, carried out by the reconcile loop move by move).
+// Rebalance implements broker.MasterOps. The answer lists exactly the
+// operators that run: those already in flight if any (a new plan follows
+// them), else a fresh plan's, which (unless dryRun) are persisted before
+// the call returns and then carried out step by step.
 func (m *Master) Rebalance(ctx context.Context, dryRun bool) (any, error) {
 	return m.do(ctx, func(ctx context.Context, st *statemachine.State) (any, error) {
-		_, view, err := rebalancePlan(st)
+		if (!Ready(st) || !m.sameCluster(st) || !m.loaded) && !dryRun {
+			return nil, fmt.Errorf("%w: master is still loading state from etcd", models.ErrUnavailable)
+		}
+		if len(m.ops) > 0 {
+			if !dryRun {
+				m.forced = true
+			}
+			_, _, _, lb, _ := PlanOps(st, m.cfg.Term, m.cfg.Now())
+			v := planView(m.inFlight(), 0, lb)
+			v.DryRun, v.InFlight = dryRun, true
+			return v, nil
+		}
+		ops, balanced, reloc, lb, err := PlanOps(st, m.cfg.Term, m.cfg.Now())
+		m.trackMembers(st)
 		if err != nil {
+			return nil, fmt.Errorf("%w: %w", models.ErrImpossible, err)
+		}
+		v := planView(ops, reloc, lb)
+		v.DryRun = dryRun
+		if dryRun {
+			return v, nil
+		}
+		if err := m.adopt(ctx, ops, balanced); err != nil {
 			return nil, err
 		}
-		view.DryRun = dryRun
-		if !dryRun {
-			m.forced = true
-		}
-		return view, nil
+		return v, nil
 	})
 }
 
-// needsPlan decides whether to compute a new placement plan now: on demand,
-// for drains and replica-factor changes at once, and for membership changes
-// only after they have been stable for RebalanceDelay.
-func (m *Master) needsPlan(st *statemachine.State) bool {
-	if m.forced {
-		return true
+// OperatorView is one operator as the API shows it.
+type OperatorView = Operator
+
+// PlanView is the answer of POST /rebalance.
+type PlanView struct {
+	DryRun bool `json:"dry_run"`
+	// InFlight: operators of an earlier plan still run; they are the ones
+	// listed, and (unless a dry run) a new plan is made after them.
+	InFlight    bool       `json:"in_flight"`
+	Relocations int        `json:"relocations"`
+	LowerBound  int        `json:"lower_bound"`
+	Moves       []MoveView `json:"moves"`
+	Operators   []Operator `json:"operators"`
+}
+
+// MoveView is one replica or leader change of a plan, flattened from its
+// operators: adds, then leader changes, then removes.
+type MoveView struct {
+	Kind  string `json:"kind"`
+	DB    string `json:"db"`
+	Shard int    `json:"shard"`
+	From  string `json:"from,omitempty"`
+	To    string `json:"to,omitempty"`
+}
+
+func planView(ops []Operator, relocations, lowerBound int) PlanView {
+	v := PlanView{Relocations: relocations, LowerBound: lowerBound, Moves: []MoveView{}, Operators: slices.Clone(ops)}
+	if v.Operators == nil {
+		v.Operators = []Operator{}
 	}
-	now := m.cfg.Now()
-	need := false
-	for name := range st.StorageClusters {
-		ids := slices.Sorted(maps.Keys(st.Nodes[name]))
-		mb, ok := m.members[name]
-		var due bool
-		mb, due = trackMembership(mb, ok, strings.Join(ids, ","), now, m.cfg.RebalanceDelay)
-		need = need || due
+	var adds, leaders, removes []MoveView
+	for _, o := range ops {
+		for _, n := range minus(o.To, o.From) {
+			adds = append(adds, MoveView{Kind: string(placement.MoveAdd), DB: o.DB, Shard: o.Shard, To: n})
+		}
+		if o.Leader != "" {
+			leaders = append(leaders, MoveView{Kind: string(placement.MoveLeader), DB: o.DB, Shard: o.Shard, From: o.FromLeader, To: o.Leader})
+		}
+		if o.Kind == OpMove {
+			for _, n := range minus(o.From, o.To) {
+				removes = append(removes, MoveView{Kind: string(placement.MoveRemove), DB: o.DB, Shard: o.Shard, From: n})
+			}
+		}
+	}
+	v.Moves = append(v.Moves, slices.Concat(adds, leaders, removes)...)
+	return v
+}
+
+// inFlight lists the operators being carried out, sorted by shard.
+func (m *Master) inFlight() []Operator {
+	ops := slices.Collect(maps.Values(m.ops))
+	slices.SortFunc(ops, compareOps)
+	return ops
+}
+
+// loadOperators reads the operators a previous master persisted, once per
+// term before anything is scheduled: they are resumed, not re-planned.
+// Records that cannot be used are deleted (the master owns the prefix; the
+// next plan covers their shards again).
+func (m *Master) loadOperators(ctx context.Context) error {
+	kvs, _, err := m.cfg.Store.List(ctx, operatorsPrefix(m.cfg.Keys))
+	if err != nil {
+		return fmt.Errorf("loading operators: %w", err)
+	}
+	var drop []coordinator.Op
+	for _, kv := range kvs {
+		o, err := decodeOperator(m.cfg.Keys, kv)
+		if err != nil {
+			m.lg.Warn("dropping an unusable operator record", zap.String("key", kv.Key), zap.Error(err))
+			drop = append(drop, coordinator.OpDelete(kv.Key))
+			continue
+		}
+		m.ops[o.key()] = o
+	}
+	if err := m.fencedChunks(ctx, drop); err != nil {
+		return err
+	}
+	m.loaded = true
+	if len(m.ops) > 0 {
+		m.lg.Info("resuming operators of an earlier term", zap.Int("operators", len(m.ops)))
+	}
+	return nil
+}
+
+// fencedChunks applies ops in fenced txns of at most maxTxnOps.
+func (m *Master) fencedChunks(ctx context.Context, ops []coordinator.Op) error {
+	for i := 0; i < len(ops); i += maxTxnOps {
+		ok, _, err := m.cfg.Election.FencedTxn(ctx, m.cfg.Term, nil, ops[i:min(i+maxTxnOps, len(ops))])
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return coordinator.ErrDeposed
+		}
+	}
+	return nil
+}
+
+func (m *Master) putOp(o Operator) coordinator.Op {
+	return coordinator.OpPut(operatorKey(m.cfg.Keys, o.DB, o.Shard), mustJSON(o), 0)
+}
+
+func (m *Master) deleteOp(o Operator) coordinator.Op {
+	return coordinator.OpDelete(operatorKey(m.cfg.Keys, o.DB, o.Shard))
+}
+
+// adopt persists a plan's operators (fenced, before any of their steps
+// runs) and takes them in flight.
+func (m *Master) adopt(ctx context.Context, ops []Operator, balanced []string) error {
+	puts := make([]coordinator.Op, 0, len(ops))
+	for _, o := range ops {
+		puts = append(puts, m.putOp(o))
+	}
+	if err := m.fencedChunks(ctx, puts); err != nil {
+		return err
+	}
+	for _, o := range ops {
+		m.ops[o.key()] = o
+	}
+	m.forced = false
+	for _, name := range balanced {
+		mb := m.members[name]
+		mb.Balanced = mb.Sig
 		m.members[name] = mb
 	}
-	for id := range st.Drains {
-		for _, a := range st.Assignments {
-			for _, sh := range a.Shards {
-				if slices.Contains(sh.Replicas, id) {
-					return true
-				}
-			}
-		}
+	if len(ops) > 0 {
+		m.lg.Info("rebalance started", zap.Int("operators", len(ops)))
 	}
-	for name, a := range st.Assignments {
-		db, ok := st.Databases[name]
-		if !ok {
-			continue
-		}
-		for _, sh := range a.Shards {
-			if len(sh.Replicas) != db.ReplicaFactor {
-				return true
-			}
-		}
-	}
-	return need
+	return nil
 }
 
-// trackMembership folds one observation of a cluster's live node set (sig) at
-// now into what the master knows of it (mb; seen false at first sight in a
-// term, taken as stable from now), and says whether a placement plan is due:
-// the set differs from the one last found balanced and has not changed for
-// delay.
-func trackMembership(mb membership, seen bool, sig string, now time.Time, delay time.Duration) (membership, bool) {
-	if !seen {
-		mb = membership{sig: sig, since: now}
-	} else if mb.sig != sig {
-		mb.sig, mb.since = sig, now
+// trackMembers updates what the master knows of each cluster's live set.
+func (m *Master) trackMembers(st *statemachine.State) {
+	now := m.cfg.Now()
+	for name := range st.StorageClusters {
+		mb, ok := m.members[name]
+		mb, _ = TrackMembership(mb, ok, MembershipSig(st, name), now, m.cfg.RebalanceDelay)
+		m.members[name] = mb
 	}
-	return mb, mb.balanced != sig && now.Sub(mb.since) >= delay
 }
 
-// rebalance drives relocations: a shard gains its new replicas first, keeps
-// them until they are in sync, hands leadership over if its leader is leaving,
-// and only then drops the old replicas. A shard never has fewer in-sync
-// replicas than before its move.
+// rebalance runs Schedule's plan and spreading decisions (failover runs per
+// database in syncDB): a new plan is persisted, then every operator in
+// flight advances by its next step.
 func (m *Master) rebalance(ctx context.Context) error {
 	st := m.cfg.State()
-	if len(m.pending) == 0 && m.needsPlan(st) {
-		plans, view, err := rebalancePlan(st)
-		if err != nil {
-			m.warn.Warn("rebalance", "no rebalance plan", zap.Error(err))
-			return nil
-		}
-		m.forced = false
-		clear(m.leaders) // a new plan supersedes the last one's leaders
-		for cluster, p := range plans {
-			for k, t := range p.Target {
-				cur := assigned(st, k)
-				if !sameSet(cur, t.Replicas) {
-					m.pending[k] = t.Replicas
-				}
-				if s, _ := st.ShardState(k.DB, k.Shard); t.Leader != "" && t.Leader != s.Leader {
-					m.leaders[k] = t.Leader
-				}
-			}
-			if p.Relocations == 0 {
-				mb := m.members[cluster]
-				mb.balanced = mb.sig
-				m.members[cluster] = mb
-			}
-		}
-		if len(m.pending) > 0 {
-			m.lg.Info("rebalance started", zap.Int("shards", len(m.pending)), zap.Int("relocations", view.Relocations))
+	m.trackMembers(st)
+	in := Input{State: st, Now: m.cfg.Now(), Delay: m.cfg.RebalanceDelay, Members: m.members, InFlight: m.inFlight(),
+		Forced: m.forced, MaxMoves: m.cfg.MaxMovesInFlight, HoldFailover: true, SpreadSkip: map[string]bool{}, MasterTerm: m.cfg.Term}
+	sigs := m.spreadSigs(st)
+	for name, sig := range sigs {
+		in.SpreadSkip[name] = m.spreadClean[name] == sig
+	}
+	for name := range st.StorageClusters {
+		if _, ok := sigs[name]; !ok {
+			in.SpreadSkip[name] = true
 		}
 	}
-	if len(m.pending) == 0 {
-		errs := m.balanceLeaders(ctx, st)
-		if len(m.leaders) > 0 || fatal(ctx, errs) {
-			return errs // the plan's leaders first
-		}
-		return errors.Join(errs, m.spreadLeaders(ctx))
+	d := Schedule(in)
+	if d.Err != nil {
+		m.warn.Warn("rebalance", "no rebalance plan", zap.Error(d.Err))
+		return nil
 	}
-	keys := make([]placement.ShardKey, 0, len(m.pending))
-	for k := range m.pending {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool {
-		if keys[i].DB != keys[j].DB {
-			return keys[i].DB < keys[j].DB
+	if d.Planned {
+		if err := m.adopt(ctx, d.Plan, d.Balanced); err != nil {
+			return err
 		}
-		return keys[i].Shard < keys[j].Shard
-	})
-	assign := map[string]models.Assignment{} // databases whose assignment changes this round
-	var leaderMoves []placement.ShardKey
+	}
+	if len(m.ops) > 0 {
+		return m.advance(ctx, st)
+	}
+	errs := m.publishLeaderOps(ctx, st, d.Spread, "spreading leadership")
+	dirty := map[string]bool{}
+	for _, o := range d.Spread {
+		dirty[st.Assignments[o.DB].Cluster] = true
+	}
+	for name, sig := range sigs {
+		if !dirty[name] {
+			m.spreadClean[name] = sig
+		}
+	}
+	return errs
+}
+
+// spreadSigs: per ready cluster, the inputs of leader spreading; a cluster
+// whose inputs did not change since spreading found nothing is skipped (the
+// decision is cheap, but not times every database on every pass).
+func (m *Master) spreadSigs(st *statemachine.State) map[string]string {
+	now := m.cfg.Now()
+	sigs := map[string]string{}
+	for name := range st.StorageClusters {
+		mb, seen := m.members[name]
+		if !seen || !ClusterReady(st, name) {
+			continue
+		}
+		sigs[name] = fmt.Sprintf("%s|%d|%t|%d|%d|%d|%d|%d", mb.Sig, mb.Since.UnixNano(), now.Sub(mb.Since) >= m.cfg.RebalanceDelay,
+			st.Revisions[statemachine.SourceShardState], st.Revisions[statemachine.SourceAssign], st.Revisions[statemachine.SourceDrain],
+			st.Revisions[statemachine.SourceDatabaseConfig], st.Revisions[statemachine.ClusterISRSource(name)])
+	}
+	return sigs
+}
+
+// advance performs the next step of every operator in flight: each step is
+// one fenced txn that also records the operator's progress (or deletes it
+// when it finishes). At most MaxMovesInFlight operators change replicas at
+// once; a shard never has fewer replicas than its target, nor fewer in-sync
+// replicas than before its move (add, wait in sync, then remove).
+func (m *Master) advance(ctx context.Context, st *statemachine.State) error {
+	assign := map[string]models.Assignment{}
+	records := map[string][]coordinator.Op{} // per database, written with its assignment
+	var leaders, finished []Operator
+	after := map[shardKey]Operator{} // operators as they stand once their write lands
 	active := 0
-	for _, k := range keys {
-		target := m.pending[k]
-		a, ok := st.Assignments[k.DB]
-		if !ok || k.Shard >= len(a.Shards) {
-			delete(m.pending, k)
-			continue
+	for _, o := range m.inFlight() {
+		step := NextStep(o, st)
+		if inReplicaStage(step) {
+			if active >= m.cfg.MaxMovesInFlight {
+				continue
+			}
+			active++
 		}
-		cur := a.Shards[k.Shard].Replicas
-		if sameSet(cur, target) {
-			delete(m.pending, k)
-			continue
+		k := placement.ShardKey{DB: o.DB, Shard: o.Shard}
+		switch step {
+		case StepAdd:
+			o.Step = StepWaitSync
+			setReplicas(assign, st, k, union(assigned(st, k), o.To))
+			records[o.DB] = append(records[o.DB], m.putOp(o))
+			after[o.key()] = o
+		case StepRemove:
+			setReplicas(assign, st, k, slices.Clone(o.To))
+			if o.Leader == "" {
+				records[o.DB] = append(records[o.DB], m.deleteOp(o))
+				o.Step = StepDone
+			} else {
+				o.Step = StepLeader
+				records[o.DB] = append(records[o.DB], m.putOp(o))
+			}
+			after[o.key()] = o
+		case StepLeaveLeader, StepLeader:
+			o.Step = step
+			leaders = append(leaders, o)
+		case StepDone, StepCancel:
+			if step == StepCancel {
+				m.lg.Info("operator cannot finish; dropped", zap.String("db", o.DB), zap.Int("shard", o.Shard), zap.String("kind", string(o.Kind)))
+			}
+			finished = append(finished, o)
 		}
-		if active >= m.cfg.MaxMovesInFlight {
-			break
-		}
-		active++
-		adds := minus(target, cur)
-		if len(adds) > 0 {
-			setReplicas(assign, st, k, union(cur, adds))
-			continue
-		}
-		// cur is a superset of target: remove once the target is in sync.
-		if !shardInSync(st, a.Cluster, k.DB, k.Shard, target) {
-			continue
-		}
-		s, _ := st.ShardState(k.DB, k.Shard)
-		if s.Status == models.StatusOnline && !slices.Contains(target, s.Leader) {
-			leaderMoves = append(leaderMoves, k)
-			continue
-		}
-		setReplicas(assign, st, k, slices.Clone(target))
 	}
-	errs := m.moveLeadersOff(ctx, st, leaderMoves)
-	if fatal(ctx, errs) {
-		return errs
+	var errs error
+	if len(finished) > 0 {
+		dels := make([]coordinator.Op, 0, len(finished))
+		for _, o := range finished {
+			dels = append(dels, m.deleteOp(o))
+		}
+		if err := m.fencedChunks(ctx, dels); err != nil {
+			return err
+		}
+		for _, o := range finished {
+			delete(m.ops, o.key())
+		}
 	}
-	names := slices.Sorted(maps.Keys(assign))
-	for _, name := range names {
+	if err := m.publishLeaderOps(ctx, st, leaders, "moving leadership"); fatal(ctx, err) {
+		return err
+	} else {
+		errs = errors.Join(errs, err)
+	}
+	for _, name := range slices.Sorted(maps.Keys(assign)) {
 		key := m.cfg.Keys.Assign(name)
-		ok, err := m.write(ctx, []coordinator.Cmp{coordinator.ModRevIs(key, st.ModRev(statemachine.SourceAssign, name))},
-			[]coordinator.Op{coordinator.OpPut(key, mustJSON(assign[name]), 0)}, statemachine.SourceAssign)
+		ops := append([]coordinator.Op{coordinator.OpPut(key, mustJSON(assign[name]), 0)}, records[name]...)
+		ok, err := m.write(ctx, []coordinator.Cmp{coordinator.ModRevIs(key, st.ModRev(statemachine.SourceAssign, name))}, ops, statemachine.SourceAssign)
 		if err != nil {
 			errs = errors.Join(errs, fmt.Errorf("moving replicas of %s: %w", name, err))
 			if fatal(ctx, err) {
@@ -189,9 +326,21 @@ func (m *Master) rebalance(ctx context.Context) error {
 			}
 			continue
 		}
-		if ok {
-			m.lg.Info("replicas moved", zap.String("db", name))
+		if !ok {
+			errs = errors.Join(errs, fmt.Errorf("%w: assignment of %s", errChanged, name))
+			continue
 		}
+		for k, o := range after {
+			if k.DB != name {
+				continue
+			}
+			if o.Step == StepDone {
+				delete(m.ops, k)
+			} else {
+				m.ops[k] = o
+			}
+		}
+		m.lg.Info("replicas moved", zap.String("db", name))
 	}
 	return errs
 }
@@ -202,22 +351,18 @@ func fatal(ctx context.Context, err error) bool {
 	return err != nil && (errors.Is(err, coordinator.ErrDeposed) || ctx.Err() != nil)
 }
 
-// moveLeadersOff hands leadership of shards whose leader is being removed to
-// the in-sync target replica with the highest last_txn_id. The shards of one
-// database change in one publication: their states share one value, and
-// publishing them one by one from the same snapshot would fail every compare
-// but the first.
-func (m *Master) moveLeadersOff(ctx context.Context, st *statemachine.State, keys []placement.ShardKey) (errs error) {
-	byDB := map[string][]placement.ShardKey{}
-	var dbs []string
-	for _, k := range keys {
-		if _, seen := byDB[k.DB]; !seen {
-			dbs = append(dbs, k.DB)
-		}
-		byDB[k.DB] = append(byDB[k.DB], k)
+// publishLeaderOps performs leader steps: a transfer off a leaving replica
+// (StepLeaveLeader: to the in-sync target replica with the most recent log),
+// a transfer to an operator's leader (StepLeader). The shards of one
+// database change in one publication, with the operators' records: their
+// states share one value, and publishing them one by one from the same
+// snapshot would fail every compare but the first.
+func (m *Master) publishLeaderOps(ctx context.Context, st *statemachine.State, ops []Operator, msg string) (errs error) {
+	byDB := map[string][]Operator{}
+	for _, o := range ops {
+		byDB[o.DB] = append(byDB[o.DB], o)
 	}
-	sort.Strings(dbs)
-	for _, db := range dbs {
+	for _, db := range slices.Sorted(maps.Keys(byDB)) {
 		a := st.Assignments[db]
 		prev := st.ShardStates[db]
 		next := models.ShardStates{DB: db, Shards: slices.Clone(prev.Shards)}
@@ -229,140 +374,54 @@ func (m *Master) moveLeadersOff(ctx context.Context, st *statemachine.State, key
 			}
 		}
 		var changed []int
-		for _, k := range byDB[db] {
-			target := m.pending[k]
-			best := pickLeader(in, models.ShardAssignment{ID: k.Shard, Replicas: target}, target, "", leads)
-			i := indexOf(next, k.Shard)
-			if best == "" || i < 0 {
+		var records []coordinator.Op
+		after := map[shardKey]Operator{}
+		for _, o := range byDB[db] {
+			i := indexOf(next, o.Shard)
+			if i < 0 {
 				continue
 			}
+			to := o.Leader
+			if o.Step == StepLeaveLeader {
+				to = pickLeader(in, models.ShardAssignment{ID: o.Shard, Replicas: o.To}, o.To, "", leads)
+			}
 			cur := next.Shards[i]
+			if to == "" || to == cur.Leader {
+				continue
+			}
 			leads[cur.Leader]--
-			leads[best]++
-			next.Shards[i] = models.ShardState{ID: k.Shard, Leader: best, Term: NextTerm(in, cur), Status: models.StatusOnline}
-			changed = append(changed, k.Shard)
-			m.lg.Info("moving leadership off a leaving replica", zap.String("db", db), zap.Int("shard", k.Shard),
-				zap.String("from", cur.Leader), zap.String("to", best), zap.Int64("term", next.Shards[i].Term))
+			leads[to]++
+			next.Shards[i] = models.ShardState{ID: o.Shard, Leader: to, Term: NextTerm(in, cur), Status: models.StatusOnline}
+			changed = append(changed, o.Shard)
+			if _, tracked := m.ops[o.key()]; tracked {
+				if o.Step == StepLeaveLeader {
+					o.Step = StepRemove
+					records = append(records, m.putOp(o))
+				} else {
+					o.Step = StepDone
+					records = append(records, m.deleteOp(o))
+				}
+				after[o.key()] = o
+			}
+			m.lg.Info(msg, zap.String("db", db), zap.Int("shard", o.Shard),
+				zap.String("from", cur.Leader), zap.String("to", to), zap.Int64("term", next.Shards[i].Term))
 		}
 		if len(changed) == 0 {
 			continue
 		}
-		if err := m.publishStates(ctx, st, db, next, changed); err != nil {
-			errs = errors.Join(errs, fmt.Errorf("moving leaders of %s: %w", db, err))
-			if fatal(ctx, err) {
-				return errs
-			}
-		}
-	}
-	return errs
-}
-
-// balanceLeaders hands leadership to the plan's leaders once its relocations
-// are done (a replica that moved back after a drain would otherwise hold data
-// but never lead). Each handover is graceful: only to a live, non-draining
-// replica in the in-sync set, else the target is dropped.
-func (m *Master) balanceLeaders(ctx context.Context, st *statemachine.State) (errs error) {
-	byDB := map[string][]int{}
-	var dbs []string
-	for k, to := range m.leaders {
-		delete(m.leaders, k)
-		a, ok := st.Assignments[k.DB]
-		s, has := st.ShardState(k.DB, k.Shard)
-		if !ok || !has || k.Shard >= len(a.Shards) || s.Status != models.StatusOnline || s.Leader == to {
-			continue
-		}
-		_, live := st.Nodes[a.Cluster][to]
-		_, draining := st.Drains[to]
-		if !live || draining || !slices.Contains(a.Shards[k.Shard].Replicas, to) || !shardInSync(st, a.Cluster, k.DB, k.Shard, []string{to}) {
-			continue
-		}
-		if _, seen := byDB[k.DB]; !seen {
-			dbs = append(dbs, k.DB)
-		}
-		byDB[k.DB] = append(byDB[k.DB], k.Shard)
-		m.leaders[k] = to // kept until published
-	}
-	sort.Strings(dbs)
-	for _, db := range dbs {
-		prev := st.ShardStates[db]
-		next := models.ShardStates{DB: db, Shards: slices.Clone(prev.Shards)}
-		in := ShardInputs{DB: db, Assign: st.Assignments[db], States: prev, Live: st.Nodes[st.Assignments[db].Cluster]}
-		changed := byDB[db]
-		sort.Ints(changed)
-		for _, id := range changed {
-			i := indexOf(next, id)
-			k := placement.ShardKey{DB: db, Shard: id}
-			cur := next.Shards[i]
-			next.Shards[i] = models.ShardState{ID: id, Leader: m.leaders[k], Term: NextTerm(in, cur), Status: models.StatusOnline}
-			m.lg.Info("balancing leadership", zap.String("db", db), zap.Int("shard", id),
-				zap.String("from", cur.Leader), zap.String("to", m.leaders[k]), zap.Int64("term", next.Shards[i].Term))
-		}
-		if err := m.publishStates(ctx, st, db, next, changed); err != nil {
-			// Targets stay: the next pass re-checks them.
-			errs = errors.Join(errs, fmt.Errorf("balancing leaders of %s: %w", db, err))
+		if err := m.publishStates(ctx, st, db, next, changed, records...); err != nil {
+			errs = errors.Join(errs, fmt.Errorf("%s of %s: %w", msg, db, err))
 			if fatal(ctx, err) {
 				return errs
 			}
 			continue
 		}
-		for _, id := range changed {
-			delete(m.leaders, placement.ShardKey{DB: db, Shard: id})
-		}
-	}
-	return errs
-}
-
-// spreadLeaders hands leadership over, gracefully, until every database's
-// leaders are spread max - min <= 1 over its nodes (SpreadLeaders), once its
-// cluster's membership has been stable for RebalanceDelay.
-func (m *Master) spreadLeaders(ctx context.Context) (errs error) {
-	st := m.cfg.State()
-	now := m.cfg.Now()
-	// A cluster whose inputs did not change since a pass found nothing to
-	// move is skipped: the decision is cheap, but not times every database
-	// on every pass.
-	sigs := map[string]string{}
-	for name := range st.StorageClusters {
-		mb, seen := m.members[name]
-		if !seen || !ClusterReady(st, name) {
-			continue
-		}
-		sigs[name] = fmt.Sprintf("%s|%d|%t|%d|%d|%d|%d|%d", mb.sig, mb.since.UnixNano(), now.Sub(mb.since) >= m.cfg.RebalanceDelay,
-			st.Revisions[statemachine.SourceShardState], st.Revisions[statemachine.SourceAssign], st.Revisions[statemachine.SourceDrain],
-			st.Revisions[statemachine.SourceDatabaseConfig], st.Revisions[statemachine.ClusterISRSource(name)])
-	}
-	dirty := map[string]bool{}
-	for _, db := range slices.Sorted(maps.Keys(st.Assignments)) {
-		a := st.Assignments[db]
-		sig, ok := sigs[a.Cluster]
-		if _, exists := st.Databases[db]; !exists || !ok || m.spreadClean[a.Cluster] == sig {
-			continue
-		}
-		next, changed := SpreadLeaders(SpreadInput{
-			ShardInputs: ShardInputs{DB: db, Assign: a, States: st.ShardStates[db], Live: st.Nodes[a.Cluster], ISR: st.ISR[a.Cluster], Drains: st.Drains},
-			StableSince: m.members[a.Cluster].since, Now: now, Delay: m.cfg.RebalanceDelay, MaxMoves: m.cfg.MaxMovesInFlight,
-		})
-		if len(changed) == 0 {
-			continue
-		}
-		dirty[a.Cluster] = true
-		prev := st.ShardStates[db]
-		if err := m.publishStates(ctx, st, db, next, changed); err != nil {
-			errs = errors.Join(errs, fmt.Errorf("spreading leaders of %s: %w", db, err))
-			if fatal(ctx, err) {
-				return errs
+		for k, o := range after {
+			if o.Step == StepDone {
+				delete(m.ops, k)
+			} else {
+				m.ops[k] = o
 			}
-			continue
-		}
-		for _, id := range changed {
-			i := indexOf(next, id)
-			m.lg.Info("spreading leadership", zap.String("db", db), zap.Int("shard", id),
-				zap.String("from", prev.Shards[i].Leader), zap.String("to", next.Shards[i].Leader), zap.Int64("term", next.Shards[i].Term))
-		}
-	}
-	for name, sig := range sigs {
-		if !dirty[name] {
-			m.spreadClean[name] = sig
 		}
 	}
 	return errs

@@ -28,6 +28,11 @@ func (m *Master) reconcile(ctx context.Context) error {
 	if m.ready.IsZero() {
 		m.ready = m.cfg.Now()
 	}
+	if !m.loaded {
+		if err := m.loadOperators(ctx); err != nil {
+			return err
+		}
+	}
 	for name := range st.Databases {
 		m.queue.Add(name)
 	}
@@ -167,15 +172,11 @@ func (m *Master) failover(ctx context.Context, name string) error {
 		return nil // the resync pass comes back after the grace
 	}
 	st := m.cfg.State()
-	a, ok := st.Assignments[name]
-	if !ok || !ClusterReady(st, a.Cluster) {
+	ops := FailoverOps(st, name, m.cfg.Term, m.cfg.Now())
+	if len(ops) == 0 {
 		return nil
 	}
-	next, changed := PlanLeaders(ShardInputs{DB: name, Assign: a, States: st.ShardStates[name],
-		Live: st.Nodes[a.Cluster], ISR: st.ISR[a.Cluster], Drains: st.Drains})
-	if len(changed) == 0 {
-		return nil
-	}
+	next, changed := applyFailover(name, st.ShardStates[name], ops)
 	if err := m.publishStates(ctx, st, name, next, changed); err != nil {
 		return err
 	}
@@ -186,4 +187,31 @@ func (m *Master) failover(ctx context.Context, name string) error {
 			zap.String("leader", s.Leader), zap.Int64("term", s.Term), zap.String("status", s.Status))
 	}
 	return nil
+}
+
+// applyFailover writes failover and offline operators into the shard states.
+func applyFailover(db string, prev models.ShardStates, ops []Operator) (models.ShardStates, []int) {
+	next := models.ShardStates{DB: db, Shards: slices.Clone(prev.Shards)}
+	var changed []int
+	for _, o := range ops {
+		i := indexOf(next, o.Shard)
+		var s models.ShardState
+		if i < 0 {
+			s = models.ShardState{ID: o.Shard}
+		} else {
+			s = next.Shards[i]
+		}
+		if o.Kind == OpOffline {
+			s.Status, s.Reason = models.StatusOffline, o.Reason
+		} else {
+			s = models.ShardState{ID: o.Shard, Leader: o.Leader, Term: o.Term, Status: models.StatusOnline}
+		}
+		if i < 0 {
+			next.Shards = append(next.Shards, s)
+		} else {
+			next.Shards[i] = s
+		}
+		changed = append(changed, o.Shard)
+	}
+	return next, changed
 }

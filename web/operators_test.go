@@ -1,0 +1,32 @@
+package web_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"testing"
+
+	"github.com/cairn-db/cairn/models"
+	"github.com/cairn-db/cairn/web"
+	"github.com/stretchr/testify/require"
+)
+
+func TestOperatorsRoute(t *testing.T) {
+	list := func(context.Context) (any, error) {
+		return map[string]any{"operators": []any{map[string]any{"db": "d", "shard": 1, "kind": "move"}}}, nil
+	}
+	h := web.New(web.Config{State: newState(t), Operators: list}).Handler()
+	code, body := do(t, h, http.MethodGet, "/api/v1/operators", "")
+	require.Equal(t, http.StatusOK, code)
+	require.Len(t, body["operators"], 1)
+
+	down := func(context.Context) (any, error) { return nil, fmt.Errorf("%w: etcd down", models.ErrUnavailable) }
+	h = web.New(web.Config{State: newState(t), Operators: down}).Handler()
+	code, body = do(t, h, http.MethodGet, "/api/v1/operators", "")
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Equal(t, "unavailable", body["error"].(map[string]any)["code"])
+
+	h = web.New(web.Config{State: newState(t)}).Handler()
+	code, _ = do(t, h, http.MethodGet, "/api/v1/operators", "")
+	require.Equal(t, http.StatusNotFound, code)
+}
