@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -45,6 +46,7 @@ type App struct {
 	clusters  *clusterStores
 	engine    engine.Engine
 	host      *storage.Host
+	askClient *http.Client // the master's questions to storage nodes at failover
 
 	wg     sync.WaitGroup
 	cancel context.CancelFunc
@@ -55,7 +57,7 @@ type App struct {
 // embedded etcd member, if any, serves. Wait then blocks until the end.
 func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 	a := &App{cfg: cfg, lg: lg, keys: models.Keys{NS: cfg.Namespace}, reg: prometheus.NewRegistry(), masterOps: &masterSlot{},
-		fatal: make(chan error, 1)}
+		fatal: make(chan error, 1), askClient: dataClient()}
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	id, err := config.LoadOrCreateNodeID(cfg.DataDir, cfg.NodeID)
 	if err != nil {

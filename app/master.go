@@ -15,6 +15,7 @@ import (
 	"github.com/cairn-db/cairn/coordinator"
 	"github.com/cairn-db/cairn/coordinator/master"
 	"github.com/cairn-db/cairn/models"
+	"github.com/cairn-db/cairn/storage"
 	"github.com/cairn-db/cairn/web"
 	"go.uber.org/zap"
 )
@@ -86,6 +87,7 @@ func (a *App) oneTerm(ctx context.Context, el *coordinator.Election, lg *zap.Log
 	m := master.New(master.Config{
 		Store: a.store, Keys: a.keys, Election: el, Term: term, Session: s, NodeID: a.nodeID,
 		State: a.sm.Snapshot, Changed: a.sm.Changed, Logger: a.lg, RebalanceDelay: a.cfg.RebalanceDelay, ClusterID: clusterID,
+		AskTxn: a.askTxn,
 	})
 	a.masterOps.set(m)
 	err = m.Run(mctx)
@@ -193,4 +195,9 @@ func (s *masterSlot) init(a *App) {
 
 func (a *App) admin() web.Admin {
 	return &broker.Admin{Store: a.store, Keys: a.keys, State: a.sm.Snapshot, Master: a.masterOps}
+}
+
+// askTxn asks a storage node, at failover, for its replicas' last txn ids.
+func (a *App) askTxn(ctx context.Context, address, db string, shards []int) (map[int]models.ReplicaTxn, error) {
+	return storage.AskTxn(ctx, a.askClient, address, db, shards)
 }

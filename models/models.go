@@ -33,13 +33,17 @@ type BrokerRecord struct {
 }
 
 // StorageNode is a storage node's leased record, with SableDB's fields.
-// Shard keys in the maps are ShardID strings ("db/shard").
+// Shard keys in the maps are ShardID strings ("db/shard"). Liveness is the
+// record's lease: the record is rewritten only when its content changes, so
+// LastUpdated is the time of the last real change, not a heartbeat.
+// LastTxnID is not kept in etcd (it would change with every write): the
+// master asks the replicas for it at failover (storage.ReplicaTxn).
 type StorageNode struct {
 	NodeID      string            `json:"node_id"`
 	NodeAddress string            `json:"node_address"`
 	Role        string            `json:"role"`
 	Cluster     string            `json:"cluster"`
-	LastUpdated int64             `json:"last_updated"` // unix microseconds, the heartbeat
+	LastUpdated int64             `json:"last_updated"` // unix microseconds of the last change of the record
 	LastTxnID   map[string]uint64 `json:"last_txn_id,omitempty"`
 	Following   map[string]string `json:"following,omitempty"` // shard -> leader node id
 }
@@ -126,4 +130,13 @@ func ParseShardID(s string) (db string, shard int, err error) {
 		return "", 0, fmt.Errorf("bad shard id %q", s)
 	}
 	return s[:i], n, nil
+}
+
+// ReplicaTxn is what a replica answers when the master asks, at failover,
+// how far its log goes: its last txn id, the term of that entry and the term
+// it currently serves at.
+type ReplicaTxn struct {
+	LastTxnID uint64 `json:"last_txn_id"`
+	LastTerm  uint64 `json:"last_term"`
+	Term      int64  `json:"term"`
 }

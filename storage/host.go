@@ -64,6 +64,8 @@ type Host struct {
 	replicas map[string]*replica
 
 	unwanted map[string]time.Time // reconcile only: since when a replica is not assigned here
+
+	recordChanged chan struct{} // a replica's role or leader changed: the node record may differ
 }
 
 // NewHost builds a host; Run drives it.
@@ -86,7 +88,33 @@ func NewHost(cfg HostConfig) *Host {
 	tr := &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}
 	return &Host{cfg: cfg, nodeID: cfg.NodeID, cluster: cfg.Cluster, store: cfg.Store, ck: cfg.Keys, state: cfg.State,
 		lg: cfg.Logger.Named("shards"), client: &http.Client{Transport: tr}, replicas: map[string]*replica{},
-		unwanted: map[string]time.Time{}}
+		unwanted: map[string]time.Time{}, recordChanged: make(chan struct{}, 1)}
+}
+
+// RecordChanged signals (coalesced) that Following may answer differently.
+func (h *Host) RecordChanged() <-chan struct{} { return h.recordChanged }
+
+func (h *Host) roleChanged() {
+	select {
+	case h.recordChanged <- struct{}{}:
+	default:
+	}
+}
+
+// Following gives the leader each followed shard follows: the per-shard
+// field of the node record.
+func (h *Host) Following() map[string]string {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	following := map[string]string{}
+	for id, r := range h.replicas {
+		r.mu.Lock()
+		if r.want.role == roleFollower {
+			following[id] = r.want.leader
+		}
+		r.mu.Unlock()
+	}
+	return following
 }
 
 // Attach sets the storage cluster's store once its config is known; call

@@ -103,6 +103,7 @@ func (r *replica) setDesired(d desired) {
 		cancel()
 		<-done
 	}
+	defer r.h.roleChanged()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.want = d

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/cairn-db/cairn/models"
 )
@@ -22,6 +23,38 @@ type ShardInputs struct {
 	Live   map[string]models.StorageNode // live storage nodes of the database's cluster
 	ISR    map[string]models.ISR         // cluster's in-sync sets by shard id
 	Drains map[string]models.Drain
+	// Answers are the replicas' last txn ids, asked for at failover: shard
+	// -> node -> answer. A shard with answers elects only among replicas
+	// that answered; one without (nobody asked, or nobody answered in time)
+	// ranks its live in-sync replicas by the tie-break alone.
+	Answers map[int]map[string]models.ReplicaTxn
+}
+
+// needsLeader reports whether shard sh (current state st, ok when it has
+// one) must get a new leader or stay offline: its leader is not an online,
+// live replica.
+func needsLeader(in ShardInputs, sh models.ShardAssignment, st models.ShardState, ok bool) bool {
+	if !ok {
+		return true
+	}
+	_, leaderLive := in.Live[st.Leader]
+	return !(st.Status == models.StatusOnline && leaderLive && slices.Contains(sh.Replicas, st.Leader))
+}
+
+// candidates are the live in-sync replicas of a shard: who may lead it.
+func candidates(in ShardInputs, sh models.ShardAssignment) []string {
+	return liveReplicas(in, sh, inSync(in, sh))
+}
+
+// liveReplicas keeps the nodes of list that are live replicas of sh.
+func liveReplicas(in ShardInputs, sh models.ShardAssignment, list []string) []string {
+	var out []string
+	for _, n := range list {
+		if _, live := in.Live[n]; live && slices.Contains(sh.Replicas, n) {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // inSync returns the shard's last known in-sync set. A shard whose leader never
@@ -54,17 +87,15 @@ func PlanLeaders(in ShardInputs) (models.ShardStates, []int) {
 	var changed []int
 	for _, sh := range in.Assign.Shards {
 		st, ok := cur[sh.ID]
-		if !ok {
-			st = models.ShardState{ID: sh.ID, Status: models.StatusOffline}
-		}
-		_, leaderLive := in.Live[st.Leader]
-		healthy := st.Status == models.StatusOnline && leaderLive && slices.Contains(sh.Replicas, st.Leader)
-		if healthy {
+		if !needsLeader(in, sh, st, ok) {
 			next.Shards = append(next.Shards, st)
 			continue
 		}
+		if !ok {
+			st = models.ShardState{ID: sh.ID, Status: models.StatusOffline}
+		}
 		isr := inSync(in, sh)
-		best := pickLeader(in, sh, isr, st.Leader, leads)
+		best, why := pickLeader(in, sh.ID, candidates(in, sh), leads)
 		ns := st
 		if best == "" {
 			ns.Status = models.StatusOffline
@@ -74,7 +105,7 @@ func PlanLeaders(in ShardInputs) (models.ShardStates, []int) {
 				leads[st.Leader]--
 			}
 			leads[best]++
-			ns = models.ShardState{ID: sh.ID, Leader: best, Term: st.Term + 1, Status: models.StatusOnline}
+			ns = models.ShardState{ID: sh.ID, Leader: best, Term: st.Term + 1, Status: models.StatusOnline, Reason: why}
 		}
 		if ns != st {
 			changed = append(changed, sh.ID)
@@ -85,21 +116,26 @@ func PlanLeaders(in ShardInputs) (models.ShardStates, []int) {
 }
 
 // pickLeader returns the live in-sync replica with the highest last_txn_id
-// (ties: fewest leaderships, then node id); "" when none qualifies.
-func pickLeader(in ShardInputs, sh models.ShardAssignment, isr []string, old string, leads map[string]int) string {
-	id := models.ShardID(in.DB, sh.ID)
-	var cands []string
-	for _, n := range isr {
-		if _, live := in.Live[n]; live && slices.Contains(sh.Replicas, n) {
-			cands = append(cands, n)
+// (ties: fewest leaderships, then node id), and why; "" when none qualifies.
+// Where the replicas were asked, only those that answered compete.
+func pickLeader(in ShardInputs, shard int, cands []string, leads map[string]int) (string, string) {
+	if len(cands) == 0 {
+		return "", ""
+	}
+	all := slices.Clone(cands)
+	answers := in.Answers[shard]
+	var answered []string
+	for _, c := range cands {
+		if _, ok := answers[c]; ok {
+			answered = append(answered, c)
 		}
 	}
-	if len(cands) == 0 {
-		return ""
+	if len(answered) > 0 {
+		cands = answered
 	}
 	sort.Slice(cands, func(i, j int) bool {
 		a, b := cands[i], cands[j]
-		ta, tb := in.Live[a].LastTxnID[id], in.Live[b].LastTxnID[id]
+		ta, tb := answers[a].LastTxnID, answers[b].LastTxnID
 		if ta != tb {
 			return ta > tb
 		}
@@ -108,11 +144,36 @@ func pickLeader(in ShardInputs, sh models.ShardAssignment, isr []string, old str
 		}
 		return a < b
 	})
+	best := cands[0]
 	// A draining node leads only when nothing else can.
 	for _, c := range cands {
 		if _, d := in.Drains[c]; !d {
-			return c
+			best = c
+			break
 		}
 	}
-	return cands[0]
+	return best, failoverReason(in, shard, all, best, answered)
+}
+
+// failoverReason says how a leader was chosen: each candidate's answer (or
+// its silence) and the rule that decided.
+func failoverReason(in ShardInputs, shard int, cands []string, best string, answered []string) string {
+	if in.Answers == nil {
+		return fmt.Sprintf("leader %s from live in-sync replicas %v", best, cands)
+	}
+	var b strings.Builder
+	b.WriteString("last_txn_id:")
+	for _, c := range cands {
+		if a, ok := in.Answers[shard][c]; ok {
+			fmt.Fprintf(&b, " %s=%d@%d", c, a.LastTxnID, a.LastTerm)
+		} else {
+			fmt.Fprintf(&b, " %s=no answer", c)
+		}
+	}
+	if len(answered) == 0 {
+		fmt.Fprintf(&b, "; none answered, leader %s by tie-break", best)
+	} else {
+		fmt.Fprintf(&b, "; leader %s (highest last_txn_id, then fewest leaderships, then node id)", best)
+	}
+	return b.String()
 }

@@ -44,6 +44,11 @@ type Config struct {
 	// Resync is the period of a full reconcile without events; default 1s.
 	Resync time.Duration
 	Now    func() time.Time
+	// AskTxn asks a storage node for its replicas' last txn ids at failover
+	// (nil: leaders are chosen by the tie-break alone); AskTimeout bounds
+	// each question, default 500ms.
+	AskTxn     AskTxnFunc
+	AskTimeout time.Duration
 }
 
 // Master runs the state machines for one term.
@@ -86,6 +91,9 @@ func New(cfg Config) *Master {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.AskTimeout == 0 {
+		cfg.AskTimeout = 500 * time.Millisecond
 	}
 	return &Master{cfg: cfg, lg: cfg.Logger.Named("master").With(zap.Int64("master_term", cfg.Term)),
 		ops: make(chan op), pending: map[placement.ShardKey][]string{}, leaders: map[placement.ShardKey]string{}, members: map[string]membership{}}
@@ -303,8 +311,10 @@ func (m *Master) failover(ctx context.Context) error {
 		if !ok || !ClusterReady(st, a.Cluster) {
 			continue
 		}
-		next, changed := PlanLeaders(ShardInputs{DB: name, Assign: a, States: st.ShardStates[name],
-			Live: st.Nodes[a.Cluster], ISR: st.ISR[a.Cluster], Drains: st.Drains})
+		in := ShardInputs{DB: name, Assign: a, States: st.ShardStates[name],
+			Live: st.Nodes[a.Cluster], ISR: st.ISR[a.Cluster], Drains: st.Drains}
+		in.Answers = gatherTxn(ctx, m.cfg.AskTxn, m.cfg.AskTimeout, in, m.lg)
+		next, changed := PlanLeaders(in)
 		if len(changed) == 0 {
 			continue
 		}
@@ -314,7 +324,7 @@ func (m *Master) failover(ctx context.Context) error {
 		for _, id := range changed {
 			s := next.Shards[indexOf(next, id)]
 			m.lg.Info("shard leader changed", zap.String("db", name), zap.Int("shard", id),
-				zap.String("leader", s.Leader), zap.Int64("term", s.Term), zap.String("status", s.Status))
+				zap.String("leader", s.Leader), zap.Int64("term", s.Term), zap.String("status", s.Status), zap.String("reason", s.Reason))
 		}
 	}
 	return nil

@@ -207,7 +207,8 @@ func (m *Master) moveLeadersOff(ctx context.Context, st *statemachine.State, key
 		var changed []int
 		for _, k := range byDB[db] {
 			target := m.pending[k]
-			best := pickLeader(in, models.ShardAssignment{ID: k.Shard, Replicas: target}, target, "", leads)
+			sh := models.ShardAssignment{ID: k.Shard, Replicas: target}
+			best, _ := pickLeader(in, k.Shard, liveReplicas(in, sh, target), leads)
 			i := indexOf(next, k.Shard)
 			if best == "" || i < 0 {
 				continue
