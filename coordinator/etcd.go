@@ -31,6 +31,7 @@ type EtcdConfig struct {
 type EtcdStore struct {
 	cli     *clientv3.Client
 	timeout time.Duration
+	probe   HeaderProbe // one cluster check shared by every watcher of this store
 }
 
 // NewEtcdStore connects to etcd. It does not wait for the cluster to answer, so
@@ -359,6 +360,12 @@ func (s *EtcdStore) Header(ctx context.Context) (uint64, int64, error) {
 		return 0, 0, mapErr(err)
 	}
 	return resp.Header.ClusterId, resp.Header.Revision, nil
+}
+
+// SharedHeader is Header shared by every watcher of this store: a probe
+// younger than maxAge is answered from memory (see HeaderProbe).
+func (s *EtcdStore) SharedHeader(ctx context.Context, maxAge time.Duration) (uint64, int64, time.Time, error) {
+	return s.probe.Get(ctx, maxAge, s.Header)
 }
 
 // Close implements Store.

@@ -24,7 +24,9 @@ type Source struct {
 type Config struct {
 	Logger     *zap.Logger
 	BackupPath string        // "" disables the local backup
-	BackupWait time.Duration // debounce of backup writes; default 1s
+	// BackupWait is the shortest time between two backup writes (each
+	// rewrites the whole file); default 5s. Stop writes a final one.
+	BackupWait time.Duration
 	QueueSize  int           // default 4096
 	Registerer prometheus.Registerer
 }
@@ -73,7 +75,7 @@ func New(cfg Config) *Manager {
 		cfg.QueueSize = 4096
 	}
 	if cfg.BackupWait == 0 {
-		cfg.BackupWait = time.Second
+		cfg.BackupWait = 5 * time.Second
 	}
 	m := &Manager{
 		cfg: cfg, lg: cfg.Logger.Named("state"), queue: make(chan Event, cfg.QueueSize),
