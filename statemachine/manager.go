@@ -23,11 +23,11 @@ type Source struct {
 // Config of a Manager.
 type Config struct {
 	Logger     *zap.Logger
-	BackupPath string        // "" disables the local backup
+	BackupPath string // "" disables the local backup
 	// BackupWait is the shortest time between two backup writes (each
 	// rewrites the whole file); default 5s. Stop writes a final one.
 	BackupWait time.Duration
-	QueueSize  int           // default 4096
+	QueueSize  int // default 4096
 	Registerer prometheus.Registerer
 }
 
