@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"sync"
 	"time"
@@ -63,7 +64,9 @@ type Host struct {
 	mu       sync.RWMutex
 	replicas map[string]*replica
 
-	unwanted map[string]time.Time // reconcile only: since when a replica is not assigned here
+	unwanted  map[string]time.Time // reconcile only: since when a replica is not assigned here
+	views     map[string]dbView    // reconcile only: per database, what the last pass derived
+	nodesSeen uintptr              // reconcile only: identity of the live nodes map last seen
 
 	recordChanged chan struct{} // a replica's role or leader changed: the node record may differ
 }
@@ -88,7 +91,7 @@ func NewHost(cfg HostConfig) *Host {
 	tr := &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}
 	return &Host{cfg: cfg, nodeID: cfg.NodeID, cluster: cfg.Cluster, store: cfg.Store, ck: cfg.Keys, state: cfg.State,
 		lg: cfg.Logger.Named("shards"), client: &http.Client{Transport: tr}, replicas: map[string]*replica{},
-		unwanted: map[string]time.Time{}, recordChanged: make(chan struct{}, 1)}
+		unwanted: map[string]time.Time{}, views: map[string]dbView{}, recordChanged: make(chan struct{}, 1)}
 }
 
 // RecordChanged signals (coalesced) that Following may answer differently.
@@ -150,32 +153,7 @@ func (h *Host) Run(ctx context.Context) {
 // set each replica's role and term, close and drop what is not.
 func (h *Host) reconcile() {
 	st := h.state()
-	want := map[string]desired{}
-	for name, a := range st.Assignments {
-		if a.Cluster != h.cluster {
-			continue
-		}
-		if _, ok := st.Databases[name]; !ok {
-			continue
-		}
-		for _, sh := range a.Shards {
-			if !slices.Contains(sh.Replicas, h.nodeID) {
-				continue
-			}
-			d := desired{role: roleIdle, replicas: sh.Replicas}
-			if s, ok := st.ShardState(name, sh.ID); ok && s.Status == models.StatusOnline {
-				d.term = s.Term
-				if s.Leader == h.nodeID {
-					d.role = roleLeader
-				} else if n, live := st.Nodes[h.cluster][s.Leader]; live {
-					d.role, d.leader, d.address = roleFollower, s.Leader, n.NodeAddress
-				} else {
-					d.leader = s.Leader
-				}
-			}
-			want[models.ShardID(name, sh.ID)] = d
-		}
-	}
+	want := h.wanted(st)
 	for id, d := range want {
 		delete(h.unwanted, id)
 		h.mu.RLock()
@@ -235,6 +213,95 @@ func (h *Host) reconcile() {
 		}
 		h.lg.Info("stopped serving shard; data dropped", zap.String("shard", r.id))
 	}
+}
+
+// dbView is what reconcile last derived from one database's records: the
+// records it read (by identity: a snapshot shares unchanged records, a
+// changed one is decoded anew) and this node's replicas of it.
+type dbView struct {
+	assign  *models.ShardAssignment
+	nAssign int
+	states  *models.ShardState
+	nStates int
+	uid     string
+	want    map[string]desired
+}
+
+func viewOf(a models.Assignment, ss models.ShardStates, uid string) dbView {
+	v := dbView{nAssign: len(a.Shards), nStates: len(ss.Shards), uid: uid}
+	if len(a.Shards) > 0 {
+		v.assign = &a.Shards[0]
+	}
+	if len(ss.Shards) > 0 {
+		v.states = &ss.Shards[0]
+	}
+	return v
+}
+
+func (v dbView) same(o dbView) bool {
+	return v.assign == o.assign && v.nAssign == o.nAssign && v.states == o.states && v.nStates == o.nStates && v.uid == o.uid
+}
+
+// wanted is what the snapshot says this node hosts. Only databases whose
+// records changed since the last pass are looked at shard by shard (and,
+// when the cluster's live nodes changed, those this node hosts shards of:
+// a follower's leader address comes from them), so one event costs
+// O(databases) identity checks plus the shards of the databases it touched.
+func (h *Host) wanted(st *statemachine.State) map[string]desired {
+	nodes := st.Nodes[h.cluster]
+	nodesID := reflect.ValueOf(nodes).Pointer()
+	nodesChanged := nodesID != h.nodesSeen
+	h.nodesSeen = nodesID
+	want := map[string]desired{}
+	for name, a := range st.Assignments {
+		db, ok := st.Databases[name]
+		if a.Cluster != h.cluster || !ok {
+			delete(h.views, name)
+			continue
+		}
+		v := viewOf(a, st.ShardStates[name], db.UID)
+		if old, seen := h.views[name]; seen && old.same(v) && (!nodesChanged || len(old.want) == 0) {
+			v = old
+		} else {
+			v.want = h.wantedIn(st, name, a)
+			h.views[name] = v
+		}
+		for id, d := range v.want {
+			want[id] = d
+		}
+	}
+	for name := range h.views {
+		if _, ok := st.Assignments[name]; !ok {
+			delete(h.views, name)
+		}
+	}
+	return want
+}
+
+// wantedIn is this node's replicas of one database and what each should be.
+func (h *Host) wantedIn(st *statemachine.State, name string, a models.Assignment) map[string]desired {
+	var want map[string]desired
+	for _, sh := range a.Shards {
+		if !slices.Contains(sh.Replicas, h.nodeID) {
+			continue
+		}
+		d := desired{role: roleIdle, replicas: sh.Replicas}
+		if s, ok := st.ShardState(name, sh.ID); ok && s.Status == models.StatusOnline {
+			d.term = s.Term
+			if s.Leader == h.nodeID {
+				d.role = roleLeader
+			} else if n, live := st.Nodes[h.cluster][s.Leader]; live {
+				d.role, d.leader, d.address = roleFollower, s.Leader, n.NodeAddress
+			} else {
+				d.leader = s.Leader
+			}
+		}
+		if want == nil {
+			want = map[string]desired{}
+		}
+		want[models.ShardID(name, sh.ID)] = d
+	}
+	return want
 }
 
 // checkIncarnation makes sure shard files on disk belong to this incarnation
