@@ -69,6 +69,12 @@ type Host struct {
 	nodesSeen uintptr              // reconcile only: identity of the live nodes map last seen
 
 	recordChanged chan struct{} // a replica's role or leader changed: the node record may differ
+
+	appendMu sync.Mutex
+	appendCh chan struct{} // closed at every append or role change (parked batched fetches)
+
+	sessMu   sync.Mutex
+	sessions map[string]*fetchSession // follower side: one batched fetch loop per leader address
 }
 
 // NewHost builds a host; Run drives it.
@@ -91,7 +97,8 @@ func NewHost(cfg HostConfig) *Host {
 	tr := &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}
 	return &Host{cfg: cfg, nodeID: cfg.NodeID, cluster: cfg.Cluster, store: cfg.Store, ck: cfg.Keys, state: cfg.State,
 		lg: cfg.Logger.Named("shards"), client: &http.Client{Transport: tr}, replicas: map[string]*replica{},
-		unwanted: map[string]time.Time{}, views: map[string]dbView{}, recordChanged: make(chan struct{}, 1)}
+		unwanted: map[string]time.Time{}, views: map[string]dbView{}, recordChanged: make(chan struct{}, 1),
+		appendCh: make(chan struct{}), sessions: map[string]*fetchSession{}}
 }
 
 // RecordChanged signals (coalesced) that Following may answer differently.

@@ -25,6 +25,8 @@ import (
 //   GET  .../query?metric&start&end&tag=k:v[&max_series&max_points]   JSON []engine.Series,
 //        with X-Cairn-Series and X-Cairn-Points counting it; 413 past the limits
 //        (the caller's, capped by this node's own)
+//   POST /internal/v1/fetch            a follower's batched pull of every shard it follows from
+//        this node (see fetchserve.go)
 //   GET  /internal/v1/txn?db=D&shard=N...   the master's question at failover:
 //        {"shards":{"N":{"last_txn_id","last_term","term"}}} for the hosted ones
 // 409 means a stale term (the caller refreshes its view), 404 a shard not hosted.
@@ -38,6 +40,7 @@ func (h *Host) Routes(r gin.IRouter) {
 	g.POST("/leave", h.handleLeave)
 	g.GET("/query", h.handleQuery)
 	r.GET("/internal/v1/txn", h.handleTxn)
+	r.POST("/internal/v1/fetch", h.handleFetch)
 }
 
 // StatusOf maps a replication error to the HTTP status the internal API

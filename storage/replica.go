@@ -104,6 +104,7 @@ func (r *replica) setDesired(d desired) {
 		<-done
 	}
 	defer r.h.roleChanged()
+	defer r.h.signalAppend() // parked fetches answer a stale term at once
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.want = d
@@ -289,6 +290,7 @@ func (r *replica) write(ctx context.Context, term int64, points []lineproto.Poin
 	r.mu.Lock()
 	r.broadcastLocked()
 	r.mu.Unlock()
+	r.h.signalAppend()
 	return r.awaitAcks(ctx, term, txn)
 }
 
