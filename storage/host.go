@@ -382,3 +382,10 @@ func (h *Host) Report() (map[string]uint64, map[string]string) {
 	}
 	return last, following
 }
+
+// Hosted counts the replicas this node has open.
+func (h *Host) Hosted() int {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return len(h.replicas)
+}
