@@ -44,7 +44,7 @@ type Params struct {
 	Idle                               time.Duration // how long the idle cluster is measured
 	Kill                               int           // agents killed after the idle measure
 	LeaseTTL                           time.Duration
-	Logger                             *zap.Logger
+	Logger                             *zap.Logger // the etcd,master,broker app's; agents log nothing
 	// Progress, when set, receives one line per phase.
 	Progress io.Writer
 }
@@ -119,7 +119,7 @@ func Run(ctx context.Context, p Params) (Result, error) {
 		return Result{}, err
 	}
 	defer os.RemoveAll(dir)
-	c := &cluster{p: p, lg: p.Logger}
+	c := &cluster{p: p, lg: zap.NewNop()}
 	if err := c.start(ctx, dir); err != nil {
 		return Result{}, err
 	}
@@ -154,7 +154,7 @@ func (c *cluster) start(ctx context.Context, dir string) error {
 	if err != nil {
 		return err
 	}
-	c.app, err = app.Start(cfg, c.lg)
+	c.app, err = app.Start(cfg, c.p.Logger)
 	if err != nil {
 		return err
 	}
@@ -307,9 +307,33 @@ func (c *cluster) measure(ctx context.Context) (Result, error) {
 		return res, err
 	}
 	cpu0, t0 := cpuTime(), time.Now()
-	if err := sleep(ctx, c.p.Idle); err != nil {
+	wctx, stopWatch := context.WithCancel(ctx)
+	changes := c.store.Watch(wctx, c.keys.NS+"/", rev0+1)
+	var byPrefix sync.Map // what changed while idle, by key prefix, for the progress lines
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		for resp := range changes {
+			for _, ev := range resp.Events {
+				k := ev.KV.Key
+				if i := strings.LastIndexByte(k, '/'); i > 0 {
+					k = k[:i]
+				}
+				n, _ := byPrefix.LoadOrStore(k, new(int))
+				*n.(*int)++
+			}
+		}
+	}()
+	err = sleep(ctx, c.p.Idle)
+	stopWatch()
+	<-watched
+	if err != nil {
 		return res, err
 	}
+	byPrefix.Range(func(k, v any) bool {
+		fmt.Fprintf(c.p.Progress, "idle writes under %s: %d\n", k, *v.(*int))
+		return true
+	})
 	_, rev1, err := c.store.Header(ctx)
 	if err != nil {
 		return res, err

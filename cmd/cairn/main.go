@@ -143,6 +143,7 @@ func simulateCluster(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&p.Kill, "kill", 1, "agents killed (those leading shards) to time the failover")
 	fs.DurationVar(&p.LeaseTTL, "lease-ttl", 3*time.Second, "the agents' and the master's lease TTL")
 	verbose := fs.Bool("v", false, "print progress to stderr")
+	logLevel := fs.String("log-level", "", "log the master's and broker's work to stderr at this level (debug, info, warn, error)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: cairn simulate cluster --nodes N --databases D --shards P --replicas R [--idle DUR --kill K]")
 		fmt.Fprintln(stderr, "Runs an embedded etcd, the master, a broker and N in-process storage agents, and prints one JSON object:")
@@ -161,6 +162,14 @@ func simulateCluster(args []string, stdout, stderr io.Writer) int {
 	}
 	if *verbose {
 		p.Progress = stderr
+	}
+	if *logLevel != "" {
+		lg, err := config.NewLogger(*logLevel, "console")
+		if err != nil {
+			fmt.Fprintf(stderr, "cairn simulate cluster: --log-level: %v\n", err)
+			return 2
+		}
+		p.Logger = lg
 	}
 	if err := p.Validate(); err != nil {
 		fmt.Fprintf(stderr, "cairn %v\n", err)
