@@ -28,6 +28,28 @@ type ShardInputs struct {
 	// that answered; one without (nobody asked, or nobody answered in time)
 	// ranks its live in-sync replicas by the tie-break alone.
 	Answers map[int]map[string]models.ReplicaTxn
+	// Leads counts the online leaderships of every node across the cluster,
+	// for the tie-break (fewest leaderships): the shards of a dead node then
+	// spread over the survivors cluster-wide, not per database. Nil: this
+	// database's own. PlanLeaders keeps it up to date as it decides.
+	Leads map[string]int
+}
+
+// ClusterLeads counts the online leaderships of every node over the
+// databases of one storage cluster.
+func ClusterLeads(st map[string]models.ShardStates, assign map[string]models.Assignment, cluster string) map[string]int {
+	leads := map[string]int{}
+	for name, ss := range st {
+		if a, ok := assign[name]; !ok || a.Cluster != cluster {
+			continue
+		}
+		for _, s := range ss.Shards {
+			if s.Status == models.StatusOnline {
+				leads[s.Leader]++
+			}
+		}
+	}
+	return leads
 }
 
 // needsLeader reports whether shard sh (current state st, ok when it has
@@ -78,10 +100,13 @@ func PlanLeaders(in ShardInputs) (models.ShardStates, []int) {
 		cur[s.ID] = s
 	}
 	next := models.ShardStates{DB: in.DB, Shards: make([]models.ShardState, 0, len(in.Assign.Shards))}
-	leads := map[string]int{}
-	for _, s := range in.States.Shards {
-		if s.Status == models.StatusOnline {
-			leads[s.Leader]++
+	leads := in.Leads
+	if leads == nil {
+		leads = map[string]int{}
+		for _, s := range in.States.Shards {
+			if s.Status == models.StatusOnline {
+				leads[s.Leader]++
+			}
 		}
 	}
 	var changed []int

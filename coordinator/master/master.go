@@ -306,6 +306,7 @@ func (m *Master) syncAssignments(ctx context.Context) error {
 func (m *Master) failover(ctx context.Context) error {
 	st := m.cfg.State()
 	names := slices.Sorted(maps.Keys(st.ShardStates))
+	leads := map[string]map[string]int{} // per cluster, built on first need
 	for _, name := range names {
 		a, ok := st.Assignments[name]
 		if !ok || !ClusterReady(st, a.Cluster) {
@@ -313,6 +314,13 @@ func (m *Master) failover(ctx context.Context) error {
 		}
 		in := ShardInputs{DB: name, Assign: a, States: st.ShardStates[name],
 			Live: st.Nodes[a.Cluster], ISR: st.ISR[a.Cluster], Drains: st.Drains}
+		if !anyNeedsLeader(in) {
+			continue
+		}
+		if leads[a.Cluster] == nil {
+			leads[a.Cluster] = ClusterLeads(st.ShardStates, st.Assignments, a.Cluster)
+		}
+		in.Leads = leads[a.Cluster]
 		in.Answers = gatherTxn(ctx, m.cfg.AskTxn, m.cfg.AskTimeout, in, m.lg)
 		next, changed := PlanLeaders(in)
 		if len(changed) == 0 {

@@ -18,6 +18,21 @@ type AskTxnFunc func(ctx context.Context, address, db string, shards []int) (map
 // maxAskers bounds the requests of one failover in flight at once.
 const maxAskers = 64
 
+// anyNeedsLeader: some shard of in must get a new leader or stay offline.
+func anyNeedsLeader(in ShardInputs) bool {
+	cur := make(map[int]models.ShardState, len(in.States.Shards))
+	for _, s := range in.States.Shards {
+		cur[s.ID] = s
+	}
+	for _, sh := range in.Assign.Shards {
+		st, ok := cur[sh.ID]
+		if needsLeader(in, sh, st, ok) {
+			return true
+		}
+	}
+	return false
+}
+
 // gatherTxn asks the live in-sync replicas of every shard of in that needs a
 // new leader for their last txn id: one request per node, all in parallel,
 // each bounded by timeout. Nodes that fail or do not answer in time are left
