@@ -101,6 +101,11 @@ func TestBatchedFetchCoversEveryShardOfALeader(t *testing.T) {
 	for i := range shards {
 		require.Eventually(t, func() bool { return len(isr(i)) == 2 }, 10*time.Second, 10*time.Millisecond)
 	}
+	// A follower may have asked before the leader took its role (a stale
+	// term answer sends that shard through one per-shard pull); from now on
+	// everything goes through the batched fetch.
+	solo := counts.get("/internal/v1/shards/:db/:shard/log")
+	require.LessOrEqual(t, solo, shards)
 	for round := range 3 {
 		for i := range shards {
 			require.Eventually(t, func() bool { return lh.Write(ctx, "d", i, 1, points(round*10, 10)) == nil }, 10*time.Second, 10*time.Millisecond)
@@ -111,14 +116,14 @@ func TestBatchedFetchCoversEveryShardOfALeader(t *testing.T) {
 		require.NoError(t, err)
 		require.EqualValues(t, 3, fs.LastTxnID(), "shard %d: every acknowledged write is on the follower", i)
 	}
-	require.Zero(t, counts.get("/internal/v1/shards/:db/:shard/log"), "no per-shard pulls")
+	require.Equal(t, solo, counts.get("/internal/v1/shards/:db/:shard/log"), "no per-shard pulls")
 	require.Positive(t, counts.get("/internal/v1/fetch"))
 
 	// Idle, the session keeps polling (the leader hears from F) with the
 	// batched fetch alone.
 	before := counts.get("/internal/v1/fetch")
 	require.Eventually(t, func() bool { return counts.get("/internal/v1/fetch") >= before+2 }, 20*time.Second, 10*time.Millisecond)
-	require.Zero(t, counts.get("/internal/v1/shards/:db/:shard/log"))
+	require.Equal(t, solo, counts.get("/internal/v1/shards/:db/:shard/log"))
 
 	// The follower's own progress report through the txn question agrees.
 	got, err := storage.AskTxn(ctx, httpClient(), follower.addr(), "d", []int{0, 5})

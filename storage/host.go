@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -66,6 +67,7 @@ type Host struct {
 
 	unwanted  map[string]time.Time // reconcile only: since when a replica is not assigned here
 	views     map[string]dbView    // reconcile only: per database, what the last pass derived
+	want      map[string]desired   // reconcile only: the union of the views' replicas
 	nodesSeen uintptr              // reconcile only: identity of the live nodes map last seen
 
 	recordChanged chan struct{} // a replica's role or leader changed: the node record may differ
@@ -97,7 +99,7 @@ func NewHost(cfg HostConfig) *Host {
 	tr := &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}
 	return &Host{cfg: cfg, nodeID: cfg.NodeID, cluster: cfg.Cluster, store: cfg.Store, ck: cfg.Keys, state: cfg.State,
 		lg: cfg.Logger.Named("shards"), client: &http.Client{Transport: tr}, replicas: map[string]*replica{},
-		unwanted: map[string]time.Time{}, views: map[string]dbView{}, recordChanged: make(chan struct{}, 1),
+		unwanted: map[string]time.Time{}, views: map[string]dbView{}, want: map[string]desired{}, recordChanged: make(chan struct{}, 1),
 		appendCh: make(chan struct{}), sessions: map[string]*fetchSession{}}
 }
 
@@ -138,8 +140,10 @@ func (h *Host) Attach(store coordinator.Store, ck models.ClusterKeys) {
 func (h *Host) Run(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
+	full := true
 	for {
-		h.reconcile()
+		h.reconcile(full)
+		full = false
 		select {
 		case <-ctx.Done():
 			h.mu.Lock()
@@ -152,16 +156,23 @@ func (h *Host) Run(ctx context.Context) {
 			return
 		case <-h.cfg.Changed:
 		case <-t.C:
+			full = true // retries failed opens, ages unwanted replicas
 		}
 	}
 }
 
 // reconcile converges replicas to the snapshot: open what is assigned here,
 // set each replica's role and term, close and drop what is not.
-func (h *Host) reconcile() {
+func (h *Host) reconcile(full bool) {
 	st := h.state()
-	want := h.wanted(st)
+	want, touched := h.wanted(st)
+	if !full && len(touched) == 0 {
+		return // nothing this node hosts changed
+	}
 	for id, d := range want {
+		if !full && !touched[id[:strings.LastIndexByte(id, '/')]] {
+			continue
+		}
 		delete(h.unwanted, id)
 		h.mu.RLock()
 		r := h.replicas[id]
@@ -249,40 +260,59 @@ func (v dbView) same(o dbView) bool {
 	return v.assign == o.assign && v.nAssign == o.nAssign && v.states == o.states && v.nStates == o.nStates && v.uid == o.uid
 }
 
-// wanted is what the snapshot says this node hosts. Only databases whose
-// records changed since the last pass are looked at shard by shard (and,
-// when the cluster's live nodes changed, those this node hosts shards of:
-// a follower's leader address comes from them), so one event costs
-// O(databases) identity checks plus the shards of the databases it touched.
-func (h *Host) wanted(st *statemachine.State) map[string]desired {
+// wanted is what the snapshot says this node hosts, and the databases whose
+// replicas here may have changed since the last call. Only databases whose
+// records changed are looked at shard by shard (and, when the cluster's live
+// nodes changed, those this node hosts shards of: a follower's leader
+// address comes from them), so one event costs O(databases) identity checks
+// plus the shards of the databases it touched. The returned map is kept
+// between calls: read it only.
+func (h *Host) wanted(st *statemachine.State) (map[string]desired, map[string]bool) {
 	nodes := st.Nodes[h.cluster]
 	nodesID := reflect.ValueOf(nodes).Pointer()
 	nodesChanged := nodesID != h.nodesSeen
 	h.nodesSeen = nodesID
-	want := map[string]desired{}
+	touched := map[string]bool{}
+	drop := func(name string) {
+		old, ok := h.views[name]
+		if !ok {
+			return
+		}
+		for id := range old.want {
+			delete(h.want, id)
+		}
+		if len(old.want) > 0 {
+			touched[name] = true
+		}
+		delete(h.views, name)
+	}
 	for name, a := range st.Assignments {
 		db, ok := st.Databases[name]
 		if a.Cluster != h.cluster || !ok {
-			delete(h.views, name)
+			drop(name)
 			continue
 		}
 		v := viewOf(a, st.ShardStates[name], db.UID)
-		if old, seen := h.views[name]; seen && old.same(v) && (!nodesChanged || len(old.want) == 0) {
-			v = old
-		} else {
-			v.want = h.wantedIn(st, name, a)
-			h.views[name] = v
+		old, seen := h.views[name]
+		if seen && old.same(v) && (!nodesChanged || len(old.want) == 0) {
+			continue
 		}
+		drop(name)
+		v.want = h.wantedIn(st, name, a)
+		h.views[name] = v
 		for id, d := range v.want {
-			want[id] = d
+			h.want[id] = d
+		}
+		if len(v.want) > 0 {
+			touched[name] = true
 		}
 	}
 	for name := range h.views {
 		if _, ok := st.Assignments[name]; !ok {
-			delete(h.views, name)
+			drop(name)
 		}
 	}
-	return want
+	return h.want, touched
 }
 
 // wantedIn is this node's replicas of one database and what each should be.
