@@ -272,7 +272,13 @@ func (h *Host) wanted(st *statemachine.State) (map[string]desired, map[string]bo
 	nodesID := reflect.ValueOf(nodes).Pointer()
 	nodesChanged := nodesID != h.nodesSeen
 	h.nodesSeen = nodesID
-	touched := map[string]bool{}
+	var touched map[string]bool // allocated on first use: most passes touch nothing here
+	touch := func(name string) {
+		if touched == nil {
+			touched = map[string]bool{}
+		}
+		touched[name] = true
+	}
 	drop := func(name string) {
 		old, ok := h.views[name]
 		if !ok {
@@ -282,7 +288,7 @@ func (h *Host) wanted(st *statemachine.State) (map[string]desired, map[string]bo
 			delete(h.want, id)
 		}
 		if len(old.want) > 0 {
-			touched[name] = true
+			touch(name)
 		}
 		delete(h.views, name)
 	}
@@ -304,7 +310,7 @@ func (h *Host) wanted(st *statemachine.State) (map[string]desired, map[string]bo
 			h.want[id] = d
 		}
 		if len(v.want) > 0 {
-			touched[name] = true
+			touch(name)
 		}
 	}
 	for name := range h.views {
