@@ -73,6 +73,12 @@ func (h *Host) handleFetch(c *gin.Context) {
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
 	var out []byte
+	var parked []*replica
+	defer func() {
+		for _, r := range parked {
+			r.park(req.Node, -1)
+		}
+	}()
 	for {
 		// Take the wake-up channel before looking, so an append in between
 		// is not missed.
@@ -80,6 +86,16 @@ func (h *Host) handleFetch(c *gin.Context) {
 		out = h.fetchAll(c, req, out[:0])
 		if len(out) > 0 || wait <= 0 {
 			break
+		}
+		if parked == nil {
+			// While parked the follower counts as fetching for the
+			// in-sync upkeep: an idle poll may outlast the catch-up window.
+			for _, s := range req.Shards {
+				if r := h.get(s.DB, s.Shard); r != nil {
+					r.park(req.Node, 1)
+					parked = append(parked, r)
+				}
+			}
 		}
 		select {
 		case <-c.Request.Context().Done():

@@ -18,9 +18,11 @@ import (
 )
 
 // fetchWait is how long a batched fetch is parked at the leader when none of
-// its shards has anything new: well under the in-sync catch-up window, since
-// each fetch also tells the leader the follower is alive.
-const fetchWait = 500 * time.Millisecond
+// its shards has anything new. A parked fetch counts as a fetch for the
+// leader's in-sync upkeep, so it may outlast the catch-up window; a frozen
+// follower is still noticed once its parked fetch ends (after at most this
+// long) and no new one comes.
+const fetchWait = 2 * time.Second
 
 // fetchSession pulls, with one long-poll at a time, every shard this node
 // follows from one leader node, and applies the entries it gets. A shard

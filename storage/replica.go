@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -65,6 +66,7 @@ type replica struct {
 	caught  map[string]time.Time // leader: when each follower last had everything we had when it last fetched
 	sentEnd map[string]uint64    // leader: our last txn when each follower last fetched
 	fetched map[string]time.Time // leader: when each follower last fetched
+	parked  map[string]int       // leader: batched fetches of each follower parked here now
 	changed chan struct{}        // closed and replaced on every append, ack or ISR change
 	kick    chan struct{}        // wakes the leader's in-sync set upkeep early
 }
@@ -111,7 +113,7 @@ func (r *replica) setDesired(d desired) {
 	ctx, c := context.WithCancel(context.Background())
 	r.cancel, r.done = c, make(chan struct{})
 	r.isr, r.acked, r.caught, r.sentEnd = nil, map[string]uint64{}, map[string]time.Time{}, map[string]uint64{}
-	r.fetched = map[string]time.Time{}
+	r.fetched, r.parked = map[string]time.Time{}, map[string]int{}
 	r.broadcastLocked()
 	done = r.done
 	switch d.role {
@@ -207,9 +209,20 @@ func (r *replica) maintainISR(ctx context.Context, d desired) {
 	// where the leader was at its previous fetch; under a steady write load
 	// it is never exactly at the leader's last txn. Liveness (its lease) and
 	// its fetches count too, so a dead follower leaves without writes.
-	drop, add := decideISR(time.Now(), isrView{
+	now := time.Now()
+	fetched := r.fetched
+	if len(r.parked) > 0 {
+		// A follower whose batched fetch is parked here is fetching now.
+		fetched = maps.Clone(r.fetched)
+		for n, k := range r.parked {
+			if k > 0 {
+				fetched[n] = now
+			}
+		}
+	}
+	drop, add := decideISR(now, isrView{
 		self: r.h.nodeID, isr: isr, replicas: r.want.replicas, last: last,
-		acked: r.acked, caught: r.caught, fetched: r.fetched, window: r.h.cfg.LagBound,
+		acked: r.acked, caught: r.caught, fetched: fetched, window: r.h.cfg.LagBound,
 		live: func(n string) bool { _, ok := nodes[n]; return ok },
 	})
 	r.mu.Unlock()
@@ -405,6 +418,20 @@ func (r *replica) fetch(ctx context.Context, term int64, node string, after, aft
 		}
 		ch = r.changed
 		r.mu.Unlock()
+	}
+}
+
+// park notes that a batched fetch of node is parked on this replica (+1) or
+// has left (-1).
+func (r *replica) park(node string, d int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.parked == nil {
+		return // never led
+	}
+	r.parked[node] += d
+	if r.parked[node] <= 0 {
+		delete(r.parked, node)
 	}
 }
 
