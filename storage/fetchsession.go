@@ -38,6 +38,7 @@ type fetchSession struct {
 	// session waits on it, so nothing is applied to it after it left (it
 	// may lead the shard next).
 	applyMu sync.Mutex
+	applied int // under applyMu: barriers passed (keeps the barrier's critical section non-empty)
 
 	mu      sync.Mutex
 	members map[*replica]*member
@@ -95,7 +96,10 @@ func (h *Host) part(r *replica, address string) {
 		<-s.done
 		return
 	}
-	s.applyMu.Lock() // an answer being applied is finished and saw r leave
+	// A barrier: an answer being applied is finished, and the next one sees
+	// r gone.
+	s.applyMu.Lock()
+	s.applied++
 	s.applyMu.Unlock()
 }
 
