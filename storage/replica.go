@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -204,25 +203,14 @@ func (r *replica) maintainISR(ctx context.Context, d desired) {
 	st := r.h.state()
 	nodes := st.Nodes[r.h.cluster]
 	r.mu.Lock()
-	isr := slices.Clone(r.isr)
+	isr := r.isr // replaced, never changed in place within its length
 	// Kafka's rule: a follower is in sync while it keeps catching up with
 	// where the leader was at its previous fetch; under a steady write load
 	// it is never exactly at the leader's last txn. Liveness (its lease) and
 	// its fetches count too, so a dead follower leaves without writes.
-	now := time.Now()
-	fetched := r.fetched
-	if len(r.parked) > 0 {
-		// A follower whose batched fetch is parked here is fetching now.
-		fetched = maps.Clone(r.fetched)
-		for n, k := range r.parked {
-			if k > 0 {
-				fetched[n] = now
-			}
-		}
-	}
-	drop, add := decideISR(now, isrView{
+	drop, add := decideISR(time.Now(), isrView{
 		self: r.h.nodeID, isr: isr, replicas: r.want.replicas, last: last,
-		acked: r.acked, caught: r.caught, fetched: fetched, window: r.h.cfg.LagBound,
+		acked: r.acked, caught: r.caught, fetched: r.fetched, parked: r.parked, window: r.h.cfg.LagBound,
 		live: func(n string) bool { _, ok := nodes[n]; return ok },
 	})
 	r.mu.Unlock()
