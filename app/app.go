@@ -261,8 +261,9 @@ func (a *App) probeEtcd(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
+		// Shared with the watchers' cluster checks: one probe per 2s.
 		pctx, cancel := context.WithTimeout(ctx, 900*time.Millisecond)
-		_, err := a.store.ClusterID(pctx)
+		_, _, _, err := a.store.SharedHeader(pctx, 2*time.Second)
 		cancel()
 		if ctx.Err() != nil {
 			return

@@ -221,7 +221,7 @@ func watchCluster(ctx context.Context, cfg WatcherConfig, clusterID uint64, seen
 		case <-t.C:
 		}
 		rev0, at0 := seenRev.Load(), time.Now()
-		id, rev, at, err := probeHeader(ctx, cfg.Store, ClusterCheckInterval/2)
+		id, rev, at, err := probeHeader(ctx, cfg.Store, ClusterCheckInterval)
 		if err != nil {
 			continue
 		}
