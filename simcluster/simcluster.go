@@ -302,7 +302,7 @@ func (c *cluster) measure(ctx context.Context) (Result, error) {
 		return res, err
 	}
 	fmt.Fprintf(c.p.Progress, "measuring idle for %s\n", c.p.Idle)
-	_, rev0, err := c.store.Header(ctx)
+	rev0, err := c.revision(ctx)
 	if err != nil {
 		return res, err
 	}
@@ -334,7 +334,7 @@ func (c *cluster) measure(ctx context.Context) (Result, error) {
 		fmt.Fprintf(c.p.Progress, "idle writes under %s: %d\n", k, *v.(*int))
 		return true
 	})
-	_, rev1, err := c.store.Header(ctx)
+	rev1, err := c.revision(ctx)
 	if err != nil {
 		return res, err
 	}
@@ -354,6 +354,21 @@ func (c *cluster) measure(ctx context.Context) (Result, error) {
 		res.FailoverMS, res.FailoverShards = ms, shards
 	}
 	return res, nil
+}
+
+// revision is etcd's current revision; a loaded machine may need a retry.
+func (c *cluster) revision(ctx context.Context) (int64, error) {
+	var err error
+	for range 10 {
+		var rev int64
+		if _, rev, err = c.store.Header(ctx); err == nil {
+			return rev, nil
+		}
+		if err := sleep(ctx, time.Second); err != nil {
+			return 0, err
+		}
+	}
+	return 0, err
 }
 
 // placed: every shard of every database is online in the master's state and
