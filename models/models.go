@@ -46,6 +46,7 @@ type StorageNode struct {
 	LastUpdated int64             `json:"last_updated"` // unix microseconds of the last change of the record
 	LastTxnID   map[string]uint64 `json:"last_txn_id,omitempty"`
 	Following   map[string]string `json:"following,omitempty"` // shard -> leader node id
+	Hosted      int               `json:"shards_hosted"`       // replicas open on the node
 }
 
 // StorageCluster is a configured storage cluster. Empty EtcdEndpoints means the

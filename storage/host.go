@@ -113,9 +113,9 @@ func (h *Host) roleChanged() {
 	}
 }
 
-// Following gives the leader each followed shard follows: the per-shard
-// field of the node record.
-func (h *Host) Following() map[string]string {
+// Following gives the shard fields of the node record: the replicas open
+// here and the leader each followed shard follows.
+func (h *Host) Following() (int, map[string]string) {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	following := map[string]string{}
@@ -126,7 +126,7 @@ func (h *Host) Following() map[string]string {
 		}
 		r.mu.Unlock()
 	}
-	return following
+	return len(h.replicas), following
 }
 
 // Attach sets the storage cluster's store once its config is known; call
@@ -230,6 +230,9 @@ func (h *Host) reconcile(full bool) {
 			continue
 		}
 		h.lg.Info("stopped serving shard; data dropped", zap.String("shard", r.id))
+	}
+	if len(gone) > 0 {
+		h.roleChanged() // fewer hosted replicas in the node record
 	}
 }
 

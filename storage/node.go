@@ -16,9 +16,9 @@ import (
 	"go.uber.org/zap"
 )
 
-// ShardReport gives the per-shard field of the node record: the leader each
-// followed shard follows.
-type ShardReport func() (following map[string]string)
+// ShardReport gives the shard fields of the node record: how many replicas
+// the node hosts and the leader each followed shard follows.
+type ShardReport func() (hosted int, following map[string]string)
 
 // NodeConfig configures a storage node's registration.
 type NodeConfig struct {
@@ -42,7 +42,7 @@ type NodeConfig struct {
 // RunNode keeps the node's leased record until ctx ends. Liveness is the
 // lease alone (keep-alives make no etcd revision): the record is written when
 // the node registers and rewritten only when its content really changes (the
-// shards it follows and their leaders), at most once per MinRewrite, with
+// shards it hosts, those it follows and their leaders), at most once per MinRewrite, with
 // last_updated set to the time of that change. An idle node writes nothing.
 // The record is claimed, never overwritten: a live record of the same node id
 // at another address (a copied data dir) makes it return a
@@ -73,7 +73,7 @@ func nodeRecord(cfg NodeConfig) func() []byte {
 	return func() []byte {
 		r := models.StorageNode{NodeID: cfg.NodeID, NodeAddress: cfg.Address, Role: "storage", Cluster: cfg.Cluster}
 		if cfg.Report != nil {
-			r.Following = cfg.Report()
+			r.Hosted, r.Following = cfg.Report()
 		}
 		b, _ := json.Marshal(r)
 		if updated == 0 || !bytes.Equal(b, content) {

@@ -30,7 +30,7 @@ func TestNodeRecordWrittenOnlyOnChange(t *testing.T) {
 	var mu sync.Mutex
 	following := map[string]string{"d/0": "L"}
 	var looks atomic.Int64
-	report := func() map[string]string {
+	report := func() (int, map[string]string) {
 		looks.Add(1)
 		mu.Lock()
 		defer mu.Unlock()
@@ -38,7 +38,7 @@ func TestNodeRecordWrittenOnlyOnChange(t *testing.T) {
 		for k, v := range following {
 			out[k] = v
 		}
-		return out
+		return len(out), out
 	}
 	var clock atomic.Int64
 	clock.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro())
@@ -62,6 +62,7 @@ func TestNodeRecordWrittenOnlyOnChange(t *testing.T) {
 	}
 	first, kv := read()
 	require.Equal(t, map[string]string{"d/0": "L"}, first.Following)
+	require.Equal(t, 1, first.Hosted)
 	require.Equal(t, clock.Load(), first.LastUpdated)
 	require.Empty(t, first.LastTxnID, "last txn ids are asked for at failover, not kept in etcd")
 

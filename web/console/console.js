@@ -212,12 +212,12 @@
       (storage[cluster] || []).slice().sort((a, b) => byName(a.node_id, b.node_id)).forEach((n) => {
         total++;
         if (n.draining) draining++;
-        const hosted = Object.keys(n.last_txn_id || {}).length;
+        // A listed node is live (its lease holds); last_updated is the
+        // record's last real change, not a heartbeat.
+        const hosted = n.shards_hosted !== undefined ? n.shards_hosted : Object.keys(n.last_txn_id || {}).length;
         const follows = Object.keys(n.following || {}).length;
-        const age = n.last_updated ? (Date.now() - n.last_updated / 1000) / 1000 : Infinity;
-        const ageCls = age > 10 ? "bad" : age > 3 ? "warn" : "";
         rows += "<tr><td>" + esc(cluster) + "</td><td>" + esc(n.node_id) + "</td><td>" + esc(n.node_address) +
-          "</td><td>" + esc(n.role) + "</td><td class='num " + ageCls + "'>" + ago(n.last_updated / 1000) +
+          "</td><td>" + esc(n.role) + "</td><td class=num>" + ago(n.last_updated / 1000) +
           "</td><td class=num>" + hosted + "</td><td class=num>" + Math.max(0, hosted - follows) + "</td><td>" +
           (n.draining ? "<span class='badge drain'>draining</span>" : "<span class='badge on'>active</span>") +
           "</td><td>" + drainButton(n.node_id, n.draining) + "</td></tr>";
@@ -226,7 +226,7 @@
     setText("storage-count", String(total));
     setText("storage-sub", Object.keys(storage).length + " cluster(s)" + (draining ? " · " + draining + " draining" : ""));
     put("storage-nodes", total ? "<table class=list><tr><th>Cluster</th><th>Node</th><th>Address</th><th>Role</th>" +
-      "<th class=num>Heartbeat age</th><th class=num>Shards</th><th class=num>Leads</th><th>State</th><th></th></tr>" + rows + "</table>" :
+      "<th class=num>Last change</th><th class=num>Shards</th><th class=num>Leads</th><th>State</th><th></th></tr>" + rows + "</table>" :
       "<div class=empty>No live storage nodes.</div>");
 
     rows = state.clusters.slice().sort((a, b) => byName(a.name, b.name)).map((c) => "<tr><td>" + esc(c.name) + "</td><td>" +
