@@ -45,11 +45,12 @@ type harness struct {
 	admin *broker.Admin
 	http  http.Handler
 
-	mu    sync.Mutex
-	nodes map[string]coordinator.LeaseID
-	recs  map[string]models.StorageNode
-	txn   map[string]map[string]uint64 // what each node answers at failover
-	asked int                          // failover questions answered
+	mu     sync.Mutex
+	nodes  map[string]coordinator.LeaseID
+	recs   map[string]models.StorageNode
+	txn    map[string]map[string]uint64 // what each node answers at failover
+	asked  int                          // failover questions answered
+	silent map[string]bool              // live nodes that do not answer the failover question
 }
 
 func logger(t testing.TB) *zap.Logger {
@@ -65,7 +66,7 @@ func newHarness(t testing.TB, nodes ...string) *harness {
 	t.Helper()
 	m := etcdtest.Start(t)
 	h := &harness{t: t, etcd: m, store: m.Store(t), keys: models.Keys{NS: "/cairn"},
-		nodes: map[string]coordinator.LeaseID{}, recs: map[string]models.StorageNode{}, txn: map[string]map[string]uint64{}}
+		nodes: map[string]coordinator.LeaseID{}, recs: map[string]models.StorageNode{}, txn: map[string]map[string]uint64{}, silent: map[string]bool{}}
 	h.ck = models.ClusterKeys{SNS: h.keys.ClusterNamespace(models.StorageCluster{Name: cluster})}
 	ctx := context.Background()
 	_, err := h.store.Put(ctx, h.keys.StorageConfig(cluster),
@@ -137,7 +138,7 @@ func (h *harness) askTxn(_ context.Context, address, db string, shards []int) (m
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	id, _, _ := strings.Cut(address, ".test:")
-	if _, ok := h.recs[id]; !ok {
+	if _, ok := h.recs[id]; !ok || h.silent[id] {
 		return nil, fmt.Errorf("node %s does not answer", id)
 	}
 	out := map[int]models.ReplicaTxn{}
