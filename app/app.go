@@ -53,6 +53,7 @@ type App struct {
 	clusters  *clusterStores
 	engine    engine.Engine
 	host      *storage.Host
+	askClient *http.Client // the master's questions to storage nodes at failover
 
 	tls   *certs.Material // nil without --tls-cert
 	peer  http.RoundTripper
@@ -89,6 +90,7 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 		return nil, err
 	}
 	a.masterOps.forward.Client = a.peerClient(10 * time.Second)
+	a.askClient = a.peerClient(0) // each question carries its own short deadline
 
 	a.metrics.etcd = coordinator.NewEtcdMetrics(a.reg)
 	// The client connects lazily, so everything up to the HTTP server works
@@ -293,8 +295,9 @@ func (a *App) probeEtcd(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
+		// Shared with the watchers' cluster checks: one probe per 2s.
 		pctx, cancel := context.WithTimeout(ctx, 900*time.Millisecond)
-		_, err := a.store.ClusterID(pctx)
+		_, _, _, err := a.store.SharedHeader(pctx, 2*time.Second)
 		cancel()
 		if ctx.Err() != nil {
 			return

@@ -13,6 +13,7 @@ import (
 	"github.com/cairn-db/cairn/coordinator/master"
 	"github.com/cairn-db/cairn/meta"
 	"github.com/cairn-db/cairn/models"
+	"github.com/cairn-db/cairn/storage"
 	"github.com/cairn-db/cairn/web"
 	"go.uber.org/zap"
 )
@@ -83,6 +84,7 @@ func (a *App) oneTerm(ctx context.Context, el *coordinator.Election, lg *zap.Log
 		State: a.sm.Snapshot, Changed: a.sm.Changed, Logger: a.lg, RebalanceDelay: a.cfg.RebalanceDelay, ClusterID: clusterID,
 		Metrics:       a.metrics.master,
 		LivenessGrace: a.cfg.LeaseTTL,
+		AskTxn:        a.askTxn,
 	})
 	a.masterOps.set(m)
 	err = m.Run(mctx)
@@ -146,4 +148,9 @@ func (a *App) operators(ctx context.Context) (any, error) {
 		bad = []string{}
 	}
 	return map[string]any{"operators": ops, "unreadable": bad}, nil
+}
+
+// askTxn asks a storage node, at failover, for its replicas' last txn ids.
+func (a *App) askTxn(ctx context.Context, address, db string, shards []int) (map[int]models.ReplicaTxn, error) {
+	return storage.AskTxn(ctx, a.askClient, address, db, shards)
 }

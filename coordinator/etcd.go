@@ -35,6 +35,7 @@ type EtcdStore struct {
 	cli     *clientv3.Client
 	timeout time.Duration
 	metrics *EtcdMetrics
+	probe   HeaderProbe // one cluster check shared by every watcher of this store
 }
 
 // NewEtcdStore connects to etcd. It does not wait for the cluster to answer, so
@@ -393,6 +394,12 @@ func (s *EtcdStore) Alarms(ctx context.Context) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// SharedHeader is Header shared by every watcher of this store: a probe
+// younger than maxAge is answered from memory (see HeaderProbe).
+func (s *EtcdStore) SharedHeader(ctx context.Context, maxAge time.Duration) (uint64, int64, time.Time, error) {
+	return s.probe.Get(ctx, maxAge, s.Header)
 }
 
 // Close implements Store.

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -29,9 +30,14 @@ const claimAttempts = 8
 type Registration struct {
 	Key string
 	TTL time.Duration
-	// Refresh rewrites the value this often (0: never; a heartbeat costs one
-	// etcd write per node per refresh).
+	// Refresh is how often Value is looked at again (0: never), and the
+	// shortest time between two rewrites. The record is rewritten only when
+	// Value's bytes differ from what was last written: liveness is the lease
+	// (keep-alives make no etcd revision), so an idle node writes nothing.
 	Refresh time.Duration
+	// Changed, when set, says Value may have changed; it is looked at then
+	// (at most once per Refresh) instead of on a Refresh ticker.
+	Changed <-chan struct{}
 	Value   func() []byte
 	// Owner inspects a live record found at Key: it names its holder (for
 	// the error) and says whether it is this node's own earlier incarnation
@@ -69,8 +75,9 @@ func KeepRegistered(ctx context.Context, store Store, reg Registration, lg *zap.
 		s, err := NewSession(ctx, store, reg.TTL)
 		if err == nil {
 			var rev int64
+			var written []byte
 			for {
-				rev, err = Claim(ctx, store, reg, s.Lease())
+				rev, written, err = Claim(ctx, store, reg, s.Lease())
 				if !errors.Is(err, ErrHeld) {
 					break
 				}
@@ -95,7 +102,7 @@ func KeepRegistered(ctx context.Context, store Store, reg Registration, lg *zap.
 				if reg.OnRegistered != nil {
 					reg.OnRegistered()
 				}
-				holdRegistration(ctx, store, s, reg, rev, lg)
+				holdRegistration(ctx, store, s, reg, rev, written, lg)
 			}
 			cctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			_ = s.Close(cctx)
@@ -138,19 +145,21 @@ func waitOrDone(ctx context.Context, deadline <-chan time.Time, s *Session, d ti
 
 // Claim writes reg's record under lease where the key is absent, or where
 // reg.Owner recognises the live record as this node's own; it returns the
-// record's mod revision, or ErrHeld naming the other holder.
-func Claim(ctx context.Context, store Store, reg Registration, lease LeaseID) (int64, error) {
+// record's mod revision and the value written, or ErrHeld naming the other
+// holder.
+func Claim(ctx context.Context, store Store, reg Registration, lease LeaseID) (int64, []byte, error) {
 	for range claimAttempts {
-		ok, rev, err := store.Txn(ctx, []Cmp{CreateRevIs(reg.Key, 0)}, []Op{OpPut(reg.Key, reg.Value(), lease)})
+		v := reg.Value()
+		ok, rev, err := store.Txn(ctx, []Cmp{CreateRevIs(reg.Key, 0)}, []Op{OpPut(reg.Key, v, lease)})
 		if err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		if ok {
-			return rev, nil
+			return rev, v, nil
 		}
 		kv, err := store.Get(ctx, reg.Key)
 		if err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		if kv == nil {
 			continue // it expired in between: create it again
@@ -160,30 +169,48 @@ func Claim(ctx context.Context, store Store, reg Registration, lease LeaseID) (i
 			holder, ours = reg.Owner(kv.Value)
 		}
 		if !ours && kv.Lease != lease {
-			return 0, fmt.Errorf("%w: %s is held by %s (lease %x)", ErrHeld, reg.Key, holder, int64(kv.Lease))
+			return 0, nil, fmt.Errorf("%w: %s is held by %s (lease %x)", ErrHeld, reg.Key, holder, int64(kv.Lease))
 		}
-		ok, rev, err = store.Txn(ctx, []Cmp{ModRevIs(reg.Key, kv.ModRev)}, []Op{OpPut(reg.Key, reg.Value(), lease)})
+		ok, rev, err = store.Txn(ctx, []Cmp{ModRevIs(reg.Key, kv.ModRev)}, []Op{OpPut(reg.Key, v, lease)})
 		if err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		if ok {
-			return rev, nil
+			return rev, v, nil
 		}
 	}
-	return 0, fmt.Errorf("%w: %s", errContended, reg.Key)
+	return 0, nil, fmt.Errorf("%w: %s", errContended, reg.Key)
 }
 
-// holdRegistration refreshes the record until ctx ends, the lease is lost, or
-// another writer changed the record (then the caller claims it again, which
-// refuses a foreign holder). Refreshes compare the mod revision of our last
-// write: never a blind put.
-func holdRegistration(ctx context.Context, store Store, s *Session, reg Registration, rev int64, lg *zap.Logger) {
-	var tick <-chan time.Time
-	if reg.Refresh > 0 {
-		t := time.NewTicker(reg.Refresh)
-		defer t.Stop()
-		tick = t.C
+// holdRegistration rewrites the record when its value changes, until ctx
+// ends, the lease is lost, or another writer changed the record (then the
+// caller claims it again, which refuses a foreign holder). Rewrites compare
+// the mod revision of our last write: never a blind put. last is the value
+// the claim wrote.
+func holdRegistration(ctx context.Context, store Store, s *Session, reg Registration, rev int64, last []byte, lg *zap.Logger) {
+	if reg.Refresh <= 0 {
+		select {
+		case <-ctx.Done():
+		case <-s.Done():
+			lg.Warn("registration lease lost; registering again")
+		}
+		return
 	}
+	// due fires when the value should be looked at: every Refresh without a
+	// Changed signal; with one, Refresh after a signal that came too soon
+	// after the last look (so a burst of changes costs one write).
+	var due <-chan time.Time
+	var tick *time.Ticker
+	if reg.Changed == nil {
+		tick = time.NewTicker(reg.Refresh)
+		defer tick.Stop()
+		due = tick.C
+	}
+	// Nothing rewrites an unchanged record, so a record replaced by another
+	// writer is found by reading it now and then (a read makes no revision).
+	verify := time.NewTicker(10 * reg.Refresh)
+	defer verify.Stop()
+	lastLook := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
@@ -191,17 +218,42 @@ func holdRegistration(ctx context.Context, store Store, s *Session, reg Registra
 		case <-s.Done():
 			lg.Warn("registration lease lost; registering again")
 			return
-		case <-tick:
-			ok, next, err := store.Txn(ctx, []Cmp{ModRevIs(reg.Key, rev)}, []Op{OpPut(reg.Key, reg.Value(), s.Lease())})
-			switch {
-			case err != nil:
-				lg.Debug("refresh failed", zap.Error(err))
-			case !ok:
+		case <-reg.Changed:
+			if wait := reg.Refresh - time.Since(lastLook); wait > 0 {
+				if due == nil {
+					due = time.After(wait)
+				}
+				continue
+			}
+		case <-due:
+			if tick == nil {
+				due = nil
+			}
+		case <-verify.C:
+			kv, err := store.Get(ctx, reg.Key)
+			if err == nil && (kv == nil || kv.ModRev != rev) {
 				lg.Warn("registration record changed by another writer; registering again")
 				return
-			default:
-				rev = next
 			}
+			continue
+		}
+		lastLook = time.Now()
+		v := reg.Value()
+		if bytes.Equal(v, last) {
+			continue
+		}
+		ok, next, err := store.Txn(ctx, []Cmp{ModRevIs(reg.Key, rev)}, []Op{OpPut(reg.Key, v, s.Lease())})
+		switch {
+		case err != nil:
+			lg.Debug("refresh failed", zap.Error(err))
+			if due == nil {
+				due = time.After(reg.Refresh) // look again: the change is not written yet
+			}
+		case !ok:
+			lg.Warn("registration record changed by another writer; registering again")
+			return
+		default:
+			rev, last = next, v
 		}
 	}
 }

@@ -29,14 +29,14 @@ func TestClaim(t *testing.T) {
 		first, err := coordinator.NewSession(ctx, store, 2*time.Second)
 		require.NoError(t, err)
 		defer first.Close(ctx)
-		_, err = coordinator.Claim(ctx, store, addrReg(key, "10.0.0.1:9000"), first.Lease())
+		_, _, err = coordinator.Claim(ctx, store, addrReg(key, "10.0.0.1:9000"), first.Lease())
 		require.NoError(t, err)
 
 		// A copy of the data dir elsewhere: refused, and the record is untouched.
 		copySess, err := coordinator.NewSession(ctx, store, 2*time.Second)
 		require.NoError(t, err)
 		defer copySess.Close(ctx)
-		_, err = coordinator.Claim(ctx, store, addrReg(key, "10.0.0.2:9000"), copySess.Lease())
+		_, _, err = coordinator.Claim(ctx, store, addrReg(key, "10.0.0.2:9000"), copySess.Lease())
 		require.ErrorIs(t, err, coordinator.ErrHeld)
 		require.Contains(t, err.Error(), "10.0.0.1:9000")
 		kv, err := store.Get(ctx, key)
@@ -49,7 +49,7 @@ func TestClaim(t *testing.T) {
 		again, err := coordinator.NewSession(ctx, store, 2*time.Second)
 		require.NoError(t, err)
 		defer again.Close(ctx)
-		_, err = coordinator.Claim(ctx, store, addrReg(key, "10.0.0.1:9000"), again.Lease())
+		_, _, err = coordinator.Claim(ctx, store, addrReg(key, "10.0.0.1:9000"), again.Lease())
 		require.NoError(t, err)
 		kv, err = store.Get(ctx, key)
 		require.NoError(t, err)
@@ -63,7 +63,7 @@ func TestClaim(t *testing.T) {
 
 		// Once the holder is gone (moved node), the other address registers.
 		require.NoError(t, again.Close(ctx))
-		_, err = coordinator.Claim(ctx, store, addrReg(key, "10.0.0.2:9000"), copySess.Lease())
+		_, _, err = coordinator.Claim(ctx, store, addrReg(key, "10.0.0.2:9000"), copySess.Lease())
 		require.NoError(t, err)
 	}
 	t.Run("memory", func(t *testing.T) {
@@ -87,7 +87,7 @@ func TestKeepRegisteredRefusesForeignHolder(t *testing.T) {
 
 	other, err := coordinator.NewSession(ctx, store, 2*time.Second)
 	require.NoError(t, err)
-	_, err = coordinator.Claim(ctx, store, addrReg(key, "other:1"), other.Lease())
+	_, _, err = coordinator.Claim(ctx, store, addrReg(key, "other:1"), other.Lease())
 	require.NoError(t, err)
 	reg := addrReg(key, "me:1")
 	reg.HeldWait = 300 * time.Millisecond // the holder keeps its lease alive past it

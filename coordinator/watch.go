@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -149,27 +150,79 @@ func RunWatcher(ctx context.Context, cfg WatcherConfig, emit func(WatchEvent)) {
 // same etcd cluster.
 var ClusterCheckInterval = 2 * time.Second
 
+// HeaderProbe shares one cluster-id/revision probe among the watchers of a
+// store: a store with many watched prefixes makes one probe per interval,
+// not one per watcher. The zero value is ready to use.
+type HeaderProbe struct {
+	mu  sync.Mutex
+	id  uint64
+	rev int64
+	at  time.Time // when the last successful probe was sent
+}
+
+// Get returns the last probe's answer and when it was sent if it is younger
+// than maxAge, else probes now with fetch. Concurrent callers wait for one
+// probe and share it.
+func (p *HeaderProbe) Get(ctx context.Context, maxAge time.Duration,
+	fetch func(context.Context) (uint64, int64, error)) (uint64, int64, time.Time, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.at.IsZero() && time.Since(p.at) < maxAge {
+		return p.id, p.rev, p.at, nil
+	}
+	at := time.Now()
+	id, rev, err := fetch(ctx)
+	if err != nil {
+		return 0, 0, time.Time{}, err
+	}
+	p.id, p.rev, p.at = id, rev, at
+	return id, rev, at, nil
+}
+
+// sharedHeaderStore is a store whose watchers share cluster probes.
+type sharedHeaderStore interface {
+	SharedHeader(ctx context.Context, maxAge time.Duration) (uint64, int64, time.Time, error)
+}
+
+// probeHeader asks the store for its cluster id and revision, sharing a
+// recent probe when the store can; at is when the answering probe was sent.
+func probeHeader(ctx context.Context, store Store, maxAge time.Duration) (uint64, int64, time.Time, error) {
+	if s, ok := store.(sharedHeaderStore); ok {
+		return s.SharedHeader(ctx, maxAge)
+	}
+	at := time.Now()
+	id, rev, err := store.Header(ctx)
+	return id, rev, at, err
+}
+
 // watchCluster calls replaced when the store's cluster id changes or its
-// revision falls below what the watch already saw: etcd was replaced or
-// restored underneath a reconnecting client.
+// revision falls below what the watch had seen before the probe was sent:
+// etcd was replaced or restored underneath a reconnecting client. The probe
+// may be shared with other watchers of the store, so it is compared with the
+// revision this watch had seen at its previous check, which came before any
+// probe young enough to be shared.
 func watchCluster(ctx context.Context, cfg WatcherConfig, clusterID uint64, seenRev *atomic.Int64, replaced func()) {
 	t := time.NewTicker(ClusterCheckInterval)
 	defer t.Stop()
+	prevRev, prevAt := seenRev.Load(), time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		before := seenRev.Load() // read first: revisions only grow in one cluster
-		id, rev, err := cfg.Store.Header(ctx)
+		rev0, at0 := seenRev.Load(), time.Now()
+		id, rev, at, err := probeHeader(ctx, cfg.Store, ClusterCheckInterval)
 		if err != nil {
 			continue
 		}
-		if id != clusterID || rev < before {
+		// Revisions only grow in one cluster, so a probe sent after we had
+		// seen prevRev cannot answer less.
+		if id != clusterID || (at.After(prevAt) && rev < prevRev) {
 			replaced()
 			return
 		}
+		prevRev, prevAt = rev0, at0
 	}
 }
 

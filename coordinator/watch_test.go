@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -234,4 +235,56 @@ func TestWatcherNoticesReplacedStore(t *testing.T) {
 	}, 5*time.Second, 10*time.Millisecond)
 	cancel()
 	<-done
+}
+
+// countingStore counts cluster probes (Header) and the checks that asked for
+// one (SharedHeader).
+type countingStore struct {
+	*coordinator.MemoryStore
+	probe          coordinator.HeaderProbe
+	probes, checks atomic.Int64
+}
+
+func (c *countingStore) Header(ctx context.Context) (uint64, int64, error) {
+	c.probes.Add(1)
+	return c.MemoryStore.Header(ctx)
+}
+
+func (c *countingStore) SharedHeader(ctx context.Context, maxAge time.Duration) (uint64, int64, time.Time, error) {
+	c.checks.Add(1)
+	return c.probe.Get(ctx, maxAge, c.Header)
+}
+
+// Watchers of one store share its cluster probe: twenty watched prefixes
+// cost about one probe per check interval, not twenty; and a replaced store
+// is still noticed through the shared probe.
+func TestWatchersShareClusterProbe(t *testing.T) {
+	old := coordinator.ClusterCheckInterval
+	coordinator.ClusterCheckInterval = 20 * time.Millisecond
+	defer func() { coordinator.ClusterCheckInterval = old }()
+	s := &countingStore{MemoryStore: coordinator.NewMemoryStore()}
+	defer s.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	mirrors := make([]*mirror, 20)
+	for i := range mirrors {
+		m := &mirror{kv: map[string]string{}, seen: map[string]bool{}}
+		mirrors[i] = m
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			coordinator.RunWatcher(ctx, coordinator.WatcherConfig{Store: s, Prefix: fmt.Sprintf("/w%d/", i)}, m.apply)
+		}()
+	}
+	require.Eventually(t, func() bool { return s.checks.Load() >= 400 }, 20*time.Second, 5*time.Millisecond)
+	checks, probes := s.checks.Load(), s.probes.Load()
+	require.Less(t, probes*4, checks, "probes %d for %d checks: not shared", probes, checks)
+
+	s.Replace()
+	_, err := s.Put(ctx, "/w3/k", []byte("after"), 0)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return mirrors[3].equals(map[string]string{"/w3/k": "after"}) }, 5*time.Second, 10*time.Millisecond)
+	cancel()
+	wg.Wait()
 }

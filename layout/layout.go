@@ -26,6 +26,8 @@ var Layers = [][]string{
 	{"web"},
 	// Wiring of the roles into one process.
 	{"app"},
+	// The whole cluster in one process, for cairn simulate cluster.
+	{"simcluster"},
 	// The binary.
 	{"cmd/cairn"},
 }

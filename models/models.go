@@ -33,14 +33,21 @@ type BrokerRecord struct {
 }
 
 // StorageNode is a storage node's leased record, with SableDB's fields.
-// Shard keys in the maps are ShardID strings ("db/shard").
+// Shard keys in the maps are ShardID strings ("db/shard"). Liveness is the
+// record's lease: the record is rewritten only when its content changes, so
+// LastUpdated is the time of the last real change, not a heartbeat.
+// LastTxnID is not kept in etcd (it would change with every write): the
+// master asks the replicas for it at failover (storage.ReplicaTxn).
 type StorageNode struct {
-	NodeID      string            `json:"node_id"`
-	NodeAddress string            `json:"node_address"`
-	Role        string            `json:"role"`
-	Cluster     string            `json:"cluster"`
-	LastUpdated int64             `json:"last_updated"` // unix microseconds, the heartbeat
-	LastTxnID   map[string]uint64 `json:"last_txn_id,omitempty"`
+	NodeID      string `json:"node_id"`
+	NodeAddress string `json:"node_address"`
+	Role        string `json:"role"`
+	Cluster     string `json:"cluster"`
+	LastUpdated int64  `json:"last_updated"` // unix microseconds of the last change of the record
+	// LastTxnID is no longer written (it changed with every write); the
+	// master asks the replicas at failover (GET /internal/v1/txn). Kept so
+	// records of older nodes still decode.
+	LastTxnID map[string]uint64 `json:"last_txn_id,omitempty"`
 	// MaxTerm is the term of the last entry in each replica's log: the
 	// master never publishes a shard at a term at or below one its replicas
 	// already hold (a restored etcd would otherwise roll terms back).
@@ -49,6 +56,7 @@ type StorageNode struct {
 	// DiskUsedPct is how full the node's data disk is, in whole percent
 	// (0: unknown); it changes the record only when it crosses a percent.
 	DiskUsedPct int `json:"disk_used_pct,omitempty"`
+	Hosted      int `json:"shards_hosted"` // replicas open on the node
 }
 
 // StorageCluster is a configured storage cluster. Empty EtcdEndpoints means the
@@ -133,4 +141,13 @@ func ParseShardID(s string) (db string, shard int, err error) {
 		return "", 0, fmt.Errorf("bad shard id %q", s)
 	}
 	return s[:i], n, nil
+}
+
+// ReplicaTxn is what a replica answers when the master asks, at failover,
+// how far its log goes: its last txn id, the term of that entry and the term
+// it currently serves at.
+type ReplicaTxn struct {
+	LastTxnID uint64 `json:"last_txn_id"`
+	LastTerm  uint64 `json:"last_term"`
+	Term      int64  `json:"term"`
 }

@@ -23,9 +23,11 @@ type Source struct {
 // Config of a Manager.
 type Config struct {
 	Logger     *zap.Logger
-	BackupPath string        // "" disables the local backup
-	BackupWait time.Duration // debounce of backup writes; default 1s
-	QueueSize  int           // default 4096
+	BackupPath string // "" disables the local backup
+	// BackupWait is the shortest time between two backup writes (each
+	// rewrites the whole file); default 5s. Stop writes a final one.
+	BackupWait time.Duration
+	QueueSize  int // default 4096
 	Registerer prometheus.Registerer
 	// Now dates events (departed nodes); default time.Now.
 	Now func() time.Time
@@ -75,7 +77,7 @@ func New(cfg Config) *Manager {
 		cfg.QueueSize = 4096
 	}
 	if cfg.BackupWait == 0 {
-		cfg.BackupWait = time.Second
+		cfg.BackupWait = 5 * time.Second
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now

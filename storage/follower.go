@@ -17,11 +17,24 @@ import (
 	"go.uber.org/zap"
 )
 
-// follow pulls the leader's log from our last txn id until the role changes:
-// a diverged tail is truncated, a replica too far behind gets a full sync.
+// follow pulls the leader's log from our last txn id until the role changes.
+// The pulls go through the node's batched fetch session with the leader (one
+// long-poll for every shard this node follows there); a shard the session
+// hands back (its log diverged, it needs a full sync, the leader refused it)
+// pulls once alone through the per-shard API, which truncates a diverged
+// tail or fully syncs a replica too far behind, and then joins again.
 func (r *replica) follow(ctx context.Context, d desired) {
 	bo := backoff.New(50*time.Millisecond, time.Second)
 	for ctx.Err() == nil {
+		solo := r.h.join(r, d.address, d.term)
+		var why error
+		select {
+		case <-ctx.Done():
+			r.h.part(r, d.address)
+			return
+		case why = <-solo:
+		}
+		r.lg.Debug("pulling alone", zap.String("leader", d.leader), zap.Error(why))
 		err := r.pullOnce(ctx, d)
 		if err == nil {
 			bo.Reset()
@@ -43,7 +56,7 @@ func (r *replica) pullOnce(ctx context.Context, d desired) error {
 	q.Set("node", r.h.nodeID)
 	q.Set("after", strconv.FormatUint(last, 10))
 	q.Set("after_term", strconv.FormatUint(lastTerm, 10))
-	q.Set("wait_ms", "500")
+	q.Set("wait_ms", "0")
 	u := fmt.Sprintf("http://%s/internal/v1/shards/%s/%d/log?%s", d.address, r.db, r.shard, q.Encode())
 	resp, err := r.h.call(ctx, http.MethodGet, u)
 	if err != nil {
@@ -125,7 +138,13 @@ func (r *replica) fullSync(ctx context.Context, d desired) error {
 
 // call sends a body-less request to another storage node.
 func (h *Host) call(ctx context.Context, method, u string) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, method, u, nil)
+	return h.send(ctx, method, u, nil)
+}
+
+// send sends a request to another storage node: every node-to-node request
+// goes through here.
+func (h *Host) send(ctx context.Context, method, u string, body io.Reader) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, u, body)
 	if err != nil {
 		return nil, err
 	}

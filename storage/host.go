@@ -7,7 +7,9 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -76,7 +78,18 @@ type Host struct {
 	mu       sync.RWMutex
 	replicas map[string]*replica
 
-	unwanted map[string]time.Time // reconcile only: since when a replica is not assigned here
+	unwanted  map[string]time.Time // reconcile only: since when a replica is not assigned here
+	views     map[string]dbView    // reconcile only: per database, what the last pass derived
+	want      map[string]desired   // reconcile only: the union of the views' replicas
+	nodesSeen uintptr              // reconcile only: identity of the live nodes map last seen
+
+	recordChanged chan struct{} // a replica's role or leader changed: the node record may differ
+
+	appendMu sync.Mutex
+	appendCh chan struct{} // closed at every append or role change (parked batched fetches)
+
+	sessMu   sync.Mutex
+	sessions map[string]*fetchSession // follower side: one batched fetch loop per leader address
 }
 
 // NewHost builds a host; Run drives it.
@@ -101,11 +114,38 @@ func NewHost(cfg HostConfig) *Host {
 	}
 	h := &Host{cfg: cfg, nodeID: cfg.NodeID, cluster: cfg.Cluster, store: cfg.Store, ck: cfg.Keys, state: cfg.State,
 		lg: cfg.Logger.Named("shards"), client: cfg.Client, replicas: map[string]*replica{},
-		unwanted: map[string]time.Time{}}
+		unwanted: map[string]time.Time{}, views: map[string]dbView{}, want: map[string]desired{}, recordChanged: make(chan struct{}, 1),
+		appendCh: make(chan struct{}), sessions: map[string]*fetchSession{}}
 	if cfg.Registerer != nil {
 		h.metrics = newMetrics(h, cfg.Registerer)
 	}
 	return h
+}
+
+// RecordChanged signals (coalesced) that Following may answer differently.
+func (h *Host) RecordChanged() <-chan struct{} { return h.recordChanged }
+
+func (h *Host) roleChanged() {
+	select {
+	case h.recordChanged <- struct{}{}:
+	default:
+	}
+}
+
+// Following gives the shard fields of the node record: the replicas open
+// here and the leader each followed shard follows.
+func (h *Host) Following() (int, map[string]string) {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	following := map[string]string{}
+	for id, r := range h.replicas {
+		r.mu.Lock()
+		if r.want.role == roleFollower {
+			following[id] = r.want.leader
+		}
+		r.mu.Unlock()
+	}
+	return len(h.replicas), following
 }
 
 // Attach sets the storage cluster's store once its config is known; call
@@ -119,8 +159,10 @@ func (h *Host) Attach(store coordinator.Store, ck models.ClusterKeys) {
 func (h *Host) Run(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
+	full := true
 	for {
-		h.reconcile()
+		h.reconcile(full)
+		full = false
 		select {
 		case <-ctx.Done():
 			h.mu.Lock()
@@ -133,41 +175,23 @@ func (h *Host) Run(ctx context.Context) {
 			return
 		case <-h.cfg.Changed:
 		case <-t.C:
+			full = true // retries failed opens, ages unwanted replicas
 		}
 	}
 }
 
 // reconcile converges replicas to the snapshot: open what is assigned here,
 // set each replica's role and term, close and drop what is not.
-func (h *Host) reconcile() {
+func (h *Host) reconcile(full bool) {
 	st := h.state()
-	want := map[string]desired{}
-	for name, a := range st.Assignments {
-		if a.Cluster != h.cluster {
-			continue
-		}
-		if _, ok := st.Databases[name]; !ok {
-			continue
-		}
-		for _, sh := range a.Shards {
-			if !slices.Contains(sh.Replicas, h.nodeID) {
-				continue
-			}
-			d := desired{role: roleIdle, replicas: sh.Replicas}
-			if s, ok := st.ShardState(name, sh.ID); ok && s.Status == models.StatusOnline {
-				d.term = s.Term
-				if s.Leader == h.nodeID {
-					d.role = roleLeader
-				} else if n, live := st.Nodes[h.cluster][s.Leader]; live {
-					d.role, d.leader, d.address = roleFollower, s.Leader, n.NodeAddress
-				} else {
-					d.leader = s.Leader
-				}
-			}
-			want[models.ShardID(name, sh.ID)] = d
-		}
+	want, touched := h.wanted(st)
+	if !full && len(touched) == 0 {
+		return // nothing this node hosts changed
 	}
 	for id, d := range want {
+		if !full && !touched[id[:strings.LastIndexByte(id, '/')]] {
+			continue
+		}
 		delete(h.unwanted, id)
 		h.mu.RLock()
 		r := h.replicas[id]
@@ -226,6 +250,123 @@ func (h *Host) reconcile() {
 		}
 		h.lg.Info("stopped serving shard; data dropped", zap.String("shard", r.id))
 	}
+	if len(gone) > 0 {
+		h.roleChanged() // fewer hosted replicas in the node record
+	}
+}
+
+// dbView is what reconcile last derived from one database's records: the
+// records it read (by identity: a snapshot shares unchanged records, a
+// changed one is decoded anew) and this node's replicas of it.
+type dbView struct {
+	assign  *models.ShardAssignment
+	nAssign int
+	states  *models.ShardState
+	nStates int
+	uid     string
+	want    map[string]desired
+}
+
+func viewOf(a models.Assignment, ss models.ShardStates, uid string) dbView {
+	v := dbView{nAssign: len(a.Shards), nStates: len(ss.Shards), uid: uid}
+	if len(a.Shards) > 0 {
+		v.assign = &a.Shards[0]
+	}
+	if len(ss.Shards) > 0 {
+		v.states = &ss.Shards[0]
+	}
+	return v
+}
+
+func (v dbView) same(o dbView) bool {
+	return v.assign == o.assign && v.nAssign == o.nAssign && v.states == o.states && v.nStates == o.nStates && v.uid == o.uid
+}
+
+// wanted is what the snapshot says this node hosts, and the databases whose
+// replicas here may have changed since the last call. Only databases whose
+// records changed are looked at shard by shard (and, when the cluster's live
+// nodes changed, those this node hosts shards of: a follower's leader
+// address comes from them), so one event costs O(databases) identity checks
+// plus the shards of the databases it touched. The returned map is kept
+// between calls: read it only.
+func (h *Host) wanted(st *statemachine.State) (map[string]desired, map[string]bool) {
+	nodes := st.Nodes[h.cluster]
+	nodesID := reflect.ValueOf(nodes).Pointer()
+	nodesChanged := nodesID != h.nodesSeen
+	h.nodesSeen = nodesID
+	var touched map[string]bool // allocated on first use: most passes touch nothing here
+	touch := func(name string) {
+		if touched == nil {
+			touched = map[string]bool{}
+		}
+		touched[name] = true
+	}
+	drop := func(name string) {
+		old, ok := h.views[name]
+		if !ok {
+			return
+		}
+		for id := range old.want {
+			delete(h.want, id)
+		}
+		if len(old.want) > 0 {
+			touch(name)
+		}
+		delete(h.views, name)
+	}
+	for name, a := range st.Assignments {
+		db, ok := st.Databases[name]
+		if a.Cluster != h.cluster || !ok {
+			drop(name)
+			continue
+		}
+		v := viewOf(a, st.ShardStates[name], db.UID)
+		old, seen := h.views[name]
+		if seen && old.same(v) && (!nodesChanged || len(old.want) == 0) {
+			continue
+		}
+		drop(name)
+		v.want = h.wantedIn(st, name, a)
+		h.views[name] = v
+		for id, d := range v.want {
+			h.want[id] = d
+		}
+		if len(v.want) > 0 {
+			touch(name)
+		}
+	}
+	for name := range h.views {
+		if _, ok := st.Assignments[name]; !ok {
+			drop(name)
+		}
+	}
+	return h.want, touched
+}
+
+// wantedIn is this node's replicas of one database and what each should be.
+func (h *Host) wantedIn(st *statemachine.State, name string, a models.Assignment) map[string]desired {
+	var want map[string]desired
+	for _, sh := range a.Shards {
+		if !slices.Contains(sh.Replicas, h.nodeID) {
+			continue
+		}
+		d := desired{role: roleIdle, replicas: sh.Replicas}
+		if s, ok := st.ShardState(name, sh.ID); ok && s.Status == models.StatusOnline {
+			d.term = s.Term
+			if s.Leader == h.nodeID {
+				d.role = roleLeader
+			} else if n, live := st.Nodes[h.cluster][s.Leader]; live {
+				d.role, d.leader, d.address = roleFollower, s.Leader, n.NodeAddress
+			} else {
+				d.leader = s.Leader
+			}
+		}
+		if want == nil {
+			want = map[string]desired{}
+		}
+		want[models.ShardID(name, sh.ID)] = d
+	}
+	return want
 }
 
 // checkIncarnation makes sure shard files on disk belong to this incarnation
@@ -310,4 +451,11 @@ func (h *Host) MaxTerms() map[string]int64 {
 		out[id] = int64(r.eng.LastTerm())
 	}
 	return out
+}
+
+// Hosted counts the replicas this node has open.
+func (h *Host) Hosted() int {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return len(h.replicas)
 }

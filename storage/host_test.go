@@ -3,6 +3,7 @@ package storage_test
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
@@ -133,6 +134,14 @@ func TestFollowerFullSyncThenInSync(t *testing.T) {
 	last, following := follower.host.Report()
 	require.EqualValues(t, 21, last["d/0"])
 	require.Equal(t, "L", following["d/0"])
+
+	// The master's failover question, through the follower's internal API:
+	// its last txn id and terms, hosted shards only.
+	got, err := storage.AskTxn(ctx, http.DefaultClient, follower.addr(), "d", []int{0, 7})
+	require.NoError(t, err)
+	require.Equal(t, map[int]models.ReplicaTxn{0: {LastTxnID: 21, LastTerm: 1, Term: 1}}, got)
+	_, err = storage.AskTxn(ctx, http.DefaultClient, follower.addr(), "bad name!", []int{0})
+	require.ErrorIs(t, err, storage.ErrBadAnswer)
 }
 
 // A replica whose log diverged from the new leader's (entries of an old term

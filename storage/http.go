@@ -27,6 +27,10 @@ import (
 //        with X-Cairn-Series and X-Cairn-Points counting it; 413 past the limits
 //        (the caller's, capped by this node's own)
 //   POST .../select, GET .../series   InfluxQL evaluation (influxql.go)
+//   POST /internal/v1/fetch            a follower's batched pull of every shard it follows from
+//        this node (see fetchserve.go)
+//   GET  /internal/v1/txn?db=D&shard=N...   the master's question at failover:
+//        {"shards":{"N":{"last_txn_id","last_term","term"}}} for the hosted ones
 // 409 means a stale term (the caller refreshes its view), 404 a shard not hosted.
 
 // Routes mounts the internal API.
@@ -39,6 +43,8 @@ func (h *Host) Routes(r gin.IRouter) {
 	g.GET("/query", h.handleQuery)
 	g.POST("/select", h.handleSelect)
 	g.GET("/series", h.handleSeries)
+	r.GET("/internal/v1/txn", h.handleTxn)
+	r.POST("/internal/v1/fetch", h.handleFetch)
 }
 
 // replyErr answers with err's status and code from models.Codes (the

@@ -15,6 +15,7 @@ type isrView struct {
 	acked    map[string]uint64
 	caught   map[string]time.Time // when each follower last had all we had at its previous fetch
 	fetched  map[string]time.Time // when each follower last fetched
+	parked   map[string]int       // followers with a batched fetch parked at the leader now: fetching
 	live     func(node string) bool
 	window   time.Duration // the catch-up window (lag bound)
 }
@@ -23,7 +24,8 @@ type isrView struct {
 // A follower leaves when it left the assignment, when its lease is gone (not
 // live), when it has not fetched for the window (a dead or frozen process
 // whose lease still runs: this is what catches it with no writes arriving),
-// or when it has stopped catching up for the window. A follower joins when it
+// or when it has stopped catching up for the window. A follower whose batched
+// fetch is parked at the leader is fetching now. A follower joins when it
 // is live, assigned and caught up within half the window.
 func decideISR(now time.Time, v isrView) (drop, add []string) {
 	for _, n := range v.isr {
@@ -33,7 +35,7 @@ func decideISR(now time.Time, v isrView) (drop, add []string) {
 		switch {
 		case !slices.Contains(v.replicas, n), !v.live(n):
 			drop = append(drop, n)
-		case now.Sub(v.fetched[n]) > v.window:
+		case v.parked[n] == 0 && now.Sub(v.fetched[n]) > v.window:
 			drop = append(drop, n)
 		case v.acked[n] < v.last && now.Sub(v.caught[n]) > v.window:
 			drop = append(drop, n)
@@ -43,7 +45,7 @@ func decideISR(now time.Time, v isrView) (drop, add []string) {
 		if n == v.self || slices.Contains(v.isr, n) || !v.live(n) {
 			continue
 		}
-		if c := v.caught[n]; !c.IsZero() && now.Sub(c) < v.window/2 && now.Sub(v.fetched[n]) < v.window/2 {
+		if c := v.caught[n]; !c.IsZero() && now.Sub(c) < v.window/2 && (v.parked[n] > 0 || now.Sub(v.fetched[n]) < v.window/2) {
 			add = append(add, n)
 		}
 	}

@@ -25,6 +25,7 @@ func TestDecideISR(t *testing.T) {
 		acked     map[string]uint64
 		caught    map[string]time.Time
 		fetched   map[string]time.Time
+		parked    map[string]int
 		live      func(string) bool
 		drop, add []string
 	}{
@@ -58,13 +59,22 @@ func TestDecideISR(t *testing.T) {
 		{name: "caught up long ago, silent since: does not join", now: t0.Add(5 * time.Second), isr: []string{"a"}, replicas: []string{"a", "b"},
 			last: 3, acked: map[string]uint64{"b": 3}, caught: map[string]time.Time{"b": t0.Add(4500 * time.Millisecond)},
 			fetched: map[string]time.Time{"b": t0.Add(3 * time.Second)}, live: liveAll},
+		{name: "idle, its batched fetch parked here past the window: stays", now: t0.Add(5 * time.Second), isr: []string{"a", "b"},
+			replicas: []string{"a", "b"}, last: 5, acked: map[string]uint64{"b": 5}, caught: map[string]time.Time{"b": t0},
+			fetched: map[string]time.Time{"b": t0}, parked: map[string]int{"b": 1}, live: liveAll},
+		{name: "parked but its lease gone: leaves", now: t0.Add(time.Second), isr: []string{"a", "b"},
+			replicas: []string{"a", "b"}, last: 5, acked: map[string]uint64{"b": 5}, caught: map[string]time.Time{"b": t0},
+			fetched: map[string]time.Time{"b": t0}, parked: map[string]int{"b": 1}, live: liveBut("b"), drop: []string{"b"}},
+		{name: "caught up and parked: joins", now: t0.Add(3 * time.Second), isr: []string{"a"}, replicas: []string{"a", "b"},
+			last: 3, acked: map[string]uint64{"b": 3}, caught: map[string]time.Time{"b": t0.Add(2900 * time.Millisecond)},
+			fetched: map[string]time.Time{"b": t0}, parked: map[string]int{"b": 1}, live: liveAll, add: []string{"b"}},
 		{name: "never fetched: does not join", now: t0, isr: []string{"a"}, replicas: []string{"a", "b"}, last: 0,
 			acked: map[string]uint64{}, caught: map[string]time.Time{}, fetched: map[string]time.Time{}, live: liveAll},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			drop, add := decideISR(tc.now, isrView{self: "a", isr: tc.isr, replicas: tc.replicas, last: tc.last,
-				acked: tc.acked, caught: tc.caught, fetched: tc.fetched, live: tc.live, window: window})
+				acked: tc.acked, caught: tc.caught, fetched: tc.fetched, parked: tc.parked, live: tc.live, window: window})
 			require.Equal(t, tc.drop, drop, "drop")
 			require.Equal(t, tc.add, add, "add")
 		})

@@ -1,10 +1,11 @@
 // Package storage is the storage role: a node that registers itself in its
-// storage cluster with SableDB's record (node id, address, role, heartbeat,
-// last txn id per shard, the leader it follows per shard) and hosts shard
-// replicas.
+// storage cluster with SableDB's record (node id, address, role, time of the
+// last change, the leader it follows per shard; last txn ids are asked for
+// on demand) and hosts shard replicas.
 package storage
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -15,44 +16,68 @@ import (
 	"go.uber.org/zap"
 )
 
-// ShardReport gives the per-shard fields of the node record.
-type ShardReport func() (lastTxn map[string]uint64, following map[string]string)
+// ShardReport gives the shard fields of the node record: how many replicas
+// the node hosts and the leader each followed shard follows.
+type ShardReport func() (hosted int, following map[string]string)
 
 // NodeConfig configures a storage node's registration.
 type NodeConfig struct {
-	Store     coordinator.Store // the storage cluster's etcd
-	Keys      models.ClusterKeys
-	NodeID    string
-	Address   string
-	Cluster   string
-	TTL       time.Duration
-	Heartbeat time.Duration           // default TTL/3
-	Report    ShardReport             // may be nil
-	MaxTerm   func() map[string]int64 // may be nil: last log term per shard
+	Store   coordinator.Store // the storage cluster's etcd
+	Keys    models.ClusterKeys
+	NodeID  string
+	Address string
+	Cluster string
+	TTL     time.Duration
+	// MinRewrite is the shortest time between two rewrites of the record
+	// (a burst of leader changes costs one write); default TTL/3.
+	MinRewrite time.Duration
+	Report     ShardReport             // may be nil
+	Changed    <-chan struct{}         // signals that Report may have changed; nil: look every MinRewrite
+	MaxTerm    func() map[string]int64 // may be nil: last log term per shard
 	// DataDir is statfs'ed for the record's disk_used_pct; "" leaves it out.
 	DataDir string
 	Logger  *zap.Logger
+	Now     func() time.Time
 	// Registered, when set, runs after each successful (re)registration.
 	Registered func()
 }
 
-// RunNode keeps the node's leased record alive and fresh until ctx ends: it
-// is rewritten once per heartbeat (one etcd write per node per heartbeat, 1/s
-// with the default 3 s TTL) and re-created whenever the lease is lost. The
-// record is claimed, never overwritten: a live record of the same node id at
-// another address (a copied data dir) makes it return a
+// RunNode keeps the node's leased record until ctx ends. Liveness is the
+// lease alone (keep-alives make no etcd revision): the record is written when
+// the node registers and rewritten only when its content really changes (the
+// shards it hosts, those it follows and their leaders, the last term in each
+// replica's log, the disk use percent), at most once per MinRewrite, with
+// last_updated set to the time of that change. An idle node writes nothing.
+// The record is claimed, never overwritten: a live record of the same node id
+// at another address (a copied data dir) makes it return a
 // coordinator.ErrHeld error naming that address, and the process must stop.
 // A record at this very address is this node's own previous run (killed
 // within the TTL) and is taken over. It returns nil when ctx ends.
 func RunNode(ctx context.Context, cfg NodeConfig) error {
-	if cfg.Heartbeat == 0 {
-		cfg.Heartbeat = cfg.TTL / 3
+	if cfg.MinRewrite == 0 {
+		cfg.MinRewrite = cfg.TTL / 3
 	}
-	record := func() []byte {
-		r := models.StorageNode{NodeID: cfg.NodeID, NodeAddress: cfg.Address, Role: "storage", Cluster: cfg.Cluster,
-			LastUpdated: time.Now().UnixMicro()}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	reg := coordinator.Registration{Key: cfg.Keys.Node(cfg.NodeID), TTL: cfg.TTL, Refresh: cfg.MinRewrite, Changed: cfg.Changed,
+		Value: nodeRecord(cfg), Owner: NodeOwner(cfg.Address), OnRegistered: cfg.Registered}
+	if err := coordinator.KeepRegistered(ctx, cfg.Store, reg, cfg.Logger.With(zap.String("cluster", cfg.Cluster))); err != nil {
+		return fmt.Errorf("storage node id %q is in use by another live process: %w", cfg.NodeID, err)
+	}
+	return nil
+}
+
+// nodeRecord returns the record's encoder: the same bytes as long as nothing
+// in the record changed, so the registration rewrites it only on a change;
+// last_updated is the time of the last change.
+func nodeRecord(cfg NodeConfig) func() []byte {
+	var content []byte // the record without last_updated, as last encoded
+	var updated int64
+	return func() []byte {
+		r := models.StorageNode{NodeID: cfg.NodeID, NodeAddress: cfg.Address, Role: "storage", Cluster: cfg.Cluster}
 		if cfg.Report != nil {
-			r.LastTxnID, r.Following = cfg.Report()
+			r.Hosted, r.Following = cfg.Report()
 		}
 		if cfg.DataDir != "" {
 			r.DiskUsedPct = DiskUsedPct(cfg.DataDir)
@@ -61,14 +86,13 @@ func RunNode(ctx context.Context, cfg NodeConfig) error {
 			r.MaxTerm = cfg.MaxTerm()
 		}
 		b, _ := json.Marshal(r)
+		if updated == 0 || !bytes.Equal(b, content) {
+			content, updated = b, cfg.Now().UnixMicro()
+		}
+		r.LastUpdated = updated
+		b, _ = json.Marshal(r)
 		return b
 	}
-	reg := coordinator.Registration{Key: cfg.Keys.Node(cfg.NodeID), TTL: cfg.TTL, Refresh: cfg.Heartbeat, Value: record,
-		Owner: NodeOwner(cfg.Address), OnRegistered: cfg.Registered}
-	if err := coordinator.KeepRegistered(ctx, cfg.Store, reg, cfg.Logger.With(zap.String("cluster", cfg.Cluster))); err != nil {
-		return fmt.Errorf("storage node id %q is in use by another live process: %w", cfg.NodeID, err)
-	}
-	return nil
 }
 
 // NodeOwner recognises a storage node record: its holder is its address, and

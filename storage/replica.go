@@ -64,6 +64,7 @@ type replica struct {
 	caught  map[string]time.Time // leader: when each follower last had everything we had when it last fetched
 	sentEnd map[string]uint64    // leader: our last txn when each follower last fetched
 	fetched map[string]time.Time // leader: when each follower last fetched
+	parked  map[string]int       // leader: batched fetches of each follower parked here now
 	changed chan struct{}        // closed and replaced on every append, ack or ISR change
 	kick    chan struct{}        // wakes the leader's in-sync set upkeep early
 	isrTerm int64                // leader: the term of isrRev
@@ -104,13 +105,15 @@ func (r *replica) setDesired(d desired) {
 		cancel()
 		<-done
 	}
+	defer r.h.roleChanged()
+	defer r.h.signalAppend() // parked fetches answer a stale term at once
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.want, r.since = d, time.Now()
 	ctx, c := context.WithCancel(context.Background())
 	r.cancel, r.done = c, make(chan struct{})
 	r.isr, r.acked, r.caught, r.sentEnd = nil, map[string]uint64{}, map[string]time.Time{}, map[string]uint64{}
-	r.fetched = map[string]time.Time{}
+	r.fetched, r.parked = map[string]time.Time{}, map[string]int{}
 	r.broadcastLocked()
 	done = r.done
 	switch d.role {
@@ -204,14 +207,14 @@ func (r *replica) maintainISR(ctx context.Context, d desired) {
 	st := r.h.state()
 	nodes := st.Nodes[r.h.cluster]
 	r.mu.Lock()
-	isr := slices.Clone(r.isr)
+	isr := r.isr // replaced, never changed in place within its length
 	// Kafka's rule: a follower is in sync while it keeps catching up with
 	// where the leader was at its previous fetch; under a steady write load
 	// it is never exactly at the leader's last txn. Liveness (its lease) and
 	// its fetches count too, so a dead follower leaves without writes.
 	drop, add := decideISR(time.Now(), isrView{
 		self: r.h.nodeID, isr: isr, replicas: r.want.replicas, last: last,
-		acked: r.acked, caught: r.caught, fetched: r.fetched, window: r.h.cfg.LagBound,
+		acked: r.acked, caught: r.caught, fetched: r.fetched, parked: r.parked, window: r.h.cfg.LagBound,
 		live: func(n string) bool { _, ok := nodes[n]; return ok },
 	})
 	r.mu.Unlock()
@@ -271,6 +274,7 @@ func (r *replica) write(ctx context.Context, term int64, points []lineproto.Poin
 	r.mu.Lock()
 	r.broadcastLocked()
 	r.mu.Unlock()
+	r.h.signalAppend()
 	return r.awaitAcks(ctx, term, txn)
 }
 
@@ -385,6 +389,20 @@ func (r *replica) fetch(ctx context.Context, term int64, node string, after, aft
 		}
 		ch = r.changed
 		r.mu.Unlock()
+	}
+}
+
+// park notes that a batched fetch of node is parked on this replica (+1) or
+// has left (-1).
+func (r *replica) park(node string, d int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.parked == nil {
+		return // never led
+	}
+	r.parked[node] += d
+	if r.parked[node] <= 0 {
+		delete(r.parked, node)
 	}
 }
 

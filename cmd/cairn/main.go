@@ -15,11 +15,13 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"syscall"
+	"time"
 
 	"github.com/cairn-db/cairn/app"
 	"github.com/cairn-db/cairn/backup"
 	"github.com/cairn-db/cairn/config"
 	"github.com/cairn-db/cairn/coordinator/placement"
+	"github.com/cairn-db/cairn/simcluster"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -148,6 +150,9 @@ func runNode(args []string, stdout, stderr io.Writer) int {
 }
 
 func simulate(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "cluster" {
+		return simulateCluster(args[1:], stdout, stderr)
+	}
 	fs := newFlagSet("simulate")
 	var p placement.SimulateParams
 	fs.IntVar(&p.Nodes, "nodes", 10, "storage nodes before the change")
@@ -168,6 +173,62 @@ func simulate(args []string, stdout, stderr io.Writer) int {
 		if errors.Is(err, placement.ErrInvalidParams) {
 			return 2
 		}
+		return 1
+	}
+	out, _ := json.Marshal(res)
+	fmt.Fprintln(stdout, string(out))
+	return 0
+}
+
+func simulateCluster(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("simulate cluster", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var p simcluster.Params
+	fs.IntVar(&p.Nodes, "nodes", 100, "storage agents")
+	fs.IntVar(&p.Databases, "databases", 100, "databases created")
+	fs.IntVar(&p.Shards, "shards", 32, "shards per database")
+	fs.IntVar(&p.Replicas, "replicas", 3, "replicas per shard")
+	fs.DurationVar(&p.Idle, "idle", 30*time.Second, "how long the idle cluster is measured")
+	fs.IntVar(&p.Kill, "kill", 1, "agents killed (those leading shards) to time the failover")
+	fs.DurationVar(&p.LeaseTTL, "lease-ttl", 3*time.Second, "the agents' and the master's lease TTL")
+	verbose := fs.Bool("v", false, "print progress to stderr")
+	logLevel := fs.String("log-level", "", "log the master's and broker's work to stderr at this level (debug, info, warn, error)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: cairn simulate cluster --nodes N --databases D --shards P --replicas R [--idle DUR --kill K]")
+		fmt.Fprintln(stderr, "Runs an embedded etcd, the master, a broker and N in-process storage agents, and prints one JSON object:")
+		fmt.Fprintln(stderr, `{"nodes","replicas","place_ms","idle_etcd_revisions_per_s","idle_cpu_cores","idle_cpu_ms_per_node_per_s","rss_mib","failover_ms","failover_shards"}`)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "cairn simulate cluster: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	if *verbose {
+		p.Progress = stderr
+	}
+	if *logLevel != "" {
+		lg, err := config.NewLogger(*logLevel, "console")
+		if err != nil {
+			fmt.Fprintf(stderr, "cairn simulate cluster: --log-level: %v\n", err)
+			return 2
+		}
+		p.Logger = lg
+	}
+	if err := p.Validate(); err != nil {
+		fmt.Fprintf(stderr, "cairn %v\n", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	res, err := simcluster.Run(ctx, p)
+	if err != nil {
+		fmt.Fprintf(stderr, "cairn simulate cluster: %v\n", err)
 		return 1
 	}
 	out, _ := json.Marshal(res)

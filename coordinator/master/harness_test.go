@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -43,9 +45,12 @@ type harness struct {
 	admin *meta.Admin
 	http  http.Handler
 
-	mu    sync.Mutex
-	nodes map[string]coordinator.LeaseID
-	recs  map[string]models.StorageNode
+	mu     sync.Mutex
+	nodes  map[string]coordinator.LeaseID
+	recs   map[string]models.StorageNode
+	txn    map[string]map[string]uint64 // what each node answers at failover
+	asked  int                          // failover questions answered
+	silent map[string]bool              // live nodes that do not answer the failover question
 }
 
 func logger(t testing.TB) *zap.Logger {
@@ -61,7 +66,7 @@ func newHarness(t testing.TB, nodes ...string) *harness {
 	t.Helper()
 	m := etcdtest.Start(t)
 	h := &harness{t: t, etcd: m, store: m.Store(t), keys: models.Keys{NS: "/cairn"},
-		nodes: map[string]coordinator.LeaseID{}, recs: map[string]models.StorageNode{}}
+		nodes: map[string]coordinator.LeaseID{}, recs: map[string]models.StorageNode{}, txn: map[string]map[string]uint64{}, silent: map[string]bool{}}
 	h.ck = models.ClusterKeys{SNS: h.keys.ClusterNamespace(models.StorageCluster{Name: cluster})}
 	ctx := context.Background()
 	_, err := h.store.Put(ctx, h.keys.StorageConfig(cluster),
@@ -111,25 +116,37 @@ func (h *harness) register(id string, txn map[string]uint64) {
 	h.t.Cleanup(cancel)
 	_, err = h.store.KeepAlive(kctx, lease)
 	require.NoError(h.t, err)
-	rec := models.StorageNode{NodeID: id, NodeAddress: "127.0.0.1:1", Role: "storage", Cluster: cluster,
-		LastUpdated: time.Now().UnixMicro(), LastTxnID: txn}
+	rec := models.StorageNode{NodeID: id, NodeAddress: id + ".test:1", Role: "storage", Cluster: cluster,
+		LastUpdated: time.Now().UnixMicro()}
 	_, err = h.store.Put(ctx, h.ck.Node(id), mustJSON(h.t, rec), lease)
 	require.NoError(h.t, err)
 	h.mu.Lock()
-	h.nodes[id], h.recs[id] = lease, rec
+	h.nodes[id], h.recs[id], h.txn[id] = lease, rec, txn
 	h.mu.Unlock()
 }
 
-// setTxn rewrites a live node's record with new last_txn_ids (its heartbeat).
+// setTxn sets the last txn ids a node answers the master with at failover.
 func (h *harness) setTxn(id string, txn map[string]uint64) {
-	h.t.Helper()
 	h.mu.Lock()
-	rec, lease := h.recs[id], h.nodes[id]
-	rec.LastTxnID = txn
-	h.recs[id] = rec
-	h.mu.Unlock()
-	_, err := h.store.Put(context.Background(), h.ck.Node(id), mustJSON(h.t, rec), lease)
-	require.NoError(h.t, err)
+	defer h.mu.Unlock()
+	h.txn[id] = txn
+}
+
+// askTxn answers the master's failover question as the node at address
+// would: the harness's live nodes answer, dead ones fail.
+func (h *harness) askTxn(_ context.Context, address, db string, shards []int) (map[int]models.ReplicaTxn, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	id, _, _ := strings.Cut(address, ".test:")
+	if _, ok := h.recs[id]; !ok || h.silent[id] {
+		return nil, fmt.Errorf("node %s does not answer", id)
+	}
+	out := map[int]models.ReplicaTxn{}
+	for _, s := range shards {
+		out[s] = models.ReplicaTxn{LastTxnID: h.txn[id][models.ShardID(db, s)], LastTerm: 1}
+	}
+	h.asked++
+	return out, nil
 }
 
 // setMaxTerm rewrites a live node's record with the terms of its logs' last
@@ -151,6 +168,7 @@ func (h *harness) kill(id string) {
 	h.t.Helper()
 	h.mu.Lock()
 	lease := h.nodes[id]
+	delete(h.recs, id) // a dead node answers nothing
 	h.mu.Unlock()
 	require.NoError(h.t, h.store.Revoke(context.Background(), lease))
 }
@@ -245,7 +263,7 @@ func (h *harness) startMaster(o masterOpts) *runningMaster {
 	}
 	m := master.New(master.Config{Store: h.store, Keys: h.keys, Election: el, Term: term, Session: session,
 		NodeID: "m", State: o.sm.Snapshot, Changed: o.sm.Changed, Logger: o.logger,
-		RebalanceDelay: o.rebalanceDelay, Resync: 200 * time.Millisecond, ClusterID: o.clusterID, Now: o.now, LivenessGrace: o.grace, Metrics: o.metrics})
+		RebalanceDelay: o.rebalanceDelay, Resync: 200 * time.Millisecond, ClusterID: o.clusterID, Now: o.now, LivenessGrace: o.grace, Metrics: o.metrics, AskTxn: h.askTxn})
 	rm := &runningMaster{Master: m, term: term, election: es}
 	rm.start()
 	h.t.Cleanup(rm.stop)

@@ -58,6 +58,11 @@ type Config struct {
 	Now func() time.Time
 	// Metrics records the term, failovers and leader changes; may be nil.
 	Metrics *Metrics
+	// AskTxn asks a storage node for its replicas' last txn ids at failover
+	// (nil: leaders are chosen by the tie-break alone); AskTimeout bounds
+	// each question, default 500ms.
+	AskTxn     AskTxnFunc
+	AskTimeout time.Duration
 }
 
 // Master runs the state machines for one term.
@@ -109,6 +114,9 @@ func New(cfg Config) *Master {
 	}
 	if cfg.RetryMax == 0 {
 		cfg.RetryMax = 5 * time.Second
+	}
+	if cfg.AskTimeout == 0 {
+		cfg.AskTimeout = 500 * time.Millisecond
 	}
 	if cfg.ErrorLogInterval == 0 {
 		cfg.ErrorLogInterval = 30 * time.Second

@@ -383,7 +383,7 @@ func (m *Master) publishLeaderOps(ctx context.Context, st *statemachine.State, o
 			}
 			to := o.Leader
 			if o.Step == StepLeaveLeader {
-				to = pickLeader(in, models.ShardAssignment{ID: o.Shard, Replicas: o.To}, o.To, "", leads)
+				to, _ = pickLeader(in, o.Shard, liveReplicas(in, models.ShardAssignment{ID: o.Shard, Replicas: o.To}, o.To), leads)
 			}
 			cur := next.Shards[i]
 			if to == "" || to == cur.Leader {

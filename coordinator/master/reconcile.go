@@ -172,7 +172,14 @@ func (m *Master) failover(ctx context.Context, name string) error {
 		return nil // the resync pass comes back after the grace
 	}
 	st := m.cfg.State()
-	ops := FailoverOps(st, name, m.cfg.Term, m.cfg.Now())
+	in, ok := FailoverInputs(st, name)
+	if !ok || !anyNeedsLeader(in) {
+		return nil
+	}
+	// The replicas' last txn ids and terms are asked for now, only for a
+	// database that needs a leader (their records do not carry them).
+	in.Answers = gatherTxn(ctx, m.cfg.AskTxn, m.cfg.AskTimeout, in, m.lg)
+	ops := FailoverOpsFor(st, in, m.cfg.Term, m.cfg.Now())
 	if len(ops) == 0 {
 		return nil
 	}
@@ -184,7 +191,7 @@ func (m *Master) failover(ctx context.Context, name string) error {
 	for _, id := range changed {
 		s := next.Shards[indexOf(next, id)]
 		m.lg.Info("shard leader changed", zap.String("db", name), zap.Int("shard", id),
-			zap.String("leader", s.Leader), zap.Int64("term", s.Term), zap.String("status", s.Status))
+			zap.String("leader", s.Leader), zap.Int64("term", s.Term), zap.String("status", s.Status), zap.String("reason", s.Reason))
 	}
 	return nil
 }
@@ -204,7 +211,7 @@ func applyFailover(db string, prev models.ShardStates, ops []Operator) (models.S
 		if o.Kind == OpOffline {
 			s.Status, s.Reason = models.StatusOffline, o.Reason
 		} else {
-			s = models.ShardState{ID: o.Shard, Leader: o.Leader, Term: o.Term, Status: models.StatusOnline}
+			s = models.ShardState{ID: o.Shard, Leader: o.Leader, Term: o.Term, Status: models.StatusOnline, Reason: o.Reason}
 		}
 		if i < 0 {
 			next.Shards = append(next.Shards, s)

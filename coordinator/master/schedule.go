@@ -181,23 +181,42 @@ func planDue(in Input) bool {
 	return false
 }
 
-// FailoverOps turns PlanLeaders' decision for one database into operators.
-func FailoverOps(st *statemachine.State, db string, term int64, now time.Time) []Operator {
+// FailoverInputs is what PlanLeaders reads of one database in st, without
+// the replicas' answers (the executor asks them at failover) and with the
+// cluster-wide leadership counts of the tie-break.
+func FailoverInputs(st *statemachine.State, db string) (ShardInputs, bool) {
 	a, ok := st.Assignments[db]
 	if !ok || !ClusterReady(st, a.Cluster) {
+		return ShardInputs{}, false
+	}
+	return ShardInputs{DB: db, Assign: a, States: st.ShardStates[db],
+		Live: st.Nodes[a.Cluster], ISR: st.ISR[a.Cluster], Drains: st.Drains,
+		Leads: ClusterLeads(st.ShardStates, st.Assignments, a.Cluster)}, true
+}
+
+// FailoverOps turns PlanLeaders' decision for one database into operators.
+func FailoverOps(st *statemachine.State, db string, term int64, now time.Time) []Operator {
+	in, ok := FailoverInputs(st, db)
+	if !ok {
 		return nil
 	}
-	next, changed := PlanLeaders(ShardInputs{DB: db, Assign: a, States: st.ShardStates[db],
-		Live: st.Nodes[a.Cluster], ISR: st.ISR[a.Cluster], Drains: st.Drains})
+	return FailoverOpsFor(st, in, term, now)
+}
+
+// FailoverOpsFor is FailoverOps over given inputs (with the replicas'
+// answers, when the executor asked them).
+func FailoverOpsFor(st *statemachine.State, in ShardInputs, term int64, now time.Time) []Operator {
+	db := in.DB
+	next, changed := PlanLeaders(in)
 	var ops []Operator
 	for _, id := range changed {
 		s := next.Shards[indexOf(next, id)]
-		o := Operator{DB: db, Shard: id, Kind: OpFailover, Leader: s.Leader, Term: s.Term, Step: StepPublish, MasterTerm: term, Created: now}
+		o := Operator{DB: db, Shard: id, Kind: OpFailover, Leader: s.Leader, Term: s.Term, Step: StepPublish, MasterTerm: term, Created: now, Reason: s.Reason}
 		if prev, ok := st.ShardState(db, id); ok {
 			o.FromLeader = prev.Leader
 		}
 		if s.Status != models.StatusOnline {
-			o.Kind, o.Reason = OpOffline, s.Reason
+			o.Kind = OpOffline
 		}
 		ops = append(ops, o)
 	}

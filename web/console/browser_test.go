@@ -57,6 +57,12 @@ func TestConsoleOverviewAndBanner(t *testing.T) {
 	for _, id := range []string{"n-1", "n-2", "n-3", "n-4", "a-1"} {
 		require.Contains(t, nodes, id)
 	}
+	require.Contains(t, nodes, "Last change", "liveness is the lease: the record's age is its last change, not a heartbeat")
+	// The Shards column is the record's shards_hosted: 6 shards x RF 3 over
+	// the 4 default nodes hold 18 replicas.
+	hosted := browsertest.Eval[int](c.Page, `Array.from(document.querySelectorAll("#storage-nodes tr")).slice(1)
+		.filter((tr) => tr.cells[0].textContent === "default").reduce((s, tr) => s + Number(tr.cells[5].textContent), 0)`)
+	require.Equal(t, 18, hosted)
 	require.True(t, browsertest.Eval[bool](c.Page, `document.getElementById("banner").hidden`), "banner shown while healthy")
 
 	api.set(func(f *fakeAPI) { f.etcdDown = true; f.draining["n-3"] = true })

@@ -244,11 +244,14 @@
       (storage[cluster] || []).slice().sort((a, b) => byName(a.node_id, b.node_id)).forEach((n) => {
         total++;
         if (n.draining) draining++;
-        const age = n.last_updated ? (Date.now() - n.last_updated / 1000) / 1000 : Infinity;
-        const ageCls = age > 10 ? "bad" : age > 3 ? "warn" : "";
+        // A listed node is live (its lease holds); last_updated is the
+        // record's last real change, not a heartbeat. Replicas: what the
+        // assignments give it (the server counts them), else what its record
+        // says it hosts.
+        const hosted = n.replicas !== undefined ? n.replicas : (n.shards_hosted || 0);
         rows += "<tr><td>" + esc(cluster) + "</td><td>" + esc(n.node_id) + "</td><td>" + esc(n.node_address) +
-          "</td><td>" + esc(n.role) + "</td><td class='num " + ageCls + "'>" + ago(n.last_updated / 1000) +
-          "</td><td class=num>" + esc(n.replicas) + "</td><td class=num>" + esc(n.leads) + "</td><td>" +
+          "</td><td>" + esc(n.role) + "</td><td class=num>" + ago(n.last_updated / 1000) +
+          "</td><td class=num>" + esc(hosted) + "</td><td class=num>" + esc(n.leads) + "</td><td>" +
           (n.draining ? "<span class='badge drain' data-remaining=" + esc(n.replicas) + ">" +
             (n.replicas ? "draining · " + esc(n.replicas) + " replica" + (n.replicas === 1 ? "" : "s") + " still to move" : "drained") + "</span>" :
             "<span class='badge on'>active</span>") +
@@ -270,7 +273,7 @@
     setText("storage-sub", Object.keys(storage).length + " cluster(s)" + (draining ? " · " + draining + " draining" : "") +
       (down ? " · " + down + " down" : ""));
     put("storage-nodes", total + down ? "<table class=list><tr><th>Cluster</th><th>Node</th><th>Address</th><th>Role</th>" +
-      "<th class=num>Heartbeat age</th><th class=num>Replicas</th><th class=num>Leads</th><th>State</th><th></th></tr>" + rows + "</table>" :
+      "<th class=num>Last change</th><th class=num>Replicas</th><th class=num>Leads</th><th>State</th><th></th></tr>" + rows + "</table>" :
       "<div class=empty>No live storage nodes.</div>");
 
     rows = state.clusters.slice().sort((a, b) => byName(a.name, b.name)).map((c) => "<tr><td>" + esc(c.name) + "</td><td>" +

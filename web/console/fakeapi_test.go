@@ -199,7 +199,7 @@ func (f *fakeAPI) nodes(w http.ResponseWriter, r *http.Request) {
 				}
 			}
 			recs = append(recs, map[string]any{"node_id": id, "node_address": fmt.Sprintf("10.0.0.%d:9000", i+1),
-				"role": "storage", "cluster": cluster, "draining": f.draining[id], "last_txn_id": txn, "following": following,
+				"role": "storage", "cluster": cluster, "draining": f.draining[id], "shards_hosted": len(txn), "following": following,
 				"last_updated": now.Add(-time.Duration(300*i) * time.Millisecond).UnixMicro()})
 		}
 		storage[cluster] = recs

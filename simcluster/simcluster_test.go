@@ -1,0 +1,39 @@
+package simcluster_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/cairn-db/cairn/simcluster"
+	"github.com/stretchr/testify/require"
+)
+
+// A small simulated cluster through the real path: every replica is placed
+// and hosted, nothing is written to etcd while idle, and the shards led by
+// the killed agent get new leaders.
+func TestSimulateSmallCluster(t *testing.T) {
+	res, err := simcluster.Run(context.Background(), simcluster.Params{Nodes: 4, Databases: 2, Shards: 4, Replicas: 3,
+		Idle: 2 * time.Second, Kill: 1})
+	require.NoError(t, err)
+	require.Equal(t, 4, res.Nodes)
+	require.Equal(t, 24, res.Replicas)
+	require.Positive(t, res.PlaceMS)
+	require.Less(t, res.IdleEtcdRevisionsPerS, 1.0, "an idle cluster writes nothing to etcd")
+	require.Positive(t, res.FailoverShards, "the killed agent led shards")
+	require.Positive(t, res.FailoverMS)
+	require.Positive(t, res.RSSMiB)
+}
+
+func TestSimulateRefusesBadParams(t *testing.T) {
+	for _, p := range []simcluster.Params{
+		{Nodes: 0, Shards: 1, Replicas: 1},
+		{Nodes: 3, Shards: 1, Replicas: 4},
+		{Nodes: 3, Shards: 0, Replicas: 1},
+		{Nodes: 3, Shards: 1, Replicas: 1, Kill: 3},
+		{Nodes: 3, Shards: 1, Replicas: 1, LeaseTTL: time.Second},
+	} {
+		_, err := simcluster.Run(context.Background(), p)
+		require.ErrorIs(t, err, simcluster.ErrInvalidParams, "%+v", p)
+	}
+}

@@ -1,0 +1,173 @@
+package storage
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/cairn-db/cairn/models"
+	"github.com/gin-gonic/gin"
+)
+
+// A follower fetches every shard it follows from one leader node with one
+// long-poll (Kafka's fetch sessions): POST /internal/v1/fetch, body
+// fetchRequest. The leader answers as soon as any of the shards has something
+// for the follower (entries, a truncation, a full sync, an error), or after
+// wait_ms with an empty body. The answer is a sequence of records, one per
+// shard with something to say, each:
+//
+//	uvarint index (into the request's shards), uvarint status, uvarint arg,
+//	uvarint count, then count x (uvarint length, encoded engine.Entry)
+//
+// status: fetchEntries; fetchTruncate (arg: truncate after this txn);
+// fetchFullSync; fetchError (arg: the HTTP status the per-shard API would
+// answer, e.g. 409 for a stale term). A follower handles truncations, full
+// syncs and errors through the per-shard API.
+
+// Record statuses of a batched fetch answer.
+const (
+	fetchEntries = iota
+	fetchTruncate
+	fetchFullSync
+	fetchError
+)
+
+// maxFetchShards bounds one batched fetch.
+const maxFetchShards = 8192
+
+// maxFetchWait bounds how long a batched fetch is parked.
+const maxFetchWait = 5 * time.Second
+
+// fetchRequest is the body of a batched fetch.
+type fetchRequest struct {
+	Node   string       `json:"node"`
+	WaitMS int64        `json:"wait_ms"`
+	Shards []fetchShard `json:"shards"`
+}
+
+// fetchShard is one shard's position in a batched fetch.
+type fetchShard struct {
+	DB        string `json:"db"`
+	Shard     int    `json:"shard"`
+	Term      int64  `json:"term"`
+	After     uint64 `json:"after"`
+	AfterTerm uint64 `json:"after_term"`
+}
+
+// errBadFetch: a batched fetch request that cannot be served.
+var errBadFetch = errors.New("storage: bad batched fetch")
+
+func (h *Host) handleFetch(c *gin.Context) {
+	var req fetchRequest
+	if err := json.NewDecoder(io.LimitReader(c.Request.Body, 4<<20)).Decode(&req); err != nil ||
+		!models.ValidName(req.Node) || len(req.Shards) == 0 || len(req.Shards) > maxFetchShards {
+		c.AbortWithStatusJSON(http.StatusBadRequest, gin.H{"error": gin.H{"code": "bad_request",
+			"message": fmt.Sprintf("%v: need node and 1 to %d shards", errBadFetch, maxFetchShards)}})
+		return
+	}
+	wait := min(time.Duration(req.WaitMS)*time.Millisecond, maxFetchWait)
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	var out []byte
+	var parked []*replica
+	defer func() {
+		for _, r := range parked {
+			r.park(req.Node, -1)
+		}
+	}()
+	for {
+		// Take the wake-up channel before looking, so an append in between
+		// is not missed.
+		woken := h.appended()
+		out = h.fetchAll(c, req, out[:0])
+		if len(out) > 0 || wait <= 0 {
+			break
+		}
+		if parked == nil {
+			// While parked the follower counts as fetching for the
+			// in-sync upkeep: an idle poll may outlast the catch-up window.
+			for _, s := range req.Shards {
+				if r := h.get(s.DB, s.Shard); r != nil {
+					r.park(req.Node, 1)
+					parked = append(parked, r)
+				}
+			}
+		}
+		select {
+		case <-c.Request.Context().Done():
+			return
+		case <-deadline.C:
+			out = h.fetchAll(c, req, out[:0]) // records the fetch for the in-sync upkeep
+			wait = 0
+		case <-woken:
+			continue
+		}
+		break
+	}
+	c.Data(http.StatusOK, "application/octet-stream", out)
+}
+
+// fetchAll serves every shard of a batched fetch once, without waiting, and
+// appends the records of those with something to say.
+func (h *Host) fetchAll(c *gin.Context, req fetchRequest, out []byte) []byte {
+	for i, s := range req.Shards {
+		r := h.get(s.DB, s.Shard)
+		if r == nil {
+			out = appendFetchRecord(out, i, fetchError, http.StatusNotFound, nil)
+			continue
+		}
+		res, err := r.fetch(c, s.Term, req.Node, s.After, s.AfterTerm, 64, 0)
+		switch {
+		case err != nil:
+			status, _ := models.StatusOf(err)
+			out = appendFetchRecord(out, i, fetchError, uint64(status), nil)
+		case res.fullSync:
+			out = appendFetchRecord(out, i, fetchFullSync, 0, nil)
+		case res.truncateTo != nil:
+			out = appendFetchRecord(out, i, fetchTruncate, *res.truncateTo, nil)
+		case len(res.entries) > 0:
+			enc := make([][]byte, 0, len(res.entries))
+			for _, e := range res.entries {
+				b, err := e.MarshalBinary()
+				if err != nil {
+					break
+				}
+				enc = append(enc, b)
+			}
+			out = appendFetchRecord(out, i, fetchEntries, 0, enc)
+		}
+	}
+	return out
+}
+
+func appendFetchRecord(out []byte, idx, status int, arg uint64, entries [][]byte) []byte {
+	out = binary.AppendUvarint(out, uint64(idx))
+	out = binary.AppendUvarint(out, uint64(status))
+	out = binary.AppendUvarint(out, arg)
+	out = binary.AppendUvarint(out, uint64(len(entries)))
+	for _, e := range entries {
+		out = binary.AppendUvarint(out, uint64(len(e)))
+		out = append(out, e...)
+	}
+	return out
+}
+
+// appended returns a channel closed at the next append or role change on
+// this node: what a parked batched fetch waits for.
+func (h *Host) appended() <-chan struct{} {
+	h.appendMu.Lock()
+	defer h.appendMu.Unlock()
+	return h.appendCh
+}
+
+// signalAppend wakes the parked batched fetches.
+func (h *Host) signalAppend() {
+	h.appendMu.Lock()
+	close(h.appendCh)
+	h.appendCh = make(chan struct{})
+	h.appendMu.Unlock()
+}
