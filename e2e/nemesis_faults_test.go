@@ -304,47 +304,85 @@ func (c *nemCluster) copyDataDir(orig *Proc) {
 	// its lease sees the other holder as soon as etcd answers it again.
 	const within = 15 * time.Second
 	eventually(func() bool { return !dup.running() || !orig.running() }, within, 100*time.Millisecond)
-	switch {
-	case !dup.running():
-		code := dup.wait(time.Second)
-		out := tail(dup.log, 20)
-		switch {
-		case code == 0:
-			c.finding(&c.dupFindings, "a copy of %s's data dir (node id %s) exited 0: refusing must exit non-zero", c.label(orig), id)
-		case !strings.Contains(out, id) || !strings.Contains(out, orig.addr):
-			c.finding(&c.dupFindings, "a copy of %s's data dir exited %d without naming node id %s and the live address %s; its output:\n%s",
-				c.label(orig), code, id, orig.addr, out)
-		default:
-			c.logf("the copy of %s's data dir refused to start (exit %d)", c.label(orig), code)
-		}
-		if !orig.running() {
-			c.finding(&c.dupFindings, "the original %s exited too (exit %d) while its copy refused to start: %s",
-				c.label(orig), orig.wait(time.Second), strings.TrimSpace(tail(orig.log, 1)))
+	var e copyEnd
+	if e.dupExited = !dup.running(); e.dupExited {
+		e.dupCode, e.dupOut = dup.wait(time.Second), tail(dup.log, 20)
+	}
+	if e.origExited = !orig.running(); e.origExited {
+		e.origCode, e.origOut = orig.wait(time.Second), tail(orig.log, 20)
+	}
+	verdict, findings := judgeCopy(e, id, orig.addr, dup.addr)
+	for _, f := range findings {
+		c.finding(&c.dupFindings, "copy of %s's data dir: %s", c.label(orig), f)
+	}
+	switch verdict {
+	case copyRefused:
+		c.logf("the copy of %s's data dir refused to start (exit %d)", c.label(orig), e.dupCode)
+		if e.origExited {
 			orig.restart()
 		}
-	case !orig.running():
+	case copyTookOver:
+		c.logf("%s lost its lease before its copy started (the copy registered on the free key): it exited %d naming the copy at %s; stopping the copy, starting the original again",
+			c.label(orig), e.origCode, dup.addr)
 		c.takeover(orig, dup, id)
 	default:
 		code, h := dup.get("/api/v1/health")
-		c.finding(&c.dupFindings, "a copy of %s's data dir (node id %s) started beside the original at %s and both were still running after %s (copy's health %d %v): at most one process may hold the id live",
-			c.label(orig), id, orig.addr, within, code, h)
+		c.logf("after %s both still run (copy's health %d %v); killing the copy", within, code, h)
 		c.kill9(dup)
 	}
 }
 
-// takeover judges and undoes the second outcome of copyDataDir: the
-// original exited because its copy at another address holds its node id.
+// copyEnd is how a copy-datadir step ended: which of the original and its
+// copy exited, with their exit codes and last lines of output.
+type copyEnd struct {
+	dupExited, origExited bool
+	dupCode, origCode     int
+	dupOut, origOut       string
+}
+
+type copyVerdict int
+
+const (
+	copyRefused  copyVerdict = iota // the copy exited; the original holds the id
+	copyTookOver                    // the original exited, naming its copy, which holds the id
+	copyBoth                        // both still ran: two live holders of one id
+)
+
+// judgeCopy says which outcome a copy-datadir step had and what in it breaks
+// issue 8 #1 (at most one live holder per node id; a refusal exits non-zero
+// naming the id and the live holder's address).
+func judgeCopy(e copyEnd, id, origAddr, dupAddr string) (copyVerdict, []string) {
+	var findings []string
+	switch {
+	case e.dupExited:
+		switch {
+		case e.dupCode == 0:
+			findings = append(findings, fmt.Sprintf("the copy (node id %s) exited 0: refusing must exit non-zero", id))
+		case !strings.Contains(e.dupOut, id) || !strings.Contains(e.dupOut, origAddr):
+			findings = append(findings, fmt.Sprintf("the copy exited %d without naming node id %s and the live address %s; its output:\n%s",
+				e.dupCode, id, origAddr, e.dupOut))
+		}
+		if e.origExited {
+			findings = append(findings, fmt.Sprintf("the original at %s exited too (exit %d) while its copy refused to start; its output:\n%s",
+				origAddr, e.origCode, e.origOut))
+		}
+		return copyRefused, findings
+	case e.origExited:
+		if e.origCode == 0 || !strings.Contains(e.origOut, "in use by another live process") || !strings.Contains(e.origOut, dupAddr) {
+			findings = append(findings, fmt.Sprintf("the original at %s exited %d while a copy of its data dir ran at %s, without saying node id %s is in use by that live process; its output:\n%s",
+				origAddr, e.origCode, dupAddr, id, e.origOut))
+		}
+		return copyTookOver, findings
+	}
+	return copyBoth, []string{fmt.Sprintf("the copy (node id %s) at %s and the original at %s both still ran: at most one process may hold the id live",
+		id, dupAddr, origAddr)}
+}
+
+// takeover undoes the copyTookOver outcome: it stops the copy (SIGTERM),
+// starts the original again on its own data dir and address, and checks that
+// the original registers again.
 func (c *nemCluster) takeover(orig, dup *Proc, id string) {
 	c.t.Helper()
-	code := orig.wait(time.Second)
-	out := tail(orig.log, 20)
-	if code == 0 || !strings.Contains(out, "in use by another live process") || !strings.Contains(out, dup.addr) {
-		c.finding(&c.dupFindings, "the original %s exited %d while a copy of its data dir ran at %s, without saying the id is in use by that live process; its output:\n%s",
-			c.label(orig), code, dup.addr, out)
-	} else {
-		c.logf("%s lost its lease before its copy started (the copy registered on the free key): it exited %d naming the copy at %s; stopping the copy, starting the original again",
-			c.label(orig), code, dup.addr)
-	}
 	c.takeovers++
 	if err := dup.trySignal(syscall.SIGTERM); err == nil {
 		if !eventually(func() bool { return !dup.running() }, 30*time.Second, 50*time.Millisecond) {
@@ -440,4 +478,33 @@ func TestNemesisSchedule(t *testing.T) {
 		require.True(t, hit[i], "a 10-minute schedule never targets process %d", i)
 	}
 	require.NotEqual(t, long, nemSchedule(8, 10*time.Minute, nemTTL, nemStorageNodes), "different seeds, different schedules")
+}
+
+// TestJudgeCopy: the verdicts of a copy-datadir step (issue 8 #1: at most one
+// live holder per node id).
+func TestJudgeCopy(t *testing.T) {
+	const id, orig, dup = "n-1", "127.0.0.1:1001", "127.0.0.1:2002"
+	refusal := "cairn: storage node id \"n-1\" is in use by another live process: ... is held by 127.0.0.1:1001 (lease 7)"
+	takeover := "cairn: storage node id \"n-1\" is in use by another live process: ... is held by 127.0.0.1:2002 (lease 9)"
+	for _, tc := range []struct {
+		name     string
+		end      copyEnd
+		verdict  copyVerdict
+		findings int
+	}{
+		{"the copy refuses", copyEnd{dupExited: true, dupCode: 1, dupOut: refusal}, copyRefused, 0},
+		{"the copy exits 0", copyEnd{dupExited: true, dupOut: refusal}, copyRefused, 1},
+		{"the copy names no address", copyEnd{dupExited: true, dupCode: 1, dupOut: `id "n-1" is in use`}, copyRefused, 1},
+		{"the copy names no id", copyEnd{dupExited: true, dupCode: 1, dupOut: "held by 127.0.0.1:1001"}, copyRefused, 1},
+		{"both exit", copyEnd{dupExited: true, dupCode: 1, dupOut: refusal, origExited: true, origCode: 1}, copyRefused, 1},
+		{"the original lost its lease first", copyEnd{origExited: true, origCode: 1, origOut: takeover}, copyTookOver, 0},
+		{"the original exits 0", copyEnd{origExited: true, origOut: takeover}, copyTookOver, 1},
+		{"the original fails for another reason", copyEnd{origExited: true, origCode: 2, origOut: "panic: boom"}, copyTookOver, 1},
+		{"the original names another holder", copyEnd{origExited: true, origCode: 1, origOut: refusal}, copyTookOver, 1},
+		{"both run", copyEnd{}, copyBoth, 1},
+	} {
+		verdict, findings := judgeCopy(tc.end, id, orig, dup)
+		require.Equal(t, tc.verdict, verdict, tc.name)
+		require.Len(t, findings, tc.findings, "%s: %v", tc.name, findings)
+	}
 }
