@@ -24,6 +24,14 @@ var (
 	ErrNotEnoughISR = fmt.Errorf("storage: %w", models.ErrNotEnoughISR)
 	// ErrAckTimeout: the in-sync replicas did not confirm in time.
 	ErrAckTimeout = fmt.Errorf("storage: %w", models.ErrAckTimeout)
+	// ErrFenced: a follower holds entries of this replica's own leadership
+	// term that its log lacks. Only the leader of a term writes that term's
+	// entries, so another process led this term under this node id (a copy
+	// of the data dir) or this log lost entries; either way the follower's
+	// may be acknowledged. The replica stops writing and changing the in-sync
+	// set, and never truncates them, until its term or role changes.
+	// It answers as a stale term: the leadership is not valid.
+	ErrFenced = fmt.Errorf("storage: leadership fenced, a follower holds entries of this term that this replica lacks: %w", models.ErrStaleTerm)
 )
 
 type role int
@@ -68,6 +76,7 @@ type replica struct {
 	kick    chan struct{}        // wakes the leader's in-sync set upkeep early
 	isrTerm int64                // leader: the term of isrRev
 	isrRev  int64                // leader: mod revision of the in-sync set this leader last wrote
+	fenced  bool                 // leader: see ErrFenced; cleared when the term or role changes
 }
 
 func newReplica(h *Host, db string, shard int, eng engine.Shard) *replica {
@@ -111,6 +120,7 @@ func (r *replica) setDesired(d desired) {
 	r.cancel, r.done = c, make(chan struct{})
 	r.isr, r.acked, r.caught, r.sentEnd = nil, map[string]uint64{}, map[string]time.Time{}, map[string]uint64{}
 	r.fetched = map[string]time.Time{}
+	r.fenced = false
 	r.broadcastLocked()
 	done = r.done
 	switch d.role {
@@ -204,6 +214,10 @@ func (r *replica) maintainISR(ctx context.Context, d desired) {
 	st := r.h.state()
 	nodes := st.Nodes[r.h.cluster]
 	r.mu.Lock()
+	if r.fenced {
+		r.mu.Unlock()
+		return
+	}
 	isr := slices.Clone(r.isr)
 	// Kafka's rule: a follower is in sync while it keeps catching up with
 	// where the leader was at its previous fetch; under a steady write load
@@ -254,6 +268,10 @@ func (r *replica) write(ctx context.Context, term int64, points []lineproto.Poin
 		r.mu.Unlock()
 		return fmt.Errorf("%w: shard %s is still publishing its in-sync set", ErrStaleTerm, r.id)
 	}
+	if r.fenced {
+		r.mu.Unlock()
+		return fmt.Errorf("%w: shard %s term %d", ErrFenced, r.id, term)
+	}
 	if len(r.isr) < r.h.cfg.MinInsync {
 		n := len(r.isr)
 		r.mu.Unlock()
@@ -282,6 +300,10 @@ func (r *replica) awaitAcks(ctx context.Context, term int64, txn uint64) error {
 		if r.want.role != roleLeader || r.want.term != term {
 			r.mu.Unlock()
 			return fmt.Errorf("%w: leadership of %s changed while writing", ErrStaleTerm, r.id)
+		}
+		if r.fenced {
+			r.mu.Unlock()
+			return fmt.Errorf("%w: shard %s term %d, txn %d not acknowledged", ErrFenced, r.id, term, txn)
 		}
 		if len(r.isr) < r.h.cfg.MinInsync {
 			n := len(r.isr)
@@ -328,7 +350,14 @@ func (r *replica) fetch(ctx context.Context, term int64, node string, after, aft
 	}
 	r.mu.Unlock()
 	last := r.eng.LastTxnID()
+	// The follower's entry at after is of our own term (or a later one) and
+	// our log does not have it: see ErrFenced. Truncating it could destroy
+	// acknowledged data.
+	fence := afterTerm >= uint64(term) && term > 0
 	if after > last {
+		if fence {
+			return fetchResult{}, r.fence(term, node, after, afterTerm, last)
+		}
 		return fetchResult{truncateTo: &last}, nil
 	}
 	if after > 0 {
@@ -340,9 +369,18 @@ func (r *replica) fetch(ctx context.Context, term int64, node string, after, aft
 			return fetchResult{}, err
 		}
 		if t != afterTerm {
+			if fence {
+				return fetchResult{}, r.fence(term, node, after, afterTerm, last)
+			}
 			back := after - 1
 			return fetchResult{truncateTo: &back}, nil
 		}
+	}
+	r.mu.Lock()
+	fenced := r.fenced
+	r.mu.Unlock()
+	if fenced {
+		return fetchResult{}, fmt.Errorf("%w: shard %s term %d", ErrFenced, r.id, term)
 	}
 	r.mu.Lock()
 	if after > r.acked[node] {
@@ -388,6 +426,24 @@ func (r *replica) fetch(ctx context.Context, term int64, node string, after, aft
 	}
 }
 
+// fence stops this leadership (ErrFenced) and says why, once.
+func (r *replica) fence(term int64, node string, after, afterTerm, last uint64) error {
+	r.mu.Lock()
+	first := !r.fenced && r.want.term == term
+	if first {
+		r.fenced = true
+		r.broadcastLocked() // writes waiting for acknowledgements fail now
+	}
+	r.mu.Unlock()
+	if first {
+		r.lg.Error("a follower holds entries of this leadership term that this log lacks: another process led this term under this node id (a copy of this data dir?) or this log lost entries; not writing, not truncating it, until the term changes",
+			zap.Int64("term", term), zap.String("follower", node), zap.Uint64("follower_txn", after),
+			zap.Uint64("follower_txn_term", afterTerm), zap.Uint64("last_txn_id", last))
+	}
+	return fmt.Errorf("%w: shard %s term %d: follower %s has txn %d of term %d, this log ends at %d",
+		ErrFenced, r.id, term, node, after, afterTerm, last)
+}
+
 // leave removes a follower that is shutting down from the in-sync set at once,
 // so writes do not wait for the lag bound.
 func (r *replica) leave(ctx context.Context, term int64, node string) error {
@@ -399,6 +455,10 @@ func (r *replica) leave(ctx context.Context, term int64, node string) error {
 	if r.isr == nil {
 		r.mu.Unlock()
 		return fmt.Errorf("%w: shard %s is still publishing its in-sync set", ErrStaleTerm, r.id)
+	}
+	if r.fenced {
+		r.mu.Unlock()
+		return fmt.Errorf("%w: shard %s term %d", ErrFenced, r.id, term)
 	}
 	if !slices.Contains(r.isr, node) {
 		r.mu.Unlock()
