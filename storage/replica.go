@@ -349,32 +349,23 @@ func (r *replica) fetch(ctx context.Context, term int64, node string, after, aft
 		return fetchResult{}, fmt.Errorf("%w: shard %s", ErrStaleTerm, r.id)
 	}
 	r.mu.Unlock()
-	last := r.eng.LastTxnID()
 	// The follower's entry at after is of our own term (or a later one) and
 	// our log does not have it: see ErrFenced. Truncating it could destroy
-	// acknowledged data.
+	// acknowledged data. An Apply in progress has its entry readable before
+	// it counts in LastTxnID: a follower may already hold it, so that case
+	// is looked at again with Apply excluded before it fences.
 	fence := afterTerm >= uint64(term) && term > 0
-	if after > last {
-		if fence {
+	last, res, diverged, err := r.compareLog(after, afterTerm)
+	if diverged && fence {
+		r.applyMu.Lock()
+		last, res, diverged, err = r.compareLog(after, afterTerm)
+		r.applyMu.Unlock()
+		if diverged {
 			return fetchResult{}, r.fence(term, node, after, afterTerm, last)
 		}
-		return fetchResult{truncateTo: &last}, nil
 	}
-	if after > 0 {
-		t, err := r.eng.TermAt(after)
-		if errors.Is(err, engine.ErrCompacted) {
-			return fetchResult{fullSync: true}, nil
-		}
-		if err != nil {
-			return fetchResult{}, err
-		}
-		if t != afterTerm {
-			if fence {
-				return fetchResult{}, r.fence(term, node, after, afterTerm, last)
-			}
-			back := after - 1
-			return fetchResult{truncateTo: &back}, nil
-		}
+	if err != nil || res != nil {
+		return *res, err
 	}
 	r.mu.Lock()
 	fenced := r.fenced
@@ -424,6 +415,31 @@ func (r *replica) fetch(ctx context.Context, term int64, node string, after, aft
 		ch = r.changed
 		r.mu.Unlock()
 	}
+}
+
+// compareLog checks the follower's last entry (after, of term afterTerm)
+// against our log: nothing to do (res nil), a full sync, or a truncation
+// (diverged: the follower holds an entry we lack or hold at another term).
+func (r *replica) compareLog(after, afterTerm uint64) (last uint64, res *fetchResult, diverged bool, err error) {
+	last = r.eng.LastTxnID()
+	if after > last {
+		return last, &fetchResult{truncateTo: &last}, true, nil
+	}
+	if after == 0 {
+		return last, nil, false, nil
+	}
+	t, err := r.eng.TermAt(after)
+	if errors.Is(err, engine.ErrCompacted) {
+		return last, &fetchResult{fullSync: true}, false, nil
+	}
+	if err != nil {
+		return last, &fetchResult{}, false, err
+	}
+	if t != afterTerm {
+		back := after - 1
+		return last, &fetchResult{truncateTo: &back}, true, nil
+	}
+	return last, nil, false, nil
 }
 
 // fence stops this leadership (ErrFenced) and says why, once.
