@@ -176,8 +176,15 @@ func (p *Proc) running() bool {
 
 func (p *Proc) signal(sig syscall.Signal) {
 	p.t.Helper()
+	require.NoError(p.t, p.trySignal(sig), "signal %v to %s", sig, p.name)
+}
+
+// trySignal sends sig to the current run; it fails with os.ErrProcessDone
+// when that run has already exited (a process may stop on its own, e.g. one
+// that found its node id held by another).
+func (p *Proc) trySignal(sig syscall.Signal) error {
 	cmd, _ := p.current()
-	require.NoError(p.t, cmd.Process.Signal(sig), "signal %v to %s", sig, p.name)
+	return cmd.Process.Signal(sig)
 }
 
 // kill ends the current run if it is still going (cleanup).

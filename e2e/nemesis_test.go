@@ -40,6 +40,9 @@ type nemCluster struct {
 	frozen   map[*Proc]bool
 	backups  []string
 	restores int
+	// takeovers counts copy-datadir steps where the original had lost its
+	// lease first, so the copy held the id until the nemesis stopped it.
+	takeovers int
 
 	// Findings of the fault steps, reported as failed checks at the end.
 	dupFindings, restoreFindings, termFindings []string
@@ -196,7 +199,8 @@ func TestNemesis(t *testing.T) {
 	for _, w := range writers {
 		w.stop()
 	}
-	c.logf("faults over after %s: %v", to.Sub(from).Round(time.Second), ran)
+	c.logf("faults over after %s: %v; copy-datadir steps where the copy took the id over (original's lease expired first): %d",
+		to.Sub(from).Round(time.Second), ran, c.takeovers)
 
 	c.heal(t)
 	c.checkAll(t, hist, writers, from, to)

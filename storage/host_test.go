@@ -208,3 +208,81 @@ func TestDivergentTailTruncated(t *testing.T) {
 	require.Equal(t, want, got, "the follower's data equals the leader's; the divergent points are gone")
 	require.NoError(t, leader.host.Write(context.Background(), "d", 0, 2, points(60, 5)))
 }
+
+// A follower holding entries of the leader's own term beyond the leader's log
+// (what a stale copy of the leader's data dir, leading under its node id at
+// its term, meets) is never truncated: the leader fences its leadership
+// (ErrFenced, answered as a stale term): its fetches and writes fail until the
+// term changes.
+func TestFollowerAheadInLeadersTermFences(t *testing.T) {
+	store := coordinator.NewMemoryStore()
+	defer store.Close()
+	sm := statemachine.New(statemachine.Config{})
+	sm.Start(context.Background())
+	defer sm.Stop()
+
+	prepare := func(entries ...engine.Entry) engine.Engine {
+		eng, err := engine.NewBoltEngine(t.TempDir())
+		require.NoError(t, err)
+		s, err := eng.Open("d", 0)
+		require.NoError(t, err)
+		for _, e := range entries {
+			require.NoError(t, s.Apply(e))
+		}
+		return eng
+	}
+	entry := func(txn, term uint64, from int) engine.Entry {
+		return engine.Entry{TxnID: txn, Term: term, Points: points(from, 5)}
+	}
+	// L (the stale copy) holds txns 1-3 of term 2; F also 4-5 of term 2,
+	// which only a leader of term 2 can have written.
+	leaderEng := prepare(entry(1, 2, 0), entry(2, 2, 10), entry(3, 2, 20))
+	followerEng := prepare(entry(1, 2, 0), entry(2, 2, 10), entry(3, 2, 20), entry(4, 2, 30), entry(5, 2, 40))
+
+	leader := startNodeWith(t, "L", sm, store, leaderEng)
+	follower := startNodeWith(t, "F", sm, store, followerEng)
+	put(sm, statemachine.SourceStorageConfig, statemachine.KindStorageConfig, "", "default", models.StorageCluster{Name: "default"})
+	for _, n := range []*node{leader, follower} {
+		put(sm, statemachine.ClusterNodesSource("default"), statemachine.KindStorageNodes, "default", n.id,
+			models.StorageNode{NodeID: n.id, NodeAddress: n.addr()})
+	}
+	put(sm, statemachine.SourceDatabaseConfig, statemachine.KindDatabaseConfig, "", "d",
+		models.Database{Name: "d", StorageCluster: "default", NumShards: 1, ReplicaFactor: 2})
+	put(sm, statemachine.SourceAssign, statemachine.KindAssign, "", "d",
+		models.Assignment{DB: "d", Cluster: "default", Shards: []models.ShardAssignment{{ID: 0, Replicas: []string{"L", "F"}}}})
+	put(sm, statemachine.SourceShardState, statemachine.KindShardState, "", "d",
+		models.ShardStates{DB: "d", Shards: []models.ShardState{{ID: 0, Leader: "L", Term: 2, Status: models.StatusOnline}}})
+
+	// F's own fetches fence L; a fetch like F's, through the API, is refused.
+	fetch := func() int {
+		resp, err := http.Get("http://" + leader.addr() + "/internal/v1/shards/d/0/log?term=2&node=F&after=5&after_term=2")
+		if err != nil {
+			return 0
+		}
+		defer resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.Eventually(t, func() bool { return fetch() == http.StatusConflict }, 10*time.Second, 10*time.Millisecond)
+	err := leader.host.Write(context.Background(), "d", 0, 2, points(60, 5))
+	require.ErrorIs(t, err, storage.ErrFenced)
+	status, code := models.StatusOf(err)
+	require.Equal(t, http.StatusConflict, status)
+	require.Equal(t, "stale_term", code)
+
+	fs, err := followerEng.Open("d", 0)
+	require.NoError(t, err)
+	require.Equal(t, uint64(5), fs.LastTxnID(), "the follower keeps its entries of term 2")
+	term, err := fs.TermAt(5)
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), term)
+	ls, err := leaderEng.Open("d", 0)
+	require.NoError(t, err)
+	require.Equal(t, uint64(3), ls.LastTxnID(), "the fenced leader wrote nothing")
+
+	// A new term (the master moved on, F leads) lifts it: L follows and
+	// catches up from F.
+	put(sm, statemachine.SourceShardState, statemachine.KindShardState, "", "d",
+		models.ShardStates{DB: "d", Shards: []models.ShardState{{ID: 0, Leader: "F", Term: 3, Status: models.StatusOnline}}})
+	require.Eventually(t, func() bool { return ls.LastTxnID() == 5 }, 10*time.Second, 10*time.Millisecond)
+	require.NoError(t, follower.host.Write(context.Background(), "d", 0, 3, points(70, 5)))
+}

@@ -24,6 +24,14 @@ var (
 	ErrNotEnoughISR = fmt.Errorf("storage: %w", models.ErrNotEnoughISR)
 	// ErrAckTimeout: the in-sync replicas did not confirm in time.
 	ErrAckTimeout = fmt.Errorf("storage: %w", models.ErrAckTimeout)
+	// ErrFenced: a follower holds entries of this replica's own leadership
+	// term that its log lacks. Only the leader of a term writes that term's
+	// entries, so another process led this term under this node id (a copy
+	// of the data dir) or this log lost entries; either way the follower's
+	// may be acknowledged. The replica stops writing and changing the in-sync
+	// set, and never truncates them, until its term or role changes.
+	// It answers as a stale term: the leadership is not valid.
+	ErrFenced = fmt.Errorf("storage: leadership fenced, a follower holds entries of this term that this replica lacks: %w", models.ErrStaleTerm)
 )
 
 type role int
@@ -69,6 +77,7 @@ type replica struct {
 	kick    chan struct{}        // wakes the leader's in-sync set upkeep early
 	isrTerm int64                // leader: the term of isrRev
 	isrRev  int64                // leader: mod revision of the in-sync set this leader last wrote
+	fenced  bool                 // leader: see ErrFenced; cleared when the term or role changes
 }
 
 func newReplica(h *Host, db string, shard int, eng engine.Shard) *replica {
@@ -114,6 +123,7 @@ func (r *replica) setDesired(d desired) {
 	r.cancel, r.done = c, make(chan struct{})
 	r.isr, r.acked, r.caught, r.sentEnd = nil, map[string]uint64{}, map[string]time.Time{}, map[string]uint64{}
 	r.fetched, r.parked = map[string]time.Time{}, map[string]int{}
+	r.fenced = false
 	r.broadcastLocked()
 	done = r.done
 	switch d.role {
@@ -207,6 +217,10 @@ func (r *replica) maintainISR(ctx context.Context, d desired) {
 	st := r.h.state()
 	nodes := st.Nodes[r.h.cluster]
 	r.mu.Lock()
+	if r.fenced {
+		r.mu.Unlock()
+		return
+	}
 	isr := r.isr // replaced, never changed in place within its length
 	// Kafka's rule: a follower is in sync while it keeps catching up with
 	// where the leader was at its previous fetch; under a steady write load
@@ -257,6 +271,10 @@ func (r *replica) write(ctx context.Context, term int64, points []lineproto.Poin
 		r.mu.Unlock()
 		return fmt.Errorf("%w: shard %s is still publishing its in-sync set", ErrStaleTerm, r.id)
 	}
+	if r.fenced {
+		r.mu.Unlock()
+		return fmt.Errorf("%w: shard %s term %d", ErrFenced, r.id, term)
+	}
 	if len(r.isr) < r.h.cfg.MinInsync {
 		n := len(r.isr)
 		r.mu.Unlock()
@@ -286,6 +304,10 @@ func (r *replica) awaitAcks(ctx context.Context, term int64, txn uint64) error {
 		if r.want.role != roleLeader || r.want.term != term {
 			r.mu.Unlock()
 			return fmt.Errorf("%w: leadership of %s changed while writing", ErrStaleTerm, r.id)
+		}
+		if r.fenced {
+			r.mu.Unlock()
+			return fmt.Errorf("%w: shard %s term %d, txn %d not acknowledged", ErrFenced, r.id, term, txn)
 		}
 		if len(r.isr) < r.h.cfg.MinInsync {
 			n := len(r.isr)
@@ -331,22 +353,29 @@ func (r *replica) fetch(ctx context.Context, term int64, node string, after, aft
 		return fetchResult{}, fmt.Errorf("%w: shard %s", ErrStaleTerm, r.id)
 	}
 	r.mu.Unlock()
-	last := r.eng.LastTxnID()
-	if after > last {
-		return fetchResult{truncateTo: &last}, nil
+	// The follower's entry at after is of our own term (or a later one) and
+	// our log does not have it: see ErrFenced. Truncating it could destroy
+	// acknowledged data. An Apply in progress has its entry readable before
+	// it counts in LastTxnID: a follower may already hold it, so that case
+	// is looked at again with Apply excluded before it fences.
+	fence := afterTerm >= uint64(term) && term > 0
+	last, res, diverged, err := r.compareLog(after, afterTerm)
+	if diverged && fence {
+		r.applyMu.Lock()
+		last, res, diverged, err = r.compareLog(after, afterTerm)
+		r.applyMu.Unlock()
+		if diverged {
+			return fetchResult{}, r.fence(term, node, after, afterTerm, last)
+		}
 	}
-	if after > 0 {
-		t, err := r.eng.TermAt(after)
-		if errors.Is(err, engine.ErrCompacted) {
-			return fetchResult{fullSync: true}, nil
-		}
-		if err != nil {
-			return fetchResult{}, err
-		}
-		if t != afterTerm {
-			back := after - 1
-			return fetchResult{truncateTo: &back}, nil
-		}
+	if err != nil || res != nil {
+		return *res, err
+	}
+	r.mu.Lock()
+	fenced := r.fenced
+	r.mu.Unlock()
+	if fenced {
+		return fetchResult{}, fmt.Errorf("%w: shard %s term %d", ErrFenced, r.id, term)
 	}
 	r.mu.Lock()
 	if after > r.acked[node] {
@@ -406,6 +435,49 @@ func (r *replica) park(node string, d int) {
 	}
 }
 
+// compareLog checks the follower's last entry (after, of term afterTerm)
+// against our log: nothing to do (res nil), a full sync, or a truncation
+// (diverged: the follower holds an entry we lack or hold at another term).
+func (r *replica) compareLog(after, afterTerm uint64) (last uint64, res *fetchResult, diverged bool, err error) {
+	last = r.eng.LastTxnID()
+	if after > last {
+		return last, &fetchResult{truncateTo: &last}, true, nil
+	}
+	if after == 0 {
+		return last, nil, false, nil
+	}
+	t, err := r.eng.TermAt(after)
+	if errors.Is(err, engine.ErrCompacted) {
+		return last, &fetchResult{fullSync: true}, false, nil
+	}
+	if err != nil {
+		return last, &fetchResult{}, false, err
+	}
+	if t != afterTerm {
+		back := after - 1
+		return last, &fetchResult{truncateTo: &back}, true, nil
+	}
+	return last, nil, false, nil
+}
+
+// fence stops this leadership (ErrFenced) and says why, once.
+func (r *replica) fence(term int64, node string, after, afterTerm, last uint64) error {
+	r.mu.Lock()
+	first := !r.fenced && r.want.term == term
+	if first {
+		r.fenced = true
+		r.broadcastLocked() // writes waiting for acknowledgements fail now
+	}
+	r.mu.Unlock()
+	if first {
+		r.lg.Error("a follower holds entries of this leadership term that this log lacks: another process led this term under this node id (a copy of this data dir?) or this log lost entries; not writing, not truncating it, until the term changes",
+			zap.Int64("term", term), zap.String("follower", node), zap.Uint64("follower_txn", after),
+			zap.Uint64("follower_txn_term", afterTerm), zap.Uint64("last_txn_id", last))
+	}
+	return fmt.Errorf("%w: shard %s term %d: follower %s has txn %d of term %d, this log ends at %d",
+		ErrFenced, r.id, term, node, after, afterTerm, last)
+}
+
 // leave removes a follower that is shutting down from the in-sync set at once,
 // so writes do not wait for the lag bound.
 func (r *replica) leave(ctx context.Context, term int64, node string) error {
@@ -417,6 +489,10 @@ func (r *replica) leave(ctx context.Context, term int64, node string) error {
 	if r.isr == nil {
 		r.mu.Unlock()
 		return fmt.Errorf("%w: shard %s is still publishing its in-sync set", ErrStaleTerm, r.id)
+	}
+	if r.fenced {
+		r.mu.Unlock()
+		return fmt.Errorf("%w: shard %s term %d", ErrFenced, r.id, term)
 	}
 	if !slices.Contains(r.isr, node) {
 		r.mu.Unlock()
