@@ -19,9 +19,9 @@ import (
 	"github.com/cairn-db/cairn/broker"
 	"github.com/cairn-db/cairn/certs"
 	"github.com/cairn-db/cairn/config"
-	"github.com/cairn-db/cairn/coordinator"
-	"github.com/cairn-db/cairn/coordinator/embedded"
 	"github.com/cairn-db/cairn/influx"
+	"github.com/cairn-db/cairn/kv"
+	"github.com/cairn-db/cairn/kv/embedded"
 	"github.com/cairn-db/cairn/meta"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
@@ -40,7 +40,7 @@ type App struct {
 	keys   models.Keys
 
 	etcd   *embedded.Server
-	store  *coordinator.EtcdStore
+	store  *kv.EtcdStore
 	sm     *statemachine.Manager
 	http   *web.Server
 	reg    *prometheus.Registry
@@ -92,10 +92,10 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 	a.masterOps.forward.Client = a.peerClient(10 * time.Second)
 	a.askClient = a.peerClient(0) // each question carries its own short deadline
 
-	a.metrics.etcd = coordinator.NewEtcdMetrics(a.reg)
+	a.metrics.etcd = kv.NewEtcdMetrics(a.reg)
 	// The client connects lazily, so everything up to the HTTP server works
 	// before etcd answers: /health needs no etcd.
-	a.store, err = coordinator.NewEtcdStore(a.etcdConfig(cfg.EtcdEndpoints))
+	a.store, err = kv.NewEtcdStore(a.etcdConfig(cfg.EtcdEndpoints))
 	if err != nil {
 		return nil, err
 	}
@@ -174,9 +174,9 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 	}
 	if cfg.HasRole(config.RoleBroker) {
 		a.goRun(runCtx, func(ctx context.Context) {
-			reg := coordinator.Registration{Key: a.keys.Broker(id), TTL: cfg.LeaseTTL,
+			reg := kv.Registration{Key: a.keys.Broker(id), TTL: cfg.LeaseTTL,
 				Value: broker.BrokerRecord(id, cfg.AdvertiseAddr, time.Now()), Owner: broker.BrokerOwner(cfg.AdvertiseAddr)}
-			if err := coordinator.KeepRegistered(ctx, a.store, reg, a.lg.Named("broker")); err != nil {
+			if err := kv.KeepRegistered(ctx, a.store, reg, a.lg.Named("broker")); err != nil {
 				a.failOn(fmt.Errorf("broker node id %q is in use by another live process: %w", id, err))
 			}
 		})
@@ -190,8 +190,8 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 	return a, nil
 }
 
-func (a *App) etcdConfig(endpoints []string) coordinator.EtcdConfig {
-	return coordinator.EtcdConfig{Endpoints: endpoints, CACert: a.cfg.EtcdCACert, Cert: a.cfg.EtcdCert, Key: a.cfg.EtcdKey,
+func (a *App) etcdConfig(endpoints []string) kv.EtcdConfig {
+	return kv.EtcdConfig{Endpoints: endpoints, CACert: a.cfg.EtcdCACert, Cert: a.cfg.EtcdCert, Key: a.cfg.EtcdKey,
 		Username: a.cfg.EtcdUsername, Password: a.cfg.EtcdPassword, Logger: a.lg, Metrics: a.metrics.etcd}
 }
 

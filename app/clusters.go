@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cairn-db/cairn/coordinator"
+	"github.com/cairn-db/cairn/kv"
 	"github.com/cairn-db/cairn/logrepeat"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
@@ -17,24 +17,24 @@ import (
 // clusters without endpoints, a dedicated client for those in another etcd.
 type clusterStores struct {
 	mu     sync.Mutex
-	main   coordinator.Store
-	mk     func([]string) coordinator.EtcdConfig
+	main   kv.Store
+	mk     func([]string) kv.EtcdConfig
 	keys   models.Keys
 	stores map[string]*clusterStore
 }
 
 type clusterStore struct {
 	cfg   models.StorageCluster
-	store coordinator.Store
+	store kv.Store
 	own   bool // a dedicated client to close
 }
 
-func newClusterStores(main coordinator.Store, mk func([]string) coordinator.EtcdConfig, keys models.Keys) *clusterStores {
+func newClusterStores(main kv.Store, mk func([]string) kv.EtcdConfig, keys models.Keys) *clusterStores {
 	return &clusterStores{main: main, mk: mk, keys: keys, stores: map[string]*clusterStore{}}
 }
 
 // get returns the store and keys of a cluster, connecting when needed.
-func (c *clusterStores) get(cfg models.StorageCluster) (coordinator.Store, models.ClusterKeys, error) {
+func (c *clusterStores) get(cfg models.StorageCluster) (kv.Store, models.ClusterKeys, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ck := models.ClusterKeys{SNS: c.keys.ClusterNamespace(cfg)}
@@ -44,7 +44,7 @@ func (c *clusterStores) get(cfg models.StorageCluster) (coordinator.Store, model
 	c.dropLocked(cfg.Name)
 	cs := &clusterStore{cfg: cfg, store: c.main}
 	if len(cfg.EtcdEndpoints) > 0 {
-		s, err := coordinator.NewEtcdStore(c.mk(cfg.EtcdEndpoints))
+		s, err := kv.NewEtcdStore(c.mk(cfg.EtcdEndpoints))
 		if err != nil {
 			return nil, ck, err
 		}

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/cairn-db/cairn/backoff"
-	"github.com/cairn-db/cairn/coordinator"
-	"github.com/cairn-db/cairn/coordinator/master"
+	"github.com/cairn-db/cairn/kv"
+	"github.com/cairn-db/cairn/master"
 	"github.com/cairn-db/cairn/meta"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/storage"
@@ -23,7 +23,7 @@ import (
 // under a context cancelled the moment the term is lost.
 func (a *App) runMasterCandidate(ctx context.Context) {
 	lg := a.lg.Named("election")
-	el := coordinator.NewElection(a.store, a.keys.Master())
+	el := kv.NewElection(a.store, a.keys.Master())
 	bo := backoff.New(100*time.Millisecond, 2*time.Second)
 	for ctx.Err() == nil {
 		err := a.oneTerm(ctx, el, lg)
@@ -41,8 +41,8 @@ func (a *App) runMasterCandidate(ctx context.Context) {
 	}
 }
 
-func (a *App) oneTerm(ctx context.Context, el *coordinator.Election, lg *zap.Logger) error {
-	s, err := coordinator.NewSession(ctx, a.store, a.cfg.LeaseTTL)
+func (a *App) oneTerm(ctx context.Context, el *kv.Election, lg *zap.Logger) error {
+	s, err := kv.NewSession(ctx, a.store, a.cfg.LeaseTTL)
 	if err != nil {
 		return err
 	}

@@ -6,8 +6,8 @@ import (
 
 	"github.com/cairn-db/cairn/broker"
 	"github.com/cairn-db/cairn/config"
-	"github.com/cairn-db/cairn/coordinator"
-	"github.com/cairn-db/cairn/coordinator/master"
+	"github.com/cairn-db/cairn/kv"
+	"github.com/cairn-db/cairn/master"
 	"github.com/cairn-db/cairn/statemachine"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -16,7 +16,7 @@ import (
 // nodeMetrics are the metrics the app creates once and hands to its roles;
 // every package registers its own on the node's registry (no globals).
 type nodeMetrics struct {
-	etcd   *coordinator.EtcdMetrics
+	etcd   *kv.EtcdMetrics
 	master *master.Metrics // nil without the master role
 	broker *broker.Metrics // nil without the broker role
 }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/cairn-db/cairn/broker"
 	"github.com/cairn-db/cairn/config"
-	"github.com/cairn-db/cairn/coordinator"
+	"github.com/cairn-db/cairn/kv"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/storage"
 	"go.uber.org/zap"
@@ -26,7 +26,7 @@ func (a *App) preflightNodeID() error {
 		return nil
 	}
 	pctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	kv, err := a.store.Get(pctx, a.keys.StorageConfig(a.cfg.StorageCluster))
+	kvp, err := a.store.Get(pctx, a.keys.StorageConfig(a.cfg.StorageCluster))
 	cancel()
 	if err != nil {
 		a.lg.Debug("node id check skipped: etcd did not answer", zap.Error(err))
@@ -36,9 +36,9 @@ func (a *App) preflightNodeID() error {
 	ctx, cancel := context.WithTimeout(context.Background(), wait+5*time.Second)
 	defer cancel()
 	addr := a.cfg.AdvertiseAddr
-	check := func(store coordinator.Store, key, role string, owner func([]byte) (string, bool)) error {
-		err := coordinator.AwaitFree(ctx, store, key, owner, wait)
-		if errors.Is(err, coordinator.ErrHeld) {
+	check := func(store kv.Store, key, role string, owner func([]byte) (string, bool)) error {
+		err := kv.AwaitFree(ctx, store, key, owner, wait)
+		if errors.Is(err, kv.ErrHeld) {
 			return fmt.Errorf("%s node id %q is in use by another live process: %w", role, a.nodeID, err)
 		}
 		if err != nil {
@@ -51,9 +51,9 @@ func (a *App) preflightNodeID() error {
 			return err
 		}
 	}
-	if a.cfg.HasRole(config.RoleStorage) && kv != nil {
+	if a.cfg.HasRole(config.RoleStorage) && kvp != nil {
 		var sc models.StorageCluster
-		if json.Unmarshal(kv.Value, &sc) != nil || sc.Name != a.cfg.StorageCluster {
+		if json.Unmarshal(kvp.Value, &sc) != nil || sc.Name != a.cfg.StorageCluster {
 			return nil // unreadable config: the registration checks later
 		}
 		store, ck, err := a.clusters.get(sc)

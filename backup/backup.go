@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cairn-db/cairn/coordinator"
+	"github.com/cairn-db/cairn/kv"
 	"github.com/cairn-db/cairn/models"
 )
 
@@ -33,7 +33,7 @@ const progressEvery = 10000
 
 // Options say what to back up or restore, and where.
 type Options struct {
-	Store coordinator.Store
+	Store kv.Store
 	// Namespace is e.g. "/cairn". Keys are stored relative to it in the file
 	// so a backup can be restored under another namespace.
 	Namespace string
@@ -132,7 +132,7 @@ func Backup(ctx context.Context, o Options, w io.Writer) (Summary, error) {
 // checkCluster returns the cluster's name when it lives in its own etcd, and
 // warns when its keys sit in this etcd but outside the namespace: neither is
 // in the backup.
-func checkCluster(o Options, keys models.Keys, c coordinator.KeyValue) []string {
+func checkCluster(o Options, keys models.Keys, c kv.KeyValue) []string {
 	name := strings.TrimPrefix(c.Key, keys.StorageConfigPrefix())
 	var sc models.StorageCluster
 	if err := json.Unmarshal(c.Value, &sc); err != nil {

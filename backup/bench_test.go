@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-db/cairn/coordinator/etcdtest"
+	"github.com/cairn-db/cairn/kv/etcdtest"
 	"github.com/cairn-db/cairn/models"
 	"github.com/stretchr/testify/require"
 )
@@ -16,11 +16,11 @@ import (
 // bigNamespace is 10,000 databases of 16 shards, replica factor 3, on 30
 // nodes: a database config, an assignment and a shard state per database,
 // encoded as the real records are.
-func bigNamespace(b *testing.B, ns string, dbs int) []kv {
+func bigNamespace(b *testing.B, ns string, dbs int) []kvp {
 	b.Helper()
 	keys := models.Keys{NS: ns}
 	node := func(i int) string { return fmt.Sprintf("node-%08x", uint32(i*2654435761)) }
-	out := make([]kv, 0, 3*dbs)
+	out := make([]kvp, 0, 3*dbs)
 	for d := range dbs {
 		name := fmt.Sprintf("metrics_tenant_%05d", d)
 		cfg := models.Database{Name: name, StorageCluster: "default", NumShards: 16, ReplicaFactor: 3,
@@ -35,7 +35,7 @@ func bigNamespace(b *testing.B, ns string, dbs int) []kv {
 		for key, v := range map[string]any{keys.DatabaseConfig(name): cfg, keys.Assign(name): as, keys.ShardState(name): st} {
 			data, err := json.Marshal(v)
 			require.NoError(b, err)
-			out = append(out, kv{key: key, value: data})
+			out = append(out, kvp{key: key, value: data})
 		}
 	}
 	return out

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/cairn-db/cairn/config"
-	"github.com/cairn-db/cairn/coordinator"
+	"github.com/cairn-db/cairn/kv"
 )
 
 // Exit codes of Main.
@@ -62,7 +62,7 @@ func Main(cmd string, args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	store, err := coordinator.NewEtcdStore(coordinator.EtcdConfig{
+	store, err := kv.NewEtcdStore(kv.EtcdConfig{
 		Endpoints: splitList(f.endpoints), DialTimeout: f.timeout, RequestTimeout: f.timeout,
 		CACert: f.cacert, Cert: f.cert, Key: f.key, Username: f.username, Password: f.password,
 	})
@@ -80,7 +80,7 @@ func Main(cmd string, args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		return exitOK
 	}
-	if errors.Is(err, coordinator.ErrUnavailable) {
+	if errors.Is(err, kv.ErrUnavailable) {
 		fmt.Fprintf(stderr, "cairn %s: etcd at %s did not answer within --timeout %v: %v\n", cmd, f.endpoints, f.timeout, err)
 		return exitFailure
 	}

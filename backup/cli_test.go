@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/cairn-db/cairn/coordinator/etcdtest"
+	"github.com/cairn-db/cairn/kv/etcdtest"
 	"github.com/cairn-db/cairn/statemachine"
 	"github.com/stretchr/testify/require"
 )

@@ -7,8 +7,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/cairn-db/cairn/coordinator"
-	"github.com/cairn-db/cairn/coordinator/etcdtest"
+	"github.com/cairn-db/cairn/kv"
+	"github.com/cairn-db/cairn/kv/etcdtest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -45,12 +45,12 @@ func TestEtcdRoundTripIntoFreshCluster(t *testing.T) {
 // racingStore changes the namespace right after the backup's first page, as a
 // live cluster would; the backup must still be the namespace at one revision.
 type racingStore struct {
-	coordinator.Store
+	kv.Store
 	once   sync.Once
 	change func()
 }
 
-func (r *racingStore) ListAt(ctx context.Context, prefix, after string, rev int64, limit int) ([]coordinator.KeyValue, int64, error) {
+func (r *racingStore) ListAt(ctx context.Context, prefix, after string, rev int64, limit int) ([]kv.KeyValue, int64, error) {
 	kvs, got, err := r.Store.ListAt(ctx, prefix, after, rev, limit)
 	if prefix == "/cairn/" {
 		r.once.Do(r.change)
@@ -60,8 +60,8 @@ func (r *racingStore) ListAt(ctx context.Context, prefix, after string, rev int6
 
 func TestBackupIsOneRevision(t *testing.T) {
 	ctx := context.Background()
-	for name, store := range map[string]coordinator.Store{
-		"etcd": etcdtest.Start(t).Store(t), "memory": coordinator.NewMemoryStore(),
+	for name, store := range map[string]kv.Store{
+		"etcd": etcdtest.Start(t).Store(t), "memory": kv.NewMemoryStore(),
 	} {
 		t.Run(name, func(t *testing.T) {
 			want := seed(t, store, "/cairn")
@@ -74,7 +74,7 @@ func TestBackupIsOneRevision(t *testing.T) {
 				require.NoError(t, err)
 			}}
 			data := backupBytes(t, Options{Store: rs, Namespace: "/cairn", PageSize: 5})
-			dst := coordinator.NewMemoryStore()
+			dst := kv.NewMemoryStore()
 			_, err := Restore(ctx, Options{Store: dst, Namespace: "/cairn"}, bytes.NewReader(data), false)
 			require.NoError(t, err)
 			requireSame(t, want, dump(t, dst, "/cairn"))
@@ -84,7 +84,7 @@ func TestBackupIsOneRevision(t *testing.T) {
 
 func TestRestoreRefusesNonEmptyUnlessForced(t *testing.T) {
 	ctx := context.Background()
-	src := coordinator.NewMemoryStore()
+	src := kv.NewMemoryStore()
 	want := seed(t, src, "/cairn")
 	data := backupBytes(t, Options{Store: src, Namespace: "/cairn"})
 
@@ -115,7 +115,7 @@ func TestRestoreRefusesNonEmptyUnlessForced(t *testing.T) {
 
 func TestCorruptFileWritesNothingToEtcd(t *testing.T) {
 	ctx := context.Background()
-	src := coordinator.NewMemoryStore()
+	src := kv.NewMemoryStore()
 	seed(t, src, "/cairn")
 	data := backupBytes(t, Options{Store: src, Namespace: "/cairn"})
 	dst := etcdtest.Start(t).Store(t)

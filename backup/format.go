@@ -222,14 +222,14 @@ func sniffFormat(data []byte) (string, error) {
 	return format, nil
 }
 
-// kv is one decoded key, absolute, ready to write.
-type kv struct {
+// kvp is one decoded key, absolute, ready to write.
+type kvp struct {
 	key   string
 	value []byte
 }
 
 // decodeFile verifies and decodes a Format file, mapping keys under ns.
-func decodeFile(data []byte, ns string) (header, []kv, error) {
+func decodeFile(data []byte, ns string) (header, []kvp, error) {
 	if err := verifyChecksum(data); err != nil {
 		return header{}, nil, err
 	}
@@ -244,7 +244,7 @@ func decodeFile(data []byte, ns string) (header, []kv, error) {
 	if doc.KeyCount == nil || *doc.KeyCount != len(doc.Keys) {
 		return header{}, nil, fmt.Errorf("%w: key_count does not match the %d keys present", ErrCorrupt, len(doc.Keys))
 	}
-	out := make([]kv, 0, len(doc.Keys))
+	out := make([]kvp, 0, len(doc.Keys))
 	seen := make(map[string]struct{}, len(doc.Keys))
 	for i, e := range doc.Keys {
 		k, v, err := e.decode()
@@ -255,7 +255,7 @@ func decodeFile(data []byte, ns string) (header, []kv, error) {
 			return header{}, nil, fmt.Errorf("%w: key %q appears twice", ErrCorrupt, k)
 		}
 		seen[k] = struct{}{}
-		out = append(out, kv{key: ns + "/" + k, value: v})
+		out = append(out, kvp{key: ns + "/" + k, value: v})
 	}
 	return doc.header, out, nil
 }

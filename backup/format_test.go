@@ -9,12 +9,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-db/cairn/coordinator"
+	"github.com/cairn-db/cairn/kv"
 	"github.com/stretchr/testify/require"
 )
 
 func TestMemoryRoundTripAndFileShape(t *testing.T) {
-	src := coordinator.NewMemoryStore()
+	src := kv.NewMemoryStore()
 	want := seed(t, src, "/cairn")
 	at := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
 	var progress bytes.Buffer
@@ -33,7 +33,7 @@ func TestMemoryRoundTripAndFileShape(t *testing.T) {
 	// Records are embedded as JSON, not as escaped strings.
 	require.Contains(t, string(data), `{"key":"drain/n3","value":{"node_id":"n3","since":1700000000000}}`)
 
-	dst := coordinator.NewMemoryStore()
+	dst := kv.NewMemoryStore()
 	s, err := Restore(context.Background(), Options{Store: dst, Namespace: "/cairn"}, bytes.NewReader(data), false)
 	require.NoError(t, err)
 	require.Equal(t, len(want), s.Keys)
@@ -42,7 +42,7 @@ func TestMemoryRoundTripAndFileShape(t *testing.T) {
 }
 
 func TestRestoreUnderAnotherNamespace(t *testing.T) {
-	src := coordinator.NewMemoryStore()
+	src := kv.NewMemoryStore()
 	want := seed(t, src, "/cairn")
 	data := backupBytes(t, Options{Store: src, Namespace: "/cairn"})
 
@@ -58,10 +58,10 @@ func TestRestoreUnderAnotherNamespace(t *testing.T) {
 }
 
 func TestEveryFlippedByteAndTruncationIsRefused(t *testing.T) {
-	src := coordinator.NewMemoryStore()
+	src := kv.NewMemoryStore()
 	seed(t, src, "/cairn")
 	data := backupBytes(t, Options{Store: src, Namespace: "/cairn"})
-	dst := coordinator.NewMemoryStore()
+	dst := kv.NewMemoryStore()
 	o := Options{Store: dst, Namespace: "/cairn"}
 	restore := func(b []byte) error {
 		_, err := Restore(context.Background(), o, bytes.NewReader(b), false)
@@ -86,7 +86,7 @@ func TestEveryFlippedByteAndTruncationIsRefused(t *testing.T) {
 }
 
 func TestChecksummedButInvalidFilesAreRefused(t *testing.T) {
-	src := coordinator.NewMemoryStore()
+	src := kv.NewMemoryStore()
 	_, err := src.Put(context.Background(), "/cairn/a", []byte(`{"x":1}`), 0)
 	require.NoError(t, err)
 	data := string(backupBytes(t, Options{Store: src, Namespace: "/cairn"}))
@@ -109,7 +109,7 @@ func TestChecksummedButInvalidFilesAreRefused(t *testing.T) {
 	}
 	for name, edited := range cases {
 		t.Run(name, func(t *testing.T) {
-			dst := coordinator.NewMemoryStore()
+			dst := kv.NewMemoryStore()
 			b := resign(t, []byte(edited))
 			if name == "extra after close" {
 				b = []byte(edited)
@@ -124,7 +124,7 @@ func TestChecksummedButInvalidFilesAreRefused(t *testing.T) {
 }
 
 func TestOddKeysAndValuesSurvive(t *testing.T) {
-	src := coordinator.NewMemoryStore()
+	src := kv.NewMemoryStore()
 	ctx := context.Background()
 	odd := map[string][]byte{
 		"bin\xff\xfekey":  []byte(`{"ok":true}`),
@@ -142,7 +142,7 @@ func TestOddKeysAndValuesSurvive(t *testing.T) {
 		require.NoError(t, err)
 	}
 	data := backupBytes(t, Options{Store: src, Namespace: "/ns"})
-	dst := coordinator.NewMemoryStore()
+	dst := kv.NewMemoryStore()
 	_, err := Restore(ctx, Options{Store: dst, Namespace: "/ns"}, bytes.NewReader(data), false)
 	require.NoError(t, err)
 	requireSame(t, odd, dump(t, dst, "/ns"))
@@ -151,7 +151,7 @@ func TestOddKeysAndValuesSurvive(t *testing.T) {
 func TestBadOptions(t *testing.T) {
 	_, err := Backup(context.Background(), Options{Namespace: "/cairn"}, &bytes.Buffer{})
 	require.ErrorIs(t, err, ErrBadOptions)
-	_, err = Restore(context.Background(), Options{Store: coordinator.NewMemoryStore(), Namespace: "/"},
+	_, err = Restore(context.Background(), Options{Store: kv.NewMemoryStore(), Namespace: "/"},
 		strings.NewReader("{}"), false)
 	require.ErrorIs(t, err, ErrBadOptions)
 }
@@ -159,7 +159,7 @@ func TestBadOptions(t *testing.T) {
 // FuzzRestoreNeverPanics feeds arbitrary bytes to the decoder: anything that is
 // not a valid backup must come back as ErrCorrupt (or be a valid one).
 func FuzzRestoreNeverPanics(f *testing.F) {
-	src := coordinator.NewMemoryStore()
+	src := kv.NewMemoryStore()
 	_, err := src.Put(context.Background(), "/cairn/a", []byte(`{"x":1}`), 0)
 	require.NoError(f, err)
 	var buf bytes.Buffer
@@ -177,12 +177,12 @@ func FuzzRestoreNeverPanics(f *testing.F) {
 
 func TestLargeNamespaceReportsProgress(t *testing.T) {
 	ctx := context.Background()
-	src := coordinator.NewMemoryStore()
+	src := kv.NewMemoryStore()
 	o := Options{Store: src, Namespace: "/cairn"}
 	require.NoError(t, o.validate())
-	kvs := make([]kv, progressEvery+5)
+	kvs := make([]kvp, progressEvery+5)
 	for i := range kvs {
-		kvs[i] = kv{key: fmt.Sprintf("/cairn/database/config/db%06d", i), value: []byte(`{}`)}
+		kvs[i] = kvp{key: fmt.Sprintf("/cairn/database/config/db%06d", i), value: []byte(`{}`)}
 	}
 	_, err := writeAll(ctx, o, kvs)
 	require.NoError(t, err)
@@ -195,7 +195,7 @@ func TestLargeNamespaceReportsProgress(t *testing.T) {
 	require.Contains(t, progress.String(), fmt.Sprintf("backup: %d keys written", progressEvery))
 
 	progress.Reset()
-	dst := coordinator.NewMemoryStore()
+	dst := kv.NewMemoryStore()
 	_, err = Restore(ctx, Options{Store: dst, Namespace: "/cairn", Progress: &progress}, &buf, false)
 	require.NoError(t, err)
 	require.Contains(t, progress.String(), fmt.Sprintf("restore: %d of %d keys written", progressEvery, len(kvs)))

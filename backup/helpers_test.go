@@ -10,14 +10,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-db/cairn/coordinator"
+	"github.com/cairn-db/cairn/kv"
 	"github.com/stretchr/testify/require"
 )
 
 // seed writes a realistic namespace (about 50 keys) and returns the keys a
 // backup must hold, relative to ns. Leased keys, failover locks and keys of
 // other namespaces are written too, and must not be in it.
-func seed(t *testing.T, s coordinator.Store, ns string) map[string][]byte {
+func seed(t *testing.T, s kv.Store, ns string) map[string][]byte {
 	t.Helper()
 	ctx := context.Background()
 	want := map[string][]byte{}
@@ -61,7 +61,7 @@ func seed(t *testing.T, s coordinator.Store, ns string) map[string][]byte {
 }
 
 // dump returns every key under ns (relative) and checks none is leased.
-func dump(t *testing.T, s coordinator.Store, ns string) map[string][]byte {
+func dump(t *testing.T, s kv.Store, ns string) map[string][]byte {
 	t.Helper()
 	kvs, _, err := s.List(context.Background(), ns+"/")
 	require.NoError(t, err)

@@ -8,7 +8,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/cairn-db/cairn/coordinator"
+	"github.com/cairn-db/cairn/kv"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
 )
@@ -62,9 +62,9 @@ func Restore(ctx context.Context, o Options, r io.Reader, force bool) (Summary, 
 				ErrNotEmpty, o.Namespace, stale[0])
 		}
 		for i := 0; i < len(stale); i += maxTxnOps {
-			ops := make([]coordinator.Op, 0, maxTxnOps)
+			ops := make([]kv.Op, 0, maxTxnOps)
 			for _, k := range stale[i:min(i+maxTxnOps, len(stale))] {
-				ops = append(ops, coordinator.OpDelete(k))
+				ops = append(ops, kv.OpDelete(k))
 			}
 			if _, _, err := o.Store.Txn(ctx, nil, ops); err != nil {
 				return Summary{}, fmt.Errorf("clear %s: %w", prefix, err)
@@ -80,7 +80,7 @@ func Restore(ctx context.Context, o Options, r io.Reader, force bool) (Summary, 
 }
 
 // decode turns either backup format into absolute keys under o.Namespace.
-func decode(data []byte, o Options) ([]kv, error) {
+func decode(data []byte, o Options) ([]kvp, error) {
 	format, err := sniffFormat(data)
 	if err != nil {
 		return nil, err
@@ -112,7 +112,7 @@ var skippedKinds = map[statemachine.Kind]bool{
 
 // decodeStateBackup reads a node's local backup. It has no checksum of its
 // own; the JSON parse and the format checks are what guard it.
-func decodeStateBackup(data []byte, o Options) ([]kv, error) {
+func decodeStateBackup(data []byte, o Options) ([]kvp, error) {
 	var f statemachine.BackupFile
 	if err := json.Unmarshal(data, &f); err != nil {
 		return nil, fmt.Errorf("%w: state backup: %w", ErrCorrupt, err)
@@ -127,7 +127,7 @@ func decodeStateBackup(data []byte, o Options) ([]kv, error) {
 	}
 	sort.Strings(names) // deterministic errors and write order
 	prefix := o.Namespace + "/"
-	var out []kv
+	var out []kvp
 	seen := map[string]bool{}
 	for _, name := range names {
 		src := f.Sources[name]
@@ -147,7 +147,7 @@ func decodeStateBackup(data []byte, o Options) ([]kv, error) {
 				continue // two sources watching overlapping prefixes saw the same key
 			}
 			seen[k.Key] = true
-			out = append(out, kv{key: k.Key, value: []byte(k.Value)})
+			out = append(out, kvp{key: k.Key, value: []byte(k.Value)})
 		}
 	}
 	return out, nil
@@ -172,9 +172,9 @@ func externalClusters(f statemachine.BackupFile) map[string]bool {
 }
 
 // writeAll puts kvs in batched transactions and returns the last revision.
-func writeAll(ctx context.Context, o Options, kvs []kv) (int64, error) {
+func writeAll(ctx context.Context, o Options, kvs []kvp) (int64, error) {
 	var rev int64
-	ops := make([]coordinator.Op, 0, maxTxnOps)
+	ops := make([]kv.Op, 0, maxTxnOps)
 	size, done := 0, 0
 	flush := func() error {
 		if len(ops) == 0 {
@@ -200,7 +200,7 @@ func writeAll(ctx context.Context, o Options, kvs []kv) (int64, error) {
 				return 0, err
 			}
 		}
-		ops = append(ops, coordinator.OpPut(k.key, k.value, 0))
+		ops = append(ops, kv.OpPut(k.key, k.value, 0))
 		size += n
 	}
 	if err := flush(); err != nil {

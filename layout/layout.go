@@ -13,15 +13,15 @@ const Module = "github.com/cairn-db/cairn"
 var Layers = [][]string{
 	// Plain data and small mechanisms with no Cairn dependency.
 	{"models", "logrepeat", "backoff", "certs", "peerauth", "config", "history",
-		"storage/lineproto", "coordinator/placement", "coordinator/embedded", "web/console"},
+		"storage/lineproto", "placement", "kv/embedded", "web/console"},
 	// The etcd key-value layer and the shard engine.
-	{"coordinator", "storage/engine"},
+	{"kv", "storage/engine"},
 	// The local state copy, query evaluation, test fixtures over the etcd layer.
-	{"statemachine", "query", "coordinator/etcdtest", "coordinator/storetest"},
+	{"statemachine", "query", "kv/etcdtest", "kv/storetest"},
 	// What reads the state or speaks a wire protocol.
 	{"storage/client", "problems", "influx", "backup"},
 	// The roles: master, metadata changes, data path, storage node.
-	{"coordinator/master", "meta", "broker", "storage"},
+	{"master", "meta", "broker", "storage"},
 	// HTTP handlers.
 	{"web"},
 	// Wiring of the roles into one process.

@@ -17,7 +17,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cairn-db/cairn/coordinator"
+	"github.com/cairn-db/cairn/kv"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
 )
@@ -35,7 +35,7 @@ type MasterOps interface {
 // Admin writes metadata changes to etcd after validating them against the
 // local state. It is the web layer's Admin.
 type Admin struct {
-	Store  coordinator.Store
+	Store  kv.Store
 	Keys   models.Keys
 	State  func() *statemachine.State
 	Master MasterOps // the local master if this node is one, else a forwarder
@@ -58,20 +58,20 @@ func unavailable(err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, coordinator.ErrNoSpace):
+	case errors.Is(err, kv.ErrNoSpace):
 		return models.Mark(fmt.Errorf("%w: etcd is out of space (NOSPACE alarm) and refuses metadata changes; nothing changed. "+
 			"Reads and data writes keep working. To recover, free space in etcd (etcdctl compact <revision>, then etcdctl defrag) "+
 			"or raise its quota (--etcd-quota-backend-bytes for an embedded member), then clear the alarm with etcdctl alarm disarm", err), models.ErrNoSpace)
 	// A deadline inside ErrUnavailable is a call that never reached etcd
 	// (nothing changed); a bare one may have cut a write short.
-	case errors.Is(err, coordinator.ErrOutcomeUnknown),
-		errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, coordinator.ErrUnavailable):
-		if !errors.Is(err, coordinator.ErrOutcomeUnknown) {
-			err = fmt.Errorf("%w: %w", coordinator.ErrOutcomeUnknown, err)
+	case errors.Is(err, kv.ErrOutcomeUnknown),
+		errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, kv.ErrUnavailable):
+		if !errors.Is(err, kv.ErrOutcomeUnknown) {
+			err = fmt.Errorf("%w: %w", kv.ErrOutcomeUnknown, err)
 		}
 		return models.Mark(fmt.Errorf("outcome unknown: etcd did not confirm the change in time, so it may or may not have been applied; "+
 			"safe to retry the same request (a repeated create answers with the existing identical object, a repeated delete 404) (%w)", err), models.ErrOutcomeUnknown)
-	case errors.Is(err, coordinator.ErrUnavailable):
+	case errors.Is(err, kv.ErrUnavailable):
 		return fmt.Errorf("%w: etcd unreachable, nothing changed; retry: %w", models.ErrUnavailable, err)
 	}
 	return err
@@ -85,19 +85,19 @@ func create[T any](ctx context.Context, a *Admin, key string, v T, what string, 
 	if err != nil {
 		return v, err
 	}
-	ok, _, err := a.Store.Txn(ctx, []coordinator.Cmp{coordinator.CreateRevIs(key, 0)}, []coordinator.Op{coordinator.OpPut(key, data, 0)})
+	ok, _, err := a.Store.Txn(ctx, []kv.Cmp{kv.CreateRevIs(key, 0)}, []kv.Op{kv.OpPut(key, data, 0)})
 	if err != nil {
 		return v, unavailable(err)
 	}
 	if ok {
 		return v, nil
 	}
-	kv, err := a.Store.Get(ctx, key)
+	kvp, err := a.Store.Get(ctx, key)
 	if err != nil {
 		return v, unavailable(err)
 	}
 	var cur T
-	if kv != nil && json.Unmarshal(kv.Value, &cur) == nil && same(cur) {
+	if kvp != nil && json.Unmarshal(kvp.Value, &cur) == nil && same(cur) {
 		return cur, nil
 	}
 	return v, fmt.Errorf("%w: %s already exists with a different definition", models.ErrConflict, what)
@@ -226,15 +226,15 @@ func (a *Admin) CreateDatabase(ctx context.Context, d models.Database) (models.D
 // UpdateDatabase grows num_shards or changes replica_factor. The write is guarded by the config's
 // mod revision so two concurrent PATCHes cannot lose one another.
 func (a *Admin) UpdateDatabase(ctx context.Context, name string, p models.DatabasePatch) (models.Database, error) {
-	kv, err := a.Store.Get(ctx, a.Keys.DatabaseConfig(name))
+	kvp, err := a.Store.Get(ctx, a.Keys.DatabaseConfig(name))
 	if err != nil {
 		return models.Database{}, unavailable(err)
 	}
-	if kv == nil {
+	if kvp == nil {
 		return models.Database{}, fmt.Errorf("%w: database %q", models.ErrNotFound, name)
 	}
 	var d models.Database
-	if err := json.Unmarshal(kv.Value, &d); err != nil {
+	if err := json.Unmarshal(kvp.Value, &d); err != nil {
 		return d, fmt.Errorf("database %q config unreadable: %w", name, err)
 	}
 	if p.NumShards == nil && p.ReplicaFactor == nil {
@@ -266,7 +266,7 @@ func (a *Admin) UpdateDatabase(ctx context.Context, name string, p models.Databa
 	if err != nil {
 		return d, err
 	}
-	ok, _, err := a.Store.Txn(ctx, []coordinator.Cmp{coordinator.ModRevIs(kv.Key, kv.ModRev)}, []coordinator.Op{coordinator.OpPut(kv.Key, data, 0)})
+	ok, _, err := a.Store.Txn(ctx, []kv.Cmp{kv.ModRevIs(kvp.Key, kvp.ModRev)}, []kv.Op{kv.OpPut(kvp.Key, data, 0)})
 	if err != nil {
 		return d, unavailable(err)
 	}
@@ -340,11 +340,11 @@ func (a *Admin) Rebalance(ctx context.Context, dryRun bool) (any, error) {
 // master's own (models sentinels) pass as they are.
 func masterErr(err error) error {
 	switch {
-	case errors.Is(err, coordinator.ErrNoSpace):
+	case errors.Is(err, kv.ErrNoSpace):
 		return models.Mark(err, models.ErrNoSpace)
-	case errors.Is(err, coordinator.ErrOutcomeUnknown):
+	case errors.Is(err, kv.ErrOutcomeUnknown):
 		return models.Mark(err, models.ErrOutcomeUnknown)
-	case errors.Is(err, coordinator.ErrUnavailable), errors.Is(err, coordinator.ErrDeposed):
+	case errors.Is(err, kv.ErrUnavailable), errors.Is(err, kv.ErrDeposed):
 		return models.Mark(err, models.ErrUnavailable)
 	}
 	return err

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/cairn-db/cairn/coordinator"
+	"github.com/cairn-db/cairn/kv"
 	"github.com/cairn-db/cairn/meta"
 	"github.com/cairn-db/cairn/models"
 	"github.com/stretchr/testify/require"
@@ -15,23 +15,23 @@ import (
 // lostAnswerStore applies a txn and then reports a timeout, as etcd does
 // when the proposal commits but the answer does not come back in time.
 type lostAnswerStore struct {
-	coordinator.Store
+	kv.Store
 	lose bool
 }
 
-func (s *lostAnswerStore) Txn(ctx context.Context, cmps []coordinator.Cmp, ops []coordinator.Op) (bool, int64, error) {
+func (s *lostAnswerStore) Txn(ctx context.Context, cmps []kv.Cmp, ops []kv.Op) (bool, int64, error) {
 	ok, rev, err := s.Store.Txn(ctx, cmps, ops)
 	if err == nil && s.lose {
-		return false, 0, fmt.Errorf("%w: %w: context deadline exceeded", coordinator.ErrOutcomeUnknown, coordinator.ErrUnavailable)
+		return false, 0, fmt.Errorf("%w: %w: context deadline exceeded", kv.ErrOutcomeUnknown, kv.ErrUnavailable)
 	}
 	return ok, rev, err
 }
 
 // nospaceStore refuses every write as etcd does under its NOSPACE alarm.
-type nospaceStore struct{ coordinator.Store }
+type nospaceStore struct{ kv.Store }
 
-func (nospaceStore) Txn(context.Context, []coordinator.Cmp, []coordinator.Op) (bool, int64, error) {
-	return false, 0, fmt.Errorf("%w: etcdserver: mvcc: database space exceeded", coordinator.ErrNoSpace)
+func (nospaceStore) Txn(context.Context, []kv.Cmp, []kv.Op) (bool, int64, error) {
+	return false, 0, fmt.Errorf("%w: etcdserver: mvcc: database space exceeded", kv.ErrNoSpace)
 }
 
 // TestCreateDatabaseIdempotent: a create whose answer was lost says "outcome
@@ -39,7 +39,7 @@ func (nospaceStore) Txn(context.Context, []coordinator.Cmp, []coordinator.Op) (b
 // created (same uid), while another definition under the name is a conflict.
 func TestCreateDatabaseIdempotent(t *testing.T) {
 	ctx := context.Background()
-	mem := coordinator.NewMemoryStore()
+	mem := kv.NewMemoryStore()
 	store := &lostAnswerStore{Store: mem, lose: true}
 	keys := models.Keys{NS: "/cairn"}
 	// The local state never sees the database: the retry must find it in
@@ -48,14 +48,14 @@ func TestCreateDatabaseIdempotent(t *testing.T) {
 	req := models.Database{Name: "metrics", NumShards: 4, ReplicaFactor: 2, Options: map[string]any{"retention": "7d"}}
 
 	_, err := a.CreateDatabase(ctx, req)
-	require.ErrorIs(t, err, coordinator.ErrOutcomeUnknown)
+	require.ErrorIs(t, err, kv.ErrOutcomeUnknown)
 	require.ErrorIs(t, err, models.ErrOutcomeUnknown, "labelled for the API")
 	require.NotErrorIs(t, err, models.ErrConflict)
 	require.NotContains(t, err.Error(), "nothing changed")
 	require.Contains(t, err.Error(), "safe to retry")
-	kv, err := mem.Get(ctx, keys.DatabaseConfig("metrics"))
+	kvp, err := mem.Get(ctx, keys.DatabaseConfig("metrics"))
 	require.NoError(t, err)
-	require.NotNil(t, kv, "the timed-out create was applied")
+	require.NotNil(t, kvp, "the timed-out create was applied")
 
 	store.lose = false
 	got, err := a.CreateDatabase(ctx, req)
@@ -83,7 +83,7 @@ func TestCreateDatabaseIdempotent(t *testing.T) {
 // TestCreateStorageClusterIdempotent: the same for storage clusters.
 func TestCreateStorageClusterIdempotent(t *testing.T) {
 	ctx := context.Background()
-	a := &meta.Admin{Store: coordinator.NewMemoryStore(), Keys: models.Keys{NS: "/cairn"}, State: fixedState(t)}
+	a := &meta.Admin{Store: kv.NewMemoryStore(), Keys: models.Keys{NS: "/cairn"}, State: fixedState(t)}
 	c := models.StorageCluster{Name: "east", EtcdEndpoints: []string{"http://127.0.0.1:2379"}, Namespace: "/east"}
 	_, err := a.CreateStorageCluster(ctx, c)
 	require.NoError(t, err)
@@ -97,13 +97,13 @@ func TestCreateStorageClusterIdempotent(t *testing.T) {
 // TestDDLUnderNoSpace: etcd's NOSPACE alarm is reported as such, with what to
 // do, never as a generic failure.
 func TestDDLUnderNoSpace(t *testing.T) {
-	a := &meta.Admin{Store: nospaceStore{coordinator.NewMemoryStore()}, Keys: models.Keys{NS: "/cairn"}, State: fixedState(t)}
+	a := &meta.Admin{Store: nospaceStore{kv.NewMemoryStore()}, Keys: models.Keys{NS: "/cairn"}, State: fixedState(t)}
 	_, err := a.CreateDatabase(context.Background(), models.Database{Name: "m", NumShards: 1})
-	require.ErrorIs(t, err, coordinator.ErrNoSpace)
+	require.ErrorIs(t, err, kv.ErrNoSpace)
 	status, code := models.StatusOf(err)
 	require.Equal(t, 503, status)
 	require.Equal(t, "etcd_nospace", code)
-	require.False(t, errors.Is(err, coordinator.ErrOutcomeUnknown))
+	require.False(t, errors.Is(err, kv.ErrOutcomeUnknown))
 	for _, hint := range []string{"nothing changed", "compact", "defrag", "--etcd-quota-backend-bytes", "alarm disarm"} {
 		require.Contains(t, err.Error(), hint)
 	}
@@ -126,26 +126,26 @@ func TestStoreErrorsLabelled(t *testing.T) {
 		err  error
 		code string
 	}{
-		{fmt.Errorf("%w: x", coordinator.ErrUnavailable), "unavailable"},
-		{fmt.Errorf("%w: x", coordinator.ErrDeposed), "unavailable"},
-		{fmt.Errorf("%w: x", coordinator.ErrNoSpace), "etcd_nospace"},
-		{fmt.Errorf("%w: %w", coordinator.ErrOutcomeUnknown, coordinator.ErrUnavailable), "outcome_unknown"},
+		{fmt.Errorf("%w: x", kv.ErrUnavailable), "unavailable"},
+		{fmt.Errorf("%w: x", kv.ErrDeposed), "unavailable"},
+		{fmt.Errorf("%w: x", kv.ErrNoSpace), "etcd_nospace"},
+		{fmt.Errorf("%w: %w", kv.ErrOutcomeUnknown, kv.ErrUnavailable), "outcome_unknown"},
 		{fmt.Errorf("%w: x", models.ErrConflict), "conflict"},
 	}
 	for _, c := range cases {
 		t.Run(c.code, func(t *testing.T) {
-			a := &meta.Admin{Store: coordinator.NewMemoryStore(), Keys: models.Keys{NS: "/c"}, State: fixedState(t), Master: failingMaster{c.err}}
+			a := &meta.Admin{Store: kv.NewMemoryStore(), Keys: models.Keys{NS: "/c"}, State: fixedState(t), Master: failingMaster{c.err}}
 			_, err := a.Rebalance(ctx, true)
 			require.ErrorIs(t, err, c.err)
 			_, code := models.StatusOf(err)
 			require.Equal(t, c.code, code)
 		})
 	}
-	down := coordinator.NewMemoryStore()
+	down := kv.NewMemoryStore()
 	down.SetDown(true)
 	a := &meta.Admin{Store: down, Keys: models.Keys{NS: "/c"}, State: fixedState(t)}
 	err := a.DeleteDatabase(ctx, "x")
-	require.ErrorIs(t, err, coordinator.ErrUnavailable)
+	require.ErrorIs(t, err, kv.ErrUnavailable)
 	_, code := models.StatusOf(err)
 	require.Equal(t, "unavailable", code)
 }

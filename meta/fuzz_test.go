@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/cairn-db/cairn/coordinator"
+	"github.com/cairn-db/cairn/kv"
 	"github.com/cairn-db/cairn/meta"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
@@ -17,10 +17,10 @@ func fixedState(t testing.TB) func() *statemachine.State {
 	m := statemachine.New(statemachine.Config{})
 	for _, id := range []string{"n1", "n2", "n3"} {
 		m.Push(statemachine.Event{Source: "nodes/default", Kind: statemachine.KindStorageNodes, Cluster: "default",
-			Type: coordinator.WatchPut, Name: id, Value: models.StorageNode{NodeID: id}})
+			Type: kv.WatchPut, Name: id, Value: models.StorageNode{NodeID: id}})
 	}
 	m.Push(statemachine.Event{Source: statemachine.SourceStorageConfig, Kind: statemachine.KindStorageConfig,
-		Type: coordinator.WatchPut, Name: "default", Value: models.StorageCluster{Name: "default"}})
+		Type: kv.WatchPut, Name: "default", Value: models.StorageCluster{Name: "default"}})
 	m.Start(context.Background())
 	t.Cleanup(m.Stop)
 	require.Eventually(t, func() bool { return len(m.Snapshot().Nodes["default"]) == 3 }, 5e9, 1e6)
@@ -44,7 +44,7 @@ func FuzzCreateDatabase(f *testing.F) {
 	}
 	state := fixedState(f)
 	f.Fuzz(func(t *testing.T, body []byte) {
-		store := coordinator.NewMemoryStore()
+		store := kv.NewMemoryStore()
 		defer store.Close()
 		keys := models.Keys{NS: "/cairn"}
 		a := &meta.Admin{Store: store, Keys: keys, State: state}

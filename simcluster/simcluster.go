@@ -27,7 +27,7 @@ import (
 
 	"github.com/cairn-db/cairn/app"
 	"github.com/cairn-db/cairn/config"
-	"github.com/cairn-db/cairn/coordinator"
+	"github.com/cairn-db/cairn/kv"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
 	"github.com/cairn-db/cairn/storage"
@@ -91,7 +91,7 @@ type cluster struct {
 	p      Params
 	lg     *zap.Logger
 	app    *app.App
-	store  *coordinator.EtcdStore
+	store  *kv.EtcdStore
 	sm     *statemachine.Manager
 	keys   models.Keys
 	ck     models.ClusterKeys
@@ -161,7 +161,7 @@ func (c *cluster) start(ctx context.Context, dir string) error {
 	c.api = "http://" + c.app.HTTPAddr()
 	c.keys = models.Keys{NS: cfg.Namespace}
 	c.ck = models.ClusterKeys{SNS: c.keys.ClusterNamespace(models.StorageCluster{Name: "default"})}
-	c.store, err = coordinator.NewEtcdStore(coordinator.EtcdConfig{Endpoints: []string{clientURL}, Logger: c.lg})
+	c.store, err = kv.NewEtcdStore(kv.EtcdConfig{Endpoints: []string{clientURL}, Logger: c.lg})
 	if err != nil {
 		return err
 	}

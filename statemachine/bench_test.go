@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/cairn-db/cairn/coordinator"
+	"github.com/cairn-db/cairn/kv"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
 )
@@ -20,7 +20,7 @@ func BenchmarkQueueAndReducers(b *testing.B) {
 	for i := range evs {
 		id := "n" + strconv.Itoa(i%64)
 		evs[i] = statemachine.Event{Source: "nodes", Kind: statemachine.KindStorageNodes, Cluster: "default",
-			Type: coordinator.WatchPut, Name: id, Value: models.StorageNode{NodeID: id, LastUpdated: int64(i)}, Rev: int64(i + 1)}
+			Type: kv.WatchPut, Name: id, Value: models.StorageNode{NodeID: id, LastUpdated: int64(i)}, Rev: int64(i + 1)}
 	}
 	changed := m.Subscribe()
 	b.ReportAllocs()
@@ -29,7 +29,7 @@ func BenchmarkQueueAndReducers(b *testing.B) {
 		m.Push(evs[i%len(evs)])
 	}
 	// Wait for the consumer to drain: one final marker event.
-	m.Push(statemachine.Event{Source: "end", Type: coordinator.WatchSynced, Rev: 1})
+	m.Push(statemachine.Event{Source: "end", Type: kv.WatchSynced, Rev: 1})
 	for !m.Snapshot().Synced["end"] {
 		<-changed
 	}

@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cairn-db/cairn/coordinator"
+	"github.com/cairn-db/cairn/kv"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 )
@@ -14,7 +14,7 @@ import (
 // Source is one watched prefix.
 type Source struct {
 	Name    string // unique, stable across restarts (it keys the backup)
-	Store   coordinator.Store
+	Store   kv.Store
 	Prefix  string
 	Kind    Kind
 	Cluster string // storage cluster, for cluster-scoped kinds
@@ -131,15 +131,15 @@ func (m *Manager) LoadBackup() (bool, error) {
 	for name, rs := range f.Sources {
 		r := &rawSource{src: Source{Name: name, Prefix: rs.Prefix, Kind: rs.Kind, Cluster: rs.Cluster}, kvs: map[string]rawKV{}}
 		known := make(map[string]int64, len(rs.KVs))
-		for _, kv := range rs.KVs {
-			known[kv.Key] = kv.ModRev
-			r.kvs[kv.Key] = rawKV{value: kv.Value, modRev: kv.ModRev, createRev: kv.CreateRev}
-			v, err := decode(rs.Kind, nameOf(kv.Key, rs.Prefix), kv.Value, kv.CreateRev)
+		for _, kvp := range rs.KVs {
+			known[kvp.Key] = kvp.ModRev
+			r.kvs[kvp.Key] = rawKV{value: kvp.Value, modRev: kvp.ModRev, createRev: kvp.CreateRev}
+			v, err := decode(rs.Kind, nameOf(kvp.Key, rs.Prefix), kvp.Value, kvp.CreateRev)
 			if err != nil {
 				continue
 			}
-			m.fold(Event{Source: name, Kind: rs.Kind, Cluster: rs.Cluster, Type: coordinator.WatchPut,
-				Name: nameOf(kv.Key, rs.Prefix), Value: v, Rev: kv.ModRev})
+			m.fold(Event{Source: name, Kind: rs.Kind, Cluster: rs.Cluster, Type: kv.WatchPut,
+				Name: nameOf(kvp.Key, rs.Prefix), Value: v, Rev: kvp.ModRev})
 		}
 		m.raw[name] = r
 		m.seed[name] = known
@@ -180,8 +180,8 @@ func (m *Manager) AddSource(src Source) {
 	go func() {
 		defer m.wg.Done()
 		defer close(rs.done)
-		coordinator.RunWatcher(ctx, coordinator.WatcherConfig{Store: src.Store, Prefix: src.Prefix, Known: known, Logger: m.lg},
-			func(we coordinator.WatchEvent) { m.push(ctx, src, we) })
+		kv.RunWatcher(ctx, kv.WatcherConfig{Store: src.Store, Prefix: src.Prefix, Known: known, Logger: m.lg},
+			func(we kv.WatchEvent) { m.push(ctx, src, we) })
 	}()
 }
 
@@ -213,13 +213,13 @@ func (m *Manager) Sources() []Source {
 	return out
 }
 
-func (m *Manager) push(ctx context.Context, src Source, we coordinator.WatchEvent) {
+func (m *Manager) push(ctx context.Context, src Source, we kv.WatchEvent) {
 	ev := Event{Source: src.Name, Kind: src.Kind, Cluster: src.Cluster, Type: we.Kind, Rev: we.Rev,
 		Name: nameOf(we.Key, src.Prefix), ClusterID: we.ClusterID, At: m.cfg.Now().UnixMilli()}
-	if we.Kind != coordinator.WatchSynced {
-		ev.raw = &rawChange{src: src, key: we.Key, value: we.Value, modRev: we.Rev, createRev: we.CreateRev, del: we.Kind == coordinator.WatchDelete}
+	if we.Kind != kv.WatchSynced {
+		ev.raw = &rawChange{src: src, key: we.Key, value: we.Value, modRev: we.Rev, createRev: we.CreateRev, del: we.Kind == kv.WatchDelete}
 	}
-	if we.Kind == coordinator.WatchPut {
+	if we.Kind == kv.WatchPut {
 		v, err := decode(src.Kind, ev.Name, we.Value, we.CreateRev)
 		if err != nil {
 			// The source's revision still advances (waiters on it must not

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-db/cairn/coordinator"
+	"github.com/cairn-db/cairn/kv"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
 	"github.com/stretchr/testify/require"
@@ -19,7 +19,7 @@ func mustJSON(t testing.TB, v any) []byte {
 	return b
 }
 
-func sources(s coordinator.Store, k models.Keys) []statemachine.Source {
+func sources(s kv.Store, k models.Keys) []statemachine.Source {
 	return []statemachine.Source{
 		{Name: "master", Store: s, Prefix: k.Master(), Kind: statemachine.KindMaster},
 		{Name: "databases", Store: s, Prefix: k.DatabaseConfigPrefix(), Kind: statemachine.KindDatabaseConfig},
@@ -27,7 +27,7 @@ func sources(s coordinator.Store, k models.Keys) []statemachine.Source {
 }
 
 func TestManagerFollowsStoreAndBacksUp(t *testing.T) {
-	store := coordinator.NewMemoryStore()
+	store := kv.NewMemoryStore()
 	defer store.Close()
 	k := models.Keys{NS: "/cairn"}
 	ctx := context.Background()
@@ -90,7 +90,7 @@ func TestManagerFollowsStoreAndBacksUp(t *testing.T) {
 }
 
 func TestManagerRemoveSource(t *testing.T) {
-	store := coordinator.NewMemoryStore()
+	store := kv.NewMemoryStore()
 	defer store.Close()
 	ctx := context.Background()
 	ck := models.ClusterKeys{SNS: "/cairn/storage/c1"}

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/cairn-db/cairn/coordinator"
+	"github.com/cairn-db/cairn/kv"
 	"github.com/cairn-db/cairn/models"
 )
 
@@ -14,7 +14,7 @@ type Event struct {
 	Source  string
 	Kind    Kind
 	Cluster string
-	Type    coordinator.WatchEventKind
+	Type    kv.WatchEventKind
 	Name    string // key relative to the source prefix: db name, node id, "db/shard"...
 	Value   any    // decoded record for puts
 	Rev     int64
@@ -104,7 +104,7 @@ func (b *builder) apply(ev Event) {
 		b.removeSource(ev)
 		return
 	}
-	if ev.Type == coordinator.WatchSynced {
+	if ev.Type == kv.WatchSynced {
 		cloneOnce(b, "synced", &s.Synced)[ev.Source] = true
 		cloneOnce(b, "revisions", &s.Revisions)[ev.Source] = ev.Rev
 		cloneOnce(b, "listed", &s.ListedFrom)[ev.Source] = ev.ClusterID
@@ -121,7 +121,7 @@ func (b *builder) apply(ev Event) {
 		}
 		delete(inv, ev.Name) // a good value or a delete replaced it
 	}
-	del := ev.Type == coordinator.WatchDelete
+	del := ev.Type == kv.WatchDelete
 	if guarded(ev.Kind) {
 		revs := nested(b, "modrevs", ev.Source, &s.ModRevs)
 		if del {

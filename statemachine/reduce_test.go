@@ -4,7 +4,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/cairn-db/cairn/coordinator"
+	"github.com/cairn-db/cairn/kv"
 	"github.com/cairn-db/cairn/models"
 	"github.com/stretchr/testify/require"
 )
@@ -19,10 +19,10 @@ func fold(s *State, evs ...Event) *State {
 
 func TestReducers(t *testing.T) {
 	put := func(kind Kind, cluster, name string, v any, rev int64) Event {
-		return Event{Source: kind.String() + cluster, Kind: kind, Cluster: cluster, Type: coordinator.WatchPut, Name: name, Value: v, Rev: rev}
+		return Event{Source: kind.String() + cluster, Kind: kind, Cluster: cluster, Type: kv.WatchPut, Name: name, Value: v, Rev: rev}
 	}
 	del := func(kind Kind, cluster, name string, rev int64) Event {
-		return Event{Source: kind.String() + cluster, Kind: kind, Cluster: cluster, Type: coordinator.WatchDelete, Name: name, Rev: rev}
+		return Event{Source: kind.String() + cluster, Kind: kind, Cluster: cluster, Type: kv.WatchDelete, Name: name, Rev: rev}
 	}
 	tests := []struct {
 		name  string
@@ -62,7 +62,7 @@ func TestReducers(t *testing.T) {
 			put(KindISR, "c1", "db/0", models.ISR{Leader: "n1"}, 1),
 			{Source: "isrc1", Kind: KindISR, Cluster: "c1", Removed: true}},
 			func(t *testing.T, s *State) { require.NotContains(t, s.ISR, "c1") }},
-		{"synced marks the source", []Event{{Source: "brokers", Type: coordinator.WatchSynced, Rev: 42}},
+		{"synced marks the source", []Event{{Source: "brokers", Type: kv.WatchSynced, Rev: 42}},
 			func(t *testing.T, s *State) {
 				require.True(t, s.Synced["brokers"])
 				require.EqualValues(t, 42, s.Revisions["brokers"])
@@ -81,19 +81,19 @@ func TestReducers(t *testing.T) {
 }
 
 func TestSnapshotsAreImmutable(t *testing.T) {
-	s1 := fold(emptyState(), Event{Kind: KindBrokers, Type: coordinator.WatchPut, Name: "b1", Value: models.BrokerRecord{NodeID: "b1"}})
-	s2 := fold(s1, Event{Kind: KindBrokers, Type: coordinator.WatchPut, Name: "b2", Value: models.BrokerRecord{NodeID: "b2"}})
+	s1 := fold(emptyState(), Event{Kind: KindBrokers, Type: kv.WatchPut, Name: "b1", Value: models.BrokerRecord{NodeID: "b1"}})
+	s2 := fold(s1, Event{Kind: KindBrokers, Type: kv.WatchPut, Name: "b2", Value: models.BrokerRecord{NodeID: "b2"}})
 	require.Len(t, s1.Brokers, 1)
 	require.Len(t, s2.Brokers, 2)
 }
 
 func TestDepartedNodes(t *testing.T) {
 	put := func(name string, at int64) Event {
-		return Event{Source: "nodes/c1", Kind: KindStorageNodes, Cluster: "c1", Type: coordinator.WatchPut, Name: name,
+		return Event{Source: "nodes/c1", Kind: KindStorageNodes, Cluster: "c1", Type: kv.WatchPut, Name: name,
 			Value: models.StorageNode{NodeID: name, LastTxnID: map[string]uint64{"db/0": 5}}, At: at}
 	}
 	del := func(name string, at int64) Event {
-		return Event{Source: "nodes/c1", Kind: KindStorageNodes, Cluster: "c1", Type: coordinator.WatchDelete, Name: name, At: at}
+		return Event{Source: "nodes/c1", Kind: KindStorageNodes, Cluster: "c1", Type: kv.WatchDelete, Name: name, At: at}
 	}
 	s := fold(emptyState(), put("n1", 1), put("n2", 1), del("n1", 100))
 	require.NotContains(t, s.Nodes["c1"], "n1")
@@ -120,8 +120,8 @@ func TestDepartedNodesBounded(t *testing.T) {
 	for i := range MaxDeparted + 5 {
 		id := "n" + strconv.Itoa(i)
 		evs = append(evs,
-			Event{Source: "nodes/c", Kind: KindStorageNodes, Cluster: "c", Type: coordinator.WatchPut, Name: id, Value: models.StorageNode{NodeID: id}},
-			Event{Source: "nodes/c", Kind: KindStorageNodes, Cluster: "c", Type: coordinator.WatchDelete, Name: id, At: int64(i)})
+			Event{Source: "nodes/c", Kind: KindStorageNodes, Cluster: "c", Type: kv.WatchPut, Name: id, Value: models.StorageNode{NodeID: id}},
+			Event{Source: "nodes/c", Kind: KindStorageNodes, Cluster: "c", Type: kv.WatchDelete, Name: id, At: int64(i)})
 	}
 	s := fold(emptyState(), evs...)
 	require.Len(t, s.Departed["c"], MaxDeparted)

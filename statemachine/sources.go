@@ -1,7 +1,7 @@
 package statemachine
 
 import (
-	"github.com/cairn-db/cairn/coordinator"
+	"github.com/cairn-db/cairn/kv"
 	"github.com/cairn-db/cairn/models"
 )
 
@@ -20,7 +20,7 @@ const (
 )
 
 // MainSources are the prefixes every node watches in Cairn's own etcd.
-func MainSources(store coordinator.Store, k models.Keys) []Source {
+func MainSources(store kv.Store, k models.Keys) []Source {
 	return []Source{
 		{Name: SourceMaster, Store: store, Prefix: k.Master(), Kind: KindMaster},
 		{Name: SourceBrokers, Store: store, Prefix: k.BrokersPrefix(), Kind: KindBrokers},
@@ -34,7 +34,7 @@ func MainSources(store coordinator.Store, k models.Keys) []Source {
 
 // ClusterSources are the prefixes watched per storage cluster, in the
 // cluster's own store.
-func ClusterSources(store coordinator.Store, cluster string, ck models.ClusterKeys) []Source {
+func ClusterSources(store kv.Store, cluster string, ck models.ClusterKeys) []Source {
 	return []Source{
 		{Name: ClusterNodesSource(cluster), Store: store, Prefix: ck.NodesPrefix(), Kind: KindStorageNodes, Cluster: cluster},
 		{Name: ClusterISRSource(cluster), Store: store, Prefix: ck.ISRPrefix(), Kind: KindISR, Cluster: cluster},

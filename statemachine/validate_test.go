@@ -3,7 +3,7 @@ package statemachine
 import (
 	"testing"
 
-	"github.com/cairn-db/cairn/coordinator"
+	"github.com/cairn-db/cairn/kv"
 	"github.com/cairn-db/cairn/models"
 	"github.com/stretchr/testify/require"
 )
@@ -50,17 +50,17 @@ func TestDecodeTolerantAndValidated(t *testing.T) {
 }
 
 func TestModRevsFollowPutsAndDeletes(t *testing.T) {
-	ev := func(typ coordinator.WatchEventKind, name string, rev int64) Event {
+	ev := func(typ kv.WatchEventKind, name string, rev int64) Event {
 		e := Event{Source: SourceAssign, Kind: KindAssign, Type: typ, Name: name, Rev: rev}
-		if typ == coordinator.WatchPut {
+		if typ == kv.WatchPut {
 			e.Value = models.Assignment{DB: name}
 		}
 		return e
 	}
-	s := fold(emptyState(), ev(coordinator.WatchPut, "a", 5), ev(coordinator.WatchPut, "b", 6), ev(coordinator.WatchPut, "a", 9))
+	s := fold(emptyState(), ev(kv.WatchPut, "a", 5), ev(kv.WatchPut, "b", 6), ev(kv.WatchPut, "a", 9))
 	require.EqualValues(t, 9, s.ModRev(SourceAssign, "a"))
 	require.EqualValues(t, 6, s.ModRev(SourceAssign, "b"))
-	s2 := fold(s, ev(coordinator.WatchDelete, "a", 10))
+	s2 := fold(s, ev(kv.WatchDelete, "a", 10))
 	require.EqualValues(t, 0, s2.ModRev(SourceAssign, "a"))
 	require.EqualValues(t, 9, s.ModRev(SourceAssign, "a"), "a published state never changes")
 	s3 := fold(s2, Event{Source: SourceAssign, Kind: KindAssign, Removed: true})
@@ -70,9 +70,9 @@ func TestModRevsFollowPutsAndDeletes(t *testing.T) {
 // An invalid put advances its source's revision (waiters on it never hang)
 // but keeps the key's last good value and mod revision.
 func TestInvalidPutKeepsLastGoodValue(t *testing.T) {
-	good := Event{Source: SourceShardState, Kind: KindShardState, Type: coordinator.WatchPut, Name: "d", Rev: 4,
+	good := Event{Source: SourceShardState, Kind: KindShardState, Type: kv.WatchPut, Name: "d", Rev: 4,
 		Value: models.ShardStates{DB: "d"}}
-	bad := Event{Source: SourceShardState, Kind: KindShardState, Type: coordinator.WatchPut, Name: "d", Rev: 7, Invalid: "json: cannot unmarshal"}
+	bad := Event{Source: SourceShardState, Kind: KindShardState, Type: kv.WatchPut, Name: "d", Rev: 7, Invalid: "json: cannot unmarshal"}
 	s := fold(emptyState(), good, bad)
 	require.EqualValues(t, 7, s.Revisions[SourceShardState])
 	require.EqualValues(t, 4, s.ModRev(SourceShardState, "d"))

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-db/cairn/coordinator"
+	"github.com/cairn-db/cairn/kv"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
 	"github.com/cairn-db/cairn/storage"
@@ -43,7 +43,7 @@ func (p *pathCounter) get(path string) int {
 // through the batched fetch only (no per-shard pulls), and while nothing is
 // written each poll is parked at the leader instead of returning at once.
 func TestBatchedFetchCoversEveryShardOfALeader(t *testing.T) {
-	store := coordinator.NewMemoryStore()
+	store := kv.NewMemoryStore()
 	defer store.Close()
 	sm := statemachine.New(statemachine.Config{})
 	sm.Start(context.Background())
@@ -90,12 +90,12 @@ func TestBatchedFetchCoversEveryShardOfALeader(t *testing.T) {
 	// Every shard's in-sync set holds F (no set was published before: all
 	// replicas start in sync), so an acknowledged write is on F.
 	isr := func(shard int) []string {
-		kv, err := store.Get(ctx, "/t/storage/default/isr/d/"+strconv.Itoa(shard))
-		if err != nil || kv == nil {
+		kvp, err := store.Get(ctx, "/t/storage/default/isr/d/"+strconv.Itoa(shard))
+		if err != nil || kvp == nil {
 			return nil
 		}
 		var set models.ISR
-		require.NoError(t, json.Unmarshal(kv.Value, &set))
+		require.NoError(t, json.Unmarshal(kvp.Value, &set))
 		return set.Replicas
 	}
 	for i := range shards {

@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cairn-db/cairn/coordinator"
+	"github.com/cairn-db/cairn/kv"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
 	"github.com/cairn-db/cairn/storage/engine"
@@ -27,7 +27,7 @@ type HostConfig struct {
 	NodeID  string
 	Cluster string
 	Engine  engine.Engine
-	Store   coordinator.Store // the storage cluster's etcd (in-sync sets)
+	Store   kv.Store // the storage cluster's etcd (in-sync sets)
 	Keys    models.ClusterKeys
 	State   func() *statemachine.State
 	Changed <-chan struct{}
@@ -58,7 +58,7 @@ type HostConfig struct {
 	// storage cluster's store is this same store (its etcd is the main one),
 	// every in-sync set write is also fenced on the shard's state key
 	// (isrwrite.go).
-	StateStore coordinator.Store
+	StateStore kv.Store
 	StateKeys  models.Keys
 }
 
@@ -68,7 +68,7 @@ type Host struct {
 	cfg     HostConfig
 	nodeID  string
 	cluster string
-	store   coordinator.Store
+	store   kv.Store
 	ck      models.ClusterKeys
 	state   func() *statemachine.State
 	lg      *zap.Logger
@@ -150,7 +150,7 @@ func (h *Host) Following() (int, map[string]string) {
 
 // Attach sets the storage cluster's store once its config is known; call
 // before Run.
-func (h *Host) Attach(store coordinator.Store, ck models.ClusterKeys) {
+func (h *Host) Attach(store kv.Store, ck models.ClusterKeys) {
 	h.store, h.ck = store, ck
 }
 

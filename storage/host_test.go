@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-db/cairn/coordinator"
+	"github.com/cairn-db/cairn/kv"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
 	"github.com/cairn-db/cairn/storage"
@@ -29,14 +29,14 @@ type node struct {
 	srv  *httptest.Server
 }
 
-func startNode(t *testing.T, id string, sm *statemachine.Manager, store coordinator.Store, opts ...engine.Option) *node {
+func startNode(t *testing.T, id string, sm *statemachine.Manager, store kv.Store, opts ...engine.Option) *node {
 	eng, err := engine.NewBoltEngine(t.TempDir(), opts...)
 	require.NoError(t, err)
 	return startNodeWith(t, id, sm, store, eng)
 }
 
 // startNodeWith runs a host over an engine the test prepared.
-func startNodeWith(t *testing.T, id string, sm *statemachine.Manager, store coordinator.Store, eng engine.Engine) *node {
+func startNodeWith(t *testing.T, id string, sm *statemachine.Manager, store kv.Store, eng engine.Engine) *node {
 	h := storage.NewHost(storage.HostConfig{NodeID: id, Cluster: "default", Engine: eng, Store: store,
 		Keys: models.ClusterKeys{SNS: "/t/storage/default"}, State: sm.Snapshot, Changed: sm.Subscribe(),
 		LagBound: 500 * time.Millisecond, AckTimeout: 5 * time.Second, DropDelay: time.Hour})
@@ -58,7 +58,7 @@ func startNodeWith(t *testing.T, id string, sm *statemachine.Manager, store coor
 func (n *node) addr() string { return n.srv.Listener.Addr().String() }
 
 func put(sm *statemachine.Manager, source string, kind statemachine.Kind, cluster, name string, v any) {
-	sm.Push(statemachine.Event{Source: source, Kind: kind, Cluster: cluster, Type: coordinator.WatchPut, Name: name, Value: v})
+	sm.Push(statemachine.Event{Source: source, Kind: kind, Cluster: cluster, Type: kv.WatchPut, Name: name, Value: v})
 }
 
 func points(from, n int) []lineproto.Point {
@@ -74,7 +74,7 @@ func points(from, n int) []lineproto.Point {
 // catches up, enters the in-sync set, and from then on every acknowledged
 // write is on it.
 func TestFollowerFullSyncThenInSync(t *testing.T) {
-	store := coordinator.NewMemoryStore()
+	store := kv.NewMemoryStore()
 	defer store.Close()
 	sm := statemachine.New(statemachine.Config{})
 	sm.Start(context.Background())
@@ -110,12 +110,12 @@ func TestFollowerFullSyncThenInSync(t *testing.T) {
 	put(sm, statemachine.ClusterNodesSource("default"), statemachine.KindStorageNodes, "default", "F",
 		models.StorageNode{NodeID: "F", NodeAddress: follower.addr()})
 	isr := func() []string {
-		kv, err := store.Get(ctx, "/t/storage/default/isr/d/0")
-		if err != nil || kv == nil {
+		kvp, err := store.Get(ctx, "/t/storage/default/isr/d/0")
+		if err != nil || kvp == nil {
 			return nil
 		}
 		var set models.ISR
-		require.NoError(t, json.Unmarshal(kv.Value, &set))
+		require.NoError(t, json.Unmarshal(kvp.Value, &set))
 		return set.Replicas
 	}
 	require.Eventually(t, func() bool { return len(isr()) == 2 }, 10*time.Second, 20*time.Millisecond)
@@ -149,7 +149,7 @@ func TestFollowerFullSyncThenInSync(t *testing.T) {
 // both logs share and then takes the leader's entries: its data equals the
 // leader's afterwards.
 func TestDivergentTailTruncated(t *testing.T) {
-	store := coordinator.NewMemoryStore()
+	store := kv.NewMemoryStore()
 	defer store.Close()
 	sm := statemachine.New(statemachine.Config{})
 	sm.Start(context.Background())
@@ -215,7 +215,7 @@ func TestDivergentTailTruncated(t *testing.T) {
 // (ErrFenced, answered as a stale term): its fetches and writes fail until the
 // term changes.
 func TestFollowerAheadInLeadersTermFences(t *testing.T) {
-	store := coordinator.NewMemoryStore()
+	store := kv.NewMemoryStore()
 	defer store.Close()
 	sm := statemachine.New(statemachine.Config{})
 	sm.Start(context.Background())

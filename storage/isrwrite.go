@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/cairn-db/cairn/coordinator"
+	"github.com/cairn-db/cairn/kv"
 	"github.com/cairn-db/cairn/models"
 )
 
@@ -32,7 +32,7 @@ func (r *replica) persistISR(ctx context.Context, term int64, isr []string) erro
 	r.mu.Lock()
 	wrote := r.isrTerm == term && r.isrRev != 0
 	r.mu.Unlock()
-	kv, err := r.h.store.Get(ctx, key)
+	kvp, err := r.h.store.Get(ctx, key)
 	if err != nil {
 		return err
 	}
@@ -40,22 +40,22 @@ func (r *replica) persistISR(ctx context.Context, term int64, isr []string) erro
 	if err != nil {
 		return err
 	}
-	cmps := []coordinator.Cmp{coordinator.ModRevIs(key, 0)}
+	cmps := []kv.Cmp{kv.ModRevIs(key, 0)}
 	switch {
-	case kv == nil && wrote && fence == nil:
+	case kvp == nil && wrote && fence == nil:
 		return fmt.Errorf("%w: the in-sync set of %s written at term %d was removed; not recreating it", ErrShardGone, r.id, term)
-	case kv != nil:
+	case kvp != nil:
 		var cur models.ISR
-		if json.Unmarshal(kv.Value, &cur) == nil && cur.Term > term {
+		if json.Unmarshal(kvp.Value, &cur) == nil && cur.Term > term {
 			return fmt.Errorf("%w: in-sync set of %s is at term %d", ErrStaleTerm, r.id, cur.Term)
 		}
-		cmps[0] = coordinator.ModRevIs(key, kv.ModRev)
+		cmps[0] = kv.ModRevIs(key, kvp.ModRev)
 	}
 	if fence != nil {
 		cmps = append(cmps, *fence)
 	}
 	val, _ := json.Marshal(models.ISR{Leader: r.h.nodeID, Term: term, Replicas: isr})
-	ok, rev, err := r.h.store.Txn(ctx, cmps, []coordinator.Op{coordinator.OpPut(key, val, 0)})
+	ok, rev, err := r.h.store.Txn(ctx, cmps, []kv.Op{kv.OpPut(key, val, 0)})
 	if err != nil {
 		return err
 	}
@@ -73,20 +73,20 @@ func (r *replica) persistISR(ctx context.Context, term int64, isr []string) erro
 // revision (the database's states, not their latest update) after checking
 // it names this node leader of the shard at term.
 // Nil when the cluster has its own etcd (no txn can span both).
-func (r *replica) stateFence(ctx context.Context, term int64) (*coordinator.Cmp, error) {
+func (r *replica) stateFence(ctx context.Context, term int64) (*kv.Cmp, error) {
 	if r.h.cfg.StateStore == nil || r.h.cfg.StateStore != r.h.store {
 		return nil, nil
 	}
 	key := r.h.cfg.StateKeys.ShardState(r.db)
-	kv, err := r.h.store.Get(ctx, key)
+	kvp, err := r.h.store.Get(ctx, key)
 	if err != nil {
 		return nil, err
 	}
-	if kv == nil {
+	if kvp == nil {
 		return nil, fmt.Errorf("%w: no shard state for database %s", ErrShardGone, r.db)
 	}
 	var ss models.ShardStates
-	if err := json.Unmarshal(kv.Value, &ss); err != nil {
+	if err := json.Unmarshal(kvp.Value, &ss); err != nil {
 		return nil, fmt.Errorf("%w: shard state of %s unreadable: %w", ErrShardGone, r.db, err)
 	}
 	for _, s := range ss.Shards {
@@ -96,7 +96,7 @@ func (r *replica) stateFence(ctx context.Context, term int64) (*coordinator.Cmp,
 		if s.Leader != r.h.nodeID || s.Term != term {
 			return nil, fmt.Errorf("%w: shard %s is led by %s at term %d in etcd", ErrStaleTerm, r.id, s.Leader, s.Term)
 		}
-		cmp := coordinator.CreateRevIs(key, kv.CreateRev)
+		cmp := kv.CreateRevIs(key, kvp.CreateRev)
 		return &cmp, nil
 	}
 	return nil, fmt.Errorf("%w: database %s has no shard %d in etcd", ErrShardGone, r.db, r.shard)

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-db/cairn/coordinator"
-	"github.com/cairn-db/cairn/coordinator/etcdtest"
+	"github.com/cairn-db/cairn/kv"
+	"github.com/cairn-db/cairn/kv/etcdtest"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
 	"github.com/cairn-db/cairn/storage"
@@ -36,7 +36,7 @@ func TestISRWriteFencedOnVanishedShard(t *testing.T) {
 	cases := []struct {
 		name       string
 		stateFence bool
-		damage     func(ctx context.Context, s coordinator.Store) error
+		damage     func(ctx context.Context, s kv.Store) error
 		want       []string // the set in etcd afterwards; nil: absent
 		refused    error
 		// absent: etcd never had the database (the restore happened before
@@ -46,22 +46,22 @@ func TestISRWriteFencedOnVanishedShard(t *testing.T) {
 		{name: "first write of a term, the database not in etcd", stateFence: true, absent: true},
 		{name: "intact: the change is written", stateFence: true, want: []string{"L"}},
 		{name: "etcd wiped and an older backup restored", stateFence: true, refused: storage.ErrShardGone,
-			damage: func(ctx context.Context, s coordinator.Store) error {
+			damage: func(ctx context.Context, s kv.Store) error {
 				_, err := s.DeletePrefix(ctx, ns+"/")
 				return err
 			}},
 		{name: "database dropped: shard state deleted", stateFence: true, want: []string{"L", "F"}, refused: storage.ErrShardGone,
-			damage: func(ctx context.Context, s coordinator.Store) error {
-				_, _, err := s.Txn(ctx, nil, []coordinator.Op{coordinator.OpDelete(keys.ShardState("late")), coordinator.OpDelete(keys.Assign("late"))})
+			damage: func(ctx context.Context, s kv.Store) error {
+				_, _, err := s.Txn(ctx, nil, []kv.Op{kv.OpDelete(keys.ShardState("late")), kv.OpDelete(keys.Assign("late"))})
 				return err
 			}},
 		{name: "only the set removed, the shard still in etcd: written again", stateFence: true, want: []string{"L"},
-			damage: func(ctx context.Context, s coordinator.Store) error {
-				_, _, err := s.Txn(ctx, nil, []coordinator.Op{coordinator.OpDelete(isrKey)})
+			damage: func(ctx context.Context, s kv.Store) error {
+				_, _, err := s.Txn(ctx, nil, []kv.Op{kv.OpDelete(isrKey)})
 				return err
 			}},
 		{name: "own etcd (no state fence), wiped", refused: storage.ErrShardGone,
-			damage: func(ctx context.Context, s coordinator.Store) error {
+			damage: func(ctx context.Context, s kv.Store) error {
 				_, err := s.DeletePrefix(ctx, ns+"/")
 				return err
 			}},
@@ -111,13 +111,13 @@ func TestISRWriteFencedOnVanishedShard(t *testing.T) {
 			put(sm, statemachine.SourceShardState, statemachine.KindShardState, "", "late", states)
 
 			set := func() []string {
-				kv, err := store.Get(ctx, isrKey)
+				kvp, err := store.Get(ctx, isrKey)
 				require.NoError(t, err)
-				if kv == nil {
+				if kvp == nil {
 					return nil
 				}
 				var s models.ISR
-				require.NoError(t, json.Unmarshal(kv.Value, &s))
+				require.NoError(t, json.Unmarshal(kvp.Value, &s))
 				return s.Replicas
 			}
 			if tc.absent {

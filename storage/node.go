@@ -11,7 +11,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cairn-db/cairn/coordinator"
+	"github.com/cairn-db/cairn/kv"
 	"github.com/cairn-db/cairn/models"
 	"go.uber.org/zap"
 )
@@ -22,7 +22,7 @@ type ShardReport func() (hosted int, following map[string]string)
 
 // NodeConfig configures a storage node's registration.
 type NodeConfig struct {
-	Store   coordinator.Store // the storage cluster's etcd
+	Store   kv.Store // the storage cluster's etcd
 	Keys    models.ClusterKeys
 	NodeID  string
 	Address string
@@ -50,7 +50,7 @@ type NodeConfig struct {
 // last_updated set to the time of that change. An idle node writes nothing.
 // The record is claimed, never overwritten: a live record of the same node id
 // at another address (a copied data dir) makes it return a
-// coordinator.ErrHeld error naming that address, and the process must stop.
+// kv.ErrHeld error naming that address, and the process must stop.
 // A record at this very address is this node's own previous run (killed
 // within the TTL) and is taken over. It returns nil when ctx ends.
 func RunNode(ctx context.Context, cfg NodeConfig) error {
@@ -60,9 +60,9 @@ func RunNode(ctx context.Context, cfg NodeConfig) error {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	reg := coordinator.Registration{Key: cfg.Keys.Node(cfg.NodeID), TTL: cfg.TTL, Refresh: cfg.MinRewrite, Changed: cfg.Changed,
+	reg := kv.Registration{Key: cfg.Keys.Node(cfg.NodeID), TTL: cfg.TTL, Refresh: cfg.MinRewrite, Changed: cfg.Changed,
 		Value: nodeRecord(cfg), Owner: NodeOwner(cfg.Address), OnRegistered: cfg.Registered}
-	if err := coordinator.KeepRegistered(ctx, cfg.Store, reg, cfg.Logger.With(zap.String("cluster", cfg.Cluster))); err != nil {
+	if err := kv.KeepRegistered(ctx, cfg.Store, reg, cfg.Logger.With(zap.String("cluster", cfg.Cluster))); err != nil {
 		return fmt.Errorf("storage node id %q is in use by another live process: %w", cfg.NodeID, err)
 	}
 	return nil

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-db/cairn/coordinator"
-	"github.com/cairn-db/cairn/coordinator/etcdtest"
+	"github.com/cairn-db/cairn/kv"
+	"github.com/cairn-db/cairn/kv/etcdtest"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/storage"
 	"github.com/stretchr/testify/require"
@@ -52,15 +52,15 @@ func TestNodeRecordWrittenOnlyOnChange(t *testing.T) {
 			Registered: func() { registered <- struct{}{} }})
 	}()
 	<-registered
-	read := func() (models.StorageNode, *coordinator.KeyValue) {
-		kv, err := store.Get(ctx, ck.Node("n1"))
+	read := func() (models.StorageNode, *kv.KeyValue) {
+		kvp, err := store.Get(ctx, ck.Node("n1"))
 		require.NoError(t, err)
-		require.NotNil(t, kv)
+		require.NotNil(t, kvp)
 		var rec models.StorageNode
-		require.NoError(t, json.Unmarshal(kv.Value, &rec))
-		return rec, kv
+		require.NoError(t, json.Unmarshal(kvp.Value, &rec))
+		return rec, kvp
 	}
-	first, kv := read()
+	first, kvp := read()
 	require.Equal(t, map[string]string{"d/0": "L"}, first.Following)
 	require.Equal(t, 1, first.Hosted)
 	require.Equal(t, clock.Load(), first.LastUpdated)
@@ -77,7 +77,7 @@ func TestNodeRecordWrittenOnlyOnChange(t *testing.T) {
 		return looks.Load() >= want
 	}, 10*time.Second, 2*time.Millisecond)
 	again, kv2 := read()
-	require.Equal(t, kv.ModRev, kv2.ModRev, "an unchanged record is not rewritten")
+	require.Equal(t, kvp.ModRev, kv2.ModRev, "an unchanged record is not rewritten")
 	require.Equal(t, first.LastUpdated, again.LastUpdated)
 
 	// A followed shard changes leader: one rewrite, last_updated = then.

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-db/cairn/coordinator"
+	"github.com/cairn-db/cairn/kv"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/peerauth"
 	"github.com/cairn-db/cairn/statemachine"
@@ -134,13 +134,13 @@ func TestRouteScopes(t *testing.T) {
 func stateWithDB(t *testing.T) func() *statemachine.State {
 	m := statemachine.New(statemachine.Config{})
 	for _, e := range []statemachine.Event{
-		{Source: statemachine.SourceStorageConfig, Kind: statemachine.KindStorageConfig, Type: coordinator.WatchPut, Name: "db", Value: models.StorageCluster{Name: "db"}},
-		{Source: statemachine.SourceDatabaseConfig, Kind: statemachine.KindDatabaseConfig, Type: coordinator.WatchPut, Name: "db", Value: models.Database{Name: "db", StorageCluster: "db", NumShards: 1, ReplicaFactor: 1}},
-		{Source: statemachine.SourceMaster, Kind: statemachine.KindMaster, Type: coordinator.WatchPut,
+		{Source: statemachine.SourceStorageConfig, Kind: statemachine.KindStorageConfig, Type: kv.WatchPut, Name: "db", Value: models.StorageCluster{Name: "db"}},
+		{Source: statemachine.SourceDatabaseConfig, Kind: statemachine.KindDatabaseConfig, Type: kv.WatchPut, Name: "db", Value: models.Database{Name: "db", StorageCluster: "db", NumShards: 1, ReplicaFactor: 1}},
+		{Source: statemachine.SourceMaster, Kind: statemachine.KindMaster, Type: kv.WatchPut,
 			Value: models.MasterRecord{NodeID: "m1", Address: "127.0.0.1:1", Term: 5}},
-		{Source: statemachine.SourceMaster, Type: coordinator.WatchSynced},
-		{Source: statemachine.SourceStorageConfig, Type: coordinator.WatchSynced},
-		{Source: statemachine.SourceDatabaseConfig, Type: coordinator.WatchSynced},
+		{Source: statemachine.SourceMaster, Type: kv.WatchSynced},
+		{Source: statemachine.SourceStorageConfig, Type: kv.WatchSynced},
+		{Source: statemachine.SourceDatabaseConfig, Type: kv.WatchSynced},
 	} {
 		m.Push(e)
 	}

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cairn-db/cairn/coordinator"
+	"github.com/cairn-db/cairn/kv"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
 	"github.com/cairn-db/cairn/web"
@@ -46,10 +46,10 @@ func (f *fakeAdmin) TransferLeader(context.Context, string, int, models.LeaderTr
 
 func newState(t *testing.T) func() *statemachine.State {
 	m := statemachine.New(statemachine.Config{})
-	m.Push(statemachine.Event{Source: statemachine.SourceMaster, Kind: statemachine.KindMaster, Type: coordinator.WatchPut,
+	m.Push(statemachine.Event{Source: statemachine.SourceMaster, Kind: statemachine.KindMaster, Type: kv.WatchPut,
 		Value: models.MasterRecord{NodeID: "m1", Address: "127.0.0.1:1", Term: 5}})
-	m.Push(statemachine.Event{Source: statemachine.SourceMaster, Type: coordinator.WatchSynced})
-	m.Push(statemachine.Event{Source: statemachine.SourceDatabaseConfig, Type: coordinator.WatchSynced})
+	m.Push(statemachine.Event{Source: statemachine.SourceMaster, Type: kv.WatchSynced})
+	m.Push(statemachine.Event{Source: statemachine.SourceDatabaseConfig, Type: kv.WatchSynced})
 	m.Start(context.Background())
 	t.Cleanup(m.Stop)
 	for !m.Snapshot().Synced[statemachine.SourceDatabaseConfig] {
@@ -188,25 +188,25 @@ func TestWriteBodyLimit(t *testing.T) {
 // report it down with its shards, and it clears when the node registers again.
 func TestProblemsAndDownNodes(t *testing.T) {
 	m := statemachine.New(statemachine.Config{})
-	node := func(typ coordinator.WatchEventKind, id string) statemachine.Event {
+	node := func(typ kv.WatchEventKind, id string) statemachine.Event {
 		ev := statemachine.Event{Source: statemachine.ClusterNodesSource("c"), Kind: statemachine.KindStorageNodes, Cluster: "c", Type: typ, Name: id}
-		if typ == coordinator.WatchPut {
+		if typ == kv.WatchPut {
 			ev.Value = models.StorageNode{NodeID: id, NodeAddress: "h:" + id}
 		}
 		return ev
 	}
-	m.Push(statemachine.Event{Source: statemachine.SourceMaster, Kind: statemachine.KindMaster, Type: coordinator.WatchPut, Value: models.MasterRecord{NodeID: "m1"}})
-	m.Push(statemachine.Event{Source: statemachine.SourceMaster, Type: coordinator.WatchSynced})
-	m.Push(statemachine.Event{Source: "storage_config", Kind: statemachine.KindStorageConfig, Type: coordinator.WatchPut, Name: "c", Value: models.StorageCluster{Name: "c"}})
-	m.Push(statemachine.Event{Source: "databases", Kind: statemachine.KindDatabaseConfig, Type: coordinator.WatchPut, Name: "db",
+	m.Push(statemachine.Event{Source: statemachine.SourceMaster, Kind: statemachine.KindMaster, Type: kv.WatchPut, Value: models.MasterRecord{NodeID: "m1"}})
+	m.Push(statemachine.Event{Source: statemachine.SourceMaster, Type: kv.WatchSynced})
+	m.Push(statemachine.Event{Source: "storage_config", Kind: statemachine.KindStorageConfig, Type: kv.WatchPut, Name: "c", Value: models.StorageCluster{Name: "c"}})
+	m.Push(statemachine.Event{Source: "databases", Kind: statemachine.KindDatabaseConfig, Type: kv.WatchPut, Name: "db",
 		Value: models.Database{Name: "db", StorageCluster: "c", NumShards: 2, ReplicaFactor: 2}})
-	m.Push(statemachine.Event{Source: "assign", Kind: statemachine.KindAssign, Type: coordinator.WatchPut, Name: "db",
+	m.Push(statemachine.Event{Source: "assign", Kind: statemachine.KindAssign, Type: kv.WatchPut, Name: "db",
 		Value: models.Assignment{DB: "db", Cluster: "c", Shards: []models.ShardAssignment{{ID: 0, Replicas: []string{"a", "b"}}, {ID: 1, Replicas: []string{"b", "a"}}}}})
-	m.Push(statemachine.Event{Source: "shard_state", Kind: statemachine.KindShardState, Type: coordinator.WatchPut, Name: "db",
+	m.Push(statemachine.Event{Source: "shard_state", Kind: statemachine.KindShardState, Type: kv.WatchPut, Name: "db",
 		Value: models.ShardStates{DB: "db", Shards: []models.ShardState{{ID: 0, Leader: "a", Term: 1, Status: "online"}, {ID: 1, Leader: "b", Term: 1, Status: "offline"}}}})
-	m.Push(node(coordinator.WatchPut, "a"))
-	m.Push(node(coordinator.WatchPut, "b"))
-	m.Push(node(coordinator.WatchDelete, "b"))
+	m.Push(node(kv.WatchPut, "a"))
+	m.Push(node(kv.WatchPut, "b"))
+	m.Push(node(kv.WatchDelete, "b"))
 	m.Start(context.Background())
 	t.Cleanup(m.Stop)
 	for len(m.Snapshot().Departed["c"]) == 0 {
@@ -244,7 +244,7 @@ func TestProblemsAndDownNodes(t *testing.T) {
 	require.EqualValues(t, 1, live[0].(map[string]any)["leads"])
 
 	seq := m.Snapshot().Seq
-	m.Push(node(coordinator.WatchPut, "b"))
+	m.Push(node(kv.WatchPut, "b"))
 	for m.Snapshot().Seq == seq {
 		<-m.Changed()
 	}

@@ -20,7 +20,7 @@ import (
 	"github.com/cairn-db/cairn/app"
 	"github.com/cairn-db/cairn/backup"
 	"github.com/cairn-db/cairn/config"
-	"github.com/cairn-db/cairn/coordinator/placement"
+	"github.com/cairn-db/cairn/placement"
 	"github.com/cairn-db/cairn/simcluster"
 )
 

@@ -1,0 +1,406 @@
+package kv
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// EtcdConfig says how to reach an etcd cluster.
+type EtcdConfig struct {
+	Endpoints   []string
+	DialTimeout time.Duration // default 2s
+	// RequestTimeout bounds each unary call made without a deadline; default 3s.
+	RequestTimeout     time.Duration
+	CACert, Cert, Key  string
+	Username, Password string
+	Logger             *zap.Logger
+	// Metrics records every request; nil records nothing.
+	Metrics *EtcdMetrics
+}
+
+// EtcdStore is a Store backed by an etcd cluster.
+type EtcdStore struct {
+	cli     *clientv3.Client
+	timeout time.Duration
+	metrics *EtcdMetrics
+	probe   HeaderProbe // one cluster check shared by every watcher of this store
+}
+
+// NewEtcdStore connects to etcd. It does not wait for the cluster to answer, so
+// a node can start while etcd is down.
+func NewEtcdStore(cfg EtcdConfig) (*EtcdStore, error) {
+	if len(cfg.Endpoints) == 0 {
+		return nil, errors.New("kv: no etcd endpoints")
+	}
+	if cfg.DialTimeout == 0 {
+		cfg.DialTimeout = 2 * time.Second
+	}
+	if cfg.RequestTimeout == 0 {
+		cfg.RequestTimeout = 3 * time.Second
+	}
+	lg := cfg.Logger
+	if lg == nil {
+		lg = zap.NewNop()
+	}
+	var tlsCfg *tls.Config
+	if cfg.CACert != "" || cfg.Cert != "" {
+		info := transport.TLSInfo{TrustedCAFile: cfg.CACert, CertFile: cfg.Cert, KeyFile: cfg.Key}
+		c, err := info.ClientConfig()
+		if err != nil {
+			return nil, fmt.Errorf("kv: etcd tls: %w", err)
+		}
+		tlsCfg = c
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:            cfg.Endpoints,
+		DialTimeout:          cfg.DialTimeout,
+		DialKeepAliveTime:    2 * time.Second,
+		DialKeepAliveTimeout: 2 * time.Second,
+		TLS:                  tlsCfg,
+		Username:             cfg.Username,
+		Password:             cfg.Password,
+		Logger:               lg.Named("etcd-client").WithOptions(zap.IncreaseLevel(zap.WarnLevel)),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("kv: etcd client: %w", err)
+	}
+	return &EtcdStore{cli: cli, timeout: cfg.RequestTimeout, metrics: cfg.Metrics}, nil
+}
+
+func (s *EtcdStore) ctx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, s.timeout)
+}
+
+// mapErr turns etcd and gRPC errors into the package sentinels.
+func mapErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	switch {
+	case errors.Is(err, rpctypes.ErrCompacted):
+		return fmt.Errorf("%w: %w", ErrCompacted, err)
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		return fmt.Errorf("%w: %w", ErrLeaseNotFound, err)
+	case errors.Is(err, rpctypes.ErrNoSpace):
+		return fmt.Errorf("%w: %w", ErrNoSpace, err)
+	case errors.Is(err, context.Canceled):
+		return err
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, rpctypes.ErrNoLeader),
+		errors.Is(err, rpctypes.ErrTimeout), errors.Is(err, rpctypes.ErrTimeoutDueToLeaderFail),
+		errors.Is(err, rpctypes.ErrTimeoutDueToConnectionLost):
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	if st, ok := status.FromError(err); ok {
+		switch st.Code() {
+		case codes.Unavailable, codes.DeadlineExceeded:
+			return fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+	}
+	return err
+}
+
+// mapWriteErr is mapErr for a call that changes etcd. A write that timed out
+// or lost its connection may have been proposed and applied after all, so it
+// is marked ErrOutcomeUnknown (still matching ErrUnavailable). Only errors
+// etcd returns before proposing (no leader, NOSPACE, auth, too large...)
+// prove that nothing changed.
+func mapWriteErr(err error) error {
+	mapped := mapErr(err)
+	if !errors.Is(mapped, ErrUnavailable) || errors.Is(err, rpctypes.ErrNoLeader) {
+		return mapped
+	}
+	return fmt.Errorf("%w: %w", ErrOutcomeUnknown, mapped)
+}
+
+func kvFrom(k *mvccpb.KeyValue) KeyValue {
+	return KeyValue{Key: string(k.Key), Value: k.Value, CreateRev: k.CreateRevision, ModRev: k.ModRevision, Lease: LeaseID(k.Lease)}
+}
+
+// Get implements Store.
+func (s *EtcdStore) Get(ctx context.Context, key string) (*KeyValue, error) {
+	var resp *clientv3.GetResponse
+	if err := s.call(ctx, opGet, func(ctx context.Context) (err error) { resp, err = s.cli.Get(ctx, key); return err }); err != nil {
+		return nil, err
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, nil
+	}
+	kvp := kvFrom(resp.Kvs[0])
+	return &kvp, nil
+}
+
+// List implements Store. Large prefixes are read in pages at one revision.
+func (s *EtcdStore) List(ctx context.Context, prefix string) ([]KeyValue, int64, error) {
+	var out []KeyValue
+	after := ""
+	var rev int64
+	for {
+		page, r, err := s.ListAt(ctx, prefix, after, rev, 5000)
+		if err != nil {
+			return nil, 0, err
+		}
+		if rev == 0 {
+			rev = r
+		}
+		out = append(out, page...)
+		if len(page) < 5000 {
+			return out, rev, nil
+		}
+		after = page[len(page)-1].Key
+	}
+}
+
+// ListAt implements Store.
+func (s *EtcdStore) ListAt(ctx context.Context, prefix, after string, rev int64, limit int) ([]KeyValue, int64, error) {
+	start := prefix
+	if after != "" {
+		start = after + "\x00"
+	}
+	opts := []clientv3.OpOption{clientv3.WithRange(clientv3.GetPrefixRangeEnd(prefix)),
+		clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend)}
+	if rev > 0 {
+		opts = append(opts, clientv3.WithRev(rev))
+	}
+	if limit > 0 {
+		opts = append(opts, clientv3.WithLimit(int64(limit)))
+	}
+	var resp *clientv3.GetResponse
+	if err := s.call(ctx, opList, func(ctx context.Context) (err error) { resp, err = s.cli.Get(ctx, start, opts...); return err }); err != nil {
+		return nil, 0, err
+	}
+	out := make([]KeyValue, len(resp.Kvs))
+	for i, k := range resp.Kvs {
+		out[i] = kvFrom(k)
+	}
+	return out, resp.Header.Revision, nil
+}
+
+// Put implements Store.
+func (s *EtcdStore) Put(ctx context.Context, key string, value []byte, lease LeaseID) (int64, error) {
+	var opts []clientv3.OpOption
+	if lease != 0 {
+		opts = append(opts, clientv3.WithLease(clientv3.LeaseID(lease)))
+	}
+	var resp *clientv3.PutResponse
+	if err := s.callWrite(ctx, opPut, func(ctx context.Context) (err error) {
+		resp, err = s.cli.Put(ctx, key, string(value), opts...)
+		return err
+	}); err != nil {
+		return 0, err
+	}
+	return resp.Header.Revision, nil
+}
+
+// Delete implements Store.
+func (s *EtcdStore) Delete(ctx context.Context, key string) (bool, error) {
+	var resp *clientv3.DeleteResponse
+	if err := s.callWrite(ctx, opDelete, func(ctx context.Context) (err error) { resp, err = s.cli.Delete(ctx, key); return err }); err != nil {
+		return false, err
+	}
+	return resp.Deleted > 0, nil
+}
+
+// DeletePrefix implements Store.
+func (s *EtcdStore) DeletePrefix(ctx context.Context, prefix string) (int64, error) {
+	var resp *clientv3.DeleteResponse
+	if err := s.callWrite(ctx, opDeletePrefix, func(ctx context.Context) (err error) {
+		resp, err = s.cli.Delete(ctx, prefix, clientv3.WithPrefix())
+		return err
+	}); err != nil {
+		return 0, err
+	}
+	return resp.Deleted, nil
+}
+
+// Txn implements Store.
+func (s *EtcdStore) Txn(ctx context.Context, cmps []Cmp, ops []Op) (bool, int64, error) {
+	cs := make([]clientv3.Cmp, len(cmps))
+	for i, c := range cmps {
+		switch c.Kind {
+		case CmpCreateRev:
+			cs[i] = clientv3.Compare(clientv3.CreateRevision(c.Key), "=", c.Rev)
+		case CmpModRev:
+			cs[i] = clientv3.Compare(clientv3.ModRevision(c.Key), "=", c.Rev)
+		case CmpValue:
+			cs[i] = clientv3.Compare(clientv3.Value(c.Key), "=", string(c.Value))
+		}
+	}
+	os := make([]clientv3.Op, len(ops))
+	for i, o := range ops {
+		if o.Delete {
+			os[i] = clientv3.OpDelete(o.Key)
+			continue
+		}
+		var opts []clientv3.OpOption
+		if o.Lease != 0 {
+			opts = append(opts, clientv3.WithLease(clientv3.LeaseID(o.Lease)))
+		}
+		os[i] = clientv3.OpPut(o.Key, string(o.Value), opts...)
+	}
+	var resp *clientv3.TxnResponse
+	if err := s.callWrite(ctx, opTxn, func(ctx context.Context) (err error) {
+		resp, err = s.cli.Txn(ctx).If(cs...).Then(os...).Commit()
+		return err
+	}); err != nil {
+		return false, 0, err
+	}
+	return resp.Succeeded, resp.Header.Revision, nil
+}
+
+// Grant implements Store.
+func (s *EtcdStore) Grant(ctx context.Context, ttl time.Duration) (LeaseID, error) {
+	secs := int64((ttl + time.Second - 1) / time.Second)
+	var resp *clientv3.LeaseGrantResponse
+	if err := s.call(ctx, opGrant, func(ctx context.Context) (err error) { resp, err = s.cli.Grant(ctx, secs); return err }); err != nil {
+		return 0, err
+	}
+	return LeaseID(resp.ID), nil
+}
+
+// KeepAlive implements Store.
+func (s *EtcdStore) KeepAlive(ctx context.Context, id LeaseID) (<-chan struct{}, error) {
+	ch, err := s.cli.KeepAlive(ctx, clientv3.LeaseID(id))
+	if err != nil {
+		err = mapErr(err)
+		s.metrics.observe(opKeepAlive, 0, err)
+		return nil, err
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range ch { //nolint:revive // drain keepalive responses until the lease is lost
+		}
+	}()
+	return done, nil
+}
+
+// Revoke implements Store.
+func (s *EtcdStore) Revoke(ctx context.Context, id LeaseID) error {
+	return s.call(ctx, opRevoke, func(ctx context.Context) error { _, err := s.cli.Revoke(ctx, clientv3.LeaseID(id)); return err })
+}
+
+// Watch implements Store. It requires a leader so a partitioned member does not
+// leave the watcher silently stale.
+func (s *EtcdStore) Watch(ctx context.Context, prefix string, fromRev int64) <-chan RawWatchResponse {
+	out := make(chan RawWatchResponse, 16)
+	wctx := clientv3.WithRequireLeader(ctx)
+	wch := s.cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(fromRev),
+		clientv3.WithPrevKV(), clientv3.WithProgressNotify())
+	go func() {
+		defer close(out)
+		for resp := range wch {
+			var r RawWatchResponse
+			if err := resp.Err(); err != nil {
+				if resp.CompactRevision != 0 {
+					err = fmt.Errorf("%w: compacted at %d", ErrCompacted, resp.CompactRevision)
+				} else {
+					err = mapErr(err)
+					if !errors.Is(err, ErrCompacted) {
+						err = fmt.Errorf("%w: %w", ErrUnavailable, err)
+					}
+				}
+				r.Err = err
+				if ctx.Err() == nil && !errors.Is(err, ErrCompacted) { // compaction only means re-list
+					s.metrics.observe(opWatch, 0, err)
+				}
+				select {
+				case out <- r:
+				case <-ctx.Done():
+				}
+				return
+			}
+			r.Rev = resp.Header.Revision
+			r.Events = make([]RawEvent, len(resp.Events))
+			for i, ev := range resp.Events {
+				e := RawEvent{KV: kvFrom(ev.Kv)}
+				if ev.Type == clientv3.EventTypeDelete {
+					e.Type = EventDelete
+				}
+				r.Events[i] = e
+			}
+			select {
+			case out <- r:
+			case <-ctx.Done():
+				return
+			}
+		}
+		if ctx.Err() == nil {
+			select {
+			case out <- RawWatchResponse{Err: fmt.Errorf("%w: watch channel closed", ErrUnavailable)}:
+			case <-ctx.Done():
+			}
+		}
+	}()
+	return out
+}
+
+// Compact implements Store.
+func (s *EtcdStore) Compact(ctx context.Context, rev int64) error {
+	return s.call(ctx, opCompact, func(ctx context.Context) error {
+		_, err := s.cli.Compact(ctx, rev, clientv3.WithCompactPhysical())
+		return err
+	})
+}
+
+// ClusterID implements Store.
+func (s *EtcdStore) ClusterID(ctx context.Context) (uint64, error) {
+	id, _, err := s.Header(ctx)
+	return id, err
+}
+
+// Header implements Store.
+func (s *EtcdStore) Header(ctx context.Context) (uint64, int64, error) {
+	var resp *clientv3.GetResponse
+	if err := s.call(ctx, opHeader, func(ctx context.Context) (err error) {
+		resp, err = s.cli.Get(ctx, "\x00cairn-cluster-probe", clientv3.WithCountOnly())
+		return err
+	}); err != nil {
+		return 0, 0, err
+	}
+	return resp.Header.ClusterId, resp.Header.Revision, nil
+}
+
+// Alarms lists the alarms raised in the etcd cluster ("NOSPACE",
+// "CORRUPT"), one entry per kind whatever the number of members raising it.
+func (s *EtcdStore) Alarms(ctx context.Context) ([]string, error) {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	resp, err := s.cli.AlarmList(ctx)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, a := range resp.Alarms {
+		name := a.Alarm.String()
+		if a.Alarm != etcdserverpb.AlarmType_NONE && !seen[name] {
+			seen[name] = true
+			out = append(out, name)
+		}
+	}
+	return out, nil
+}
+
+// SharedHeader is Header shared by every watcher of this store: a probe
+// younger than maxAge is answered from memory (see HeaderProbe).
+func (s *EtcdStore) SharedHeader(ctx context.Context, maxAge time.Duration) (uint64, int64, time.Time, error) {
+	return s.probe.Get(ctx, maxAge, s.Header)
+}
+
+// Close implements Store.
+func (s *EtcdStore) Close() error { return s.cli.Close() }

@@ -1,0 +1,186 @@
+package master
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"testing"
+
+	"github.com/cairn-db/cairn/models"
+	"github.com/cairn-db/cairn/placement"
+	"github.com/cairn-db/cairn/statemachine"
+	"github.com/stretchr/testify/require"
+)
+
+// decisions summarises what the master decided for one run of the scripted
+// events, in terms that do not depend on the cluster's size when every size
+// holds the same replicas and leaders per node.
+type decisions struct {
+	ReplicasPerNode, LeadersPerNode  placement.MinMax // after placement
+	KillChanged                      int              // shards whose leader changed when one node died
+	KillMaxTermBump                  int64
+	DeadRelocations                  int // a rebalance plan with the node still gone
+	DeadPlanReplicaSpread            int // max - min replicas over live nodes, after that plan
+	RejoinChanged, RejoinRelocations int // the node back: failover and rebalance decisions
+	RejoinLeadersToNode              int // leaderships the plan gives back to it
+	RejoinPlanLeadersPerNode         placement.MinMax
+}
+
+// runScaled plays: nodes register, databases are created (4 shards x RF 3
+// each, as many databases as nodes: 12 replicas and 4 leaderships per node),
+// one node dies, then comes back; through the master's own decision
+// functions on its own state, checking the invariants at every step.
+func runScaled(t *testing.T, nodes int) decisions {
+	const shards, rf = 4, 3
+	st := &statemachine.State{Nodes: map[string]map[string]models.StorageNode{"c": {}},
+		Databases: map[string]models.Database{}, Assignments: map[string]models.Assignment{},
+		ShardStates: map[string]models.ShardStates{}, ISR: map[string]map[string]models.ISR{}, Drains: map[string]models.Drain{},
+		StorageClusters: map[string]models.StorageCluster{"c": {Name: "c"}}}
+	ids := make([]string, nodes)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("n%05d", i)
+		st.Nodes["c"][ids[i]] = models.StorageNode{NodeID: ids[i], NodeAddress: ids[i] + ":1", Cluster: "c"}
+	}
+	for i := range nodes {
+		db := models.Database{Name: fmt.Sprintf("db%05d", i), StorageCluster: "c", NumShards: shards, ReplicaFactor: rf}
+		as, ss, err := newShards(st, db, 0, shards)
+		require.NoError(t, err)
+		st.Databases[db.Name] = db
+		st.Assignments[db.Name] = models.Assignment{DB: db.Name, Cluster: "c", Shards: as}
+		st.ShardStates[db.Name] = models.ShardStates{DB: db.Name, Shards: ss}
+	}
+	var d decisions
+	reps, leads := perNode(st, ids)
+	for _, a := range st.Assignments {
+		for _, sh := range a.Shards {
+			require.Len(t, sh.Replicas, rf)
+			require.Len(t, uniq(sh.Replicas), rf, "replicas of one shard never share a node")
+		}
+	}
+	d.ReplicasPerNode, d.LeadersPerNode = minMaxOf(reps, ids), minMaxOf(leads, ids)
+
+	// One node dies: the master re-elects every shard it led among the
+	// survivors (all in sync: nothing was written), term + 1.
+	victim := ids[0] // the node leading the most shards (lowest id among them)
+	for _, n := range ids {
+		if leads[n] > leads[victim] {
+			victim = n
+		}
+	}
+	delete(st.Nodes["c"], victim)
+	live := slices.DeleteFunc(slices.Clone(ids), func(n string) bool { return n == victim })
+	before := maps.Clone(st.ShardStates)
+	clusterLeads := ClusterLeads(st.ShardStates, st.Assignments, "c")
+	for _, name := range slices.Sorted(maps.Keys(st.Assignments)) { // the master's order
+		a := st.Assignments[name]
+		next, changed := PlanLeaders(ShardInputs{DB: name, Assign: a, States: st.ShardStates[name], Live: st.Nodes["c"], Leads: clusterLeads})
+		d.KillChanged += len(changed)
+		for _, s := range next.Shards {
+			require.Equal(t, models.StatusOnline, s.Status)
+			require.NotEqual(t, victim, s.Leader)
+			require.Contains(t, a.Shards[s.ID].Replicas, s.Leader)
+			old := before[name].Shards[s.ID]
+			if old.Leader == victim {
+				require.Contains(t, changed, s.ID)
+			}
+			d.KillMaxTermBump = max(d.KillMaxTermBump, s.Term-old.Term)
+		}
+		st.ShardStates[name] = next
+	}
+	_, after := perNode(st, live)
+	for _, n := range live {
+		// Each shard could only go to its two surviving replicas: a
+		// survivor gains at most the shards it shares with the victim.
+		require.LessOrEqual(t, after[n]-leads[n], 2, "node %s", n)
+	}
+
+	// While it is gone, a rebalance would move its replicas to the others.
+	plan, err := placement.Place(clusterView(st, "c"))
+	require.NoError(t, err)
+	d.DeadRelocations = plan.Relocations
+	dp := minMaxOf(targetReplicas(plan), live)
+	d.DeadPlanReplicaSpread = dp.Max - dp.Min
+
+	// It comes back before that ran: nothing fails over, and the plan only
+	// gives it leaderships back.
+	st.Nodes["c"][victim] = models.StorageNode{NodeID: victim, NodeAddress: victim + ":1", Cluster: "c"}
+	for name, a := range st.Assignments {
+		_, changed := PlanLeaders(ShardInputs{DB: name, Assign: a, States: st.ShardStates[name], Live: st.Nodes["c"]})
+		d.RejoinChanged += len(changed)
+	}
+	plan, err = placement.Place(clusterView(st, "c"))
+	require.NoError(t, err)
+	d.RejoinRelocations = plan.Relocations
+	for _, mv := range plan.Moves {
+		if mv.Kind == placement.MoveLeader && mv.To == victim {
+			d.RejoinLeadersToNode++
+		}
+	}
+	tl := map[string]int{}
+	for _, sp := range plan.Target {
+		tl[sp.Leader]++
+	}
+	d.RejoinPlanLeadersPerNode = minMaxOf(tl, ids)
+	return d
+}
+
+func perNode(st *statemachine.State, ids []string) (replicas, leaders map[string]int) {
+	replicas, leaders = map[string]int{}, map[string]int{}
+	for _, a := range st.Assignments {
+		for _, sh := range a.Shards {
+			for _, n := range sh.Replicas {
+				replicas[n]++
+			}
+		}
+	}
+	for _, ss := range st.ShardStates {
+		for _, s := range ss.Shards {
+			leaders[s.Leader]++
+		}
+	}
+	return replicas, leaders
+}
+
+func targetReplicas(p placement.Plan) map[string]int {
+	out := map[string]int{}
+	for _, sp := range p.Target {
+		for _, n := range sp.Replicas {
+			out[n]++
+		}
+	}
+	return out
+}
+
+func minMaxOf(c map[string]int, ids []string) placement.MinMax {
+	mm := placement.MinMax{Min: c[ids[0]], Max: c[ids[0]]}
+	for _, n := range ids {
+		mm.Min, mm.Max = min(mm.Min, c[n]), max(mm.Max, c[n])
+	}
+	return mm
+}
+
+func uniq(s []string) []string { return slices.Compact(slices.Sorted(slices.Values(s))) }
+
+// 1,000 nodes registering, 1,000 databases created, one node killed and
+// rejoining give the same decisions as the same events at 10 nodes: the same
+// replicas and leaders per node, the same number of shards failed over with
+// the same term bump and leadership spread, the same relocations planned
+// while the node is gone and none once it is back.
+func TestPlacementDecisionsScaleFrom10To1000Nodes(t *testing.T) {
+	small := runScaled(t, 10)
+	big := runScaled(t, 1000)
+	require.Equal(t, small, big)
+	// And the decisions are the right ones, not just equal.
+	require.Equal(t, placement.MinMax{Min: 12, Max: 12}, small.ReplicasPerNode)
+	// New databases are placed one by one: leaderships within one of the
+	// mean, not exact (a rebalance makes them exact, below).
+	require.LessOrEqual(t, small.LeadersPerNode.Max-small.LeadersPerNode.Min, 2)
+	require.Equal(t, small.LeadersPerNode.Max, small.KillChanged, "the victim led the most shards")
+	require.EqualValues(t, 1, small.KillMaxTermBump)
+	require.Equal(t, 12, small.DeadRelocations)
+	require.LessOrEqual(t, small.DeadPlanReplicaSpread, 1)
+	require.Zero(t, small.RejoinChanged)
+	require.Zero(t, small.RejoinRelocations)
+	require.Equal(t, 4, small.RejoinLeadersToNode)
+	require.Equal(t, placement.MinMax{Min: 4, Max: 4}, small.RejoinPlanLeadersPerNode)
+}
