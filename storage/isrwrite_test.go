@@ -133,8 +133,12 @@ func TestISRWriteFencedOnVanishedShard(t *testing.T) {
 				require.NoError(t, tc.damage(ctx, store))
 			}
 			// F leaves the assignment of shard 1 (the cached state still has
-			// the database): the leader drops F from its set at once.
-			assign.Shards[1].Replicas = []string{"L"}
+			// the database): the leader drops F from its set at once. A new
+			// record, as a watch event decodes one: snapshots are immutable,
+			// and editing the pushed record's Shards in place would change
+			// the record the state manager already holds (the host sees no
+			// new record and a racing read).
+			assign.Shards = []models.ShardAssignment{assign.Shards[0], {ID: 1, Replicas: []string{"L"}}}
 			put(sm, statemachine.SourceAssign, statemachine.KindAssign, "", "late", assign)
 
 			if tc.refused == nil {
