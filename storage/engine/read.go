@@ -126,6 +126,9 @@ func (s *boltShard) QueryLimited(metric string, match map[string]string, start, 
 			if err != nil {
 				return fmt.Errorf("series %q: %w", fs.key, err)
 			}
+			if room := b.room(); room >= 0 && len(pts) > room {
+				return b.overPoints() // one series alone is over: stop before merging it
+			}
 			sr.Points = mergePoints(pts, mem)
 			if len(sr.Points) > 0 {
 				if err := emit(sr); err != nil {
