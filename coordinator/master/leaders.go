@@ -26,8 +26,11 @@ type ShardInputs struct {
 
 // inSync returns the shard's last known in-sync set. A shard whose leader never
 // published one (no data written yet) counts all its replicas as in sync: they
-// are all empty and equal.
+// are all empty and equal. A stale record (isrTrusted) vouches for nobody.
 func inSync(in ShardInputs, sh models.ShardAssignment) []string {
+	if !isrTrusted(in, sh) {
+		return nil
+	}
 	if set, ok := in.ISR[models.ShardID(in.DB, sh.ID)]; ok {
 		return set.Replicas
 	}
@@ -52,12 +55,32 @@ func NextTerm(in ShardInputs, cur models.ShardState) int64 {
 	return max(cur.Term, liveTerm(in, cur.ID)) + 1
 }
 
+// isrTrusted reports whether the shard's in-sync record can be believed. A
+// leader publishes its set at its term before it appends anything at that
+// term, so the record's term is never below a term a replica holds in its
+// log. A live replica holding a newer term than the record (or any data when
+// there is no record) proves that leaderships happened the record never saw:
+// it is a stale copy (a restored backup, a hand edit), and a replica that
+// left the set since (missing acknowledged writes) may be listed in it while
+// the ones that hold those writes are not.
+func isrTrusted(in ShardInputs, sh models.ShardAssignment) bool {
+	lt := liveTerm(in, sh.ID)
+	set, ok := in.ISR[models.ShardID(in.DB, sh.ID)]
+	if !ok {
+		return lt == 0
+	}
+	return set.Term >= lt
+}
+
 // PlanLeaders decides, for every shard of one database, whether its leader must
 // change: a dead leader is replaced by the live in-sync replica with the most
 // recent log (highest max_term, then last_txn_id) at NextTerm; with none the
 // shard goes offline; an offline shard comes back when a replica of its last
 // in-sync set returns. A shard published at a term below one a live replica
-// holds (restored state) is re-elected the same way. It returns the new
+// holds (restored state) is re-elected the same way. When the in-sync record
+// itself is stale (isrTrusted), it is ignored: the shard gets a leader only
+// once every assigned replica is live and has reported its log, and stays
+// offline, naming the missing replicas, until then. It returns the new
 // states and the ids of the shards that changed.
 func PlanLeaders(in ShardInputs) (models.ShardStates, []int) {
 	cur := map[int]models.ShardState{}
@@ -84,12 +107,20 @@ func PlanLeaders(in ShardInputs) (models.ShardStates, []int) {
 			next.Shards = append(next.Shards, st)
 			continue
 		}
-		isr := inSync(in, sh)
-		best := pickLeader(in, sh, isr, st.Leader, leads)
+		var best, reason string
+		if isrTrusted(in, sh) {
+			isr := inSync(in, sh)
+			best = pickLeader(in, sh, isr, st.Leader, leads)
+			reason = fmt.Sprintf("no live in-sync replica; last in-sync set %v", isr)
+		} else if missing := notLive(in, sh.Replicas); len(missing) > 0 {
+			reason = staleReason(in, sh, missing)
+		} else {
+			best = pickLeader(in, sh, sh.Replicas, st.Leader, leads)
+		}
 		ns := st
 		if best == "" {
 			ns.Status = models.StatusOffline
-			ns.Reason = fmt.Sprintf("no live in-sync replica; last in-sync set %v", isr)
+			ns.Reason = reason
 		} else {
 			if st.Status == models.StatusOnline {
 				leads[st.Leader]--
@@ -103,6 +134,30 @@ func PlanLeaders(in ShardInputs) (models.ShardStates, []int) {
 		next.Shards = append(next.Shards, ns)
 	}
 	return next, changed
+}
+
+// staleReason says why a shard with a stale in-sync record stays offline and
+// how an operator can force it.
+func staleReason(in ShardInputs, sh models.ShardAssignment, missing []string) string {
+	what := "no in-sync set is recorded"
+	if set, ok := in.ISR[models.ShardID(in.DB, sh.ID)]; ok {
+		what = fmt.Sprintf("the in-sync set on record is of term %d", set.Term)
+	}
+	return fmt.Sprintf("stale in-sync set (%s, but a live replica holds term %d: the state was restored or edited): "+
+		"waiting for every replica to report its log, missing %v; to accept losing the writes only they hold, "+
+		"POST /api/v1/databases/%s/shards/%d/leader with {\"node_id\":\"<live replica>\",\"unclean\":true}",
+		what, liveTerm(in, sh.ID), missing, in.DB, sh.ID)
+}
+
+// notLive lists the replicas with no live record (in order).
+func notLive(in ShardInputs, replicas []string) []string {
+	var out []string
+	for _, n := range replicas {
+		if _, ok := in.Live[n]; !ok {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // pickLeader returns the live in-sync replica with the most recent log: the
