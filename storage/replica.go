@@ -233,22 +233,34 @@ func (r *replica) maintainISR(ctx context.Context, d desired) {
 	r.lg.Info("in-sync set changed", zap.Strings("isr", next), zap.Strings("dropped", drop), zap.Strings("added", add), zap.Int64("term", d.term))
 }
 
-// persistISR writes the in-sync set, refusing to overwrite one of a newer term.
+// persistISR writes the in-sync set, refusing to overwrite one of a newer
+// term, or one restored from another etcd cluster at a term not below ours:
+// that leadership is the restored state's, and the master re-elects the
+// shard from every replica's log before anyone leads it again.
 func (r *replica) persistISR(ctx context.Context, term int64, isr []string) error {
 	key := r.h.ck.ISR(r.db, r.shard)
 	kv, err := r.h.store.Get(ctx, key)
 	if err != nil {
 		return err
 	}
+	cid, err := r.h.store.ClusterID(ctx)
+	if err != nil {
+		return err
+	}
 	cmp := coordinator.ModRevIs(key, 0)
 	if kv != nil {
 		var cur models.ISR
-		if json.Unmarshal(kv.Value, &cur) == nil && cur.Term > term {
-			return ErrStaleTerm
+		if json.Unmarshal(kv.Value, &cur) == nil {
+			if cur.Term > term {
+				return ErrStaleTerm
+			}
+			if cur.ClusterID != 0 && cid != 0 && cur.ClusterID != cid && cur.Term >= term {
+				return fmt.Errorf("%w: the in-sync set of %s at term %d was restored from etcd cluster %x", ErrStaleTerm, r.id, cur.Term, cur.ClusterID)
+			}
 		}
 		cmp = coordinator.ModRevIs(key, kv.ModRev)
 	}
-	val, _ := json.Marshal(models.ISR{Leader: r.h.nodeID, Term: term, Replicas: isr})
+	val, _ := json.Marshal(models.ISR{Leader: r.h.nodeID, Term: term, Replicas: isr, ClusterID: cid})
 	ok, _, err := r.h.store.Txn(ctx, []coordinator.Cmp{cmp}, []coordinator.Op{coordinator.OpPut(key, val, 0)})
 	if err != nil {
 		return err

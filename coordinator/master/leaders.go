@@ -22,6 +22,9 @@ type ShardInputs struct {
 	Live   map[string]models.StorageNode // live storage nodes of the database's cluster
 	ISR    map[string]models.ISR         // cluster's in-sync sets by shard id
 	Drains map[string]models.Drain
+	// ClusterID is the etcd cluster the in-sync sets were listed from (0:
+	// unknown): a set written in another one was restored from a backup.
+	ClusterID uint64
 }
 
 // inSync returns the shard's last known in-sync set. A shard whose leader never
@@ -69,7 +72,17 @@ func isrTrusted(in ShardInputs, sh models.ShardAssignment) bool {
 	if !ok {
 		return lt == 0
 	}
-	return set.Term >= lt
+	return set.Term >= lt && !restoredISR(in, sh)
+}
+
+// restoredISR: the shard's in-sync record was written in another etcd
+// cluster than the one it was read from, so it is a restored copy. Even with
+// no live replica proving it stale, a replica listed in it may have fallen
+// behind since the backup (its log then holds no newer term), and a live
+// leader of the restored state may be that replica.
+func restoredISR(in ShardInputs, sh models.ShardAssignment) bool {
+	set, ok := in.ISR[models.ShardID(in.DB, sh.ID)]
+	return ok && set.ClusterID != 0 && in.ClusterID != 0 && set.ClusterID != in.ClusterID
 }
 
 // PlanLeaders decides, for every shard of one database, whether its leader must
@@ -102,7 +115,8 @@ func PlanLeaders(in ShardInputs) (models.ShardStates, []int) {
 		}
 		_, leaderLive := in.Live[st.Leader]
 		behind := liveTerm(in, sh.ID) > st.Term
-		healthy := st.Status == models.StatusOnline && leaderLive && slices.Contains(sh.Replicas, st.Leader) && !behind
+		healthy := st.Status == models.StatusOnline && leaderLive && slices.Contains(sh.Replicas, st.Leader) && !behind &&
+			!restoredISR(in, sh)
 		if healthy {
 			next.Shards = append(next.Shards, st)
 			continue
@@ -139,14 +153,17 @@ func PlanLeaders(in ShardInputs) (models.ShardStates, []int) {
 // staleReason says why a shard with a stale in-sync record stays offline and
 // how an operator can force it.
 func staleReason(in ShardInputs, sh models.ShardAssignment, missing []string) string {
-	what := "no in-sync set is recorded"
+	what := "no in-sync set is recorded, but a live replica holds data"
 	if set, ok := in.ISR[models.ShardID(in.DB, sh.ID)]; ok {
-		what = fmt.Sprintf("the in-sync set on record is of term %d", set.Term)
+		what = fmt.Sprintf("the in-sync set on record is of term %d, a live replica holds term %d", set.Term, liveTerm(in, sh.ID))
+		if restoredISR(in, sh) {
+			what = fmt.Sprintf("the in-sync set on record (term %d) was written in etcd cluster %x, this is %x", set.Term, set.ClusterID, in.ClusterID)
+		}
 	}
-	return fmt.Sprintf("stale in-sync set (%s, but a live replica holds term %d: the state was restored or edited): "+
+	return fmt.Sprintf("stale in-sync set (%s: the state was restored or edited): "+
 		"waiting for every replica to report its log, missing %v; to accept losing the writes only they hold, "+
 		"POST /api/v1/databases/%s/shards/%d/leader with {\"node_id\":\"<live replica>\",\"unclean\":true}",
-		what, liveTerm(in, sh.ID), missing, in.DB, sh.ID)
+		what, missing, in.DB, sh.ID)
 }
 
 // notLive lists the replicas with no live record (in order).

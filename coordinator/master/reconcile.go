@@ -172,7 +172,8 @@ func (m *Master) failover(ctx context.Context, name string) error {
 		return nil
 	}
 	next, changed := PlanLeaders(ShardInputs{DB: name, Assign: a, States: st.ShardStates[name],
-		Live: st.Nodes[a.Cluster], ISR: st.ISR[a.Cluster], Drains: st.Drains})
+		Live: st.Nodes[a.Cluster], ISR: st.ISR[a.Cluster], Drains: st.Drains,
+		ClusterID: st.ListedFrom[statemachine.ClusterISRSource(a.Cluster)]})
 	if len(changed) == 0 {
 		return nil
 	}
