@@ -267,3 +267,50 @@ func TestFollowerNeverTruncatesForAnOlderLeadership(t *testing.T) {
 	require.Equal(t, want, got, "the old leader took the newer log")
 	require.Len(t, want[0].Points, 25)
 }
+
+// An in-sync set restored from another etcd cluster is not taken over by the
+// restored state's leader at its term (it may be a replica that fell behind
+// since the backup, and would acknowledge writes alone): it leads only once
+// the master publishes a newer term, and its set then names this cluster.
+func TestRestoredInSyncSetNotTakenOverAtItsTerm(t *testing.T) {
+	store := coordinator.NewMemoryStore()
+	defer store.Close()
+	sm := statemachine.New(statemachine.Config{})
+	sm.Start(context.Background())
+	defer sm.Stop()
+	ctx := context.Background()
+	cid, err := store.ClusterID(ctx)
+	require.NoError(t, err)
+	key := "/t/storage/default/isr/d/0"
+	restored, err := json.Marshal(models.ISR{Leader: "F", Term: 2, Replicas: []string{"L", "F"}, ClusterID: cid + 1})
+	require.NoError(t, err)
+	_, err = store.Put(ctx, key, restored, 0)
+	require.NoError(t, err)
+
+	l := startNode(t, "L", sm, store)
+	put(sm, statemachine.SourceStorageConfig, statemachine.KindStorageConfig, "", "default", models.StorageCluster{Name: "default"})
+	put(sm, statemachine.ClusterNodesSource("default"), statemachine.KindStorageNodes, "default", "L",
+		models.StorageNode{NodeID: "L", NodeAddress: l.addr()})
+	put(sm, statemachine.SourceDatabaseConfig, statemachine.KindDatabaseConfig, "", "d",
+		models.Database{Name: "d", StorageCluster: "default", NumShards: 1, ReplicaFactor: 2})
+	put(sm, statemachine.SourceAssign, statemachine.KindAssign, "", "d",
+		models.Assignment{DB: "d", Cluster: "default", Shards: []models.ShardAssignment{{ID: 0, Replicas: []string{"L", "F"}}}})
+	put(sm, statemachine.SourceShardState, statemachine.KindShardState, "", "d",
+		models.ShardStates{DB: "d", Shards: []models.ShardState{{ID: 0, Leader: "L", Term: 2, Status: models.StatusOnline}}})
+
+	require.Never(t, func() bool { return l.host.Write(ctx, "d", 0, 2, points(0, 1)) == nil }, time.Second, 20*time.Millisecond,
+		"the restored state's leader acknowledged a write at the restored term")
+	kv, err := store.Get(ctx, key)
+	require.NoError(t, err)
+	require.JSONEq(t, string(restored), string(kv.Value), "the restored set was overwritten at its own term")
+
+	put(sm, statemachine.SourceShardState, statemachine.KindShardState, "", "d",
+		models.ShardStates{DB: "d", Shards: []models.ShardState{{ID: 0, Leader: "L", Term: 3, Status: models.StatusOnline}}})
+	require.Eventually(t, func() bool { return l.host.Write(ctx, "d", 0, 3, points(0, 1)) == nil }, 10*time.Second, 20*time.Millisecond)
+	kv, err = store.Get(ctx, key)
+	require.NoError(t, err)
+	var set models.ISR
+	require.NoError(t, json.Unmarshal(kv.Value, &set))
+	require.Equal(t, int64(3), set.Term)
+	require.Equal(t, cid, set.ClusterID)
+}
