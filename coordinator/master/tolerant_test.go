@@ -183,3 +183,56 @@ func (h *harness) registerAt(id string, txn map[string]uint64, terms map[string]
 	h.nodes[id], h.recs[id] = lease, rec
 	h.mu.Unlock()
 }
+
+// TestISRRestoredFromAnotherEtcdIsNotTrusted: the restored set names n3, the
+// restored state has n3 leading at term 1, and no live replica holds a newer
+// term (n3 fell behind within term 1: n1 and n2 hold the acknowledged tail).
+// The set was written in another etcd cluster, so the master does not keep
+// n3: the shard waits for n2 (down), then the longest log leads.
+func TestISRRestoredFromAnotherEtcdIsNotTrusted(t *testing.T) {
+	h := newHarness(t, "n1", "n2", "n3")
+	first := h.startMaster(masterOpts{shadow: true})
+	h.createDB("rc", 1, 3)
+	first.stop()
+	require.NoError(t, h.store.Revoke(context.Background(), first.election.Lease()))
+
+	ctx := context.Background()
+	cid, err := h.store.ClusterID(ctx)
+	require.NoError(t, err)
+	id := models.ShardID("rc", 0)
+	ss := h.etcdStates("rc")
+	ss.Shards[0] = models.ShardState{ID: 0, Leader: "n3", Term: 1, Status: models.StatusOnline}
+	_, err = h.store.Put(ctx, h.keys.ShardState("rc"), mustJSON(t, ss), 0)
+	require.NoError(t, err)
+	h.writeISR("rc", 0, models.ISR{Leader: "n3", Term: 1, Replicas: []string{"n1", "n2", "n3"}, ClusterID: cid + 1})
+	h.kill("n2")
+	h.setTxn("n1", map[string]uint64{id: 50})
+	h.setMaxTerm("n1", map[string]int64{id: 1})
+	h.setTxn("n3", map[string]uint64{id: 40})
+	h.setMaxTerm("n3", map[string]int64{id: 1})
+	h.eventually("restored picture loaded", func(st *statemachine.State) bool {
+		_, n2 := st.Nodes[cluster]["n2"]
+		return !n2 && st.Nodes[cluster]["n1"].MaxTerm[id] == 1 && st.Nodes[cluster]["n3"].MaxTerm[id] == 1 &&
+			st.ISR[cluster][id].ClusterID == cid+1
+	})
+
+	states := h.collect(h.keys.ShardState("rc"))
+	h.startMaster(masterOpts{})
+	s := h.waitShard("rc", 0, "offline for want of n2", func(s models.ShardState) bool { return s.Status == models.StatusOffline })
+	require.Contains(t, s.Reason, "missing [n2]")
+	require.Contains(t, s.Reason, "was written in etcd cluster")
+
+	h.registerAt("n2", map[string]uint64{id: 52}, map[string]int64{id: 1})
+	s = h.waitShard("rc", 0, "the longest log leads", func(s models.ShardState) bool { return s.Status == models.StatusOnline })
+	require.Equal(t, "n2", s.Leader)
+	require.Equal(t, int64(2), s.Term)
+	for _, kv := range states.all(t) {
+		var got models.ShardStates
+		require.NoError(t, json.Unmarshal(kv.Value, &got))
+		for _, x := range got.Shards {
+			if x.Status == models.StatusOnline && x.Term > 1 {
+				require.NotEqual(t, "n3", x.Leader, "the lagging replica was elected at term %d", x.Term)
+			}
+		}
+	}
+}
