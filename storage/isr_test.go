@@ -1,10 +1,10 @@
 package storage
 
 import (
-	"github.com/cairn-db/cairn/models"
 	"testing"
 	"time"
 
+	"github.com/cairn-db/cairn/models"
 	"github.com/stretchr/testify/require"
 )
 
