@@ -115,8 +115,13 @@ func PlanLeaders(in ShardInputs) (models.ShardStates, []int) {
 		}
 		_, leaderLive := in.Live[st.Leader]
 		behind := liveTerm(in, sh.ID) > st.Term
+		// A leadership at or below a restored set's term is the restored
+		// state's own (never checked against the replicas' logs); one above
+		// it was decided since, and keeps going until its leader records its
+		// set in this cluster.
+		restoredLeader := restoredISR(in, sh) && st.Term <= in.ISR[models.ShardID(in.DB, sh.ID)].Term
 		healthy := st.Status == models.StatusOnline && leaderLive && slices.Contains(sh.Replicas, st.Leader) && !behind &&
-			!restoredISR(in, sh)
+			!restoredLeader
 		if healthy {
 			next.Shards = append(next.Shards, st)
 			continue

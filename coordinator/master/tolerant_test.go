@@ -217,7 +217,7 @@ func TestISRRestoredFromAnotherEtcdIsNotTrusted(t *testing.T) {
 	})
 
 	states := h.collect(h.keys.ShardState("rc"))
-	h.startMaster(masterOpts{})
+	rm := h.startMaster(masterOpts{})
 	s := h.waitShard("rc", 0, "offline for want of n2", func(s models.ShardState) bool { return s.Status == models.StatusOffline })
 	require.Contains(t, s.Reason, "missing [n2]")
 	require.Contains(t, s.Reason, "was written in etcd cluster")
@@ -226,6 +226,10 @@ func TestISRRestoredFromAnotherEtcdIsNotTrusted(t *testing.T) {
 	s = h.waitShard("rc", 0, "the longest log leads", func(s models.ShardState) bool { return s.Status == models.StatusOnline })
 	require.Equal(t, "n2", s.Leader)
 	require.Equal(t, int64(2), s.Term)
+	// The new leadership is above the restored set's term: it is kept while
+	// n2 has not recorded its own set yet (no term churn).
+	h.settle(rm)
+	require.Equal(t, s, h.etcdStates("rc").Shards[0])
 	for _, kv := range states.all(t) {
 		var got models.ShardStates
 		require.NoError(t, json.Unmarshal(kv.Value, &got))
