@@ -143,7 +143,9 @@ func (h *harness) askTxn(_ context.Context, address, db string, shards []int) (m
 	}
 	out := map[int]models.ReplicaTxn{}
 	for _, s := range shards {
-		out[s] = models.ReplicaTxn{LastTxnID: h.txn[id][models.ShardID(db, s)], LastTerm: 1}
+		sid := models.ShardID(db, s)
+		term := uint64(max(h.recs[id].MaxTerm[sid], 1)) // the log's last term, as the record says
+		out[s] = models.ReplicaTxn{LastTxnID: h.txn[id][sid], LastTerm: term}
 	}
 	h.asked++
 	return out, nil

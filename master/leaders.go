@@ -30,6 +30,9 @@ type ShardInputs struct {
 	// that answered; one without (nobody asked, or nobody answered in time)
 	// ranks its live in-sync replicas by the tie-break alone.
 	Answers map[int]map[string]models.ReplicaTxn
+	// ClusterID is the etcd cluster the in-sync sets were listed from (0:
+	// unknown): a set written in another one was restored from a backup.
+	ClusterID uint64
 	// Leads counts the online leaderships of every node across the cluster,
 	// for the tie-break (fewest leaderships): the shards of a dead node then
 	// spread over the survivors cluster-wide, not per database. Nil: this
@@ -64,7 +67,11 @@ func needsLeader(in ShardInputs, sh models.ShardAssignment, st models.ShardState
 	}
 	_, leaderLive := in.Live[st.Leader]
 	behind := liveTerm(in, sh.ID) > st.Term
-	return !(st.Status == models.StatusOnline && leaderLive && slices.Contains(sh.Replicas, st.Leader)) || behind
+	// A leadership at or below a restored set's term is the restored state's
+	// own (never checked against the replicas' logs); one above it was
+	// decided since, and keeps going until its leader records its set here.
+	restoredLeader := restoredISR(in, sh) && st.Term <= in.ISR[models.ShardID(in.DB, sh.ID)].Term
+	return !(st.Status == models.StatusOnline && leaderLive && slices.Contains(sh.Replicas, st.Leader)) || behind || restoredLeader
 }
 
 // liveTerm is the highest term any live node holds in its log of the shard,
@@ -81,6 +88,18 @@ func liveTerm(in ShardInputs, shard int) int64 {
 	return t
 }
 
+// recordedTerm is the highest term any live node's record says it holds in
+// its log of the shard (max_term): what the trust in an in-sync record is
+// judged by, the same before and after the replicas are asked.
+func recordedTerm(in ShardInputs, shard int) int64 {
+	id := models.ShardID(in.DB, shard)
+	var t int64
+	for _, n := range in.Live {
+		t = max(t, n.MaxTerm[id])
+	}
+	return t
+}
+
 // NextTerm is the term of a new leadership of shard whose published state is
 // cur: above the published term and above every term a live replica already
 // holds, so terms never go backwards under data (a restored etcd may publish
@@ -89,9 +108,71 @@ func NextTerm(in ShardInputs, cur models.ShardState) int64 {
 	return max(cur.Term, liveTerm(in, cur.ID)) + 1
 }
 
-// candidates are the live in-sync replicas of a shard: who may lead it.
-func candidates(in ShardInputs, sh models.ShardAssignment) []string {
-	return liveReplicas(in, sh, inSync(in, sh))
+// candidates are who may lead a shard: its live in-sync replicas; with a
+// stale in-sync record (isrTrusted), every replica, and only once all of them
+// are live (none is then missing).
+func candidates(in ShardInputs, sh models.ShardAssignment) (cands, missing []string) {
+	if isrTrusted(in, sh) {
+		return liveReplicas(in, sh, inSync(in, sh)), nil
+	}
+	if missing = notLive(in, sh.Replicas); len(missing) > 0 {
+		return nil, missing
+	}
+	return slices.Clone(sh.Replicas), nil
+}
+
+// isrTrusted reports whether the shard's in-sync record can be believed. A
+// leader publishes its set at its term before it appends anything at that
+// term, so the record's term is never below a term a replica holds in its
+// log. A live replica holding a newer term than the record (or any data when
+// there is no record) proves that leaderships happened the record never saw:
+// it is a stale copy (a restored backup, a hand edit), and a replica that
+// left the set since (missing acknowledged writes) may be listed in it while
+// the ones that hold those writes are not.
+func isrTrusted(in ShardInputs, sh models.ShardAssignment) bool {
+	lt := recordedTerm(in, sh.ID)
+	set, ok := in.ISR[models.ShardID(in.DB, sh.ID)]
+	if !ok {
+		return lt == 0
+	}
+	return set.Term >= lt && !restoredISR(in, sh)
+}
+
+// restoredISR: the shard's in-sync record was written in another etcd
+// cluster than the one it was read from, so it is a restored copy. Even with
+// no live replica proving it stale, a replica listed in it may have fallen
+// behind since the backup (its log then holds no newer term), and a live
+// leader of the restored state may be that replica.
+func restoredISR(in ShardInputs, sh models.ShardAssignment) bool {
+	set, ok := in.ISR[models.ShardID(in.DB, sh.ID)]
+	return ok && set.ClusterID != 0 && in.ClusterID != 0 && set.ClusterID != in.ClusterID
+}
+
+// staleReason says why a shard with a stale in-sync record stays offline and
+// how an operator can force it.
+func staleReason(in ShardInputs, sh models.ShardAssignment, missing []string) string {
+	what := "no in-sync set is recorded, but a live replica holds data"
+	if set, ok := in.ISR[models.ShardID(in.DB, sh.ID)]; ok {
+		what = fmt.Sprintf("the in-sync set on record is of term %d, a live replica holds term %d", set.Term, liveTerm(in, sh.ID))
+		if restoredISR(in, sh) {
+			what = fmt.Sprintf("the in-sync set on record (term %d) was written in etcd cluster %x, this is %x", set.Term, set.ClusterID, in.ClusterID)
+		}
+	}
+	return fmt.Sprintf("stale in-sync set (%s: the state was restored or edited): "+
+		"waiting for every replica to report its log, missing %v; to accept losing the writes only they hold, "+
+		"POST /api/v1/databases/%s/shards/%d/leader with {\"node_id\":\"<live replica>\",\"unclean\":true}",
+		what, missing, in.DB, sh.ID)
+}
+
+// notLive lists the replicas with no live record (in order).
+func notLive(in ShardInputs, replicas []string) []string {
+	var out []string
+	for _, n := range replicas {
+		if _, ok := in.Live[n]; !ok {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // liveReplicas keeps the nodes of list that are live replicas of sh.
@@ -107,8 +188,11 @@ func liveReplicas(in ShardInputs, sh models.ShardAssignment, list []string) []st
 
 // inSync returns the shard's last known in-sync set. A shard whose leader never
 // published one (no data written yet) counts all its replicas as in sync: they
-// are all empty and equal.
+// are all empty and equal. A stale record (isrTrusted) vouches for nobody.
 func inSync(in ShardInputs, sh models.ShardAssignment) []string {
+	if !isrTrusted(in, sh) {
+		return nil
+	}
 	if set, ok := in.ISR[models.ShardID(in.DB, sh.ID)]; ok {
 		return set.Replicas
 	}
@@ -120,7 +204,10 @@ func inSync(in ShardInputs, sh models.ShardAssignment) []string {
 // recent log (highest last term, then last_txn_id) at NextTerm; with none the
 // shard goes offline; an offline shard comes back when a replica of its last
 // in-sync set returns. A shard published at a term below one a live replica
-// holds (restored state) is re-elected the same way. It returns the new
+// holds (restored state) is re-elected the same way. When the in-sync record
+// itself is stale (isrTrusted), it is ignored: the shard gets a leader only
+// once every assigned replica is live and has reported its log, and stays
+// offline, naming the missing replicas, until then. It returns the new
 // states and the ids of the shards that changed.
 func PlanLeaders(in ShardInputs) (models.ShardStates, []int) {
 	cur := map[int]models.ShardState{}
@@ -147,12 +234,25 @@ func PlanLeaders(in ShardInputs) (models.ShardStates, []int) {
 		if !ok {
 			st = models.ShardState{ID: sh.ID, Status: models.StatusOffline}
 		}
-		isr := inSync(in, sh)
-		best, why := pickLeader(in, sh.ID, candidates(in, sh), leads)
+		cands, missing := candidates(in, sh)
+		var best, why string
+		switch {
+		case len(missing) > 0:
+			why = staleReason(in, sh, missing)
+		case !isrTrusted(in, sh) && in.Answers != nil && len(unanswered(in, sh.ID, cands)) > 0:
+			// A stale set: every replica's log must be known, so the one
+			// holding the acknowledged writes is not passed over.
+			why = staleReason(in, sh, unanswered(in, sh.ID, cands))
+		default:
+			best, why = pickLeader(in, sh.ID, cands, leads)
+			if best == "" {
+				why = fmt.Sprintf("no live in-sync replica; last in-sync set %v", inSync(in, sh))
+			}
+		}
 		ns := st
 		if best == "" {
 			ns.Status = models.StatusOffline
-			ns.Reason = fmt.Sprintf("no live in-sync replica; last in-sync set %v", isr)
+			ns.Reason = why
 		} else {
 			if st.Status == models.StatusOnline {
 				leads[st.Leader]--
@@ -253,4 +353,15 @@ func lastTxn(in ShardInputs, shard int, node string) uint64 {
 		return a.LastTxnID
 	}
 	return in.Live[node].LastTxnID[models.ShardID(in.DB, shard)]
+}
+
+// unanswered lists the candidates that did not answer the failover question.
+func unanswered(in ShardInputs, shard int, cands []string) []string {
+	var out []string
+	for _, c := range cands {
+		if _, ok := in.Answers[shard][c]; !ok {
+			out = append(out, c)
+		}
+	}
+	return out
 }

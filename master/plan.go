@@ -64,6 +64,10 @@ func newShards(st *statemachine.State, db models.Database, from, to int) ([]mode
 // shardInSync reports whether every replica in want is in the shard's in-sync
 // set at the current term (or the shard never published one).
 func shardInSync(st *statemachine.State, cluster, db string, shard int, want []string) bool {
+	if !isrTrusted(ShardInputs{DB: db, Live: st.Nodes[cluster], ISR: st.ISR[cluster],
+		ClusterID: st.ListedFrom[statemachine.ClusterISRSource(cluster)]}, models.ShardAssignment{ID: shard}) {
+		return false // a stale record (a restore) vouches for nobody
+	}
 	set, ok := st.ISR[cluster][models.ShardID(db, shard)]
 	if !ok {
 		return true

@@ -366,7 +366,8 @@ func (m *Master) publishLeaderOps(ctx context.Context, st *statemachine.State, o
 		a := st.Assignments[db]
 		prev := st.ShardStates[db]
 		next := models.ShardStates{DB: db, Shards: slices.Clone(prev.Shards)}
-		in := ShardInputs{DB: db, Assign: a, States: prev, Live: st.Nodes[a.Cluster], ISR: st.ISR[a.Cluster], Drains: st.Drains}
+		in := ShardInputs{DB: db, Assign: a, States: prev, Live: st.Nodes[a.Cluster], ISR: st.ISR[a.Cluster], Drains: st.Drains,
+			ClusterID: st.ListedFrom[statemachine.ClusterISRSource(a.Cluster)]}
 		leads := map[string]int{}
 		for _, s := range prev.Shards {
 			if s.Status == models.StatusOnline {

@@ -124,7 +124,8 @@ func Schedule(in Input) Decision {
 			continue
 		}
 		next, changed := SpreadLeaders(SpreadInput{
-			ShardInputs: ShardInputs{DB: db, Assign: a, States: st.ShardStates[db], Live: st.Nodes[a.Cluster], ISR: st.ISR[a.Cluster], Drains: st.Drains},
+			ShardInputs: ShardInputs{DB: db, Assign: a, States: st.ShardStates[db], Live: st.Nodes[a.Cluster], ISR: st.ISR[a.Cluster], Drains: st.Drains,
+				ClusterID: st.ListedFrom[statemachine.ClusterISRSource(a.Cluster)]},
 			StableSince: mb.Since, Now: in.Now, Delay: in.Delay, MaxMoves: cmpOr(in.MaxMoves, 16),
 		})
 		for _, id := range changed {
@@ -191,7 +192,8 @@ func FailoverInputs(st *statemachine.State, db string) (ShardInputs, bool) {
 	}
 	return ShardInputs{DB: db, Assign: a, States: st.ShardStates[db],
 		Live: st.Nodes[a.Cluster], ISR: st.ISR[a.Cluster], Drains: st.Drains,
-		Leads: ClusterLeads(st.ShardStates, st.Assignments, a.Cluster)}, true
+		ClusterID: st.ListedFrom[statemachine.ClusterISRSource(a.Cluster)],
+		Leads:     ClusterLeads(st.ShardStates, st.Assignments, a.Cluster)}, true
 }
 
 // FailoverOps turns PlanLeaders' decision for one database into operators.

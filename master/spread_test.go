@@ -85,6 +85,27 @@ func TestSpreadLeaders(t *testing.T) {
 				}
 				return in
 			}(), now: t0.Add(time.Hour), moves: 0, counts: map[string]int{"a": 4, "b": 4, "c": 0}},
+		// After a restore the backup's in-sync sets may list c although c
+		// fell behind since: a and b hold term 5, the sets are of term 1.
+		{name: "stale in-sync sets (a replica holds a newer term) give leadership to nobody",
+			in: func() master.ShardInputs {
+				in := spreadCase(eight(abc), []string{"a", "b", "a", "b", "a", "b", "a", "b"}, abc...)
+				in.ISR = map[string]models.ISR{}
+				for i := range 8 {
+					in.ISR[models.ShardID("db", i)] = models.ISR{Term: 1, Replicas: []string{"a", "b", "c"}}
+					id := models.ShardID("db", i)
+					for n, term := range map[string]int64{"a": 5, "b": 5, "c": 1} {
+						rec := in.Live[n]
+						if rec.MaxTerm == nil {
+							rec.MaxTerm = map[string]int64{}
+						}
+						rec.MaxTerm[id] = term
+						in.Live[n] = rec
+					}
+					in.States.Shards[i].Term = 5
+				}
+				return in
+			}(), now: t0.Add(time.Hour), moves: 0, counts: map[string]int{"a": 4, "b": 4, "c": 0}},
 		{name: "draining and dead nodes are never targets",
 			in: func() master.ShardInputs {
 				in := spreadCase(eight(abc), allOn("a", 8), "a", "b", "c")

@@ -53,7 +53,8 @@ func gatherTxn(ctx context.Context, ask AskTxnFunc, timeout time.Duration, in Sh
 		if !needsLeader(in, sh, st, ok) {
 			continue
 		}
-		for _, n := range candidates(in, sh) {
+		cands, _ := candidates(in, sh)
+		for _, n := range cands {
 			byNode[n] = append(byNode[n], sh.ID)
 		}
 	}

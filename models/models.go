@@ -119,6 +119,10 @@ type ISR struct {
 	Leader   string   `json:"leader"`
 	Term     int64    `json:"term"`
 	Replicas []string `json:"replicas"`
+	// ClusterID is the etcd cluster the leader wrote it in (0: unknown, an
+	// older writer). A copy restored into another etcd carries the old id:
+	// it is a stale record, not this cluster's history.
+	ClusterID uint64 `json:"cluster_id,omitempty"`
 }
 
 // Drain marks a storage node that must shed its replicas.

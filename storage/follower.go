@@ -51,6 +51,13 @@ func (r *replica) follow(ctx context.Context, d desired) {
 func (r *replica) pullOnce(ctx context.Context, d desired) error {
 	last := r.eng.LastTxnID()
 	lastTerm := r.eng.LastTerm()
+	if lastTerm > uint64(d.term) {
+		// Raft's rule: never take a log from a leadership older than the
+		// newest one ours holds entries of. That leader (a restored state's)
+		// would truncate entries that may be acknowledged; wait instead for
+		// the master to publish a term above ours (it sees our max_term).
+		return fmt.Errorf("%w: leader %s is at term %d, our log holds term %d", ErrStaleTerm, d.leader, d.term, lastTerm)
+	}
 	q := url.Values{}
 	q.Set("term", strconv.FormatInt(d.term, 10))
 	q.Set("node", r.h.nodeID)

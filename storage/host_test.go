@@ -286,3 +286,118 @@ func TestFollowerAheadInLeadersTermFences(t *testing.T) {
 	require.Eventually(t, func() bool { return ls.LastTxnID() == 5 }, 10*time.Second, 10*time.Millisecond)
 	require.NoError(t, follower.host.Write(context.Background(), "d", 0, 3, points(70, 5)))
 }
+
+// A replica whose log holds a newer term than the leadership it is told to
+// follow (a restored etcd published an old state) never takes that leader's
+// log: it would truncate entries that may be acknowledged. Once the master
+// publishes a term above its log, with it as leader, the old leader catches
+// up from it instead, and nothing of term 3 is lost.
+func TestFollowerNeverTruncatesForAnOlderLeadership(t *testing.T) {
+	store := kv.NewMemoryStore()
+	defer store.Close()
+	sm := statemachine.New(statemachine.Config{})
+	sm.Start(context.Background())
+	defer sm.Stop()
+
+	prepare := func(entries ...engine.Entry) engine.Engine {
+		eng, err := engine.NewBoltEngine(t.TempDir())
+		require.NoError(t, err)
+		s, err := eng.Open("d", 0)
+		require.NoError(t, err)
+		for _, e := range entries {
+			require.NoError(t, s.Apply(e))
+		}
+		return eng
+	}
+	entry := func(txn, term uint64, from int) engine.Entry {
+		return engine.Entry{TxnID: txn, Term: term, Points: points(from, 5)}
+	}
+	// F holds txns 4-5 of term 3 (acknowledged while L was away); L stopped
+	// at txn 3 of term 1.
+	oldEng := prepare(entry(1, 1, 0), entry(2, 1, 10), entry(3, 1, 20))
+	newEng := prepare(entry(1, 1, 0), entry(2, 1, 10), entry(3, 1, 20), entry(4, 3, 30), entry(5, 3, 40))
+	old := startNodeWith(t, "L", sm, store, oldEng)
+	up := startNodeWith(t, "F", sm, store, newEng)
+	put(sm, statemachine.SourceStorageConfig, statemachine.KindStorageConfig, "", "default", models.StorageCluster{Name: "default"})
+	for _, n := range []*node{old, up} {
+		put(sm, statemachine.ClusterNodesSource("default"), statemachine.KindStorageNodes, "default", n.id,
+			models.StorageNode{NodeID: n.id, NodeAddress: n.addr()})
+	}
+	put(sm, statemachine.SourceDatabaseConfig, statemachine.KindDatabaseConfig, "", "d",
+		models.Database{Name: "d", StorageCluster: "default", NumShards: 1, ReplicaFactor: 2})
+	put(sm, statemachine.SourceAssign, statemachine.KindAssign, "", "d",
+		models.Assignment{DB: "d", Cluster: "default", Shards: []models.ShardAssignment{{ID: 0, Replicas: []string{"L", "F"}}}})
+	// The restored state: L leads at term 2.
+	put(sm, statemachine.SourceShardState, statemachine.KindShardState, "", "d",
+		models.ShardStates{DB: "d", Shards: []models.ShardState{{ID: 0, Leader: "L", Term: 2, Status: models.StatusOnline}}})
+
+	ctx := context.Background()
+	require.Eventually(t, func() bool {
+		kvp, err := store.Get(ctx, "/t/storage/default/isr/d/0")
+		return err == nil && kvp != nil
+	}, 10*time.Second, 10*time.Millisecond, "L leads at term 2")
+	fs, err := newEng.Open("d", 0)
+	require.NoError(t, err)
+	require.Never(t, func() bool { return fs.LastTxnID() != 5 || fs.LastTerm() != 3 }, 1500*time.Millisecond, 20*time.Millisecond,
+		"F truncated its term-3 entries to follow a term-2 leader")
+
+	// The master raises the term above F's log, with F (the newest log) as leader.
+	put(sm, statemachine.SourceShardState, statemachine.KindShardState, "", "d",
+		models.ShardStates{DB: "d", Shards: []models.ShardState{{ID: 0, Leader: "F", Term: 4, Status: models.StatusOnline}}})
+	ls, err := oldEng.Open("d", 0)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return ls.LastTxnID() == 5 && ls.LastTerm() == 3 }, 10*time.Second, 10*time.Millisecond)
+	got, err := ls.Query("cpu", nil, 0, 1000)
+	require.NoError(t, err)
+	want, err := fs.Query("cpu", nil, 0, 1000)
+	require.NoError(t, err)
+	require.Equal(t, want, got, "the old leader took the newer log")
+	require.Len(t, want[0].Points, 25)
+}
+
+// An in-sync set restored from another etcd cluster is not taken over by the
+// restored state's leader at its term (it may be a replica that fell behind
+// since the backup, and would acknowledge writes alone): it leads only once
+// the master publishes a newer term, and its set then names this cluster.
+func TestRestoredInSyncSetNotTakenOverAtItsTerm(t *testing.T) {
+	store := kv.NewMemoryStore()
+	defer store.Close()
+	sm := statemachine.New(statemachine.Config{})
+	sm.Start(context.Background())
+	defer sm.Stop()
+	ctx := context.Background()
+	cid, err := store.ClusterID(ctx)
+	require.NoError(t, err)
+	key := "/t/storage/default/isr/d/0"
+	restored, err := json.Marshal(models.ISR{Leader: "F", Term: 2, Replicas: []string{"L", "F"}, ClusterID: cid + 1})
+	require.NoError(t, err)
+	_, err = store.Put(ctx, key, restored, 0)
+	require.NoError(t, err)
+
+	l := startNode(t, "L", sm, store)
+	put(sm, statemachine.SourceStorageConfig, statemachine.KindStorageConfig, "", "default", models.StorageCluster{Name: "default"})
+	put(sm, statemachine.ClusterNodesSource("default"), statemachine.KindStorageNodes, "default", "L",
+		models.StorageNode{NodeID: "L", NodeAddress: l.addr()})
+	put(sm, statemachine.SourceDatabaseConfig, statemachine.KindDatabaseConfig, "", "d",
+		models.Database{Name: "d", StorageCluster: "default", NumShards: 1, ReplicaFactor: 2})
+	put(sm, statemachine.SourceAssign, statemachine.KindAssign, "", "d",
+		models.Assignment{DB: "d", Cluster: "default", Shards: []models.ShardAssignment{{ID: 0, Replicas: []string{"L", "F"}}}})
+	put(sm, statemachine.SourceShardState, statemachine.KindShardState, "", "d",
+		models.ShardStates{DB: "d", Shards: []models.ShardState{{ID: 0, Leader: "L", Term: 2, Status: models.StatusOnline}}})
+
+	require.Never(t, func() bool { return l.host.Write(ctx, "d", 0, 2, points(0, 1)) == nil }, time.Second, 20*time.Millisecond,
+		"the restored state's leader acknowledged a write at the restored term")
+	kvp, err := store.Get(ctx, key)
+	require.NoError(t, err)
+	require.JSONEq(t, string(restored), string(kvp.Value), "the restored set was overwritten at its own term")
+
+	put(sm, statemachine.SourceShardState, statemachine.KindShardState, "", "d",
+		models.ShardStates{DB: "d", Shards: []models.ShardState{{ID: 0, Leader: "L", Term: 3, Status: models.StatusOnline}}})
+	require.Eventually(t, func() bool { return l.host.Write(ctx, "d", 0, 3, points(0, 1)) == nil }, 10*time.Second, 20*time.Millisecond)
+	kvp, err = store.Get(ctx, key)
+	require.NoError(t, err)
+	var set models.ISR
+	require.NoError(t, json.Unmarshal(kvp.Value, &set))
+	require.Equal(t, int64(3), set.Term)
+	require.Equal(t, cid, set.ClusterID)
+}

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-db/cairn/models"
 	"github.com/stretchr/testify/require"
 )
 
@@ -77,6 +78,31 @@ func TestDecideISR(t *testing.T) {
 				acked: tc.acked, caught: tc.caught, fetched: tc.fetched, parked: tc.parked, live: tc.live, window: window})
 			require.Equal(t, tc.drop, drop, "drop")
 			require.Equal(t, tc.add, add, "add")
+		})
+	}
+}
+
+func TestStaleISR(t *testing.T) {
+	tests := []struct {
+		name              string
+		set               models.ISR
+		ok                bool
+		lastTerm, lastTxn uint64
+		cid               uint64
+		stale             bool
+	}{
+		{name: "fresh shard, no record, empty log", stale: false},
+		{name: "no record but data (restored before the first write)", lastTerm: 2, lastTxn: 9, stale: true},
+		{name: "record at our log's term: the usual takeover", set: models.ISR{Term: 4}, ok: true, lastTerm: 4, lastTxn: 9},
+		{name: "record newer than our log", set: models.ISR{Term: 5}, ok: true, lastTerm: 4, lastTxn: 9},
+		{name: "our log holds a term the record never saw", set: models.ISR{Term: 3}, ok: true, lastTerm: 4, lastTxn: 9, stale: true},
+		{name: "written in another etcd", set: models.ISR{Term: 4, ClusterID: 7}, ok: true, lastTerm: 4, lastTxn: 9, cid: 8, stale: true},
+		{name: "written in this etcd", set: models.ISR{Term: 4, ClusterID: 8}, ok: true, lastTerm: 4, lastTxn: 9, cid: 8},
+		{name: "cluster unknown", set: models.ISR{Term: 4, ClusterID: 7}, ok: true, lastTerm: 4, lastTxn: 9},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.stale, staleISR(tc.set, tc.ok, tc.lastTerm, tc.lastTxn, tc.cid))
 		})
 	}
 }

@@ -40,21 +40,35 @@ func (r *replica) persistISR(ctx context.Context, term int64, isr []string) erro
 	if err != nil {
 		return err
 	}
+	// The set records the etcd cluster it was written in, so a copy restored
+	// into another one is recognised (by the master and by the next leader).
+	cid, err := r.h.store.ClusterID(ctx)
+	if err != nil {
+		return err
+	}
 	cmps := []kv.Cmp{kv.ModRevIs(key, 0)}
 	switch {
 	case kvp == nil && wrote && fence == nil:
 		return fmt.Errorf("%w: the in-sync set of %s written at term %d was removed; not recreating it", ErrShardGone, r.id, term)
 	case kvp != nil:
 		var cur models.ISR
-		if json.Unmarshal(kvp.Value, &cur) == nil && cur.Term > term {
-			return fmt.Errorf("%w: in-sync set of %s is at term %d", ErrStaleTerm, r.id, cur.Term)
+		if json.Unmarshal(kvp.Value, &cur) == nil {
+			if cur.Term > term {
+				return fmt.Errorf("%w: in-sync set of %s is at term %d", ErrStaleTerm, r.id, cur.Term)
+			}
+			// A set restored from another etcd cluster at a term not below
+			// ours belongs to the restored state's leadership: the master
+			// re-elects the shard from every replica's log first.
+			if cur.ClusterID != 0 && cid != 0 && cur.ClusterID != cid && cur.Term >= term {
+				return fmt.Errorf("%w: the in-sync set of %s at term %d was restored from etcd cluster %x", ErrStaleTerm, r.id, cur.Term, cur.ClusterID)
+			}
 		}
 		cmps[0] = kv.ModRevIs(key, kvp.ModRev)
 	}
 	if fence != nil {
 		cmps = append(cmps, *fence)
 	}
-	val, _ := json.Marshal(models.ISR{Leader: r.h.nodeID, Term: term, Replicas: isr})
+	val, _ := json.Marshal(models.ISR{Leader: r.h.nodeID, Term: term, Replicas: isr, ClusterID: cid})
 	ok, rev, err := r.h.store.Txn(ctx, cmps, []kv.Op{kv.OpPut(key, val, 0)})
 	if err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cairn-db/cairn/models"
+	"github.com/cairn-db/cairn/statemachine"
 	"github.com/cairn-db/cairn/storage/engine"
 	"github.com/cairn-db/cairn/storage/lineproto"
 	"go.uber.org/zap"
@@ -160,7 +161,14 @@ func (r *replica) stop() {
 func (r *replica) lead(ctx context.Context, d desired) {
 	st := r.h.state()
 	initial := []string{r.h.nodeID}
-	if set, ok := st.ISR[r.h.cluster][r.id]; ok {
+	if set, ok := st.ISR[r.h.cluster][r.id]; staleISR(set, ok, r.eng.LastTerm(), r.eng.LastTxnID(),
+		st.ListedFrom[statemachine.ClusterISRSource(r.h.cluster)]) {
+		// The record is not this shard's history (a restored backup): its
+		// members may lack entries we hold, so nobody but us is in sync
+		// until they have caught up with us.
+		r.lg.Info("in-sync set on record is stale; starting from this replica alone",
+			zap.Int64("term", d.term), zap.Int64("record_term", set.Term), zap.Uint64("last_term", r.eng.LastTerm()))
+	} else if ok {
 		for _, n := range set.Replicas {
 			_, live := st.Nodes[r.h.cluster][n]
 			if n != r.h.nodeID && live && slices.Contains(d.replicas, n) {
@@ -210,6 +218,18 @@ func (r *replica) lead(ctx context.Context, d desired) {
 		}
 		r.maintainISR(ctx, d)
 	}
+}
+
+// staleISR reports whether the in-sync record a new leader finds (ok: there
+// is one) cannot be this shard's history: our own log holds a term newer than
+// the record's (leaders record their set before appending at their term), we
+// hold data but nothing was recorded, or it was written in another etcd
+// cluster than the one it was read from (cid; 0 unknown).
+func staleISR(set models.ISR, ok bool, lastTerm, lastTxn, cid uint64) bool {
+	if !ok {
+		return lastTxn > 0
+	}
+	return uint64(max(set.Term, 0)) < lastTerm || (set.ClusterID != 0 && cid != 0 && set.ClusterID != cid)
 }
 
 func (r *replica) maintainISR(ctx context.Context, d desired) {
