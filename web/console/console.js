@@ -11,7 +11,7 @@
 
   const state = {
     health: null, ready: null, master: null, nodes: null, dbs: [], clusters: [],
-    shards: null, shardsDb: "", apiError: "", problems: null,
+    shards: null, shardsDb: "", apiError: "", problems: null, operators: null,
   };
   const DB_KEY = "cairn.shard_db";
   // Remembered across reloads so the first poll can fetch its shards at once.
@@ -140,11 +140,14 @@
       // The selected database's shards come in the same round trip as the
       // rest; only a database that has just vanished costs a second one.
       const early = wantShards && selectedDb ? shardsOf(selectedDb).catch(() => null) : null;
-      const [health, ready, master, nodes, dbs, clusters, problems] = await Promise.all([
+      const [health, ready, master, nodes, dbs, clusters, problems, ops] = await Promise.all([
         getJSON("/health"), getJSON("/ready"), getJSON("/master"), getJSON("/nodes"),
-        getJSON("/databases"), getJSON("/storage-clusters"), getJSON("/problems"),
+        getJSON("/databases"), getJSON("/storage-clusters"), getJSON("/problems"), getJSON("/operators"),
       ]);
       state.problems = problems.status === 200 ? problems.body : state.problems;
+      // A node that cannot list operators (404) shows none; one whose etcd
+      // is away keeps the last list, like the rest of the page.
+      state.operators = ops.status === 200 ? ops.body : ops.status === 404 ? null : state.operators;
       state.health = health.body;
       state.ready = ready.body;
       state.master = master.status === 200 ? master.body : null;
@@ -172,6 +175,7 @@
   function render() {
     renderHeader();
     renderProblems();
+    renderOperators();
     renderOverview();
     renderDatabases();
     if (currentTab() === "shards") renderShardMap();
@@ -213,6 +217,52 @@
       "><span class='sev " + esc(x.severity) + "'>" + esc(label[x.severity] || x.severity) + "</span><span class=msg>" +
       esc(x.message) + "</span>" + (x.link && x.link !== "#" + currentTab() ? "<a href='" + esc(x.link) + "'>fix →</a>" : "") +
       "</li>").join("") + "</ul>");
+  }
+
+  // The steps of each operator kind, in the order the master runs them
+  // (master/operator.go); an operator's step is the next one it takes.
+  const STEPS = {
+    move: ["add-replicas", "wait-in-sync", "transfer-leader-off", "remove-replicas", "transfer-leader"],
+    "transfer-leader": ["transfer-leader"], failover: ["publish"], offline: ["publish"],
+  };
+  const MAX_OPS = 200;
+
+  function progress(o) {
+    const steps = STEPS[o.kind] || [];
+    const n = steps.length, i = steps.indexOf(o.step);
+    if (o.step === "done") return { text: "done", value: n, max: n };
+    if (o.step === "cancel") return { text: "cancelling", value: 0, max: n || 1 };
+    if (i < 0) return { text: o.step || "?", value: 0, max: n || 1 };
+    return { text: "step " + (i + 1) + " of " + n + ": " + o.step, value: i, max: n };
+  }
+
+  // renderOperators lists the master's operators in flight, one row per
+  // shard, with the step each has reached; hidden when there are none.
+  function renderOperators() {
+    const p = state.operators || {};
+    const ops = (p.operators || []).slice().sort((a, b) => byName(a.db, b.db) || a.shard - b.shard);
+    const bad = p.unreadable || [];
+    $("operators").hidden = !ops.length && !bad.length;
+    if (!ops.length && !bad.length) { put("operators", ""); return; }
+    const perStep = {};
+    ops.forEach((o) => { perStep[o.step] = (perStep[o.step] || 0) + 1; });
+    const shown = ops.slice(0, MAX_OPS);
+    const rows = shown.map((o) => {
+      const pr = progress(o);
+      const from = o.kind === "move" ? (o.from || []).join(", ") : o.from_leader || "-";
+      const to = o.kind === "move" ? (o.to || []).join(", ") + (o.leader ? " (leader " + o.leader + ")" : "") : o.leader || "-";
+      return "<tr data-op='" + esc(o.db) + "/" + esc(o.shard) + "' data-kind='" + esc(o.kind) + "'><td>" + esc(o.db) +
+        "</td><td class=num>" + esc(o.shard) + "</td><td>" + esc(o.kind) + "</td><td class=ft>" + esc(from) + " → " + esc(to) +
+        "</td><td class=step><progress max=" + pr.max + " value=" + pr.value + "></progress> <span>" + esc(pr.text) +
+        "</span></td><td class=num>" + esc(ago(Date.parse(o.created))) + "</td></tr>";
+    }).join("");
+    put("operators", "<h2>Operators in flight (<span id=op-count>" + ops.length + "</span>)</h2>" +
+      (ops.length ? "<div class='muted op-steps'>" + Object.keys(perStep).sort().map((k) => esc(k) + ": " + perStep[k]).join(" · ") +
+        "</div><table class=list><tr><th>Database</th><th class=num>Shard</th><th>Kind</th><th>From → to</th><th>Progress</th>" +
+        "<th class=num>Age</th></tr>" + rows + "</table>" : "") +
+      (ops.length > shown.length ? "<div class=muted>and " + (ops.length - shown.length) + " more</div>" : "") +
+      (bad.length ? "<div class='error op-bad'>" + bad.length + " operator record(s) in etcd cannot be read: " +
+        esc(bad.slice(0, 5).join("; ")) + (bad.length > 5 ? "; ..." : "") + "</div>" : ""));
   }
 
   // problemsOf lists the problems of one database.

@@ -23,6 +23,10 @@ type fakeAPI struct {
 	draining  map[string]bool
 	dbs       map[string]*fakeDB
 	auths     []string // Authorization headers seen on mutating calls
+	// operators and unreadable answer GET /operators, as the master's
+	// persisted operators would.
+	operators  []map[string]any
+	unreadable []string
 }
 
 type fakeDB struct {
@@ -127,6 +131,20 @@ func (f *fakeAPI) handler() http.Handler {
 			return
 		}
 		reply(w, 200, map[string]any{"shards": db.shards})
+	}))
+	mux.HandleFunc("GET /api/v1/operators", f.locked(func(w http.ResponseWriter, r *http.Request) {
+		if f.etcdDown {
+			fail(w, 503, "unavailable", "etcd unreachable; retry")
+			return
+		}
+		ops, bad := f.operators, f.unreadable
+		if ops == nil {
+			ops = []map[string]any{}
+		}
+		if bad == nil {
+			bad = []string{}
+		}
+		reply(w, 200, map[string]any{"operators": ops, "unreadable": bad})
 	}))
 	mux.HandleFunc("POST /api/v1/databases", f.mutating(f.createDB))
 	mux.HandleFunc("DELETE /api/v1/databases/{name}", f.mutating(func(w http.ResponseWriter, r *http.Request) {
