@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/cairn-db/cairn/kv"
 	"github.com/cairn-db/cairn/models"
@@ -33,7 +34,7 @@ func (m *Master) Rebalance(ctx context.Context, dryRun bool) (any, error) {
 			return v, nil
 		}
 		ops, balanced, reloc, lb, err := PlanOps(st, m.cfg.Term, m.cfg.Now())
-		m.trackMembers(st)
+		m.trackMembers(st, m.cfg.Now())
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", models.ErrImpossible, err)
 		}
@@ -180,9 +181,9 @@ func (m *Master) adopt(ctx context.Context, ops []Operator, balanced []string) e
 	return nil
 }
 
-// trackMembers updates what the master knows of each cluster's live set.
-func (m *Master) trackMembers(st *statemachine.State) {
-	now := m.cfg.Now()
+// trackMembers updates what the master knows of each cluster's live set at
+// now.
+func (m *Master) trackMembers(st *statemachine.State, now time.Time) {
 	for name := range st.StorageClusters {
 		mb, ok := m.members[name]
 		mb, _ = TrackMembership(mb, ok, MembershipSig(st, name), now, m.cfg.RebalanceDelay)
@@ -195,10 +196,15 @@ func (m *Master) trackMembers(st *statemachine.State) {
 // flight advances by its next step.
 func (m *Master) rebalance(ctx context.Context) error {
 	st := m.cfg.State()
-	m.trackMembers(st)
-	in := Input{State: st, Now: m.cfg.Now(), Delay: m.cfg.RebalanceDelay, Members: m.members, InFlight: m.inFlight(),
+	// One instant for the whole pass: the spreading signature must record
+	// the same side of the delay the decision saw, or a decision made just
+	// before the delay ran out would be cached as "nothing to spread" for
+	// after it, and spreading would wait for an unrelated change.
+	now := m.cfg.Now()
+	m.trackMembers(st, now)
+	in := Input{State: st, Now: now, Delay: m.cfg.RebalanceDelay, Members: m.members, InFlight: m.inFlight(),
 		Forced: m.forced, MaxMoves: m.cfg.MaxMovesInFlight, HoldFailover: true, SpreadSkip: map[string]bool{}, MasterTerm: m.cfg.Term}
-	sigs := m.spreadSigs(st)
+	sigs := m.spreadSigs(st, now)
 	for name, sig := range sigs {
 		in.SpreadSkip[name] = m.spreadClean[name] == sig
 	}
@@ -236,8 +242,7 @@ func (m *Master) rebalance(ctx context.Context) error {
 // spreadSigs: per ready cluster, the inputs of leader spreading; a cluster
 // whose inputs did not change since spreading found nothing is skipped (the
 // decision is cheap, but not times every database on every pass).
-func (m *Master) spreadSigs(st *statemachine.State) map[string]string {
-	now := m.cfg.Now()
+func (m *Master) spreadSigs(st *statemachine.State, now time.Time) map[string]string {
 	sigs := map[string]string{}
 	for name := range st.StorageClusters {
 		mb, seen := m.members[name]

@@ -79,9 +79,10 @@ func TestConsoleProblems(t *testing.T) {
 	require.Equal(t, "healthy", browsertest.Eval[string](c.Page, `document.querySelector("#db-list tr[data-db=logs] td.health").textContent`))
 
 	c.Do(chromedp.Click(chromedp.CSS(`#tabs a[data-tab=overview]`)))
-	// The list is redrawn for the Overview (its #overview link goes): wait for
-	// that, or the click below may hit a node the redraw just replaced.
-	c.WaitJS(`document.querySelector("#problems li[data-kind=node_down]") !== null && document.querySelector("#problems li[data-kind=node_down] a") === null`)
+	// The list is drawn again for the tab (a problem links nowhere on the
+	// tab it links to): wait for that, or the click may land on a link the
+	// redraw has just replaced ("Could not find node with given id").
+	c.WaitJS(`location.hash === "#overview" && document.querySelector("#problems li[data-kind=node_down]") !== null && document.querySelector("#problems li[data-kind=node_down] a") === null`)
 	c.Do(chromedp.Click(chromedp.CSS(`#problems li[data-kind=shards_offline] a`)))
 	c.WaitJS(`location.hash === "#shards/metrics" && document.getElementById("shard-db").value === "metrics" && !document.getElementById("shards").hidden`)
 
