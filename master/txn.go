@@ -67,13 +67,17 @@ func gatherTxn(ctx context.Context, ask AskTxnFunc, timeout time.Duration, in Sh
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, maxAskers)
-	for _, node := range slices.Sorted(maps.Keys(byNode)) {
-		shards := byNode[node]
+	// Every asked shard gets its (empty) answer map before any question goes
+	// out: the askers then only fill them, under mu.
+	for _, shards := range byNode {
 		for _, id := range shards {
 			if out[id] == nil {
 				out[id] = map[string]models.ReplicaTxn{} // asked: silence now counts
 			}
 		}
+	}
+	for _, node := range slices.Sorted(maps.Keys(byNode)) {
+		shards := byNode[node]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
