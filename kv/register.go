@@ -47,6 +47,12 @@ type Registration struct {
 	Owner func(existing []byte) (holder string, ours bool)
 	// OnRegistered, when set, runs after each successful (re)registration.
 	OnRegistered func()
+	// OnHeld, when set, gets the record's create revision after each
+	// successful (re)registration: writes that only the holder of this id may
+	// make compare on it, so once another process re-created the record (a
+	// copy of the data dir that registered after this one's lease lapsed),
+	// they fail instead of acting for a node id this process no longer holds.
+	OnHeld func(createRev int64)
 	// HeldWait is how long a record held by another process is waited on
 	// before giving up with ErrHeld; default 1.5 x TTL, so a dead holder's
 	// lease has expired by then.
@@ -99,6 +105,11 @@ func KeepRegistered(ctx context.Context, store Store, reg Registration, lg *zap.
 				lg.Info("registered")
 				bo.Reset()
 				heldUntil = nil
+				if reg.OnHeld != nil {
+					if kvp, gerr := store.Get(ctx, reg.Key); gerr == nil && kvp != nil {
+						reg.OnHeld(kvp.CreateRev)
+					}
+				}
 				if reg.OnRegistered != nil {
 					reg.OnRegistered()
 				}

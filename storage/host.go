@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cairn-db/cairn/kv"
@@ -84,6 +85,7 @@ type Host struct {
 	nodesSeen uintptr              // reconcile only: identity of the live nodes map last seen
 
 	recordChanged chan struct{} // a replica's role or leader changed: the node record may differ
+	recordRev     atomic.Int64  // create revision of this node's record as this process holds it (0: unknown)
 
 	appendMu sync.Mutex
 	appendCh chan struct{} // closed at every append or role change (parked batched fetches)
@@ -121,6 +123,10 @@ func NewHost(cfg HostConfig) *Host {
 	}
 	return h
 }
+
+// SetRecordRev records the create revision of this node's record as this
+// process registered it: in-sync set changes compare on it (isrwrite.go).
+func (h *Host) SetRecordRev(rev int64) { h.recordRev.Store(rev) }
 
 // RecordChanged signals (coalesced) that Following may answer differently.
 func (h *Host) RecordChanged() <-chan struct{} { return h.recordChanged }

@@ -27,6 +27,13 @@ var ErrShardGone = errors.New("storage: shard no longer in etcd")
 //     key only on its term's first write: a set this leader wrote and that is
 //     now gone was removed by someone else (etcd wiped, an older backup
 //     restored) and is not recreated.
+//
+// ErrNotHolder: this process no longer holds its node id's record (another
+// process re-created it after this one's lease lapsed: a copy of the data
+// dir), so it may not change in-sync sets: it would shrink them to itself and
+// acknowledge writes alone while the other process leads in its place.
+var ErrNotHolder = errors.New("storage: node id held by another process")
+
 func (r *replica) persistISR(ctx context.Context, term int64, isr []string) error {
 	key := r.h.ck.ISR(r.db, r.shard)
 	r.mu.Lock()
@@ -68,12 +75,23 @@ func (r *replica) persistISR(ctx context.Context, term int64, isr []string) erro
 	if fence != nil {
 		cmps = append(cmps, *fence)
 	}
+	// Only the process holding this node id's record may change the set: a
+	// copy that re-created the record after our lease lapsed leads in our
+	// place, and a set shrunk to ourselves would let us acknowledge alone.
+	if rev := r.h.recordRev.Load(); rev != 0 {
+		cmps = append(cmps, kv.CreateRevIs(r.h.ck.Node(r.h.nodeID), rev))
+	}
 	val, _ := json.Marshal(models.ISR{Leader: r.h.nodeID, Term: term, Replicas: isr, ClusterID: cid})
 	ok, rev, err := r.h.store.Txn(ctx, cmps, []kv.Op{kv.OpPut(key, val, 0)})
 	if err != nil {
 		return err
 	}
 	if !ok {
+		if rev := r.h.recordRev.Load(); rev != 0 {
+			if node, gerr := r.h.store.Get(ctx, r.h.ck.Node(r.h.nodeID)); gerr == nil && (node == nil || node.CreateRev != rev) {
+				return fmt.Errorf("%w: the record of node %s is no longer the one this process registered", ErrNotHolder, r.h.nodeID)
+			}
+		}
 		return fmt.Errorf("in-sync set or state of %s changed concurrently", r.id)
 	}
 	r.mu.Lock()

@@ -42,7 +42,21 @@ func TestISRWriteFencedOnVanishedShard(t *testing.T) {
 		// absent: etcd never had the database (the restore happened before
 		// the leader's first write, which keeps retrying until it succeeds).
 		absent bool
+		// holder: the leader registered its node record (its create
+		// revision is known), and damage may re-create it.
+		holder bool
 	}{
+		{name: "node record re-created by another process (a copy after our lease lapsed): not written", stateFence: true, holder: true,
+			want: []string{"L", "F"}, refused: storage.ErrNotHolder,
+			damage: func(ctx context.Context, s kv.Store) error {
+				key := models.ClusterKeys{SNS: ns + "/storage/default"}.Node("L")
+				if _, err := s.Delete(ctx, key); err != nil {
+					return err
+				}
+				_, err := s.Put(ctx, key, []byte(`{"node_id":"L","node_address":"127.0.0.1:2"}`), 0)
+				return err
+			}},
+		{name: "node record still ours: written", stateFence: true, holder: true, want: []string{"L"}},
 		{name: "first write of a term, the database not in etcd", stateFence: true, absent: true},
 		{name: "intact: the change is written", stateFence: true, want: []string{"L"}},
 		{name: "etcd wiped and an older backup restored", stateFence: true, refused: storage.ErrShardGone,
@@ -83,6 +97,14 @@ func TestISRWriteFencedOnVanishedShard(t *testing.T) {
 				cfg.StateStore, cfg.StateKeys = store, keys
 			}
 			h := storage.NewHost(cfg)
+			if tc.holder {
+				key := cfg.Keys.Node("L")
+				_, err := store.Put(ctx, key, []byte(`{"node_id":"L","node_address":"127.0.0.1:1"}`), 0)
+				require.NoError(t, err)
+				rec, err := store.Get(ctx, key)
+				require.NoError(t, err)
+				h.SetRecordRev(rec.CreateRev)
+			}
 			hctx, cancel := context.WithCancel(ctx)
 			done := make(chan struct{})
 			go func() { defer close(done); h.Run(hctx) }()

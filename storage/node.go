@@ -40,6 +40,9 @@ type NodeConfig struct {
 	Now     func() time.Time
 	// Registered, when set, runs after each successful (re)registration.
 	Registered func()
+	// Held, when set, gets the record's create revision after each
+	// (re)registration (kv.Registration.OnHeld).
+	Held func(createRev int64)
 }
 
 // RunNode keeps the node's leased record until ctx ends. Liveness is the
@@ -61,7 +64,7 @@ func RunNode(ctx context.Context, cfg NodeConfig) error {
 		cfg.Now = time.Now
 	}
 	reg := kv.Registration{Key: cfg.Keys.Node(cfg.NodeID), TTL: cfg.TTL, Refresh: cfg.MinRewrite, Changed: cfg.Changed,
-		Value: nodeRecord(cfg), Owner: NodeOwner(cfg.Address), OnRegistered: cfg.Registered}
+		Value: nodeRecord(cfg), Owner: NodeOwner(cfg.Address), OnRegistered: cfg.Registered, OnHeld: cfg.Held}
 	if err := kv.KeepRegistered(ctx, cfg.Store, reg, cfg.Logger.With(zap.String("cluster", cfg.Cluster))); err != nil {
 		return fmt.Errorf("storage node id %q is in use by another live process: %w", cfg.NodeID, err)
 	}
