@@ -76,6 +76,8 @@ func waitMetric(t testing.TB, p *Proc, within time.Duration, cond func(float64) 
 	t.Helper()
 	var v float64
 	deadline := time.Now().Add(within)
+	tick := time.NewTicker(100 * time.Millisecond) // a scrape per tick, as require.Eventually polls
+	defer tick.Stop()
 	for {
 		v = metric(t, p, name, labels...)
 		if cond(v) {
@@ -84,7 +86,7 @@ func waitMetric(t testing.TB, p *Proc, within time.Duration, cond func(float64) 
 		if time.Now().After(deadline) {
 			require.FailNow(t, fmt.Sprintf("%s: %s%v never %s within %s (last %v)", p.name, name, labels, what, within, v))
 		}
-		time.Sleep(100 * time.Millisecond) // polling a scrape, as require.Eventually would
+		<-tick.C
 	}
 }
 
