@@ -421,25 +421,7 @@ func writeMemtable(tx *bolt.Tx, ix *seriesIndex, mt *memtable, fromTxn uint64) (
 // mergeMem merges two sorted point lists, newer winning on the same ts, and
 // reports each older value it replaced.
 func mergeMem(older, newer []memPoint, replaced func(ts int64, bits uint64)) []memPoint {
-	out := make([]memPoint, 0, len(older)+len(newer))
-	i, j := 0, 0
-	for i < len(older) && j < len(newer) {
-		switch {
-		case older[i].ts < newer[j].ts:
-			out = append(out, older[i])
-			i++
-		case older[i].ts > newer[j].ts:
-			out = append(out, newer[j])
-			j++
-		default:
-			replaced(older[i].ts, older[i].bits)
-			out = append(out, newer[j])
-			i++
-			j++
-		}
-	}
-	out = append(out, older[i:]...)
-	return append(out, newer[j:]...)
+	return mergeSorted(older, newer, func(p memPoint) int64 { return p.ts }, func(p memPoint) { replaced(p.ts, p.bits) })
 }
 
 // undoEntries rolls back the flushed entries (to, from], newest first, with

@@ -252,17 +252,26 @@ func mergePoints(older, newer []SeriesPoint) []SeriesPoint {
 	case older[len(older)-1].TS < newer[0].TS:
 		return append(older, newer...)
 	}
-	out := make([]SeriesPoint, 0, len(older)+len(newer))
+	return mergeSorted(older, newer, func(p SeriesPoint) int64 { return p.TS }, nil)
+}
+
+// mergeSorted merges two lists sorted by ts; on the same ts the newer
+// element wins, and replaced (when set) is told the older one it replaced.
+func mergeSorted[T any](older, newer []T, ts func(T) int64, replaced func(T)) []T {
+	out := make([]T, 0, len(older)+len(newer))
 	i, j := 0, 0
 	for i < len(older) && j < len(newer) {
-		switch {
-		case older[i].TS < newer[j].TS:
+		switch a, b := ts(older[i]), ts(newer[j]); {
+		case a < b:
 			out = append(out, older[i])
 			i++
-		case older[i].TS > newer[j].TS:
+		case a > b:
 			out = append(out, newer[j])
 			j++
 		default:
+			if replaced != nil {
+				replaced(older[i])
+			}
 			out = append(out, newer[j])
 			i++
 			j++
