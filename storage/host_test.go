@@ -155,23 +155,10 @@ func TestDivergentTailTruncated(t *testing.T) {
 	sm.Start(context.Background())
 	defer sm.Stop()
 
-	prepare := func(entries ...engine.Entry) engine.Engine {
-		eng, err := engine.NewBoltEngine(t.TempDir())
-		require.NoError(t, err)
-		s, err := eng.Open("d", 0)
-		require.NoError(t, err)
-		for _, e := range entries {
-			require.NoError(t, s.Apply(e))
-		}
-		return eng
-	}
-	entry := func(txn, term uint64, from int) engine.Entry {
-		return engine.Entry{TxnID: txn, Term: term, Points: points(from, 5)}
-	}
 	// Both hold txns 1-3 of term 1. The new leader L then wrote 4-6 at term
 	// 2; F still holds 4-5 of term 1, which nobody acknowledged.
-	leaderEng := prepare(entry(1, 1, 0), entry(2, 1, 10), entry(3, 1, 20), entry(4, 2, 30), entry(5, 2, 40), entry(6, 2, 50))
-	followerEng := prepare(entry(1, 1, 0), entry(2, 1, 10), entry(3, 1, 20), entry(4, 1, 100), entry(5, 1, 110))
+	leaderEng := engineWith(t, logEntry(1, 1, 0), logEntry(2, 1, 10), logEntry(3, 1, 20), logEntry(4, 2, 30), logEntry(5, 2, 40), logEntry(6, 2, 50))
+	followerEng := engineWith(t, logEntry(1, 1, 0), logEntry(2, 1, 10), logEntry(3, 1, 20), logEntry(4, 1, 100), logEntry(5, 1, 110))
 
 	leader := startNodeWith(t, "L", sm, store, leaderEng)
 	follower := startNodeWith(t, "F", sm, store, followerEng)
@@ -221,23 +208,10 @@ func TestFollowerAheadInLeadersTermFences(t *testing.T) {
 	sm.Start(context.Background())
 	defer sm.Stop()
 
-	prepare := func(entries ...engine.Entry) engine.Engine {
-		eng, err := engine.NewBoltEngine(t.TempDir())
-		require.NoError(t, err)
-		s, err := eng.Open("d", 0)
-		require.NoError(t, err)
-		for _, e := range entries {
-			require.NoError(t, s.Apply(e))
-		}
-		return eng
-	}
-	entry := func(txn, term uint64, from int) engine.Entry {
-		return engine.Entry{TxnID: txn, Term: term, Points: points(from, 5)}
-	}
 	// L (the stale copy) holds txns 1-3 of term 2; F also 4-5 of term 2,
 	// which only a leader of term 2 can have written.
-	leaderEng := prepare(entry(1, 2, 0), entry(2, 2, 10), entry(3, 2, 20))
-	followerEng := prepare(entry(1, 2, 0), entry(2, 2, 10), entry(3, 2, 20), entry(4, 2, 30), entry(5, 2, 40))
+	leaderEng := engineWith(t, logEntry(1, 2, 0), logEntry(2, 2, 10), logEntry(3, 2, 20))
+	followerEng := engineWith(t, logEntry(1, 2, 0), logEntry(2, 2, 10), logEntry(3, 2, 20), logEntry(4, 2, 30), logEntry(5, 2, 40))
 
 	leader := startNodeWith(t, "L", sm, store, leaderEng)
 	follower := startNodeWith(t, "F", sm, store, followerEng)
@@ -299,23 +273,10 @@ func TestFollowerNeverTruncatesForAnOlderLeadership(t *testing.T) {
 	sm.Start(context.Background())
 	defer sm.Stop()
 
-	prepare := func(entries ...engine.Entry) engine.Engine {
-		eng, err := engine.NewBoltEngine(t.TempDir())
-		require.NoError(t, err)
-		s, err := eng.Open("d", 0)
-		require.NoError(t, err)
-		for _, e := range entries {
-			require.NoError(t, s.Apply(e))
-		}
-		return eng
-	}
-	entry := func(txn, term uint64, from int) engine.Entry {
-		return engine.Entry{TxnID: txn, Term: term, Points: points(from, 5)}
-	}
 	// F holds txns 4-5 of term 3 (acknowledged while L was away); L stopped
 	// at txn 3 of term 1.
-	oldEng := prepare(entry(1, 1, 0), entry(2, 1, 10), entry(3, 1, 20))
-	newEng := prepare(entry(1, 1, 0), entry(2, 1, 10), entry(3, 1, 20), entry(4, 3, 30), entry(5, 3, 40))
+	oldEng := engineWith(t, logEntry(1, 1, 0), logEntry(2, 1, 10), logEntry(3, 1, 20))
+	newEng := engineWith(t, logEntry(1, 1, 0), logEntry(2, 1, 10), logEntry(3, 1, 20), logEntry(4, 3, 30), logEntry(5, 3, 40))
 	old := startNodeWith(t, "L", sm, store, oldEng)
 	up := startNodeWith(t, "F", sm, store, newEng)
 	put(sm, statemachine.SourceStorageConfig, statemachine.KindStorageConfig, "", "default", models.StorageCluster{Name: "default"})
@@ -400,4 +361,22 @@ func TestRestoredInSyncSetNotTakenOverAtItsTerm(t *testing.T) {
 	require.NoError(t, json.Unmarshal(kvp.Value, &set))
 	require.Equal(t, int64(3), set.Term)
 	require.Equal(t, cid, set.ClusterID)
+}
+
+// engineWith is a bolt engine in a temp dir whose shard d/0 holds entries.
+func engineWith(t *testing.T, entries ...engine.Entry) engine.Engine {
+	t.Helper()
+	eng, err := engine.NewBoltEngine(t.TempDir())
+	require.NoError(t, err)
+	s, err := eng.Open("d", 0)
+	require.NoError(t, err)
+	for _, e := range entries {
+		require.NoError(t, s.Apply(e))
+	}
+	return eng
+}
+
+// logEntry is entry txn of term holding 5 points from ts from.
+func logEntry(txn, term uint64, from int) engine.Entry {
+	return engine.Entry{TxnID: txn, Term: term, Points: points(from, 5)}
 }
