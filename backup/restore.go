@@ -113,13 +113,11 @@ var skippedKinds = map[statemachine.Kind]bool{
 // decodeStateBackup reads a node's local backup. It has no checksum of its
 // own; the JSON parse and the format checks are what guard it.
 func decodeStateBackup(data []byte, o Options) ([]kvp, error) {
-	var f statemachine.BackupFile
-	if err := json.Unmarshal(data, &f); err != nil {
+	pf, err := statemachine.ParseBackup(data)
+	if err != nil {
 		return nil, fmt.Errorf("%w: state backup: %w", ErrCorrupt, err)
 	}
-	if f.Version != statemachine.BackupVersion {
-		return nil, fmt.Errorf("%w: state backup version %d (this cairn reads %d)", ErrCorrupt, f.Version, statemachine.BackupVersion)
-	}
+	f := *pf
 	external := externalClusters(f)
 	names := make([]string, 0, len(f.Sources))
 	for name := range f.Sources {

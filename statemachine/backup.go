@@ -15,8 +15,13 @@ import (
 	"go.uber.org/zap"
 )
 
-// BackupVersion is the format version of the local backup file.
-const BackupVersion = 1
+// BackupVersion is the format version of the local backup file this Cairn
+// writes. Version 2 saves kinds by name; version 1 saved them as integers
+// and is still read (see legacyKinds).
+const BackupVersion = 2
+
+// minBackupVersion is the oldest version still read.
+const minBackupVersion = 1
 
 // BackupFile is the local backup: the raw keys of every source, so a node that
 // starts while etcd is down can serve, and `cairn restore` can load them into a
@@ -57,12 +62,33 @@ func ReadBackupFile(path string) (*BackupFile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read state backup: %w", err)
 	}
+	f, err := ParseBackup(data)
+	if err != nil {
+		return nil, fmt.Errorf("state backup %s: %w", path, err)
+	}
+	return f, nil
+}
+
+// ErrBackupVersion: a local backup of a format or version this Cairn does
+// not read.
+var ErrBackupVersion = errors.New("unsupported state backup")
+
+// ParseBackup decodes a local backup of any version this Cairn reads.
+func ParseBackup(data []byte) (*BackupFile, error) {
+	var head struct {
+		Format  string `json:"format"`
+		Version int    `json:"version"`
+	}
+	if err := json.Unmarshal(data, &head); err != nil {
+		return nil, fmt.Errorf("corrupt: %w", err)
+	}
+	if head.Format != BackupFormat || head.Version < minBackupVersion || head.Version > BackupVersion {
+		return nil, fmt.Errorf("%w: format %q version %d (this cairn reads %q versions %d to %d)",
+			ErrBackupVersion, head.Format, head.Version, BackupFormat, minBackupVersion, BackupVersion)
+	}
 	var f BackupFile
 	if err := json.Unmarshal(data, &f); err != nil {
-		return nil, fmt.Errorf("state backup %s is corrupt: %w", path, err)
-	}
-	if f.Format != BackupFormat || f.Version != BackupVersion {
-		return nil, fmt.Errorf("state backup %s: unsupported format %q version %d", path, f.Format, f.Version)
+		return nil, fmt.Errorf("corrupt: %w", err)
 	}
 	return &f, nil
 }

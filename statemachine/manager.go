@@ -305,7 +305,7 @@ func (m *Manager) loop() {
 func allSynced(s *State, srcs []Source) bool {
 	n := 0
 	for _, src := range srcs {
-		if src.Kind == KindStorageNodes || src.Kind == KindISR {
+		if src.Kind.ClusterScoped() {
 			continue
 		}
 		if !s.Synced[src.Name] {

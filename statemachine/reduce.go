@@ -1,7 +1,6 @@
 package statemachine
 
 import (
-	"encoding/json"
 	"fmt"
 	"strings"
 
@@ -39,57 +38,11 @@ type Event struct {
 // fields are ignored, missing ones defaulted) but validated. It runs on the
 // watcher goroutine, so the consumer only moves pointers.
 func decode(k Kind, name string, value []byte, createRev int64) (any, error) {
-	v, err := decodeJSON(k, value, createRev)
-	if err != nil {
-		return nil, err
+	spec, ok := k.spec()
+	if !ok {
+		return nil, fmt.Errorf("unknown record kind %d", int(k))
 	}
-	return normalize(k, name, v)
-}
-
-func decodeJSON(k Kind, value []byte, createRev int64) (any, error) {
-	var err error
-	switch k {
-	case KindMaster:
-		var v models.MasterRecord
-		err = json.Unmarshal(value, &v)
-		if createRev != 0 {
-			v.Term = createRev
-		}
-		return v, err
-	case KindBrokers:
-		var v models.BrokerRecord
-		err = json.Unmarshal(value, &v)
-		return v, err
-	case KindStorageConfig:
-		var v models.StorageCluster
-		err = json.Unmarshal(value, &v)
-		return v, err
-	case KindDatabaseConfig:
-		var v models.Database
-		err = json.Unmarshal(value, &v)
-		return v, err
-	case KindAssign:
-		var v models.Assignment
-		err = json.Unmarshal(value, &v)
-		return v, err
-	case KindShardState:
-		var v models.ShardStates
-		err = json.Unmarshal(value, &v)
-		return v, err
-	case KindDrain:
-		var v models.Drain
-		err = json.Unmarshal(value, &v)
-		return v, err
-	case KindStorageNodes:
-		var v models.StorageNode
-		err = json.Unmarshal(value, &v)
-		return v, err
-	case KindISR:
-		var v models.ISR
-		err = json.Unmarshal(value, &v)
-		return v, err
-	}
-	return nil, fmt.Errorf("unknown kind %d", k)
+	return spec.decode(name, value, createRev)
 }
 
 // apply is the reducer: it folds one event into the builder's state. It reads
@@ -121,8 +74,12 @@ func (b *builder) apply(ev Event) {
 		}
 		delete(inv, ev.Name) // a good value or a delete replaced it
 	}
+	spec, ok := ev.Kind.spec()
+	if !ok {
+		return
+	}
 	del := ev.Type == kv.WatchDelete
-	if guarded(ev.Kind) {
+	if spec.guarded {
 		revs := nested(b, "modrevs", ev.Source, &s.ModRevs)
 		if del {
 			delete(revs, ev.Name)
@@ -130,44 +87,7 @@ func (b *builder) apply(ev Event) {
 			revs[ev.Name] = ev.Rev
 		}
 	}
-	switch ev.Kind {
-	case KindMaster:
-		if del {
-			s.Master = nil
-		} else {
-			v := ev.Value.(models.MasterRecord)
-			s.Master = &v
-		}
-	case KindBrokers:
-		put(cloneOnce(b, "brokers", &s.Brokers), ev, del)
-	case KindStorageConfig:
-		put(cloneOnce(b, "clusters", &s.StorageClusters), ev, del)
-	case KindDatabaseConfig:
-		put(cloneOnce(b, "databases", &s.Databases), ev, del)
-	case KindAssign:
-		put(cloneOnce(b, "assign", &s.Assignments), ev, del)
-	case KindShardState:
-		put(cloneOnce(b, "shardstates", &s.ShardStates), ev, del)
-	case KindDrain:
-		put(cloneOnce(b, "drains", &s.Drains), ev, del)
-	case KindStorageNodes:
-		nodes := nested(b, "nodes", ev.Cluster, &s.Nodes)
-		b.depart(ev, nodes, del)
-		put(nodes, ev, del)
-	case KindISR:
-		put(nested(b, "isr", ev.Cluster, &s.ISR), ev, del)
-	}
-}
-
-// guarded kinds are the records written with compare-and-set on their mod
-// revision (configs, assignments, states, drains); the hot, leased ones
-// (node records, in-sync sets, brokers, master) keep no per-key revision.
-func guarded(k Kind) bool {
-	switch k {
-	case KindStorageConfig, KindDatabaseConfig, KindAssign, KindShardState, KindDrain:
-		return true
-	}
-	return false
+	spec.reduce(b, ev, del)
 }
 
 func put[V any](m map[string]V, ev Event, del bool) {
@@ -186,15 +106,8 @@ func (b *builder) removeSource(ev Event) {
 	b.cloned["modrevs/"+ev.Source] = false
 	delete(cloneOnce(b, "invalid", &s.Invalid), ev.Source)
 	b.cloned["invalid/"+ev.Source] = false
-	switch ev.Kind {
-	case KindStorageNodes:
-		delete(cloneOnce(b, "nodes", &s.Nodes), ev.Cluster)
-		b.cloned["nodes/"+ev.Cluster] = false
-		delete(cloneOnce(b, "departed", &s.Departed), ev.Cluster)
-		b.cloned["departed/"+ev.Cluster] = false
-	case KindISR:
-		delete(cloneOnce(b, "isr", &s.ISR), ev.Cluster)
-		b.cloned["isr/"+ev.Cluster] = false
+	if spec, ok := ev.Kind.spec(); ok && spec.drop != nil {
+		spec.drop(b, ev.Cluster)
 	}
 }
 

@@ -19,26 +19,28 @@ const (
 	clusterISRPrefix     = "isr/"
 )
 
-// MainSources are the prefixes every node watches in Cairn's own etcd.
+// MainSources are the prefixes every node watches in Cairn's own etcd: one
+// per main kind of the registry.
 func MainSources(store kv.Store, k models.Keys) []Source {
-	return []Source{
-		{Name: SourceMaster, Store: store, Prefix: k.Master(), Kind: KindMaster},
-		{Name: SourceBrokers, Store: store, Prefix: k.BrokersPrefix(), Kind: KindBrokers},
-		{Name: SourceStorageConfig, Store: store, Prefix: k.StorageConfigPrefix(), Kind: KindStorageConfig},
-		{Name: SourceDatabaseConfig, Store: store, Prefix: k.DatabaseConfigPrefix(), Kind: KindDatabaseConfig},
-		{Name: SourceAssign, Store: store, Prefix: k.AssignPrefix(), Kind: KindAssign},
-		{Name: SourceShardState, Store: store, Prefix: k.ShardStatePrefix(), Kind: KindShardState},
-		{Name: SourceDrain, Store: store, Prefix: k.DrainPrefix(), Kind: KindDrain},
+	var out []Source
+	for kind, spec := range kinds {
+		if spec.prefix != nil {
+			out = append(out, Source{Name: spec.source, Store: store, Prefix: spec.prefix(k), Kind: Kind(kind)})
+		}
 	}
+	return out
 }
 
 // ClusterSources are the prefixes watched per storage cluster, in the
-// cluster's own store.
+// cluster's own store: one per cluster-scoped kind of the registry.
 func ClusterSources(store kv.Store, cluster string, ck models.ClusterKeys) []Source {
-	return []Source{
-		{Name: ClusterNodesSource(cluster), Store: store, Prefix: ck.NodesPrefix(), Kind: KindStorageNodes, Cluster: cluster},
-		{Name: ClusterISRSource(cluster), Store: store, Prefix: ck.ISRPrefix(), Kind: KindISR, Cluster: cluster},
+	var out []Source
+	for kind, spec := range kinds {
+		if spec.clusterPrefix != nil {
+			out = append(out, Source{Name: spec.clusterSource + cluster, Store: store, Prefix: spec.clusterPrefix(ck), Kind: Kind(kind), Cluster: cluster})
+		}
 	}
+	return out
 }
 
 // ClusterNodesSource names a cluster's live-nodes source.

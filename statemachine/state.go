@@ -12,31 +12,6 @@ import (
 	"github.com/cairn-db/cairn/models"
 )
 
-// Kind says what the keys of a source decode to.
-type Kind int
-
-// Source kinds. Cluster-scoped kinds carry the storage cluster's name.
-const (
-	KindMaster Kind = iota
-	KindBrokers
-	KindStorageConfig
-	KindDatabaseConfig
-	KindAssign
-	KindShardState
-	KindDrain
-	KindStorageNodes // cluster scoped
-	KindISR          // cluster scoped
-)
-
-var kindNames = [...]string{"master", "brokers", "storage_config", "database_config", "assign", "shard_state", "drain", "storage_nodes", "isr"}
-
-func (k Kind) String() string {
-	if int(k) < len(kindNames) {
-		return kindNames[k]
-	}
-	return "unknown"
-}
-
 // State is one immutable snapshot of everything a node knows. Never modify a
 // State or its maps after it is published; the reducers copy what they change.
 type State struct {
