@@ -84,10 +84,10 @@ func (c *clusterStores) close() {
 // configured storage cluster, in that cluster's etcd: added when a cluster is
 // configured, removed (with its keys) when it is deleted.
 func (a *App) watchClusters(ctx context.Context) {
-	changed := a.sm.Subscribe()
 	watched := map[string]models.StorageCluster{}
 	failing := logrepeat.New(a.lg, 30*time.Second, nil)
 	for {
+		changed := a.sm.Changed()
 		st := a.sm.Snapshot()
 		for name, cfg := range st.StorageClusters {
 			if old, ok := watched[name]; ok && slices.Equal(old.EtcdEndpoints, cfg.EtcdEndpoints) && old.Namespace == cfg.Namespace {

@@ -27,7 +27,7 @@ func (a *App) openStorage() error {
 	a.engine = eng
 	a.host = storage.NewHost(storage.HostConfig{
 		NodeID: a.nodeID, Cluster: a.cfg.StorageCluster, Engine: eng, State: a.sm.Snapshot,
-		Changed: a.sm.Subscribe(), Logger: a.lg, MinInsync: a.cfg.MinInsyncReplicas,
+		Changed: a.sm.Changed, Logger: a.lg, MinInsync: a.cfg.MinInsyncReplicas,
 		DropDelay: a.cfg.ShardDropDelay, Dir: dir, Registerer: a.reg, Client: a.peerClient(0),
 		QueryLimits: engine.Limits{MaxSeries: a.cfg.QueryMaxSeries, MaxPoints: a.cfg.QueryMaxPoints},
 		StateStore:  a.store, StateKeys: a.keys,
@@ -43,10 +43,10 @@ func (a *App) transferLeader(ctx context.Context, db string, shard int, node str
 // runStorage waits for this node's storage cluster to be configured, then
 // hosts its shards and keeps the node registered in it.
 func (a *App) runStorage(ctx context.Context) {
-	changed := a.sm.Subscribe()
 	warned := false
 	unreachable := logrepeat.New(a.lg, 30*time.Second, nil)
 	for {
+		changed := a.sm.Changed()
 		st := a.sm.Snapshot()
 		if cfg, ok := st.StorageClusters[a.cfg.StorageCluster]; ok {
 			store, ck, err := a.clusters.get(cfg)

@@ -496,7 +496,7 @@ func (c *cluster) startAgent(id string) (*agent, error) {
 	}
 	addr := l.Addr().String()
 	h := storage.NewHost(storage.HostConfig{NodeID: id, Cluster: "default", Engine: newMemEngine(), Store: c.store, Keys: c.ck,
-		State: c.sm.Snapshot, Changed: c.sm.Subscribe(), Logger: c.lg, DropDelay: time.Hour})
+		State: c.sm.Snapshot, Changed: c.sm.Changed, Logger: c.lg, DropDelay: time.Hour})
 	r := gin.New()
 	h.Routes(r)
 	a := &agent{id: id, host: h, srv: &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second},

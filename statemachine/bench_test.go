@@ -22,7 +22,6 @@ func BenchmarkQueueAndReducers(b *testing.B) {
 		evs[i] = statemachine.Event{Source: "nodes", Kind: statemachine.KindStorageNodes, Cluster: "default",
 			Type: kv.WatchPut, Name: id, Value: models.StorageNode{NodeID: id, LastUpdated: int64(i)}, Rev: int64(i + 1)}
 	}
-	changed := m.Subscribe()
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -30,7 +29,11 @@ func BenchmarkQueueAndReducers(b *testing.B) {
 	}
 	// Wait for the consumer to drain: one final marker event.
 	m.Push(statemachine.Event{Source: "end", Type: kv.WatchSynced, Rev: 1})
-	for !m.Snapshot().Synced["end"] {
+	for {
+		changed := m.Changed()
+		if m.Snapshot().Synced["end"] {
+			break
+		}
 		<-changed
 	}
 	b.StopTimer()

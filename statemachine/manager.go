@@ -35,13 +35,11 @@ type Config struct {
 
 // Manager is the one consumer of the one event queue.
 type Manager struct {
-	cfg    Config
-	lg     *zap.Logger
-	queue  chan Event
-	cur    atomic.Pointer[State]
-	next   atomic.Pointer[chan struct{}] // closed at the next publication
-	subsMu sync.Mutex
-	subs   []chan struct{}
+	cfg   Config
+	lg    *zap.Logger
+	queue chan Event
+	cur   atomic.Pointer[State]
+	next  atomic.Pointer[chan struct{}] // closed at the next publication
 
 	srcMu   sync.Mutex
 	sources map[string]*runningSource
@@ -104,18 +102,16 @@ func New(cfg Config) *Manager {
 // Snapshot returns the current state. It never locks or allocates.
 func (m *Manager) Snapshot() *State { return m.cur.Load() }
 
-// Subscribe returns a channel that receives a (coalesced) signal after every
-// publication. Consumers re-read Snapshot: a level-triggered view.
-func (m *Manager) Subscribe() <-chan struct{} {
-	ch := make(chan struct{}, 1)
-	m.subsMu.Lock()
-	m.subs = append(m.subs, ch)
-	m.subsMu.Unlock()
-	return ch
-}
-
-// Changed returns a channel closed at the next publication: for short-lived
-// waiters that must not leave a subscription behind.
+// Changed returns a channel closed at the next publication: the one wake-up
+// signal. It is a broadcast that leaves nothing behind, so a waiter of any
+// lifetime takes a fresh one each round, before it reads Snapshot (so no
+// publication between the two is missed):
+//
+//	for {
+//		changed := m.Changed()
+//		work(m.Snapshot())
+//		select { case <-changed: case <-ctx.Done(): return }
+//	}
 func (m *Manager) Changed() <-chan struct{} { return *m.next.Load() }
 
 // LoadBackup replays the local backup file (if any) into the queue before the
@@ -319,14 +315,6 @@ func allSynced(s *State, srcs []Source) bool {
 func (m *Manager) notify() {
 	ch := make(chan struct{})
 	close(*m.next.Swap(&ch))
-	m.subsMu.Lock()
-	defer m.subsMu.Unlock()
-	for _, ch := range m.subs {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
-	}
 }
 
 // Stop ends watchers and the consumer, then writes a final backup.

@@ -38,7 +38,7 @@ func TestManagerFollowsStoreAndBacksUp(t *testing.T) {
 
 	path := filepath.Join(t.TempDir(), "state.backup")
 	m := statemachine.New(statemachine.Config{BackupPath: path, BackupWait: 10 * time.Millisecond})
-	changed := m.Subscribe()
+	changed := m.Changed()
 	m.Start(ctx)
 	for _, src := range sources(store, k) {
 		m.AddSource(src)

@@ -53,7 +53,7 @@ func TestBatchedFetchCoversEveryShardOfALeader(t *testing.T) {
 	eng, err := engine.NewBoltEngine(t.TempDir())
 	require.NoError(t, err)
 	lh := storage.NewHost(storage.HostConfig{NodeID: "L", Cluster: "default", Engine: eng, Store: store,
-		Keys: models.ClusterKeys{SNS: "/t/storage/default"}, State: sm.Snapshot, Changed: sm.Subscribe(),
+		Keys: models.ClusterKeys{SNS: "/t/storage/default"}, State: sm.Snapshot, Changed: sm.Changed,
 		LagBound: 2 * time.Second, AckTimeout: 5 * time.Second, DropDelay: time.Hour})
 	r := gin.New()
 	r.Use(counts.middleware)

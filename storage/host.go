@@ -31,7 +31,7 @@ type HostConfig struct {
 	Store   kv.Store // the storage cluster's etcd (in-sync sets)
 	Keys    models.ClusterKeys
 	State   func() *statemachine.State
-	Changed <-chan struct{}
+	Changed func() <-chan struct{} // closed at the next state publication
 	Logger  *zap.Logger
 	// MinInsync is the fewest in-sync replicas a write needs; default 1.
 	MinInsync int
@@ -167,6 +167,7 @@ func (h *Host) Run(ctx context.Context) {
 	defer t.Stop()
 	full := true
 	for {
+		changed := h.cfg.Changed()
 		h.reconcile(full)
 		full = false
 		select {
@@ -179,7 +180,7 @@ func (h *Host) Run(ctx context.Context) {
 				r.stop()
 			}
 			return
-		case <-h.cfg.Changed:
+		case <-changed:
 		case <-t.C:
 			full = true // retries failed opens, ages unwanted replicas
 		}

@@ -38,7 +38,7 @@ func startNode(t *testing.T, id string, sm *statemachine.Manager, store kv.Store
 // startNodeWith runs a host over an engine the test prepared.
 func startNodeWith(t *testing.T, id string, sm *statemachine.Manager, store kv.Store, eng engine.Engine) *node {
 	h := storage.NewHost(storage.HostConfig{NodeID: id, Cluster: "default", Engine: eng, Store: store,
-		Keys: models.ClusterKeys{SNS: "/t/storage/default"}, State: sm.Snapshot, Changed: sm.Subscribe(),
+		Keys: models.ClusterKeys{SNS: "/t/storage/default"}, State: sm.Snapshot, Changed: sm.Changed,
 		LagBound: 500 * time.Millisecond, AckTimeout: 5 * time.Second, DropDelay: time.Hour})
 	r := gin.New()
 	h.Routes(r)

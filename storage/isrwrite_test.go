@@ -91,7 +91,7 @@ func TestISRWriteFencedOnVanishedShard(t *testing.T) {
 			eng, err := engine.NewBoltEngine(t.TempDir())
 			require.NoError(t, err)
 			cfg := storage.HostConfig{NodeID: "L", Cluster: "default", Engine: eng, Store: store,
-				Keys: models.ClusterKeys{SNS: ns + "/storage/default"}, State: sm.Snapshot, Changed: sm.Subscribe(),
+				Keys: models.ClusterKeys{SNS: ns + "/storage/default"}, State: sm.Snapshot, Changed: sm.Changed,
 				Logger: zap.New(core), LagBound: time.Hour, DropDelay: time.Hour}
 			if tc.stateFence {
 				cfg.StateStore, cfg.StateKeys = store, keys
