@@ -2,6 +2,7 @@ package statemachine_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"testing"
 
@@ -48,4 +49,105 @@ func BenchmarkSnapshotRead(b *testing.B) {
 		n += len(m.Snapshot().Databases)
 	}
 	_ = n
+}
+
+// populated is a Manager whose state holds dbs databases (4 shards, RF 3,
+// an in-sync set per shard) on nodes storage nodes of cluster "default".
+func populated(dbs, nodes int) *statemachine.Manager {
+	m := statemachine.New(statemachine.Config{})
+	var evs []statemachine.Event
+	rev := int64(0)
+	ev := func(src string, kind statemachine.Kind, cluster, name string, v any) {
+		rev++
+		evs = append(evs, statemachine.Event{Source: src, Kind: kind, Cluster: cluster, Type: kv.WatchPut, Name: name, Value: v, Rev: rev, At: 1})
+	}
+	for i := range nodes {
+		id := "n" + strconv.Itoa(i)
+		ev(statemachine.ClusterNodesSource("default"), statemachine.KindStorageNodes, "default", id, models.StorageNode{NodeID: id, NodeAddress: "127.0.0.1:1"})
+	}
+	for d := range dbs {
+		db := "db" + strconv.Itoa(d)
+		ev(statemachine.SourceDatabaseConfig, statemachine.KindDatabaseConfig, "", db, benchDB(db))
+		ev(statemachine.SourceAssign, statemachine.KindAssign, "", db, benchAssign(db, d, nodes))
+		ev(statemachine.SourceShardState, statemachine.KindShardState, "", db, benchStates(db, d, nodes, 1))
+		for s := range 4 {
+			ev(statemachine.ClusterISRSource("default"), statemachine.KindISR, "default", models.ShardID(db, s),
+				models.ISR{Leader: "n" + strconv.Itoa((d+s)%nodes), Term: 1, Replicas: []string{"n" + strconv.Itoa((d+s)%nodes)}})
+		}
+	}
+	m.PublishNow(evs...)
+	return m
+}
+
+func benchDB(db string) models.Database {
+	return models.Database{Name: db, StorageCluster: "default", NumShards: 4, ReplicaFactor: 3}
+}
+
+func benchAssign(db string, d, nodes int) models.Assignment {
+	a := models.Assignment{DB: db, Cluster: "default"}
+	for s := range 4 {
+		a.Shards = append(a.Shards, models.ShardAssignment{ID: s, Replicas: []string{
+			"n" + strconv.Itoa((d+s)%nodes), "n" + strconv.Itoa((d+s+1)%nodes), "n" + strconv.Itoa((d+s+2)%nodes)}})
+	}
+	return a
+}
+
+func benchStates(db string, d, nodes int, term int64) models.ShardStates {
+	ss := models.ShardStates{DB: db}
+	for s := range 4 {
+		ss.Shards = append(ss.Shards, models.ShardState{ID: s, Leader: "n" + strconv.Itoa((d+s)%nodes), Term: term, Status: models.StatusOnline})
+	}
+	return ss
+}
+
+// BenchmarkApplyOneEvent applies one change per publication (the common
+// case once the cluster is idle: every change is its own batch) to states of
+// 100, 1,000 and 10,000 databases on 1,000 storage nodes. The cost per
+// event must not grow with the state: O(change), not O(state).
+func BenchmarkApplyOneEvent(b *testing.B) {
+	const nodes = 1000
+	for _, dbs := range []int{100, 1000, 10000} {
+		m := populated(dbs, nodes)
+		rev := int64(1 << 40)
+		kinds := []struct {
+			name string
+			ev   func(i int) statemachine.Event
+		}{
+			{"database", func(i int) statemachine.Event {
+				db := "db" + strconv.Itoa(i%dbs)
+				return statemachine.Event{Source: statemachine.SourceDatabaseConfig, Kind: statemachine.KindDatabaseConfig, Name: db, Value: benchDB(db)}
+			}},
+			{"shard_state", func(i int) statemachine.Event {
+				db := "db" + strconv.Itoa(i%dbs)
+				return statemachine.Event{Source: statemachine.SourceShardState, Kind: statemachine.KindShardState, Name: db, Value: benchStates(db, i, nodes, int64(i))}
+			}},
+			{"node", func(i int) statemachine.Event {
+				id := "n" + strconv.Itoa(i%nodes)
+				return statemachine.Event{Source: statemachine.ClusterNodesSource("default"), Kind: statemachine.KindStorageNodes, Cluster: "default",
+					Name: id, Value: models.StorageNode{NodeID: id, NodeAddress: "127.0.0.1:2"}}
+			}},
+			{"isr", func(i int) statemachine.Event {
+				db := "db" + strconv.Itoa(i%dbs)
+				return statemachine.Event{Source: statemachine.ClusterISRSource("default"), Kind: statemachine.KindISR, Cluster: "default",
+					Name: models.ShardID(db, i%4), Value: models.ISR{Leader: "n1", Term: int64(i), Replicas: []string{"n1"}}}
+			}},
+		}
+		for _, k := range kinds {
+			evs := make([]statemachine.Event, 256)
+			for i := range evs {
+				evs[i] = k.ev(i * 7919)
+				evs[i].Type = kv.WatchPut
+				evs[i].At = 1
+			}
+			b.Run(fmt.Sprintf("dbs=%d/%s", dbs, k.name), func(b *testing.B) {
+				b.ReportAllocs()
+				for i := 0; b.Loop(); i++ {
+					ev := evs[i%len(evs)]
+					rev++
+					ev.Rev = rev
+					m.PublishNow(ev)
+				}
+			})
+		}
+	}
 }

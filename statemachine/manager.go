@@ -267,32 +267,38 @@ func (m *Manager) loop() {
 				break drain
 			}
 		}
-		prev := m.cur.Load()
-		b := newBuilder(prev)
-		var maxRev int64
-		for _, ev := range batch {
-			b.apply(ev)
-			if ev.Removed {
-				delete(m.raw, ev.Source)
-			} else if ev.raw != nil {
-				m.recordRaw(ev.raw)
-			}
-			maxRev = max(maxRev, ev.Rev)
-		}
-		if b.s.FromBackup && allSynced(b.s, m.Sources()) {
-			b.s.FromBackup = false
-		}
-		b.s.Seq = prev.Seq + 1
-		m.cur.Store(b.s)
-		m.applied.Add(float64(len(batch)))
-		if maxRev > 0 {
-			m.lastRev.Set(float64(maxRev))
-		}
-		m.notify()
+		m.publish(batch)
 		if backupDue == nil && m.cfg.BackupPath != "" {
 			backupDue = time.After(m.cfg.BackupWait)
 		}
 	}
+}
+
+// publish applies a batch of events to the current state and publishes the
+// result: each event costs the size of what it changes, not of the state.
+func (m *Manager) publish(batch []Event) {
+	prev := m.cur.Load()
+	b := newBuilder(prev)
+	var maxRev int64
+	for _, ev := range batch {
+		b.apply(ev)
+		if ev.Removed {
+			delete(m.raw, ev.Source)
+		} else if ev.raw != nil {
+			m.recordRaw(ev.raw)
+		}
+		maxRev = max(maxRev, ev.Rev)
+	}
+	if b.s.FromBackup && allSynced(b.s, m.Sources()) {
+		b.s.FromBackup = false
+	}
+	b.s.Seq = prev.Seq + 1
+	m.cur.Store(b.s)
+	m.applied.Add(float64(len(batch)))
+	if maxRev > 0 {
+		m.lastRev.Set(float64(maxRev))
+	}
+	m.notify()
 }
 
 // allSynced: every source of Cairn's own etcd has listed. Storage clusters
