@@ -34,8 +34,8 @@ func (a *App) historyPeers() []history.Peer {
 	for id, b := range st.Brokers {
 		add(id, b.Address)
 	}
-	for _, nodes := range st.Nodes {
-		for id, n := range nodes {
+	for _, nodes := range st.Nodes.All() {
+		for id, n := range nodes.All() {
 			add(id, n.NodeAddress)
 		}
 	}

@@ -30,7 +30,7 @@ func (a *App) waiting() string {
 		if _, ok := st.StorageClusters[cluster]; !ok {
 			return fmt.Sprintf("storage cluster %q is not configured yet", cluster)
 		}
-		if n, ok := st.Nodes[cluster][a.nodeID]; !ok || n.NodeAddress != a.cfg.AdvertiseAddr {
+		if n, ok := st.Nodes.At(cluster).Get(a.nodeID); !ok || n.NodeAddress != a.cfg.AdvertiseAddr {
 			return "this storage node is not registered yet"
 		}
 	}

@@ -83,7 +83,7 @@ func (d *Data) database(st *statemachine.State, db string) (models.Database, err
 	if db == "" {
 		return models.Database{}, bad("missing db parameter")
 	}
-	cfg, ok := st.Databases[db]
+	cfg, ok := st.Databases.Get(db)
 	if !ok {
 		return cfg, fmt.Errorf("%w: database %q", models.ErrNotFound, db)
 	}
@@ -97,7 +97,7 @@ func (d *Data) target(st *statemachine.State, cfg models.Database, shard int) ta
 		return t
 	}
 	t.leader, t.term = s.Leader, s.Term
-	if n, live := st.Nodes[cfg.StorageCluster][s.Leader]; live && s.Status == models.StatusOnline {
+	if n, live := st.Nodes.At(cfg.StorageCluster).Get(s.Leader); live && s.Status == models.StatusOnline {
 		t.address, t.online = n.NodeAddress, true
 	}
 	return t

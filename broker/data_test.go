@@ -20,9 +20,9 @@ import (
 // oneShard is a state with database "db" of one shard led by n1 at addr.
 func oneShard(addr string) *statemachine.State {
 	return &statemachine.State{
-		Databases:   map[string]models.Database{"db": {Name: "db", StorageCluster: "default", NumShards: 1, ReplicaFactor: 2}},
-		ShardStates: map[string]models.ShardStates{"db": {DB: "db", Shards: []models.ShardState{{ID: 0, Leader: "n1", Term: 3, Status: models.StatusOnline}}}},
-		Nodes:       map[string]map[string]models.StorageNode{"default": {"n1": {NodeID: "n1", NodeAddress: addr}}},
+		Databases:   statemachine.MapOf(map[string]models.Database{"db": {Name: "db", StorageCluster: "default", NumShards: 1, ReplicaFactor: 2}}),
+		ShardStates: statemachine.MapOf(map[string]models.ShardStates{"db": {DB: "db", Shards: []models.ShardState{{ID: 0, Leader: "n1", Term: 3, Status: models.StatusOnline}}}}),
+		Nodes:       statemachine.NestedMapOf(map[string]map[string]models.StorageNode{"default": {"n1": {NodeID: "n1", NodeAddress: addr}}}),
 	}
 }
 

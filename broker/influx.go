@@ -26,8 +26,8 @@ const maxShardAnswer = 1 << 30
 // Databases implements influx.Backend.
 func (d *Data) Databases() []string {
 	st := d.State()
-	names := make([]string, 0, len(st.Databases))
-	for n := range st.Databases {
+	names := make([]string, 0, st.Databases.Len())
+	for n := range st.Databases.All() {
 		names = append(names, n)
 	}
 	slices.Sort(names)

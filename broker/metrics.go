@@ -88,7 +88,7 @@ func (d *Data) recordQuery(db string, start time.Time, err error) {
 }
 
 func (d *Data) dbLabel(db string) string {
-	if _, ok := d.State().Databases[db]; ok {
+	if _, ok := d.State().Databases.Get(db); ok {
 		return db
 	}
 	return ""

@@ -122,7 +122,7 @@ func BenchmarkMasterRestart(b *testing.B) {
 		h.sm = h.newManager()
 		require.Eventually(b, func() bool {
 			st := h.sm.Snapshot()
-			return master.Ready(st) && len(st.ShardStates) == dbs && len(st.Nodes[cluster]) == len(nodes)
+			return master.Ready(st) && st.ShardStates.Len() == dbs && st.Nodes.At(cluster).Len() == len(nodes)
 		}, time.Minute, 5*time.Millisecond)
 		loaded := time.Since(start)
 		rm := h.startMaster(masterOpts{})

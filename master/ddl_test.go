@@ -91,7 +91,7 @@ func TestDDLBadInputChangesNothing(t *testing.T) {
 			require.Equal(t, before, h.lastRev(), "etcd changed after a refused request")
 		})
 	}
-	require.Len(t, h.sm.Snapshot().Databases, 1)
+	require.Len(t, h.sm.Snapshot().Databases.ToMap(), 1)
 }
 
 func TestGrowDatabase(t *testing.T) {
@@ -118,7 +118,7 @@ func TestGrowDatabase(t *testing.T) {
 	_, err = h.admin.UpdateDatabase(ctx, "grow", models.DatabasePatch{ReplicaFactor: &rf})
 	require.NoError(t, err)
 	h.eventually("every shard has 3 replicas", func(st *statemachine.State) bool {
-		for _, sh := range st.Assignments["grow"].Shards {
+		for _, sh := range st.Assignments.At("grow").Shards {
 			if len(sh.Replicas) != 3 {
 				return false
 			}

@@ -55,7 +55,7 @@ func TestDrainAndUndrain(t *testing.T) {
 	require.Contains(t, body, `"relocations"`)
 	h.eventually("balanced over all nodes", func(st *statemachine.State) bool {
 		replicas, _ := counts(st, nodes)
-		for _, sh := range st.Assignments["dr"].Shards {
+		for _, sh := range st.Assignments.At("dr").Shards {
 			if len(sh.Replicas) != 2 {
 				return false
 			}

@@ -58,7 +58,7 @@ func TestFailoverReelectsInSyncReplicas(t *testing.T) {
 	h.writeISR("fo", first, models.ISR{Leader: victim, Term: 1, Replicas: []string{victim, notExpected(expect[first], s0, s1)}})
 	expect[first] = notExpected(expect[first], s0, s1)
 	h.eventually("in-sync set seen", func(st *statemachine.State) bool {
-		_, isr := st.ISR[cluster][models.ShardID("fo", first)]
+		_, isr := st.ISR.At(cluster).Get(models.ShardID("fo", first))
 		return isr
 	})
 
@@ -160,7 +160,7 @@ func TestOfflineAndBack(t *testing.T) {
 	rm := h.startMaster(masterOpts{})
 	h.createDB("off", 3, 2)
 	st := h.sm.Snapshot()
-	replicas := st.Assignments["off"].Shards[0].Replicas
+	replicas := st.Assignments.At("off").Shards[0].Replicas
 	s, _ := st.ShardState("off", 0)
 	a := s.Leader
 	b := notExpected(a, replicas[0], replicas[1])
@@ -173,7 +173,7 @@ func TestOfflineAndBack(t *testing.T) {
 	h.writeISR("off", 0, models.ISR{Leader: b, Term: 2, Replicas: []string{b}})
 	// The master decides on what its state has seen: wait for the set.
 	h.eventually("in-sync set seen", func(st *statemachine.State) bool {
-		return st.ISR[cluster][models.ShardID("off", 0)].Term == 2
+		return st.ISR.At(cluster).At(models.ShardID("off", 0)).Term == 2
 	})
 
 	// Every replica gone: offline, naming the last in-sync set.
@@ -194,7 +194,7 @@ func TestOfflineAndBack(t *testing.T) {
 	h.kill(b)
 	h.waitShard("off", 0, "offline again", func(s models.ShardState) bool { return s.Status == models.StatusOffline })
 	h.register(a, nil)
-	h.eventually("a live", func(st *statemachine.State) bool { _, ok := st.Nodes[cluster][a]; return ok })
+	h.eventually("a live", func(st *statemachine.State) bool { _, ok := st.Nodes.At(cluster).Get(a); return ok })
 	h.settle(rm)
 	s = h.etcdStates("off").Shards[0]
 	require.Equal(t, models.StatusOffline, s.Status)
@@ -226,7 +226,7 @@ func TestUnreachableClusterDoesNotStallOthers(t *testing.T) {
 	victim := h.etcdStates("near").Shards[0].Leader
 	h.kill(victim)
 	h.eventually("leadership moved off the dead node", func(st *statemachine.State) bool {
-		for _, s := range st.ShardStates["near"].Shards {
+		for _, s := range st.ShardStates.At("near").Shards {
 			if s.Leader == victim || s.Status != models.StatusOnline {
 				return false
 			}
@@ -243,11 +243,11 @@ func TestMasterIgnoresStateFromAnotherCluster(t *testing.T) {
 	rm := h.startMaster(masterOpts{clusterID: 42}) // not the harness etcd's id
 	_, err := h.admin.CreateDatabase(context.Background(), models.Database{Name: "elsewhere", NumShards: 2, ReplicaFactor: 1})
 	require.NoError(t, err)
-	h.eventually("database seen", func(st *statemachine.State) bool { _, ok := st.Databases["elsewhere"]; return ok })
+	h.eventually("database seen", func(st *statemachine.State) bool { _, ok := st.Databases.Get("elsewhere"); return ok })
 	// Passes that saw the database have run (a write would have been
 	// awaited within its pass): nothing was placed.
 	h.settle(rm)
-	_, placed := h.sm.Snapshot().Assignments["elsewhere"]
+	_, placed := h.sm.Snapshot().Assignments.Get("elsewhere")
 	require.False(t, placed, "a master acted on state listed from another etcd cluster")
 	rm.stop()
 	require.NoError(t, h.store.Revoke(context.Background(), rm.election.Lease()))

@@ -47,7 +47,7 @@ func TestDeposedMasterWritesNothing(t *testing.T) {
 	a.start()
 	st := h.sm.Snapshot()
 	s0, _ := st.ShardState("dep", 0)
-	other := notExpected(s0.Leader, st.Assignments["dep"].Shards[0].Replicas[0], st.Assignments["dep"].Shards[0].Replicas[1])
+	other := notExpected(s0.Leader, st.Assignments.At("dep").Shards[0].Replicas[0], st.Assignments.At("dep").Shards[0].Replicas[1])
 	err := a.TransferLeader(context.Background(), "dep", 0, models.LeaderTransfer{NodeID: other})
 	require.ErrorIs(t, err, kv.ErrDeposed)
 	require.ErrorIs(t, a.wait(t), kv.ErrDeposed)
@@ -56,7 +56,7 @@ func TestDeposedMasterWritesNothing(t *testing.T) {
 
 	// A leader dies; A's reconcile tries to fail it over and is fenced off.
 	h.kill(s0.Leader)
-	h.eventually("leader gone", func(st *statemachine.State) bool { _, ok := st.Nodes[cluster][s0.Leader]; return !ok })
+	h.eventually("leader gone", func(st *statemachine.State) bool { _, ok := st.Nodes.At(cluster).Get(s0.Leader); return !ok })
 	a.start()
 	require.ErrorIs(t, a.wait(t), kv.ErrDeposed)
 	require.Equal(t, before, h.owned(), "a deposed master's failover changed etcd")
@@ -69,7 +69,7 @@ func TestTwoMastersNeverSplitLeadership(t *testing.T) {
 	states := h.collect(h.keys.ShardStatePrefix())
 	// A is a separate process with its own state copy; B uses the harness's.
 	smA := h.newManager()
-	h.eventually("A's state loaded", func(*statemachine.State) bool { return len(smA.Snapshot().Nodes[cluster]) == len(nodes) })
+	h.eventually("A's state loaded", func(*statemachine.State) bool { return smA.Snapshot().Nodes.At(cluster).Len() == len(nodes) })
 	a := h.startMaster(masterOpts{sm: smA, shadow: true})
 	h.createDB("x", 8, 2)
 	h.createDB("y", 4, 3)
@@ -106,7 +106,7 @@ func TestTwoMastersNeverSplitLeadership(t *testing.T) {
 	for _, n := range []string{"n1", "n2"} {
 		h.kill(n)
 		h.eventually(n+" failed over", func(st *statemachine.State) bool {
-			return noneLedBy(st.ShardStates["x"], n) && noneLedBy(st.ShardStates["y"], n)
+			return noneLedBy(st.ShardStates.At("x"), n) && noneLedBy(st.ShardStates.At("y"), n)
 		})
 	}
 	h.register("n1", nil)
@@ -115,10 +115,10 @@ func TestTwoMastersNeverSplitLeadership(t *testing.T) {
 	// move a shard's leadership to a live follower.
 	require.Eventually(t, func() bool {
 		st := smA.Snapshot()
-		for _, sh := range st.Assignments["x"].Shards {
+		for _, sh := range st.Assignments.At("x").Shards {
 			s, _ := st.ShardState("x", sh.ID)
 			for _, r := range sh.Replicas {
-				if _, live := st.Nodes[cluster][r]; live && r != s.Leader && s.Status == models.StatusOnline {
+				if _, live := st.Nodes.At(cluster).Get(r); live && r != s.Leader && s.Status == models.StatusOnline {
 					err := a.TransferLeader(ctx, "x", sh.ID, models.LeaderTransfer{NodeID: r})
 					return errors.Is(err, kv.ErrDeposed)
 				}

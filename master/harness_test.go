@@ -77,7 +77,7 @@ func newHarness(t testing.TB, nodes ...string) *harness {
 		h.register(id, nil)
 	}
 	h.eventually("nodes registered and state loaded", func(st *statemachine.State) bool {
-		return master.Ready(st) && len(st.Nodes[cluster]) == len(nodes)
+		return master.Ready(st) && st.Nodes.At(cluster).Len() == len(nodes)
 	})
 	h.admin = &meta.Admin{Store: h.store, Keys: h.keys, State: h.sm.Snapshot}
 	h.http = web.New(web.Config{NodeID: "test", State: h.sm.Snapshot, Admin: h.admin, Logger: logger(t)}).Handler()
@@ -324,8 +324,8 @@ func (h *harness) createDB(name string, shards, rf int) {
 }
 
 func allOnline(st *statemachine.State, db string, shards int) bool {
-	ss := st.ShardStates[db]
-	if len(st.Assignments[db].Shards) != shards || len(ss.Shards) != shards {
+	ss := st.ShardStates.At(db)
+	if len(st.Assignments.At(db).Shards) != shards || len(ss.Shards) != shards {
 		return false
 	}
 	for _, s := range ss.Shards {
@@ -385,14 +385,14 @@ func counts(st *statemachine.State, nodes []string) (replicas, leaders map[strin
 	for _, n := range nodes {
 		replicas[n], leaders[n] = 0, 0
 	}
-	for _, a := range st.Assignments {
+	for _, a := range st.Assignments.All() {
 		for _, sh := range a.Shards {
 			for _, r := range sh.Replicas {
 				replicas[r]++
 			}
 		}
 	}
-	for _, ss := range st.ShardStates {
+	for _, ss := range st.ShardStates.All() {
 		for _, s := range ss.Shards {
 			if s.Status == models.StatusOnline {
 				leaders[s.Leader]++

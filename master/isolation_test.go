@@ -28,7 +28,7 @@ func TestPoisonedDatabaseDoesNotStallOthers(t *testing.T) {
 	h.createDB("b", 2, 2)
 	victim := h.etcdStates("b").Shards[0].Leader
 	shard := -1
-	for _, sh := range h.sm.Snapshot().Assignments["a"].Shards {
+	for _, sh := range h.sm.Snapshot().Assignments.At("a").Shards {
 		if slices.Contains(sh.Replicas, victim) {
 			shard = sh.ID
 		}
@@ -50,7 +50,7 @@ func TestPoisonedDatabaseDoesNotStallOthers(t *testing.T) {
 
 	h.kill(victim)
 	h.eventually("b failed over despite a", func(st *statemachine.State) bool {
-		for _, s := range st.ShardStates["b"].Shards {
+		for _, s := range st.ShardStates.At("b").Shards {
 			if s.Leader == victim || s.Status != models.StatusOnline {
 				return false
 			}
@@ -79,7 +79,7 @@ func TestPoisonedDatabaseDoesNotStallOthers(t *testing.T) {
 	_, err = h.store.Put(context.Background(), h.keys.ShardState("a"), mustJSON(t, fixed), 0)
 	require.NoError(t, err)
 	h.eventually("a failed over once readable", func(st *statemachine.State) bool {
-		for _, s := range st.ShardStates["a"].Shards {
+		for _, s := range st.ShardStates.At("a").Shards {
 			if s.Leader == victim || s.Status != models.StatusOnline {
 				return false
 			}

@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/cairn-db/cairn/models"
+	"github.com/cairn-db/cairn/statemachine"
 )
 
 // ShardInputs is what a leader decision reads about one database.
@@ -22,8 +23,8 @@ type ShardInputs struct {
 	DB     string
 	Assign models.Assignment
 	States models.ShardStates
-	Live   map[string]models.StorageNode // live storage nodes of the database's cluster
-	ISR    map[string]models.ISR         // cluster's in-sync sets by shard id
+	Live   statemachine.Map[models.StorageNode] // live storage nodes of the database's cluster
+	ISR    statemachine.Map[models.ISR]         // cluster's in-sync sets by shard id
 	Drains map[string]models.Drain
 	// Answers are the replicas' last txn ids, asked for at failover: shard
 	// -> node -> answer. A shard with answers elects only among replicas
@@ -42,10 +43,10 @@ type ShardInputs struct {
 
 // ClusterLeads counts the online leaderships of every node over the
 // databases of one storage cluster.
-func ClusterLeads(st map[string]models.ShardStates, assign map[string]models.Assignment, cluster string) map[string]int {
+func ClusterLeads(st statemachine.Map[models.ShardStates], assign statemachine.Map[models.Assignment], cluster string) map[string]int {
 	leads := map[string]int{}
-	for name, ss := range st {
-		if a, ok := assign[name]; !ok || a.Cluster != cluster {
+	for name, ss := range st.All() {
+		if a, ok := assign.Get(name); !ok || a.Cluster != cluster {
 			continue
 		}
 		for _, s := range ss.Shards {
@@ -65,12 +66,12 @@ func needsLeader(in ShardInputs, sh models.ShardAssignment, st models.ShardState
 	if !ok {
 		return true
 	}
-	_, leaderLive := in.Live[st.Leader]
+	_, leaderLive := in.Live.Get(st.Leader)
 	behind := liveTerm(in, sh.ID) > st.Term
 	// A leadership at or below a restored set's term is the restored state's
 	// own (never checked against the replicas' logs); one above it was
 	// decided since, and keeps going until its leader records its set here.
-	restoredLeader := restoredISR(in, sh) && st.Term <= in.ISR[models.ShardID(in.DB, sh.ID)].Term
+	restoredLeader := restoredISR(in, sh) && st.Term <= in.ISR.At(models.ShardID(in.DB, sh.ID)).Term
 	return !(st.Status == models.StatusOnline && leaderLive && slices.Contains(sh.Replicas, st.Leader)) || behind || restoredLeader
 }
 
@@ -79,7 +80,7 @@ func needsLeader(in ShardInputs, sh models.ShardAssignment, st models.ShardState
 func liveTerm(in ShardInputs, shard int) int64 {
 	id := models.ShardID(in.DB, shard)
 	var t int64
-	for _, n := range in.Live {
+	for _, n := range in.Live.All() {
 		t = max(t, n.MaxTerm[id])
 	}
 	for _, a := range in.Answers[shard] {
@@ -94,7 +95,7 @@ func liveTerm(in ShardInputs, shard int) int64 {
 func recordedTerm(in ShardInputs, shard int) int64 {
 	id := models.ShardID(in.DB, shard)
 	var t int64
-	for _, n := range in.Live {
+	for _, n := range in.Live.All() {
 		t = max(t, n.MaxTerm[id])
 	}
 	return t
@@ -131,7 +132,7 @@ func candidates(in ShardInputs, sh models.ShardAssignment) (cands, missing []str
 // the ones that hold those writes are not.
 func isrTrusted(in ShardInputs, sh models.ShardAssignment) bool {
 	lt := recordedTerm(in, sh.ID)
-	set, ok := in.ISR[models.ShardID(in.DB, sh.ID)]
+	set, ok := in.ISR.Get(models.ShardID(in.DB, sh.ID))
 	if !ok {
 		return lt == 0
 	}
@@ -144,7 +145,7 @@ func isrTrusted(in ShardInputs, sh models.ShardAssignment) bool {
 // behind since the backup (its log then holds no newer term), and a live
 // leader of the restored state may be that replica.
 func restoredISR(in ShardInputs, sh models.ShardAssignment) bool {
-	set, ok := in.ISR[models.ShardID(in.DB, sh.ID)]
+	set, ok := in.ISR.Get(models.ShardID(in.DB, sh.ID))
 	return ok && set.ClusterID != 0 && in.ClusterID != 0 && set.ClusterID != in.ClusterID
 }
 
@@ -152,7 +153,7 @@ func restoredISR(in ShardInputs, sh models.ShardAssignment) bool {
 // how an operator can force it.
 func staleReason(in ShardInputs, sh models.ShardAssignment, missing []string) string {
 	what := "no in-sync set is recorded, but a live replica holds data"
-	if set, ok := in.ISR[models.ShardID(in.DB, sh.ID)]; ok {
+	if set, ok := in.ISR.Get(models.ShardID(in.DB, sh.ID)); ok {
 		what = fmt.Sprintf("the in-sync set on record is of term %d, a live replica holds term %d", set.Term, liveTerm(in, sh.ID))
 		if restoredISR(in, sh) {
 			what = fmt.Sprintf("the in-sync set on record (term %d) was written in etcd cluster %x, this is %x", set.Term, set.ClusterID, in.ClusterID)
@@ -168,7 +169,7 @@ func staleReason(in ShardInputs, sh models.ShardAssignment, missing []string) st
 func notLive(in ShardInputs, replicas []string) []string {
 	var out []string
 	for _, n := range replicas {
-		if _, ok := in.Live[n]; !ok {
+		if _, ok := in.Live.Get(n); !ok {
 			out = append(out, n)
 		}
 	}
@@ -179,7 +180,7 @@ func notLive(in ShardInputs, replicas []string) []string {
 func liveReplicas(in ShardInputs, sh models.ShardAssignment, list []string) []string {
 	var out []string
 	for _, n := range list {
-		if _, live := in.Live[n]; live && slices.Contains(sh.Replicas, n) {
+		if _, live := in.Live.Get(n); live && slices.Contains(sh.Replicas, n) {
 			out = append(out, n)
 		}
 	}
@@ -193,7 +194,7 @@ func inSync(in ShardInputs, sh models.ShardAssignment) []string {
 	if !isrTrusted(in, sh) {
 		return nil
 	}
-	if set, ok := in.ISR[models.ShardID(in.DB, sh.ID)]; ok {
+	if set, ok := in.ISR.Get(models.ShardID(in.DB, sh.ID)); ok {
 		return set.Replicas
 	}
 	return sh.Replicas
@@ -343,7 +344,7 @@ func lastTerm(in ShardInputs, shard int, node string) int64 {
 	if a, ok := in.Answers[shard][node]; ok {
 		return int64(a.LastTerm)
 	}
-	return in.Live[node].MaxTerm[models.ShardID(in.DB, shard)]
+	return in.Live.At(node).MaxTerm[models.ShardID(in.DB, shard)]
 }
 
 // lastTxn is node's last txn id of shard: its answer when it was asked, else
@@ -352,7 +353,7 @@ func lastTxn(in ShardInputs, shard int, node string) uint64 {
 	if a, ok := in.Answers[shard][node]; ok {
 		return a.LastTxnID
 	}
-	return in.Live[node].LastTxnID[models.ShardID(in.DB, shard)]
+	return in.Live.At(node).LastTxnID[models.ShardID(in.DB, shard)]
 }
 
 // unanswered lists the candidates that did not answer the failover question.

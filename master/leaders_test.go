@@ -6,24 +6,25 @@ import (
 
 	"github.com/cairn-db/cairn/master"
 	"github.com/cairn-db/cairn/models"
+	"github.com/cairn-db/cairn/statemachine"
 	"github.com/stretchr/testify/require"
 )
 
-func live(txn map[string]uint64) map[string]models.StorageNode {
+func live(txn map[string]uint64) statemachine.Map[models.StorageNode] {
 	out := map[string]models.StorageNode{}
 	for id := range txn {
 		out[id] = models.StorageNode{NodeID: id}
 	}
-	return out
+	return statemachine.MapOf(out)
 }
 
 // liveAt is live nodes with a last_txn_id and a max_term (log term) for db/0.
-func liveAt(logs map[string][2]int64) map[string]models.StorageNode {
+func liveAt(logs map[string][2]int64) statemachine.Map[models.StorageNode] {
 	out := map[string]models.StorageNode{}
 	for id, l := range logs {
 		out[id] = models.StorageNode{NodeID: id, LastTxnID: map[string]uint64{"db/0": uint64(l[0])}, MaxTerm: map[string]int64{"db/0": l[1]}}
 	}
-	return out
+	return statemachine.MapOf(out)
 }
 
 // answers are the replicas' answers about shard 0 at failover.
@@ -58,22 +59,22 @@ func TestPlanLeaders(t *testing.T) {
 			leader: "c", term: 4, status: models.StatusOnline, changed: true},
 		{name: "leader dead: highest last_txn_id among the in-sync set only",
 			in: master.ShardInputs{Assign: abc, States: online("a", 3), Live: live(map[string]uint64{"b": 5, "c": 9}), Answers: answers(map[string]uint64{"b": 5, "c": 9}),
-				ISR: map[string]models.ISR{"db/0": {Leader: "a", Term: 3, Replicas: []string{"a", "b"}}}},
+				ISR: statemachine.MapOf(map[string]models.ISR{"db/0": {Leader: "a", Term: 3, Replicas: []string{"a", "b"}}})},
 			leader: "b", term: 4, status: models.StatusOnline, changed: true},
 		{name: "tie on last_txn_id: node id decides",
 			in:     master.ShardInputs{Assign: abc, States: online("a", 3), Live: live(map[string]uint64{"c": 7, "b": 7}), Answers: answers(map[string]uint64{"c": 7, "b": 7})},
 			leader: "b", term: 4, status: models.StatusOnline, changed: true},
 		{name: "no live in-sync member: offline with reason",
 			in: master.ShardInputs{Assign: abc, States: online("a", 3), Live: live(map[string]uint64{"c": 9}), Answers: answers(map[string]uint64{"c": 9}),
-				ISR: map[string]models.ISR{"db/0": {Leader: "a", Term: 3, Replicas: []string{"a", "b"}}}},
+				ISR: statemachine.MapOf(map[string]models.ISR{"db/0": {Leader: "a", Term: 3, Replicas: []string{"a", "b"}}})},
 			leader: "a", term: 3, status: models.StatusOffline, changed: true},
 		{name: "offline shard, last in-sync member returns: online with it, term+1",
 			in: master.ShardInputs{Assign: abc, States: offline, Live: live(map[string]uint64{"b": 2, "c": 9}), Answers: answers(map[string]uint64{"b": 2, "c": 9}),
-				ISR: map[string]models.ISR{"db/0": {Leader: "a", Term: 4, Replicas: []string{"a", "b"}}}},
+				ISR: statemachine.MapOf(map[string]models.ISR{"db/0": {Leader: "a", Term: 4, Replicas: []string{"a", "b"}}})},
 			leader: "b", term: 5, status: models.StatusOnline, changed: true},
 		{name: "offline shard, returning node not in last in-sync set: stays offline",
 			in: master.ShardInputs{Assign: abc, States: offline, Live: live(map[string]uint64{"c": 9}), Answers: answers(map[string]uint64{"c": 9}),
-				ISR: map[string]models.ISR{"db/0": {Leader: "a", Term: 4, Replicas: []string{"a", "b"}}}},
+				ISR: statemachine.MapOf(map[string]models.ISR{"db/0": {Leader: "a", Term: 4, Replicas: []string{"a", "b"}}})},
 			leader: "a", term: 4, status: models.StatusOffline},
 		{name: "draining node not preferred even with the highest last_txn_id",
 			in: master.ShardInputs{Assign: abc, States: online("a", 3), Live: live(map[string]uint64{"b": 1, "c": 9}), Answers: answers(map[string]uint64{"b": 1, "c": 9}),
@@ -101,60 +102,60 @@ func TestPlanLeaders(t *testing.T) {
 			leader: "a", term: 1, status: models.StatusOffline, changed: true, reason: "missing [c]"},
 		{name: "a newer term's log beats a longer tail from an older term",
 			in: master.ShardInputs{Assign: abc, States: online("a", 2), Live: liveAt(map[string][2]int64{"b": {20, 1}, "c": {15, 2}}),
-				ISR: map[string]models.ISR{"db/0": {Leader: "a", Term: 2, Replicas: []string{"a", "b", "c"}}}},
+				ISR: statemachine.MapOf(map[string]models.ISR{"db/0": {Leader: "a", Term: 2, Replicas: []string{"a", "b", "c"}}})},
 			leader: "c", term: 3, status: models.StatusOnline, changed: true},
 		{name: "offline shard, stale in-sync set (a replica holds a newer term): stays offline until all report",
 			in: master.ShardInputs{Assign: abc, States: offline, Live: liveAt(map[string][2]int64{"b": {3, 7}}),
-				ISR: map[string]models.ISR{"db/0": {Leader: "a", Term: 4, Replicas: []string{"a", "b"}}}},
+				ISR: statemachine.MapOf(map[string]models.ISR{"db/0": {Leader: "a", Term: 4, Replicas: []string{"a", "b"}}})},
 			leader: "a", term: 4, status: models.StatusOffline, changed: true, reason: "missing [a c]"},
 		{name: "offline shard, stale in-sync set, every replica reported: newest log leads above its terms",
 			in: master.ShardInputs{Assign: abc, States: offline, Live: liveAt(map[string][2]int64{"a": {2, 4}, "b": {3, 7}, "c": {9, 6}}),
-				ISR: map[string]models.ISR{"db/0": {Leader: "a", Term: 4, Replicas: []string{"a", "b"}}}},
+				ISR: statemachine.MapOf(map[string]models.ISR{"db/0": {Leader: "a", Term: 4, Replicas: []string{"a", "b"}}})},
 			leader: "b", term: 8, status: models.StatusOnline, changed: true},
 		// The nemesis' loss: the backup's set lists c, which has since fallen
 		// behind (it holds term 5, the acknowledged writes of term 7 are only
 		// on a and b, which are down). c must not lead.
 		{name: "restored stale set lists a lagging replica, up-to-date ones down: offline, not the lagging one",
 			in: master.ShardInputs{Assign: abc, States: online("a", 3), Live: liveAt(map[string][2]int64{"c": {40, 5}}),
-				ISR: map[string]models.ISR{"db/0": {Leader: "a", Term: 3, Replicas: []string{"a", "b", "c"}}}},
+				ISR: statemachine.MapOf(map[string]models.ISR{"db/0": {Leader: "a", Term: 3, Replicas: []string{"a", "b", "c"}}})},
 			leader: "a", term: 3, status: models.StatusOffline, changed: true, reason: "missing [a b]"},
 		{name: "restored stale set, the up-to-date replicas return: the newest log leads",
 			in: master.ShardInputs{Assign: abc, States: online("a", 3), Live: liveAt(map[string][2]int64{"a": {50, 7}, "b": {52, 7}, "c": {40, 5}}),
-				ISR: map[string]models.ISR{"db/0": {Leader: "a", Term: 3, Replicas: []string{"a", "c"}}}},
+				ISR: statemachine.MapOf(map[string]models.ISR{"db/0": {Leader: "a", Term: 3, Replicas: []string{"a", "c"}}})},
 			leader: "b", term: 8, status: models.StatusOnline, changed: true},
 		{name: "no in-sync set recorded but a replica holds data: stale, offline until all report",
 			in:     master.ShardInputs{Assign: abc, States: online("a", 3), Live: liveAt(map[string][2]int64{"b": {5, 2}, "c": {7, 2}})},
 			leader: "a", term: 3, status: models.StatusOffline, changed: true, reason: "no in-sync set is recorded"},
 		{name: "stale set never stops a live leader at the newest term",
 			in: master.ShardInputs{Assign: abc, States: online("a", 7), Live: liveAt(map[string][2]int64{"a": {50, 7}, "c": {40, 5}}),
-				ISR: map[string]models.ISR{"db/0": {Leader: "a", Term: 3, Replicas: []string{"a", "c"}}}},
+				ISR: statemachine.MapOf(map[string]models.ISR{"db/0": {Leader: "a", Term: 3, Replicas: []string{"a", "c"}}})},
 			leader: "a", term: 7, status: models.StatusOnline},
 		// A restored copy of the set (written in etcd cluster 0x1, read from
 		// 0x2) proves nothing, even when no live replica holds a newer term:
 		// the lagging c, live leader of the restored state, is not kept.
 		{name: "set restored from another etcd, restored leader live: re-elected from every replica's log",
 			in: master.ShardInputs{Assign: abc, States: online("c", 3), ClusterID: 2, Live: liveAt(map[string][2]int64{"a": {50, 3}, "b": {52, 3}, "c": {40, 3}}),
-				ISR: map[string]models.ISR{"db/0": {Leader: "a", Term: 3, Replicas: []string{"a", "b", "c"}, ClusterID: 1}}},
+				ISR: statemachine.MapOf(map[string]models.ISR{"db/0": {Leader: "a", Term: 3, Replicas: []string{"a", "b", "c"}, ClusterID: 1}})},
 			leader: "b", term: 4, status: models.StatusOnline, changed: true},
 		{name: "set restored from another etcd, up-to-date replicas down: offline, lagging one not elected",
 			in: master.ShardInputs{Assign: abc, States: online("c", 3), ClusterID: 2, Live: liveAt(map[string][2]int64{"c": {40, 3}}),
-				ISR: map[string]models.ISR{"db/0": {Leader: "a", Term: 3, Replicas: []string{"a", "b", "c"}, ClusterID: 1}}},
+				ISR: statemachine.MapOf(map[string]models.ISR{"db/0": {Leader: "a", Term: 3, Replicas: []string{"a", "b", "c"}, ClusterID: 1}})},
 			leader: "c", term: 3, status: models.StatusOffline, changed: true, reason: "written in etcd cluster 1, this is 2"},
 		{name: "set restored from another etcd, leader elected since (above its term): kept until it records its set",
 			in: master.ShardInputs{Assign: abc, States: online("b", 4), ClusterID: 2, Live: liveAt(map[string][2]int64{"a": {50, 3}, "b": {52, 3}, "c": {40, 3}}),
-				ISR: map[string]models.ISR{"db/0": {Leader: "a", Term: 3, Replicas: []string{"a", "b", "c"}, ClusterID: 1}}},
+				ISR: statemachine.MapOf(map[string]models.ISR{"db/0": {Leader: "a", Term: 3, Replicas: []string{"a", "b", "c"}, ClusterID: 1}})},
 			leader: "b", term: 4, status: models.StatusOnline},
 		{name: "set written in this etcd: the usual rule",
 			in: master.ShardInputs{Assign: abc, States: online("c", 3), ClusterID: 2, Live: liveAt(map[string][2]int64{"c": {40, 3}}),
-				ISR: map[string]models.ISR{"db/0": {Leader: "a", Term: 3, Replicas: []string{"a", "b", "c"}, ClusterID: 2}}},
+				ISR: statemachine.MapOf(map[string]models.ISR{"db/0": {Leader: "a", Term: 3, Replicas: []string{"a", "b", "c"}, ClusterID: 2}})},
 			leader: "c", term: 3, status: models.StatusOnline},
 		{name: "set of an unknown cluster (older writer): the usual rule",
 			in: master.ShardInputs{Assign: abc, States: online("a", 3), ClusterID: 2, Live: liveAt(map[string][2]int64{"c": {40, 3}}),
-				ISR: map[string]models.ISR{"db/0": {Leader: "a", Term: 3, Replicas: []string{"a", "b", "c"}}}},
+				ISR: statemachine.MapOf(map[string]models.ISR{"db/0": {Leader: "a", Term: 3, Replicas: []string{"a", "b", "c"}}})},
 			leader: "c", term: 4, status: models.StatusOnline, changed: true},
 		{name: "in-sync set at the newest log term: the usual rule, fast",
 			in: master.ShardInputs{Assign: abc, States: online("a", 7), Live: liveAt(map[string][2]int64{"b": {50, 7}, "c": {40, 5}}),
-				ISR: map[string]models.ISR{"db/0": {Leader: "a", Term: 7, Replicas: []string{"a", "b"}}}},
+				ISR: statemachine.MapOf(map[string]models.ISR{"db/0": {Leader: "a", Term: 7, Replicas: []string{"a", "b"}}})},
 			leader: "b", term: 8, status: models.StatusOnline, changed: true},
 		{name: "a replica that does not answer is skipped, even with more data",
 			in: master.ShardInputs{Assign: abc, States: online("a", 3), Live: live(map[string]uint64{"b": 5, "c": 9}),
@@ -209,7 +210,7 @@ func TestPlanLeadersTieSpreadsLeadership(t *testing.T) {
 		States: models.ShardStates{DB: "db", Shards: []models.ShardState{
 			{ID: 0, Leader: "a", Term: 1, Status: models.StatusOnline}, {ID: 1, Leader: "a", Term: 1, Status: models.StatusOnline},
 			{ID: 2, Leader: "a", Term: 1, Status: models.StatusOnline}, {ID: 3, Leader: "b", Term: 1, Status: models.StatusOnline}}},
-		Live: map[string]models.StorageNode{"b": {NodeID: "b"}, "c": {NodeID: "c"}},
+		Live: statemachine.MapOf(map[string]models.StorageNode{"b": {NodeID: "b"}, "c": {NodeID: "c"}}),
 	}
 	next, changed := master.PlanLeaders(in)
 	require.Equal(t, []int{0, 1, 2}, changed)

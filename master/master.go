@@ -357,7 +357,7 @@ func (m *Master) publishStates(ctx context.Context, st *statemachine.State, db s
 	if !ok {
 		return fmt.Errorf("%w: shard states of %s", errChanged, db)
 	}
-	m.cfg.Metrics.published(st.ShardStates[db], next, changed)
+	m.cfg.Metrics.published(st.ShardStates.At(db), next, changed)
 	return nil
 }
 
@@ -369,7 +369,7 @@ func (m *Master) TransferLeader(ctx context.Context, db string, shard int, t mod
 		if !Ready(st) || !m.sameCluster(st) {
 			return nil, fmt.Errorf("%w: master is still loading state from etcd", models.ErrUnavailable)
 		}
-		a, ok := st.Assignments[db]
+		a, ok := st.Assignments.Get(db)
 		if !ok || shard < 0 || shard >= len(a.Shards) {
 			return nil, fmt.Errorf("%w: shard %d of database %q", models.ErrNotFound, shard, db)
 		}
@@ -377,13 +377,13 @@ func (m *Master) TransferLeader(ctx context.Context, db string, shard int, t mod
 		if !slices.Contains(sh.Replicas, t.NodeID) {
 			return nil, fmt.Errorf("%w: node %q is not a replica of %s/%d (replicas %v)", models.ErrImpossible, t.NodeID, db, shard, sh.Replicas)
 		}
-		if _, live := st.Nodes[a.Cluster][t.NodeID]; !live {
+		if _, live := st.Nodes.At(a.Cluster).Get(t.NodeID); !live {
 			return nil, fmt.Errorf("%w: node %q is not live", models.ErrImpossible, t.NodeID)
 		}
 		if !t.Unclean && !shardInSync(st, a.Cluster, db, shard, []string{t.NodeID}) {
 			return nil, fmt.Errorf("%w: node %q is not in the in-sync set of %s/%d; wait for it to catch up or pass \"unclean\": true", models.ErrImpossible, t.NodeID, db, shard)
 		}
-		prev := st.ShardStates[db]
+		prev := st.ShardStates.At(db)
 		cur, _ := st.ShardState(db, shard)
 		if cur.Leader == t.NodeID && cur.Status == models.StatusOnline {
 			return nil, nil
@@ -393,7 +393,7 @@ func (m *Master) TransferLeader(ctx context.Context, db string, shard int, t mod
 		if i < 0 {
 			return nil, fmt.Errorf("%w: shard %d of %q has no published state yet", models.ErrUnavailable, shard, db)
 		}
-		in := ShardInputs{DB: db, Assign: a, States: prev, Live: st.Nodes[a.Cluster]}
+		in := ShardInputs{DB: db, Assign: a, States: prev, Live: st.Nodes.At(a.Cluster)}
 		next.Shards[i] = models.ShardState{ID: shard, Leader: t.NodeID, Term: NextTerm(in, cur), Status: models.StatusOnline}
 		return nil, m.publishStates(ctx, st, db, next, []int{shard})
 	})

@@ -92,11 +92,11 @@ func compareOps(a, b Operator) int {
 // Progress is read from the assignment, the shard state and the in-sync set,
 // never from memory, so a new master resumes exactly where the old one was.
 func NextStep(o Operator, st *statemachine.State) Step {
-	a, ok := st.Assignments[o.DB]
+	a, ok := st.Assignments.Get(o.DB)
 	if !ok || o.Shard < 0 || o.Shard >= len(a.Shards) {
 		return StepCancel
 	}
-	if _, exists := st.Databases[o.DB]; !exists {
+	if _, exists := st.Databases.Get(o.DB); !exists {
 		return StepCancel
 	}
 	cur := a.Shards[o.Shard].Replicas
@@ -109,7 +109,7 @@ func NextStep(o Operator, st *statemachine.State) Step {
 	}
 	if !subset(o.To, cur) {
 		for _, n := range minus(o.To, cur) {
-			if _, live := st.Nodes[a.Cluster][n]; !live {
+			if _, live := st.Nodes.At(a.Cluster).Get(n); !live {
 				return StepCancel // the target died before it got the replica
 			}
 		}
@@ -118,7 +118,7 @@ func NextStep(o Operator, st *statemachine.State) Step {
 	if !sameSet(cur, o.To) {
 		if !shardInSync(st, a.Cluster, o.DB, o.Shard, o.To) {
 			for _, n := range o.To {
-				if _, live := st.Nodes[a.Cluster][n]; !live {
+				if _, live := st.Nodes.At(a.Cluster).Get(n); !live {
 					return StepCancel // it will never catch up
 				}
 			}
@@ -139,7 +139,7 @@ func leaderStep(o Operator, st *statemachine.State, a models.Assignment, s model
 	if o.Leader == "" || s.Status != models.StatusOnline || s.Leader == o.Leader {
 		return StepDone
 	}
-	_, live := st.Nodes[a.Cluster][o.Leader]
+	_, live := st.Nodes.At(a.Cluster).Get(o.Leader)
 	_, draining := st.Drains[o.Leader]
 	if !live || draining || !slices.Contains(a.Shards[o.Shard].Replicas, o.Leader) || !shardInSync(st, a.Cluster, o.DB, o.Shard, []string{o.Leader}) {
 		return StepDone

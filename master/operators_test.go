@@ -50,7 +50,7 @@ func TestRebalanceDryRunIsWhatRuns(t *testing.T) {
 	assigns := h.collect(h.keys.AssignPrefix())
 	h.createDB("r", 12, 2)
 	h.register("n4", nil)
-	h.eventually("n4 live", func(st *statemachine.State) bool { return len(st.Nodes[cluster]) == 4 })
+	h.eventually("n4 live", func(st *statemachine.State) bool { return st.Nodes.At(cluster).Len() == 4 })
 
 	v, err := rm.Rebalance(context.Background(), true)
 	require.NoError(t, err)
@@ -93,7 +93,7 @@ func TestRebalanceDryRunIsWhatRuns(t *testing.T) {
 
 	h.eventually("operators done", func(st *statemachine.State) bool {
 		for _, o := range run.Operators {
-			if o.Kind == master.OpMove && !sameSet(st.Assignments["r"].Shards[o.Shard].Replicas, o.To) {
+			if o.Kind == master.OpMove && !sameSet(st.Assignments.At("r").Shards[o.Shard].Replicas, o.To) {
 				return false
 			}
 		}
@@ -119,7 +119,7 @@ func TestOperatorsResumedByTheNextTerm(t *testing.T) {
 	rm.stop()
 	require.NoError(t, h.store.Revoke(context.Background(), rm.election.Lease()))
 
-	sh := h.sm.Snapshot().Assignments["res"].Shards[0]
+	sh := h.sm.Snapshot().Assignments.At("res").Shards[0]
 	other := minus([]string{"n1", "n2", "n3"}, sh.Replicas)[0]
 	op := master.Operator{DB: "res", Shard: 0, Kind: master.OpMove, From: sh.Replicas, To: []string{sh.Replicas[1], other},
 		Leader: other, Step: master.StepWaitSync, MasterTerm: rm.term, Created: time.Now()}
@@ -137,7 +137,7 @@ func TestOperatorsResumedByTheNextTerm(t *testing.T) {
 	h.startMaster(masterOpts{})
 	h.eventually("the persisted move carried out", func(st *statemachine.State) bool {
 		s, _ := st.ShardState("res", 0)
-		return sameSet(st.Assignments["res"].Shards[0].Replicas, op.To) && s.Leader == other && s.Status == models.StatusOnline
+		return sameSet(st.Assignments.At("res").Shards[0].Replicas, op.To) && s.Leader == other && s.Status == models.StatusOnline
 	})
 	require.Eventually(t, func() bool {
 		kvs, _, err := h.store.List(ctx, h.keys.NS+"/operators/")
@@ -158,14 +158,14 @@ func TestMovesInFlightAreCapped(t *testing.T) {
 	}
 	h.register("n2", nil)
 	h.eventually("n2 live and the sets seen", func(st *statemachine.State) bool {
-		return len(st.Nodes[cluster]) == 2 && len(st.ISR[cluster]) == 40
+		return st.Nodes.At(cluster).Len() == 2 && st.ISR.At(cluster).Len() == 40
 	})
 	v, err := rm.Rebalance(context.Background(), false)
 	require.NoError(t, err)
 	require.Len(t, v.(master.PlanView).Operators, 20)
 	grown := func(st *statemachine.State) int {
 		n := 0
-		for _, sh := range st.Assignments["cap"].Shards {
+		for _, sh := range st.Assignments.At("cap").Shards {
 			if len(sh.Replicas) > 1 {
 				n++
 			}
@@ -183,7 +183,7 @@ func TestMovesInFlightAreCapped(t *testing.T) {
 	require.Equal(t, map[master.Step]int{master.StepWaitSync: 16, master.StepAdd: 4}, steps)
 	// In-sync sets catch up: the 16 finish, then the other 4 start.
 	catchUp := func() {
-		for i, sh := range h.sm.Snapshot().Assignments["cap"].Shards {
+		for i, sh := range h.sm.Snapshot().Assignments.At("cap").Shards {
 			h.writeISR("cap", i, models.ISR{Leader: "n1", Term: 1, Replicas: slices.Clone(sh.Replicas)})
 		}
 	}

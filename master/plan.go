@@ -1,7 +1,6 @@
 package master
 
 import (
-	"maps"
 	"slices"
 
 	"github.com/cairn-db/cairn/models"
@@ -14,18 +13,18 @@ import (
 // on it and the replica count each shard wants.
 func clusterView(st *statemachine.State, cluster string) placement.Cluster {
 	c := placement.Cluster{Shards: map[placement.ShardKey]placement.ShardPlacement{}, Want: map[placement.ShardKey]int{}}
-	ids := slices.Sorted(maps.Keys(st.Nodes[cluster]))
+	ids := st.Nodes.At(cluster).Keys()
 	for _, id := range ids {
 		_, d := st.Drains[id]
 		c.Nodes = append(c.Nodes, placement.Node{ID: id, Draining: d})
 	}
-	for name, a := range st.Assignments {
-		db, ok := st.Databases[name]
+	for name, a := range st.Assignments.All() {
+		db, ok := st.Databases.Get(name)
 		if !ok || a.Cluster != cluster {
 			continue
 		}
 		leaders := map[int]string{}
-		for _, s := range st.ShardStates[name].Shards {
+		for _, s := range st.ShardStates.At(name).Shards {
 			if s.Status == models.StatusOnline {
 				leaders[s.ID] = s.Leader
 			}
@@ -64,11 +63,11 @@ func newShards(st *statemachine.State, db models.Database, from, to int) ([]mode
 // shardInSync reports whether every replica in want is in the shard's in-sync
 // set at the current term (or the shard never published one).
 func shardInSync(st *statemachine.State, cluster, db string, shard int, want []string) bool {
-	if !isrTrusted(ShardInputs{DB: db, Live: st.Nodes[cluster], ISR: st.ISR[cluster],
+	if !isrTrusted(ShardInputs{DB: db, Live: st.Nodes.At(cluster), ISR: st.ISR.At(cluster),
 		ClusterID: st.ListedFrom[statemachine.ClusterISRSource(cluster)]}, models.ShardAssignment{ID: shard}) {
 		return false // a stale record (a restore) vouches for nobody
 	}
-	set, ok := st.ISR[cluster][models.ShardID(db, shard)]
+	set, ok := st.ISR.At(cluster).Get(models.ShardID(db, shard))
 	if !ok {
 		return true
 	}

@@ -229,7 +229,7 @@ func (m *Master) rebalance(ctx context.Context) error {
 	errs := m.publishLeaderOps(ctx, st, d.Spread, "spreading leadership")
 	dirty := map[string]bool{}
 	for _, o := range d.Spread {
-		dirty[st.Assignments[o.DB].Cluster] = true
+		dirty[st.Assignments.At(o.DB).Cluster] = true
 	}
 	for name, sig := range sigs {
 		if !dirty[name] {
@@ -368,10 +368,10 @@ func (m *Master) publishLeaderOps(ctx context.Context, st *statemachine.State, o
 		byDB[o.DB] = append(byDB[o.DB], o)
 	}
 	for _, db := range slices.Sorted(maps.Keys(byDB)) {
-		a := st.Assignments[db]
-		prev := st.ShardStates[db]
+		a := st.Assignments.At(db)
+		prev := st.ShardStates.At(db)
 		next := models.ShardStates{DB: db, Shards: slices.Clone(prev.Shards)}
-		in := ShardInputs{DB: db, Assign: a, States: prev, Live: st.Nodes[a.Cluster], ISR: st.ISR[a.Cluster], Drains: st.Drains,
+		in := ShardInputs{DB: db, Assign: a, States: prev, Live: st.Nodes.At(a.Cluster), ISR: st.ISR.At(a.Cluster), Drains: st.Drains,
 			ClusterID: st.ListedFrom[statemachine.ClusterISRSource(a.Cluster)]}
 		leads := map[string]int{}
 		for _, s := range prev.Shards {
@@ -434,7 +434,7 @@ func (m *Master) publishLeaderOps(ctx context.Context, st *statemachine.State, o
 }
 
 func assigned(st *statemachine.State, k placement.ShardKey) []string {
-	a := st.Assignments[k.DB]
+	a := st.Assignments.At(k.DB)
 	if k.Shard < len(a.Shards) {
 		return a.Shards[k.Shard].Replicas
 	}
@@ -444,7 +444,7 @@ func assigned(st *statemachine.State, k placement.ShardKey) []string {
 func setReplicas(assign map[string]models.Assignment, st *statemachine.State, k placement.ShardKey, replicas []string) {
 	a, ok := assign[k.DB]
 	if !ok {
-		a = st.Assignments[k.DB]
+		a = st.Assignments.At(k.DB)
 		a.Shards = slices.Clone(a.Shards)
 	}
 	a.Shards[k.Shard] = models.ShardAssignment{ID: k.Shard, Replicas: replicas}

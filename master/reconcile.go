@@ -33,13 +33,13 @@ func (m *Master) reconcile(ctx context.Context) error {
 			return err
 		}
 	}
-	for name := range st.Databases {
+	for name := range st.Databases.All() {
 		m.queue.Add(name)
 	}
-	for name := range st.Assignments {
+	for name := range st.Assignments.All() {
 		m.queue.Add(name)
 	}
-	for name := range st.ShardStates {
+	for name := range st.ShardStates.All() {
 		m.queue.Add(name)
 	}
 	for _, name := range m.queue.Due(m.cfg.Now()) {
@@ -91,8 +91,8 @@ func (m *Master) syncDB(ctx context.Context, name string) error {
 // deletes that of a dropped database.
 func (m *Master) syncAssignment(ctx context.Context, name string) error {
 	st := m.cfg.State()
-	a, has := st.Assignments[name]
-	db, exists := st.Databases[name]
+	a, has := st.Assignments.Get(name)
+	db, exists := st.Databases.Get(name)
 	if !exists {
 		if !has {
 			return nil
@@ -126,7 +126,7 @@ func (m *Master) syncAssignment(ctx context.Context, name string) error {
 		return nil
 	}
 	next := models.Assignment{DB: name, Cluster: db.StorageCluster, Shards: append(slices.Clone(a.Shards), as...)}
-	states := st.ShardStates[name]
+	states := st.ShardStates.At(name)
 	nextStates := models.ShardStates{DB: name, Shards: append(slices.Clone(states.Shards), ss...)}
 	// Both keys are guarded by the mod revisions the decision read (0:
 	// absent), never by re-encoded bytes: another version, a restore or a
@@ -183,11 +183,11 @@ func (m *Master) failover(ctx context.Context, name string) error {
 	if len(ops) == 0 {
 		return nil
 	}
-	next, changed := applyFailover(name, st.ShardStates[name], ops)
+	next, changed := applyFailover(name, st.ShardStates.At(name), ops)
 	if err := m.publishStates(ctx, st, name, next, changed); err != nil {
 		return err
 	}
-	m.cfg.Metrics.failedOver(st.ShardStates[name], next, changed)
+	m.cfg.Metrics.failedOver(st.ShardStates.At(name), next, changed)
 	for _, id := range changed {
 		s := next.Shards[indexOf(next, id)]
 		m.lg.Info("shard leader changed", zap.String("db", name), zap.Int("shard", id),

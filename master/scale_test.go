@@ -2,7 +2,6 @@ package master
 
 import (
 	"fmt"
-	"maps"
 	"slices"
 	"testing"
 
@@ -32,26 +31,26 @@ type decisions struct {
 // functions on its own state, checking the invariants at every step.
 func runScaled(t *testing.T, nodes int) decisions {
 	const shards, rf = 4, 3
-	st := &statemachine.State{Nodes: map[string]map[string]models.StorageNode{"c": {}},
-		Databases: map[string]models.Database{}, Assignments: map[string]models.Assignment{},
-		ShardStates: map[string]models.ShardStates{}, ISR: map[string]map[string]models.ISR{}, Drains: map[string]models.Drain{},
+	st := &statemachine.State{Nodes: statemachine.NestedMapOf(map[string]map[string]models.StorageNode{"c": {}}),
+		Databases: statemachine.MapOf(map[string]models.Database{}), Assignments: statemachine.MapOf(map[string]models.Assignment{}),
+		ShardStates: statemachine.MapOf(map[string]models.ShardStates{}), ISR: statemachine.NestedMapOf(map[string]map[string]models.ISR{}), Drains: map[string]models.Drain{},
 		StorageClusters: map[string]models.StorageCluster{"c": {Name: "c"}}}
 	ids := make([]string, nodes)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("n%05d", i)
-		st.Nodes["c"][ids[i]] = models.StorageNode{NodeID: ids[i], NodeAddress: ids[i] + ":1", Cluster: "c"}
+		st.Nodes = statemachine.SetIn(st.Nodes, "c", ids[i], models.StorageNode{NodeID: ids[i], NodeAddress: ids[i] + ":1", Cluster: "c"})
 	}
 	for i := range nodes {
 		db := models.Database{Name: fmt.Sprintf("db%05d", i), StorageCluster: "c", NumShards: shards, ReplicaFactor: rf}
 		as, ss, err := newShards(st, db, 0, shards)
 		require.NoError(t, err)
-		st.Databases[db.Name] = db
-		st.Assignments[db.Name] = models.Assignment{DB: db.Name, Cluster: "c", Shards: as}
-		st.ShardStates[db.Name] = models.ShardStates{DB: db.Name, Shards: ss}
+		st.Databases = st.Databases.Set(db.Name, db)
+		st.Assignments = st.Assignments.Set(db.Name, models.Assignment{DB: db.Name, Cluster: "c", Shards: as})
+		st.ShardStates = st.ShardStates.Set(db.Name, models.ShardStates{DB: db.Name, Shards: ss})
 	}
 	var d decisions
 	reps, leads := perNode(st, ids)
-	for _, a := range st.Assignments {
+	for _, a := range st.Assignments.All() {
 		for _, sh := range a.Shards {
 			require.Len(t, sh.Replicas, rf)
 			require.Len(t, uniq(sh.Replicas), rf, "replicas of one shard never share a node")
@@ -67,25 +66,25 @@ func runScaled(t *testing.T, nodes int) decisions {
 			victim = n
 		}
 	}
-	delete(st.Nodes["c"], victim)
+	st.Nodes = statemachine.DeleteIn(st.Nodes, "c", victim)
 	live := slices.DeleteFunc(slices.Clone(ids), func(n string) bool { return n == victim })
-	before := maps.Clone(st.ShardStates)
+	before := st.ShardStates
 	clusterLeads := ClusterLeads(st.ShardStates, st.Assignments, "c")
-	for _, name := range slices.Sorted(maps.Keys(st.Assignments)) { // the master's order
-		a := st.Assignments[name]
-		next, changed := PlanLeaders(ShardInputs{DB: name, Assign: a, States: st.ShardStates[name], Live: st.Nodes["c"], Leads: clusterLeads})
+	for _, name := range st.Assignments.Keys() { // the master's order
+		a := st.Assignments.At(name)
+		next, changed := PlanLeaders(ShardInputs{DB: name, Assign: a, States: st.ShardStates.At(name), Live: st.Nodes.At("c"), Leads: clusterLeads})
 		d.KillChanged += len(changed)
 		for _, s := range next.Shards {
 			require.Equal(t, models.StatusOnline, s.Status)
 			require.NotEqual(t, victim, s.Leader)
 			require.Contains(t, a.Shards[s.ID].Replicas, s.Leader)
-			old := before[name].Shards[s.ID]
+			old := before.At(name).Shards[s.ID]
 			if old.Leader == victim {
 				require.Contains(t, changed, s.ID)
 			}
 			d.KillMaxTermBump = max(d.KillMaxTermBump, s.Term-old.Term)
 		}
-		st.ShardStates[name] = next
+		st.ShardStates = st.ShardStates.Set(name, next)
 	}
 	_, after := perNode(st, live)
 	for _, n := range live {
@@ -103,9 +102,9 @@ func runScaled(t *testing.T, nodes int) decisions {
 
 	// It comes back before that ran: nothing fails over, and the plan only
 	// gives it leaderships back.
-	st.Nodes["c"][victim] = models.StorageNode{NodeID: victim, NodeAddress: victim + ":1", Cluster: "c"}
-	for name, a := range st.Assignments {
-		_, changed := PlanLeaders(ShardInputs{DB: name, Assign: a, States: st.ShardStates[name], Live: st.Nodes["c"]})
+	st.Nodes = statemachine.SetIn(st.Nodes, "c", victim, models.StorageNode{NodeID: victim, NodeAddress: victim + ":1", Cluster: "c"})
+	for name, a := range st.Assignments.All() {
+		_, changed := PlanLeaders(ShardInputs{DB: name, Assign: a, States: st.ShardStates.At(name), Live: st.Nodes.At("c")})
 		d.RejoinChanged += len(changed)
 	}
 	plan, err = placement.Place(clusterView(st, "c"))
@@ -126,14 +125,14 @@ func runScaled(t *testing.T, nodes int) decisions {
 
 func perNode(st *statemachine.State, ids []string) (replicas, leaders map[string]int) {
 	replicas, leaders = map[string]int{}, map[string]int{}
-	for _, a := range st.Assignments {
+	for _, a := range st.Assignments.All() {
 		for _, sh := range a.Shards {
 			for _, n := range sh.Replicas {
 				replicas[n]++
 			}
 		}
 	}
-	for _, ss := range st.ShardStates {
+	for _, ss := range st.ShardStates.All() {
 		for _, s := range ss.Shards {
 			leaders[s.Leader]++
 		}

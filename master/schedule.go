@@ -35,7 +35,7 @@ func TrackMembership(mb Membership, seen bool, sig string, now time.Time, delay 
 
 // MembershipSig is the signature of a cluster's live set in st.
 func MembershipSig(st *statemachine.State, cluster string) string {
-	return strings.Join(slices.Sorted(maps.Keys(st.Nodes[cluster])), ",")
+	return strings.Join(st.Nodes.At(cluster).Keys(), ",")
 }
 
 // Input is everything Schedule reads: a state snapshot, the time and what
@@ -100,7 +100,7 @@ func Schedule(in Input) Decision {
 	st := in.State
 	var d Decision
 	if !in.HoldFailover {
-		for _, db := range slices.Sorted(maps.Keys(st.Assignments)) {
+		for _, db := range st.Assignments.Keys() {
 			d.Failover = append(d.Failover, FailoverOps(st, db, in.MasterTerm, in.Now)...)
 		}
 	}
@@ -114,23 +114,23 @@ func Schedule(in Input) Decision {
 			return d
 		}
 	}
-	for _, db := range slices.Sorted(maps.Keys(st.Assignments)) {
-		a := st.Assignments[db]
+	for _, db := range st.Assignments.Keys() {
+		a := st.Assignments.At(db)
 		mb, seen := in.Members[a.Cluster]
 		if !seen {
 			mb.Since = in.Now
 		}
-		if _, exists := st.Databases[db]; !exists || !ClusterReady(st, a.Cluster) || in.SpreadSkip[a.Cluster] {
+		if _, exists := st.Databases.Get(db); !exists || !ClusterReady(st, a.Cluster) || in.SpreadSkip[a.Cluster] {
 			continue
 		}
 		next, changed := SpreadLeaders(SpreadInput{
-			ShardInputs: ShardInputs{DB: db, Assign: a, States: st.ShardStates[db], Live: st.Nodes[a.Cluster], ISR: st.ISR[a.Cluster], Drains: st.Drains,
+			ShardInputs: ShardInputs{DB: db, Assign: a, States: st.ShardStates.At(db), Live: st.Nodes.At(a.Cluster), ISR: st.ISR.At(a.Cluster), Drains: st.Drains,
 				ClusterID: st.ListedFrom[statemachine.ClusterISRSource(a.Cluster)]},
 			StableSince: mb.Since, Now: in.Now, Delay: in.Delay, MaxMoves: cmpOr(in.MaxMoves, 16),
 		})
 		for _, id := range changed {
 			s := next.Shards[indexOf(next, id)]
-			d.Spread = append(d.Spread, Operator{DB: db, Shard: id, Kind: OpLeader, Leader: s.Leader, FromLeader: st.ShardStates[db].Shards[indexOf(st.ShardStates[db], id)].Leader,
+			d.Spread = append(d.Spread, Operator{DB: db, Shard: id, Kind: OpLeader, Leader: s.Leader, FromLeader: st.ShardStates.At(db).Shards[indexOf(st.ShardStates.At(db), id)].Leader,
 				Step: StepLeader, MasterTerm: in.MasterTerm, Created: in.Now})
 		}
 	}
@@ -160,7 +160,7 @@ func planDue(in Input) bool {
 		}
 	}
 	for id := range st.Drains {
-		for _, a := range st.Assignments {
+		for _, a := range st.Assignments.All() {
 			for _, sh := range a.Shards {
 				if slices.Contains(sh.Replicas, id) {
 					return true
@@ -168,8 +168,8 @@ func planDue(in Input) bool {
 			}
 		}
 	}
-	for name, a := range st.Assignments {
-		db, ok := st.Databases[name]
+	for name, a := range st.Assignments.All() {
+		db, ok := st.Databases.Get(name)
 		if !ok {
 			continue
 		}
@@ -186,12 +186,12 @@ func planDue(in Input) bool {
 // the replicas' answers (the executor asks them at failover) and with the
 // cluster-wide leadership counts of the tie-break.
 func FailoverInputs(st *statemachine.State, db string) (ShardInputs, bool) {
-	a, ok := st.Assignments[db]
+	a, ok := st.Assignments.Get(db)
 	if !ok || !ClusterReady(st, a.Cluster) {
 		return ShardInputs{}, false
 	}
-	return ShardInputs{DB: db, Assign: a, States: st.ShardStates[db],
-		Live: st.Nodes[a.Cluster], ISR: st.ISR[a.Cluster], Drains: st.Drains,
+	return ShardInputs{DB: db, Assign: a, States: st.ShardStates.At(db),
+		Live: st.Nodes.At(a.Cluster), ISR: st.ISR.At(a.Cluster), Drains: st.Drains,
 		ClusterID: st.ListedFrom[statemachine.ClusterISRSource(a.Cluster)],
 		Leads:     ClusterLeads(st.ShardStates, st.Assignments, a.Cluster)}, true
 }

@@ -30,14 +30,14 @@ type world struct {
 func newWorld(nodes []string, shards, rf int) *world {
 	st := &statemachine.State{
 		StorageClusters: map[string]models.StorageCluster{"c": {Name: "c"}},
-		Databases:       map[string]models.Database{"db": {Name: "db", StorageCluster: "c", NumShards: shards, ReplicaFactor: rf}},
-		Assignments:     map[string]models.Assignment{}, ShardStates: map[string]models.ShardStates{},
-		Drains: map[string]models.Drain{}, Nodes: map[string]map[string]models.StorageNode{"c": {}},
-		ISR:    map[string]map[string]models.ISR{"c": {}},
+		Databases:       statemachine.MapOf(map[string]models.Database{"db": {Name: "db", StorageCluster: "c", NumShards: shards, ReplicaFactor: rf}}),
+		Assignments:     statemachine.MapOf(map[string]models.Assignment{}), ShardStates: statemachine.MapOf(map[string]models.ShardStates{}),
+		Drains: map[string]models.Drain{}, Nodes: statemachine.NestedMapOf(map[string]map[string]models.StorageNode{"c": {}}),
+		ISR:    statemachine.NestedMapOf(map[string]map[string]models.ISR{"c": {}}),
 		Synced: map[string]bool{statemachine.ClusterNodesSource("c"): true, statemachine.ClusterISRSource("c"): true},
 	}
 	for _, n := range nodes {
-		st.Nodes["c"][n] = models.StorageNode{NodeID: n, Cluster: "c"}
+		st.Nodes = statemachine.SetIn(st.Nodes, "c", n, models.StorageNode{NodeID: n, Cluster: "c"})
 	}
 	a := models.Assignment{DB: "db", Cluster: "c"}
 	ss := models.ShardStates{DB: "db"}
@@ -48,14 +48,16 @@ func newWorld(nodes []string, shards, rf int) *world {
 		}
 		a.Shards = append(a.Shards, models.ShardAssignment{ID: i, Replicas: reps})
 		ss.Shards = append(ss.Shards, models.ShardState{ID: i, Leader: reps[0], Term: 1, Status: models.StatusOnline})
-		st.ISR["c"][models.ShardID("db", i)] = models.ISR{Leader: reps[0], Term: 1, Replicas: slices.Clone(reps)}
+		st.ISR = statemachine.SetIn(st.ISR, "c", models.ShardID("db", i), models.ISR{Leader: reps[0], Term: 1, Replicas: slices.Clone(reps)})
 	}
-	st.Assignments["db"], st.ShardStates["db"] = a, ss
+	st.Assignments, st.ShardStates = st.Assignments.Set("db", a), st.ShardStates.Set("db", ss)
 	return &world{st: st, rf: rf}
 }
 
-func (w *world) addNode(n string) { w.st.Nodes["c"][n] = models.StorageNode{NodeID: n, Cluster: "c"} }
-func (w *world) kill(n string)    { delete(w.st.Nodes["c"], n) }
+func (w *world) addNode(n string) {
+	w.st.Nodes = statemachine.SetIn(w.st.Nodes, "c", n, models.StorageNode{NodeID: n, Cluster: "c"})
+}
+func (w *world) kill(n string) { w.st.Nodes = statemachine.DeleteIn(w.st.Nodes, "c", n) }
 
 // stable: membership as seen now, unchanged since `since`, last balanced at
 // the signature `balanced`.
@@ -76,19 +78,19 @@ func (w *world) execute(t *testing.T, ops []master.Operator) int {
 	caughtUp := map[string][]string{} // shard -> replicas in sync next round
 	for round := 1; round <= 200; round++ {
 		for id, reps := range caughtUp {
-			set := st.ISR["c"][id]
+			set := st.ISR.At("c").At(id)
 			set.Replicas = union(set.Replicas, reps)
-			st.ISR["c"][id] = set
+			st.ISR = statemachine.SetIn(st.ISR, "c", id, set)
 		}
 		clear(caughtUp)
 		var left []master.Operator
 		for _, o := range ops {
-			a := st.Assignments[o.DB]
-			ss := st.ShardStates[o.DB]
+			a := st.Assignments.At(o.DB)
+			ss := st.ShardStates.At(o.DB)
 			sh := &a.Shards[o.Shard]
 			s := &ss.Shards[o.Shard]
 			id := models.ShardID(o.DB, o.Shard)
-			before := len(st.ISR["c"][id].Replicas)
+			before := len(st.ISR.At("c").At(id).Replicas)
 			switch step := master.NextStep(o, st); step {
 			case master.StepAdd:
 				added := minus(o.To, sh.Replicas)
@@ -97,7 +99,7 @@ func (w *world) execute(t *testing.T, ops []master.Operator) int {
 			case master.StepWaitSync:
 			case master.StepLeaveLeader:
 				for _, n := range o.To {
-					if _, live := st.Nodes["c"][n]; live && slices.Contains(st.ISR["c"][id].Replicas, n) {
+					if _, live := st.Nodes.At("c").Get(n); live && slices.Contains(st.ISR.At("c").At(id).Replicas, n) {
 						s.Leader, s.Term = n, s.Term+1
 						break
 					}
@@ -105,9 +107,9 @@ func (w *world) execute(t *testing.T, ops []master.Operator) int {
 			case master.StepRemove:
 				require.Contains(t, o.To, s.Leader, "a leader removed from under itself")
 				sh.Replicas = slices.Clone(o.To)
-				set := st.ISR["c"][id]
+				set := st.ISR.At("c").At(id)
 				set.Replicas = intersect(set.Replicas, o.To)
-				st.ISR["c"][id] = set
+				st.ISR = statemachine.SetIn(st.ISR, "c", id, set)
 			case master.StepLeader:
 				s.Leader, s.Term = o.Leader, s.Term+1
 			case master.StepDone:
@@ -117,7 +119,7 @@ func (w *world) execute(t *testing.T, ops []master.Operator) int {
 			}
 			left = append(left, o)
 			require.GreaterOrEqual(t, len(sh.Replicas), min(w.rf, len(o.To)), "shard %s below its replica factor", id)
-			require.GreaterOrEqual(t, len(st.ISR["c"][id].Replicas), min(before, len(o.To)), "shard %s lost in-sync replicas", id)
+			require.GreaterOrEqual(t, len(st.ISR.At("c").At(id).Replicas), min(before, len(o.To)), "shard %s lost in-sync replicas", id)
 		}
 		if len(left) == 0 {
 			return round
@@ -161,15 +163,15 @@ func intersect(a, b []string) []string {
 // perNode counts replicas and (online) leaders per live node.
 func (w *world) perNode() (replicas, leaders map[string]int) {
 	replicas, leaders = map[string]int{}, map[string]int{}
-	for n := range w.st.Nodes["c"] {
+	for n := range w.st.Nodes.At("c").All() {
 		replicas[n], leaders[n] = 0, 0
 	}
-	for _, sh := range w.st.Assignments["db"].Shards {
+	for _, sh := range w.st.Assignments.At("db").Shards {
 		for _, n := range sh.Replicas {
 			replicas[n]++
 		}
 	}
-	for _, s := range w.st.ShardStates["db"].Shards {
+	for _, s := range w.st.ShardStates.At("db").Shards {
 		if s.Status == models.StatusOnline {
 			leaders[s.Leader]++
 		}
@@ -241,7 +243,7 @@ func TestSchedule(t *testing.T) {
 		},
 		check: func(t *testing.T, w *world, d master.Decision) {
 			led := 0
-			for _, s := range w.st.ShardStates["db"].Shards {
+			for _, s := range w.st.ShardStates.At("db").Shards {
 				if s.Leader == "n3" {
 					led++
 				}
@@ -279,9 +281,9 @@ func TestSchedule(t *testing.T) {
 	}, {
 		name: "replica factor up: adds only, no relocation",
 		setup: func(w *world) master.Input {
-			db := w.st.Databases["db"]
+			db := w.st.Databases.At("db")
 			db.ReplicaFactor = 3
-			w.st.Databases["db"] = db
+			w.st.Databases = w.st.Databases.Set("db", db)
 			w.rf = 3
 			return master.Input{State: w.st, Now: t0, Delay: delay, Members: w.members(t0, w.sig())}
 		},
@@ -295,16 +297,16 @@ func TestSchedule(t *testing.T) {
 				}
 			}
 			w.execute(t, d.Plan)
-			for _, sh := range w.st.Assignments["db"].Shards {
+			for _, sh := range w.st.Assignments.At("db").Shards {
 				require.Len(t, sh.Replicas, 3)
 			}
 		},
 	}, {
 		name: "replica factor down: removes only, never below the new factor",
 		setup: func(w *world) master.Input {
-			db := w.st.Databases["db"]
+			db := w.st.Databases.At("db")
 			db.ReplicaFactor = 1
-			w.st.Databases["db"] = db
+			w.st.Databases = w.st.Databases.Set("db", db)
 			w.rf = 1
 			return master.Input{State: w.st, Now: t0, Delay: delay, Members: w.members(t0, w.sig())}
 		},
@@ -325,10 +327,10 @@ func TestSchedule(t *testing.T) {
 		name: "leader balance after a node returns: spread once stable",
 		setup: func(w *world) master.Input {
 			// n3 was away: n1 and n2 took its leaderships.
-			ss := w.st.ShardStates["db"]
+			ss := w.st.ShardStates.At("db")
 			for i, s := range ss.Shards {
 				if s.Leader == "n3" {
-					ss.Shards[i].Leader = w.st.Assignments["db"].Shards[i].Replicas[1]
+					ss.Shards[i].Leader = w.st.Assignments.At("db").Shards[i].Replicas[1]
 					ss.Shards[i].Term = 2
 				}
 			}
@@ -349,10 +351,10 @@ func TestSchedule(t *testing.T) {
 	}, {
 		name: "leader balance after a node returns: nothing before the delay",
 		setup: func(w *world) master.Input {
-			ss := w.st.ShardStates["db"]
+			ss := w.st.ShardStates.At("db")
 			for i, s := range ss.Shards {
 				if s.Leader == "n3" {
-					ss.Shards[i].Leader = w.st.Assignments["db"].Shards[i].Replicas[1]
+					ss.Shards[i].Leader = w.st.Assignments.At("db").Shards[i].Replicas[1]
 				}
 			}
 			return master.Input{State: w.st, Now: t0.Add(time.Second), Delay: delay, Members: w.members(t0, w.sig())}
@@ -370,7 +372,7 @@ func TestSchedule(t *testing.T) {
 			require.Len(t, d.Failover, 2)
 			for _, o := range d.Failover {
 				require.Equal(t, master.OpFailover, o.Kind)
-				require.Equal(t, w.st.Assignments["db"].Shards[o.Shard].Replicas[1], o.Leader)
+				require.Equal(t, w.st.Assignments.At("db").Shards[o.Shard].Replicas[1], o.Leader)
 				require.Equal(t, int64(2), o.Term)
 			}
 		},
@@ -378,7 +380,7 @@ func TestSchedule(t *testing.T) {
 		name: "failover without an in-sync candidate: offline",
 		setup: func(w *world) master.Input {
 			// Shard 0 (n1, n2): n2 fell behind, then n1 died.
-			w.st.ISR["c"][models.ShardID("db", 0)] = models.ISR{Leader: "n1", Term: 1, Replicas: []string{"n1"}}
+			w.st.ISR = statemachine.SetIn(w.st.ISR, "c", models.ShardID("db", 0), models.ISR{Leader: "n1", Term: 1, Replicas: []string{"n1"}})
 			w.kill("n1")
 			return master.Input{State: w.st, Now: t0, Delay: delay, Members: w.members(t0, w.sig())}
 		},
@@ -465,18 +467,18 @@ func TestNextStep(t *testing.T) {
 	w := newWorld([]string{"n1", "n2", "n3"}, 1, 2) // shard 0 on n1 (leader), n2
 	o := master.Operator{DB: "db", Shard: 0, Kind: master.OpMove, From: []string{"n1", "n2"}, To: []string{"n2", "n3"}, Leader: "n3"}
 	require.Equal(t, master.StepAdd, master.NextStep(o, w.st))
-	a := w.st.Assignments["db"]
+	a := w.st.Assignments.At("db")
 	a.Shards[0].Replicas = []string{"n1", "n2", "n3"}
 	require.Equal(t, master.StepWaitSync, master.NextStep(o, w.st))
-	isr := w.st.ISR["c"]["db/0"]
+	isr := w.st.ISR.At("c").At("db/0")
 	isr.Replicas = []string{"n1", "n2", "n3"}
-	w.st.ISR["c"]["db/0"] = isr
+	w.st.ISR = statemachine.SetIn(w.st.ISR, "c", "db/0", isr)
 	require.Equal(t, master.StepLeaveLeader, master.NextStep(o, w.st), "n1 leads and leaves")
-	w.st.ShardStates["db"].Shards[0].Leader = "n2"
+	w.st.ShardStates.At("db").Shards[0].Leader = "n2"
 	require.Equal(t, master.StepRemove, master.NextStep(o, w.st))
 	a.Shards[0].Replicas = []string{"n2", "n3"}
 	require.Equal(t, master.StepLeader, master.NextStep(o, w.st))
-	w.st.ShardStates["db"].Shards[0].Leader = "n3"
+	w.st.ShardStates.At("db").Shards[0].Leader = "n3"
 	require.Equal(t, master.StepDone, master.NextStep(o, w.st))
 
 	// A target that dies before it holds the replica cancels the operator.
@@ -484,6 +486,6 @@ func TestNextStep(t *testing.T) {
 	w2.kill("n3")
 	require.Equal(t, master.StepCancel, master.NextStep(o, w2.st))
 	// So does a dropped database.
-	delete(w2.st.Databases, "db")
+	w2.st.Databases = w2.st.Databases.Delete("db")
 	require.Equal(t, master.StepCancel, master.NextStep(o, w2.st))
 }

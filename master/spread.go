@@ -47,14 +47,14 @@ func SpreadLeaders(in SpreadInput) (models.ShardStates, []int) {
 	}
 	for i, s := range next.Shards {
 		sh, ok := assigned[s.ID]
-		_, leaderLive := in.Live[s.Leader]
+		_, leaderLive := in.Live.Get(s.Leader)
 		_, leaderDraining := in.Drains[s.Leader]
 		if !ok || s.Status != models.StatusOnline || !leaderLive || leaderDraining || !slices.Contains(sh.Replicas, s.Leader) {
 			continue // failover's or the drain's business
 		}
 		var cands []string
 		for _, n := range inSync(in.ShardInputs, sh) {
-			_, live := in.Live[n]
+			_, live := in.Live.Get(n)
 			_, draining := in.Drains[n]
 			if live && !draining && slices.Contains(sh.Replicas, n) {
 				cands = append(cands, n)

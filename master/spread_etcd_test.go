@@ -32,7 +32,7 @@ func TestLeadersComeBackAfterRebalanceDelay(t *testing.T) {
 	})
 	// Back before the delay: the membership is the one last balanced.
 	h.register(victim, nil)
-	h.eventually("victim live", func(st *statemachine.State) bool { _, ok := st.Nodes[cluster][victim]; return ok })
+	h.eventually("victim live", func(st *statemachine.State) bool { _, ok := st.Nodes.At(cluster).Get(victim); return ok })
 	// The master dates a membership change from the pass that sees it: let
 	// it see this one before the clock moves, or it would count the delay
 	// from 30 minutes later and never spread within the wait below.
@@ -49,7 +49,7 @@ func TestLeadersComeBackAfterRebalanceDelay(t *testing.T) {
 				return false
 			}
 			per := map[string]int{"n1": 0, "n2": 0, "n3": 0}
-			for _, s := range st.ShardStates[db].Shards {
+			for _, s := range st.ShardStates.At(db).Shards {
 				per[s.Leader]++
 			}
 			if spread(per, nodes) > 1 {
@@ -72,7 +72,7 @@ func TestNoFailoverWithinLivenessGrace(t *testing.T) {
 	h.createDBDirect("g", 2, []string{"n1", "n2"}, "n1")
 	clock := &skewClock{}
 	h.kill("n1")
-	h.eventually("n1 gone", func(st *statemachine.State) bool { _, ok := st.Nodes[cluster]["n1"]; return !ok })
+	h.eventually("n1 gone", func(st *statemachine.State) bool { _, ok := st.Nodes.At(cluster).Get("n1"); return !ok })
 	rm := h.startMaster(masterOpts{now: clock.Now, grace: time.Hour})
 	h.settle(rm)
 	for _, s := range h.etcdStates("g").Shards {
@@ -81,7 +81,7 @@ func TestNoFailoverWithinLivenessGrace(t *testing.T) {
 	}
 	clock.Advance(time.Hour)
 	h.eventually("failed over after the grace", func(st *statemachine.State) bool {
-		return noneLedBy(st.ShardStates["g"], "n1") && allOnline(st, "g", 2)
+		return noneLedBy(st.ShardStates.At("g"), "n1") && allOnline(st, "g", 2)
 	})
 }
 
@@ -98,7 +98,7 @@ func (h *harness) createDBDirect(name string, shards int, replicas []string, lea
 	}
 	h.putDatabases([]models.Database{db}, []models.Assignment{a}, []models.ShardStates{ss})
 	h.eventually("database loaded", func(st *statemachine.State) bool {
-		_, ok := st.Databases[name]
+		_, ok := st.Databases.Get(name)
 		return ok && allOnline(st, name, shards)
 	})
 }
@@ -132,5 +132,5 @@ func TestAssignmentKeptWhileItsDatabaseExistsInEtcd(t *testing.T) {
 	// Really gone: the assignment goes.
 	_, err = h.store.Delete(context.Background(), h.keys.DatabaseConfig("kept"))
 	require.NoError(t, err)
-	h.eventually("assignment dropped", func(st *statemachine.State) bool { _, ok := st.Assignments["kept"]; return !ok })
+	h.eventually("assignment dropped", func(st *statemachine.State) bool { _, ok := st.Assignments.Get("kept"); return !ok })
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cairn-db/cairn/master"
 	"github.com/cairn-db/cairn/models"
+	"github.com/cairn-db/cairn/statemachine"
 	"github.com/stretchr/testify/require"
 )
 
@@ -16,13 +17,13 @@ import (
 // leaders[i] (online, term 1); every node in live is live.
 func spreadCase(reps [][]string, leaders []string, live ...string) master.ShardInputs {
 	in := master.ShardInputs{DB: "db", Assign: models.Assignment{DB: "db", Cluster: cluster},
-		States: models.ShardStates{DB: "db"}, Live: map[string]models.StorageNode{}}
+		States: models.ShardStates{DB: "db"}, Live: statemachine.MapOf(map[string]models.StorageNode{})}
 	for i, r := range reps {
 		in.Assign.Shards = append(in.Assign.Shards, models.ShardAssignment{ID: i, Replicas: r})
 		in.States.Shards = append(in.States.Shards, models.ShardState{ID: i, Leader: leaders[i], Term: 1, Status: models.StatusOnline})
 	}
 	for _, n := range live {
-		in.Live[n] = models.StorageNode{NodeID: n}
+		in.Live = in.Live.Set(n, models.StorageNode{NodeID: n})
 	}
 	return in
 }
@@ -79,9 +80,9 @@ func TestSpreadLeaders(t *testing.T) {
 		{name: "node out of the in-sync sets is not given leadership",
 			in: func() master.ShardInputs {
 				in := spreadCase(eight(abc), []string{"a", "b", "a", "b", "a", "b", "a", "b"}, abc...)
-				in.ISR = map[string]models.ISR{}
+				in.ISR = statemachine.Map[models.ISR]{}
 				for i := range 8 {
-					in.ISR[models.ShardID("db", i)] = models.ISR{Term: 1, Replicas: []string{"a", "b"}}
+					in.ISR = in.ISR.Set(models.ShardID("db", i), models.ISR{Term: 1, Replicas: []string{"a", "b"}})
 				}
 				return in
 			}(), now: t0.Add(time.Hour), moves: 0, counts: map[string]int{"a": 4, "b": 4, "c": 0}},
@@ -90,17 +91,17 @@ func TestSpreadLeaders(t *testing.T) {
 		{name: "stale in-sync sets (a replica holds a newer term) give leadership to nobody",
 			in: func() master.ShardInputs {
 				in := spreadCase(eight(abc), []string{"a", "b", "a", "b", "a", "b", "a", "b"}, abc...)
-				in.ISR = map[string]models.ISR{}
+				in.ISR = statemachine.Map[models.ISR]{}
 				for i := range 8 {
-					in.ISR[models.ShardID("db", i)] = models.ISR{Term: 1, Replicas: []string{"a", "b", "c"}}
+					in.ISR = in.ISR.Set(models.ShardID("db", i), models.ISR{Term: 1, Replicas: []string{"a", "b", "c"}})
 					id := models.ShardID("db", i)
 					for n, term := range map[string]int64{"a": 5, "b": 5, "c": 1} {
-						rec := in.Live[n]
+						rec := in.Live.At(n)
 						if rec.MaxTerm == nil {
 							rec.MaxTerm = map[string]int64{}
 						}
 						rec.MaxTerm[id] = term
-						in.Live[n] = rec
+						in.Live = in.Live.Set(n, rec)
 					}
 					in.States.Shards[i].Term = 5
 				}
@@ -137,7 +138,7 @@ func TestSpreadLeaders(t *testing.T) {
 					require.Equal(t, prev.Term+1, s.Term, "a transfer is a new term")
 					require.Equal(t, models.StatusOnline, s.Status)
 					require.Contains(t, tc.in.Assign.Shards[i].Replicas, s.Leader)
-					_, live := tc.in.Live[s.Leader]
+					_, live := tc.in.Live.Get(s.Leader)
 					require.True(t, live)
 					_, draining := tc.in.Drains[s.Leader]
 					require.False(t, draining)
@@ -145,7 +146,7 @@ func TestSpreadLeaders(t *testing.T) {
 					require.Equal(t, prev, s, "shard %d unchanged", s.ID)
 				}
 			}
-			nodes := slices.Sorted(maps.Keys(tc.in.Live))
+			nodes := tc.in.Live.Keys()
 			got := leaderCounts(next, nodes...)
 			if tc.counts != nil {
 				require.Equal(t, tc.counts, got)

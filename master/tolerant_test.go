@@ -37,8 +37,8 @@ func TestFailoverOfHandWrittenValues(t *testing.T) {
 	h.startMaster(masterOpts{})
 	h.createDB("hand", 3, 3)
 	st := h.sm.Snapshot()
-	h.rewriteByHand(h.keys.Assign("hand"), st.Assignments["hand"], map[string]any{"written_by": "cairn 9.9"})
-	states := st.ShardStates["hand"]
+	h.rewriteByHand(h.keys.Assign("hand"), st.Assignments.At("hand"), map[string]any{"written_by": "cairn 9.9"})
+	states := st.ShardStates.At("hand")
 	rev := h.rewriteByHand(h.keys.ShardState("hand"), states, map[string]any{"comment": "edited with etcdctl"})
 	h.eventually("hand-written values seen", func(st *statemachine.State) bool {
 		return st.ModRev(statemachine.SourceShardState, "hand") == rev
@@ -47,7 +47,7 @@ func TestFailoverOfHandWrittenValues(t *testing.T) {
 	victim := states.Shards[0].Leader
 	h.kill(victim)
 	h.eventually("leadership moved off the dead node", func(st *statemachine.State) bool {
-		for _, s := range st.ShardStates["hand"].Shards {
+		for _, s := range st.ShardStates.At("hand").Shards {
 			if s.Leader == victim || s.Status != models.StatusOnline {
 				return false
 			}
@@ -128,8 +128,8 @@ func TestRestoredStaleISRElectsNoLaggingReplica(t *testing.T) {
 	h.setTxn("n3", map[string]uint64{id: 20})
 	h.setMaxTerm("n3", map[string]int64{id: 2})
 	h.eventually("restored picture loaded", func(st *statemachine.State) bool {
-		_, n1 := st.Nodes[cluster]["n1"]
-		return !n1 && st.Nodes[cluster]["n3"].MaxTerm[id] == 2 && st.ISR[cluster][id].Term == 1
+		_, n1 := st.Nodes.At(cluster).Get("n1")
+		return !n1 && st.Nodes.At(cluster).At("n3").MaxTerm[id] == 2 && st.ISR.At(cluster).At(id).Term == 1
 	})
 
 	states := h.collect(h.keys.ShardState("rst"))
@@ -217,9 +217,9 @@ func TestISRRestoredFromAnotherEtcdIsNotTrusted(t *testing.T) {
 	h.setTxn("n3", map[string]uint64{id: 40})
 	h.setMaxTerm("n3", map[string]int64{id: 1})
 	h.eventually("restored picture loaded", func(st *statemachine.State) bool {
-		_, n2 := st.Nodes[cluster]["n2"]
-		return !n2 && st.Nodes[cluster]["n1"].MaxTerm[id] == 1 && st.Nodes[cluster]["n3"].MaxTerm[id] == 1 &&
-			st.ISR[cluster][id].ClusterID == cid+1
+		_, n2 := st.Nodes.At(cluster).Get("n2")
+		return !n2 && st.Nodes.At(cluster).At("n1").MaxTerm[id] == 1 && st.Nodes.At(cluster).At("n3").MaxTerm[id] == 1 &&
+			st.ISR.At(cluster).At(id).ClusterID == cid+1
 	})
 
 	states := h.collect(h.keys.ShardState("rc"))

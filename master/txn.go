@@ -87,7 +87,7 @@ func gatherTxn(ctx context.Context, ask AskTxnFunc, timeout time.Duration, in Sh
 			case <-actx.Done():
 				return
 			}
-			got, err := ask(actx, in.Live[node].NodeAddress, in.DB, shards)
+			got, err := ask(actx, in.Live.At(node).NodeAddress, in.DB, shards)
 			if err != nil {
 				lg.Warn("replica did not answer the last txn id question; skipped", zap.String("db", in.DB),
 					zap.String("node_id", node), zap.Ints("shards", shards), zap.Error(err))

@@ -134,7 +134,7 @@ func (a *Admin) CreateStorageCluster(ctx context.Context, c models.StorageCluste
 // DeleteStorageCluster removes a storage cluster no database uses.
 func (a *Admin) DeleteStorageCluster(ctx context.Context, name string) error {
 	st := a.State()
-	for _, d := range st.Databases {
+	for _, d := range st.Databases.All() {
 		if d.StorageCluster == name {
 			return fmt.Errorf("%w: storage cluster %q is used by database %q", models.ErrConflict, name, d.Name)
 		}
@@ -152,7 +152,7 @@ func (a *Admin) DeleteStorageCluster(ctx context.Context, name string) error {
 // checkReplicas refuses a replica factor above the cluster's usable nodes.
 func checkReplicas(st *statemachine.State, cluster string, rf int) error {
 	live := 0
-	for id := range st.Nodes[cluster] {
+	for id := range st.Nodes.At(cluster).All() {
 		if _, draining := st.Drains[id]; !draining {
 			live++
 		}
@@ -207,7 +207,7 @@ func (a *Admin) CreateDatabase(ctx context.Context, d models.Database) (models.D
 	// first create would have, anything else is a conflict.
 	same := func(cur models.Database) bool { return sameDatabase(cur, d) }
 	st := a.State()
-	if cur, ok := st.Databases[d.Name]; ok {
+	if cur, ok := st.Databases.Get(d.Name); ok {
 		if same(cur) {
 			return cur, nil
 		}
@@ -311,7 +311,7 @@ func (a *Admin) SetDrain(ctx context.Context, node string, drain bool) error {
 // TransferLeader validates a leader transfer and hands it to the master.
 func (a *Admin) TransferLeader(ctx context.Context, db string, shard int, t models.LeaderTransfer) error {
 	st := a.State()
-	as, ok := st.Assignments[db]
+	as, ok := st.Assignments.Get(db)
 	if !ok {
 		return fmt.Errorf("%w: database %q", models.ErrNotFound, db)
 	}

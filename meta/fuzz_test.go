@@ -23,7 +23,7 @@ func fixedState(t testing.TB) func() *statemachine.State {
 		Type: kv.WatchPut, Name: "default", Value: models.StorageCluster{Name: "default"}})
 	m.Start(context.Background())
 	t.Cleanup(m.Stop)
-	require.Eventually(t, func() bool { return len(m.Snapshot().Nodes["default"]) == 3 }, 5e9, 1e6)
+	require.Eventually(t, func() bool { return m.Snapshot().Nodes.At("default").Len() == 3 }, 5e9, 1e6)
 	return m.Snapshot
 }
 

@@ -107,11 +107,11 @@ func DownNodes(st *statemachine.State, now time.Time, forgetAfter time.Duration)
 		found[k] = d
 		return d
 	}
-	for _, db := range slices.Sorted(maps.Keys(st.Assignments)) {
-		a := st.Assignments[db]
+	for _, db := range st.Assignments.Keys() {
+		a := st.Assignments.At(db)
 		for _, sh := range a.Shards {
 			for _, r := range sh.Replicas {
-				if _, live := st.Nodes[a.Cluster][r]; live {
+				if _, live := st.Nodes.At(a.Cluster).Get(r); live {
 					continue
 				}
 				d := get(a.Cluster, r)
@@ -124,7 +124,7 @@ func DownNodes(st *statemachine.State, now time.Time, forgetAfter time.Duration)
 	}
 	for cluster, gone := range st.Departed {
 		for id, dep := range gone {
-			if _, live := st.Nodes[cluster][id]; live {
+			if _, live := st.Nodes.At(cluster).Get(id); live {
 				continue
 			}
 			if _, held := found[key{cluster, id}]; held || now.Sub(time.UnixMilli(dep.Since)) < forgetAfter {
@@ -170,8 +170,8 @@ func Compute(in Input) []Problem {
 			Message: "no master elected: shard failover and rebalancing are paused until a master candidate wins"})
 	}
 	out = append(out, nodeProblems(in, st)...)
-	for _, name := range slices.Sorted(maps.Keys(st.Databases)) {
-		out = append(out, shardProblems(st, st.Databases[name])...)
+	for _, name := range st.Databases.Keys() {
+		out = append(out, shardProblems(st, st.Databases.At(name))...)
 	}
 	out = append(out, leaderProblems(st)...)
 	slices.SortStableFunc(out, func(a, b Problem) int { return rank(a.Severity) - rank(b.Severity) })
@@ -210,10 +210,10 @@ func nodeProblems(in Input, st *statemachine.State) []Problem {
 		}
 		out = append(out, p)
 	}
-	for _, cluster := range slices.Sorted(maps.Keys(st.Nodes)) {
-		nodes := st.Nodes[cluster]
-		for _, id := range slices.Sorted(maps.Keys(nodes)) {
-			pct := nodes[id].DiskUsedPct
+	for _, cluster := range st.Nodes.Keys() {
+		nodes := st.Nodes.At(cluster)
+		for _, id := range nodes.Keys() {
+			pct := nodes.At(id).DiskUsedPct
 			if pct < in.DiskWarnPct {
 				continue
 			}
@@ -232,12 +232,12 @@ func nodeProblems(in Input, st *statemachine.State) []Problem {
 // live in-sync replicas than its replica factor, and replicas on live nodes
 // that are not in sync.
 func shardProblems(st *statemachine.State, db models.Database) []Problem {
-	a, ok := st.Assignments[db.Name]
+	a, ok := st.Assignments.Get(db.Name)
 	if !ok {
 		return nil
 	}
-	live := st.Nodes[a.Cluster]
-	isrs := st.ISR[a.Cluster]
+	live := st.Nodes.At(a.Cluster)
+	isrs := st.ISR.At(a.Cluster)
 	var offline, under, lagging int
 	var offlineIDs []string
 	for _, sh := range a.Shards {
@@ -252,12 +252,12 @@ func shardProblems(st *statemachine.State, db models.Database) []Problem {
 		// The in-sync set of an older term is not trusted; the leader alone
 		// is in sync until it publishes its own.
 		inSync := []string{s.Leader}
-		if set, ok := isrs[models.ShardID(db.Name, sh.ID)]; ok && set.Term == s.Term {
+		if set, ok := isrs.Get(models.ShardID(db.Name, sh.ID)); ok && set.Term == s.Term {
 			inSync = set.Replicas
 		}
 		good := 0
 		for _, r := range sh.Replicas {
-			_, up := live[r]
+			_, up := live.Get(r)
 			switch {
 			case up && slices.Contains(inSync, r):
 				good++
@@ -298,7 +298,7 @@ func leaderProblems(st *statemachine.State) []Problem {
 	var out []Problem
 	for _, cluster := range slices.Sorted(maps.Keys(st.StorageClusters)) {
 		leads := map[string]int{}
-		for id := range st.Nodes[cluster] {
+		for id := range st.Nodes.At(cluster).All() {
 			if _, d := st.Drains[id]; !d {
 				leads[id] = 0
 			}
@@ -307,11 +307,11 @@ func leaderProblems(st *statemachine.State) []Problem {
 			continue
 		}
 		shards := 0
-		for name, a := range st.Assignments {
+		for name, a := range st.Assignments.All() {
 			if a.Cluster != cluster {
 				continue
 			}
-			for _, s := range st.ShardStates[name].Shards {
+			for _, s := range st.ShardStates.At(name).Shards {
 				if _, ok := leads[s.Leader]; ok && s.Status == models.StatusOnline {
 					leads[s.Leader]++
 					shards++

@@ -18,26 +18,26 @@ func cluster(rf int, live []string, shards ...[]string) *statemachine.State {
 	st := &statemachine.State{
 		Master:          &models.MasterRecord{NodeID: "m"},
 		StorageClusters: map[string]models.StorageCluster{"c": {Name: "c"}},
-		Databases:       map[string]models.Database{"db": {Name: "db", StorageCluster: "c", NumShards: len(shards), ReplicaFactor: rf}},
-		Assignments:     map[string]models.Assignment{},
-		ShardStates:     map[string]models.ShardStates{},
-		Nodes:           map[string]map[string]models.StorageNode{"c": {}},
-		ISR:             map[string]map[string]models.ISR{"c": {}},
+		Databases:       statemachine.MapOf(map[string]models.Database{"db": {Name: "db", StorageCluster: "c", NumShards: len(shards), ReplicaFactor: rf}}),
+		Assignments:     statemachine.MapOf(map[string]models.Assignment{}),
+		ShardStates:     statemachine.MapOf(map[string]models.ShardStates{}),
+		Nodes:           statemachine.NestedMapOf(map[string]map[string]models.StorageNode{"c": {}}),
+		ISR:             statemachine.NestedMapOf(map[string]map[string]models.ISR{"c": {}}),
 		Departed:        map[string]map[string]statemachine.DepartedNode{},
 		Drains:          map[string]models.Drain{},
 		Synced:          map[string]bool{statemachine.SourceMaster: true},
 	}
 	for _, id := range live {
-		st.Nodes["c"][id] = models.StorageNode{NodeID: id}
+		st.Nodes = statemachine.SetIn(st.Nodes, "c", id, models.StorageNode{NodeID: id})
 	}
 	a := models.Assignment{DB: "db", Cluster: "c"}
 	ss := models.ShardStates{DB: "db"}
 	for i, reps := range shards {
 		a.Shards = append(a.Shards, models.ShardAssignment{ID: i, Replicas: reps})
 		ss.Shards = append(ss.Shards, models.ShardState{ID: i, Leader: reps[0], Term: 2, Status: models.StatusOnline})
-		st.ISR["c"][models.ShardID("db", i)] = models.ISR{Leader: reps[0], Term: 2, Replicas: reps}
+		st.ISR = statemachine.SetIn(st.ISR, "c", models.ShardID("db", i), models.ISR{Leader: reps[0], Term: 2, Replicas: reps})
 	}
-	st.Assignments["db"], st.ShardStates["db"] = a, ss
+	st.Assignments, st.ShardStates = st.Assignments.Set("db", a), st.ShardStates.Set("db", ss)
 	return st
 }
 
@@ -64,7 +64,7 @@ func TestCompute(t *testing.T) {
 			st := cluster(2, []string{"a", "b"}, []string{"a", "c"}, []string{"b", "c"}, []string{"c", "a"})
 			// c died: shard 2 lost its only in-sync replica, the stale ISR
 			// records still name c.
-			st.ShardStates["db"].Shards[2].Status = models.StatusOffline
+			st.ShardStates.At("db").Shards[2].Status = models.StatusOffline
 			st.Departed["c"] = map[string]statemachine.DepartedNode{"c": {Record: models.StorageNode{NodeID: "c", NodeAddress: "h:3"}, Since: now.UnixMilli() - 5000}}
 			return st
 		}, nil, []string{"critical:node_down:c", "critical:shards_offline:db", "warning:under_replicated:db"},
@@ -97,8 +97,8 @@ func TestCompute(t *testing.T) {
 		}, nil, []string{"info:node_down:x"}, nil},
 		{"followers catching up; an ISR of an older term is not trusted", func() *statemachine.State {
 			st := cluster(2, []string{"a", "b"}, []string{"a", "b"}, []string{"b", "a"})
-			st.ISR["c"]["db/0"] = models.ISR{Leader: "a", Term: 2, Replicas: []string{"a"}}
-			st.ISR["c"]["db/1"] = models.ISR{Leader: "b", Term: 1, Replicas: []string{"b", "a"}}
+			st.ISR = statemachine.SetIn(st.ISR, "c", "db/0", models.ISR{Leader: "a", Term: 2, Replicas: []string{"a"}})
+			st.ISR = statemachine.SetIn(st.ISR, "c", "db/1", models.ISR{Leader: "b", Term: 1, Replicas: []string{"b", "a"}})
 			return st
 		}, nil, []string{"warning:under_replicated:db", "warning:followers_lagging:db"}, func(t *testing.T, ps []Problem) {
 			require.Equal(t, 2, ps[0].Count)
@@ -126,9 +126,9 @@ func TestCompute(t *testing.T) {
 		}, nil, []string{}, nil},
 		{"disks nearly full", func() *statemachine.State {
 			st := cluster(1, []string{"a", "b", "d"}, []string{"a"}, []string{"b"}, []string{"d"})
-			st.Nodes["c"]["a"] = models.StorageNode{NodeID: "a", DiskUsedPct: 91}
-			st.Nodes["c"]["b"] = models.StorageNode{NodeID: "b", DiskUsedPct: 98}
-			st.Nodes["c"]["d"] = models.StorageNode{NodeID: "d", DiskUsedPct: 89}
+			st.Nodes = statemachine.SetIn(st.Nodes, "c", "a", models.StorageNode{NodeID: "a", DiskUsedPct: 91})
+			st.Nodes = statemachine.SetIn(st.Nodes, "c", "b", models.StorageNode{NodeID: "b", DiskUsedPct: 98})
+			st.Nodes = statemachine.SetIn(st.Nodes, "c", "d", models.StorageNode{NodeID: "d", DiskUsedPct: 89})
 			return st
 		}, nil, []string{"critical:disk_full:b", "warning:disk_full:a"}, nil},
 	}

@@ -185,7 +185,7 @@ func (c *cluster) start(ctx context.Context, dir string) error {
 		c.agents = append(c.agents, a)
 	}
 	return c.until(ctx, 5*time.Minute, "every agent registered", func() bool {
-		return len(c.app.State().Nodes["default"]) == c.p.Nodes
+		return c.app.State().Nodes.At("default").Len() == c.p.Nodes
 	})
 }
 
@@ -375,10 +375,10 @@ func (c *cluster) revision(ctx context.Context) (int64, error) {
 // the agents host every replica.
 func (c *cluster) placed(want int) bool {
 	st := c.app.State()
-	if len(st.ShardStates) < c.p.Databases {
+	if st.ShardStates.Len() < c.p.Databases {
 		return false
 	}
-	for _, ss := range st.ShardStates {
+	for _, ss := range st.ShardStates.All() {
 		if len(ss.Shards) < c.p.Shards {
 			return false
 		}
@@ -402,7 +402,7 @@ func (c *cluster) placed(want int) bool {
 func (c *cluster) kill(ctx context.Context) (float64, int, error) {
 	st := c.app.State()
 	leads := map[string][]string{} // node -> shards led
-	for db, ss := range st.ShardStates {
+	for db, ss := range st.ShardStates.All() {
 		for _, s := range ss.Shards {
 			if s.Status == models.StatusOnline {
 				leads[s.Leader] = append(leads[s.Leader], models.ShardID(db, s.ID))
@@ -428,7 +428,7 @@ func (c *cluster) kill(ctx context.Context) (float64, int, error) {
 	start := time.Now()
 	err := c.until(ctx, 5*time.Minute, "new leaders for the killed agents' shards", func() bool {
 		st := c.app.State()
-		for _, ss := range st.ShardStates {
+		for _, ss := range st.ShardStates.All() {
 			for _, s := range ss.Shards {
 				if dead[s.Leader] || s.Status != models.StatusOnline {
 					return false

@@ -4,3 +4,14 @@ package statemachine
 // caller's goroutine (benchmarks of the reducers; the Manager must not be
 // started).
 func (m *Manager) PublishNow(evs ...Event) { m.publish(evs) }
+
+// RecordRaw records a raw key for the local backup as the consumer would.
+func (m *Manager) RecordRaw(src Source, key string, value []byte, rev int64) {
+	m.recordRaw(&rawChange{src: src, key: key, value: value, modRev: rev, createRev: rev})
+}
+
+// WriteBackupNow snapshots the raw keys and writes the backup file, as the
+// consumer and the backup writer do every BackupWait at most.
+func (m *Manager) WriteBackupNow() error {
+	return WriteFileAtomic(m.cfg.BackupPath, m.rawSnapshot())
+}

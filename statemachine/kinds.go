@@ -61,18 +61,18 @@ var kinds = [numKinds]kindSpec{
 	KindStorageConfig: {name: "storage_config", source: SourceStorageConfig, prefix: models.Keys.StorageConfigPrefix, guarded: true,
 		decode: jsonRecord[models.StorageCluster](nil), reduce: topLevel("storage_config", func(s *State) *map[string]models.StorageCluster { return &s.StorageClusters })},
 	KindDatabaseConfig: {name: "database_config", source: SourceDatabaseConfig, prefix: models.Keys.DatabaseConfigPrefix, guarded: true,
-		decode: jsonRecord[models.Database](nil), reduce: topLevel("database_config", func(s *State) *map[string]models.Database { return &s.Databases })},
+		decode: jsonRecord[models.Database](nil), reduce: recordMap(func(s *State) *Map[models.Database] { return &s.Databases })},
 	KindAssign: {name: "assign", source: SourceAssign, prefix: models.Keys.AssignPrefix, guarded: true,
-		decode: jsonRecord(checkAssignment), reduce: topLevel("assign", func(s *State) *map[string]models.Assignment { return &s.Assignments })},
+		decode: jsonRecord(checkAssignment), reduce: recordMap(func(s *State) *Map[models.Assignment] { return &s.Assignments })},
 	KindShardState: {name: "shard_state", source: SourceShardState, prefix: models.Keys.ShardStatePrefix, guarded: true,
-		decode: jsonRecord(checkShardStates), reduce: topLevel("shard_state", func(s *State) *map[string]models.ShardStates { return &s.ShardStates })},
+		decode: jsonRecord(checkShardStates), reduce: recordMap(func(s *State) *Map[models.ShardStates] { return &s.ShardStates })},
 	KindDrain: {name: "drain", source: SourceDrain, prefix: models.Keys.DrainPrefix, guarded: true,
 		decode: jsonRecord[models.Drain](nil), reduce: topLevel("drain", func(s *State) *map[string]models.Drain { return &s.Drains })},
 	KindStorageNodes: {name: "storage_nodes", clusterSource: clusterNodesPrefix, clusterPrefix: models.ClusterKeys.NodesPrefix,
 		decode: jsonRecord[models.StorageNode](nil), reduce: reduceNodes, drop: dropNodes},
 	KindISR: {name: "isr", clusterSource: clusterISRPrefix, clusterPrefix: models.ClusterKeys.ISRPrefix,
-		decode: jsonRecord[models.ISR](nil), reduce: perCluster("isr", func(s *State) *map[string]map[string]models.ISR { return &s.ISR }),
-		drop: dropCluster("isr", func(s *State) *map[string]map[string]models.ISR { return &s.ISR })},
+		decode: jsonRecord[models.ISR](nil), reduce: clusterMap(func(s *State) *Map[Map[models.ISR]] { return &s.ISR }),
+		drop: dropCluster(func(s *State) *Map[Map[models.ISR]] { return &s.ISR })},
 }
 
 // legacyKinds is the order of the integers that backups of version 1 saved
@@ -183,28 +183,49 @@ func topLevel[V any](name string, field func(*State) *map[string]V) func(*builde
 	}
 }
 
-// perCluster reduces a cluster-scoped kind held as cluster -> name -> V.
-func perCluster[V any](name string, field func(*State) *map[string]map[string]V) func(*builder, Event, bool) {
+// recordMap reduces a kind held in a persistent Map of the State: the
+// change copies the key's path, not the map.
+func recordMap[V any](field func(*State) *Map[V]) func(*builder, Event, bool) {
 	return func(b *builder, ev Event, del bool) {
-		put(nested(b, name, ev.Cluster, field(b.s)), ev, del)
+		m := field(b.s)
+		*m = setOrDelete(*m, ev, del)
+	}
+}
+
+func setOrDelete[V any](m Map[V], ev Event, del bool) Map[V] {
+	if del {
+		return m.Delete(ev.Name)
+	}
+	return m.Set(ev.Name, ev.Value.(V))
+}
+
+// clusterMap reduces a cluster-scoped kind held as cluster -> name -> V.
+func clusterMap[V any](field func(*State) *Map[Map[V]]) func(*builder, Event, bool) {
+	return func(b *builder, ev Event, del bool) {
+		outer := field(b.s)
+		inner := outer.At(ev.Cluster)
+		if del && !inner.Has(ev.Name) {
+			return
+		}
+		*outer = outer.Set(ev.Cluster, setOrDelete(inner, ev, del))
 	}
 }
 
 // dropCluster forgets one cluster of a cluster-scoped kind.
-func dropCluster[V any](name string, field func(*State) *map[string]map[string]V) func(*builder, string) {
+func dropCluster[V any](field func(*State) *Map[Map[V]]) func(*builder, string) {
 	return func(b *builder, cluster string) {
-		forgetCluster(b, name, cluster, field(b.s))
+		m := field(b.s)
+		*m = m.Delete(cluster)
 	}
 }
 
 func reduceNodes(b *builder, ev Event, del bool) {
-	nodes := nested(b, "storage_nodes", ev.Cluster, &b.s.Nodes)
-	b.depart(ev, nodes, del)
-	put(nodes, ev, del)
+	b.depart(ev, b.s.Nodes.At(ev.Cluster), del)
+	clusterMap(func(s *State) *Map[Map[models.StorageNode]] { return &s.Nodes })(b, ev, del)
 }
 
 func dropNodes(b *builder, cluster string) {
-	forgetCluster(b, "storage_nodes", cluster, &b.s.Nodes)
+	b.s.Nodes = b.s.Nodes.Delete(cluster)
 	forgetCluster(b, "departed", cluster, &b.s.Departed)
 }
 

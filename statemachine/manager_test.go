@@ -45,7 +45,7 @@ func TestManagerFollowsStoreAndBacksUp(t *testing.T) {
 	}
 	require.Eventually(t, func() bool {
 		s := m.Snapshot()
-		return s.Master != nil && s.Master.Term == rev && len(s.Databases) == 1
+		return s.Master != nil && s.Master.Term == rev && s.Databases.Len() == 1
 	}, 5*time.Second, 5*time.Millisecond)
 	select {
 	case <-changed:
@@ -54,7 +54,7 @@ func TestManagerFollowsStoreAndBacksUp(t *testing.T) {
 	}
 	_, err = store.Put(ctx, k.DatabaseConfig("db2"), mustJSON(t, models.Database{Name: "db2"}), 0)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return len(m.Snapshot().Databases) == 2 }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return m.Snapshot().Databases.Len() == 2 }, 5*time.Second, 5*time.Millisecond)
 	require.Eventually(t, func() bool {
 		f, err := statemachine.ReadBackupFile(path)
 		return err == nil && f != nil && len(f.Sources["databases"].KVs) == 2
@@ -74,7 +74,7 @@ func TestManagerFollowsStoreAndBacksUp(t *testing.T) {
 	}
 	s := m2.Snapshot()
 	require.True(t, s.FromBackup)
-	require.Len(t, s.Databases, 2)
+	require.Len(t, s.Databases.ToMap(), 2)
 	require.Equal(t, "m1", s.Master.NodeID)
 	require.EqualValues(t, rev, s.Master.Term)
 
@@ -84,8 +84,8 @@ func TestManagerFollowsStoreAndBacksUp(t *testing.T) {
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		s := m2.Snapshot()
-		_, has1 := s.Databases["db1"]
-		return !has1 && len(s.Databases) == 1 && !s.FromBackup
+		_, has1 := s.Databases.Get("db1")
+		return !has1 && s.Databases.Len() == 1 && !s.FromBackup
 	}, 10*time.Second, 10*time.Millisecond)
 }
 
@@ -100,7 +100,7 @@ func TestManagerRemoveSource(t *testing.T) {
 	m.Start(ctx)
 	defer m.Stop()
 	m.AddSource(statemachine.Source{Name: "nodes/c1", Store: store, Prefix: ck.NodesPrefix(), Kind: statemachine.KindStorageNodes, Cluster: "c1"})
-	require.Eventually(t, func() bool { return len(m.Snapshot().Nodes["c1"]) == 1 }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return m.Snapshot().Nodes.At("c1").Len() == 1 }, 5*time.Second, 5*time.Millisecond)
 	m.RemoveSource("nodes/c1")
-	require.Eventually(t, func() bool { _, ok := m.Snapshot().Nodes["c1"]; return !ok }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { _, ok := m.Snapshot().Nodes.Get("c1"); return !ok }, 5*time.Second, 5*time.Millisecond)
 }

@@ -57,14 +57,14 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v int, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), labels...)
 	}
-	for name, db := range st.Databases {
+	for name, db := range st.Databases.All() {
 		h := ShardHealth(st, db)
 		gauge(c.shards, db.NumShards, name)
 		gauge(c.offline, h.Offline, name)
 		gauge(c.underRepl, h.UnderReplicated, name)
 	}
 	for name := range st.StorageClusters {
-		gauge(c.storageNodes, len(st.Nodes[name]), name)
+		gauge(c.storageNodes, st.Nodes.At(name).Len(), name)
 	}
 	gauge(c.brokers, len(st.Brokers))
 	gauge(c.masterElected, boolInt(st.Master != nil))
@@ -89,22 +89,22 @@ type Health struct {
 // sync (they are all empty), as the master does; only live ones count.
 func ShardHealth(st *State, db models.Database) Health {
 	var h Health
-	a := st.Assignments[db.Name]
-	live := st.Nodes[db.StorageCluster]
+	a := st.Assignments.At(db.Name)
+	live := st.Nodes.At(db.StorageCluster)
 	h.Offline = max(db.NumShards-len(a.Shards), 0)
 	for _, sh := range a.Shards {
 		s, ok := st.ShardState(db.Name, sh.ID)
-		if _, leaderLive := live[s.Leader]; !ok || s.Status != models.StatusOnline || !leaderLive {
+		if _, leaderLive := live.Get(s.Leader); !ok || s.Status != models.StatusOnline || !leaderLive {
 			h.Offline++
 			continue
 		}
 		isr := sh.Replicas
-		if set, ok := st.ISR[db.StorageCluster][models.ShardID(db.Name, sh.ID)]; ok {
+		if set, ok := st.ISR.At(db.StorageCluster).Get(models.ShardID(db.Name, sh.ID)); ok {
 			isr = set.Replicas
 		}
 		n := 0
 		for _, r := range isr {
-			if _, ok := live[r]; ok && slices.Contains(sh.Replicas, r) {
+			if _, ok := live.Get(r); ok && slices.Contains(sh.Replicas, r) {
 				n++
 			}
 		}

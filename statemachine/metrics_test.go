@@ -14,33 +14,33 @@ func healthState() *State {
 	st := emptyState()
 	st.Master = &models.MasterRecord{NodeID: "m", Term: 7}
 	st.StorageClusters["c"] = models.StorageCluster{Name: "c"}
-	st.Nodes["c"] = map[string]models.StorageNode{"a": {NodeID: "a"}, "b": {NodeID: "b"}}
-	st.Databases["d"] = models.Database{Name: "d", StorageCluster: "c", NumShards: 6, ReplicaFactor: 2}
-	st.Assignments["d"] = models.Assignment{DB: "d", Cluster: "c", Shards: []models.ShardAssignment{
+	st.Nodes = st.Nodes.Set("c", MapOf(map[string]models.StorageNode{"a": {NodeID: "a"}, "b": {NodeID: "b"}}))
+	st.Databases = st.Databases.Set("d", models.Database{Name: "d", StorageCluster: "c", NumShards: 6, ReplicaFactor: 2})
+	st.Assignments = st.Assignments.Set("d", models.Assignment{DB: "d", Cluster: "c", Shards: []models.ShardAssignment{
 		{ID: 0, Replicas: []string{"a", "b"}}, // healthy, no in-sync set published: all replicas count
 		{ID: 1, Replicas: []string{"a", "b"}}, // in-sync set shrank to the leader
 		{ID: 2, Replicas: []string{"a", "x"}}, // in-sync set names a dead node
 		{ID: 3, Replicas: []string{"x", "b"}}, // published offline
 		{ID: 4, Replicas: []string{"x", "a"}}, // leader dead, master has not reacted yet
 		// shard 5 not placed yet
-	}}
-	st.ShardStates["d"] = models.ShardStates{DB: "d", Shards: []models.ShardState{
+	}})
+	st.ShardStates = st.ShardStates.Set("d", models.ShardStates{DB: "d", Shards: []models.ShardState{
 		{ID: 0, Leader: "a", Term: 1, Status: models.StatusOnline},
 		{ID: 1, Leader: "b", Term: 1, Status: models.StatusOnline},
 		{ID: 2, Leader: "a", Term: 1, Status: models.StatusOnline},
 		{ID: 3, Leader: "x", Term: 2, Status: models.StatusOffline},
 		{ID: 4, Leader: "x", Term: 1, Status: models.StatusOnline},
-	}}
-	st.ISR["c"] = map[string]models.ISR{
+	}})
+	st.ISR = st.ISR.Set("c", MapOf(map[string]models.ISR{
 		"d/1": {Leader: "b", Term: 1, Replicas: []string{"b"}},
 		"d/2": {Leader: "a", Term: 1, Replicas: []string{"a", "x"}},
-	}
+	}))
 	return st
 }
 
 func TestShardHealth(t *testing.T) {
 	st := healthState()
-	require.Equal(t, Health{Offline: 3, UnderReplicated: 2}, ShardHealth(st, st.Databases["d"]))
+	require.Equal(t, Health{Offline: 3, UnderReplicated: 2}, ShardHealth(st, st.Databases.At("d")))
 }
 
 func TestClusterCollector(t *testing.T) {

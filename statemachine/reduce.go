@@ -80,11 +80,11 @@ func (b *builder) apply(ev Event) {
 	}
 	del := ev.Type == kv.WatchDelete
 	if spec.guarded {
-		revs := nested(b, "modrevs", ev.Source, &s.ModRevs)
+		revs := cloneOnce(b, "modrevs", &s.ModRevs)
 		if del {
-			delete(revs, ev.Name)
+			revs[ev.Source] = revs[ev.Source].Delete(ev.Name)
 		} else {
-			revs[ev.Name] = ev.Rev
+			revs[ev.Source] = revs[ev.Source].Set(ev.Name, ev.Rev)
 		}
 	}
 	spec.reduce(b, ev, del)
@@ -103,7 +103,6 @@ func (b *builder) removeSource(ev Event) {
 	delete(cloneOnce(b, "synced", &s.Synced), ev.Source)
 	delete(cloneOnce(b, "revisions", &s.Revisions), ev.Source)
 	delete(cloneOnce(b, "modrevs", &s.ModRevs), ev.Source)
-	b.cloned["modrevs/"+ev.Source] = false
 	delete(cloneOnce(b, "invalid", &s.Invalid), ev.Source)
 	b.cloned["invalid/"+ev.Source] = false
 	if spec, ok := ev.Kind.spec(); ok && spec.drop != nil {
@@ -113,7 +112,7 @@ func (b *builder) removeSource(ev Event) {
 
 // depart keeps the last record of a storage node whose key is deleted, and
 // forgets it when the node registers again.
-func (b *builder) depart(ev Event, live map[string]models.StorageNode, del bool) {
+func (b *builder) depart(ev Event, live Map[models.StorageNode], del bool) {
 	s := b.s
 	if !del {
 		if _, ok := s.Departed[ev.Cluster][ev.Name]; ok {
@@ -121,7 +120,7 @@ func (b *builder) depart(ev Event, live map[string]models.StorageNode, del bool)
 		}
 		return
 	}
-	rec, ok := live[ev.Name]
+	rec, ok := live.Get(ev.Name)
 	if !ok {
 		return
 	}

@@ -45,23 +45,23 @@ func TestReducers(t *testing.T) {
 			put(KindDatabaseConfig, "", "db1", models.Database{Name: "db1", NumShards: 4}, 5),
 			del(KindDatabaseConfig, "", "db2", 6)},
 			func(t *testing.T, s *State) {
-				require.Len(t, s.Databases, 1)
-				require.Equal(t, 4, s.Databases["db1"].NumShards)
+				require.Len(t, s.Databases.ToMap(), 1)
+				require.Equal(t, 4, s.Databases.At("db1").NumShards)
 			}},
 		{"nodes are per cluster", []Event{
 			put(KindStorageNodes, "c1", "n1", models.StorageNode{NodeID: "n1"}, 1),
 			put(KindStorageNodes, "c2", "n2", models.StorageNode{NodeID: "n2"}, 1),
 			del(KindStorageNodes, "c1", "n1", 2)},
 			func(t *testing.T, s *State) {
-				require.Empty(t, s.Nodes["c1"])
-				require.Contains(t, s.Nodes["c2"], "n2")
+				require.Empty(t, s.Nodes.At("c1").ToMap())
+				require.Contains(t, s.Nodes.At("c2").ToMap(), "n2")
 				_, ok := s.NodeRecord("n2")
 				require.True(t, ok)
 			}},
 		{"removed source drops its cluster", []Event{
 			put(KindISR, "c1", "db/0", models.ISR{Leader: "n1"}, 1),
 			{Source: "isrc1", Kind: KindISR, Cluster: "c1", Removed: true}},
-			func(t *testing.T, s *State) { require.NotContains(t, s.ISR, "c1") }},
+			func(t *testing.T, s *State) { require.NotContains(t, s.ISR.ToMap(), "c1") }},
 		{"synced marks the source", []Event{{Source: "brokers", Type: kv.WatchSynced, Rev: 42}},
 			func(t *testing.T, s *State) {
 				require.True(t, s.Synced["brokers"])
@@ -73,8 +73,8 @@ func TestReducers(t *testing.T) {
 			base := emptyState()
 			s := fold(base, tc.evs...)
 			tc.check(t, s)
-			require.Empty(t, base.Databases, "the previous snapshot is never modified")
-			require.Empty(t, base.Nodes)
+			require.Empty(t, base.Databases.ToMap(), "the previous snapshot is never modified")
+			require.Empty(t, base.Nodes.ToMap())
 			require.Nil(t, base.Master)
 		})
 	}
@@ -96,7 +96,7 @@ func TestDepartedNodes(t *testing.T) {
 		return Event{Source: "nodes/c1", Kind: KindStorageNodes, Cluster: "c1", Type: kv.WatchDelete, Name: name, At: at}
 	}
 	s := fold(emptyState(), put("n1", 1), put("n2", 1), del("n1", 100))
-	require.NotContains(t, s.Nodes["c1"], "n1")
+	require.NotContains(t, s.Nodes.At("c1").ToMap(), "n1")
 	require.Equal(t, DepartedNode{Record: models.StorageNode{NodeID: "n1", LastTxnID: map[string]uint64{"db/0": 5}}, Since: 100},
 		s.Departed["c1"]["n1"], "a vanished node is remembered with its last record and when it went")
 
@@ -107,7 +107,7 @@ func TestDepartedNodes(t *testing.T) {
 	// It registers again: no longer departed.
 	s3 := fold(s2, put("n1", 300))
 	require.NotContains(t, s3.Departed["c1"], "n1")
-	require.Contains(t, s3.Nodes["c1"], "n1")
+	require.Contains(t, s3.Nodes.At("c1").ToMap(), "n1")
 	require.Contains(t, s2.Departed["c1"], "n1", "published snapshots are never modified")
 
 	// The cluster's source goes: its departed nodes go with it.

@@ -18,12 +18,15 @@ type State struct {
 	Master          *models.MasterRecord
 	Brokers         map[string]models.BrokerRecord
 	StorageClusters map[string]models.StorageCluster
-	Databases       map[string]models.Database
-	Assignments     map[string]models.Assignment
-	ShardStates     map[string]models.ShardStates
 	Drains          map[string]models.Drain
-	Nodes           map[string]map[string]models.StorageNode // cluster -> node id -> record
-	ISR             map[string]map[string]models.ISR         // cluster -> shard id -> set
+	// The kinds that grow with the cluster (databases, shards, nodes) are
+	// persistent Maps: one change copies its path, not the map, so applying
+	// an event costs O(size of that record) whatever the state's size.
+	Databases   Map[models.Database]
+	Assignments Map[models.Assignment]
+	ShardStates Map[models.ShardStates]
+	Nodes       Map[Map[models.StorageNode]] // cluster -> node id -> record
+	ISR         Map[Map[models.ISR]]         // cluster -> shard id -> set
 	// Departed remembers storage nodes whose leased record vanished (cluster
 	// -> node id), with their last record and when this node saw them go, so
 	// a dead node stays visible as "down since" instead of disappearing. A
@@ -34,7 +37,7 @@ type State struct {
 	// ModRevs is the mod revision of every key held of the kinds written
 	// with compare-and-set (configs, assignments, shard states, drains), per
 	// source and name (relative key): guards use it, never re-encoded bytes.
-	ModRevs map[string]map[string]int64
+	ModRevs map[string]Map[int64]
 	// Invalid lists keys whose current value in etcd did not decode or
 	// validate, with why, per source and name; the state keeps their last
 	// good value.
@@ -57,18 +60,16 @@ type State struct {
 func emptyState() *State {
 	return &State{
 		Brokers: map[string]models.BrokerRecord{}, StorageClusters: map[string]models.StorageCluster{},
-		Databases: map[string]models.Database{}, Assignments: map[string]models.Assignment{},
-		ShardStates: map[string]models.ShardStates{}, Drains: map[string]models.Drain{},
-		Nodes: map[string]map[string]models.StorageNode{}, ISR: map[string]map[string]models.ISR{},
+		Drains:   map[string]models.Drain{},
 		Departed: map[string]map[string]DepartedNode{},
-		ModRevs:  map[string]map[string]int64{}, Invalid: map[string]map[string]string{},
+		ModRevs:  map[string]Map[int64]{}, Invalid: map[string]map[string]string{},
 		Synced: map[string]bool{}, Revisions: map[string]int64{}, ListedFrom: map[string]uint64{},
 	}
 }
 
 // ShardState returns the published state of one shard.
 func (s *State) ShardState(db string, shard int) (models.ShardState, bool) {
-	ss, ok := s.ShardStates[db]
+	ss, ok := s.ShardStates.Get(db)
 	if !ok || shard < 0 || shard >= len(ss.Shards) || ss.Shards[shard].ID != shard {
 		for _, x := range ss.Shards {
 			if x.ID == shard {
@@ -82,12 +83,12 @@ func (s *State) ShardState(db string, shard int) (models.ShardState, bool) {
 
 // ModRev is the mod revision of a key of source (name relative to the
 // source's prefix); 0 when the key is not held.
-func (s *State) ModRev(source, name string) int64 { return s.ModRevs[source][name] }
+func (s *State) ModRev(source, name string) int64 { return s.ModRevs[source].At(name) }
 
 // NodeRecord finds a live storage node in any cluster.
 func (s *State) NodeRecord(id string) (models.StorageNode, bool) {
-	for _, nodes := range s.Nodes {
-		if n, ok := nodes[id]; ok {
+	for _, nodes := range s.Nodes.All() {
+		if n, ok := nodes.Get(id); ok {
 			return n, true
 		}
 	}

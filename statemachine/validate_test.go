@@ -76,7 +76,7 @@ func TestInvalidPutKeepsLastGoodValue(t *testing.T) {
 	s := fold(emptyState(), good, bad)
 	require.EqualValues(t, 7, s.Revisions[SourceShardState])
 	require.EqualValues(t, 4, s.ModRev(SourceShardState, "d"))
-	require.Equal(t, models.ShardStates{DB: "d"}, s.ShardStates["d"])
+	require.Equal(t, models.ShardStates{DB: "d"}, s.ShardStates.At("d"))
 	require.Equal(t, "json: cannot unmarshal", s.Invalid[SourceShardState]["d"])
 	// A good value again clears it.
 	good.Rev = 9

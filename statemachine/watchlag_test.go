@@ -38,7 +38,7 @@ func BenchmarkWatchLag(b *testing.B) {
 			ch := m.Changed()
 			dbs := m.Snapshot().Databases
 			for next < n {
-				if _, ok := dbs[fmt.Sprintf("db%d", next)]; !ok {
+				if _, ok := dbs.Get(fmt.Sprintf("db%d", next)); !ok {
 					break
 				}
 				seen[next] = time.Now()

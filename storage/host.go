@@ -205,7 +205,7 @@ func (h *Host) reconcile(full bool) {
 		h.mu.RUnlock()
 		if r == nil {
 			db, shard, _ := models.ParseShardID(id)
-			if err := h.checkIncarnation(db, st.Databases[db].UID); err != nil {
+			if err := h.checkIncarnation(db, st.Databases.At(db).UID); err != nil {
 				h.lg.Error("cannot check database incarnation", zap.String("db", db), zap.Error(err))
 				continue
 			}
@@ -297,7 +297,7 @@ func (v dbView) same(o dbView) bool {
 // plus the shards of the databases it touched. The returned map is kept
 // between calls: read it only.
 func (h *Host) wanted(st *statemachine.State) (map[string]desired, map[string]bool) {
-	nodes := st.Nodes[h.cluster]
+	nodes := st.Nodes.At(h.cluster)
 	nodesID := reflect.ValueOf(nodes).Pointer()
 	nodesChanged := nodesID != h.nodesSeen
 	h.nodesSeen = nodesID
@@ -321,13 +321,13 @@ func (h *Host) wanted(st *statemachine.State) (map[string]desired, map[string]bo
 		}
 		delete(h.views, name)
 	}
-	for name, a := range st.Assignments {
-		db, ok := st.Databases[name]
+	for name, a := range st.Assignments.All() {
+		db, ok := st.Databases.Get(name)
 		if a.Cluster != h.cluster || !ok {
 			drop(name)
 			continue
 		}
-		v := viewOf(a, st.ShardStates[name], db.UID)
+		v := viewOf(a, st.ShardStates.At(name), db.UID)
 		old, seen := h.views[name]
 		if seen && old.same(v) && (!nodesChanged || len(old.want) == 0) {
 			continue
@@ -343,7 +343,7 @@ func (h *Host) wanted(st *statemachine.State) (map[string]desired, map[string]bo
 		}
 	}
 	for name := range h.views {
-		if _, ok := st.Assignments[name]; !ok {
+		if _, ok := st.Assignments.Get(name); !ok {
 			drop(name)
 		}
 	}
@@ -362,7 +362,7 @@ func (h *Host) wantedIn(st *statemachine.State, name string, a models.Assignment
 			d.term = s.Term
 			if s.Leader == h.nodeID {
 				d.role = roleLeader
-			} else if n, live := st.Nodes[h.cluster][s.Leader]; live {
+			} else if n, live := st.Nodes.At(h.cluster).Get(s.Leader); live {
 				d.role, d.leader, d.address = roleFollower, s.Leader, n.NodeAddress
 			} else {
 				d.leader = s.Leader

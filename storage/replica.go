@@ -161,7 +161,7 @@ func (r *replica) stop() {
 func (r *replica) lead(ctx context.Context, d desired) {
 	st := r.h.state()
 	initial := []string{r.h.nodeID}
-	if set, ok := st.ISR[r.h.cluster][r.id]; staleISR(set, ok, r.eng.LastTerm(), r.eng.LastTxnID(),
+	if set, ok := st.ISR.At(r.h.cluster).Get(r.id); staleISR(set, ok, r.eng.LastTerm(), r.eng.LastTxnID(),
 		st.ListedFrom[statemachine.ClusterISRSource(r.h.cluster)]) {
 		// The record is not this shard's history (a restored backup): its
 		// members may lack entries we hold, so nobody but us is in sync
@@ -170,7 +170,7 @@ func (r *replica) lead(ctx context.Context, d desired) {
 			zap.Int64("term", d.term), zap.Int64("record_term", set.Term), zap.Uint64("last_term", r.eng.LastTerm()))
 	} else if ok {
 		for _, n := range set.Replicas {
-			_, live := st.Nodes[r.h.cluster][n]
+			_, live := st.Nodes.At(r.h.cluster).Get(n)
 			if n != r.h.nodeID && live && slices.Contains(d.replicas, n) {
 				initial = append(initial, n)
 			}
@@ -178,7 +178,7 @@ func (r *replica) lead(ctx context.Context, d desired) {
 	} else {
 		// No set was ever published: every replica is empty and in sync.
 		for _, n := range d.replicas {
-			if _, live := st.Nodes[r.h.cluster][n]; n != r.h.nodeID && live {
+			if _, live := st.Nodes.At(r.h.cluster).Get(n); n != r.h.nodeID && live {
 				initial = append(initial, n)
 			}
 		}
@@ -235,7 +235,7 @@ func staleISR(set models.ISR, ok bool, lastTerm, lastTxn, cid uint64) bool {
 func (r *replica) maintainISR(ctx context.Context, d desired) {
 	last := r.eng.LastTxnID()
 	st := r.h.state()
-	nodes := st.Nodes[r.h.cluster]
+	nodes := st.Nodes.At(r.h.cluster)
 	r.mu.Lock()
 	if r.fenced {
 		r.mu.Unlock()
@@ -249,7 +249,7 @@ func (r *replica) maintainISR(ctx context.Context, d desired) {
 	drop, add := decideISR(time.Now(), isrView{
 		self: r.h.nodeID, isr: isr, replicas: r.want.replicas, last: last,
 		acked: r.acked, caught: r.caught, fetched: r.fetched, parked: r.parked, window: r.h.cfg.LagBound,
-		live: func(n string) bool { _, ok := nodes[n]; return ok },
+		live: func(n string) bool { _, ok := nodes.Get(n); return ok },
 	})
 	r.mu.Unlock()
 	if len(drop) == 0 && len(add) == 0 {

@@ -14,6 +14,7 @@ import (
 	"strconv"
 
 	"github.com/cairn-db/cairn/models"
+	"github.com/cairn-db/cairn/statemachine"
 	"github.com/gin-gonic/gin"
 )
 
@@ -107,11 +108,11 @@ func (s *Server) clusterView(name string) (clusterView, bool) {
 	if !ok {
 		return clusterView{}, false
 	}
-	v := clusterView{StorageCluster: cl, LiveNodes: len(st.Nodes[name])}
+	v := clusterView{StorageCluster: cl, LiveNodes: st.Nodes.At(name).Len()}
 	if v.EtcdEndpoints == nil {
 		v.EtcdEndpoints = []string{}
 	}
-	for _, a := range st.Assignments {
+	for _, a := range st.Assignments.All() {
 		if a.Cluster == name {
 			v.Shards += len(a.Shards)
 		}
@@ -137,8 +138,8 @@ func (s *Server) getCluster(c *gin.Context) {
 		return
 	}
 	st := s.cfg.State()
-	nodes := make([]models.StorageNode, 0, len(st.Nodes[v.Name]))
-	for _, n := range st.Nodes[v.Name] {
+	nodes := make([]models.StorageNode, 0, st.Nodes.At(v.Name).Len())
+	for _, n := range st.Nodes.At(v.Name).All() {
 		nodes = append(nodes, n)
 	}
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].NodeID < nodes[j].NodeID })
@@ -170,8 +171,8 @@ func (s *Server) deleteCluster(c *gin.Context) {
 
 func (s *Server) listDatabases(c *gin.Context) {
 	st := s.cfg.State()
-	out := make([]models.Database, 0, len(st.Databases))
-	for _, d := range st.Databases {
+	out := make([]models.Database, 0, st.Databases.Len())
+	for _, d := range st.Databases.All() {
 		out = append(out, withOptions(d))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
@@ -186,7 +187,7 @@ func withOptions(d models.Database) models.Database {
 }
 
 func (s *Server) getDatabase(c *gin.Context) {
-	d, ok := s.cfg.State().Databases[c.Param("name")]
+	d, ok := s.cfg.State().Databases.Get(c.Param("name"))
 	if !ok {
 		fail(c, fmt.Errorf("%w: database %q", models.ErrNotFound, c.Param("name")))
 		return
@@ -233,16 +234,16 @@ func (s *Server) deleteDatabase(c *gin.Context) {
 func (s *Server) getShards(c *gin.Context) {
 	name := c.Param("name")
 	st := s.cfg.State()
-	d, ok := st.Databases[name]
+	d, ok := st.Databases.Get(name)
 	if !ok {
 		fail(c, fmt.Errorf("%w: database %q", models.ErrNotFound, name))
 		return
 	}
-	c.JSON(http.StatusOK, gin.H{"shards": ShardViews(st.Assignments[name], st.ShardStates[name], st.ISR[d.StorageCluster])})
+	c.JSON(http.StatusOK, gin.H{"shards": ShardViews(st.Assignments.At(name), st.ShardStates.At(name), st.ISR.At(d.StorageCluster))})
 }
 
 // ShardViews joins assignment, state and in-sync sets of one database.
-func ShardViews(a models.Assignment, ss models.ShardStates, isr map[string]models.ISR) []models.ShardView {
+func ShardViews(a models.Assignment, ss models.ShardStates, isr statemachine.Map[models.ISR]) []models.ShardView {
 	states := map[int]models.ShardState{}
 	for _, x := range ss.Shards {
 		states[x.ID] = x
@@ -255,7 +256,7 @@ func ShardViews(a models.Assignment, ss models.ShardStates, isr map[string]model
 			v.Status = models.StatusOffline
 			v.Reason = "no leader published yet"
 		}
-		if set, ok := isr[models.ShardID(a.DB, sh.ID)]; ok && set.Term == st.Term {
+		if set, ok := isr.Get(models.ShardID(a.DB, sh.ID)); ok && set.Term == st.Term {
 			v.ISR = set.Replicas
 		} else if st.Leader != "" {
 			v.ISR = []string{st.Leader}

@@ -146,7 +146,7 @@ func stateWithDB(t *testing.T) func() *statemachine.State {
 	}
 	m.Start(context.Background())
 	t.Cleanup(m.Stop)
-	for m.Snapshot().Databases["db"].Name == "" || !m.Snapshot().Synced[statemachine.SourceDatabaseConfig] {
+	for m.Snapshot().Databases.At("db").Name == "" || !m.Snapshot().Synced[statemachine.SourceDatabaseConfig] {
 		<-m.Changed()
 	}
 	return m.Snapshot

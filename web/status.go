@@ -124,21 +124,21 @@ func (s *Server) nodes(c *gin.Context) {
 		storage[name] = []storageNodeView{}
 	}
 	replicas, leads := map[string]int{}, map[string]int{}
-	for name, a := range st.Assignments {
+	for name, a := range st.Assignments.All() {
 		for _, sh := range a.Shards {
 			for _, r := range sh.Replicas {
 				replicas[r]++
 			}
 		}
-		for _, x := range st.ShardStates[name].Shards {
+		for _, x := range st.ShardStates.At(name).Shards {
 			if x.Status == models.StatusOnline {
 				leads[x.Leader]++
 			}
 		}
 	}
-	for cluster, nodes := range st.Nodes {
-		list := make([]storageNodeView, 0, len(nodes))
-		for _, n := range nodes {
+	for cluster, nodes := range st.Nodes.All() {
+		list := make([]storageNodeView, 0, nodes.Len())
+		for _, n := range nodes.All() {
 			_, draining := st.Drains[n.NodeID]
 			list = append(list, storageNodeView{StorageNode: n, Draining: draining, Replicas: replicas[n.NodeID], Leads: leads[n.NodeID]})
 		}

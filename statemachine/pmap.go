@@ -1,0 +1,338 @@
+package statemachine
+
+import (
+	"encoding/json"
+	"hash/maphash"
+	"iter"
+	"maps"
+	"math/bits"
+	"slices"
+)
+
+// Map is an immutable map from string keys to V that snapshots share
+// structurally (a hash array mapped trie): Set and Delete return a new Map
+// that copies only the O(log32 n) nodes on the key's path, so one change to
+// a state of 10,000 databases costs what it costs at 100, and every
+// published snapshot stays valid for its readers. The zero Map is empty.
+type Map[V any] struct {
+	root *pnode[V]
+	n    int
+}
+
+// pnode is one level of the trie: a 32-way node holding only the slots its
+// bitmap marks.
+type pnode[V any] struct {
+	bitmap uint32
+	slots  []pslot[V]
+}
+
+// pslot is a subtree (child set) or an entry (leaf set), both by pointer
+// so that copying a node on a change copies 32 small slots at most, not 32
+// records.
+type pslot[V any] struct {
+	child *pnode[V]
+	leaf  *pleaf[V]
+}
+
+// pleaf is one entry. Keys whose 64-bit hashes are equal (practically
+// never) share an entry, the others in more.
+type pleaf[V any] struct {
+	hash uint64
+	key  string
+	val  V
+	more []pair[V]
+}
+
+type pair[V any] struct {
+	key string
+	val V
+}
+
+const (
+	pbits = 5
+	pmask = 1<<pbits - 1
+)
+
+var pseed = maphash.MakeSeed()
+
+// phash hashes keys; tests swap it for weak hashes to reach collisions.
+var phash = func(key string) uint64 { return maphash.String(pseed, key) }
+
+// MapOf builds a Map holding the entries of m.
+func MapOf[V any](m map[string]V) Map[V] {
+	var out Map[V]
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		out = out.Set(k, m[k])
+	}
+	return out
+}
+
+// Len is the number of keys.
+func (m Map[V]) Len() int { return m.n }
+
+// Get returns the value of key and whether it is held.
+func (m Map[V]) Get(key string) (V, bool) {
+	var zero V
+	n := m.root
+	if n == nil {
+		return zero, false
+	}
+	h := phash(key)
+	for shift := uint(0); ; shift += pbits {
+		bit := uint32(1) << ((h >> shift) & pmask)
+		if n.bitmap&bit == 0 {
+			return zero, false
+		}
+		s := &n.slots[bits.OnesCount32(n.bitmap&(bit-1))]
+		if s.child != nil {
+			n = s.child
+			continue
+		}
+		l := s.leaf
+		if l.hash != h {
+			return zero, false
+		}
+		if l.key == key {
+			return l.val, true
+		}
+		for _, p := range l.more {
+			if p.key == key {
+				return p.val, true
+			}
+		}
+		return zero, false
+	}
+}
+
+// At returns the value of key, or V's zero value when it is not held.
+func (m Map[V]) At(key string) V {
+	v, _ := m.Get(key)
+	return v
+}
+
+// Has says whether key is held.
+func (m Map[V]) Has(key string) bool {
+	_, ok := m.Get(key)
+	return ok
+}
+
+// Set returns a Map where key holds val; m is unchanged.
+func (m Map[V]) Set(key string, val V) Map[V] {
+	root := m.root
+	if root == nil {
+		root = &pnode[V]{}
+	}
+	nr, added := root.set(0, phash(key), key, val)
+	if added {
+		return Map[V]{root: nr, n: m.n + 1}
+	}
+	return Map[V]{root: nr, n: m.n}
+}
+
+// Delete returns a Map without key; m is unchanged.
+func (m Map[V]) Delete(key string) Map[V] {
+	if m.root == nil {
+		return m
+	}
+	nr, removed := m.root.del(0, phash(key), key)
+	if !removed {
+		return m
+	}
+	if m.n == 1 {
+		return Map[V]{}
+	}
+	return Map[V]{root: nr, n: m.n - 1}
+}
+
+// All yields every key and value, in no particular order (as a Go map).
+func (m Map[V]) All() iter.Seq2[string, V] {
+	return func(yield func(string, V) bool) {
+		if m.root != nil {
+			m.root.each(yield)
+		}
+	}
+}
+
+// Keys returns the keys, sorted.
+func (m Map[V]) Keys() []string {
+	out := make([]string, 0, m.n)
+	for k := range m.All() {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// ToMap copies the entries into a new Go map (callers that need one).
+func (m Map[V]) ToMap() map[string]V {
+	out := make(map[string]V, m.n)
+	for k, v := range m.All() {
+		out[k] = v
+	}
+	return out
+}
+
+// MarshalJSON writes the Map as a JSON object, like a Go map.
+func (m Map[V]) MarshalJSON() ([]byte, error) { return json.Marshal(m.ToMap()) }
+
+func (n *pnode[V]) each(yield func(string, V) bool) bool {
+	for i := range n.slots {
+		s := &n.slots[i]
+		if s.child != nil {
+			if !s.child.each(yield) {
+				return false
+			}
+			continue
+		}
+		if !yield(s.leaf.key, s.leaf.val) {
+			return false
+		}
+		for _, p := range s.leaf.more {
+			if !yield(p.key, p.val) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// set returns a copy of n where key holds val, and whether the key is new.
+func (n *pnode[V]) set(shift uint, h uint64, key string, val V) (*pnode[V], bool) {
+	bit := uint32(1) << ((h >> shift) & pmask)
+	pos := bits.OnesCount32(n.bitmap & (bit - 1))
+	if n.bitmap&bit == 0 {
+		c := &pnode[V]{bitmap: n.bitmap | bit, slots: make([]pslot[V], len(n.slots)+1)}
+		copy(c.slots, n.slots[:pos])
+		c.slots[pos] = pslot[V]{leaf: &pleaf[V]{hash: h, key: key, val: val}}
+		copy(c.slots[pos+1:], n.slots[pos:])
+		return c, true
+	}
+	old := n.slots[pos]
+	var ns pslot[V]
+	added := false
+	switch {
+	case old.child != nil:
+		child, a := old.child.set(shift+pbits, h, key, val)
+		ns, added = pslot[V]{child: child}, a
+	case old.leaf.hash == h:
+		var l *pleaf[V]
+		l, added = old.leaf.withPair(key, val)
+		ns = pslot[V]{leaf: l}
+	default:
+		ns = pslot[V]{child: pjoin(shift+pbits, old.leaf, &pleaf[V]{hash: h, key: key, val: val})}
+		added = true
+	}
+	c := &pnode[V]{bitmap: n.bitmap, slots: slices.Clone(n.slots)}
+	c.slots[pos] = ns
+	return c, added
+}
+
+// withPair returns a copy of an entry of equal hashes with key set.
+func (l *pleaf[V]) withPair(key string, val V) (*pleaf[V], bool) {
+	c := *l
+	if c.key == key {
+		c.val = val
+		return &c, false
+	}
+	c.more = slices.Clone(l.more)
+	for i := range c.more {
+		if c.more[i].key == key {
+			c.more[i].val = val
+			return &c, false
+		}
+	}
+	c.more = append(c.more, pair[V]{key, val})
+	return &c, true
+}
+
+// pjoin makes the subtree holding two entries of different hashes.
+func pjoin[V any](shift uint, a, b *pleaf[V]) *pnode[V] {
+	ia, ib := (a.hash>>shift)&pmask, (b.hash>>shift)&pmask
+	if ia == ib {
+		return &pnode[V]{bitmap: 1 << ia, slots: []pslot[V]{{child: pjoin(shift+pbits, a, b)}}}
+	}
+	if ia > ib {
+		a, b = b, a
+		ia, ib = ib, ia
+	}
+	return &pnode[V]{bitmap: 1<<ia | 1<<ib, slots: []pslot[V]{{leaf: a}, {leaf: b}}}
+}
+
+// del returns a copy of n without key (nil when that leaves it empty), and
+// whether the key was there.
+func (n *pnode[V]) del(shift uint, h uint64, key string) (*pnode[V], bool) {
+	bit := uint32(1) << ((h >> shift) & pmask)
+	if n.bitmap&bit == 0 {
+		return n, false
+	}
+	pos := bits.OnesCount32(n.bitmap & (bit - 1))
+	old := n.slots[pos]
+	var ns pslot[V]
+	keep := true
+	switch {
+	case old.child != nil:
+		child, removed := old.child.del(shift+pbits, h, key)
+		if !removed {
+			return n, false
+		}
+		switch {
+		case child == nil:
+			keep = false
+		case len(child.slots) == 1 && child.slots[0].child == nil:
+			ns = child.slots[0] // a lone entry moves up: the trie stays shallow
+		default:
+			ns = pslot[V]{child: child}
+		}
+	case old.leaf.hash != h:
+		return n, false
+	case old.leaf.key == key:
+		l := old.leaf
+		if len(l.more) == 0 {
+			keep = false
+		} else {
+			ns = pslot[V]{leaf: &pleaf[V]{hash: h, key: l.more[0].key, val: l.more[0].val, more: slices.Clone(l.more[1:])}}
+		}
+	default:
+		i := slices.IndexFunc(old.leaf.more, func(p pair[V]) bool { return p.key == key })
+		if i < 0 {
+			return n, false
+		}
+		c := *old.leaf
+		c.more = slices.Delete(slices.Clone(c.more), i, i+1)
+		ns = pslot[V]{leaf: &c}
+	}
+	if !keep {
+		if len(n.slots) == 1 {
+			return nil, true
+		}
+		c := &pnode[V]{bitmap: n.bitmap &^ bit, slots: make([]pslot[V], 0, len(n.slots)-1)}
+		c.slots = append(append(c.slots, n.slots[:pos]...), n.slots[pos+1:]...)
+		return c, true
+	}
+	c := &pnode[V]{bitmap: n.bitmap, slots: slices.Clone(n.slots)}
+	c.slots[pos] = ns
+	return c, true
+}
+
+// NestedMapOf builds a Map of Maps (cluster -> name -> V) from Go maps.
+func NestedMapOf[V any](m map[string]map[string]V) Map[Map[V]] {
+	var out Map[Map[V]]
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		out = out.Set(k, MapOf(m[k]))
+	}
+	return out
+}
+
+// SetIn returns m with inner key k of outer key o set to v.
+func SetIn[V any](m Map[Map[V]], o, k string, v V) Map[Map[V]] {
+	return m.Set(o, m.At(o).Set(k, v))
+}
+
+// DeleteIn returns m without inner key k of outer key o.
+func DeleteIn[V any](m Map[Map[V]], o, k string) Map[Map[V]] {
+	in, ok := m.Get(o)
+	if !ok || !in.Has(k) {
+		return m
+	}
+	return m.Set(o, in.Delete(k))
+}
