@@ -116,6 +116,11 @@ func (m Map[V]) Has(key string) bool {
 	return ok
 }
 
+// Same says whether m and o are the same version of a map (one is the other,
+// unchanged): a cheap test of "did anything change" between two snapshots.
+// Maps built apart with equal contents are not the same.
+func (m Map[V]) Same(o Map[V]) bool { return m.root == o.root && m.n == o.n }
+
 // Set returns a Map where key holds val; m is unchanged.
 func (m Map[V]) Set(key string, val V) Map[V] {
 	root := m.root

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -79,10 +78,10 @@ type Host struct {
 	mu       sync.RWMutex
 	replicas map[string]*replica
 
-	unwanted  map[string]time.Time // reconcile only: since when a replica is not assigned here
-	views     map[string]dbView    // reconcile only: per database, what the last pass derived
-	want      map[string]desired   // reconcile only: the union of the views' replicas
-	nodesSeen uintptr              // reconcile only: identity of the live nodes map last seen
+	unwanted  map[string]time.Time                 // reconcile only: since when a replica is not assigned here
+	views     map[string]dbView                    // reconcile only: per database, what the last pass derived
+	want      map[string]desired                   // reconcile only: the union of the views' replicas
+	nodesSeen statemachine.Map[models.StorageNode] // reconcile only: the live nodes map last seen (compared by identity)
 
 	recordChanged chan struct{} // a replica's role or leader changed: the node record may differ
 	recordRev     atomic.Int64  // create revision of this node's record as this process holds it (0: unknown)
@@ -298,9 +297,8 @@ func (v dbView) same(o dbView) bool {
 // between calls: read it only.
 func (h *Host) wanted(st *statemachine.State) (map[string]desired, map[string]bool) {
 	nodes := st.Nodes.At(h.cluster)
-	nodesID := reflect.ValueOf(nodes).Pointer()
-	nodesChanged := nodesID != h.nodesSeen
-	h.nodesSeen = nodesID
+	nodesChanged := !nodes.Same(h.nodesSeen)
+	h.nodesSeen = nodes
 	var touched map[string]bool // allocated on first use: most passes touch nothing here
 	touch := func(name string) {
 		if touched == nil {
