@@ -14,8 +14,10 @@ import (
 
 // transferWait bounds how long TransferLeader waits for its operator to
 // finish; past it the operator goes on (it is persisted) and the caller is
-// told to look at GET /api/v1/operators.
-const transferWait = 15 * time.Second
+// told to look at GET /api/v1/operators. Below the 10 s a node forwarding
+// the request to the master waits, so the caller gets this answer rather
+// than a timeout.
+const transferWait = 8 * time.Second
 
 // waiter is a caller of TransferLeader waiting for its operator.
 type waiter struct {
