@@ -13,7 +13,7 @@ import (
 	"github.com/cairn-db/cairn/master"
 	"github.com/cairn-db/cairn/meta"
 	"github.com/cairn-db/cairn/models"
-	"github.com/cairn-db/cairn/storage"
+	"github.com/cairn-db/cairn/storage/client"
 	"github.com/cairn-db/cairn/web"
 	"go.uber.org/zap"
 )
@@ -152,5 +152,5 @@ func (a *App) operators(ctx context.Context) (any, error) {
 
 // askTxn asks a storage node, at failover, for its replicas' last txn ids.
 func (a *App) askTxn(ctx context.Context, address, db string, shards []int) (map[int]models.ReplicaTxn, error) {
-	return storage.AskTxn(ctx, a.askClient, address, db, shards)
+	return client.New(a.askClient).Txn(ctx, address, db, shards)
 }

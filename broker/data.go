@@ -7,13 +7,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
-	"strconv"
 	"sync"
 	"time"
 
@@ -241,16 +238,11 @@ func (d *Data) attempt(ctx context.Context, cfg models.Database, t target, pts [
 		}
 		return nil
 	}
-	return (&client.Client{HTTP: d.Client}).Write(actx, client.Shard{Address: t.address, DB: cfg.Name, Shard: t.shard}, t.term, pts)
+	return d.peers().Write(actx, client.Shard{Address: t.address, DB: cfg.Name, Shard: t.shard}, t.term, pts)
 }
 
-func errMessage(body []byte) string {
-	var env models.ErrorBody
-	if json.Unmarshal(body, &env) == nil && env.Error.Message != "" {
-		return env.Error.Message
-	}
-	return string(body)
-}
+// peers is the client of the storage nodes' internal API over Client.
+func (d *Data) peers() *client.Client { return client.New(d.Client) }
 
 // query implements Query (metrics.go): every shard leader answers for its series. The
 // answer is {"series":[...]} with the shards' series in shard order (each
@@ -268,30 +260,19 @@ func (d *Data) query(ctx context.Context, q models.Query) (any, error) {
 	if q.End < q.Start {
 		return nil, bad("end %d is before start %d", q.End, q.Start)
 	}
-	v := url.Values{}
-	v.Set("metric", q.Metric)
-	v.Set("start", strconv.FormatInt(q.Start, 10))
-	v.Set("end", strconv.FormatInt(q.End, 10))
-	for k, val := range q.Tags {
-		v.Add("tag", k+":"+val)
-	}
-	if d.QueryMaxSeries > 0 {
-		v.Set("max_series", strconv.Itoa(d.QueryMaxSeries))
-	}
-	if d.QueryMaxPoints > 0 {
-		v.Set("max_points", strconv.Itoa(d.QueryMaxPoints))
-	}
+	req := client.QueryRequest{Metric: q.Metric, Start: q.Start, End: q.End, Tags: q.Tags,
+		MaxSeries: d.QueryMaxSeries, MaxPoints: d.QueryMaxPoints}
 	// Every shard answers with its counts in headers before its body is
 	// read: the sum is checked against the limits first, so the broker never
 	// buffers an answer over them.
-	answers := make([]*http.Response, cfg.NumShards)
+	answers := make([]*client.QueryAnswer, cfg.NumShards)
 	errs := make([]error, cfg.NumShards)
 	var wg sync.WaitGroup
 	for shard := 0; shard < cfg.NumShards; shard++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			answers[shard], errs[shard] = d.openShardQuery(ctx, st, cfg, shard, v.Encode())
+			answers[shard], errs[shard] = d.openShardQuery(ctx, st, cfg, shard, req)
 		}()
 	}
 	wg.Wait()
@@ -311,10 +292,8 @@ func (d *Data) query(ctx context.Context, q models.Query) (any, error) {
 		return nil, err
 	}
 	var series, points int
-	for _, resp := range answers {
-		n, _ := strconv.Atoi(resp.Header.Get("X-Cairn-Series"))
-		p, _ := strconv.Atoi(resp.Header.Get("X-Cairn-Points"))
-		series, points = series+n, points+p
+	for _, a := range answers {
+		series, points = series+a.Series, points+a.Points
 	}
 	if (d.QueryMaxSeries > 0 && series > d.QueryMaxSeries) || (d.QueryMaxPoints > 0 && points > d.QueryMaxPoints) {
 		return nil, d.tooLarge()
@@ -351,34 +330,28 @@ func (d *Data) tooLarge() error {
 
 // openShardQuery sends one shard's query to its leader and returns the answer
 // with its body unread.
-func (d *Data) openShardQuery(ctx context.Context, st *statemachine.State, cfg models.Database, shard int, query string) (*http.Response, error) {
-	t := d.target(st, cfg, shard)
-	if !t.online {
-		return nil, fmt.Errorf("%w: shard %d of %q is offline", models.ErrUnavailable, shard, cfg.Name)
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s/internal/v1/shards/%s/%d/query?%s", t.address, cfg.Name, shard, query), nil)
+func (d *Data) openShardQuery(ctx context.Context, st *statemachine.State, cfg models.Database, shard int, req client.QueryRequest) (*client.QueryAnswer, error) {
+	s, err := d.leaderOf(d.target(st, cfg, shard), cfg)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := d.Client.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("%w: shard %d leader unreachable: %w", models.ErrUnavailable, shard, err)
-	}
-	if resp.StatusCode == http.StatusOK {
-		return resp, nil
-	}
-	defer resp.Body.Close()
-	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	// Over the limits is the client's to fix (narrow the query); any other
-	// refusal is the cluster's, and its code is not passed on.
-	if err := models.DecodeError(msg); errors.Is(err, models.ErrTooLarge) {
+	a, err := d.peers().Query(ctx, s, req)
+	var peer *client.PeerError
+	switch {
+	case err == nil:
+		return a, nil
+	case errors.Is(err, models.ErrTooLarge):
+		// Over the limits is the client's to fix (narrow the query).
 		return nil, fmt.Errorf("%w: shard %d: %w", models.ErrTooLarge, shard, err)
+	case errors.As(err, &peer), errors.Is(err, client.ErrBadAnswer):
+		// Any other refusal is the cluster's, and its code is not passed on.
+		return nil, fmt.Errorf("%w: shard %d: %s", models.ErrUnavailable, shard, err)
 	}
-	return nil, fmt.Errorf("%w: shard %d: %s", models.ErrUnavailable, shard, errMessage(msg))
+	return nil, fmt.Errorf("%w: shard %d leader unreachable: %w", models.ErrUnavailable, shard, err)
 }
 
-func readShardAnswer(shard int, resp *http.Response) ([]byte, error) {
-	body, err := io.ReadAll(resp.Body)
+func readShardAnswer(shard int, a *client.QueryAnswer) ([]byte, error) {
+	body, err := io.ReadAll(a.Body)
 	if err != nil {
 		return nil, fmt.Errorf("%w: shard %d answer: %w", models.ErrUnavailable, shard, err)
 	}

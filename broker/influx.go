@@ -1,14 +1,9 @@
 package broker
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
-	"net/url"
 	"slices"
 	"sync"
 	"time"
@@ -16,12 +11,10 @@ import (
 	"github.com/cairn-db/cairn/influx"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/query"
+	"github.com/cairn-db/cairn/storage/client"
 )
 
 var _ influx.Backend = (*Data)(nil)
-
-// maxShardAnswer bounds what one shard may send back for one statement.
-const maxShardAnswer = 1 << 30
 
 // Databases implements influx.Backend.
 func (d *Data) Databases() []string {
@@ -48,23 +41,12 @@ func (d *Data) ReplicaFactor(db string) (int, error) {
 // Each call is one InfluxQL statement: it is recorded as a query.
 func (d *Data) Select(ctx context.Context, db string, req *query.ShardRequest) (_ []*query.ShardResult, err error) {
 	defer func(start time.Time) { d.recordQuery(db, start, err) }(time.Now())
-	body, err := json.Marshal(req)
-	if err != nil {
-		return nil, err
-	}
-	return fanOut(ctx, d, db, func(ctx context.Context, t target, base string) (*query.ShardResult, error) {
+	return fanOut(ctx, d, db, func(ctx context.Context, t target, s client.Shard) (*query.ShardResult, error) {
 		if d.LocalSelect != nil && t.leader == d.Self {
 			return d.LocalSelect(db, t.shard, req)
 		}
-		data, err := d.shardCall(ctx, http.MethodPost, base+"/select", body)
-		if err != nil {
-			return nil, err
-		}
-		r, err := query.UnmarshalResult(data)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", models.ErrUnavailable, err)
-		}
-		return r, nil
+		r, err := d.peers().Select(ctx, s, req)
+		return r, statementErr(err)
 	})
 }
 
@@ -72,16 +54,9 @@ func (d *Data) Select(ctx context.Context, db string, req *query.ShardRequest) (
 // recorded as a query.
 func (d *Data) SeriesKeys(ctx context.Context, db, measurement string) (_ []string, err error) {
 	defer func(start time.Time) { d.recordQuery(db, start, err) }(time.Now())
-	parts, err := fanOut(ctx, d, db, func(ctx context.Context, _ target, base string) ([]string, error) {
-		data, err := d.shardCall(ctx, http.MethodGet, base+"/series?measurement="+url.QueryEscape(measurement), nil)
-		if err != nil {
-			return nil, err
-		}
-		var keys []string
-		if err := json.Unmarshal(data, &keys); err != nil {
-			return nil, fmt.Errorf("%w: series list: %w", models.ErrUnavailable, err)
-		}
-		return keys, nil
+	parts, err := fanOut(ctx, d, db, func(ctx context.Context, _ target, s client.Shard) ([]string, error) {
+		keys, err := d.peers().Series(ctx, s, measurement)
+		return keys, statementErr(err)
 	})
 	if err != nil {
 		return nil, err
@@ -93,8 +68,8 @@ func (d *Data) SeriesKeys(ctx context.Context, db, measurement string) (_ []stri
 	return keys, nil
 }
 
-// fanOut calls each shard leader of db at its internal base URL, in parallel.
-func fanOut[T any](ctx context.Context, d *Data, db string, call func(ctx context.Context, t target, base string) (T, error)) ([]T, error) {
+// fanOut calls each shard leader of db, in parallel.
+func fanOut[T any](ctx context.Context, d *Data, db string, call func(ctx context.Context, t target, s client.Shard) (T, error)) ([]T, error) {
 	st := d.State()
 	cfg, err := d.database(st, db)
 	if err != nil {
@@ -110,9 +85,9 @@ func fanOut[T any](ctx context.Context, d *Data, db string, call func(ctx contex
 		go func() {
 			defer wg.Done()
 			t := d.target(st, cfg, shard)
-			base, err := d.shardBase(t, cfg)
+			s, err := d.leaderOf(t, cfg)
 			if err == nil {
-				out[shard], err = call(ctx, t, base)
+				out[shard], err = call(ctx, t, s)
 			}
 			if err != nil {
 				errs[shard] = err
@@ -132,53 +107,31 @@ func fanOut[T any](ctx context.Context, d *Data, db string, call func(ctx contex
 	return out, nil
 }
 
-func (d *Data) shardBase(t target, cfg models.Database) (string, error) {
+// leaderOf addresses the shard t on its online leader.
+func (d *Data) leaderOf(t target, cfg models.Database) (client.Shard, error) {
 	if !t.online {
-		return "", fmt.Errorf("%w: shard %d of %q is offline", models.ErrUnavailable, t.shard, cfg.Name)
+		return client.Shard{}, fmt.Errorf("%w: shard %d of %q is offline", models.ErrUnavailable, t.shard, cfg.Name)
 	}
-	return fmt.Sprintf("http://%s/internal/v1/shards/%s/%d", t.address, cfg.Name, t.shard), nil
+	return client.Shard{Address: t.address, DB: cfg.Name, Shard: t.shard}, nil
 }
 
-// shardCall sends one internal request; a 400 is the statement's fault
-// (ErrBadInput with the shard's message), anything else but 200 the cluster's.
-func (d *Data) shardCall(ctx context.Context, method, u string, body []byte) ([]byte, error) {
-	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, u, rd)
-	if err != nil {
-		return nil, err
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := d.Client.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("%w: shard leader unreachable: %w", models.ErrUnavailable, err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxShardAnswer+1))
+// statementErr maps a shard's refusal of an InfluxQL statement: a statement
+// it cannot run is the statement's fault (query.ErrBadQuery with the
+// shard's message), an answer over a bound query.ErrTooLarge; anything else
+// is the cluster's, and the shard's code is not passed on.
+func statementErr(err error) error {
+	var peer *client.PeerError
 	switch {
-	case err != nil:
-		return nil, fmt.Errorf("%w: shard answer: %w", models.ErrUnavailable, err)
-	case len(data) > maxShardAnswer:
-		return nil, fmt.Errorf("%w: a shard's answer passed %d bytes", query.ErrTooLarge, maxShardAnswer)
-	case resp.StatusCode == http.StatusBadRequest && errCode(data) == "too_large":
-		return nil, fmt.Errorf("%w: %s", query.ErrTooLarge, errMessage(data))
-	case resp.StatusCode == http.StatusBadRequest:
-		return nil, fmt.Errorf("%w: %s", query.ErrBadQuery, errMessage(data))
-	case resp.StatusCode != http.StatusOK:
-		return nil, fmt.Errorf("%w: %s: %s", models.ErrUnavailable, resp.Status, errMessage(data))
+	case err == nil:
+		return nil
+	case errors.Is(err, models.ErrTooLarge):
+		return fmt.Errorf("%w: %s", query.ErrTooLarge, err)
+	case errors.As(err, &peer) && (errors.Is(err, models.ErrBadQuery) || errors.Is(err, models.ErrBadInput)):
+		return fmt.Errorf("%w: %s", query.ErrBadQuery, err)
+	case errors.As(err, &peer):
+		return fmt.Errorf("%w: shard answered %d: %s", models.ErrUnavailable, peer.Status, err)
+	case errors.Is(err, client.ErrBadAnswer):
+		return fmt.Errorf("%w: %s", models.ErrUnavailable, err)
 	}
-	return data, nil
-}
-
-// errCode is the code of an internal API error envelope, "" if none.
-func errCode(body []byte) string {
-	var env struct {
-		Error struct{ Code string } `json:"error"`
-	}
-	_ = json.Unmarshal(body, &env)
-	return env.Error.Code
+	return fmt.Errorf("%w: shard leader unreachable: %w", models.ErrUnavailable, err)
 }

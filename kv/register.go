@@ -35,9 +35,6 @@ type Registration struct {
 	// Value's bytes differ from what was last written: liveness is the lease
 	// (keep-alives make no etcd revision), so an idle node writes nothing.
 	Refresh time.Duration
-	// Changed, when set, says Value may have changed; it is looked at then
-	// (at most once per Refresh) instead of on a Refresh ticker.
-	Changed <-chan struct{}
 	Value   func() []byte
 	// Owner inspects a live record found at Key: it names its holder (for
 	// the error) and says whether it is this node's own earlier incarnation
@@ -207,21 +204,12 @@ func holdRegistration(ctx context.Context, store Store, s *Session, reg Registra
 		}
 		return
 	}
-	// due fires when the value should be looked at: every Refresh without a
-	// Changed signal; with one, Refresh after a signal that came too soon
-	// after the last look (so a burst of changes costs one write).
-	var due <-chan time.Time
-	var tick *time.Ticker
-	if reg.Changed == nil {
-		tick = time.NewTicker(reg.Refresh)
-		defer tick.Stop()
-		due = tick.C
-	}
+	tick := time.NewTicker(reg.Refresh)
+	defer tick.Stop()
 	// Nothing rewrites an unchanged record, so a record replaced by another
 	// writer is found by reading it now and then (a read makes no revision).
 	verify := time.NewTicker(10 * reg.Refresh)
 	defer verify.Stop()
-	lastLook := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
@@ -229,17 +217,7 @@ func holdRegistration(ctx context.Context, store Store, s *Session, reg Registra
 		case <-s.Done():
 			lg.Warn("registration lease lost; registering again")
 			return
-		case <-reg.Changed:
-			if wait := reg.Refresh - time.Since(lastLook); wait > 0 {
-				if due == nil {
-					due = time.After(wait)
-				}
-				continue
-			}
-		case <-due:
-			if tick == nil {
-				due = nil
-			}
+		case <-tick.C:
 		case <-verify.C:
 			kvp, err := store.Get(ctx, reg.Key)
 			if err == nil && (kvp == nil || kvp.ModRev != rev) {
@@ -248,7 +226,6 @@ func holdRegistration(ctx context.Context, store Store, s *Session, reg Registra
 			}
 			continue
 		}
-		lastLook = time.Now()
 		v := reg.Value()
 		if bytes.Equal(v, last) {
 			continue
@@ -256,10 +233,7 @@ func holdRegistration(ctx context.Context, store Store, s *Session, reg Registra
 		ok, next, err := store.Txn(ctx, []Cmp{ModRevIs(reg.Key, rev)}, []Op{OpPut(reg.Key, v, s.Lease())})
 		switch {
 		case err != nil:
-			lg.Debug("refresh failed", zap.Error(err))
-			if due == nil {
-				due = time.After(reg.Refresh) // look again: the change is not written yet
-			}
+			lg.Debug("refresh failed", zap.Error(err)) // the next tick looks again
 		case !ok:
 			lg.Warn("registration record changed by another writer; registering again")
 			return

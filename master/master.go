@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"github.com/cairn-db/cairn/logrepeat"
 	"math/rand/v2"
-	"slices"
 	"strconv"
 	"time"
 
@@ -74,6 +73,7 @@ type Master struct {
 	// NS/operators/ (every change is written fenced, in the txn of the step
 	// it records); loaded from there once per term before any decision.
 	ops     map[shardKey]Operator
+	waiters map[shardKey][]waiter // TransferLeader calls waiting for their operator
 	loaded  bool
 	members map[string]Membership // per cluster
 	forced  bool
@@ -123,7 +123,7 @@ func New(cfg Config) *Master {
 	}
 	lg := cfg.Logger.Named("master").With(zap.Int64("master_term", cfg.Term))
 	return &Master{cfg: cfg, lg: lg,
-		reqs: make(chan op), ops: map[shardKey]Operator{}, members: map[string]Membership{},
+		reqs: make(chan op), ops: map[shardKey]Operator{}, waiters: map[shardKey][]waiter{}, members: map[string]Membership{},
 		spreadClean: map[string]string{},
 		queue:       newWorkQueue(cfg.RetryBase, cfg.RetryMax, rand.Float64), warn: logrepeat.New(lg, cfg.ErrorLogInterval, cfg.Now)}
 }
@@ -134,11 +134,14 @@ func (m *Master) Run(ctx context.Context) error {
 	defer m.cfg.Metrics.termEnded()
 	t := time.NewTicker(m.cfg.Resync)
 	defer t.Stop()
+	defer m.failWaiters()
 	for {
 		// Take the wake-up channel before reading state, so a publication
 		// during the pass is not missed.
 		changed := m.cfg.Changed()
-		if err := m.reconcile(ctx); err != nil {
+		err := m.reconcile(ctx)
+		m.notifyWaiters(m.cfg.State())
+		if err != nil {
 			if errors.Is(err, kv.ErrDeposed) {
 				m.lg.Warn("deposed: a fenced write failed; stopping master work")
 				return err
@@ -155,7 +158,7 @@ func (m *Master) Run(ctx context.Context) error {
 			rt = time.NewTimer(max(at.Sub(m.cfg.Now()), time.Millisecond))
 			retry = rt.C
 		}
-		err := m.wait(ctx, changed, t.C, retry)
+		err = m.wait(ctx, changed, t.C, retry)
 		if rt != nil {
 			rt.Stop()
 		}
@@ -359,43 +362,4 @@ func (m *Master) publishStates(ctx context.Context, st *statemachine.State, db s
 	}
 	m.cfg.Metrics.published(st.ShardStates.At(db), next, changed)
 	return nil
-}
-
-// TransferLeader implements broker.MasterOps: a graceful leader change to an
-// in-sync replica, or with Unclean to any live replica (forcing an offline
-// shard back online, accepting that writes it never saw are lost).
-func (m *Master) TransferLeader(ctx context.Context, db string, shard int, t models.LeaderTransfer) error {
-	_, err := m.do(ctx, func(ctx context.Context, st *statemachine.State) (any, error) {
-		if !Ready(st) || !m.sameCluster(st) {
-			return nil, fmt.Errorf("%w: master is still loading state from etcd", models.ErrUnavailable)
-		}
-		a, ok := st.Assignments.Get(db)
-		if !ok || shard < 0 || shard >= len(a.Shards) {
-			return nil, fmt.Errorf("%w: shard %d of database %q", models.ErrNotFound, shard, db)
-		}
-		sh := a.Shards[shard]
-		if !slices.Contains(sh.Replicas, t.NodeID) {
-			return nil, fmt.Errorf("%w: node %q is not a replica of %s/%d (replicas %v)", models.ErrImpossible, t.NodeID, db, shard, sh.Replicas)
-		}
-		if _, live := st.Nodes.At(a.Cluster).Get(t.NodeID); !live {
-			return nil, fmt.Errorf("%w: node %q is not live", models.ErrImpossible, t.NodeID)
-		}
-		if !t.Unclean && !shardInSync(st, a.Cluster, db, shard, []string{t.NodeID}) {
-			return nil, fmt.Errorf("%w: node %q is not in the in-sync set of %s/%d; wait for it to catch up or pass \"unclean\": true", models.ErrImpossible, t.NodeID, db, shard)
-		}
-		prev := st.ShardStates.At(db)
-		cur, _ := st.ShardState(db, shard)
-		if cur.Leader == t.NodeID && cur.Status == models.StatusOnline {
-			return nil, nil
-		}
-		next := models.ShardStates{DB: db, Shards: slices.Clone(prev.Shards)}
-		i := indexOf(next, shard)
-		if i < 0 {
-			return nil, fmt.Errorf("%w: shard %d of %q has no published state yet", models.ErrUnavailable, shard, db)
-		}
-		in := ShardInputs{DB: db, Assign: a, States: prev, Live: st.Nodes.At(a.Cluster)}
-		next.Shards[i] = models.ShardState{ID: shard, Leader: t.NodeID, Term: NextTerm(in, cur), Status: models.StatusOnline}
-		return nil, m.publishStates(ctx, st, db, next, []int{shard})
-	})
-	return err
 }

@@ -62,6 +62,9 @@ type Operator struct {
 	// FromLeader who led when the operator was made.
 	Leader     string `json:"leader,omitempty"`
 	FromLeader string `json:"from_leader,omitempty"`
+	// Unclean: a leader transfer an operator forced to a replica that may
+	// not be in sync (or onto an offline shard), accepting lost writes.
+	Unclean bool `json:"unclean,omitempty"`
 	// Term is the shard term a failover publishes.
 	Term int64 `json:"term,omitempty"`
 	// Reason says why a shard goes offline.
@@ -133,15 +136,24 @@ func NextStep(o Operator, st *statemachine.State) Step {
 }
 
 // leaderStep: the final handover to the planned leader, only to a live,
-// non-draining replica in the in-sync set; otherwise the target is dropped
-// (the leader spreading that follows balances leaders anyway).
+// non-draining replica in the in-sync set of an online shard; otherwise the
+// target is dropped (the leader spreading that follows balances leaders
+// anyway). An unclean transfer asks only for a live replica, and may bring
+// an offline shard back.
 func leaderStep(o Operator, st *statemachine.State, a models.Assignment, s models.ShardState) Step {
-	if o.Leader == "" || s.Status != models.StatusOnline || s.Leader == o.Leader {
+	online := s.Status == models.StatusOnline
+	if o.Leader == "" || (online && s.Leader == o.Leader) || (!online && !o.Unclean) {
 		return StepDone
 	}
 	_, live := st.Nodes.At(a.Cluster).Get(o.Leader)
+	if !live || !slices.Contains(a.Shards[o.Shard].Replicas, o.Leader) {
+		return StepDone
+	}
+	if o.Unclean {
+		return StepLeader
+	}
 	_, draining := st.Drains[o.Leader]
-	if !live || draining || !slices.Contains(a.Shards[o.Shard].Replicas, o.Leader) || !shardInSync(st, a.Cluster, o.DB, o.Shard, []string{o.Leader}) {
+	if draining || !shardInSync(st, a.Cluster, o.DB, o.Shard, []string{o.Leader}) {
 		return StepDone
 	}
 	return StepLeader

@@ -392,7 +392,7 @@ func (m *Master) publishLeaderOps(ctx context.Context, st *statemachine.State, o
 				to, _ = pickLeader(in, o.Shard, liveReplicas(in, models.ShardAssignment{ID: o.Shard, Replicas: o.To}, o.To), leads)
 			}
 			cur := next.Shards[i]
-			if to == "" || to == cur.Leader {
+			if to == "" || (to == cur.Leader && cur.Status == models.StatusOnline) {
 				continue
 			}
 			leads[cur.Leader]--

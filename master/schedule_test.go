@@ -489,3 +489,42 @@ func TestNextStep(t *testing.T) {
 	w2.st.Databases = w2.st.Databases.Delete("db")
 	require.Equal(t, master.StepCancel, master.NextStep(o, w2.st))
 }
+
+// A leader transfer's step: graceful only to a live, in-sync, non-draining
+// replica of an online shard; unclean to any live replica, offline shard
+// included. Anything else is done (dropped), never stuck.
+func TestNextStepLeaderTransfer(t *testing.T) {
+	cases := []struct {
+		name    string
+		unclean bool
+		change  func(w *world) // shard 0 on n1 (leader, term 1), n2; in sync both
+		want    master.Step
+	}{
+		{"graceful to an in-sync replica", false, func(*world) {}, master.StepLeader},
+		{"already leads", false, func(w *world) { w.st.ShardStates.At("db").Shards[0].Leader = "n2" }, master.StepDone},
+		{"target out of the in-sync set", false, func(w *world) { setISR(w, "n1") }, master.StepDone},
+		{"unclean to an out-of-sync replica", true, func(w *world) { setISR(w, "n1") }, master.StepLeader},
+		{"target draining", false, func(w *world) { w.st.Drains["n2"] = models.Drain{} }, master.StepDone},
+		{"target dead", true, func(w *world) { w.kill("n2") }, master.StepDone},
+		{"target not a replica", true, func(w *world) { w.st.Assignments.At("db").Shards[0].Replicas = []string{"n1", "n3"} }, master.StepDone},
+		{"offline shard, graceful", false, func(w *world) { w.st.ShardStates.At("db").Shards[0].Status = models.StatusOffline }, master.StepDone},
+		{"offline shard, unclean", true, func(w *world) { w.st.ShardStates.At("db").Shards[0].Status = models.StatusOffline }, master.StepLeader},
+		{"offline shard led by the target, unclean", true, func(w *world) {
+			w.st.ShardStates.At("db").Shards[0] = models.ShardState{ID: 0, Leader: "n2", Term: 1, Status: models.StatusOffline}
+		}, master.StepLeader},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			w := newWorld([]string{"n1", "n2", "n3"}, 1, 2)
+			c.change(w)
+			o := master.Operator{DB: "db", Shard: 0, Kind: master.OpLeader, Leader: "n2", Unclean: c.unclean, Step: master.StepLeader}
+			require.Equal(t, c.want, master.NextStep(o, w.st))
+		})
+	}
+}
+
+func setISR(w *world, replicas ...string) {
+	isr := w.st.ISR.At("c").At("db/0")
+	isr.Replicas = replicas
+	w.st.ISR = statemachine.SetIn(w.st.ISR, "c", "db/0", isr)
+}

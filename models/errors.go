@@ -34,6 +34,9 @@ var (
 	ErrNotEnoughISR = errors.New("not enough in-sync replicas")
 	// ErrAckTimeout: the in-sync replicas did not confirm in time.
 	ErrAckTimeout = errors.New("in-sync replicas did not confirm in time")
+	// ErrBadQuery: an InfluxQL shard request the node cannot evaluate as
+	// written (answered 400, like a too-large one, on the internal API).
+	ErrBadQuery = errors.New("bad query")
 )
 
 // ErrorCode ties a sentinel to its HTTP status and to the code string the
@@ -67,6 +70,7 @@ var Codes = []ErrorCode{
 	{ErrNotHosted, http.StatusNotFound, "not_hosted"},
 	{ErrNotEnoughISR, http.StatusServiceUnavailable, "not_enough_isr"},
 	{ErrAckTimeout, http.StatusServiceUnavailable, "ack_timeout"},
+	{ErrBadQuery, http.StatusBadRequest, "bad_query"},
 }
 
 // internalCode is the code of an error no sentinel names.

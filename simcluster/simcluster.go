@@ -509,7 +509,7 @@ func (c *cluster) startAgent(id string) (*agent, error) {
 	go func() {
 		defer close(a.regDone)
 		err := storage.RunNode(rctx, storage.NodeConfig{Store: c.store, Keys: c.ck, NodeID: id, Address: addr, Cluster: "default",
-			TTL: c.p.LeaseTTL, Report: h.Following, Changed: h.RecordChanged(), Logger: c.lg,
+			TTL: c.p.LeaseTTL, Report: h.Following, Logger: c.lg,
 			Registered: func() { started.Do(func() { go func() { defer close(a.done); h.Run(hctx) }() }) }})
 		if err != nil {
 			c.lg.Error("agent registration failed", zap.String("node_id", id), zap.Error(err))

@@ -14,6 +14,7 @@ import (
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
 	"github.com/cairn-db/cairn/storage"
+	"github.com/cairn-db/cairn/storage/client"
 	"github.com/cairn-db/cairn/storage/engine"
 	"github.com/gin-gonic/gin"
 	"github.com/stretchr/testify/require"
@@ -126,7 +127,7 @@ func TestBatchedFetchCoversEveryShardOfALeader(t *testing.T) {
 	require.Equal(t, solo, counts.get("/internal/v1/shards/:db/:shard/log"))
 
 	// The follower's own progress report through the txn question agrees.
-	got, err := storage.AskTxn(ctx, httpClient(), follower.addr(), "d", []int{0, 5})
+	got, err := client.New(httpClient()).Txn(ctx, follower.addr(), "d", []int{0, 5})
 	require.NoError(t, err)
 	require.EqualValues(t, 3, got[0].LastTxnID)
 	require.EqualValues(t, 3, got[5].LastTxnID)

@@ -1,7 +1,6 @@
 package storage
 
 import (
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,31 +9,12 @@ import (
 	"time"
 
 	"github.com/cairn-db/cairn/models"
+	"github.com/cairn-db/cairn/storage/client"
 	"github.com/gin-gonic/gin"
 )
 
-// A follower fetches every shard it follows from one leader node with one
-// long-poll (Kafka's fetch sessions): POST /internal/v1/fetch, body
-// fetchRequest. The leader answers as soon as any of the shards has something
-// for the follower (entries, a truncation, a full sync, an error), or after
-// wait_ms with an empty body. The answer is a sequence of records, one per
-// shard with something to say, each:
-//
-//	uvarint index (into the request's shards), uvarint status, uvarint arg,
-//	uvarint count, then count x (uvarint length, encoded engine.Entry)
-//
-// status: fetchEntries; fetchTruncate (arg: truncate after this txn);
-// fetchFullSync; fetchError (arg: the HTTP status the per-shard API would
-// answer, e.g. 409 for a stale term). A follower handles truncations, full
-// syncs and errors through the per-shard API.
-
-// Record statuses of a batched fetch answer.
-const (
-	fetchEntries = iota
-	fetchTruncate
-	fetchFullSync
-	fetchError
-)
+// The server side of batched fetches (client.Fetch, which documents the
+// wire format).
 
 // maxFetchShards bounds one batched fetch.
 const maxFetchShards = 8192
@@ -42,31 +22,14 @@ const maxFetchShards = 8192
 // maxFetchWait bounds how long a batched fetch is parked.
 const maxFetchWait = 5 * time.Second
 
-// fetchRequest is the body of a batched fetch.
-type fetchRequest struct {
-	Node   string       `json:"node"`
-	WaitMS int64        `json:"wait_ms"`
-	Shards []fetchShard `json:"shards"`
-}
-
-// fetchShard is one shard's position in a batched fetch.
-type fetchShard struct {
-	DB        string `json:"db"`
-	Shard     int    `json:"shard"`
-	Term      int64  `json:"term"`
-	After     uint64 `json:"after"`
-	AfterTerm uint64 `json:"after_term"`
-}
-
 // errBadFetch: a batched fetch request that cannot be served.
 var errBadFetch = errors.New("storage: bad batched fetch")
 
 func (h *Host) handleFetch(c *gin.Context) {
-	var req fetchRequest
+	var req client.FetchRequest
 	if err := json.NewDecoder(io.LimitReader(c.Request.Body, 4<<20)).Decode(&req); err != nil ||
 		!models.ValidName(req.Node) || len(req.Shards) == 0 || len(req.Shards) > maxFetchShards {
-		c.AbortWithStatusJSON(http.StatusBadRequest, gin.H{"error": gin.H{"code": "bad_request",
-			"message": fmt.Sprintf("%v: need node and 1 to %d shards", errBadFetch, maxFetchShards)}})
+		replyErr(c, fmt.Errorf("%w: %w: need node and 1 to %d shards", models.ErrBadInput, errBadFetch, maxFetchShards))
 		return
 	}
 	wait := min(time.Duration(req.WaitMS)*time.Millisecond, maxFetchWait)
@@ -113,22 +76,22 @@ func (h *Host) handleFetch(c *gin.Context) {
 
 // fetchAll serves every shard of a batched fetch once, without waiting, and
 // appends the records of those with something to say.
-func (h *Host) fetchAll(c *gin.Context, req fetchRequest, out []byte) []byte {
+func (h *Host) fetchAll(c *gin.Context, req client.FetchRequest, out []byte) []byte {
 	for i, s := range req.Shards {
 		r := h.get(s.DB, s.Shard)
 		if r == nil {
-			out = appendFetchRecord(out, i, fetchError, http.StatusNotFound, nil)
+			out = client.AppendFetchRecord(out, i, client.FetchError, http.StatusNotFound, nil)
 			continue
 		}
 		res, err := r.fetch(c, s.Term, req.Node, s.After, s.AfterTerm, 64, 0)
 		switch {
 		case err != nil:
 			status, _ := models.StatusOf(err)
-			out = appendFetchRecord(out, i, fetchError, uint64(status), nil)
+			out = client.AppendFetchRecord(out, i, client.FetchError, uint64(status), nil)
 		case res.fullSync:
-			out = appendFetchRecord(out, i, fetchFullSync, 0, nil)
+			out = client.AppendFetchRecord(out, i, client.FetchFullSync, 0, nil)
 		case res.truncateTo != nil:
-			out = appendFetchRecord(out, i, fetchTruncate, *res.truncateTo, nil)
+			out = client.AppendFetchRecord(out, i, client.FetchTruncate, *res.truncateTo, nil)
 		case len(res.entries) > 0:
 			enc := make([][]byte, 0, len(res.entries))
 			for _, e := range res.entries {
@@ -138,20 +101,8 @@ func (h *Host) fetchAll(c *gin.Context, req fetchRequest, out []byte) []byte {
 				}
 				enc = append(enc, b)
 			}
-			out = appendFetchRecord(out, i, fetchEntries, 0, enc)
+			out = client.AppendFetchRecord(out, i, client.FetchEntries, 0, enc)
 		}
-	}
-	return out
-}
-
-func appendFetchRecord(out []byte, idx, status int, arg uint64, entries [][]byte) []byte {
-	out = binary.AppendUvarint(out, uint64(idx))
-	out = binary.AppendUvarint(out, uint64(status))
-	out = binary.AppendUvarint(out, arg)
-	out = binary.AppendUvarint(out, uint64(len(entries)))
-	for _, e := range entries {
-		out = binary.AppendUvarint(out, uint64(len(e)))
-		out = append(out, e...)
 	}
 	return out
 }

@@ -1,19 +1,14 @@
 package storage
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"sync"
 	"time"
 
-	"github.com/cairn-db/cairn/storage/engine"
+	"github.com/cairn-db/cairn/storage/client"
 	"go.uber.org/zap"
 )
 
@@ -134,11 +129,11 @@ func (s *fetchSession) pollOnce(ctx context.Context) error {
 	s.mu.Lock()
 	reps := make([]*replica, 0, len(s.members))
 	mems := make([]*member, 0, len(s.members))
-	req := fetchRequest{Node: s.h.nodeID, WaitMS: fetchWait.Milliseconds(), Shards: make([]fetchShard, 0, len(s.members))}
+	req := client.FetchRequest{Node: s.h.nodeID, WaitMS: fetchWait.Milliseconds(), Shards: make([]client.FetchShard, 0, len(s.members))}
 	for r, m := range s.members {
 		reps = append(reps, r)
 		mems = append(mems, m)
-		req.Shards = append(req.Shards, fetchShard{DB: r.db, Shard: r.shard, Term: m.term})
+		req.Shards = append(req.Shards, client.FetchShard{DB: r.db, Shard: r.shard, Term: m.term})
 	}
 	changed := s.changed
 	s.mu.Unlock()
@@ -154,10 +149,6 @@ func (s *fetchSession) pollOnce(ctx context.Context) error {
 		req.Shards[i].After, req.Shards[i].AfterTerm = r.eng.LastTxnID(), r.eng.LastTerm()
 		r.applyMu.Unlock()
 	}
-	body, err := json.Marshal(req)
-	if err != nil {
-		return err
-	}
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -167,26 +158,22 @@ func (s *fetchSession) pollOnce(ctx context.Context) error {
 		case <-pctx.Done():
 		}
 	}()
-	resp, err := s.h.send(pctx, http.MethodPost, fmt.Sprintf("http://%s/internal/v1/fetch", s.address), bytes.NewReader(body))
+	ans, err := s.h.peer().Fetch(pctx, s.address, req)
+	if errors.Is(err, client.ErrUnsupported) {
+		// A leader without batched fetches: every shard pulls alone.
+		s.handBackAll(reps, mems, fmt.Errorf("%w: leader has no batched fetch", errSolo))
+		return nil
+	}
 	if err != nil {
 		if errors.Is(pctx.Err(), context.Canceled) && ctx.Err() == nil {
 			return nil // members changed: poll again with them
 		}
 		return err
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		if resp.StatusCode == http.StatusNotFound {
-			// A leader without batched fetches: every shard pulls alone.
-			s.handBackAll(reps, mems, fmt.Errorf("%w: leader has no batched fetch", errSolo))
-			return nil
-		}
-		return fmt.Errorf("leader answered %d: %s", resp.StatusCode, msg)
-	}
+	defer ans.Close()
 	s.applyMu.Lock()
 	defer s.applyMu.Unlock()
-	return s.applyAnswer(bufio.NewReaderSize(resp.Body, 64<<10), reps, mems)
+	return s.applyAnswer(ans, reps, mems)
 }
 
 // errSolo: the session handed a shard back to its replica.
@@ -220,48 +207,29 @@ func (s *fetchSession) handBack(r *replica, m *member, err error) {
 }
 
 // applyAnswer applies each record of a batched fetch answer to the replicas
-// still in the session as they were when it was sent. Call with applyMu held.
-func (s *fetchSession) applyAnswer(br *bufio.Reader, reps []*replica, mems []*member) error {
+// still in the session as they were when it was sent (a replica whose
+// entries fail to apply is handed back, and the rest of its record skipped).
+// Call with applyMu held.
+func (s *fetchSession) applyAnswer(ans *client.FetchAnswer, reps []*replica, mems []*member) error {
 	for {
-		idx, err := binary.ReadUvarint(br)
+		rec, err := ans.Next()
 		if err == io.EOF {
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		var hdr [3]uint64
-		for i := range hdr {
-			if hdr[i], err = binary.ReadUvarint(br); err != nil {
-				return err
-			}
-		}
-		status, arg, count := hdr[0], hdr[1], hdr[2]
-		if idx >= uint64(len(reps)) || count > 1<<20 {
-			return fmt.Errorf("%w: batched fetch record for shard %d of %d", ErrBadAnswer, idx, len(reps))
-		}
-		r, m := reps[idx], mems[idx]
+		r, m := reps[rec.Index], mems[rec.Index]
 		var apply error
 		if !s.isMember(r, m) {
-			apply = errSolo // left meanwhile: read past its entries
+			apply = errSolo // left meanwhile: Next skips its entries
 		}
-		for range count {
-			n, err := binary.ReadUvarint(br)
-			if err != nil {
+		for i := 0; i < rec.Count && apply == nil; i++ {
+			e, err := ans.Entry()
+			if err != nil && !errors.Is(err, client.ErrBadEntry) {
 				return err
 			}
-			if n > 256<<20 {
-				return fmt.Errorf("%w: entry of %d bytes", ErrBadAnswer, n)
-			}
-			buf := make([]byte, n)
-			if _, err := io.ReadFull(br, buf); err != nil {
-				return err
-			}
-			if apply != nil {
-				continue
-			}
-			var e engine.Entry
-			if apply = e.UnmarshalBinary(buf); apply == nil {
+			if apply = err; apply == nil {
 				r.applyMu.Lock()
 				apply = r.eng.Apply(e)
 				r.applyMu.Unlock()
@@ -273,10 +241,10 @@ func (s *fetchSession) applyAnswer(br *bufio.Reader, reps []*replica, mems []*me
 		switch {
 		case apply != nil:
 			s.handBack(r, m, apply)
-		case status == fetchTruncate, status == fetchFullSync:
+		case rec.Status == client.FetchTruncate, rec.Status == client.FetchFullSync:
 			s.handBack(r, m, errSolo)
-		case status == fetchError:
-			s.handBack(r, m, fmt.Errorf("%w: leader answered %d", errSolo, arg))
+		case rec.Status == client.FetchError:
+			s.handBack(r, m, fmt.Errorf("%w: leader answered %d", errSolo, rec.Arg))
 		}
 	}
 }

@@ -1,18 +1,14 @@
 package storage
 
 import (
-	"bufio"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
-	"net/url"
-	"strconv"
 	"time"
 
 	"github.com/cairn-db/cairn/backoff"
+	"github.com/cairn-db/cairn/storage/client"
 	"github.com/cairn-db/cairn/storage/engine"
 	"go.uber.org/zap"
 )
@@ -58,60 +54,42 @@ func (r *replica) pullOnce(ctx context.Context, d desired) error {
 		// the master to publish a term above ours (it sees our max_term).
 		return fmt.Errorf("%w: leader %s is at term %d, our log holds term %d", ErrStaleTerm, d.leader, d.term, lastTerm)
 	}
-	q := url.Values{}
-	q.Set("term", strconv.FormatInt(d.term, 10))
-	q.Set("node", r.h.nodeID)
-	q.Set("after", strconv.FormatUint(last, 10))
-	q.Set("after_term", strconv.FormatUint(lastTerm, 10))
-	q.Set("wait_ms", "0")
-	u := fmt.Sprintf("http://%s/internal/v1/shards/%s/%d/log?%s", d.address, r.db, r.shard, q.Encode())
-	resp, err := r.h.call(ctx, http.MethodGet, u)
+	ans, err := r.h.peer().Log(ctx, r.leaderShard(d), client.LogRequest{Term: d.term, Node: r.h.nodeID, After: last, AfterTerm: lastTerm})
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
-	switch resp.StatusCode {
-	case http.StatusOK:
-		return r.applyStream(resp.Body)
-	case http.StatusResetContent: // truncate
-		to, err := strconv.ParseUint(resp.Header.Get("X-Cairn-Truncate-To"), 10, 64)
-		if err != nil {
-			return fmt.Errorf("bad truncate answer: %w", err)
-		}
+	defer ans.Close()
+	switch {
+	case ans.FullSync:
+		return r.fullSync(ctx, d)
+	case ans.Truncate:
 		r.applyMu.Lock()
-		err = r.eng.TruncateAfter(to)
+		err = r.eng.TruncateAfter(ans.TruncateTo)
 		r.applyMu.Unlock()
 		if errors.Is(err, engine.ErrCompacted) {
 			return r.fullSync(ctx, d)
 		}
 		if err == nil {
-			r.lg.Info("truncated divergent tail", zap.Uint64("after", to), zap.Uint64("was", last))
+			r.lg.Info("truncated divergent tail", zap.Uint64("after", ans.TruncateTo), zap.Uint64("was", last))
 		}
 		return err
-	case http.StatusGone:
-		return r.fullSync(ctx, d)
 	}
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	return fmt.Errorf("leader answered %d: %s", resp.StatusCode, body)
+	return r.applyLog(ans)
 }
 
-// applyStream applies length-prefixed encoded entries in order.
-func (r *replica) applyStream(body io.Reader) error {
-	br := bufio.NewReaderSize(body, 64<<10)
+// leaderShard addresses this replica's shard on the leader of d.
+func (r *replica) leaderShard(d desired) client.Shard {
+	return client.Shard{Address: d.address, DB: r.db, Shard: r.shard}
+}
+
+// applyLog applies a log answer's entries in order.
+func (r *replica) applyLog(ans *client.LogAnswer) error {
 	for {
-		n, err := binary.ReadUvarint(br)
+		e, err := ans.Next()
 		if err == io.EOF {
 			return nil
 		}
 		if err != nil {
-			return err
-		}
-		buf := make([]byte, n)
-		if _, err := io.ReadFull(br, buf); err != nil {
-			return err
-		}
-		var e engine.Entry
-		if err := e.UnmarshalBinary(buf); err != nil {
 			return err
 		}
 		r.applyMu.Lock()
@@ -125,35 +103,20 @@ func (r *replica) applyStream(body io.Reader) error {
 
 // fullSync replaces the local replica with the leader's snapshot.
 func (r *replica) fullSync(ctx context.Context, d desired) error {
-	u := fmt.Sprintf("http://%s/internal/v1/shards/%s/%d/snapshot?term=%d", d.address, r.db, r.shard, d.term)
-	resp, err := r.h.call(ctx, http.MethodGet, u)
+	snap, err := r.h.peer().Snapshot(ctx, r.leaderShard(d), d.term)
 	if err != nil {
-		return err
+		return fmt.Errorf("snapshot: %w", err)
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("snapshot: leader answered %d", resp.StatusCode)
-	}
+	defer snap.Close()
 	r.applyMu.Lock()
 	defer r.applyMu.Unlock()
-	if err := r.eng.Restore(resp.Body); err != nil {
+	if err := r.eng.Restore(snap); err != nil {
 		return fmt.Errorf("restore snapshot: %w", err)
 	}
 	r.lg.Info("full sync from leader done", zap.String("leader", d.leader), zap.Uint64("last_txn_id", r.eng.LastTxnID()))
 	return nil
 }
 
-// call sends a body-less request to another storage node.
-func (h *Host) call(ctx context.Context, method, u string) (*http.Response, error) {
-	return h.send(ctx, method, u, nil)
-}
-
-// send sends a request to another storage node: every node-to-node request
-// goes through here.
-func (h *Host) send(ctx context.Context, method, u string, body io.Reader) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, method, u, body)
-	if err != nil {
-		return nil, err
-	}
-	return h.client.Do(req)
-}
+// peer is the client of other storage nodes' internal API, over the node's
+// peer transport: every node-to-node request goes through it.
+func (h *Host) peer() *client.Client { return client.New(h.client) }

@@ -2,8 +2,6 @@ package storage
 
 import (
 	"context"
-	"fmt"
-	"net/http"
 	"time"
 
 	"go.uber.org/zap"
@@ -18,13 +16,11 @@ func (h *Host) leave(ctx context.Context, r *replica) bool {
 	if w.role != roleFollower {
 		return w.role == roleIdle // nobody to tell
 	}
-	u := fmt.Sprintf("http://%s/internal/v1/shards/%s/%d/leave?term=%d&node=%s", w.address, r.db, r.shard, w.term, h.nodeID)
-	resp, err := h.call(ctx, http.MethodPost, u)
+	err := h.peer().Leave(ctx, r.leaderShard(w), w.term, h.nodeID)
 	if err != nil {
-		return false
+		h.lg.Debug("leaving the in-sync set failed", zap.String("shard", r.id), zap.String("leader", w.leader), zap.Error(err))
 	}
-	resp.Body.Close()
-	return resp.StatusCode == http.StatusNoContent
+	return err == nil
 }
 
 // TransferFunc asks the master to move a shard's leadership to node.

@@ -83,8 +83,7 @@ type Host struct {
 	want      map[string]desired                   // reconcile only: the union of the views' replicas
 	nodesSeen statemachine.Map[models.StorageNode] // reconcile only: the live nodes map last seen (compared by identity)
 
-	recordChanged chan struct{} // a replica's role or leader changed: the node record may differ
-	recordRev     atomic.Int64  // create revision of this node's record as this process holds it (0: unknown)
+	recordRev atomic.Int64 // create revision of this node's record as this process holds it (0: unknown)
 
 	appendMu sync.Mutex
 	appendCh chan struct{} // closed at every append or role change (parked batched fetches)
@@ -115,7 +114,7 @@ func NewHost(cfg HostConfig) *Host {
 	}
 	h := &Host{cfg: cfg, nodeID: cfg.NodeID, cluster: cfg.Cluster, store: cfg.Store, ck: cfg.Keys, state: cfg.State,
 		lg: cfg.Logger.Named("shards"), client: cfg.Client, replicas: map[string]*replica{},
-		unwanted: map[string]time.Time{}, views: map[string]dbView{}, want: map[string]desired{}, recordChanged: make(chan struct{}, 1),
+		unwanted: map[string]time.Time{}, views: map[string]dbView{}, want: map[string]desired{},
 		appendCh: make(chan struct{}), sessions: map[string]*fetchSession{}}
 	if cfg.Registerer != nil {
 		h.metrics = newMetrics(h, cfg.Registerer)
@@ -126,16 +125,6 @@ func NewHost(cfg HostConfig) *Host {
 // SetRecordRev records the create revision of this node's record as this
 // process registered it: in-sync set changes compare on it (isrwrite.go).
 func (h *Host) SetRecordRev(rev int64) { h.recordRev.Store(rev) }
-
-// RecordChanged signals (coalesced) that Following may answer differently.
-func (h *Host) RecordChanged() <-chan struct{} { return h.recordChanged }
-
-func (h *Host) roleChanged() {
-	select {
-	case h.recordChanged <- struct{}{}:
-	default:
-	}
-}
 
 // Following gives the shard fields of the node record: the replicas open
 // here and the leader each followed shard follows.
@@ -255,9 +244,6 @@ func (h *Host) reconcile(full bool) {
 			continue
 		}
 		h.lg.Info("stopped serving shard; data dropped", zap.String("shard", r.id))
-	}
-	if len(gone) > 0 {
-		h.roleChanged() // fewer hosted replicas in the node record
 	}
 }
 

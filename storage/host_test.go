@@ -12,6 +12,7 @@ import (
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
 	"github.com/cairn-db/cairn/storage"
+	"github.com/cairn-db/cairn/storage/client"
 	"github.com/cairn-db/cairn/storage/engine"
 	"github.com/cairn-db/cairn/storage/lineproto"
 	"github.com/gin-gonic/gin"
@@ -137,11 +138,11 @@ func TestFollowerFullSyncThenInSync(t *testing.T) {
 
 	// The master's failover question, through the follower's internal API:
 	// its last txn id and terms, hosted shards only.
-	got, err := storage.AskTxn(ctx, http.DefaultClient, follower.addr(), "d", []int{0, 7})
+	got, err := client.New(http.DefaultClient).Txn(ctx, follower.addr(), "d", []int{0, 7})
 	require.NoError(t, err)
 	require.Equal(t, map[int]models.ReplicaTxn{0: {LastTxnID: 21, LastTerm: 1, Term: 1}}, got)
-	_, err = storage.AskTxn(ctx, http.DefaultClient, follower.addr(), "bad name!", []int{0})
-	require.ErrorIs(t, err, storage.ErrBadAnswer)
+	_, err = client.New(http.DefaultClient).Txn(ctx, follower.addr(), "bad name!", []int{0})
+	require.ErrorIs(t, err, models.ErrBadInput, "a bad question is refused with bad_request")
 }
 
 // A replica whose log diverged from the new leader's (entries of an old term

@@ -1,7 +1,6 @@
 package storage
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -11,12 +10,14 @@ import (
 	"time"
 
 	"github.com/cairn-db/cairn/models"
+	"github.com/cairn-db/cairn/storage/client"
 	"github.com/cairn-db/cairn/storage/engine"
 	"github.com/gin-gonic/gin"
 	"go.uber.org/zap"
 )
 
-// The internal replication and data API of a storage node, under
+// The internal replication and data API of a storage node (its client and
+// wire format: storage/client), under
 // /internal/v1/shards/{db}/{shard}/...:
 //   POST .../write?term=T            body: one encoded engine.Entry (txn 0); 204 once durable on the in-sync replicas
 //   GET  .../log?term&node&after&after_term&wait_ms   followers' pull; 200 length-prefixed entries,
@@ -61,7 +62,7 @@ func replyErr(c *gin.Context, err error) {
 func (h *Host) replicaOf(c *gin.Context) (*replica, bool) {
 	shard, err := strconv.Atoi(c.Param("shard"))
 	if err != nil {
-		c.AbortWithStatusJSON(http.StatusBadRequest, gin.H{"error": gin.H{"code": "bad_request", "message": "bad shard id"}})
+		replyErr(c, fmt.Errorf("%w: bad shard id", models.ErrBadInput))
 		return nil, false
 	}
 	r := h.get(c.Param("db"), shard)
@@ -89,7 +90,7 @@ func (h *Host) handleWrite(c *gin.Context) {
 	}
 	var e engine.Entry
 	if err := e.UnmarshalBinary(body); err != nil {
-		c.AbortWithStatusJSON(http.StatusBadRequest, gin.H{"error": gin.H{"code": "bad_request", "message": err.Error()}})
+		replyErr(c, models.Mark(err, models.ErrBadInput))
 		return
 	}
 	if err := r.write(c, queryInt(c, "term"), e.Points); err != nil {
@@ -117,7 +118,7 @@ func (h *Host) handleLog(c *gin.Context) {
 		c.Status(http.StatusGone)
 		return
 	case res.truncateTo != nil:
-		c.Header("X-Cairn-Truncate-To", strconv.FormatUint(*res.truncateTo, 10))
+		c.Header(client.HeaderTruncateTo, strconv.FormatUint(*res.truncateTo, 10))
 		c.Status(http.StatusResetContent)
 		return
 	}
@@ -126,11 +127,7 @@ func (h *Host) handleLog(c *gin.Context) {
 	var buf []byte
 	for _, e := range res.entries {
 		data, _ := e.MarshalBinary()
-		buf = binary.AppendUvarint(buf[:0], uint64(len(data)))
-		if _, err := c.Writer.Write(buf); err != nil {
-			return
-		}
-		if _, err := c.Writer.Write(data); err != nil {
+		if _, err := c.Writer.Write(client.AppendEntry(buf[:0], data)); err != nil {
 			return
 		}
 	}
@@ -187,7 +184,7 @@ func (h *Host) handleQuery(c *gin.Context) {
 	for _, sr := range series {
 		n += len(sr.Points)
 	}
-	c.Header("X-Cairn-Series", strconv.Itoa(len(series)))
-	c.Header("X-Cairn-Points", strconv.Itoa(n))
+	c.Header(client.HeaderSeries, strconv.Itoa(len(series)))
+	c.Header(client.HeaderPoints, strconv.Itoa(n))
 	c.Data(http.StatusOK, "application/json", engine.AppendSeriesJSON(nil, series))
 }

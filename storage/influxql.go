@@ -17,7 +17,7 @@ import (
 // The InfluxQL side of the internal API (see http.go):
 //   POST .../select   body: JSON query.ShardRequest; 200 query.MarshalResult bytes
 //                     (partial aggregates per group and bucket, or raw points);
-//                     400 {"error":{"code":"bad_query"|"too_large","message"}}
+//                     400 {"error":{"code":"bad_query"|"too_large"|"bad_request","message"}}
 //   GET  .../series?measurement=M   JSON array of the shard's series keys (of M only when given)
 
 // maxSelectBody bounds a ShardRequest: it is a few hundred bytes in practice.
@@ -42,16 +42,16 @@ func (h *Host) handleSelect(c *gin.Context) {
 		err = json.Unmarshal(body, &req)
 	}
 	if err != nil {
-		c.AbortWithStatusJSON(http.StatusBadRequest, gin.H{"error": gin.H{"code": "bad_request", "message": "select request: " + err.Error()}})
+		replyErr(c, fmt.Errorf("%w: select request: %w", models.ErrBadInput, err))
 		return
 	}
 	res, err := query.Evaluate(r.eng, &req)
 	switch {
 	case errors.Is(err, query.ErrTooLarge):
-		c.AbortWithStatusJSON(http.StatusBadRequest, gin.H{"error": gin.H{"code": "too_large", "message": err.Error()}})
+		replyBadQuery(c, models.Mark(err, models.ErrTooLarge))
 		return
 	case errors.Is(err, query.ErrBadQuery), errors.Is(err, query.ErrUnsupported):
-		c.AbortWithStatusJSON(http.StatusBadRequest, gin.H{"error": gin.H{"code": "bad_query", "message": err.Error()}})
+		replyBadQuery(c, models.Mark(err, models.ErrBadQuery))
 		return
 	case err != nil:
 		replyErr(c, err)
@@ -80,8 +80,7 @@ func (h *Host) handleSeries(c *gin.Context) {
 		return nil
 	})
 	if errors.Is(err, errTooManySeries) {
-		c.AbortWithStatusJSON(http.StatusBadRequest, gin.H{"error": gin.H{"code": "too_large",
-			"message": fmt.Sprintf("more than %d series in shard %s: name a measurement (FROM)", maxSeriesList, r.id)}})
+		replyBadQuery(c, fmt.Errorf("%w: more than %d series in shard %s: name a measurement (FROM)", models.ErrTooLarge, maxSeriesList, r.id))
 		return
 	}
 	if err != nil {
@@ -89,6 +88,15 @@ func (h *Host) handleSeries(c *gin.Context) {
 		return
 	}
 	c.JSON(http.StatusOK, keys)
+}
+
+// replyBadQuery answers a statement's refusal with err's code from
+// models.Codes, always with 400: the InfluxQL side of the API answered a
+// too-large statement 400 from the start, and brokers of that version still
+// read it so.
+func replyBadQuery(c *gin.Context, err error) {
+	_, body := models.Envelope(err)
+	c.AbortWithStatusJSON(http.StatusBadRequest, body)
 }
 
 // Select evaluates an InfluxQL shard request on a replica hosted here: the

@@ -31,8 +31,7 @@ type NodeConfig struct {
 	// MinRewrite is the shortest time between two rewrites of the record
 	// (a burst of leader changes costs one write); default TTL/3.
 	MinRewrite time.Duration
-	Report     ShardReport             // may be nil
-	Changed    <-chan struct{}         // signals that Report may have changed; nil: look every MinRewrite
+	Report     ShardReport             // may be nil; looked at every MinRewrite
 	MaxTerm    func() map[string]int64 // may be nil: last log term per shard
 	// DataDir is statfs'ed for the record's disk_used_pct; "" leaves it out.
 	DataDir string
@@ -63,7 +62,7 @@ func RunNode(ctx context.Context, cfg NodeConfig) error {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	reg := kv.Registration{Key: cfg.Keys.Node(cfg.NodeID), TTL: cfg.TTL, Refresh: cfg.MinRewrite, Changed: cfg.Changed,
+	reg := kv.Registration{Key: cfg.Keys.Node(cfg.NodeID), TTL: cfg.TTL, Refresh: cfg.MinRewrite,
 		Value: nodeRecord(cfg), Owner: NodeOwner(cfg.Address), OnRegistered: cfg.Registered, OnHeld: cfg.Held}
 	if err := kv.KeepRegistered(ctx, cfg.Store, reg, cfg.Logger.With(zap.String("cluster", cfg.Cluster))); err != nil {
 		return fmt.Errorf("storage node id %q is in use by another live process: %w", cfg.NodeID, err)

@@ -115,7 +115,6 @@ func (r *replica) setDesired(d desired) {
 		cancel()
 		<-done
 	}
-	defer r.h.roleChanged()
 	defer r.h.signalAppend() // parked fetches answer a stale term at once
 	r.mu.Lock()
 	defer r.mu.Unlock()

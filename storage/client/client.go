@@ -1,12 +1,18 @@
 // Package client is the typed client of a storage node's internal API (see
-// storage/http.go for the server side): requests are values, refusals come
-// back as the models sentinels their envelope codes name. Callers need not
-// know the wire encoding (storage/engine's entry codec).
+// storage/http.go for the server side), and the home of its wire format:
+// requests and answers are values, refusals come back as errors wrapping the
+// models sentinels their envelope codes name (checked with errors.Is), and
+// the encodings both sides share (the batched fetch's records, the headers)
+// are defined here once. Callers need not know storage/engine's entry codec.
+//
+// The client does not build its transport: the http.Client it is given
+// carries the node-to-node authentication (peerauth) and TLS.
 package client
 
 import (
-	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -14,8 +20,15 @@ import (
 	"strconv"
 
 	"github.com/cairn-db/cairn/models"
-	"github.com/cairn-db/cairn/storage/engine"
-	"github.com/cairn-db/cairn/storage/lineproto"
+)
+
+var (
+	// ErrBadAnswer: a storage node's answer did not decode or did not match
+	// the question.
+	ErrBadAnswer = errors.New("storage client: bad answer from storage node")
+	// ErrUnsupported: the node has no such endpoint (a plain 404 without an
+	// error envelope: a node of an older version).
+	ErrUnsupported = errors.New("storage client: endpoint not served by this node")
 )
 
 // Shard addresses one shard replica on one storage node.
@@ -25,10 +38,27 @@ type Shard struct {
 	Shard   int
 }
 
+func (s Shard) String() string { return fmt.Sprintf("%s/%d at %s", s.DB, s.Shard, s.Address) }
+
 // url is the internal API's address of op on s.
 func (s Shard) url(op string, q url.Values) string {
-	return fmt.Sprintf("http://%s/internal/v1/shards/%s/%d/%s?%s", s.Address, url.PathEscape(s.DB), s.Shard, op, q.Encode())
+	u := fmt.Sprintf("http://%s/internal/v1/shards/%s/%d/%s", s.Address, url.PathEscape(s.DB), s.Shard, op)
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	return u
 }
+
+// Headers of the internal API's answers.
+const (
+	// HeaderTruncateTo: on a log answer 205, the txn id after which the
+	// follower truncates its diverged log.
+	HeaderTruncateTo = "X-Cairn-Truncate-To"
+	// HeaderSeries and HeaderPoints count a query answer, sent before its
+	// body so the caller can refuse an answer over its limits unread.
+	HeaderSeries = "X-Cairn-Series"
+	HeaderPoints = "X-Cairn-Points"
+)
 
 // PeerError is a storage node's refusal, as opposed to not reaching it: its
 // status, and an error wrapping the sentinel its code names.
@@ -43,32 +73,115 @@ func (e *PeerError) Unwrap() error { return e.Err }
 // maxErrorBody bounds the part of a refusal read.
 const maxErrorBody = 4096
 
-// Client calls storage nodes.
+// maxAnswer bounds what one answer decoded in memory may hold (a shard's
+// InfluxQL partials, its series list, a last-txn answer).
+const maxAnswer = 1 << 30
+
+// maxEntryBytes bounds one log entry in a stream.
+const maxEntryBytes = 256 << 20
+
+// Client calls storage nodes. The zero value is not usable: HTTP is the
+// node-to-node client (peer authentication, TLS).
 type Client struct {
 	HTTP *http.Client
 }
 
-// Write sends one batch to the shard's leader at term; nil means it is
-// durable on the in-sync replicas. A refusal is a *PeerError (models
-// .ErrStaleTerm, ErrNotEnoughISR, ...); anything else is a transport error.
-func (c *Client) Write(ctx context.Context, s Shard, term int64, points []lineproto.Point) error {
-	body, err := engine.Entry{Term: uint64(term), Points: points}.MarshalBinary()
+// New returns a client over hc.
+func New(hc *http.Client) *Client { return &Client{HTTP: hc} }
+
+// do sends one request and returns the answer when its status is one of ok
+// (the caller closes its body); any other status is a *PeerError.
+func (c *Client) do(ctx context.Context, method, u, contentType string, body io.Reader, ok ...int) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, u, body)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url("write", url.Values{"term": {strconv.FormatInt(term, 10)}}), bytes.NewReader(body))
-	if err != nil {
-		return err
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
 	}
-	req.Header.Set("Content-Type", "application/octet-stream")
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
-		return err
+		return nil, err
+	}
+	for _, s := range ok {
+		if resp.StatusCode == s {
+			return resp, nil
+		}
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode == http.StatusNoContent {
-		return nil
-	}
+	return nil, refusal(resp)
+}
+
+// refusal decodes a failed answer's envelope into a *PeerError.
+func refusal(resp *http.Response) error {
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
-	return &PeerError{Status: resp.StatusCode, Err: models.DecodeError(msg)}
+	err := models.DecodeError(msg)
+	var env models.ErrorBody
+	if resp.StatusCode == http.StatusNotFound && (json.Unmarshal(msg, &env) != nil || env.Error.Code == "") {
+		err = models.Mark(err, ErrUnsupported)
+	}
+	return &PeerError{Status: resp.StatusCode, Err: err}
+}
+
+// readAll reads a whole answer of at most limit bytes.
+func readAll(r io.Reader, limit int64) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("%w: the answer passed %d bytes", models.ErrTooLarge, limit)
+	}
+	return data, nil
+}
+
+// Leave asks the shard's leader at term to drop node from the in-sync set.
+func (c *Client) Leave(ctx context.Context, s Shard, term int64, node string) error {
+	q := url.Values{"term": {strconv.FormatInt(term, 10)}, "node": {node}}
+	resp, err := c.do(ctx, http.MethodPost, s.url("leave", q), "", nil, http.StatusNoContent)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}
+
+// TxnAnswer is the body of GET /internal/v1/txn.
+type TxnAnswer struct {
+	Shards map[string]models.ReplicaTxn `json:"shards"` // shard number -> answer (hosted shards only)
+}
+
+// maxTxnAnswer bounds a last-txn answer (a few thousand shards).
+const maxTxnAnswer = 1 << 20
+
+// Txn asks the storage node at address for the last txn id and terms of its
+// replicas of db's shards: one request for all of them (the master's
+// question at failover). Shards the node does not host are absent.
+func (c *Client) Txn(ctx context.Context, address, db string, shards []int) (map[int]models.ReplicaTxn, error) {
+	q := url.Values{"db": {db}}
+	for _, s := range shards {
+		q.Add("shard", strconv.Itoa(s))
+	}
+	resp, err := c.do(ctx, http.MethodGet, "http://"+address+"/internal/v1/txn?"+q.Encode(), "", nil, http.StatusOK)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := readAll(resp.Body, maxTxnAnswer)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrBadAnswer, address, err)
+	}
+	var a TxnAnswer
+	if err := json.Unmarshal(body, &a); err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrBadAnswer, address, err)
+	}
+	out := make(map[int]models.ReplicaTxn, len(a.Shards))
+	for s, v := range a.Shards {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: shard %q", ErrBadAnswer, address, s)
+		}
+		out[n] = v
+	}
+	return out, nil
 }

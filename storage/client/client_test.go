@@ -2,7 +2,6 @@ package client_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -80,14 +79,4 @@ func TestWriteRefusalsTyped(t *testing.T) {
 			require.NotErrorIs(t, err, models.ErrNotEnoughISR)
 		}
 	}
-}
-
-func TestWriteUnreachable(t *testing.T) {
-	srv := httptest.NewServer(http.NotFoundHandler())
-	addr := strings.TrimPrefix(srv.URL, "http://")
-	srv.Close()
-	err := (&client.Client{HTTP: http.DefaultClient}).Write(context.Background(), client.Shard{Address: addr, DB: "db"}, 1, nil)
-	require.Error(t, err)
-	var peer *client.PeerError
-	require.False(t, errors.As(err, &peer), "not reaching the node is no refusal")
 }
