@@ -83,6 +83,7 @@ type Master struct {
 	// spreadClean: per cluster, the inputs at which leader spreading last
 	// found nothing to move.
 	spreadClean map[string]string
+	moves       *moves // storage nodes that registered again at another address
 }
 
 type op struct {
@@ -124,7 +125,7 @@ func New(cfg Config) *Master {
 	lg := cfg.Logger.Named("master").With(zap.Int64("master_term", cfg.Term))
 	return &Master{cfg: cfg, lg: lg,
 		reqs: make(chan op), ops: map[shardKey]Operator{}, members: map[string]Membership{},
-		spreadClean: map[string]string{},
+		spreadClean: map[string]string{}, moves: newMoves(),
 		queue:       newWorkQueue(cfg.RetryBase, cfg.RetryMax, rand.Float64), warn: logrepeat.New(lg, cfg.ErrorLogInterval, cfg.Now)}
 }
 

@@ -1,0 +1,135 @@
+package master
+
+import (
+	"maps"
+	"slices"
+
+	"github.com/cairn-db/cairn/models"
+	"github.com/cairn-db/cairn/statemachine"
+	"go.uber.org/zap"
+)
+
+// maxAddrsPerCluster bounds the addresses remembered per storage cluster
+// (live nodes are always kept; departed ones are forgotten past it).
+const maxAddrsPerCluster = 16384
+
+// moves tracks storage nodes whose node id registered again at another
+// address (a real move: the old holder's lease is gone, or the id would
+// have been refused). The master treats it as the node leaving and joining:
+// every shard it is a replica of is published again at a new term, the
+// leader chosen by the usual rule, so no follower, broker or in-sync upkeep
+// keeps going by the old incarnation. The addresses are this term's memory:
+// a new master starts from what it first sees.
+type moves struct {
+	addrs   map[string]map[string]string          // cluster -> node -> address last seen
+	pending map[string]map[string]map[string]bool // cluster -> moved node -> databases already republished
+	seen    map[string]map[string]models.StorageNode
+}
+
+func newMoves() *moves {
+	return &moves{addrs: map[string]map[string]string{}, pending: map[string]map[string]map[string]bool{},
+		seen: map[string]map[string]models.StorageNode{}}
+}
+
+// observe notes the live nodes' addresses and returns the nodes that moved
+// since the last call, per cluster.
+func (mv *moves) observe(st *statemachine.State) map[string][]string {
+	var out map[string][]string
+	for cluster, nodes := range st.Nodes {
+		if sameNodes(mv.seen[cluster], nodes) {
+			continue
+		}
+		mv.seen[cluster] = nodes
+		addrs := mv.addrs[cluster]
+		if addrs == nil {
+			addrs = map[string]string{}
+			mv.addrs[cluster] = addrs
+		}
+		for _, id := range slices.Sorted(maps.Keys(nodes)) {
+			n := nodes[id]
+			prev, known := addrs[id]
+			addrs[id] = n.NodeAddress
+			if !known || prev == n.NodeAddress || n.NodeAddress == "" {
+				continue
+			}
+			if mv.pending[cluster] == nil {
+				mv.pending[cluster] = map[string]map[string]bool{}
+			}
+			mv.pending[cluster][id] = map[string]bool{}
+			if out == nil {
+				out = map[string][]string{}
+			}
+			out[cluster] = append(out[cluster], id)
+		}
+		if len(addrs) > maxAddrsPerCluster {
+			for id := range addrs {
+				if _, live := nodes[id]; !live {
+					delete(addrs, id)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// sameNodes: the live node map of a cluster is the same snapshot (a state
+// shares unchanged maps between publications).
+func sameNodes(a, b map[string]models.StorageNode) bool {
+	if len(a) != len(b) || a == nil || b == nil {
+		return false
+	}
+	for id, n := range a {
+		if o, ok := b[id]; !ok || o.NodeAddress != n.NodeAddress {
+			return false
+		}
+	}
+	return true
+}
+
+// movedFor lists the moved nodes of cluster whose shards of db are not yet
+// republished.
+func (mv *moves) movedFor(cluster, db string) map[string]bool {
+	var out map[string]bool
+	for id, done := range mv.pending[cluster] {
+		if !done[db] {
+			if out == nil {
+				out = map[string]bool{}
+			}
+			out[id] = true
+		}
+	}
+	return out
+}
+
+// republished records that db's shards were republished for the moved nodes.
+func (mv *moves) republished(cluster, db string, nodes map[string]bool) {
+	for id := range nodes {
+		if done := mv.pending[cluster][id]; done != nil {
+			done[db] = true
+		}
+	}
+}
+
+// movedReplica: one of the shard's replicas moved and the shard, online, was
+// not yet published again since.
+func movedReplica(in ShardInputs, sh models.ShardAssignment, st models.ShardState) bool {
+	if len(in.Moved) == 0 || st.Status != models.StatusOnline {
+		return false
+	}
+	for _, n := range sh.Replicas {
+		if in.Moved[n] {
+			return true
+		}
+	}
+	return false
+}
+
+// noteMoves logs the nodes that moved since the last pass.
+func (m *Master) noteMoves(st *statemachine.State) {
+	for cluster, ids := range m.moves.observe(st) {
+		for _, id := range ids {
+			m.lg.Info("storage node registered again at another address; its shards get new terms",
+				zap.String("cluster", cluster), zap.String("node_id", id), zap.String("address", st.Nodes[cluster][id].NodeAddress))
+		}
+	}
+}
