@@ -126,7 +126,7 @@ func New(cfg Config) *Master {
 	return &Master{cfg: cfg, lg: lg,
 		reqs: make(chan op), ops: map[shardKey]Operator{}, members: map[string]Membership{},
 		spreadClean: map[string]string{}, moves: newMoves(),
-		queue:       newWorkQueue(cfg.RetryBase, cfg.RetryMax, rand.Float64), warn: logrepeat.New(lg, cfg.ErrorLogInterval, cfg.Now)}
+		queue: newWorkQueue(cfg.RetryBase, cfg.RetryMax, rand.Float64), warn: logrepeat.New(lg, cfg.ErrorLogInterval, cfg.Now)}
 }
 
 // Run reconciles until ctx ends or the term is lost (ErrDeposed).
