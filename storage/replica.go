@@ -294,6 +294,9 @@ func (r *replica) write(ctx context.Context, term int64, points []lineproto.Poin
 	if r.want.role != roleLeader || r.want.term != term {
 		cur := r.want.term
 		r.mu.Unlock()
+		if seen := r.h.terms.snapshot([]string{r.id})[r.id]; term < seen {
+			return fmt.Errorf("%w: shard %s: request at term %d, this replica accepted term %d", ErrTermBehind, r.id, term, seen)
+		}
 		return fmt.Errorf("%w: shard %s is at term %d here, request has %d", ErrStaleTerm, r.id, cur, term)
 	}
 	if r.isr == nil {
