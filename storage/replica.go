@@ -287,7 +287,7 @@ func (r *replica) maintainISR(ctx context.Context, d desired) {
 func (r *replica) write(ctx context.Context, term int64, points []lineproto.Point) (err error) {
 	defer r.h.metrics.observeWrite(time.Now(), len(points), &err)
 	r.mu.Lock()
-	if err := r.supersededLocked(term); err != nil {
+	if err := r.supersededLocked(0); err != nil {
 		r.mu.Unlock()
 		return err
 	}
@@ -518,17 +518,18 @@ func (r *replica) fence(term int64, node string, after, afterTerm, last uint64) 
 		ErrFenced, r.id, term, node, after, afterTerm, last)
 }
 
-// supersededLocked fences this leadership when a peer's request names a
-// newer term of the shard than the one this replica leads at: the master has
-// published a newer leadership this replica has not seen yet (or will never
-// see: its etcd view is cut), so it must stop acknowledging writes and
-// changing the in-sync set now. It returns ErrSuperseded when fenced.
-// Call with r.mu held.
-func (r *replica) supersededLocked(term int64) error {
+// supersededLocked fences this leadership when a follower's fetch names a
+// newer term of the shard than the one this replica leads at (peer; 0 for
+// none): the master has published a newer leadership, which the follower
+// accepted and this replica has not seen yet (or will never see: its etcd
+// view is cut), so it must stop acknowledging writes and changing the
+// in-sync set now. It returns ErrSuperseded when fenced. Call with r.mu
+// held.
+func (r *replica) supersededLocked(peer int64) error {
 	if r.want.role != roleLeader {
 		return nil
 	}
-	if term > r.want.term && term > r.superseded {
+	if term := peer; term > r.want.term && term > r.superseded {
 		if r.superseded == 0 {
 			r.lg.Warn("a peer is at a newer term of this shard; this leadership stops writing until its term changes",
 				zap.Int64("term", r.want.term), zap.Int64("peer_term", term))

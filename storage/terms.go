@@ -18,12 +18,12 @@ import (
 // term below one it has already accepted. Terms never go backwards: that
 // state is older than what the replica saw (a restored etcd), and the master
 // must publish the shard above the replica's seen term first.
-var ErrTermBehind = fmt.Errorf("storage: published term below the replica's seen term: %w", models.ErrStaleTerm)
+var ErrTermBehind = fmt.Errorf("published term below the replica's seen term: %w", ErrStaleTerm)
 
-// ErrSuperseded: a peer (a follower, a broker) named a term of this shard
-// above the one this replica leads at: a newer leadership exists, so this
-// one stops writing until its term changes.
-var ErrSuperseded = fmt.Errorf("storage: leadership superseded by a newer term: %w", models.ErrStaleTerm)
+// ErrSuperseded: a follower fetched at a term of this shard above the one
+// this replica leads at: a newer leadership exists, so this one stops
+// writing until its term changes.
+var ErrSuperseded = fmt.Errorf("leadership superseded by a newer term: %w", ErrStaleTerm)
 
 // ErrBadTermFile: a seen-term file in the data dir does not decode. The
 // replicas of its database stay closed (accepting a term without knowing
