@@ -2,7 +2,9 @@ package master
 
 import (
 	"maps"
+	"reflect"
 	"slices"
+	"sync"
 
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
@@ -13,30 +15,39 @@ import (
 // (live nodes are always kept; departed ones are forgotten past it).
 const maxAddrsPerCluster = 16384
 
-// moves tracks storage nodes whose node id registered again at another
+// Moves tracks storage nodes whose node id registered again at another
 // address (a real move: the old holder's lease is gone, or the id would
 // have been refused). The master treats it as the node leaving and joining:
 // every shard it is a replica of is published again at a new term, the
 // leader chosen by the usual rule, so no follower, broker or in-sync upkeep
-// keeps going by the old incarnation. The addresses are this term's memory:
-// a new master starts from what it first sees.
-type moves struct {
+// keeps going by the old incarnation. A master candidate keeps one for its
+// whole life and feeds it every state it sees (Observe), master or not: a
+// move that happens while no master runs, or across a change of master, is
+// still noticed by the next term. Safe for concurrent use.
+type Moves struct {
+	mu      sync.Mutex
 	addrs   map[string]map[string]string          // cluster -> node -> address last seen
 	pending map[string]map[string]map[string]bool // cluster -> moved node -> databases already republished
 	seen    map[string]map[string]models.StorageNode
 }
 
-func newMoves() *moves {
-	return &moves{addrs: map[string]map[string]string{}, pending: map[string]map[string]map[string]bool{},
+// NewMoves returns an empty tracker.
+func NewMoves() *Moves {
+	return &Moves{addrs: map[string]map[string]string{}, pending: map[string]map[string]map[string]bool{},
 		seen: map[string]map[string]models.StorageNode{}}
 }
 
-// observe notes the live nodes' addresses and returns the nodes that moved
-// since the last call, per cluster.
-func (mv *moves) observe(st *statemachine.State) map[string][]string {
+// Observe notes the live nodes' addresses in st and returns the nodes that
+// registered at another address since the last call, per cluster.
+func (mv *Moves) Observe(st *statemachine.State) map[string][]string {
+	mv.mu.Lock()
+	defer mv.mu.Unlock()
 	var out map[string][]string
+	if st.FromBackup {
+		return nil // addresses from the local backup file may be long gone
+	}
 	for cluster, nodes := range st.Nodes {
-		if sameNodes(mv.seen[cluster], nodes) {
+		if !st.Synced[statemachine.ClusterNodesSource(cluster)] || sameNodes(mv.seen[cluster], nodes) {
 			continue
 		}
 		mv.seen[cluster] = nodes
@@ -72,11 +83,14 @@ func (mv *moves) observe(st *statemachine.State) map[string][]string {
 	return out
 }
 
-// sameNodes: the live node map of a cluster is the same snapshot (a state
-// shares unchanged maps between publications).
+// sameNodes: the live node maps hold the same addresses (the same map when a
+// state shares it unchanged between publications).
 func sameNodes(a, b map[string]models.StorageNode) bool {
 	if len(a) != len(b) || a == nil || b == nil {
 		return false
+	}
+	if reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer() {
+		return true
 	}
 	for id, n := range a {
 		if o, ok := b[id]; !ok || o.NodeAddress != n.NodeAddress {
@@ -88,7 +102,9 @@ func sameNodes(a, b map[string]models.StorageNode) bool {
 
 // movedFor lists the moved nodes of cluster whose shards of db are not yet
 // republished.
-func (mv *moves) movedFor(cluster, db string) map[string]bool {
+func (mv *Moves) movedFor(cluster, db string) map[string]bool {
+	mv.mu.Lock()
+	defer mv.mu.Unlock()
 	var out map[string]bool
 	for id, done := range mv.pending[cluster] {
 		if !done[db] {
@@ -102,7 +118,9 @@ func (mv *moves) movedFor(cluster, db string) map[string]bool {
 }
 
 // republished records that db's shards were republished for the moved nodes.
-func (mv *moves) republished(cluster, db string, nodes map[string]bool) {
+func (mv *Moves) republished(cluster, db string, nodes map[string]bool) {
+	mv.mu.Lock()
+	defer mv.mu.Unlock()
 	for id := range nodes {
 		if done := mv.pending[cluster][id]; done != nil {
 			done[db] = true
@@ -126,7 +144,7 @@ func movedReplica(in ShardInputs, sh models.ShardAssignment, st models.ShardStat
 
 // noteMoves logs the nodes that moved since the last pass.
 func (m *Master) noteMoves(st *statemachine.State) {
-	for cluster, ids := range m.moves.observe(st) {
+	for cluster, ids := range m.moves.Observe(st) {
 		for _, id := range ids {
 			m.lg.Info("storage node registered again at another address; its shards get new terms",
 				zap.String("cluster", cluster), zap.String("node_id", id), zap.String("address", st.Nodes[cluster][id].NodeAddress))
