@@ -164,3 +164,30 @@ func TestLeaderFencedByNewerTermFromPeer(t *testing.T) {
 	setLeader(sm, "L", 3)
 	require.Eventually(t, func() bool { return n.host.Write(ctx, "d", 0, 3, points(20, 1)) == nil }, 5*time.Second, 10*time.Millisecond)
 }
+
+// A seen-term file that does not decode (the data dir is untrusted) keeps the
+// database's replicas idle rather than risk reusing a term; once it is fixed
+// (here removed), the replica serves.
+func TestUnreadableSeenTermFileKeepsReplicaIdle(t *testing.T) {
+	store := kv.NewMemoryStore()
+	defer store.Close()
+	sm := statemachine.New(statemachine.Config{})
+	sm.Start(context.Background())
+	defer sm.Stop()
+	dir := t.TempDir()
+	ctx := context.Background()
+	bad := filepath.Join(dir, "d.terms")
+	require.NoError(t, os.WriteFile(bad, []byte(`{"uid":"u1","terms":{"0":"seven"}`), 0o644))
+
+	n, _ := startNodeIn(t, "L", dir, sm, store)
+	oneShard(sm, map[string]string{"L": n.addr()}, []string{"L"}, "L", 1)
+	require.Eventually(t, func() bool { return n.host.Hosted() == 1 }, 5*time.Second, 10*time.Millisecond)
+	// Through full reconcile passes (one a second) it never leads.
+	require.Never(t, func() bool { return n.host.Write(ctx, "d", 0, 1, points(0, 1)) == nil }, 2500*time.Millisecond, 100*time.Millisecond)
+	require.ErrorIs(t, n.host.Write(ctx, "d", 0, 1, points(0, 1)), storage.ErrStaleTerm, "idle: not leading")
+	require.Empty(t, n.host.SeenTerms())
+
+	require.NoError(t, os.Remove(bad))
+	require.Eventually(t, func() bool { return n.host.Write(ctx, "d", 0, 1, points(0, 1)) == nil }, 5*time.Second, 10*time.Millisecond)
+	require.Equal(t, map[string]int64{"d/0": 1}, n.host.SeenTerms())
+}
