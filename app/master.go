@@ -25,8 +25,32 @@ func (a *App) runMasterCandidate(ctx context.Context) {
 	lg := a.lg.Named("election")
 	el := kv.NewElection(a.store, a.keys.Master())
 	bo := backoff.New(100*time.Millisecond, 2*time.Second)
+	// Storage nodes that register at another address are noticed from every
+	// state this candidate sees, master or not, so the next term republishes
+	// their shards even when the move happened while no master ran.
+	moves := master.NewMoves()
+	watched := make(chan struct{})
+	defer func() { <-watched }()
+	go func() {
+		defer close(watched)
+		for {
+			changed := a.sm.Changed()
+			st := a.sm.Snapshot()
+			for cluster, ids := range moves.Observe(st) {
+				for _, id := range ids {
+					lg.Info("storage node registered again at another address; the master republishes its shards at new terms",
+						zap.String("cluster", cluster), zap.String("node_id", id), zap.String("address", st.Nodes.At(cluster).At(id).NodeAddress))
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
+			}
+		}
+	}()
 	for ctx.Err() == nil {
-		err := a.oneTerm(ctx, el, lg)
+		err := a.oneTerm(ctx, el, lg, moves)
 		if ctx.Err() != nil {
 			return
 		}
@@ -41,7 +65,7 @@ func (a *App) runMasterCandidate(ctx context.Context) {
 	}
 }
 
-func (a *App) oneTerm(ctx context.Context, el *kv.Election, lg *zap.Logger) error {
+func (a *App) oneTerm(ctx context.Context, el *kv.Election, lg *zap.Logger, moves *master.Moves) error {
 	s, err := kv.NewSession(ctx, a.store, a.cfg.LeaseTTL)
 	if err != nil {
 		return err
@@ -85,6 +109,7 @@ func (a *App) oneTerm(ctx context.Context, el *kv.Election, lg *zap.Logger) erro
 		Metrics:       a.metrics.master,
 		LivenessGrace: a.cfg.LeaseTTL,
 		AskTxn:        a.askTxn,
+		Moves:         moves,
 	})
 	a.masterOps.set(m)
 	err = m.Run(mctx)

@@ -19,7 +19,9 @@ import (
 // started again on its own data dir. The copy, leading the original's shards
 // at the original's term with an older log, finds its followers ahead of it
 // in that term and fences its leadership (storage.ErrFenced) instead of
-// truncating them. Every batch acknowledged through all of it (through a
+// truncating them. The master, resumed, sees the id at another address and
+// publishes every shard it holds again at a higher term (a leave and a
+// join). Every batch acknowledged through all of it (through a
 // second broker, which keeps running) is readable afterwards; before the
 // fence 13,400 of 33,800 acknowledged points were lost here.
 func TestNodeIDTakeoverKeepsAcked(t *testing.T) {
@@ -40,6 +42,8 @@ func TestNodeIDTakeoverKeepsAcked(t *testing.T) {
 	acked, _ := w.snapshot()
 	w.waitAcked(len(acked)+20, 30*time.Second) // the original's logs now run past the copy's
 
+	before := c.shardsOf()
+	require.Len(t, before, c.shards)
 	c.broker.stop() // no master can fail the original over
 	orig.stop()
 	require.Eventually(t, func() bool { return storageAddrOf(b, id) == "" }, 20*time.Second, 50*time.Millisecond,
@@ -70,6 +74,22 @@ func TestNodeIDTakeoverKeepsAcked(t *testing.T) {
 	require.Contains(t, string(logText), dup.addr, "the original names the live holder")
 	require.True(t, dup.running(), "the copy holds the id")
 	c.broker.cont()
+	// The master, back, finds the id at another address: a leave and a join.
+	// Every shard the id holds a replica of (all of them at RF 3 on 3 nodes)
+	// is published again above its term, so nothing goes on by the old
+	// incarnation's leadership or acknowledgements.
+	require.Eventually(t, func() bool {
+		now := c.shardsOf()
+		if len(now) != len(before) {
+			return false
+		}
+		for i, s := range now {
+			if s.Term <= before[i].Term {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, 50*time.Millisecond, "the moved id's shards were never published above %+v: %+v", before, c.shardsOf())
 
 	require.NoError(t, dup.trySignal(syscall.SIGTERM))
 	require.Equal(t, 0, dup.wait(30*time.Second), "the copy's clean stop")

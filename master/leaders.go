@@ -10,6 +10,7 @@ package master
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -39,6 +40,10 @@ type ShardInputs struct {
 	// spread over the survivors cluster-wide, not per database. Nil: this
 	// database's own. PlanLeaders keeps it up to date as it decides.
 	Leads map[string]int
+	// Moved are live nodes that registered again at another address since
+	// the shards were last published (moves.go): each online shard they
+	// are a replica of gets a new leadership, chosen by the usual rule.
+	Moved map[string]bool
 }
 
 // ClusterLeads counts the online leaderships of every node over the
@@ -72,19 +77,22 @@ func needsLeader(in ShardInputs, sh models.ShardAssignment, st models.ShardState
 	// own (never checked against the replicas' logs); one above it was
 	// decided since, and keeps going until its leader records its set here.
 	restoredLeader := restoredISR(in, sh) && st.Term <= in.ISR.At(models.ShardID(in.DB, sh.ID)).Term
-	return !(st.Status == models.StatusOnline && leaderLive && slices.Contains(sh.Replicas, st.Leader)) || behind || restoredLeader
+	return !(st.Status == models.StatusOnline && leaderLive && slices.Contains(sh.Replicas, st.Leader)) || behind || restoredLeader ||
+		movedReplica(in, sh, st)
 }
 
-// liveTerm is the highest term any live node holds in its log of the shard,
-// from the node records and from the replicas' answers when asked.
+// liveTerm is the highest term any live node holds in its log of the shard
+// or has accepted (led or followed at: seen_term), from the node records and
+// from the replicas' answers when asked. A leadership that wrote nothing
+// leaves no entry in any log, but its replicas remember its term.
 func liveTerm(in ShardInputs, shard int) int64 {
 	id := models.ShardID(in.DB, shard)
 	var t int64
 	for _, n := range in.Live.All() {
-		t = max(t, n.MaxTerm[id])
+		t = max(t, n.MaxTerm[id], n.SeenTerm[id])
 	}
 	for _, a := range in.Answers[shard] {
-		t = max(t, int64(a.LastTerm), a.Term)
+		t = max(t, int64(min(a.LastTerm, math.MaxInt64)), a.Term, a.SeenTerm)
 	}
 	return t
 }
@@ -103,8 +111,10 @@ func recordedTerm(in ShardInputs, shard int) int64 {
 
 // NextTerm is the term of a new leadership of shard whose published state is
 // cur: above the published term and above every term a live replica already
-// holds, so terms never go backwards under data (a restored etcd may publish
-// a term older than the replicas' logs).
+// holds in its log or has accepted, so a term is never handed out twice (a
+// restored etcd may publish a term older than the replicas' logs, or than a
+// leadership that wrote nothing). Every new leadership (failover, restore
+// adoption, transfer, spreading, a moved node) takes its term from here.
 func NextTerm(in ShardInputs, cur models.ShardState) int64 {
 	return max(cur.Term, liveTerm(in, cur.ID)) + 1
 }

@@ -62,6 +62,10 @@ type Config struct {
 	// each question, default 500ms.
 	AskTxn     AskTxnFunc
 	AskTimeout time.Duration
+	// Moves tracks storage nodes registering at another address across
+	// terms (the candidate feeds it every state); nil: this term's own,
+	// which sees only moves made while it runs.
+	Moves *Moves
 }
 
 // Master runs the state machines for one term.
@@ -83,6 +87,7 @@ type Master struct {
 	// spreadClean: per cluster, the inputs at which leader spreading last
 	// found nothing to move.
 	spreadClean map[string]string
+	moves       *Moves // storage nodes that registered again at another address
 }
 
 type op struct {
@@ -118,14 +123,17 @@ func New(cfg Config) *Master {
 	if cfg.AskTimeout == 0 {
 		cfg.AskTimeout = 500 * time.Millisecond
 	}
+	if cfg.Moves == nil {
+		cfg.Moves = NewMoves()
+	}
 	if cfg.ErrorLogInterval == 0 {
 		cfg.ErrorLogInterval = 30 * time.Second
 	}
 	lg := cfg.Logger.Named("master").With(zap.Int64("master_term", cfg.Term))
 	return &Master{cfg: cfg, lg: lg,
 		reqs: make(chan op), ops: map[shardKey]Operator{}, waiters: map[shardKey][]waiter{}, members: map[string]Membership{},
-		spreadClean: map[string]string{},
-		queue:       newWorkQueue(cfg.RetryBase, cfg.RetryMax, rand.Float64), warn: logrepeat.New(lg, cfg.ErrorLogInterval, cfg.Now)}
+		spreadClean: map[string]string{}, moves: cfg.Moves,
+		queue: newWorkQueue(cfg.RetryBase, cfg.RetryMax, rand.Float64), warn: logrepeat.New(lg, cfg.ErrorLogInterval, cfg.Now)}
 }
 
 // Run reconciles until ctx ends or the term is lost (ErrDeposed).

@@ -33,6 +33,7 @@ func (m *Master) reconcile(ctx context.Context) error {
 			return err
 		}
 	}
+	m.noteMoves(st)
 	for name := range st.Databases.All() {
 		m.queue.Add(name)
 	}
@@ -173,7 +174,12 @@ func (m *Master) failover(ctx context.Context, name string) error {
 	}
 	st := m.cfg.State()
 	in, ok := FailoverInputs(st, name)
-	if !ok || !anyNeedsLeader(in) {
+	if !ok {
+		return nil
+	}
+	in.Moved = m.moves.movedFor(in.Assign.Cluster, name)
+	if !anyNeedsLeader(in) {
+		m.moves.republished(in.Assign.Cluster, name, in.Moved)
 		return nil
 	}
 	// The replicas' last txn ids and terms are asked for now, only for a
@@ -181,12 +187,14 @@ func (m *Master) failover(ctx context.Context, name string) error {
 	in.Answers = gatherTxn(ctx, m.cfg.AskTxn, m.cfg.AskTimeout, in, m.lg)
 	ops := FailoverOpsFor(st, in, m.cfg.Term, m.cfg.Now())
 	if len(ops) == 0 {
+		m.moves.republished(in.Assign.Cluster, name, in.Moved)
 		return nil
 	}
 	next, changed := applyFailover(name, st.ShardStates.At(name), ops)
 	if err := m.publishStates(ctx, st, name, next, changed); err != nil {
 		return err
 	}
+	m.moves.republished(in.Assign.Cluster, name, in.Moved)
 	m.cfg.Metrics.failedOver(st.ShardStates.At(name), next, changed)
 	for _, id := range changed {
 		s := next.Shards[indexOf(next, id)]

@@ -51,7 +51,13 @@ type StorageNode struct {
 	// MaxTerm is the term of the last entry in each replica's log: the
 	// master never publishes a shard at a term at or below one its replicas
 	// already hold (a restored etcd would otherwise roll terms back).
-	MaxTerm   map[string]int64  `json:"max_term,omitempty"`
+	MaxTerm map[string]int64 `json:"max_term,omitempty"`
+	// SeenTerm is the highest term each replica has accepted (led or
+	// followed at), kept on the node's disk: a leadership that wrote
+	// nothing leaves no entry in any log, yet its term must never be handed
+	// out again (after a restore rolled etcd back). The master publishes
+	// every new leadership above it.
+	SeenTerm  map[string]int64  `json:"seen_term,omitempty"`
 	Following map[string]string `json:"following,omitempty"` // shard -> leader node id
 	// DiskUsedPct is how full the node's data disk is, in whole percent
 	// (0: unknown); it changes the record only when it crosses a percent.
@@ -148,10 +154,11 @@ func ParseShardID(s string) (db string, shard int, err error) {
 }
 
 // ReplicaTxn is what a replica answers when the master asks, at failover,
-// how far its log goes: its last txn id, the term of that entry and the term
-// it currently serves at.
+// how far its log goes: its last txn id, the term of that entry, the term
+// it currently serves at and the highest term it ever accepted.
 type ReplicaTxn struct {
 	LastTxnID uint64 `json:"last_txn_id"`
 	LastTerm  uint64 `json:"last_term"`
 	Term      int64  `json:"term"`
+	SeenTerm  int64  `json:"seen_term,omitempty"`
 }

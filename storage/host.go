@@ -90,6 +90,8 @@ type Host struct {
 
 	sessMu   sync.Mutex
 	sessions map[string]*fetchSession // follower side: one batched fetch loop per leader address
+
+	terms *termBook // the highest term each replica accepted, on disk (terms.go)
 }
 
 // NewHost builds a host; Run drives it.
@@ -115,7 +117,7 @@ func NewHost(cfg HostConfig) *Host {
 	h := &Host{cfg: cfg, nodeID: cfg.NodeID, cluster: cfg.Cluster, store: cfg.Store, ck: cfg.Keys, state: cfg.State,
 		lg: cfg.Logger.Named("shards"), client: cfg.Client, replicas: map[string]*replica{},
 		unwanted: map[string]time.Time{}, views: map[string]dbView{}, want: map[string]desired{},
-		appendCh: make(chan struct{}), sessions: map[string]*fetchSession{}}
+		appendCh: make(chan struct{}), sessions: map[string]*fetchSession{}, terms: newTermBook(cfg.Dir)}
 	if cfg.Registerer != nil {
 		h.metrics = newMetrics(h, cfg.Registerer)
 	}
@@ -183,6 +185,7 @@ func (h *Host) reconcile(full bool) {
 	if !full && len(touched) == 0 {
 		return // nothing this node hosts changed
 	}
+	var roles []replicaRole
 	for id, d := range want {
 		if !full && !touched[id[:strings.LastIndexByte(id, '/')]] {
 			continue
@@ -208,7 +211,10 @@ func (h *Host) reconcile(full bool) {
 			h.mu.Unlock()
 			h.lg.Info("serving shard", zap.String("shard", id))
 		}
-		r.setDesired(d)
+		roles = append(roles, replicaRole{r, d})
+	}
+	for _, rr := range h.admitTerms(st, roles) {
+		rr.r.setDesired(rr.d)
 	}
 	// Replicas no longer assigned here stop serving at once; their data goes
 	// only after DropDelay, and only on a state confirmed by etcd.
@@ -372,6 +378,9 @@ func (h *Host) checkIncarnation(db, uid string) error {
 		return nil
 	}
 	if err == nil {
+		if err := h.terms.forget(db); err != nil {
+			return err
+		}
 		h.mu.Lock()
 		var stale []*replica
 		for id, r := range h.replicas {
@@ -430,6 +439,18 @@ func (h *Host) Report() (map[string]uint64, map[string]string) {
 		r.mu.Unlock()
 	}
 	return last, following
+}
+
+// SeenTerms gives the highest term every open replica accepted, for the node
+// record's seen_term.
+func (h *Host) SeenTerms() map[string]int64 {
+	h.mu.RLock()
+	ids := make([]string, 0, len(h.replicas))
+	for id := range h.replicas {
+		ids = append(ids, id)
+	}
+	h.mu.RUnlock()
+	return h.terms.snapshot(ids)
 }
 
 // MaxTerms gives the term of the last entry of every replica's log, for the

@@ -140,7 +140,7 @@ func TestFollowerFullSyncThenInSync(t *testing.T) {
 	// its last txn id and terms, hosted shards only.
 	got, err := client.New(http.DefaultClient).Txn(ctx, follower.addr(), "d", []int{0, 7})
 	require.NoError(t, err)
-	require.Equal(t, map[int]models.ReplicaTxn{0: {LastTxnID: 21, LastTerm: 1, Term: 1}}, got)
+	require.Equal(t, map[int]models.ReplicaTxn{0: {LastTxnID: 21, LastTerm: 1, Term: 1, SeenTerm: 1}}, got)
 	_, err = client.New(http.DefaultClient).Txn(ctx, follower.addr(), "bad name!", []int{0})
 	require.ErrorIs(t, err, models.ErrBadInput, "a bad question is refused with bad_request")
 }

@@ -33,6 +33,7 @@ type NodeConfig struct {
 	MinRewrite time.Duration
 	Report     ShardReport             // may be nil; looked at every MinRewrite
 	MaxTerm    func() map[string]int64 // may be nil: last log term per shard
+	SeenTerm   func() map[string]int64 // may be nil: highest term accepted per shard
 	// DataDir is statfs'ed for the record's disk_used_pct; "" leaves it out.
 	DataDir string
 	Logger  *zap.Logger
@@ -48,7 +49,7 @@ type NodeConfig struct {
 // lease alone (keep-alives make no etcd revision): the record is written when
 // the node registers and rewritten only when its content really changes (the
 // shards it hosts, those it follows and their leaders, the last term in each
-// replica's log, the disk use percent), at most once per MinRewrite, with
+// replica's log, the highest term each replica accepted, the disk use percent), at most once per MinRewrite, with
 // last_updated set to the time of that change. An idle node writes nothing.
 // The record is claimed, never overwritten: a live record of the same node id
 // at another address (a copied data dir) makes it return a
@@ -86,6 +87,9 @@ func nodeRecord(cfg NodeConfig) func() []byte {
 		}
 		if cfg.MaxTerm != nil {
 			r.MaxTerm = cfg.MaxTerm()
+		}
+		if cfg.SeenTerm != nil {
+			r.SeenTerm = cfg.SeenTerm()
 		}
 		b, _ := json.Marshal(r)
 		if updated == 0 || !bytes.Equal(b, content) {

@@ -79,6 +79,11 @@ type replica struct {
 	isrTerm int64                // leader: the term of isrRev
 	isrRev  int64                // leader: mod revision of the in-sync set this leader last wrote
 	fenced  bool                 // leader: see ErrFenced; cleared when the term or role changes
+	// superseded is a newer term a peer named while this replica led
+	// (ErrSuperseded); 0 when none. Cleared when the term or role changes.
+	superseded int64
+
+	refused int64 // reconcile only: the term last refused (ErrTermBehind), -1 unreadable, to log once
 }
 
 func newReplica(h *Host, db string, shard int, eng engine.Shard) *replica {
@@ -123,7 +128,7 @@ func (r *replica) setDesired(d desired) {
 	r.cancel, r.done = c, make(chan struct{})
 	r.isr, r.acked, r.caught, r.sentEnd = nil, map[string]uint64{}, map[string]time.Time{}, map[string]uint64{}
 	r.fetched, r.parked = map[string]time.Time{}, map[string]int{}
-	r.fenced = false
+	r.fenced, r.superseded = false, 0
 	r.broadcastLocked()
 	done = r.done
 	switch d.role {
@@ -236,7 +241,7 @@ func (r *replica) maintainISR(ctx context.Context, d desired) {
 	st := r.h.state()
 	nodes := st.Nodes.At(r.h.cluster)
 	r.mu.Lock()
-	if r.fenced {
+	if r.fenced || r.superseded > 0 {
 		r.mu.Unlock()
 		return
 	}
@@ -281,9 +286,16 @@ func (r *replica) maintainISR(ctx context.Context, d desired) {
 func (r *replica) write(ctx context.Context, term int64, points []lineproto.Point) (err error) {
 	defer r.h.metrics.observeWrite(time.Now(), len(points), &err)
 	r.mu.Lock()
+	if err := r.supersededLocked(0); err != nil {
+		r.mu.Unlock()
+		return err
+	}
 	if r.want.role != roleLeader || r.want.term != term {
 		cur := r.want.term
 		r.mu.Unlock()
+		if seen := r.h.terms.snapshot([]string{r.id})[r.id]; term < seen {
+			return fmt.Errorf("%w: shard %s: request at term %d, this replica accepted term %d", ErrTermBehind, r.id, term, seen)
+		}
 		return fmt.Errorf("%w: shard %s is at term %d here, request has %d", ErrStaleTerm, r.id, cur, term)
 	}
 	if r.isr == nil {
@@ -328,6 +340,10 @@ func (r *replica) awaitAcks(ctx context.Context, term int64, txn uint64) error {
 			r.mu.Unlock()
 			return fmt.Errorf("%w: shard %s term %d, txn %d not acknowledged", ErrFenced, r.id, term, txn)
 		}
+		if r.superseded > 0 {
+			r.mu.Unlock()
+			return fmt.Errorf("%w: shard %s term %d (a peer is at term %d), txn %d not acknowledged", ErrSuperseded, r.id, term, r.superseded, txn)
+		}
 		if len(r.isr) < r.h.cfg.MinInsync {
 			n := len(r.isr)
 			r.mu.Unlock()
@@ -367,6 +383,10 @@ type fetchResult struct {
 // up to wait for new ones.
 func (r *replica) fetch(ctx context.Context, term int64, node string, after, afterTerm uint64, max int, wait time.Duration) (fetchResult, error) {
 	r.mu.Lock()
+	if err := r.supersededLocked(term); err != nil {
+		r.mu.Unlock()
+		return fetchResult{}, err
+	}
 	if r.want.role != roleLeader || r.want.term != term {
 		r.mu.Unlock()
 		return fetchResult{}, fmt.Errorf("%w: shard %s", ErrStaleTerm, r.id)
@@ -497,6 +517,31 @@ func (r *replica) fence(term int64, node string, after, afterTerm, last uint64) 
 		ErrFenced, r.id, term, node, after, afterTerm, last)
 }
 
+// supersededLocked fences this leadership when a follower's fetch names a
+// newer term of the shard than the one this replica leads at (peer; 0 for
+// none): the master has published a newer leadership, which the follower
+// accepted and this replica has not seen yet (or will never see: its etcd
+// view is cut), so it must stop acknowledging writes and changing the
+// in-sync set now. It returns ErrSuperseded when fenced. Call with r.mu
+// held.
+func (r *replica) supersededLocked(peer int64) error {
+	if r.want.role != roleLeader {
+		return nil
+	}
+	if term := peer; term > r.want.term && term > r.superseded {
+		if r.superseded == 0 {
+			r.lg.Warn("a peer is at a newer term of this shard; this leadership stops writing until its term changes",
+				zap.Int64("term", r.want.term), zap.Int64("peer_term", term))
+		}
+		r.superseded = term
+		r.broadcastLocked() // writes waiting for acknowledgements fail now
+	}
+	if r.superseded > 0 {
+		return fmt.Errorf("%w: shard %s leads at term %d here, a peer is at term %d", ErrSuperseded, r.id, r.want.term, r.superseded)
+	}
+	return nil
+}
+
 // leave removes a follower that is shutting down from the in-sync set at once,
 // so writes do not wait for the lag bound.
 func (r *replica) leave(ctx context.Context, term int64, node string) error {
@@ -512,6 +557,10 @@ func (r *replica) leave(ctx context.Context, term int64, node string) error {
 	if r.fenced {
 		r.mu.Unlock()
 		return fmt.Errorf("%w: shard %s term %d", ErrFenced, r.id, term)
+	}
+	if r.superseded > 0 {
+		r.mu.Unlock()
+		return fmt.Errorf("%w: shard %s term %d", ErrSuperseded, r.id, term)
 	}
 	if !slices.Contains(r.isr, node) {
 		r.mu.Unlock()

@@ -43,6 +43,8 @@ func (r *replica) txn() models.ReplicaTxn {
 	last, lastTerm := r.eng.LastTxnID(), r.eng.LastTerm()
 	r.applyMu.Unlock()
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	return models.ReplicaTxn{LastTxnID: last, LastTerm: lastTerm, Term: r.want.term}
+	term := r.want.term
+	r.mu.Unlock()
+	seen := r.h.terms.snapshot([]string{r.id})[r.id]
+	return models.ReplicaTxn{LastTxnID: last, LastTerm: lastTerm, Term: term, SeenTerm: max(seen, term)}
 }
