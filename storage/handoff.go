@@ -18,7 +18,11 @@ func (h *Host) leave(ctx context.Context, r *replica) bool {
 	if w.role != roleFollower {
 		return w.role == roleIdle // nobody to tell
 	}
-	u := fmt.Sprintf("http://%s/internal/v1/shards/%s/%d/leave?term=%d&node=%s", w.address, r.db, r.shard, w.term, h.nodeID)
+	addr, err := h.peerAddress(ctx, w.leader)
+	if err != nil {
+		return false
+	}
+	u := fmt.Sprintf("http://%s/internal/v1/shards/%s/%d/leave?term=%d&node=%s", addr, r.db, r.shard, w.term, h.nodeID)
 	resp, err := h.call(ctx, http.MethodPost, u)
 	if err != nil {
 		return false
