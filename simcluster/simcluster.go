@@ -88,15 +88,18 @@ type Result struct {
 
 // cluster is a running simulation.
 type cluster struct {
-	p      Params
-	lg     *zap.Logger
-	app    *app.App
-	store  *kv.EtcdStore
-	sm     *statemachine.Manager
-	keys   models.Keys
-	ck     models.ClusterKeys
-	api    string
-	agents []*agent
+	p        Params
+	lg       *zap.Logger
+	app      *app.App
+	store    *kv.EtcdStore
+	sm       *statemachine.Manager // the agents' shared local state store
+	feed     *storage.Feed
+	stopFeed context.CancelFunc
+	feedDone chan struct{}
+	keys     models.Keys
+	ck       models.ClusterKeys
+	api      string
+	agents   []*agent
 }
 
 // Run runs one simulation until it has every figure or ctx ends.
@@ -169,14 +172,21 @@ func (c *cluster) start(ctx context.Context, dir string) error {
 	if err := c.post(ctx, "/api/v1/storage-clusters", map[string]any{"name": "default"}); err != nil {
 		return err
 	}
+	// What a storage-only process watches (app.watched): no live nodes,
+	// no in-sync sets.
 	c.sm = statemachine.New(statemachine.Config{Logger: c.lg})
 	c.sm.Start(context.Background())
 	for _, src := range statemachine.MainSources(c.store, c.keys) {
-		c.sm.AddSource(src)
+		switch src.Kind {
+		case statemachine.KindMaster, statemachine.KindStorageConfig, statemachine.KindDatabaseConfig,
+			statemachine.KindAssign, statemachine.KindShardState:
+			c.sm.AddSource(src)
+		}
 	}
-	for _, src := range statemachine.ClusterSources(c.store, "default", c.ck) {
-		c.sm.AddSource(src)
-	}
+	c.feed = storage.NewFeed(c.sm.Snapshot, c.sm.Subscribe())
+	fctx, stopFeed := context.WithCancel(context.Background())
+	c.stopFeed, c.feedDone = stopFeed, make(chan struct{})
+	go func() { defer close(c.feedDone); c.feed.Run(fctx) }()
 	fmt.Fprintf(c.p.Progress, "starting %d storage agents\n", c.p.Nodes)
 	for i := range c.p.Nodes {
 		a, err := c.startAgent(fmt.Sprintf("s%04d", i))
@@ -197,6 +207,10 @@ func (c *cluster) stop() {
 		go func() { defer wg.Done(); a.stop() }()
 	}
 	wg.Wait()
+	if c.stopFeed != nil {
+		c.stopFeed()
+		<-c.feedDone
+	}
 	if c.sm != nil {
 		c.sm.Stop()
 	}
@@ -298,15 +312,14 @@ func (c *cluster) measure(ctx context.Context) (Result, error) {
 	res.PlaceMS = float64(time.Since(start).Microseconds()) / 1000
 	fmt.Fprintf(c.p.Progress, "placed %d replicas in %.0f ms; settling\n", res.Replicas, res.PlaceMS)
 
-	// Let the in-sync sets and the node records settle before measuring.
-	if err := sleep(ctx, 2*c.p.LeaseTTL); err != nil {
-		return res, err
-	}
-	fmt.Fprintf(c.p.Progress, "measuring idle for %s\n", c.p.Idle)
-	rev0, err := c.revision(ctx)
+	// Let the in-sync sets, the node records and the master's own follow-up
+	// work (spreading leaderships once membership is stable) settle: idle
+	// starts once etcd's revision stood still for 2 TTLs.
+	rev0, settled, err := c.settle(ctx, 2*c.p.LeaseTTL, 10*time.Minute)
 	if err != nil {
 		return res, err
 	}
+	fmt.Fprintf(c.p.Progress, "settled after %s; measuring idle for %s\n", settled.Round(time.Millisecond), c.p.Idle)
 	cpu0, t0 := cpuTime(), time.Now()
 	wctx, stopWatch := context.WithCancel(ctx)
 	changes := c.store.Watch(wctx, c.keys.NS+"/", rev0+1)
@@ -355,6 +368,33 @@ func (c *cluster) measure(ctx context.Context) (Result, error) {
 		res.FailoverMS, res.FailoverShards = ms, shards
 	}
 	return res, nil
+}
+
+// settle waits until etcd's revision has not moved for quiet (polled every
+// quiet/10), at most limit; it returns that revision and how long it took.
+func (c *cluster) settle(ctx context.Context, quiet, limit time.Duration) (int64, time.Duration, error) {
+	start := time.Now()
+	rev, err := c.revision(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	since := time.Now()
+	for time.Since(since) < quiet {
+		if time.Since(start) > limit {
+			return 0, 0, fmt.Errorf("simulate cluster: etcd never stood still for %s within %s", quiet, limit)
+		}
+		if err := sleep(ctx, quiet/10); err != nil {
+			return 0, 0, err
+		}
+		r, err := c.revision(ctx)
+		if err != nil {
+			return 0, 0, err
+		}
+		if r != rev {
+			rev, since = r, time.Now()
+		}
+	}
+	return rev, time.Since(start), nil
 }
 
 // revision is etcd's current revision; a loaded machine may need a retry.
@@ -497,7 +537,7 @@ func (c *cluster) startAgent(id string) (*agent, error) {
 	}
 	addr := l.Addr().String()
 	h := storage.NewHost(storage.HostConfig{NodeID: id, Cluster: "default", Engine: newMemEngine(), Store: c.store, Keys: c.ck,
-		State: c.sm.Snapshot, Changed: c.sm.Subscribe(), Logger: c.lg, DropDelay: time.Hour})
+		State: c.sm.Snapshot, Feed: c.feed, Logger: c.lg, DropDelay: time.Hour, StateStore: c.store, StateKeys: c.keys})
 	r := gin.New()
 	h.Routes(r)
 	a := &agent{id: id, host: h, srv: &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second},
@@ -510,7 +550,7 @@ func (c *cluster) startAgent(id string) (*agent, error) {
 	go func() {
 		defer close(a.regDone)
 		err := storage.RunNode(rctx, storage.NodeConfig{Store: c.store, Keys: c.ck, NodeID: id, Address: addr, Cluster: "default",
-			TTL: c.p.LeaseTTL, Report: h.Following, Changed: h.RecordChanged(), Logger: c.lg,
+			TTL: c.p.LeaseTTL, Report: h.Following, Changed: h.RecordChanged(), Logger: c.lg, Held: h.SetRecordRev,
 			Registered: func() { started.Do(func() { go func() { defer close(a.done); h.Run(hctx) }() }) }})
 		if err != nil {
 			c.lg.Error("agent registration failed", zap.String("node_id", id), zap.Error(err))
