@@ -100,6 +100,10 @@ type cluster struct {
 	ck       models.ClusterKeys
 	api      string
 	agents   []*agent
+	// calm is when the master may have finished its follow-up work on the
+	// membership: every agent registered plus its rebalance delay (it
+	// spreads leaderships once membership has been stable that long).
+	calm time.Time
 }
 
 // Run runs one simulation until it has every figure or ctx ends.
@@ -195,9 +199,13 @@ func (c *cluster) start(ctx context.Context, dir string) error {
 		}
 		c.agents = append(c.agents, a)
 	}
-	return c.until(ctx, 5*time.Minute, "every agent registered", func() bool {
+	if err := c.until(ctx, 5*time.Minute, "every agent registered", func() bool {
 		return len(c.app.State().Nodes["default"]) == c.p.Nodes
-	})
+	}); err != nil {
+		return err
+	}
+	c.calm = time.Now().Add(cfg.RebalanceDelay)
+	return nil
 }
 
 func (c *cluster) stop() {
@@ -314,7 +322,8 @@ func (c *cluster) measure(ctx context.Context) (Result, error) {
 
 	// Let the in-sync sets, the node records and the master's own follow-up
 	// work (spreading leaderships once membership is stable) settle: idle
-	// starts once etcd's revision stood still for 2 TTLs.
+	// starts once the rebalance delay has passed and etcd's revision stood
+	// still for 2 TTLs.
 	rev0, settled, err := c.settle(ctx, 2*c.p.LeaseTTL, 10*time.Minute)
 	if err != nil {
 		return res, err
@@ -379,7 +388,7 @@ func (c *cluster) settle(ctx context.Context, quiet, limit time.Duration) (int64
 		return 0, 0, err
 	}
 	since := time.Now()
-	for time.Since(since) < quiet {
+	for time.Since(since) < quiet || time.Now().Before(c.calm.Add(quiet)) {
 		if time.Since(start) > limit {
 			return 0, 0, fmt.Errorf("simulate cluster: etcd never stood still for %s within %s", quiet, limit)
 		}
