@@ -44,7 +44,10 @@ type Params struct {
 	Idle                               time.Duration // how long the idle cluster is measured
 	Kill                               int           // agents killed after the idle measure
 	LeaseTTL                           time.Duration
-	Logger                             *zap.Logger // the etcd,master,broker app's; agents log nothing
+	// RebalanceDelay is the master's (0: its default, 30s); idle is
+	// measured only after it passed, as the master spreads leaderships then.
+	RebalanceDelay time.Duration
+	Logger         *zap.Logger // the etcd,master,broker app's; agents log nothing
 	// Progress, when set, receives one line per phase.
 	Progress io.Writer
 }
@@ -69,6 +72,8 @@ func (p Params) Validate() error {
 		return bad("--idle %s must be 0 to 1h", p.Idle)
 	case p.LeaseTTL != 0 && p.LeaseTTL < 2*time.Second:
 		return bad("--lease-ttl %s must be at least 2s", p.LeaseTTL)
+	case p.RebalanceDelay < 0 || p.RebalanceDelay > time.Hour:
+		return bad("--rebalance-delay %s must be 0 to 1h", p.RebalanceDelay)
 	}
 	return nil
 }
@@ -153,11 +158,14 @@ func (c *cluster) start(ctx context.Context, dir string) error {
 		ports[i] = p
 	}
 	clientURL := fmt.Sprintf("http://127.0.0.1:%d", ports[1])
-	cfg, err := config.Parse([]string{"--role", "etcd,master,broker", "--data-dir", dir,
+	args := []string{"--role", "etcd,master,broker", "--data-dir", dir,
 		"--http-addr", fmt.Sprintf("127.0.0.1:%d", ports[0]), "--etcd-listen-client-url", clientURL,
 		"--etcd-listen-peer-url", fmt.Sprintf("http://127.0.0.1:%d", ports[2]),
-		"--lease-ttl", c.p.LeaseTTL.String(), "--log-level", "error", "--log-format", "json"},
-		func(string) (string, bool) { return "", false }, false, io.Discard)
+		"--lease-ttl", c.p.LeaseTTL.String(), "--log-level", "error", "--log-format", "json"}
+	if c.p.RebalanceDelay > 0 {
+		args = append(args, "--rebalance-delay", c.p.RebalanceDelay.String())
+	}
+	cfg, err := config.Parse(args, func(string) (string, bool) { return "", false }, false, io.Discard)
 	if err != nil {
 		return err
 	}
