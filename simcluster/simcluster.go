@@ -105,6 +105,12 @@ type cluster struct {
 	ck       models.ClusterKeys
 	api      string
 	agents   []*agent
+	// stores are the agents' etcd clients, one per agentsPerClient agents:
+	// each real node has its own, and one client's single lease keep-alive
+	// stream would serialise every agent's renewals.
+	stores []*kv.EtcdStore
+	loop   *loopback
+	client *http.Client // the agents' requests to each other (loopback)
 	// calm is when the master may have finished its follow-up work on the
 	// membership: every agent registered plus its rebalance delay (it
 	// spreads leaderships once membership has been stable that long).
@@ -200,8 +206,17 @@ func (c *cluster) start(ctx context.Context, dir string) error {
 	c.stopFeed, c.feedDone = stopFeed, make(chan struct{})
 	go func() { defer close(c.feedDone); c.feed.Run(fctx) }()
 	fmt.Fprintf(c.p.Progress, "starting %d storage agents\n", c.p.Nodes)
+	c.loop = newLoopback()
+	c.client = &http.Client{Transport: c.loop}
+	for range (c.p.Nodes + agentsPerClient - 1) / agentsPerClient {
+		s, err := kv.NewEtcdStore(kv.EtcdConfig{Endpoints: []string{clientURL}, Logger: c.lg})
+		if err != nil {
+			return err
+		}
+		c.stores = append(c.stores, s)
+	}
 	for i := range c.p.Nodes {
-		a, err := c.startAgent(fmt.Sprintf("s%04d", i))
+		a, err := c.startAgent(fmt.Sprintf("s%04d", i), c.stores[i/agentsPerClient])
 		if err != nil {
 			return err
 		}
@@ -229,6 +244,9 @@ func (c *cluster) stop() {
 	}
 	if c.sm != nil {
 		c.sm.Stop()
+	}
+	for _, s := range c.stores {
+		_ = s.Close()
 	}
 	if c.store != nil {
 		_ = c.store.Close()
@@ -538,6 +556,8 @@ func rssMiB() float64 {
 // agent is one simulated storage node.
 type agent struct {
 	id      string
+	addr    string
+	loop    *loopback
 	host    *storage.Host
 	srv     *http.Server
 	cancel  context.CancelFunc // the host
@@ -547,18 +567,22 @@ type agent struct {
 	once    sync.Once
 }
 
-func (c *cluster) startAgent(id string) (*agent, error) {
+// agentsPerClient is how many agents share one etcd client.
+const agentsPerClient = 25
+
+func (c *cluster) startAgent(id string, store *kv.EtcdStore) (*agent, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
 	addr := l.Addr().String()
-	h := storage.NewHost(storage.HostConfig{NodeID: id, Cluster: "default", Engine: newMemEngine(), Store: c.store, Keys: c.ck,
-		State: c.sm.Snapshot, Feed: c.feed, Logger: c.lg, DropDelay: time.Hour, StateStore: c.store, StateKeys: c.keys})
+	h := storage.NewHost(storage.HostConfig{NodeID: id, Cluster: "default", Engine: newMemEngine(), Store: store, Keys: c.ck,
+		State: c.sm.Snapshot, Feed: c.feed, Logger: c.lg, DropDelay: time.Hour, StateStore: store, StateKeys: c.keys, Client: c.client})
 	r := gin.New()
 	h.Routes(r)
-	a := &agent{id: id, host: h, srv: &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second},
+	a := &agent{id: id, addr: addr, loop: c.loop, host: h, srv: &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second},
 		done: make(chan struct{}), regDone: make(chan struct{})}
+	c.loop.serve(addr, r)
 	go func() { _ = a.srv.Serve(l) }()
 	hctx, cancel := context.WithCancel(context.Background())
 	rctx, regStop := context.WithCancel(context.Background())
@@ -566,7 +590,7 @@ func (c *cluster) startAgent(id string) (*agent, error) {
 	var started sync.Once
 	go func() {
 		defer close(a.regDone)
-		err := storage.RunNode(rctx, storage.NodeConfig{Store: c.store, Keys: c.ck, NodeID: id, Address: addr, Cluster: "default",
+		err := storage.RunNode(rctx, storage.NodeConfig{Store: store, Keys: c.ck, NodeID: id, Address: addr, Cluster: "default",
 			TTL: c.p.LeaseTTL, Report: h.Following, Changed: h.RecordChanged(), Logger: c.lg, Held: h.SetRecordRev,
 			Registered: func() { started.Do(func() { go func() { defer close(a.done); h.Run(hctx) }() }) }})
 		if err != nil {
@@ -581,6 +605,7 @@ func (c *cluster) startAgent(id string) (*agent, error) {
 // process's would.
 func (a *agent) freeze() {
 	a.once.Do(func() {
+		a.loop.close(a.addr)
 		_ = a.srv.Close()
 		a.cancel()
 	})
