@@ -92,8 +92,8 @@ type Host struct {
 	recordChanged chan struct{} // a replica's role or leader changed: the node record may differ
 	recordRev     atomic.Int64  // create revision of this node's record as this process holds it (0: unknown)
 
-	appendMu sync.Mutex
-	appendCh chan struct{} // closed at every append or role change (parked batched fetches)
+	waitMu  sync.Mutex
+	waiters map[*replica]map[chan struct{}]int // parked batched fetches to wake at an append or role change of a replica
 
 	sessMu   sync.Mutex
 	sessions map[string]*fetchSession // follower side: one batched fetch loop per leader address
@@ -122,7 +122,7 @@ func NewHost(cfg HostConfig) *Host {
 	h := &Host{cfg: cfg, nodeID: cfg.NodeID, cluster: cfg.Cluster, store: cfg.Store, ck: cfg.Keys, state: cfg.State,
 		lg: cfg.Logger.Named("shards"), client: cfg.Client, replicas: map[string]*replica{},
 		unwanted: map[string]time.Time{}, views: map[string]dbView{}, want: map[string]desired{}, recordChanged: make(chan struct{}, 1),
-		appendCh: make(chan struct{}), sessions: map[string]*fetchSession{}, peers: map[string]string{}}
+		waiters: map[*replica]map[chan struct{}]int{}, sessions: map[string]*fetchSession{}, peers: map[string]string{}}
 	if cfg.Registerer != nil {
 		h.metrics = newMetrics(h, cfg.Registerer)
 	}

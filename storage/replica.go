@@ -117,7 +117,7 @@ func (r *replica) setDesired(d desired) {
 		<-done
 	}
 	defer r.h.roleChanged()
-	defer r.h.signalAppend() // parked fetches answer a stale term at once
+	defer r.h.signalAppend(r) // parked fetches answer a stale term at once
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.want, r.since = d, time.Now()
@@ -340,7 +340,7 @@ func (r *replica) write(ctx context.Context, term int64, points []lineproto.Poin
 	r.mu.Lock()
 	r.broadcastLocked()
 	r.mu.Unlock()
-	r.h.signalAppend()
+	r.h.signalAppend(r)
 	return r.awaitAcks(ctx, term, txn)
 }
 
