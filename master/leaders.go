@@ -38,6 +38,10 @@ type ShardInputs struct {
 	// spread over the survivors cluster-wide, not per database. Nil: this
 	// database's own. PlanLeaders keeps it up to date as it decides.
 	Leads map[string]int
+	// RecordedTerms is, per shard id, the highest max_term of the live
+	// nodes' records, computed once for the cluster (nil: read from Live
+	// for each shard, O(nodes) each).
+	RecordedTerms map[string]int64
 }
 
 // ClusterLeads counts the online leaderships of every node over the
@@ -77,11 +81,7 @@ func needsLeader(in ShardInputs, sh models.ShardAssignment, st models.ShardState
 // liveTerm is the highest term any live node holds in its log of the shard,
 // from the node records and from the replicas' answers when asked.
 func liveTerm(in ShardInputs, shard int) int64 {
-	id := models.ShardID(in.DB, shard)
-	var t int64
-	for _, n := range in.Live {
-		t = max(t, n.MaxTerm[id])
-	}
+	t := recordedTerm(in, shard)
 	for _, a := range in.Answers[shard] {
 		t = max(t, int64(a.LastTerm), a.Term)
 	}
@@ -93,6 +93,9 @@ func liveTerm(in ShardInputs, shard int) int64 {
 // judged by, the same before and after the replicas are asked.
 func recordedTerm(in ShardInputs, shard int) int64 {
 	id := models.ShardID(in.DB, shard)
+	if in.RecordedTerms != nil {
+		return in.RecordedTerms[id]
+	}
 	var t int64
 	for _, n := range in.Live {
 		t = max(t, n.MaxTerm[id])
