@@ -53,6 +53,7 @@ type App struct {
 	clusters  *clusterStores
 	engine    engine.Engine
 	host      *storage.Host
+	holding   atomic.Bool  // the storage role holds its node record (registered)
 	askClient *http.Client // the master's questions to storage nodes at failover
 
 	tls   *certs.Material // nil without --tls-cert
@@ -163,7 +164,7 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 	}
 	// Watch only now: with an embedded member the first list then succeeds
 	// at once instead of backing off while the member starts.
-	for _, src := range statemachine.MainSources(a.store, a.keys) {
+	for _, src := range a.watched(statemachine.MainSources(a.store, a.keys)) {
 		a.sm.AddSource(src)
 	}
 	a.goRun(runCtx, a.probeEtcd)

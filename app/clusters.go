@@ -101,7 +101,7 @@ func (a *App) watchClusters(ctx context.Context) {
 				failing.Warn(name, "cannot connect to storage cluster", zap.String("cluster", name), zap.Error(err))
 				continue
 			}
-			for _, src := range statemachine.ClusterSources(store, name, ck) {
+			for _, src := range a.watched(statemachine.ClusterSources(store, name, ck)) {
 				a.sm.AddSource(src)
 			}
 			watched[name] = cfg

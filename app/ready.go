@@ -30,7 +30,10 @@ func (a *App) waiting() string {
 		if _, ok := st.StorageClusters[cluster]; !ok {
 			return fmt.Sprintf("storage cluster %q is not configured yet", cluster)
 		}
-		if n, ok := st.Nodes.At(cluster).Get(a.nodeID); !ok || n.NodeAddress != a.cfg.AdvertiseAddr {
+		// A storage-only node does not watch the live nodes: it knows it
+		// holds its record from its own registration.
+		n, ok := st.Nodes.At(cluster).Get(a.nodeID)
+		if !a.holding.Load() || (a.watchesNodes() && (!ok || n.NodeAddress != a.cfg.AdvertiseAddr)) {
 			return "this storage node is not registered yet"
 		}
 	}

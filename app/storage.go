@@ -3,11 +3,14 @@ package app
 import (
 	"context"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
+	"github.com/cairn-db/cairn/config"
 	"github.com/cairn-db/cairn/logrepeat"
 	"github.com/cairn-db/cairn/models"
+	"github.com/cairn-db/cairn/statemachine"
 	"github.com/cairn-db/cairn/storage"
 	"github.com/cairn-db/cairn/storage/engine"
 	"go.uber.org/zap"
@@ -35,6 +38,33 @@ func (a *App) openStorage() error {
 	return nil
 }
 
+// watched filters the sources this node watches. A storage node that is
+// neither master nor broker watches only what its host needs: assignments
+// and shard states, the database configs (incarnations), the storage
+// configs (where its cluster's etcd is) and the master key (a graceful stop
+// asks the master for handoffs). Not the live nodes nor the in-sync sets: at
+// 1,000 nodes every change of any node's record would reach every node, and
+// the host asks etcd for the few records it needs (storage/peers.go).
+func (a *App) watched(srcs []statemachine.Source) []statemachine.Source {
+	if a.watchesNodes() {
+		return srcs
+	}
+	return slices.DeleteFunc(srcs, func(s statemachine.Source) bool {
+		switch s.Kind {
+		case statemachine.KindMaster, statemachine.KindStorageConfig, statemachine.KindDatabaseConfig,
+			statemachine.KindAssign, statemachine.KindShardState:
+			return false
+		}
+		return true
+	})
+}
+
+// watchesNodes: this process watches the live nodes (it is a master or a
+// broker, or not a storage node).
+func (a *App) watchesNodes() bool {
+	return a.cfg.HasRole(config.RoleMaster) || a.cfg.HasRole(config.RoleBroker) || !a.cfg.HasRole(config.RoleStorage)
+}
+
 // transferLeader asks the master (local or remote) for a graceful handoff.
 func (a *App) transferLeader(ctx context.Context, db string, shard int, node string) error {
 	return a.masterOps.TransferLeader(ctx, db, shard, models.LeaderTransfer{NodeID: node})
@@ -57,7 +87,10 @@ func (a *App) runStorage(ctx context.Context) {
 				hctx, cancel := context.WithCancel(ctx)
 				done := make(chan struct{})
 				var once sync.Once
-				registered := func() { once.Do(func() { go func() { defer close(done); a.host.Run(hctx) }() }) }
+				registered := func() {
+					a.holding.Store(true)
+					once.Do(func() { go func() { defer close(done); a.host.Run(hctx) }() })
+				}
 				err := storage.RunNode(ctx, storage.NodeConfig{Store: store, Keys: ck, NodeID: a.nodeID, Address: a.cfg.AdvertiseAddr,
 					Cluster: cfg.Name, TTL: a.cfg.LeaseTTL, Report: a.host.Following, DataDir: a.cfg.DataDir, MaxTerm: a.host.MaxTerms, SeenTerm: a.host.SeenTerms, Logger: a.lg.Named("storage"), Registered: registered, Held: a.host.SetRecordRev})
 				cancel()

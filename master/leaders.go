@@ -44,6 +44,10 @@ type ShardInputs struct {
 	// the shards were last published (moves.go): each online shard they
 	// are a replica of gets a new leadership, chosen by the usual rule.
 	Moved map[string]bool
+	// RecordedTerms is, per shard id, the highest max_term of the live
+	// nodes' records, computed once for the cluster (nil: read from Live
+	// for each shard, O(nodes) each).
+	RecordedTerms map[string]int64
 }
 
 // ClusterLeads counts the online leaderships of every node over the
@@ -87,9 +91,9 @@ func needsLeader(in ShardInputs, sh models.ShardAssignment, st models.ShardState
 // leaves no entry in any log, but its replicas remember its term.
 func liveTerm(in ShardInputs, shard int) int64 {
 	id := models.ShardID(in.DB, shard)
-	var t int64
+	t := recordedTerm(in, shard)
 	for _, n := range in.Live.All() {
-		t = max(t, n.MaxTerm[id], n.SeenTerm[id])
+		t = max(t, n.SeenTerm[id])
 	}
 	for _, a := range in.Answers[shard] {
 		t = max(t, int64(min(a.LastTerm, math.MaxInt64)), a.Term, a.SeenTerm)
@@ -102,6 +106,9 @@ func liveTerm(in ShardInputs, shard int) int64 {
 // judged by, the same before and after the replicas are asked.
 func recordedTerm(in ShardInputs, shard int) int64 {
 	id := models.ShardID(in.DB, shard)
+	if in.RecordedTerms != nil {
+		return in.RecordedTerms[id]
+	}
 	var t int64
 	for _, n := range in.Live.All() {
 		t = max(t, n.MaxTerm[id])

@@ -82,6 +82,7 @@ type Master struct {
 	members map[string]Membership // per cluster
 	forced  bool
 	queue   *workQueue         // databases to reconcile, with per-database retry
+	derived derived            // cluster-wide inputs of the failover checks, per state version
 	warn    *logrepeat.Limiter // repeated warnings: once per interval with a count
 	ready   time.Time          // when this term first saw a complete state
 	// spreadClean: per cluster, the inputs at which leader spreading last

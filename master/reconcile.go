@@ -173,7 +173,7 @@ func (m *Master) failover(ctx context.Context, name string) error {
 		return nil // the resync pass comes back after the grace
 	}
 	st := m.cfg.State()
-	in, ok := FailoverInputs(st, name)
+	in, ok := m.derived.failoverInputs(st, name)
 	if !ok {
 		return nil
 	}
@@ -182,6 +182,7 @@ func (m *Master) failover(ctx context.Context, name string) error {
 		m.moves.republished(in.Assign.Cluster, name, in.Moved)
 		return nil
 	}
+	in.Leads = m.derived.clusterLeads(st, in.Assign.Cluster)
 	// The replicas' last txn ids and terms are asked for now, only for a
 	// database that needs a leader (their records do not carry them).
 	in.Answers = gatherTxn(ctx, m.cfg.AskTxn, m.cfg.AskTimeout, in, m.lg)

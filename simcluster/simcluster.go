@@ -44,7 +44,10 @@ type Params struct {
 	Idle                               time.Duration // how long the idle cluster is measured
 	Kill                               int           // agents killed after the idle measure
 	LeaseTTL                           time.Duration
-	Logger                             *zap.Logger // the etcd,master,broker app's; agents log nothing
+	// RebalanceDelay is the master's (0: its default, 30s); idle is
+	// measured only after it passed, as the master spreads leaderships then.
+	RebalanceDelay time.Duration
+	Logger         *zap.Logger // the etcd,master,broker app's; agents log nothing
 	// Progress, when set, receives one line per phase.
 	Progress io.Writer
 }
@@ -69,6 +72,8 @@ func (p Params) Validate() error {
 		return bad("--idle %s must be 0 to 1h", p.Idle)
 	case p.LeaseTTL != 0 && p.LeaseTTL < 2*time.Second:
 		return bad("--lease-ttl %s must be at least 2s", p.LeaseTTL)
+	case p.RebalanceDelay < 0 || p.RebalanceDelay > time.Hour:
+		return bad("--rebalance-delay %s must be 0 to 1h", p.RebalanceDelay)
 	}
 	return nil
 }
@@ -88,15 +93,28 @@ type Result struct {
 
 // cluster is a running simulation.
 type cluster struct {
-	p      Params
-	lg     *zap.Logger
-	app    *app.App
-	store  *kv.EtcdStore
-	sm     *statemachine.Manager
-	keys   models.Keys
-	ck     models.ClusterKeys
-	api    string
-	agents []*agent
+	p        Params
+	lg       *zap.Logger
+	app      *app.App
+	store    *kv.EtcdStore
+	sm       *statemachine.Manager // the agents' shared local state store
+	feed     *storage.Feed
+	stopFeed context.CancelFunc
+	feedDone chan struct{}
+	keys     models.Keys
+	ck       models.ClusterKeys
+	api      string
+	agents   []*agent
+	// stores are the agents' etcd clients, one per agentsPerClient agents:
+	// each real node has its own, and one client's single lease keep-alive
+	// stream would serialise every agent's renewals.
+	stores []*kv.EtcdStore
+	loop   *loopback
+	client *http.Client // the agents' requests to each other (loopback)
+	// calm is when the master may have finished its follow-up work on the
+	// membership: every agent registered plus its rebalance delay (it
+	// spreads leaderships once membership has been stable that long).
+	calm time.Time
 }
 
 // Run runs one simulation until it has every figure or ctx ends.
@@ -146,11 +164,14 @@ func (c *cluster) start(ctx context.Context, dir string) error {
 		ports[i] = p
 	}
 	clientURL := fmt.Sprintf("http://127.0.0.1:%d", ports[1])
-	cfg, err := config.Parse([]string{"--role", "etcd,master,broker", "--data-dir", dir,
+	args := []string{"--role", "etcd,master,broker", "--data-dir", dir,
 		"--http-addr", fmt.Sprintf("127.0.0.1:%d", ports[0]), "--etcd-listen-client-url", clientURL,
 		"--etcd-listen-peer-url", fmt.Sprintf("http://127.0.0.1:%d", ports[2]),
-		"--lease-ttl", c.p.LeaseTTL.String(), "--log-level", "error", "--log-format", "json"},
-		func(string) (string, bool) { return "", false }, false, io.Discard)
+		"--lease-ttl", c.p.LeaseTTL.String(), "--log-level", "error", "--log-format", "json"}
+	if c.p.RebalanceDelay > 0 {
+		args = append(args, "--rebalance-delay", c.p.RebalanceDelay.String())
+	}
+	cfg, err := config.Parse(args, func(string) (string, bool) { return "", false }, false, io.Discard)
 	if err != nil {
 		return err
 	}
@@ -159,6 +180,7 @@ func (c *cluster) start(ctx context.Context, dir string) error {
 		return err
 	}
 	c.api = "http://" + c.app.HTTPAddr()
+	fmt.Fprintf(c.p.Progress, "etcd,master,broker at %s (pprof under /debug/pprof/)\n", c.api)
 	c.keys = models.Keys{NS: cfg.Namespace}
 	c.ck = models.ClusterKeys{SNS: c.keys.ClusterNamespace(models.StorageCluster{Name: "default"})}
 	c.store, err = kv.NewEtcdStore(kv.EtcdConfig{Endpoints: []string{clientURL}, Logger: c.lg})
@@ -168,25 +190,45 @@ func (c *cluster) start(ctx context.Context, dir string) error {
 	if err := c.post(ctx, "/api/v1/storage-clusters", map[string]any{"name": "default"}); err != nil {
 		return err
 	}
+	// What a storage-only process watches (app.watched): no live nodes,
+	// no in-sync sets.
 	c.sm = statemachine.New(statemachine.Config{Logger: c.lg})
 	c.sm.Start(context.Background())
 	for _, src := range statemachine.MainSources(c.store, c.keys) {
-		c.sm.AddSource(src)
+		switch src.Kind {
+		case statemachine.KindMaster, statemachine.KindStorageConfig, statemachine.KindDatabaseConfig,
+			statemachine.KindAssign, statemachine.KindShardState:
+			c.sm.AddSource(src)
+		}
 	}
-	for _, src := range statemachine.ClusterSources(c.store, "default", c.ck) {
-		c.sm.AddSource(src)
-	}
+	c.feed = storage.NewFeed(c.sm.Snapshot, c.sm.Changed)
+	fctx, stopFeed := context.WithCancel(context.Background())
+	c.stopFeed, c.feedDone = stopFeed, make(chan struct{})
+	go func() { defer close(c.feedDone); c.feed.Run(fctx) }()
 	fmt.Fprintf(c.p.Progress, "starting %d storage agents\n", c.p.Nodes)
+	c.loop = newLoopback()
+	c.client = &http.Client{Transport: c.loop}
+	for range (c.p.Nodes + agentsPerClient - 1) / agentsPerClient {
+		s, err := kv.NewEtcdStore(kv.EtcdConfig{Endpoints: []string{clientURL}, Logger: c.lg})
+		if err != nil {
+			return err
+		}
+		c.stores = append(c.stores, s)
+	}
 	for i := range c.p.Nodes {
-		a, err := c.startAgent(fmt.Sprintf("s%04d", i))
+		a, err := c.startAgent(fmt.Sprintf("s%04d", i), c.stores[i/agentsPerClient])
 		if err != nil {
 			return err
 		}
 		c.agents = append(c.agents, a)
 	}
-	return c.until(ctx, 5*time.Minute, "every agent registered", func() bool {
+	if err := c.until(ctx, 5*time.Minute, "every agent registered", func() bool {
 		return c.app.State().Nodes.At("default").Len() == c.p.Nodes
-	})
+	}); err != nil {
+		return err
+	}
+	c.calm = time.Now().Add(cfg.RebalanceDelay)
+	return nil
 }
 
 func (c *cluster) stop() {
@@ -196,8 +238,15 @@ func (c *cluster) stop() {
 		go func() { defer wg.Done(); a.stop() }()
 	}
 	wg.Wait()
+	if c.stopFeed != nil {
+		c.stopFeed()
+		<-c.feedDone
+	}
 	if c.sm != nil {
 		c.sm.Stop()
+	}
+	for _, s := range c.stores {
+		_ = s.Close()
 	}
 	if c.store != nil {
 		_ = c.store.Close()
@@ -297,15 +346,15 @@ func (c *cluster) measure(ctx context.Context) (Result, error) {
 	res.PlaceMS = float64(time.Since(start).Microseconds()) / 1000
 	fmt.Fprintf(c.p.Progress, "placed %d replicas in %.0f ms; settling\n", res.Replicas, res.PlaceMS)
 
-	// Let the in-sync sets and the node records settle before measuring.
-	if err := sleep(ctx, 2*c.p.LeaseTTL); err != nil {
-		return res, err
-	}
-	fmt.Fprintf(c.p.Progress, "measuring idle for %s\n", c.p.Idle)
-	rev0, err := c.revision(ctx)
+	// Let the in-sync sets, the node records and the master's own follow-up
+	// work (spreading leaderships once membership is stable) settle: idle
+	// starts once the rebalance delay has passed and etcd's revision stood
+	// still for 2 TTLs.
+	rev0, settled, err := c.settle(ctx, 2*c.p.LeaseTTL, 10*time.Minute)
 	if err != nil {
 		return res, err
 	}
+	fmt.Fprintf(c.p.Progress, "settled after %s; measuring idle for %s\n", settled.Round(time.Millisecond), c.p.Idle)
 	cpu0, t0 := cpuTime(), time.Now()
 	wctx, stopWatch := context.WithCancel(ctx)
 	changes := c.store.Watch(wctx, c.keys.NS+"/", rev0+1)
@@ -354,6 +403,33 @@ func (c *cluster) measure(ctx context.Context) (Result, error) {
 		res.FailoverMS, res.FailoverShards = ms, shards
 	}
 	return res, nil
+}
+
+// settle waits until etcd's revision has not moved for quiet (polled every
+// quiet/10), at most limit; it returns that revision and how long it took.
+func (c *cluster) settle(ctx context.Context, quiet, limit time.Duration) (int64, time.Duration, error) {
+	start := time.Now()
+	rev, err := c.revision(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	since := time.Now()
+	for time.Since(since) < quiet || time.Now().Before(c.calm.Add(quiet)) {
+		if time.Since(start) > limit {
+			return 0, 0, fmt.Errorf("simulate cluster: etcd never stood still for %s within %s", quiet, limit)
+		}
+		if err := sleep(ctx, quiet/10); err != nil {
+			return 0, 0, err
+		}
+		r, err := c.revision(ctx)
+		if err != nil {
+			return 0, 0, err
+		}
+		if r != rev {
+			rev, since = r, time.Now()
+		}
+	}
+	return rev, time.Since(start), nil
 }
 
 // revision is etcd's current revision; a loaded machine may need a retry.
@@ -480,6 +556,8 @@ func rssMiB() float64 {
 // agent is one simulated storage node.
 type agent struct {
 	id      string
+	addr    string
+	loop    *loopback
 	host    *storage.Host
 	srv     *http.Server
 	cancel  context.CancelFunc // the host
@@ -489,18 +567,22 @@ type agent struct {
 	once    sync.Once
 }
 
-func (c *cluster) startAgent(id string) (*agent, error) {
+// agentsPerClient is how many agents share one etcd client.
+const agentsPerClient = 25
+
+func (c *cluster) startAgent(id string, store *kv.EtcdStore) (*agent, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
 	addr := l.Addr().String()
-	h := storage.NewHost(storage.HostConfig{NodeID: id, Cluster: "default", Engine: newMemEngine(), Store: c.store, Keys: c.ck,
-		State: c.sm.Snapshot, Changed: c.sm.Changed, Logger: c.lg, DropDelay: time.Hour})
+	h := storage.NewHost(storage.HostConfig{NodeID: id, Cluster: "default", Engine: newMemEngine(), Store: store, Keys: c.ck,
+		State: c.sm.Snapshot, Feed: c.feed, Logger: c.lg, DropDelay: time.Hour, StateStore: store, StateKeys: c.keys, Client: c.client})
 	r := gin.New()
 	h.Routes(r)
-	a := &agent{id: id, host: h, srv: &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second},
+	a := &agent{id: id, addr: addr, loop: c.loop, host: h, srv: &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second},
 		done: make(chan struct{}), regDone: make(chan struct{})}
+	c.loop.serve(addr, r)
 	go func() { _ = a.srv.Serve(l) }()
 	hctx, cancel := context.WithCancel(context.Background())
 	rctx, regStop := context.WithCancel(context.Background())
@@ -508,8 +590,8 @@ func (c *cluster) startAgent(id string) (*agent, error) {
 	var started sync.Once
 	go func() {
 		defer close(a.regDone)
-		err := storage.RunNode(rctx, storage.NodeConfig{Store: c.store, Keys: c.ck, NodeID: id, Address: addr, Cluster: "default",
-			TTL: c.p.LeaseTTL, Report: h.Following, Logger: c.lg,
+		err := storage.RunNode(rctx, storage.NodeConfig{Store: store, Keys: c.ck, NodeID: id, Address: addr, Cluster: "default",
+			TTL: c.p.LeaseTTL, Report: h.Following, Logger: c.lg, Held: h.SetRecordRev,
 			Registered: func() { started.Do(func() { go func() { defer close(a.done); h.Run(hctx) }() }) }})
 		if err != nil {
 			c.lg.Error("agent registration failed", zap.String("node_id", id), zap.Error(err))
@@ -523,6 +605,7 @@ func (c *cluster) startAgent(id string) (*agent, error) {
 // process's would.
 func (a *agent) freeze() {
 	a.once.Do(func() {
+		a.loop.close(a.addr)
 		_ = a.srv.Close()
 		a.cancel()
 	})

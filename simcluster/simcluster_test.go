@@ -14,7 +14,7 @@ import (
 // the killed agent get new leaders.
 func TestSimulateSmallCluster(t *testing.T) {
 	res, err := simcluster.Run(context.Background(), simcluster.Params{Nodes: 4, Databases: 2, Shards: 4, Replicas: 3,
-		Idle: 2 * time.Second, Kill: 1})
+		Idle: 2 * time.Second, Kill: 1, RebalanceDelay: time.Second})
 	require.NoError(t, err)
 	require.Equal(t, 4, res.Nodes)
 	require.Equal(t, 24, res.Replicas)

@@ -79,10 +79,8 @@ func TestBatchedFetchCoversEveryShardOfALeader(t *testing.T) {
 		states = append(states, models.ShardState{ID: i, Leader: "L", Term: 1, Status: models.StatusOnline})
 	}
 	put(sm, statemachine.SourceStorageConfig, statemachine.KindStorageConfig, "", "default", models.StorageCluster{Name: "default"})
-	put(sm, statemachine.ClusterNodesSource("default"), statemachine.KindStorageNodes, "default", "L",
-		models.StorageNode{NodeID: "L", NodeAddress: srv.Listener.Addr().String()})
-	put(sm, statemachine.ClusterNodesSource("default"), statemachine.KindStorageNodes, "default", "F",
-		models.StorageNode{NodeID: "F", NodeAddress: follower.addr()})
+	live(t, store, "/t/storage/default", "L", srv.Listener.Addr().String())
+	live(t, store, "/t/storage/default", "F", follower.addr())
 	put(sm, statemachine.SourceDatabaseConfig, statemachine.KindDatabaseConfig, "", "d",
 		models.Database{Name: "d", StorageCluster: "default", NumShards: shards, ReplicaFactor: 2, UID: "u1"})
 	put(sm, statemachine.SourceAssign, statemachine.KindAssign, "", "d", models.Assignment{DB: "d", Cluster: "default", Shards: assign})

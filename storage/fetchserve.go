@@ -37,28 +37,32 @@ func (h *Host) handleFetch(c *gin.Context) {
 	defer deadline.Stop()
 	var out []byte
 	var parked []*replica
+	woken := make(chan struct{}, 1) // an append or role change of one of the parked replicas
 	defer func() {
 		for _, r := range parked {
 			r.park(req.Node, -1)
+			h.unwatch(r, woken)
 		}
 	}()
-	for {
-		// Take the wake-up channel before looking, so an append in between
-		// is not missed.
-		woken := h.appended()
+	for registered := false; ; {
 		out = h.fetchAll(c, req, out[:0])
 		if len(out) > 0 || wait <= 0 {
 			break
 		}
-		if parked == nil {
+		if !registered {
 			// While parked the follower counts as fetching for the
 			// in-sync upkeep: an idle poll may outlast the catch-up window.
+			// Only the replicas asked about wake this fetch; it looks once
+			// more after registering, so an append in between is not missed.
+			registered = true
 			for _, s := range req.Shards {
 				if r := h.get(s.DB, s.Shard); r != nil {
 					r.park(req.Node, 1)
+					h.watch(r, woken)
 					parked = append(parked, r)
 				}
 			}
+			continue
 		}
 		select {
 		case <-c.Request.Context().Done():
@@ -107,18 +111,39 @@ func (h *Host) fetchAll(c *gin.Context, req client.FetchRequest, out []byte) []b
 	return out
 }
 
-// appended returns a channel closed at the next append or role change on
-// this node: what a parked batched fetch waits for.
-func (h *Host) appended() <-chan struct{} {
-	h.appendMu.Lock()
-	defer h.appendMu.Unlock()
-	return h.appendCh
+// watch makes an append or role change of r signal ch (buffered 1).
+func (h *Host) watch(r *replica, ch chan struct{}) {
+	h.waitMu.Lock()
+	defer h.waitMu.Unlock()
+	w := h.waiters[r]
+	if w == nil {
+		w = map[chan struct{}]int{}
+		h.waiters[r] = w
+	}
+	w[ch]++
 }
 
-// signalAppend wakes the parked batched fetches.
-func (h *Host) signalAppend() {
-	h.appendMu.Lock()
-	close(h.appendCh)
-	h.appendCh = make(chan struct{})
-	h.appendMu.Unlock()
+func (h *Host) unwatch(r *replica, ch chan struct{}) {
+	h.waitMu.Lock()
+	defer h.waitMu.Unlock()
+	w := h.waiters[r]
+	if w[ch]--; w[ch] <= 0 {
+		delete(w, ch)
+	}
+	if len(w) == 0 {
+		delete(h.waiters, r)
+	}
+}
+
+// signalAppend wakes the batched fetches parked on r: those of its
+// followers, not every fetch parked on this node.
+func (h *Host) signalAppend(r *replica) {
+	h.waitMu.Lock()
+	defer h.waitMu.Unlock()
+	for ch := range h.waiters[r] {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
 }

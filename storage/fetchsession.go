@@ -104,15 +104,29 @@ func (s *fetchSession) bumpLocked() {
 }
 
 // run polls until the session ends.
+// After unreachableAfter failed polls in a row it hands every shard back
+// (errUnreachable): its replicas read the leader's address again.
 func (s *fetchSession) run(ctx context.Context) {
 	backoff := 50 * time.Millisecond
+	failed := 0
 	for ctx.Err() == nil {
 		err := s.pollOnce(ctx)
 		if err == nil || ctx.Err() != nil {
-			backoff = 50 * time.Millisecond
+			backoff, failed = 50*time.Millisecond, 0
 			continue
 		}
 		s.lg.Debug("batched fetch failed", zap.Error(err))
+		if failed++; failed >= unreachableAfter {
+			failed = 0
+			s.mu.Lock()
+			reps := make([]*replica, 0, len(s.members))
+			mems := make([]*member, 0, len(s.members))
+			for r, m := range s.members {
+				reps, mems = append(reps, r), append(mems, m)
+			}
+			s.mu.Unlock()
+			s.handBackAll(reps, mems, fmt.Errorf("%w: %w", errUnreachable, err))
+		}
 		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
@@ -178,6 +192,13 @@ func (s *fetchSession) pollOnce(ctx context.Context) error {
 
 // errSolo: the session handed a shard back to its replica.
 var errSolo = errors.New("storage: shard handed back to its own pull")
+
+// errUnreachable: the leader's address did not answer several polls in a row.
+var errUnreachable = errors.New("storage: leader address unreachable")
+
+// unreachableAfter is how many failed polls in a row make a session hand its
+// shards back (errUnreachable).
+const unreachableAfter = 3
 
 func (s *fetchSession) handBackAll(reps []*replica, mems []*member, err error) {
 	for i, r := range reps {

@@ -19,9 +19,18 @@ import (
 // hands back (its log diverged, it needs a full sync, the leader refused it)
 // pulls once alone through the per-shard API, which truncates a diverged
 // tail or fully syncs a replica too far behind, and then joins again.
+// The leader's address is read from its record when following starts, and
+// again after fetching from it failed (it may have restarted elsewhere).
 func (r *replica) follow(ctx context.Context, d desired) {
 	bo := backoff.New(50*time.Millisecond, time.Second)
 	for ctx.Err() == nil {
+		addr, err := r.h.peerAddress(ctx, d.leader)
+		if err != nil {
+			r.lg.Debug("leader address unknown", zap.String("leader", d.leader), zap.Error(err))
+			r.sleep(ctx, bo.Next())
+			continue
+		}
+		d.address = addr
 		solo := r.h.join(r, d.address, d.term)
 		var why error
 		select {
@@ -31,13 +40,16 @@ func (r *replica) follow(ctx context.Context, d desired) {
 		case why = <-solo:
 		}
 		r.lg.Debug("pulling alone", zap.String("leader", d.leader), zap.Error(why))
-		err := r.pullOnce(ctx, d)
+		err = r.pullOnce(ctx, d)
 		if err == nil {
 			bo.Reset()
 			continue
 		}
 		if ctx.Err() != nil {
 			return
+		}
+		if errors.Is(why, errUnreachable) {
+			r.h.forgetPeer(d.leader, d.address)
 		}
 		r.lg.Debug("fetch from leader failed", zap.String("leader", d.leader), zap.Error(err))
 		r.sleep(ctx, bo.Next())

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/cairn-db/cairn/storage/client"
 	"go.uber.org/zap"
 )
 
@@ -16,7 +17,11 @@ func (h *Host) leave(ctx context.Context, r *replica) bool {
 	if w.role != roleFollower {
 		return w.role == roleIdle // nobody to tell
 	}
-	err := h.peer().Leave(ctx, r.leaderShard(w), w.term, h.nodeID)
+	addr, err := h.peerAddress(ctx, w.leader)
+	if err != nil {
+		return false
+	}
+	err = h.peer().Leave(ctx, client.Shard{Address: addr, DB: r.db, Shard: r.shard}, w.term, h.nodeID)
 	if err != nil {
 		h.lg.Debug("leaving the in-sync set failed", zap.String("shard", r.id), zap.String("leader", w.leader), zap.Error(err))
 	}

@@ -31,7 +31,11 @@ type HostConfig struct {
 	Keys    models.ClusterKeys
 	State   func() *statemachine.State
 	Changed func() <-chan struct{} // closed at the next state publication
-	Logger  *zap.Logger
+	// Feed, when set, is shared with other hosts in this process and says
+	// which databases changed (Changed is then unused); nil: the host runs
+	// its own over State and Changed.
+	Feed   *Feed
+	Logger *zap.Logger
 	// MinInsync is the fewest in-sync replicas a write needs; default 1.
 	MinInsync int
 	// LagBound: a follower that has not caught up for this long leaves the
@@ -78,15 +82,17 @@ type Host struct {
 	mu       sync.RWMutex
 	replicas map[string]*replica
 
-	unwanted  map[string]time.Time                 // reconcile only: since when a replica is not assigned here
-	views     map[string]dbView                    // reconcile only: per database, what the last pass derived
-	want      map[string]desired                   // reconcile only: the union of the views' replicas
-	nodesSeen statemachine.Map[models.StorageNode] // reconcile only: the live nodes map last seen (compared by identity)
+	unwanted map[string]time.Time // reconcile only: since when a replica is not assigned here
+	views    map[string]dbView    // reconcile only: per database, what the last pass derived
+	want     map[string]desired   // reconcile only: the union of the views' replicas
+
+	peersMu sync.Mutex
+	peers   map[string]string // node id -> address, learned on demand (peers.go)
 
 	recordRev atomic.Int64 // create revision of this node's record as this process holds it (0: unknown)
 
-	appendMu sync.Mutex
-	appendCh chan struct{} // closed at every append or role change (parked batched fetches)
+	waitMu  sync.Mutex
+	waiters map[*replica]map[chan struct{}]int // parked batched fetches to wake at an append or role change of a replica
 
 	sessMu   sync.Mutex
 	sessions map[string]*fetchSession // follower side: one batched fetch loop per leader address
@@ -116,8 +122,8 @@ func NewHost(cfg HostConfig) *Host {
 	}
 	h := &Host{cfg: cfg, nodeID: cfg.NodeID, cluster: cfg.Cluster, store: cfg.Store, ck: cfg.Keys, state: cfg.State,
 		lg: cfg.Logger.Named("shards"), client: cfg.Client, replicas: map[string]*replica{},
-		unwanted: map[string]time.Time{}, views: map[string]dbView{}, want: map[string]desired{},
-		appendCh: make(chan struct{}), sessions: map[string]*fetchSession{}, terms: newTermBook(cfg.Dir)}
+		unwanted: map[string]time.Time{}, views: map[string]dbView{}, want: map[string]desired{}, 
+		waiters: map[*replica]map[chan struct{}]int{}, sessions: map[string]*fetchSession{}, peers: map[string]string{}, terms: newTermBook(cfg.Dir)}
 	if cfg.Registerer != nil {
 		h.metrics = newMetrics(h, cfg.Registerer)
 	}
@@ -153,12 +159,22 @@ func (h *Host) Attach(store kv.Store, ck models.ClusterKeys) {
 // Run reconciles replicas with the published state until ctx ends, then stops
 // every replica (data stays on disk).
 func (h *Host) Run(ctx context.Context) {
+	feed := h.cfg.Feed
+	if feed == nil {
+		feed = NewFeed(h.state, h.cfg.Changed)
+		fctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); feed.Run(fctx) }()
+		defer func() { stop(); <-done }()
+	}
+	sub := feed.subscribe(h.nodeID)
+	defer feed.unsubscribe(sub)
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	full := true
 	for {
-		changed := h.cfg.Changed()
-		h.reconcile(full)
+		all, names := sub.take()
+		h.reconcile(full, all, names)
 		full = false
 		select {
 		case <-ctx.Done():
@@ -170,7 +186,7 @@ func (h *Host) Run(ctx context.Context) {
 				r.stop()
 			}
 			return
-		case <-changed:
+		case <-sub.ch:
 		case <-t.C:
 			full = true // retries failed opens, ages unwanted replicas
 		}
@@ -178,10 +194,11 @@ func (h *Host) Run(ctx context.Context) {
 }
 
 // reconcile converges replicas to the snapshot: open what is assigned here,
-// set each replica's role and term, close and drop what is not.
-func (h *Host) reconcile(full bool) {
+// set each replica's role and term, close and drop what is not. It looks at
+// the databases named (every one when all), and at every replica when full.
+func (h *Host) reconcile(full, all bool, names map[string]bool) {
 	st := h.state()
-	want, touched := h.wanted(st)
+	want, touched := h.wanted(st, all, names)
 	if !full && len(touched) == 0 {
 		return // nothing this node hosts changed
 	}
@@ -281,16 +298,12 @@ func (v dbView) same(o dbView) bool {
 }
 
 // wanted is what the snapshot says this node hosts, and the databases whose
-// replicas here may have changed since the last call. Only databases whose
-// records changed are looked at shard by shard (and, when the cluster's live
-// nodes changed, those this node hosts shards of: a follower's leader
-// address comes from them), so one event costs O(databases) identity checks
-// plus the shards of the databases it touched. The returned map is kept
-// between calls: read it only.
-func (h *Host) wanted(st *statemachine.State) (map[string]desired, map[string]bool) {
-	nodes := st.Nodes.At(h.cluster)
-	nodesChanged := !nodes.Same(h.nodesSeen)
-	h.nodesSeen = nodes
+// replicas here may have changed since the last call. Only the databases
+// named (every database when all) are looked at, and of those only the ones
+// whose records changed are looked at shard by shard, so one event costs
+// O(shards of the databases it touched). The returned map is kept between
+// calls: read it only.
+func (h *Host) wanted(st *statemachine.State, all bool, names map[string]bool) (map[string]desired, map[string]bool) {
 	var touched map[string]bool // allocated on first use: most passes touch nothing here
 	touch := func(name string) {
 		if touched == nil {
@@ -311,16 +324,16 @@ func (h *Host) wanted(st *statemachine.State) (map[string]desired, map[string]bo
 		}
 		delete(h.views, name)
 	}
-	for name, a := range st.Assignments.All() {
-		db, ok := st.Databases.Get(name)
-		if a.Cluster != h.cluster || !ok {
+	look := func(name string) {
+		a, ok := st.Assignments.Get(name)
+		db, dbOK := st.Databases.Get(name)
+		if !ok || a.Cluster != h.cluster || !dbOK {
 			drop(name)
-			continue
+			return
 		}
 		v := viewOf(a, st.ShardStates.At(name), db.UID)
-		old, seen := h.views[name]
-		if seen && old.same(v) && (!nodesChanged || len(old.want) == 0) {
-			continue
+		if old, seen := h.views[name]; seen && old.same(v) {
+			return
 		}
 		drop(name)
 		v.want = h.wantedIn(st, name, a)
@@ -332,10 +345,19 @@ func (h *Host) wanted(st *statemachine.State) (map[string]desired, map[string]bo
 			touch(name)
 		}
 	}
-	for name := range h.views {
-		if _, ok := st.Assignments.Get(name); !ok {
-			drop(name)
+	if all {
+		for name := range st.Assignments.All() {
+			look(name)
 		}
+		for name := range h.views {
+			if !st.Assignments.Has(name) {
+				drop(name)
+			}
+		}
+		return h.want, touched
+	}
+	for name := range names {
+		look(name)
 	}
 	return h.want, touched
 }
@@ -352,10 +374,10 @@ func (h *Host) wantedIn(st *statemachine.State, name string, a models.Assignment
 			d.term = s.Term
 			if s.Leader == h.nodeID {
 				d.role = roleLeader
-			} else if n, live := st.Nodes.At(h.cluster).Get(s.Leader); live {
-				d.role, d.leader, d.address = roleFollower, s.Leader, n.NodeAddress
 			} else {
-				d.leader = s.Leader
+				// The leader's address is asked for when following starts
+				// (peers.go): storage nodes do not watch each other.
+				d.role, d.leader = roleFollower, s.Leader
 			}
 		}
 		if want == nil {

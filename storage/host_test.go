@@ -62,6 +62,15 @@ func put(sm *statemachine.Manager, source string, kind statemachine.Kind, cluste
 	sm.Push(statemachine.Event{Source: source, Kind: kind, Cluster: cluster, Type: kv.WatchPut, Name: name, Value: v})
 }
 
+// live writes a node's record where storage nodes read it: they do not
+// watch each other, they ask for the records they need.
+func live(t *testing.T, store kv.Store, sns, id, addr string) {
+	b, err := json.Marshal(models.StorageNode{NodeID: id, NodeAddress: addr})
+	require.NoError(t, err)
+	_, err = store.Put(context.Background(), models.ClusterKeys{SNS: sns}.Node(id), b, 0)
+	require.NoError(t, err)
+}
+
 func points(from, n int) []lineproto.Point {
 	out := make([]lineproto.Point, n)
 	for i := range out {
@@ -84,8 +93,7 @@ func TestFollowerFullSyncThenInSync(t *testing.T) {
 	// Flushing every batch lets the leader trim its log to the last 5 entries.
 	leader := startNode(t, "L", sm, store, engine.WithRetainEntries(5), engine.WithFlushPoints(1))
 	put(sm, statemachine.SourceStorageConfig, statemachine.KindStorageConfig, "", "default", models.StorageCluster{Name: "default"})
-	put(sm, statemachine.ClusterNodesSource("default"), statemachine.KindStorageNodes, "default", "L",
-		models.StorageNode{NodeID: "L", NodeAddress: leader.addr()})
+	live(t, store, "/t/storage/default", "L", leader.addr())
 	put(sm, statemachine.SourceDatabaseConfig, statemachine.KindDatabaseConfig, "", "d",
 		models.Database{Name: "d", StorageCluster: "default", NumShards: 1, ReplicaFactor: 2, UID: "u1"})
 	put(sm, statemachine.SourceAssign, statemachine.KindAssign, "", "d",
@@ -108,8 +116,7 @@ func TestFollowerFullSyncThenInSync(t *testing.T) {
 	follower := startNode(t, "F", sm, store)
 	// F comes up: its log is empty and L trimmed most of its own, so F must
 	// restore a snapshot, then follow, then be added to the in-sync set.
-	put(sm, statemachine.ClusterNodesSource("default"), statemachine.KindStorageNodes, "default", "F",
-		models.StorageNode{NodeID: "F", NodeAddress: follower.addr()})
+	live(t, store, "/t/storage/default", "F", follower.addr())
 	isr := func() []string {
 		kvp, err := store.Get(ctx, "/t/storage/default/isr/d/0")
 		if err != nil || kvp == nil {
@@ -165,8 +172,7 @@ func TestDivergentTailTruncated(t *testing.T) {
 	follower := startNodeWith(t, "F", sm, store, followerEng)
 	put(sm, statemachine.SourceStorageConfig, statemachine.KindStorageConfig, "", "default", models.StorageCluster{Name: "default"})
 	for _, n := range []*node{leader, follower} {
-		put(sm, statemachine.ClusterNodesSource("default"), statemachine.KindStorageNodes, "default", n.id,
-			models.StorageNode{NodeID: n.id, NodeAddress: n.addr()})
+		live(t, store, "/t/storage/default", n.id, n.addr())
 	}
 	put(sm, statemachine.SourceDatabaseConfig, statemachine.KindDatabaseConfig, "", "d",
 		models.Database{Name: "d", StorageCluster: "default", NumShards: 1, ReplicaFactor: 2})
@@ -218,8 +224,7 @@ func TestFollowerAheadInLeadersTermFences(t *testing.T) {
 	follower := startNodeWith(t, "F", sm, store, followerEng)
 	put(sm, statemachine.SourceStorageConfig, statemachine.KindStorageConfig, "", "default", models.StorageCluster{Name: "default"})
 	for _, n := range []*node{leader, follower} {
-		put(sm, statemachine.ClusterNodesSource("default"), statemachine.KindStorageNodes, "default", n.id,
-			models.StorageNode{NodeID: n.id, NodeAddress: n.addr()})
+		live(t, store, "/t/storage/default", n.id, n.addr())
 	}
 	put(sm, statemachine.SourceDatabaseConfig, statemachine.KindDatabaseConfig, "", "d",
 		models.Database{Name: "d", StorageCluster: "default", NumShards: 1, ReplicaFactor: 2})
@@ -282,8 +287,7 @@ func TestFollowerNeverTruncatesForAnOlderLeadership(t *testing.T) {
 	up := startNodeWith(t, "F", sm, store, newEng)
 	put(sm, statemachine.SourceStorageConfig, statemachine.KindStorageConfig, "", "default", models.StorageCluster{Name: "default"})
 	for _, n := range []*node{old, up} {
-		put(sm, statemachine.ClusterNodesSource("default"), statemachine.KindStorageNodes, "default", n.id,
-			models.StorageNode{NodeID: n.id, NodeAddress: n.addr()})
+		live(t, store, "/t/storage/default", n.id, n.addr())
 	}
 	put(sm, statemachine.SourceDatabaseConfig, statemachine.KindDatabaseConfig, "", "d",
 		models.Database{Name: "d", StorageCluster: "default", NumShards: 1, ReplicaFactor: 2})
@@ -338,8 +342,7 @@ func TestRestoredInSyncSetNotTakenOverAtItsTerm(t *testing.T) {
 
 	l := startNode(t, "L", sm, store)
 	put(sm, statemachine.SourceStorageConfig, statemachine.KindStorageConfig, "", "default", models.StorageCluster{Name: "default"})
-	put(sm, statemachine.ClusterNodesSource("default"), statemachine.KindStorageNodes, "default", "L",
-		models.StorageNode{NodeID: "L", NodeAddress: l.addr()})
+	live(t, store, "/t/storage/default", "L", l.addr())
 	put(sm, statemachine.SourceDatabaseConfig, statemachine.KindDatabaseConfig, "", "d",
 		models.Database{Name: "d", StorageCluster: "default", NumShards: 1, ReplicaFactor: 2})
 	put(sm, statemachine.SourceAssign, statemachine.KindAssign, "", "d",

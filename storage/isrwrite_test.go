@@ -124,8 +124,7 @@ func TestISRWriteFencedOnVanishedShard(t *testing.T) {
 			}
 			put(sm, statemachine.SourceStorageConfig, statemachine.KindStorageConfig, "", "default", models.StorageCluster{Name: "default"})
 			for _, n := range []string{"L", "F"} {
-				put(sm, statemachine.ClusterNodesSource("default"), statemachine.KindStorageNodes, "default", n,
-					models.StorageNode{NodeID: n, NodeAddress: "127.0.0.1:1"})
+				live(t, store, ns+"/storage/default", n, "127.0.0.1:1")
 			}
 			put(sm, statemachine.SourceDatabaseConfig, statemachine.KindDatabaseConfig, "", "late",
 				models.Database{Name: "late", StorageCluster: "default", NumShards: 2, ReplicaFactor: 2, UID: "u1"})

@@ -2,14 +2,15 @@ package storage
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/cairn-db/cairn/backoff"
 	"github.com/cairn-db/cairn/models"
-	"github.com/cairn-db/cairn/statemachine"
 	"github.com/cairn-db/cairn/storage/engine"
 	"github.com/cairn-db/cairn/storage/lineproto"
 	"go.uber.org/zap"
@@ -120,7 +121,7 @@ func (r *replica) setDesired(d desired) {
 		cancel()
 		<-done
 	}
-	defer r.h.signalAppend() // parked fetches answer a stale term at once
+	defer r.h.signalAppend(r) // parked fetches answer a stale term at once
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.want, r.since = d, time.Now()
@@ -163,29 +164,13 @@ func (r *replica) stop() {
 // elects a replica that misses an acknowledged write); additions take effect
 // before they are persisted (only making acknowledgement stricter).
 func (r *replica) lead(ctx context.Context, d desired) {
-	st := r.h.state()
-	initial := []string{r.h.nodeID}
-	if set, ok := st.ISR.At(r.h.cluster).Get(r.id); staleISR(set, ok, r.eng.LastTerm(), r.eng.LastTxnID(),
-		st.ListedFrom[statemachine.ClusterISRSource(r.h.cluster)]) {
-		// The record is not this shard's history (a restored backup): its
-		// members may lack entries we hold, so nobody but us is in sync
-		// until they have caught up with us.
-		r.lg.Info("in-sync set on record is stale; starting from this replica alone",
-			zap.Int64("term", d.term), zap.Int64("record_term", set.Term), zap.Uint64("last_term", r.eng.LastTerm()))
-	} else if ok {
-		for _, n := range set.Replicas {
-			_, live := st.Nodes.At(r.h.cluster).Get(n)
-			if n != r.h.nodeID && live && slices.Contains(d.replicas, n) {
-				initial = append(initial, n)
-			}
+	var initial []string
+	for bo := backoff.New(50*time.Millisecond, time.Second); ctx.Err() == nil; r.sleep(ctx, bo.Next()) {
+		var err error
+		if initial, err = r.initialISR(ctx, d); err == nil {
+			break
 		}
-	} else {
-		// No set was ever published: every replica is empty and in sync.
-		for _, n := range d.replicas {
-			if _, live := st.Nodes.At(r.h.cluster).Get(n); n != r.h.nodeID && live {
-				initial = append(initial, n)
-			}
-		}
+		r.lg.Warn("cannot read the in-sync set or the replicas' records; retrying", zap.Int64("term", d.term), zap.Error(err))
 	}
 	now := time.Now()
 	r.mu.Lock()
@@ -224,6 +209,49 @@ func (r *replica) lead(ctx context.Context, d desired) {
 	}
 }
 
+// initialISR is the in-sync set a new leadership starts from: the members of
+// the set on record that are assigned and live (their records, read now:
+// storage nodes do not watch each other), or every live replica when no set
+// was ever published (all are empty), or ourselves alone when the record is
+// not this shard's history.
+func (r *replica) initialISR(ctx context.Context, d desired) ([]string, error) {
+	initial := []string{r.h.nodeID}
+	kvp, err := r.h.store.Get(ctx, r.h.ck.ISR(r.db, r.shard))
+	if err != nil {
+		return nil, err
+	}
+	var set models.ISR
+	ok := kvp != nil && json.Unmarshal(kvp.Value, &set) == nil
+	cid, err := r.h.store.ClusterID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if staleISR(set, ok, r.eng.LastTerm(), r.eng.LastTxnID(), cid) {
+		// The record is not this shard's history (a restored backup): its
+		// members may lack entries we hold, so nobody but us is in sync
+		// until they have caught up with us.
+		r.lg.Info("in-sync set on record is stale; starting from this replica alone",
+			zap.Int64("term", d.term), zap.Int64("record_term", set.Term), zap.Uint64("last_term", r.eng.LastTerm()))
+		return initial, nil
+	}
+	var others []string
+	for _, n := range d.replicas {
+		if n != r.h.nodeID && (!ok || slices.Contains(set.Replicas, n)) {
+			others = append(others, n)
+		}
+	}
+	live, err := r.h.livePeers(ctx, others)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range others {
+		if live[n] {
+			initial = append(initial, n)
+		}
+	}
+	return initial, nil
+}
+
 // staleISR reports whether the in-sync record a new leader finds (ok: there
 // is one) cannot be this shard's history: our own log holds a term newer than
 // the record's (leaders record their set before appending at their term), we
@@ -238,8 +266,6 @@ func staleISR(set models.ISR, ok bool, lastTerm, lastTxn, cid uint64) bool {
 
 func (r *replica) maintainISR(ctx context.Context, d desired) {
 	last := r.eng.LastTxnID()
-	st := r.h.state()
-	nodes := st.Nodes.At(r.h.cluster)
 	r.mu.Lock()
 	if r.fenced || r.superseded > 0 {
 		r.mu.Unlock()
@@ -248,12 +274,14 @@ func (r *replica) maintainISR(ctx context.Context, d desired) {
 	isr := r.isr // replaced, never changed in place within its length
 	// Kafka's rule: a follower is in sync while it keeps catching up with
 	// where the leader was at its previous fetch; under a steady write load
-	// it is never exactly at the leader's last txn. Liveness (its lease) and
-	// its fetches count too, so a dead follower leaves without writes.
+	// it is never exactly at the leader's last txn. Its fetches count too,
+	// so a dead follower leaves without writes.
 	drop, add := decideISR(time.Now(), isrView{
 		self: r.h.nodeID, isr: isr, replicas: r.want.replicas, last: last,
 		acked: r.acked, caught: r.caught, fetched: r.fetched, parked: r.parked, window: r.h.cfg.LagBound,
-		live: func(n string) bool { _, ok := nodes.Get(n); return ok },
+		// Storage nodes do not watch each other's leases: a dead follower
+		// leaves by not fetching within the window.
+		live: func(string) bool { return true },
 	})
 	r.mu.Unlock()
 	if len(drop) == 0 && len(add) == 0 {
@@ -323,7 +351,7 @@ func (r *replica) write(ctx context.Context, term int64, points []lineproto.Poin
 	r.mu.Lock()
 	r.broadcastLocked()
 	r.mu.Unlock()
-	r.h.signalAppend()
+	r.h.signalAppend(r)
 	return r.awaitAcks(ctx, term, txn)
 }
 

@@ -191,6 +191,7 @@ func simulateCluster(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&p.Idle, "idle", 30*time.Second, "how long the idle cluster is measured")
 	fs.IntVar(&p.Kill, "kill", 1, "agents killed (those leading shards) to time the failover")
 	fs.DurationVar(&p.LeaseTTL, "lease-ttl", 3*time.Second, "the agents' and the master's lease TTL")
+	fs.DurationVar(&p.RebalanceDelay, "rebalance-delay", 30*time.Second, "the master's rebalance delay; idle is measured after it (leaderships are spread then)")
 	verbose := fs.Bool("v", false, "print progress to stderr")
 	logLevel := fs.String("log-level", "", "log the master's and broker's work to stderr at this level (debug, info, warn, error)")
 	fs.Usage = func() {

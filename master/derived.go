@@ -1,0 +1,69 @@
+package master
+
+import (
+	"github.com/cairn-db/cairn/models"
+	"github.com/cairn-db/cairn/statemachine"
+)
+
+// derived keeps what every database's failover check reads of its whole
+// cluster (leaderships per node, the highest recorded log term per shard),
+// computed once per version of the maps they come from rather than once per
+// database: at 1,000 databases x 32 shards x 1,000 nodes, a pass recomputing
+// them for each database is billions of steps. Published snapshots are never
+// changed in place, so a map's identity names its content. Master's loop
+// only (not safe for concurrent use).
+type derived struct {
+	leadsStates statemachine.Map[models.ShardStates] // the versions leads was computed from
+	leadsAssign statemachine.Map[models.Assignment]
+	leads       map[string]map[string]int
+	termsKey    statemachine.Map[models.StorageNode] // the cluster's live nodes terms was computed from
+	termsOf     string                               // that cluster
+	terms       map[string]int64
+}
+
+// failoverInputs is FailoverInputs(st, db) with the recorded terms computed
+// once per version of the live nodes, and without Leads: the caller adds
+// them (clusterLeads) once a shard needs a leader.
+func (d *derived) failoverInputs(st *statemachine.State, db string) (ShardInputs, bool) {
+	a, ok := st.Assignments.Get(db)
+	if !ok || !ClusterReady(st, a.Cluster) {
+		return ShardInputs{}, false
+	}
+	live := st.Nodes.At(a.Cluster)
+	return ShardInputs{DB: db, Assign: a, States: st.ShardStates.At(db),
+		Live: live, ISR: st.ISR.At(a.Cluster), Drains: st.Drains,
+		ClusterID:     st.ListedFrom[statemachine.ClusterISRSource(a.Cluster)],
+		RecordedTerms: d.recordedTerms(live, a.Cluster)}, true
+}
+
+// clusterLeads is a copy of ClusterLeads for the cluster (PlanLeaders
+// updates the map it is given).
+func (d *derived) clusterLeads(st *statemachine.State, cluster string) map[string]int {
+	if d.leads == nil || !st.ShardStates.Same(d.leadsStates) || !st.Assignments.Same(d.leadsAssign) {
+		d.leadsStates, d.leadsAssign, d.leads = st.ShardStates, st.Assignments, map[string]map[string]int{}
+	}
+	leads, ok := d.leads[cluster]
+	if !ok {
+		leads = ClusterLeads(st.ShardStates, st.Assignments, cluster)
+		d.leads[cluster] = leads
+	}
+	out := make(map[string]int, len(leads))
+	for n, c := range leads {
+		out[n] = c
+	}
+	return out
+}
+
+// recordedTerms is, per shard id, the highest max_term in the live nodes'
+// records of one cluster.
+func (d *derived) recordedTerms(live statemachine.Map[models.StorageNode], cluster string) map[string]int64 {
+	if d.terms == nil || !live.Same(d.termsKey) || cluster != d.termsOf {
+		d.termsKey, d.termsOf, d.terms = live, cluster, map[string]int64{}
+		for _, n := range live.All() {
+			for id, t := range n.MaxTerm {
+				d.terms[id] = max(d.terms[id], t)
+			}
+		}
+	}
+	return d.terms
+}

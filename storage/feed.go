@@ -1,0 +1,171 @@
+package storage
+
+import (
+	"context"
+	"sync"
+
+	"github.com/cairn-db/cairn/models"
+	"github.com/cairn-db/cairn/statemachine"
+)
+
+// Feed tells shard hosts which databases' records changed, so that a host
+// looks only at the databases an event touched. It compares each published
+// snapshot with the previous one once, by record identity (a snapshot
+// shares the records it did not change), and signals only the hosts named
+// in a changed database's old or new assignment: an event costs the hosts
+// O(replicas it touched), not O(hosts x databases). A storage node runs one
+// for its host; `cairn simulate cluster` runs one for all its agents.
+type Feed struct {
+	state   func() *statemachine.State
+	changed func() <-chan struct{} // closed at the next publication
+
+	mu   sync.Mutex
+	subs map[string][]*feedSub // node id -> its hosts' subscriptions
+	seen *statemachine.State
+	dbs  map[string]dbMark // identity of each database's records in seen
+}
+
+// dbMark identifies the records of one database in one snapshot.
+type dbMark struct {
+	assign  *models.ShardAssignment
+	nAssign int
+	states  *models.ShardState
+	nStates int
+	uid     string
+	cluster string
+}
+
+func markOf(st *statemachine.State, name string) (dbMark, bool) {
+	a, ok := st.Assignments.Get(name)
+	if !ok {
+		return dbMark{}, false
+	}
+	ss := st.ShardStates.At(name)
+	m := dbMark{nAssign: len(a.Shards), nStates: len(ss.Shards), uid: st.Databases.At(name).UID, cluster: a.Cluster}
+	if len(a.Shards) > 0 {
+		m.assign = &a.Shards[0]
+	}
+	if len(ss.Shards) > 0 {
+		m.states = &ss.Shards[0]
+	}
+	return m, true
+}
+
+// feedSub is one host's subscription: the databases changed since it last
+// looked, or all of them (its first look).
+type feedSub struct {
+	node    string
+	ch      chan struct{} // signalled (coalesced) when pending grows
+	mu      sync.Mutex
+	all     bool
+	pending map[string]bool
+}
+
+// NewFeed builds a feed over a state manager's snapshots and its change
+// signal (Manager.Changed); Run drives it.
+func NewFeed(state func() *statemachine.State, changed func() <-chan struct{}) *Feed {
+	return &Feed{state: state, changed: changed, subs: map[string][]*feedSub{}, dbs: map[string]dbMark{}}
+}
+
+// Run compares every new snapshot with the previous one until ctx ends.
+func (f *Feed) Run(ctx context.Context) {
+	for {
+		changed := f.changed()
+		f.step()
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+	}
+}
+
+// step notes what changed between the last snapshot seen and the current one.
+func (f *Feed) step() {
+	st := f.state()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.seen != nil && st.Assignments.Same(f.seen.Assignments) && st.ShardStates.Same(f.seen.ShardStates) &&
+		st.Databases.Same(f.seen.Databases) {
+		f.seen = st
+		return // no database record changed
+	}
+	prev := f.seen
+	f.seen = st
+	var touched []string
+	for name := range st.Assignments.All() {
+		m, _ := markOf(st, name)
+		if old, ok := f.dbs[name]; !ok || old != m {
+			f.dbs[name] = m
+			touched = append(touched, name)
+		}
+	}
+	for name := range f.dbs {
+		if !st.Assignments.Has(name) {
+			delete(f.dbs, name)
+			touched = append(touched, name)
+		}
+	}
+	for _, name := range touched {
+		nodes := map[string]bool{}
+		for _, s := range [2]*statemachine.State{prev, st} {
+			if s == nil {
+				continue
+			}
+			for _, sh := range s.Assignments.At(name).Shards {
+				for _, n := range sh.Replicas {
+					nodes[n] = true
+				}
+			}
+		}
+		for n := range nodes {
+			for _, sub := range f.subs[n] {
+				sub.add(name)
+			}
+		}
+	}
+}
+
+func (s *feedSub) add(name string) {
+	s.mu.Lock()
+	s.pending[name] = true
+	s.mu.Unlock()
+	select {
+	case s.ch <- struct{}{}:
+	default:
+	}
+}
+
+// take returns what changed since the last take (all: look at everything).
+func (s *feedSub) take() (all bool, names map[string]bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	all, names = s.all, s.pending
+	s.all, s.pending = false, map[string]bool{}
+	return all, names
+}
+
+// subscribe registers a host of node; its first take says all.
+func (f *Feed) subscribe(node string) *feedSub {
+	s := &feedSub{node: node, ch: make(chan struct{}, 1), all: true, pending: map[string]bool{}}
+	s.ch <- struct{}{}
+	f.mu.Lock()
+	f.subs[node] = append(f.subs[node], s)
+	f.mu.Unlock()
+	return s
+}
+
+func (f *Feed) unsubscribe(s *feedSub) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	subs := f.subs[s.node]
+	for i, x := range subs {
+		if x == s {
+			f.subs[s.node] = append(subs[:i:i], subs[i+1:]...)
+			break
+		}
+	}
+	if len(f.subs[s.node]) == 0 {
+		delete(f.subs, s.node)
+	}
+}

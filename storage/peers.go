@@ -1,0 +1,106 @@
+package storage
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/cairn-db/cairn/models"
+)
+
+// A storage node does not watch the other nodes' records: at 1,000 nodes
+// every record change would reach every node. It asks etcd for the few it
+// needs, when it needs them: the address of a leader it starts following
+// (remembered until fetching from that address fails) and, when it starts
+// leading a shard, which of the shard's other replicas are live.
+
+// ErrPeerNotLive: the storage node has no live record in the cluster.
+var ErrPeerNotLive = errors.New("storage: peer node not live")
+
+// ErrBadRecord: a peer's node record in etcd did not decode or names no address.
+var ErrBadRecord = errors.New("storage: unreadable node record")
+
+// peerRecord reads a node's live record; nil when there is none.
+func (h *Host) peerRecord(ctx context.Context, id string) (*models.StorageNode, error) {
+	kvp, err := h.store.Get(ctx, h.ck.Node(id))
+	if err != nil || kvp == nil {
+		return nil, err
+	}
+	var n models.StorageNode
+	if err := json.Unmarshal(kvp.Value, &n); err != nil || n.NodeAddress == "" {
+		return nil, fmt.Errorf("%w: record of node %s unreadable", ErrBadRecord, id)
+	}
+	return &n, nil
+}
+
+// peerAddress is the address of node id, from memory or from its record.
+func (h *Host) peerAddress(ctx context.Context, id string) (string, error) {
+	h.peersMu.Lock()
+	addr, ok := h.peers[id]
+	h.peersMu.Unlock()
+	if ok {
+		return addr, nil
+	}
+	n, err := h.peerRecord(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	if n == nil {
+		return "", fmt.Errorf("%w: %s", ErrPeerNotLive, id)
+	}
+	h.rememberPeer(id, n.NodeAddress)
+	return n.NodeAddress, nil
+}
+
+// maxPeers bounds the addresses remembered: beyond it the memory restarts
+// (each address is asked again once).
+const maxPeers = 65536
+
+func (h *Host) rememberPeer(id, addr string) {
+	h.peersMu.Lock()
+	defer h.peersMu.Unlock()
+	if len(h.peers) >= maxPeers {
+		h.peers = map[string]string{}
+	}
+	h.peers[id] = addr
+}
+
+// forgetPeer drops a remembered address that failed, so that the next look
+// reads the node's record again (it may have restarted elsewhere).
+func (h *Host) forgetPeer(id, addr string) {
+	h.peersMu.Lock()
+	defer h.peersMu.Unlock()
+	if h.peers[id] == addr {
+		delete(h.peers, id)
+	}
+}
+
+// livePeers says which of ids have a live record, asking for them at once.
+func (h *Host) livePeers(ctx context.Context, ids []string) (map[string]bool, error) {
+	live := make(map[string]bool, len(ids))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var first error
+	for _, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n, err := h.peerRecord(ctx, id)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err != nil && first == nil:
+				first = err
+			case n != nil:
+				live[id] = true
+			}
+			if n != nil {
+				h.rememberPeer(id, n.NodeAddress)
+			}
+		}()
+	}
+	wg.Wait()
+	return live, first
+}
