@@ -122,7 +122,7 @@ func NewHost(cfg HostConfig) *Host {
 	}
 	h := &Host{cfg: cfg, nodeID: cfg.NodeID, cluster: cfg.Cluster, store: cfg.Store, ck: cfg.Keys, state: cfg.State,
 		lg: cfg.Logger.Named("shards"), client: cfg.Client, replicas: map[string]*replica{},
-		unwanted: map[string]time.Time{}, views: map[string]dbView{}, want: map[string]desired{}, 
+		unwanted: map[string]time.Time{}, views: map[string]dbView{}, want: map[string]desired{},
 		waiters: map[*replica]map[chan struct{}]int{}, sessions: map[string]*fetchSession{}, peers: map[string]string{}, terms: newTermBook(cfg.Dir)}
 	if cfg.Registerer != nil {
 		h.metrics = newMetrics(h, cfg.Registerer)
