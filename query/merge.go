@@ -144,7 +144,7 @@ func (p *Plan) bucketRows(g *mergedGroup) [][]any {
 		for i, o := range p.Outputs {
 			pt := at(i, req.Start)
 			row[i+1] = finalize(pt, o)
-			if len(p.Outputs) == 1 && selectors[o.Func] && pt != nil {
+			if len(p.Outputs) == 1 && selectors[o.Func] && pt != nil && pt.X != nil {
 				row[0] = selectorTime(pt, o.Func)
 			}
 		}
@@ -248,13 +248,13 @@ func toFloat(v any) float64 {
 func selectorTime(p *Partial, fn string) int64 {
 	switch fn {
 	case "min":
-		return p.MinTS
+		return p.X.MinTS
 	case "max":
-		return p.MaxTS
+		return p.X.MaxTS
 	case "first":
-		return p.FirstTS
+		return p.X.FirstTS
 	}
-	return p.LastTS
+	return p.X.LastTS
 }
 
 // finalize turns a merged partial into the value of one aggregate; nil for
@@ -270,31 +270,40 @@ func finalize(p *Partial, o Output) any {
 		return p.Sum
 	case "mean":
 		return p.Sum / float64(p.Count)
+	}
+	x := p.X
+	if x == nil {
+		return nil // a shard that did not keep what was asked: nothing to say
+	}
+	switch o.Func {
 	case "min":
-		return p.Min
+		return x.Min
 	case "max":
-		return p.Max
+		return x.Max
 	case "spread":
-		return p.Max - p.Min
+		return x.Max - x.Min
 	case "first":
-		return p.First
+		return x.First
 	case "last":
-		return p.Last
+		return x.Last
 	case "stddev":
 		if p.Count < 2 {
 			return nil
 		}
-		return math.Sqrt(p.M2 / float64(p.Count-1))
+		return math.Sqrt(x.M2 / float64(p.Count-1))
 	case "median":
-		v := slices.Clone(p.Values)
+		v := slices.Clone(x.Values)
 		slices.Sort(v)
 		n := len(v)
+		if n == 0 {
+			return nil
+		}
 		if n%2 == 1 {
 			return v[n/2]
 		}
 		return (v[n/2-1] + v[n/2]) / 2
 	case "percentile":
-		v := slices.Clone(p.Values)
+		v := slices.Clone(x.Values)
 		slices.Sort(v)
 		// InfluxDB's nearest-rank: the value at rank round(n*N/100).
 		i := int(math.Floor(float64(len(v))*o.N/100+0.5)) - 1
