@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"maps"
 	"math"
+	"runtime"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/cairn-db/cairn/query"
@@ -34,12 +36,7 @@ func appendResults(b []byte, results []result, unit int64) []byte {
 		}
 		if len(r.rows) > 0 {
 			b = append(b, `,"series":[`...)
-			for j, row := range r.rows {
-				if j > 0 {
-					b = append(b, ',')
-				}
-				b = appendRow(b, row, unit)
-			}
+			b = appendRows(b, r.rows, unit)
 			b = append(b, ']')
 		}
 		b = append(b, '}')
@@ -74,6 +71,9 @@ func appendRow(b []byte, row query.Row, unit int64) []byte {
 		b = appendString(b, c)
 	}
 	b = append(b, `],"values":[`...)
+	if row.Times != nil {
+		return append(appendCells(b, row, unit), "]}"...)
+	}
 	timed := len(row.Columns) > 0 && row.Columns[0] == "time"
 	for i, vals := range row.Values {
 		if i > 0 {
@@ -85,13 +85,7 @@ func appendRow(b []byte, row query.Row, unit int64) []byte {
 				b = append(b, ',')
 			}
 			if ts, ok := v.(int64); ok && j == 0 && timed {
-				if unit == 0 {
-					b = append(b, '"')
-					b = time.Unix(0, ts).UTC().AppendFormat(b, time.RFC3339Nano)
-					b = append(b, '"')
-				} else {
-					b = strconv.AppendInt(b, floorDiv(ts, unit), 10)
-				}
+				b = appendTime(b, ts, unit)
 				continue
 			}
 			b = appendValue(b, v)
@@ -99,6 +93,92 @@ func appendRow(b []byte, row query.Row, unit int64) []byte {
 		b = append(b, ']')
 	}
 	return append(b, "]}"...)
+}
+
+// appendCells writes the values of an aggregate row held unboxed.
+func appendCells(b []byte, row query.Row, unit int64) []byte {
+	for k, ts := range row.Times {
+		if k > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '[')
+		b = appendTime(b, ts, unit)
+		for _, col := range row.Cells {
+			b = append(b, ',')
+			switch c := col[k]; c.Kind {
+			case query.CellFloat:
+				if math.IsNaN(c.F) || math.IsInf(c.F, 0) {
+					b = append(b, "null"...)
+				} else {
+					b = strconv.AppendFloat(b, c.F, 'g', -1, 64)
+				}
+			case query.CellInt:
+				b = strconv.AppendInt(b, c.I, 10)
+			default:
+				b = append(b, "null"...)
+			}
+		}
+		b = append(b, ']')
+	}
+	return b
+}
+
+func appendTime(b []byte, ts, unit int64) []byte {
+	if unit == 0 {
+		b = append(b, '"')
+		b = time.Unix(0, ts).UTC().AppendFormat(b, time.RFC3339Nano)
+		return append(b, '"')
+	}
+	return strconv.AppendInt(b, floorDiv(ts, unit), 10)
+}
+
+// parallelRows is the number of value rows past which a statement's series
+// are encoded by several goroutines: formatting millions of floats is most
+// of a large GROUP BY's cost.
+const parallelRows = 50_000
+
+// appendRows writes rows, comma separated; large results are split into one
+// contiguous part per CPU, encoded at once and joined in order.
+func appendRows(b []byte, rows []query.Row, unit int64) []byte {
+	total := 0
+	for i := range rows {
+		total += rows[i].Len()
+	}
+	workers := min(runtime.GOMAXPROCS(0), len(rows))
+	if total < parallelRows || workers < 2 {
+		for j, row := range rows {
+			if j > 0 {
+				b = append(b, ',')
+			}
+			b = appendRow(b, row, unit)
+		}
+		return b
+	}
+	parts := make([][]byte, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		lo, hi := w*len(rows)/workers, (w+1)*len(rows)/workers
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var out []byte
+			for j := lo; j < hi; j++ {
+				if j > lo {
+					out = append(out, ',')
+				}
+				out = appendRow(out, rows[j], unit)
+			}
+			parts[w] = out
+		}()
+	}
+	wg.Wait()
+	for w, part := range parts {
+		if w > 0 && len(part) > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, part...)
+	}
+	return b
 }
 
 func floorDiv(a, b int64) int64 {
