@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"math/rand/v2"
+	"strconv"
 	"testing"
 
 	"github.com/cairn-db/cairn/query"
@@ -55,4 +57,27 @@ func TestEncodeAggregateRows(t *testing.T) {
 	var back []map[string]any
 	require.NoError(t, json.Unmarshal(append(append([]byte{'['}, got...), ']'), &back))
 	require.Len(t, back, 400)
+}
+
+// TestAppendFloatMatchesStrconv: the decimal fast path writes exactly what
+// strconv's shortest 'g' format writes, over decimals of every scale, their
+// neighbours one ulp away, and arbitrary floats.
+func TestAppendFloatMatchesStrconv(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	check := func(f float64) {
+		require.Equal(t, strconv.FormatFloat(f, 'g', -1, 64), string(appendFloat(nil, f)), "%v (bits %x)", f, math.Float64bits(f))
+	}
+	for _, f := range []float64{0, math.Copysign(0, -1), 1, -1, 0.001, -0.001, 0.0001, 0.1 + 0.2, 999999.999, 1e6, 999999.9999,
+		123456.5, 1e-3 - 1e-19, 0.005, 10, 100.5, 1234567, math.MaxFloat64, math.SmallestNonzeroFloat64, 2.5e-4} {
+		check(f)
+	}
+	for range 200_000 {
+		scale := []float64{1, 10, 100, 1000, 1e4}[rng.IntN(5)]
+		f := float64(rng.Int64N(2e9)-1e9) / scale
+		check(f)
+		check(math.Nextafter(f, math.Inf(1)))
+		check(math.Nextafter(f, math.Inf(-1)))
+		check(math.Float64frombits(rng.Uint64()))
+		check(rng.Float64() * 1e6)
+	}
 }
