@@ -318,64 +318,19 @@ func (ev *evaluator) result() *ShardResult {
 		g := ev.groups[key]
 		out := Group{Tags: g.tags}
 		for _, field := range slices.Sorted(maps.Keys(g.fields)) {
-			out.Fields = append(out.Fields, FieldBuckets{Field: field, Buckets: ev.buckets(g.fields[field])})
+			out.Fields = append(out.Fields, ev.buckets(field, g.fields[field]))
 		}
 		r.Groups = append(r.Groups, out)
 	}
 	return r
 }
 
-// buckets lists fa's non-empty slots.
-func (ev *evaluator) buckets(fa *fieldAcc) []Bucket {
-	n := 0
-	for i := range fa.parts {
-		if fa.parts[i].Count > 0 {
-			n++
-		}
+// buckets is fa as the shard's answer: its slots, shared, not copied.
+func (ev *evaluator) buckets(field string, fa *fieldAcc) FieldBuckets {
+	if ev.req.Interval <= 0 {
+		return FieldBuckets{Field: field, First: ev.req.Start, Parts: fa.parts}
 	}
-	out := make([]Bucket, 0, n)
-	for i, p := range fa.parts {
-		if p.Count == 0 {
-			continue
-		}
-		start := ev.req.Start
-		if ev.req.Interval > 0 {
-			start = (fa.lo+int64(i))*ev.req.Interval + ev.req.Offset
-		}
-		out = append(out, Bucket{Start: start, Partial: p})
-	}
-	return out
-}
-
-// MergeBuckets merges two bucket lists sorted by start into one; it may
-// reuse, and change, either list's storage (Extras included).
-func MergeBuckets(a, b []Bucket) []Bucket {
-	switch {
-	case len(a) == 0:
-		return b
-	case len(b) == 0:
-		return a
-	}
-	out := make([]Bucket, 0, max(len(a), len(b)))
-	i, j := 0, 0
-	for i < len(a) && j < len(b) {
-		switch {
-		case a[i].Start < b[j].Start:
-			out = append(out, a[i])
-			i++
-		case a[i].Start > b[j].Start:
-			out = append(out, b[j])
-			j++
-		default:
-			m := a[i]
-			m.Merge(&b[j].Partial)
-			out = append(out, m)
-			i++
-			j++
-		}
-	}
-	out = append(out, a[i:]...)
-	return append(out, b[j:]...)
+	return FieldBuckets{Field: field, First: fa.lo*ev.req.Interval + ev.req.Offset, Step: ev.req.Interval, Parts: fa.parts}
 }
 
 // BucketOf is the start of the time bucket holding ts; with interval 0 the

@@ -111,7 +111,7 @@ func (p *Plan) Merge(results []*ShardResult) ([]Row, error) {
 
 type mergedGroup struct {
 	tags   []Tag
-	fields map[string][]Bucket // sorted by Start
+	fields map[string]FieldBuckets
 }
 
 // MaxResultValues bounds the values (rows x columns, over all series) an
@@ -125,11 +125,15 @@ func (p *Plan) mergeAggregates(results []*ShardResult) ([]Row, error) {
 			key := GroupKey(g.Tags)
 			mg := groups[key]
 			if mg == nil {
-				mg = &mergedGroup{tags: g.Tags, fields: map[string][]Bucket{}}
+				mg = &mergedGroup{tags: g.Tags, fields: map[string]FieldBuckets{}}
 				groups[key] = mg
 			}
 			for _, f := range g.Fields {
-				mg.fields[f.Field] = MergeBuckets(mg.fields[f.Field], f.Buckets)
+				merged, err := MergeFieldBuckets(mg.fields[f.Field], f)
+				if err != nil {
+					return nil, err
+				}
+				mg.fields[f.Field] = merged
 			}
 		}
 	}
@@ -202,22 +206,11 @@ func (p *Plan) page(values [][]any) [][]any {
 // output, and fills the gaps.
 func (p *Plan) bucketRows(g *mergedGroup) ([]int64, [][]Cell) {
 	req := &p.Req
-	// One cursor per output into its field's sorted buckets.
-	lists := make([][]Bucket, len(p.Outputs))
+	lists := make([]FieldBuckets, len(p.Outputs))
 	for i, o := range p.Outputs {
 		lists[i] = g.fields[o.Field]
 	}
-	at := func(i int, t int64) *Partial {
-		l := lists[i]
-		for len(l) > 0 && l[0].Start < t {
-			l = l[1:]
-		}
-		lists[i] = l
-		if len(l) > 0 && l[0].Start == t {
-			return &l[0].Partial
-		}
-		return nil
-	}
+	at := func(i int, t int64) *Partial { return lists[i].At(t) }
 	cols := make([][]Cell, len(p.Outputs))
 	if req.Interval <= 0 {
 		t := req.Start

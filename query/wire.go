@@ -182,16 +182,77 @@ func (p *Partial) Merge(o *Partial) {
 	x.Values = append(x.Values, o.X.Values...)
 }
 
-// Bucket is one time bucket's partial aggregate.
-type Bucket struct {
-	Start int64
-	Partial
+// FieldBuckets are one field's buckets in one group, dense: Parts[i] is the
+// bucket starting at First + i*Step (Step 0: the one bucket of a query
+// without GROUP BY time); an empty bucket has Count 0. A shard's arrays
+// cover the span its points reached; the broker merges them slot by slot.
+type FieldBuckets struct {
+	Field string
+	First int64
+	Step  int64
+	Parts []Partial
 }
 
-// FieldBuckets are one field's buckets in one group, sorted by Start.
-type FieldBuckets struct {
-	Field   string
-	Buckets []Bucket
+// Start is the start time of slot i.
+func (f *FieldBuckets) Start(i int) int64 { return f.First + int64(i)*f.Step }
+
+// At is the bucket starting at t, nil when none or empty.
+func (f *FieldBuckets) At(t int64) *Partial {
+	if len(f.Parts) == 0 {
+		return nil
+	}
+	i := int64(0)
+	if f.Step > 0 {
+		d := t - f.First
+		if d < 0 || d%f.Step != 0 {
+			return nil
+		}
+		i = d / f.Step
+	} else if t != f.First {
+		return nil
+	}
+	if i >= int64(len(f.Parts)) || f.Parts[i].Count == 0 {
+		return nil
+	}
+	return &f.Parts[i]
+}
+
+// MergeFieldBuckets folds b into a, slot by slot, and returns the result,
+// which may reuse (and change) either one's storage. Both must be on the
+// same grid (same Step, First apart by a multiple of it), as the buckets of
+// one request are; ErrBadWire otherwise.
+func MergeFieldBuckets(a, b FieldBuckets) (FieldBuckets, error) {
+	switch {
+	case len(b.Parts) == 0:
+		return a, nil
+	case len(a.Parts) == 0:
+		return b, nil
+	case a.Step != b.Step || a.Step == 0 && a.First != b.First || a.Step > 0 && (b.First-a.First)%a.Step != 0:
+		return a, fmt.Errorf("%w: buckets of field %q on different time grids", ErrBadWire, a.Field)
+	}
+	if b.First < a.First || b.Start(len(b.Parts)) > a.Start(len(a.Parts)) {
+		a, b = grow(a, b), a
+	}
+	off := 0
+	if a.Step > 0 {
+		off = int((b.First - a.First) / a.Step)
+	}
+	for i := range b.Parts {
+		if b.Parts[i].Count > 0 {
+			a.Parts[off+i].Merge(&b.Parts[i])
+		}
+	}
+	return a, nil
+}
+
+// grow returns a copy of b widened to cover a's span too, holding b's
+// buckets; the caller then merges a into it.
+func grow(a, b FieldBuckets) FieldBuckets {
+	first := min(a.First, b.First)
+	last := max(a.Start(len(a.Parts)-1), b.Start(len(b.Parts)-1))
+	out := FieldBuckets{Field: b.Field, First: first, Step: b.Step, Parts: make([]Partial, (last-first)/b.Step+1)}
+	copy(out.Parts[(b.First-first)/b.Step:], b.Parts)
+	return out
 }
 
 // Group is one series group: its group-by tag values and per-field buckets.
@@ -222,12 +283,13 @@ type ShardResult struct {
 // per bucket. Layout (uvarint counts and lengths, zigzag varint times, floats
 // as 8 bytes little endian, strings as length + bytes):
 //
-//	version=1, stats, #groups, each: #tags, (key, value)*, #fields, each:
-//	  field, #buckets, each: start (delta from previous), count, then per
-//	  stats bit in order: sum | min, minTS, max, maxTS | first, firstTS |
-//	  last, lastTS | m2 | #values, values*
+//	version=2, stats, #groups, each: #tags, (key, value)*, #fields, each:
+//	  field, first, step, #slots, #non-empty buckets, each: slots skipped
+//	  since the previous one, count, then per stats bit in order: sum |
+//	  min, minTS, max, maxTS | first, firstTS | last, lastTS | m2 |
+//	  #values, values*
 //	#raw, each: #tags, (key, value)*, field, #points, (ts delta, value)*
-const wireVersion = 1
+const wireVersion = 2
 
 // MarshalResult encodes r for the broker; st must be the request's Stats.
 func MarshalResult(r *ShardResult, st Stats) []byte {
@@ -239,11 +301,24 @@ func MarshalResult(r *ShardResult, st Stats) []byte {
 		b = binary.AppendUvarint(b, uint64(len(g.Fields)))
 		for _, f := range g.Fields {
 			b = appendString(b, f.Field)
-			b = binary.AppendUvarint(b, uint64(len(f.Buckets)))
-			prev := int64(0)
-			for _, k := range f.Buckets {
-				b = binary.AppendVarint(b, k.Start-prev)
-				prev = k.Start
+			b = binary.AppendVarint(b, f.First)
+			b = binary.AppendUvarint(b, uint64(f.Step))
+			b = binary.AppendUvarint(b, uint64(len(f.Parts)))
+			full := 0
+			for i := range f.Parts {
+				if f.Parts[i].Count > 0 {
+					full++
+				}
+			}
+			b = binary.AppendUvarint(b, uint64(full))
+			next := 0 // the slot after the previous non-empty one
+			for i := range f.Parts {
+				k := &f.Parts[i]
+				if k.Count == 0 {
+					continue
+				}
+				b = binary.AppendUvarint(b, uint64(i-next))
+				next = i + 1
 				b = binary.AppendUvarint(b, uint64(k.Count))
 				if st&StatSum != 0 {
 					b = appendFloat(b, k.Sum)
@@ -307,7 +382,7 @@ func marshalSize(r *ShardResult, st Stats) int {
 			n += len(t.Key) + len(t.Value) + 4
 		}
 		for _, f := range g.Fields {
-			n += len(f.Field) + 8 + len(f.Buckets)*per
+			n += len(f.Field) + 32 + len(f.Parts)*per
 		}
 	}
 	for _, s := range r.Raw {
@@ -348,19 +423,34 @@ func UnmarshalResult(data []byte) (*ShardResult, error) {
 		g := Group{Tags: d.tags()}
 		nf := d.count(2)
 		for j := 0; j < nf && d.err == nil; j++ {
-			f := FieldBuckets{Field: d.string()}
-			nb := d.count(minBucketBytes(st))
-			f.Buckets = make([]Bucket, nb)
+			f := FieldBuckets{Field: d.string(), First: d.varint(), Step: int64(d.uvarint())}
+			slots, nb := d.uvarint(), d.count(minBucketBytes(st))
+			if d.slots += slots; d.err == nil && (f.Step < 0 || f.Step == 0 && slots > 1 || slots > MaxBuckets || d.slots > MaxShardBuckets || uint64(nb) > slots) {
+				d.fail("bucket slots")
+			}
+			if d.err != nil {
+				break
+			}
+			f.Parts = make([]Partial, slots)
 			var extras []Extra // one allocation backs every bucket's Extra
 			if NeedsExtra(st) {
 				extras = make([]Extra, nb)
 			}
-			prev := int64(0)
+			at := uint64(0)
 			for k := 0; k < nb && d.err == nil; k++ {
-				bk := &f.Buckets[k]
-				bk.Start = prev + d.varint()
-				prev = bk.Start
+				skip := d.uvarint()
+				if skip >= slots-at {
+					d.fail("bucket slot")
+					break
+				}
+				at += skip
+				bk := &f.Parts[at]
+				at++
 				bk.Count = int64(d.uvarint())
+				if bk.Count <= 0 {
+					d.fail("bucket count")
+					break
+				}
 				if st&StatSum != 0 {
 					bk.Sum = d.float()
 				}
@@ -431,8 +521,9 @@ func minBucketBytes(st Stats) int {
 }
 
 type decoder struct {
-	b   []byte
-	err error
+	b     []byte
+	err   error
+	slots uint64 // bucket slots allocated so far
 }
 
 func (d *decoder) fail(what string) {
