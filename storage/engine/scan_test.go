@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -141,4 +142,32 @@ func TestScanReadsOnlyOverlappingBlocks(t *testing.T) {
 	require.Zero(t, n)
 	reads, _ = count(0, int64(5*maxBlockPoints)*10)
 	require.EqualValues(t, 25, reads)
+}
+
+// BenchmarkDecodeBlock: full blocks of regular 1-minute points, with
+// integer values (the decimal mode) and with arbitrary floats (XOR).
+func BenchmarkDecodeBlock(b *testing.B) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, kind := range []string{"decimal", "xor"} {
+		pts := make([]memPoint, maxBlockPoints)
+		for i := range pts {
+			v := float64(rng.IntN(1000))
+			if kind == "xor" {
+				v = rng.Float64() * 100
+			}
+			pts[i] = memPoint{int64(i) * 60e9, math.Float64bits(v)}
+		}
+		block := encodeBlock(nil, pts)
+		b.Run(kind, func(b *testing.B) {
+			var dst []memPoint
+			b.SetBytes(int64(len(block)))
+			for range b.N {
+				var err error
+				if dst, err = decodeBlock(dst[:0], block); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*maxBlockPoints), "ns/point")
+		})
+	}
 }
