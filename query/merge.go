@@ -235,11 +235,30 @@ func (p *Plan) bucketRows(g *mergedGroup) ([]int64, [][]Cell) {
 	for i := range cols {
 		cols[i] = cells[i*n : i*n : (i+1)*n]
 	}
-	for t := first; t <= last; t += req.Interval {
+	// Row r is bucket first + r*Interval: slot r - offs[i] of output i's
+	// buckets when they are on the rows' grid (a shard's always are).
+	offs := make([]int64, len(p.Outputs))
+	for i, l := range lists {
+		offs[i] = -1 << 62 // not on the grid: look up by time
+		if l.Step == req.Interval && (l.First-first)%req.Interval == 0 {
+			offs[i] = (l.First - first) / req.Interval
+		}
+	}
+	slot := func(i int, r, t int64) *Partial {
+		if offs[i] == -1<<62 {
+			return at(i, t)
+		}
+		j := r - offs[i]
+		if j < 0 || j >= int64(len(lists[i].Parts)) || lists[i].Parts[j].Count == 0 {
+			return nil
+		}
+		return &lists[i].Parts[j]
+	}
+	for r, t := int64(0), first; t <= last; r, t = r+1, t+req.Interval {
 		empty := true
 		k := len(times)
 		for i, o := range p.Outputs {
-			c := finalize(at(i, t), o)
+			c := finalize(slot(i, r, t), o)
 			cols[i] = append(cols[i], c)
 			empty = empty && c.Kind == CellNull
 		}
