@@ -2,10 +2,14 @@ package query
 
 import (
 	"fmt"
+	"slices"
+	"sort"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/cairn-db/cairn/storage/engine"
+	"github.com/cairn-db/cairn/storage/lineproto"
 	"github.com/influxdata/influxql"
 	"github.com/stretchr/testify/require"
 )
@@ -14,8 +18,15 @@ import (
 // the tag condition itself; the equality match is an optimisation).
 type fakeSource []engine.Series
 
-func (f fakeSource) Query(metric string, match map[string]string, start, end int64) ([]engine.Series, error) {
-	var out []engine.Series
+// Scan serves the series of metric holding the field of a FieldTag match
+// (the other terms of match are left to keep, which Scan allows), in key
+// order, with their points in [start, end].
+func (f fakeSource) Scan(metric string, match map[string]string, start, end int64, keep func(string) bool, visit func(string, []engine.SeriesPoint) error) error {
+	type ser struct {
+		key string
+		pts []engine.SeriesPoint
+	}
+	var all []ser
 	for _, s := range f {
 		if s.Metric != metric {
 			continue
@@ -23,18 +34,29 @@ func (f fakeSource) Query(metric string, match map[string]string, start, end int
 		if fld, ok := match[engine.FieldTag]; ok && fld != fieldOf(s) {
 			continue
 		}
-		cp := s
-		cp.Points = nil
-		for _, p := range s.Points {
-			if p.TS >= start && p.TS <= end {
-				cp.Points = append(cp.Points, p)
+		var tags []lineproto.Tag
+		for k, v := range s.Tags {
+			if k != engine.FieldTag {
+				tags = append(tags, lineproto.Tag{Key: k, Value: v})
 			}
 		}
-		if len(cp.Points) > 0 {
-			out = append(out, cp)
+		slices.SortFunc(tags, func(a, b lineproto.Tag) int { return strings.Compare(a.Key, b.Key) })
+		// Points are sorted by time: the range is a sub-slice.
+		lo := sort.Search(len(s.Points), func(i int) bool { return s.Points[i].TS >= start })
+		hi := sort.Search(len(s.Points), func(i int) bool { return s.Points[i].TS > end })
+		pts := s.Points[lo:max(lo, hi)]
+		all = append(all, ser{string(lineproto.AppendSeriesKey(nil, metric, tags, fieldOf(s))), pts})
+	}
+	slices.SortFunc(all, func(a, b ser) int { return strings.Compare(a.key, b.key) })
+	for _, s := range all {
+		if len(s.pts) == 0 || !keep(s.key) {
+			continue
+		}
+		if err := visit(s.key, s.pts); err != nil {
+			return err
 		}
 	}
-	return out, nil
+	return nil
 }
 
 func fieldOf(s engine.Series) string {

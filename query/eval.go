@@ -1,28 +1,33 @@
 package query
 
 import (
-	"cmp"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
 
 	"github.com/cairn-db/cairn/storage/engine"
+	"github.com/cairn-db/cairn/storage/lineproto"
+	"github.com/influxdata/influxql"
 )
 
-// Source is the read side of a shard replica that Evaluate needs;
-// engine.Shard provides it.
-type Source interface {
-	Query(metric string, match map[string]string, start, end int64) ([]engine.Series, error)
-}
+// Source is the read side of a shard replica that Evaluate needs; the
+// shards of engine.NewBoltEngine provide it (engine.Scanner).
+type Source = engine.Scanner
 
 // DefaultMaxPoints bounds the raw points, or the values kept for median and
 // percentile, of one query when the request names no bound.
 const DefaultMaxPoints = 5_000_000
 
-// Evaluate runs req over one shard: it reads the matching series of each
-// asked field, drops those failing the tag condition, and returns either
-// their points (Raw) or one Partial per (group, field, bucket).
+// MaxShardBuckets bounds the (group, field, time bucket) cells one shard
+// accumulates: the broker refuses a result of more values anyway.
+const MaxShardBuckets = MaxResultValues
+
+// Evaluate runs req over one shard. The engine offers each candidate series
+// by key; those failing the field or the tag condition are dropped before
+// any block is read. The points of the others stream, one series at a time
+// in a reused buffer, into either raw series or dense per-(group, field)
+// bucket arrays, so aggregation costs no allocation per point or bucket.
 func Evaluate(src Source, req *ShardRequest) (*ShardResult, error) {
 	cond, err := ParseTagCond(req.Cond)
 	if err != nil {
@@ -31,170 +36,301 @@ func Evaluate(src Source, req *ShardRequest) (*ShardResult, error) {
 	if req.Interval < 0 {
 		return nil, fmt.Errorf("%w: negative interval", ErrBadQuery)
 	}
-	maxPoints := req.MaxPoints
-	if maxPoints <= 0 {
-		maxPoints = DefaultMaxPoints
+	ev := &evaluator{req: req, cond: cond, groups: map[string]*groupAcc{}, series: map[string]*seriesInfo{},
+		maxPoints: req.MaxPoints, extra: NeedsExtra(req.Stats)}
+	if ev.maxPoints <= 0 {
+		ev.maxPoints = DefaultMaxPoints
+	}
+	if req.Interval > 0 {
+		ev.firstNum, ev.lastNum = ev.num(req.Start), ev.num(req.End)
 	}
 	match := map[string]string{}
 	equalities(cond, match)
-	var fields []string
+	fields := req.Fields
 	if req.AllFields {
 		fields = []string{""}
-	} else {
-		fields = req.Fields
 	}
-	ev := evaluator{req: req, groups: map[string]*groupAcc{}}
-	kept := 0
 	for _, field := range fields {
 		m := maps.Clone(match)
 		if field != "" {
 			m[engine.FieldTag] = field
 		}
-		series, err := src.Query(req.Measurement, m, req.Start, req.End)
+		ev.field = field
+		clear(ev.series)
+		err := src.Scan(req.Measurement, m, req.Start, req.End, ev.keep, ev.visit)
+		if ev.err != nil {
+			return nil, ev.err // visit's or keep's own, unwrapped
+		}
 		if err != nil {
 			return nil, err
-		}
-		for _, s := range series {
-			f := s.Tags[engine.FieldTag]
-			if f == "" {
-				f = engine.DefaultField
-			}
-			if !MatchTags(cond, func(k string) string {
-				if k == engine.FieldTag {
-					return ""
-				}
-				return s.Tags[k]
-			}) {
-				continue
-			}
-			if req.Raw || req.Stats&StatValues != 0 {
-				if kept += len(s.Points); kept > maxPoints {
-					return nil, fmt.Errorf("%w: more than %d points in one shard; narrow the time range or the series", ErrTooLarge, maxPoints)
-				}
-			}
-			ev.add(s, f)
 		}
 	}
 	return ev.result(), nil
 }
 
 type evaluator struct {
-	req    *ShardRequest
-	groups map[string]*groupAcc
-	raw    []RawSeries
+	req       *ShardRequest
+	cond      influxql.Expr
+	field     string // the field scanned; "" for every field
+	series    map[string]*seriesInfo
+	groups    map[string]*groupAcc
+	raw       []RawSeries
+	extra     bool
+	maxPoints int
+	kept      int // raw points or values kept, against maxPoints
+	cells     int // bucket cells allocated, against MaxShardBuckets
+	// firstNum, lastNum: the bucket numbers of Start and End (Interval > 0).
+	firstNum, lastNum int64
+	err               error // why visit stopped the scan
+}
+
+// seriesInfo is what keep learnt of a series key, for visit.
+type seriesInfo struct {
+	tags  []Tag // every tag, sorted by key
+	field string
+	acc   *fieldAcc // nil for raw requests
 }
 
 type groupAcc struct {
 	tags   []Tag
-	fields map[string][]Bucket // sorted by Start
+	fields map[string]*fieldAcc
 }
 
-func seriesTags(s engine.Series) []Tag {
-	tags := make([]Tag, 0, len(s.Tags))
-	for k, v := range s.Tags {
-		if k != engine.FieldTag {
-			tags = append(tags, Tag{k, v})
+// fieldAcc is one (group, field)'s buckets, dense: slot i is bucket number
+// lo+i, where bucket number n starts at n*Interval+Offset (Interval 0: one
+// bucket, number 0, starting at Start). It covers the bucket numbers the
+// group's points have reached, so a group costs its time span, not its
+// points.
+type fieldAcc struct {
+	lo     int64
+	parts  []Partial
+	extras []Extra // backs parts[i].X when the request needs more than count and sum
+}
+
+// keep parses a candidate series key and says whether the series is read.
+func (ev *evaluator) keep(key string) bool {
+	if _, ok := ev.series[key]; ok {
+		return true
+	}
+	_, ltags, field, err := lineproto.ParseSeriesKey(key)
+	if err != nil {
+		ev.err = fmt.Errorf("%w: %w", engine.ErrCorrupt, err)
+		return false
+	}
+	if ev.field != "" && field != ev.field {
+		return false
+	}
+	tags := make([]Tag, len(ltags))
+	for i, t := range ltags {
+		tags[i] = Tag{t.Key, t.Value}
+	}
+	if !MatchTags(ev.cond, func(k string) string { return tagValue(tags, k) }) {
+		return false
+	}
+	ev.series[key] = &seriesInfo{tags: tags, field: field}
+	return true
+}
+
+// tagValue is the value of tag k ("" when absent, as InfluxDB compares).
+func tagValue(tags []Tag, k string) string {
+	for _, t := range tags {
+		if t.Key == k {
+			return t.Value
 		}
 	}
-	slices.SortFunc(tags, func(a, b Tag) int { return strings.Compare(a.Key, b.Key) })
-	return tags
+	return ""
 }
 
-func (ev *evaluator) add(s engine.Series, field string) {
+func (ev *evaluator) visit(key string, pts []engine.SeriesPoint) error {
+	if ev.err != nil {
+		return ev.err
+	}
+	si := ev.series[key]
+	if si == nil {
+		return nil // keep said no (or failed: ev.err)
+	}
 	req := ev.req
+	if req.Raw || req.Stats&StatValues != 0 {
+		if ev.kept += len(pts); ev.kept > ev.maxPoints {
+			ev.err = fmt.Errorf("%w: more than %d points in one shard; narrow the time range or the series", ErrTooLarge, ev.maxPoints)
+			return ev.err
+		}
+	}
 	if req.Raw {
-		rs := RawSeries{Tags: seriesTags(s), Field: field, TS: make([]int64, len(s.Points)), Values: make([]float64, len(s.Points))}
-		for i, p := range s.Points {
+		rs := RawSeries{Tags: si.tags, Field: si.field, TS: make([]int64, len(pts)), Values: make([]float64, len(pts))}
+		for i, p := range pts {
 			rs.TS[i], rs.Values[i] = p.TS, p.Value
 		}
 		ev.raw = append(ev.raw, rs)
-		return
+		return nil
 	}
+	if si.acc == nil {
+		si.acc = ev.groupOf(si).fieldAcc(si.field)
+	}
+	if err := ev.add(si.acc, pts); err != nil {
+		ev.err = err
+		return err
+	}
+	return nil
+}
+
+func (ev *evaluator) groupOf(si *seriesInfo) *groupAcc {
 	var tags []Tag
-	switch {
-	case req.GroupAll:
-		tags = seriesTags(s)
-	default:
-		tags = make([]Tag, len(req.GroupBy))
-		for i, k := range req.GroupBy {
-			tags[i] = Tag{k, s.Tags[k]}
+	if ev.req.GroupAll {
+		tags = si.tags
+	} else {
+		tags = make([]Tag, len(ev.req.GroupBy))
+		for i, k := range ev.req.GroupBy {
+			tags[i] = Tag{k, tagValue(si.tags, k)}
 		}
 	}
 	key := GroupKey(tags)
 	g := ev.groups[key]
 	if g == nil {
-		g = &groupAcc{tags: tags, fields: map[string][]Bucket{}}
+		g = &groupAcc{tags: tags, fields: map[string]*fieldAcc{}}
 		ev.groups[key] = g
 	}
-	// The series' points come sorted by time, so its buckets are built in
-	// order and merged into the group's in one linear pass: no map, no sort.
-	estimate := len(s.Points)
-	if n := len(s.Points); n > 0 && req.Interval > 0 {
-		if span := (s.Points[n-1].TS-s.Points[0].TS)/req.Interval + 2; span > 0 && span < int64(estimate) {
-			estimate = int(span)
-		}
-	} else if req.Interval <= 0 {
-		estimate = 1
-	}
-	buckets := make([]Bucket, 0, estimate)
-	sorted := true
-	for _, p := range s.Points {
-		start := BucketOf(p.TS, req.Start, req.Interval, req.Offset)
-		if n := len(buckets); n == 0 || buckets[n-1].Start != start {
-			sorted = sorted && (n == 0 || buckets[n-1].Start < start)
-			buckets = append(buckets, Bucket{Start: start})
-		}
-		buckets[len(buckets)-1].Add(p.TS, p.Value, req.Stats)
-	}
-	if !sorted {
-		buckets = coalesce(buckets)
-	}
-	g.fields[field] = MergeBuckets(g.fields[field], buckets)
+	return g
 }
 
-// coalesce sorts buckets by start and merges those with the same start.
-func coalesce(buckets []Bucket) []Bucket {
-	slices.SortStableFunc(buckets, func(a, b Bucket) int { return cmp.Compare(a.Start, b.Start) })
-	out := buckets[:0]
-	for _, b := range buckets {
-		if n := len(out); n > 0 && out[n-1].Start == b.Start {
-			out[n-1].Merge(&b.Partial)
-			continue
-		}
-		out = append(out, b)
+func (g *groupAcc) fieldAcc(field string) *fieldAcc {
+	fa := g.fields[field]
+	if fa == nil {
+		fa = &fieldAcc{}
+		g.fields[field] = fa
 	}
-	return out
+	return fa
 }
 
-// MergeBuckets merges two bucket lists sorted by start into one; it may
-// reuse either list's storage.
-func MergeBuckets(a, b []Bucket) []Bucket {
-	switch {
-	case len(a) == 0:
-		return b
-	case len(b) == 0:
-		return a
+// num is the bucket number of ts (Interval > 0).
+func (ev *evaluator) num(ts int64) int64 {
+	return floorDiv(ts-ev.req.Offset, ev.req.Interval)
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b < 0 {
+		q--
 	}
-	out := make([]Bucket, 0, max(len(a), len(b)))
-	i, j := 0, 0
-	for i < len(a) && j < len(b) {
-		switch {
-		case a[i].Start < b[j].Start:
-			out = append(out, a[i])
-			i++
-		case a[i].Start > b[j].Start:
-			out = append(out, b[j])
-			j++
-		default:
-			m := a[i]
-			m.Merge(&b[j].Partial)
-			out = append(out, m)
-			i++
-			j++
+	return q
+}
+
+// add folds one series' points (sorted by ts, all in [Start, End]) into fa.
+func (ev *evaluator) add(fa *fieldAcc, pts []engine.SeriesPoint) error {
+	if len(pts) == 0 {
+		return nil
+	}
+	req := ev.req
+	if req.Interval <= 0 {
+		if err := ev.cover(fa, 0, 0); err != nil {
+			return err
 		}
+		ev.fold(fa.parts[:1], pts)
+		return nil
 	}
-	out = append(out, a[i:]...)
-	return append(out, b[j:]...)
+	if err := ev.cover(fa, ev.num(pts[0].TS), ev.num(pts[len(pts)-1].TS)); err != nil {
+		return err
+	}
+	// Points come sorted: find each bucket's run by comparing with the next
+	// bucket's start, one division per bucket rather than per point.
+	for len(pts) > 0 {
+		n := ev.num(pts[0].TS)
+		next := (n+1)*req.Interval + req.Offset
+		end := 1
+		for end < len(pts) && pts[end].TS < next {
+			end++
+		}
+		i := n - fa.lo
+		ev.fold(fa.parts[i:i+1], pts[:end])
+		pts = pts[end:]
+	}
+	return nil
+}
+
+// fold adds pts into the one partial in slot.
+func (ev *evaluator) fold(slot []Partial, pts []engine.SeriesPoint) {
+	p := &slot[0]
+	if !ev.extra {
+		sum := p.Sum
+		for _, pt := range pts {
+			sum += pt.Value
+		}
+		p.Count += int64(len(pts))
+		p.Sum = sum
+		return
+	}
+	for _, pt := range pts {
+		p.Add(pt.TS, pt.Value, ev.req.Stats)
+	}
+}
+
+// cover grows fa so it has slots for bucket numbers [a, b]: to their union
+// with what it covers, plus room to grow the same way again, within the
+// query's range.
+func (ev *evaluator) cover(fa *fieldAcc, a, b int64) error {
+	hi := fa.lo + int64(len(fa.parts)) - 1
+	if len(fa.parts) > 0 && a >= fa.lo && b <= hi {
+		return nil
+	}
+	lo := a
+	if len(fa.parts) > 0 {
+		lo, hi = min(lo, fa.lo), max(b, hi)
+		// Grow by at least half again, so a group whose series each start a
+		// little later costs few copies.
+		slack := int64(len(fa.parts)) / 2
+		if a < fa.lo {
+			lo -= slack
+		}
+		if b > fa.lo+int64(len(fa.parts))-1 {
+			hi += slack
+		}
+	} else {
+		hi = b
+	}
+	if ev.req.Interval > 0 {
+		lo, hi = max(lo, ev.firstNum), min(hi, ev.lastNum)
+	}
+	n := hi - lo + 1
+	if ev.cells += int(n) - len(fa.parts); ev.cells > MaxShardBuckets {
+		return fmt.Errorf("%w: more than %d (series group, time bucket) cells in one shard; narrow the time range, use a larger GROUP BY time or fewer groups", ErrTooLarge, MaxShardBuckets)
+	}
+	at := int64(0) // where the old slots go
+	if len(fa.parts) > 0 {
+		at = fa.lo - lo
+	}
+	parts := make([]Partial, n)
+	copy(parts[at:], fa.parts)
+	if ev.extra {
+		extras := make([]Extra, n)
+		copy(extras[at:], fa.extras)
+		for i := range parts {
+			parts[i].X = &extras[i]
+		}
+		fa.extras = extras
+	}
+	fa.lo, fa.parts = lo, parts
+	return nil
+}
+
+func (ev *evaluator) result() *ShardResult {
+	r := &ShardResult{Raw: ev.raw}
+	for _, key := range slices.Sorted(maps.Keys(ev.groups)) {
+		g := ev.groups[key]
+		out := Group{Tags: g.tags}
+		for _, field := range slices.Sorted(maps.Keys(g.fields)) {
+			out.Fields = append(out.Fields, ev.buckets(field, g.fields[field]))
+		}
+		r.Groups = append(r.Groups, out)
+	}
+	return r
+}
+
+// buckets is fa as the shard's answer: its slots, shared, not copied.
+func (ev *evaluator) buckets(field string, fa *fieldAcc) FieldBuckets {
+	if ev.req.Interval <= 0 {
+		return FieldBuckets{Field: field, First: ev.req.Start, Parts: fa.parts}
+	}
+	return FieldBuckets{Field: field, First: fa.lo*ev.req.Interval + ev.req.Offset, Step: ev.req.Interval, Parts: fa.parts}
 }
 
 // BucketOf is the start of the time bucket holding ts; with interval 0 the
@@ -203,12 +339,7 @@ func BucketOf(ts, start, interval, offset int64) int64 {
 	if interval <= 0 {
 		return start
 	}
-	d := ts - offset
-	q := d / interval
-	if d%interval < 0 {
-		q--
-	}
-	return q*interval + offset
+	return floorDiv(ts-offset, interval)*interval + offset
 }
 
 // GroupKey is the canonical text of a sorted tag list.
@@ -221,17 +352,4 @@ func GroupKey(tags []Tag) string {
 		b.WriteByte(0)
 	}
 	return b.String()
-}
-
-func (ev *evaluator) result() *ShardResult {
-	r := &ShardResult{Raw: ev.raw}
-	for _, key := range slices.Sorted(maps.Keys(ev.groups)) {
-		g := ev.groups[key]
-		out := Group{Tags: g.tags}
-		for _, field := range slices.Sorted(maps.Keys(g.fields)) {
-			out.Fields = append(out.Fields, FieldBuckets{Field: field, Buckets: g.fields[field]})
-		}
-		r.Groups = append(r.Groups, out)
-	}
-	return r
 }

@@ -13,12 +13,79 @@ import (
 
 // Row is one result series of a statement, in InfluxDB's shape. Values hold
 // the time (unix ns, int64) first, then float64, int64 (count), string (raw
-// tag columns) or nil.
+// tag columns) or nil. Aggregate rows carry their values unboxed instead, in
+// Times and one Cells column per output after time, and leave Values nil: a
+// GROUP BY time over thousands of groups is millions of values.
 type Row struct {
 	Name    string
 	Tags    map[string]string
 	Columns []string
 	Values  [][]any
+	Times   []int64
+	Cells   [][]Cell
+}
+
+// Len is the number of value rows.
+func (r *Row) Len() int {
+	if r.Values != nil {
+		return len(r.Values)
+	}
+	return len(r.Times)
+}
+
+// AnyValues is the row's values as Values holds them, boxing the unboxed
+// form.
+func (r *Row) AnyValues() [][]any {
+	if r.Values != nil || r.Times == nil {
+		return r.Values
+	}
+	out := make([][]any, len(r.Times))
+	for k, t := range r.Times {
+		v := make([]any, len(r.Cells)+1)
+		v[0] = t
+		for i, col := range r.Cells {
+			v[i+1] = col[k].Any()
+		}
+		out[k] = v
+	}
+	return out
+}
+
+// CellKind says what a Cell holds.
+type CellKind uint8
+
+// The kinds of Cell.
+const (
+	CellNull CellKind = iota
+	CellFloat
+	CellInt
+)
+
+// Cell is one aggregate value: null, a float, or an integer (count).
+type Cell struct {
+	Kind CellKind
+	F    float64
+	I    int64
+}
+
+// Any is the cell as Values would hold it: nil, float64 or int64.
+func (c Cell) Any() any {
+	switch c.Kind {
+	case CellFloat:
+		return c.F
+	case CellInt:
+		return c.I
+	}
+	return nil
+}
+
+func floatCell(f float64) Cell { return Cell{Kind: CellFloat, F: f} }
+
+func (c Cell) float() float64 {
+	if c.Kind == CellInt {
+		return float64(c.I)
+	}
+	return c.F
 }
 
 // Merge combines the shards' answers into the statement's result series.
@@ -44,7 +111,7 @@ func (p *Plan) Merge(results []*ShardResult) ([]Row, error) {
 
 type mergedGroup struct {
 	tags   []Tag
-	fields map[string][]Bucket // sorted by Start
+	fields map[string]FieldBuckets
 }
 
 // MaxResultValues bounds the values (rows x columns, over all series) an
@@ -58,11 +125,15 @@ func (p *Plan) mergeAggregates(results []*ShardResult) ([]Row, error) {
 			key := GroupKey(g.Tags)
 			mg := groups[key]
 			if mg == nil {
-				mg = &mergedGroup{tags: g.Tags, fields: map[string][]Bucket{}}
+				mg = &mergedGroup{tags: g.Tags, fields: map[string]FieldBuckets{}}
 				groups[key] = mg
 			}
 			for _, f := range g.Fields {
-				mg.fields[f.Field] = MergeBuckets(mg.fields[f.Field], f.Buckets)
+				merged, err := MergeFieldBuckets(mg.fields[f.Field], f)
+				if err != nil {
+					return nil, err
+				}
+				mg.fields[f.Field] = merged
 			}
 		}
 	}
@@ -85,16 +156,32 @@ func (p *Plan) mergeAggregates(results []*ShardResult) ([]Row, error) {
 				row.Tags[t.Key] = t.Value
 			}
 		}
-		row.Values = p.bucketRows(g)
+		row.Times, row.Cells = p.bucketRows(g)
 		if p.Desc {
-			slices.Reverse(row.Values)
+			slices.Reverse(row.Times)
+			for _, col := range row.Cells {
+				slices.Reverse(col)
+			}
 		}
-		row.Values = p.page(row.Values)
-		if len(row.Values) > 0 {
+		lo, hi := p.pageRange(len(row.Times))
+		row.Times = row.Times[lo:hi]
+		for i := range row.Cells {
+			row.Cells[i] = row.Cells[i][lo:hi]
+		}
+		if len(row.Times) > 0 {
 			out = append(out, row)
 		}
 	}
 	return out, nil
+}
+
+// pageRange is the part [lo, hi) of n rows that OFFSET and LIMIT keep.
+func (p *Plan) pageRange(n int) (int, int) {
+	lo, hi := min(p.Offset, n), n
+	if p.Limit > 0 && hi-lo > p.Limit {
+		hi = lo + p.Limit
+	}
+	return lo, hi
 }
 
 func (p *Plan) columns() []string {
@@ -115,83 +202,98 @@ func (p *Plan) page(values [][]any) [][]any {
 	return values
 }
 
-// bucketRows lays one group's buckets out in time and fills the gaps.
-func (p *Plan) bucketRows(g *mergedGroup) [][]any {
+// bucketRows lays one group's buckets out in time, one column of cells per
+// output, and fills the gaps.
+func (p *Plan) bucketRows(g *mergedGroup) ([]int64, [][]Cell) {
 	req := &p.Req
-	// One cursor per output into its field's sorted buckets.
-	lists := make([][]Bucket, len(p.Outputs))
+	lists := make([]FieldBuckets, len(p.Outputs))
 	for i, o := range p.Outputs {
 		lists[i] = g.fields[o.Field]
 	}
-	at := func(i int, t int64) *Partial {
-		l := lists[i]
-		for len(l) > 0 && l[0].Start < t {
-			l = l[1:]
-		}
-		lists[i] = l
-		if len(l) > 0 && l[0].Start == t {
-			return &l[0].Partial
-		}
-		return nil
-	}
+	at := func(i int, t int64) *Partial { return lists[i].At(t) }
+	cols := make([][]Cell, len(p.Outputs))
 	if req.Interval <= 0 {
-		row := make([]any, len(p.Outputs)+1)
 		t := req.Start
 		if t == math.MinInt64 {
 			t = 0
 		}
-		row[0] = t
+		times := []int64{t}
 		for i, o := range p.Outputs {
 			pt := at(i, req.Start)
-			row[i+1] = finalize(pt, o)
-			if len(p.Outputs) == 1 && selectors[o.Func] && pt != nil {
-				row[0] = selectorTime(pt, o.Func)
+			cols[i] = []Cell{finalize(pt, o)}
+			if len(p.Outputs) == 1 && selectors[o.Func] && pt != nil && pt.X != nil {
+				times[0] = selectorTime(pt, o.Func)
 			}
 		}
-		return [][]any{row}
+		return times, cols
 	}
 	first := BucketOf(req.Start, req.Start, req.Interval, req.Offset)
 	last := BucketOf(req.End, req.Start, req.Interval, req.Offset)
 	n := int((last-first)/req.Interval + 1)
-	rows := make([][]any, 0, n)
-	cells := make([]any, n*(len(p.Outputs)+1)) // one allocation for every row
-	for t := first; t <= last; t += req.Interval {
-		row := cells[: len(p.Outputs)+1 : len(p.Outputs)+1]
-		cells = cells[len(p.Outputs)+1:]
-		row[0] = t
+	times := make([]int64, 0, n)
+	cells := make([]Cell, n*len(p.Outputs)) // one allocation for every column
+	for i := range cols {
+		cols[i] = cells[i*n : i*n : (i+1)*n]
+	}
+	// Row r is bucket first + r*Interval: slot r - offs[i] of output i's
+	// buckets when they are on the rows' grid (a shard's always are).
+	offs := make([]int64, len(p.Outputs))
+	for i, l := range lists {
+		offs[i] = -1 << 62 // not on the grid: look up by time
+		if l.Step == req.Interval && (l.First-first)%req.Interval == 0 {
+			offs[i] = (l.First - first) / req.Interval
+		}
+	}
+	slot := func(i int, r, t int64) *Partial {
+		if offs[i] == -1<<62 {
+			return at(i, t)
+		}
+		j := r - offs[i]
+		if j < 0 || j >= int64(len(lists[i].Parts)) || lists[i].Parts[j].Count == 0 {
+			return nil
+		}
+		return &lists[i].Parts[j]
+	}
+	for r, t := int64(0), first; t <= last; r, t = r+1, t+req.Interval {
 		empty := true
+		k := len(times)
 		for i, o := range p.Outputs {
-			row[i+1] = finalize(at(i, t), o)
-			empty = empty && row[i+1] == nil
+			c := finalize(slot(i, r, t), o)
+			cols[i] = append(cols[i], c)
+			empty = empty && c.Kind == CellNull
 		}
 		if empty && p.Fill == influxql.NoFill {
+			for i := range cols {
+				cols[i] = cols[i][:k]
+			}
 			continue
 		}
-		rows = append(rows, row)
+		times = append(times, t)
 	}
 	switch p.Fill {
 	case influxql.NumberFill:
-		for _, row := range rows {
-			for i := 1; i < len(row); i++ {
-				if row[i] == nil {
-					row[i] = p.FillValue
+		fill, _ := p.FillValue.(float64)
+		for _, col := range cols {
+			for k := range col {
+				if col[k].Kind == CellNull {
+					col[k] = floatCell(fill)
 				}
 			}
 		}
 	case influxql.PreviousFill:
-		for i := 1; i <= len(p.Outputs); i++ {
-			var prev any
-			for _, row := range rows {
-				if row[i] == nil {
-					row[i] = prev
+		for _, col := range cols {
+			prev := Cell{}
+			for k := range col {
+				if col[k].Kind == CellNull {
+					col[k] = prev
 				} else {
-					prev = row[i]
+					prev = col[k]
 				}
 			}
 		}
 	case influxql.LinearFill:
-		for i := 1; i <= len(p.Outputs); i++ {
-			linearFill(rows, i)
+		for _, col := range cols {
+			linearFill(times, col)
 		}
 	case influxql.NullFill, influxql.NoFill:
 		// InfluxDB's count() reports 0, not null, for an empty interval
@@ -200,34 +302,33 @@ func (p *Plan) bucketRows(g *mergedGroup) [][]any {
 			if o.Func != "count" {
 				continue
 			}
-			for _, row := range rows {
-				if row[i+1] == nil {
-					row[i+1] = int64(0)
+			for k := range cols[i] {
+				if cols[i][k].Kind == CellNull {
+					cols[i][k] = Cell{Kind: CellInt}
 				}
 			}
 		}
 	}
-	return rows
+	return times, cols
 }
 
-// linearFill interpolates column i between its known neighbours, by time;
-// leading and trailing gaps stay null.
-func linearFill(rows [][]any, i int) {
+// linearFill interpolates a column between its known neighbours, by time;
+// leading and trailing gaps stay null. Between integers it rounds.
+func linearFill(times []int64, col []Cell) {
 	prev := -1
-	for j, row := range rows {
-		if row[i] == nil {
+	for j, c := range col {
+		if c.Kind == CellNull {
 			continue
 		}
 		if prev >= 0 && j-prev > 1 {
-			x0, x1 := float64(rows[prev][0].(int64)), float64(row[0].(int64))
-			y0, y1 := toFloat(rows[prev][i]), toFloat(row[i])
+			x0, x1 := float64(times[prev]), float64(times[j])
+			y0, y1 := col[prev].float(), c.float()
 			for k := prev + 1; k < j; k++ {
-				x := float64(rows[k][0].(int64))
-				v := y0 + (y1-y0)*(x-x0)/(x1-x0)
-				if _, isInt := row[i].(int64); isInt {
-					rows[k][i] = int64(math.Round(v))
+				v := y0 + (y1-y0)*(float64(times[k])-x0)/(x1-x0)
+				if c.Kind == CellInt {
+					col[k] = Cell{Kind: CellInt, I: int64(math.Round(v))}
 				} else {
-					rows[k][i] = v
+					col[k] = floatCell(v)
 				}
 			}
 		}
@@ -235,75 +336,74 @@ func linearFill(rows [][]any, i int) {
 	}
 }
 
-func toFloat(v any) float64 {
-	switch x := v.(type) {
-	case int64:
-		return float64(x)
-	case float64:
-		return x
-	}
-	return math.NaN()
-}
-
 func selectorTime(p *Partial, fn string) int64 {
 	switch fn {
 	case "min":
-		return p.MinTS
+		return p.X.MinTS
 	case "max":
-		return p.MaxTS
+		return p.X.MaxTS
 	case "first":
-		return p.FirstTS
+		return p.X.FirstTS
 	}
-	return p.LastTS
+	return p.X.LastTS
 }
 
-// finalize turns a merged partial into the value of one aggregate; nil for
+// finalize turns a merged partial into the value of one aggregate; null for
 // an empty bucket.
-func finalize(p *Partial, o Output) any {
+func finalize(p *Partial, o Output) Cell {
 	if p == nil || p.Count == 0 {
-		return nil
+		return Cell{}
 	}
 	switch o.Func {
 	case "count":
-		return p.Count
+		return Cell{Kind: CellInt, I: p.Count}
 	case "sum":
-		return p.Sum
+		return floatCell(p.Sum)
 	case "mean":
-		return p.Sum / float64(p.Count)
+		return floatCell(p.Sum / float64(p.Count))
+	}
+	x := p.X
+	if x == nil {
+		return Cell{} // a shard that did not keep what was asked: nothing to say
+	}
+	switch o.Func {
 	case "min":
-		return p.Min
+		return floatCell(x.Min)
 	case "max":
-		return p.Max
+		return floatCell(x.Max)
 	case "spread":
-		return p.Max - p.Min
+		return floatCell(x.Max - x.Min)
 	case "first":
-		return p.First
+		return floatCell(x.First)
 	case "last":
-		return p.Last
+		return floatCell(x.Last)
 	case "stddev":
 		if p.Count < 2 {
-			return nil
+			return Cell{}
 		}
-		return math.Sqrt(p.M2 / float64(p.Count-1))
+		return floatCell(math.Sqrt(x.M2 / float64(p.Count-1)))
 	case "median":
-		v := slices.Clone(p.Values)
+		v := slices.Clone(x.Values)
 		slices.Sort(v)
 		n := len(v)
-		if n%2 == 1 {
-			return v[n/2]
+		if n == 0 {
+			return Cell{}
 		}
-		return (v[n/2-1] + v[n/2]) / 2
+		if n%2 == 1 {
+			return floatCell(v[n/2])
+		}
+		return floatCell((v[n/2-1] + v[n/2]) / 2)
 	case "percentile":
-		v := slices.Clone(p.Values)
+		v := slices.Clone(x.Values)
 		slices.Sort(v)
 		// InfluxDB's nearest-rank: the value at rank round(n*N/100).
 		i := int(math.Floor(float64(len(v))*o.N/100+0.5)) - 1
 		if i < 0 || i >= len(v) {
-			return nil
+			return Cell{}
 		}
-		return v[i]
+		return floatCell(v[i])
 	}
-	return nil
+	return Cell{}
 }
 
 // rawRow is one (series, time) of a raw query.

@@ -65,10 +65,11 @@ func TestSplitTime(t *testing.T) {
 func TestWireRoundTrip(t *testing.T) {
 	all := StatSum | StatMinMax | StatFirst | StatLast | StatM2 | StatValues
 	r := &ShardResult{
-		Groups: []Group{{Tags: []Tag{{"host", "a"}}, Fields: []FieldBuckets{{Field: "v", Buckets: []Bucket{
-			{Start: -60, Partial: Partial{Count: 2, Sum: 3, Min: 1, Max: 2, MinTS: -60, MaxTS: -50, First: 1, Last: 2, FirstTS: -60, LastTS: -50, M2: 0.5, Values: []float64{1, 2}}},
-			{Start: 0, Partial: Partial{Count: 1, Sum: math.Inf(1), Values: []float64{math.Inf(1)}}},
-		}}}}},
+		Groups: []Group{{Tags: []Tag{{"host", "a"}}, Fields: []FieldBuckets{{Field: "v", First: -60, Step: 30, Parts: []Partial{
+			{Count: 2, Sum: 3, X: &Extra{Min: 1, Max: 2, MinTS: -60, MaxTS: -50, First: 1, Last: 2, FirstTS: -60, LastTS: -50, M2: 0.5, Values: []float64{1, 2}}},
+			{},
+			{Count: 1, Sum: math.Inf(1), X: &Extra{Values: []float64{math.Inf(1)}}},
+		}}, {Field: "w", First: 7, Parts: []Partial{{Count: 1, Sum: 2, X: &Extra{Values: []float64{2}}}}}}}},
 		Raw: []RawSeries{{Tags: []Tag{{"k", "v=,\x00"}}, Field: "f", TS: []int64{-5, 0, 1 << 62}, Values: []float64{1, math.NaN(), -3}}},
 	}
 	back, err := UnmarshalResult(MarshalResult(r, all))
@@ -79,14 +80,51 @@ func TestWireRoundTrip(t *testing.T) {
 	// Only the asked statistics travel.
 	back, err = UnmarshalResult(MarshalResult(r, StatSum))
 	require.NoError(t, err)
-	require.Equal(t, 3.0, back.Groups[0].Fields[0].Buckets[0].Sum)
-	require.Zero(t, back.Groups[0].Fields[0].Buckets[0].Max)
-	require.Nil(t, back.Groups[0].Fields[0].Buckets[0].Values)
+	require.Equal(t, 3.0, back.Groups[0].Fields[0].Parts[0].Sum)
+	require.Nil(t, back.Groups[0].Fields[0].Parts[0].X, "no statistic beyond the sum travels")
+	require.True(t, math.IsInf(back.Groups[0].Fields[0].At(0).Sum, 1))
+	require.Nil(t, back.Groups[0].Fields[0].At(-30), "an empty slot")
+	require.Nil(t, back.Groups[0].Fields[0].At(-45), "off the grid")
+	require.Nil(t, back.Groups[0].Fields[0].At(30), "past the last slot")
+	// A corrupt answer cannot claim more slots than a shard may fill.
+	bad := MarshalResult(&ShardResult{Groups: []Group{{Fields: []FieldBuckets{{Field: "v", Step: 1, Parts: make([]Partial, MaxBuckets+1)}}}}}, StatSum)
+	_, err = UnmarshalResult(bad)
+	require.ErrorIs(t, err, ErrBadWire)
+}
+
+// TestMergeFieldBuckets: dense bucket arrays on one grid merge slot by
+// slot whatever spans they cover; arrays on different grids are refused.
+func TestMergeFieldBuckets(t *testing.T) {
+	mk := func(first int64, counts ...int64) FieldBuckets {
+		f := FieldBuckets{Field: "v", First: first, Step: 10}
+		for _, c := range counts {
+			f.Parts = append(f.Parts, Partial{Count: c, Sum: float64(c)})
+		}
+		return f
+	}
+	counts := func(f FieldBuckets) (out []int64) {
+		for _, p := range f.Parts {
+			out = append(out, p.Count)
+		}
+		return out
+	}
+	m, err := MergeFieldBuckets(mk(20, 1, 2), mk(0, 5, 0, 3, 4, 0, 7))
+	require.NoError(t, err)
+	require.Equal(t, int64(0), m.First)
+	require.Equal(t, []int64{5, 0, 4, 6, 0, 7}, counts(m))
+	m, err = MergeFieldBuckets(mk(0, 1, 1, 1), mk(10, 2))
+	require.NoError(t, err)
+	require.Equal(t, []int64{1, 3, 1}, counts(m))
+	m, err = MergeFieldBuckets(FieldBuckets{}, mk(30, 9))
+	require.NoError(t, err)
+	require.Equal(t, int64(30), m.First)
+	_, err = MergeFieldBuckets(mk(0, 1), mk(5, 1))
+	require.ErrorIs(t, err, ErrBadWire)
 }
 
 func FuzzUnmarshalResult(f *testing.F) {
-	f.Add(MarshalResult(&ShardResult{Groups: []Group{{Fields: []FieldBuckets{{Field: "v", Buckets: []Bucket{{Start: 1}}}}}}}, StatValues))
-	f.Add([]byte{1, 0, 200, 200, 200, 200, 1})
+	f.Add(MarshalResult(&ShardResult{Groups: []Group{{Fields: []FieldBuckets{{Field: "v", First: 1, Step: 5, Parts: []Partial{{Count: 1, X: &Extra{Values: []float64{1}}}, {}}}}}}}, StatValues))
+	f.Add([]byte{2, 0, 200, 200, 200, 200, 1})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r, err := UnmarshalResult(data)
 		if err != nil {
@@ -146,10 +184,11 @@ func TestShardSplitInvariance(t *testing.T) {
 				require.Equal(t, len(one), len(got), q)
 				for i := range one {
 					require.Equal(t, one[i].Tags, got[i].Tags, q)
-					require.Equal(t, len(one[i].Values), len(got[i].Values), q)
-					for j := range one[i].Values {
-						for k := range one[i].Values[j] {
-							a, b := one[i].Values[j][k], got[i].Values[j][k]
+					ov, gv := one[i].AnyValues(), got[i].AnyValues()
+					require.Equal(t, len(ov), len(gv), q)
+					for j := range ov {
+						for k := range ov[j] {
+							a, b := ov[j][k], gv[j][k]
 							if fa, ok := a.(float64); ok {
 								require.InDelta(t, fa, b, 1e-9*math.Max(1, math.Abs(fa)), "%s: %d shards", q, n)
 							} else {
@@ -184,5 +223,5 @@ func TestMergeBoundsResult(t *testing.T) {
 	rows, err := p.Merge([]*ShardResult{r})
 	require.NoError(t, err)
 	require.Len(t, rows, 300)
-	require.Len(t, rows[0].Values, 999)
+	require.Equal(t, 999, rows[0].Len())
 }

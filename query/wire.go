@@ -65,10 +65,18 @@ type ShardRequest struct {
 }
 
 // Partial is the running state of one aggregate bucket; two Partials of the
-// same bucket merge (Merge) into the state of their union.
+// same bucket merge (Merge) into the state of their union. Count and sum are
+// all a mean, sum or count needs; the other statistics sit behind X, which is
+// nil unless the request asks for one of them (NeedsExtra), so the buckets of
+// the common aggregates stay small.
 type Partial struct {
-	Count           int64
-	Sum             float64
+	Count int64
+	Sum   float64
+	X     *Extra
+}
+
+// Extra is the part of a Partial that only some aggregates need.
+type Extra struct {
 	Min, Max        float64
 	MinTS, MaxTS    int64
 	First, Last     float64
@@ -77,85 +85,174 @@ type Partial struct {
 	Values          []float64
 }
 
-// Add folds one point in. Ties on time keep the larger value, for first and
+// NeedsExtra says whether partials for st keep an Extra.
+func NeedsExtra(st Stats) bool { return st&^StatSum != 0 }
+
+// Add folds one point in; p.X must be set when NeedsExtra(st) (it is
+// allocated otherwise). Ties on time keep the larger value, for first and
 // last alike, so the answer does not depend on which shard saw which point.
 func (p *Partial) Add(ts int64, v float64, st Stats) {
+	if !NeedsExtra(st) {
+		p.Count++
+		p.Sum += v
+		return
+	}
+	if p.X == nil {
+		p.X = &Extra{}
+	}
+	x := p.X
 	if p.Count == 0 {
 		p.Count, p.Sum = 1, v
-		p.Min, p.Max, p.MinTS, p.MaxTS = v, v, ts, ts
-		p.First, p.Last, p.FirstTS, p.LastTS = v, v, ts, ts
+		x.Min, x.Max, x.MinTS, x.MaxTS = v, v, ts, ts
+		x.First, x.Last, x.FirstTS, x.LastTS = v, v, ts, ts
 		if st&StatValues != 0 {
-			p.Values = append(p.Values, v)
+			x.Values = append(x.Values, v)
 		}
 		return
 	}
 	if st&StatM2 != 0 {
 		// Welford: the mean before and after this point.
 		mean := p.Sum / float64(p.Count)
-		p.M2 += (v - mean) * (v - (p.Sum+v)/float64(p.Count+1))
+		x.M2 += (v - mean) * (v - (p.Sum+v)/float64(p.Count+1))
 	}
 	p.Count++
 	p.Sum += v
-	// Only what the request ships is kept up to date: a mean costs an add.
+	// Only what the request ships is kept up to date.
 	if st&StatMinMax != 0 {
-		p.addMinMax(v, ts, v, ts)
+		x.addMinMax(v, ts, v, ts)
 	}
 	if st&(StatFirst|StatLast) != 0 {
-		p.addFirstLast(v, ts, v, ts)
+		x.addFirstLast(v, ts, v, ts)
 	}
 	if st&StatValues != 0 {
-		p.Values = append(p.Values, v)
+		x.Values = append(x.Values, v)
 	}
 }
 
-func (p *Partial) addMinMax(min float64, minTS int64, max float64, maxTS int64) {
-	if min < p.Min || min == p.Min && minTS < p.MinTS {
-		p.Min, p.MinTS = min, minTS
+func (x *Extra) addMinMax(min float64, minTS int64, max float64, maxTS int64) {
+	if min < x.Min || min == x.Min && minTS < x.MinTS {
+		x.Min, x.MinTS = min, minTS
 	}
-	if max > p.Max || max == p.Max && maxTS < p.MaxTS {
-		p.Max, p.MaxTS = max, maxTS
-	}
-}
-
-func (p *Partial) addFirstLast(first float64, firstTS int64, last float64, lastTS int64) {
-	if firstTS < p.FirstTS || firstTS == p.FirstTS && first > p.First {
-		p.First, p.FirstTS = first, firstTS
-	}
-	if lastTS > p.LastTS || lastTS == p.LastTS && last > p.Last {
-		p.Last, p.LastTS = last, lastTS
+	if max > x.Max || max == x.Max && maxTS < x.MaxTS {
+		x.Max, x.MaxTS = max, maxTS
 	}
 }
 
-// Merge folds o into p (Chan et al.'s parallel variance for M2).
+func (x *Extra) addFirstLast(first float64, firstTS int64, last float64, lastTS int64) {
+	if firstTS < x.FirstTS || firstTS == x.FirstTS && first > x.First {
+		x.First, x.FirstTS = first, firstTS
+	}
+	if lastTS > x.LastTS || lastTS == x.LastTS && last > x.Last {
+		x.Last, x.LastTS = last, lastTS
+	}
+}
+
+// Merge folds o into p (Chan et al.'s parallel variance for M2). p never
+// shares o's Extra afterwards.
 func (p *Partial) Merge(o *Partial) {
 	switch {
 	case o.Count == 0:
 		return
 	case p.Count == 0:
-		*p = *o
-		p.Values = append([]float64(nil), o.Values...)
+		p.Count, p.Sum = o.Count, o.Sum
+		if o.X != nil {
+			if p.X == nil {
+				p.X = &Extra{}
+			}
+			values := append(p.X.Values[:0], o.X.Values...)
+			*p.X = *o.X
+			p.X.Values = values
+		}
 		return
 	}
 	na, nb := float64(p.Count), float64(o.Count)
 	delta := o.Sum/nb - p.Sum/na
-	p.M2 += o.M2 + delta*delta*na*nb/(na+nb)
 	p.Count += o.Count
 	p.Sum += o.Sum
-	p.addMinMax(o.Min, o.MinTS, o.Max, o.MaxTS)
-	p.addFirstLast(o.First, o.FirstTS, o.Last, o.LastTS)
-	p.Values = append(p.Values, o.Values...)
+	if o.X == nil {
+		return
+	}
+	if p.X == nil {
+		p.X = &Extra{}
+	}
+	x := p.X
+	x.M2 += o.X.M2 + delta*delta*na*nb/(na+nb)
+	x.addMinMax(o.X.Min, o.X.MinTS, o.X.Max, o.X.MaxTS)
+	x.addFirstLast(o.X.First, o.X.FirstTS, o.X.Last, o.X.LastTS)
+	x.Values = append(x.Values, o.X.Values...)
 }
 
-// Bucket is one time bucket's partial aggregate.
-type Bucket struct {
-	Start int64
-	Partial
-}
-
-// FieldBuckets are one field's buckets in one group, sorted by Start.
+// FieldBuckets are one field's buckets in one group, dense: Parts[i] is the
+// bucket starting at First + i*Step (Step 0: the one bucket of a query
+// without GROUP BY time); an empty bucket has Count 0. A shard's arrays
+// cover the span its points reached; the broker merges them slot by slot.
 type FieldBuckets struct {
-	Field   string
-	Buckets []Bucket
+	Field string
+	First int64
+	Step  int64
+	Parts []Partial
+}
+
+// Start is the start time of slot i.
+func (f *FieldBuckets) Start(i int) int64 { return f.First + int64(i)*f.Step }
+
+// At is the bucket starting at t, nil when none or empty.
+func (f *FieldBuckets) At(t int64) *Partial {
+	if len(f.Parts) == 0 {
+		return nil
+	}
+	i := int64(0)
+	if f.Step > 0 {
+		d := t - f.First
+		if d < 0 || d%f.Step != 0 {
+			return nil
+		}
+		i = d / f.Step
+	} else if t != f.First {
+		return nil
+	}
+	if i >= int64(len(f.Parts)) || f.Parts[i].Count == 0 {
+		return nil
+	}
+	return &f.Parts[i]
+}
+
+// MergeFieldBuckets folds b into a, slot by slot, and returns the result,
+// which may reuse (and change) either one's storage. Both must be on the
+// same grid (same Step, First apart by a multiple of it), as the buckets of
+// one request are; ErrBadWire otherwise.
+func MergeFieldBuckets(a, b FieldBuckets) (FieldBuckets, error) {
+	switch {
+	case len(b.Parts) == 0:
+		return a, nil
+	case len(a.Parts) == 0:
+		return b, nil
+	case a.Step != b.Step || a.Step == 0 && a.First != b.First || a.Step > 0 && (b.First-a.First)%a.Step != 0:
+		return a, fmt.Errorf("%w: buckets of field %q on different time grids", ErrBadWire, a.Field)
+	}
+	if b.First < a.First || b.Start(len(b.Parts)) > a.Start(len(a.Parts)) {
+		a, b = grow(a, b), a
+	}
+	off := 0
+	if a.Step > 0 {
+		off = int((b.First - a.First) / a.Step)
+	}
+	for i := range b.Parts {
+		if b.Parts[i].Count > 0 {
+			a.Parts[off+i].Merge(&b.Parts[i])
+		}
+	}
+	return a, nil
+}
+
+// grow returns a copy of b widened to cover a's span too, holding b's
+// buckets; the caller then merges a into it.
+func grow(a, b FieldBuckets) FieldBuckets {
+	first := min(a.First, b.First)
+	last := max(a.Start(len(a.Parts)-1), b.Start(len(b.Parts)-1))
+	out := FieldBuckets{Field: b.Field, First: first, Step: b.Step, Parts: make([]Partial, (last-first)/b.Step+1)}
+	copy(out.Parts[(b.First-first)/b.Step:], b.Parts)
+	return out
 }
 
 // Group is one series group: its group-by tag values and per-field buckets.
@@ -186,16 +283,17 @@ type ShardResult struct {
 // per bucket. Layout (uvarint counts and lengths, zigzag varint times, floats
 // as 8 bytes little endian, strings as length + bytes):
 //
-//	version=1, stats, #groups, each: #tags, (key, value)*, #fields, each:
-//	  field, #buckets, each: start (delta from previous), count, then per
-//	  stats bit in order: sum | min, minTS, max, maxTS | first, firstTS |
-//	  last, lastTS | m2 | #values, values*
+//	version=2, stats, #groups, each: #tags, (key, value)*, #fields, each:
+//	  field, first, step, #slots, #non-empty buckets, each: slots skipped
+//	  since the previous one, count, then per stats bit in order: sum |
+//	  min, minTS, max, maxTS | first, firstTS | last, lastTS | m2 |
+//	  #values, values*
 //	#raw, each: #tags, (key, value)*, field, #points, (ts delta, value)*
-const wireVersion = 1
+const wireVersion = 2
 
 // MarshalResult encodes r for the broker; st must be the request's Stats.
 func MarshalResult(r *ShardResult, st Stats) []byte {
-	b := make([]byte, 0, 1024)
+	b := make([]byte, 0, marshalSize(r, st))
 	b = append(b, wireVersion, byte(st))
 	b = binary.AppendUvarint(b, uint64(len(r.Groups)))
 	for _, g := range r.Groups {
@@ -203,35 +301,55 @@ func MarshalResult(r *ShardResult, st Stats) []byte {
 		b = binary.AppendUvarint(b, uint64(len(g.Fields)))
 		for _, f := range g.Fields {
 			b = appendString(b, f.Field)
-			b = binary.AppendUvarint(b, uint64(len(f.Buckets)))
-			prev := int64(0)
-			for _, k := range f.Buckets {
-				b = binary.AppendVarint(b, k.Start-prev)
-				prev = k.Start
+			b = binary.AppendVarint(b, f.First)
+			b = binary.AppendUvarint(b, uint64(f.Step))
+			b = binary.AppendUvarint(b, uint64(len(f.Parts)))
+			full := 0
+			for i := range f.Parts {
+				if f.Parts[i].Count > 0 {
+					full++
+				}
+			}
+			b = binary.AppendUvarint(b, uint64(full))
+			next := 0 // the slot after the previous non-empty one
+			for i := range f.Parts {
+				k := &f.Parts[i]
+				if k.Count == 0 {
+					continue
+				}
+				b = binary.AppendUvarint(b, uint64(i-next))
+				next = i + 1
 				b = binary.AppendUvarint(b, uint64(k.Count))
 				if st&StatSum != 0 {
 					b = appendFloat(b, k.Sum)
 				}
+				if !NeedsExtra(st) {
+					continue
+				}
+				x := k.X
+				if x == nil {
+					x = &Extra{}
+				}
 				if st&StatMinMax != 0 {
-					b = appendFloat(b, k.Min)
-					b = binary.AppendVarint(b, k.MinTS)
-					b = appendFloat(b, k.Max)
-					b = binary.AppendVarint(b, k.MaxTS)
+					b = appendFloat(b, x.Min)
+					b = binary.AppendVarint(b, x.MinTS)
+					b = appendFloat(b, x.Max)
+					b = binary.AppendVarint(b, x.MaxTS)
 				}
 				if st&StatFirst != 0 {
-					b = appendFloat(b, k.First)
-					b = binary.AppendVarint(b, k.FirstTS)
+					b = appendFloat(b, x.First)
+					b = binary.AppendVarint(b, x.FirstTS)
 				}
 				if st&StatLast != 0 {
-					b = appendFloat(b, k.Last)
-					b = binary.AppendVarint(b, k.LastTS)
+					b = appendFloat(b, x.Last)
+					b = binary.AppendVarint(b, x.LastTS)
 				}
 				if st&StatM2 != 0 {
-					b = appendFloat(b, k.M2)
+					b = appendFloat(b, x.M2)
 				}
 				if st&StatValues != 0 {
-					b = binary.AppendUvarint(b, uint64(len(k.Values)))
-					for _, v := range k.Values {
+					b = binary.AppendUvarint(b, uint64(len(x.Values)))
+					for _, v := range x.Values {
 						b = appendFloat(b, v)
 					}
 				}
@@ -251,6 +369,26 @@ func MarshalResult(r *ShardResult, st Stats) []byte {
 		}
 	}
 	return b
+}
+
+// marshalSize estimates MarshalResult's output, so it is written without
+// growing its buffer over and over.
+func marshalSize(r *ShardResult, st Stats) int {
+	per := minBucketBytes(st) + 8 // varints run longer than their minimum
+	n := 64
+	for _, g := range r.Groups {
+		n += 16
+		for _, t := range g.Tags {
+			n += len(t.Key) + len(t.Value) + 4
+		}
+		for _, f := range g.Fields {
+			n += len(f.Field) + 32 + len(f.Parts)*per
+		}
+	}
+	for _, s := range r.Raw {
+		n += 32 + len(s.Field) + len(s.TS)*12
+	}
+	return n
 }
 
 func appendTags(b []byte, tags []Tag) []byte {
@@ -285,38 +423,61 @@ func UnmarshalResult(data []byte) (*ShardResult, error) {
 		g := Group{Tags: d.tags()}
 		nf := d.count(2)
 		for j := 0; j < nf && d.err == nil; j++ {
-			f := FieldBuckets{Field: d.string()}
-			nb := d.count(2)
-			f.Buckets = make([]Bucket, 0, nb)
-			prev := int64(0)
+			f := FieldBuckets{Field: d.string(), First: d.varint(), Step: int64(d.uvarint())}
+			slots, nb := d.uvarint(), d.count(minBucketBytes(st))
+			if d.slots += slots; d.err == nil && (f.Step < 0 || f.Step == 0 && slots > 1 || slots > MaxBuckets || d.slots > MaxShardBuckets || uint64(nb) > slots) {
+				d.fail("bucket slots")
+			}
+			if d.err != nil {
+				break
+			}
+			f.Parts = make([]Partial, slots)
+			var extras []Extra // one allocation backs every bucket's Extra
+			if NeedsExtra(st) {
+				extras = make([]Extra, nb)
+			}
+			at := uint64(0)
 			for k := 0; k < nb && d.err == nil; k++ {
-				var bk Bucket
-				bk.Start = prev + d.varint()
-				prev = bk.Start
+				skip := d.uvarint()
+				if skip >= slots-at {
+					d.fail("bucket slot")
+					break
+				}
+				at += skip
+				bk := &f.Parts[at]
+				at++
 				bk.Count = int64(d.uvarint())
+				if bk.Count <= 0 {
+					d.fail("bucket count")
+					break
+				}
 				if st&StatSum != 0 {
 					bk.Sum = d.float()
 				}
+				if extras == nil {
+					continue
+				}
+				x := &extras[k]
+				bk.X = x
 				if st&StatMinMax != 0 {
-					bk.Min, bk.MinTS, bk.Max, bk.MaxTS = d.float(), d.varint(), d.float(), d.varint()
+					x.Min, x.MinTS, x.Max, x.MaxTS = d.float(), d.varint(), d.float(), d.varint()
 				}
 				if st&StatFirst != 0 {
-					bk.First, bk.FirstTS = d.float(), d.varint()
+					x.First, x.FirstTS = d.float(), d.varint()
 				}
 				if st&StatLast != 0 {
-					bk.Last, bk.LastTS = d.float(), d.varint()
+					x.Last, x.LastTS = d.float(), d.varint()
 				}
 				if st&StatM2 != 0 {
-					bk.M2 = d.float()
+					x.M2 = d.float()
 				}
 				if st&StatValues != 0 {
 					nv := d.count(8)
-					bk.Values = make([]float64, nv)
-					for v := range bk.Values {
-						bk.Values[v] = d.float()
+					x.Values = make([]float64, nv)
+					for v := range x.Values {
+						x.Values[v] = d.float()
 					}
 				}
-				f.Buckets = append(f.Buckets, bk)
 			}
 			g.Fields = append(g.Fields, f)
 		}
@@ -344,9 +505,25 @@ func UnmarshalResult(data []byte) (*ShardResult, error) {
 	return r, nil
 }
 
+// minBucketBytes is the smallest encoding of a bucket with statistics st,
+// which bounds what a bucket count can make the decoder allocate.
+func minBucketBytes(st Stats) int {
+	n := 2 // start, count
+	for _, f := range []struct {
+		s    Stats
+		size int
+	}{{StatSum, 8}, {StatMinMax, 18}, {StatFirst, 9}, {StatLast, 9}, {StatM2, 8}, {StatValues, 1}} {
+		if st&f.s != 0 {
+			n += f.size
+		}
+	}
+	return n
+}
+
 type decoder struct {
-	b   []byte
-	err error
+	b     []byte
+	err   error
+	slots uint64 // bucket slots allocated so far
 }
 
 func (d *decoder) fail(what string) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/query"
+	"github.com/cairn-db/cairn/storage/engine"
 	"github.com/cairn-db/cairn/storage/lineproto"
 	"github.com/gin-gonic/gin"
 )
@@ -45,7 +46,7 @@ func (h *Host) handleSelect(c *gin.Context) {
 		replyErr(c, fmt.Errorf("%w: select request: %w", models.ErrBadInput, err))
 		return
 	}
-	res, err := query.Evaluate(r.eng, &req)
+	res, err := evaluate(r.eng, &req)
 	switch {
 	case errors.Is(err, query.ErrTooLarge):
 		replyBadQuery(c, models.Mark(err, models.ErrTooLarge))
@@ -107,5 +108,14 @@ func (h *Host) Select(db string, shard int, req *query.ShardRequest) (*query.Sha
 	if r == nil {
 		return nil, fmt.Errorf("%w: %s on %s", ErrNotHosted, models.ShardID(db, shard), h.nodeID)
 	}
-	return query.Evaluate(r.eng, req)
+	return evaluate(r.eng, req)
+}
+
+// evaluate runs req over a shard through the engine's streaming scan.
+func evaluate(eng engine.Shard, req *query.ShardRequest) (*query.ShardResult, error) {
+	src, ok := eng.(engine.Scanner)
+	if !ok {
+		return nil, fmt.Errorf("%w: this shard's engine has no streaming scan", query.ErrUnsupported)
+	}
+	return query.Evaluate(src, req)
 }

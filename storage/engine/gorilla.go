@@ -69,32 +69,55 @@ type bitReader struct {
 	err bool
 }
 
-func (r *bitReader) readBit() bool {
-	if r.pos >= uint64(len(r.b))*8 {
+// window returns the 64 bits from pos on, zero past the end; the first
+// 57 at least are the stream's (pos%8 of the last byte's bits may be
+// missing). Most reads are a window, a shift and an add.
+func (r *bitReader) window() uint64 {
+	i := r.pos >> 3
+	var w uint64
+	if i+8 <= uint64(len(r.b)) {
+		w = binary.BigEndian.Uint64(r.b[i:])
+	} else {
+		for k := i; k < i+8; k++ {
+			w <<= 8
+			if k < uint64(len(r.b)) {
+				w |= uint64(r.b[k])
+			}
+		}
+	}
+	return w << (r.pos & 7)
+}
+
+// has says whether n more bits are in the stream; past it the reader fails.
+func (r *bitReader) has(n uint64) bool {
+	if r.pos+n > uint64(len(r.b))*8 {
 		r.err = true
 		return false
 	}
-	bit := r.b[r.pos/8]&(0x80>>(r.pos%8)) != 0
+	return true
+}
+
+func (r *bitReader) readBit() bool {
+	if !r.has(1) {
+		return false
+	}
+	bit := r.b[r.pos>>3]&(0x80>>(r.pos&7)) != 0
 	r.pos++
 	return bit
 }
 
 func (r *bitReader) readBits(n int) uint64 {
-	if r.pos+uint64(n) > uint64(len(r.b))*8 {
-		r.err = true
+	if n == 0 || !r.has(uint64(n)) {
 		return 0
 	}
-	var v uint64
-	for n > 0 {
-		off := r.pos % 8
-		avail := 8 - int(off)
-		take := min(n, avail)
-		chunk := uint64(r.b[r.pos/8]>>(uint(avail-take))) & (1<<uint(take) - 1)
-		v = v<<uint(take) | chunk
-		r.pos += uint64(take)
-		n -= take
+	if n <= 57 {
+		v := r.window() >> (64 - n)
+		r.pos += uint64(n)
+		return v
 	}
-	return v
+	hi := r.window() >> 32 // n > 57: two reads
+	r.pos += 32
+	return hi<<(n-32) | r.readBits(n-32)
 }
 
 // encodeBlock compresses points, which must be sorted by ts and unique, and
@@ -197,6 +220,27 @@ func (w *bitWriter) writeDoD(dod int64) {
 }
 
 func (r *bitReader) readDoD() uint64 {
+	// The bucket is the count of leading ones (at most 4 here; 5 is the
+	// 64-bit case below); its prefix and value fit one window.
+	if w := r.window(); r.pos+37 <= uint64(len(r.b))*8 {
+		switch ones := bits.LeadingZeros64(^w); ones {
+		case 0:
+			r.pos++
+			return 0
+		case 1:
+			r.pos += 9
+			return (w<<2)>>(64-7) - 63
+		case 2:
+			r.pos += 12
+			return (w<<3)>>(64-9) - 255
+		case 3:
+			r.pos += 16
+			return (w<<4)>>(64-12) - 2047
+		case 4:
+			r.pos += 37
+			return (w<<5)>>(64-32) - (1 << 31) + 1
+		}
+	}
 	switch {
 	case !r.readBit():
 		return 0

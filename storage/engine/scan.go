@@ -1,0 +1,280 @@
+package engine
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Scanner is the streaming read that aggregation queries use: series come
+// one at a time with their points in a buffer the scan reuses, so a query
+// over millions of points allocates per series at most, never per point, and
+// holds one series' points at a time. The shards of NewBoltEngine implement
+// it (type-assert a Shard).
+type Scanner interface {
+	// Scan offers each candidate series of metric to keep, by its lineproto
+	// series key, before reading any of its points; for each kept series
+	// that has points in [start, end] it calls visit with them, sorted by
+	// ts (memtable points win over flushed ones at the same ts). Candidates
+	// come from the posting lists of match's terms (every series of metric
+	// when match is empty): each series holding all of match is offered,
+	// and keep must check whatever else it needs. Series are visited in key
+	// order. pts is only valid during visit; an error from visit ends the
+	// scan and is returned.
+	Scan(metric string, match map[string]string, start, end int64, keep func(key string) bool, visit func(key string, pts []SeriesPoint) error) error
+}
+
+// BlockReads is how many blocks this process has decoded, for tests and
+// metrics that check a query reads only the blocks it needs.
+func BlockReads() uint64 { return blockReads.Load() }
+
+// memRun is one kept memtable series' points in the range, copied out.
+type memRun struct {
+	key string
+	pts []memPoint
+}
+
+func (s *boltShard) Scan(metric string, match map[string]string, start, end int64, keep func(string) bool, visit func(string, []SeriesPoint) error) error {
+	if start > end {
+		return nil
+	}
+	err := s.view(func(tx *bolt.Tx) error {
+		// s.mem and s.ix are stable while view holds mu (see QueryLimited).
+		runs := s.mem.scanCopy(metric, start, end, keep)
+		ids, err := candidateIDs(tx, metric, match)
+		if err != nil {
+			return err
+		}
+		flushed := make([]flushedRef, 0, len(ids))
+		skey := tx.Bucket(bucketSKey)
+		for _, id := range ids {
+			key, ok := s.ix.keyOf(id)
+			if !ok {
+				v := skey.Get(u64Key(id))
+				if v == nil {
+					return fmt.Errorf("%w: posting for unknown series %d", ErrCorrupt, id)
+				}
+				key = string(v)
+			}
+			flushed = append(flushed, flushedRef{id, key})
+		}
+		slices.SortFunc(flushed, func(a, b flushedRef) int { return strings.Compare(a.key, b.key) })
+		sc := scanner{blocks: tx.Bucket(bucketBlocks), start: start, end: end}
+		for _, fs := range flushed {
+			for len(runs) > 0 && runs[0].key < fs.key {
+				if err := visit(runs[0].key, sc.points(nil, runs[0].pts)); err != nil {
+					return err
+				}
+				runs = runs[1:]
+			}
+			var mem []memPoint
+			if len(runs) > 0 && runs[0].key == fs.key {
+				mem = runs[0].pts
+				runs = runs[1:]
+			} else if !keep(fs.key) {
+				continue
+			}
+			if err := sc.read(fs.id); err != nil {
+				return fmt.Errorf("series %q: %w", fs.key, err)
+			}
+			if pts := sc.points(sc.disk, mem); len(pts) > 0 {
+				if err := visit(fs.key, pts); err != nil {
+					return err
+				}
+			}
+		}
+		for _, r := range runs {
+			if err := visit(r.key, sc.points(nil, r.pts)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("engine: scan %q: %w", metric, err)
+	}
+	return nil
+}
+
+// candidateIDs intersects the posting lists of metric and of every term of
+// match; sorted.
+func candidateIDs(tx *bolt.Tx, metric string, match map[string]string) ([]uint64, error) {
+	post := tx.Bucket(bucketPost)
+	lists := [][]byte{postingPrefix(postMetric, metric)}
+	for k, v := range match {
+		if k == FieldTag {
+			lists = append(lists, postingPrefix(postField, metric, v))
+		} else {
+			lists = append(lists, postingPrefix(postTag, metric, k, v))
+		}
+	}
+	if len(lists) > 1 {
+		lists = lists[1:] // every term's list is within the metric's
+	}
+	var ids []uint64
+	for i, k := range lists {
+		l, err := decodePostings(post.Get(k))
+		if err != nil {
+			return nil, err
+		}
+		if i == 0 {
+			ids = l
+			continue
+		}
+		ids = intersectSorted(ids, l)
+	}
+	return ids, nil
+}
+
+// intersectSorted keeps the ids of a that are in b (both sorted), in place.
+func intersectSorted(a, b []uint64) []uint64 {
+	out := a[:0]
+	j := 0
+	for _, id := range a {
+		for j < len(b) && b[j] < id {
+			j++
+		}
+		if j < len(b) && b[j] == id {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// scanCopy copies out the points in [start, end] of the memtable series of
+// metric that keep accepts, sorted by key; one allocation holds them all.
+// keep runs under the memtable's read lock.
+func (mt *memtable) scanCopy(metric string, start, end int64, keep func(string) bool) []memRun {
+	mt.mu.RLock()
+	defer mt.mu.RUnlock()
+	type span struct {
+		ms     *memSeries
+		lo, hi int
+	}
+	var spans []span
+	total := 0
+	for _, idx := range mt.byMetric[metric] {
+		ms := mt.series[idx]
+		lo, _ := slices.BinarySearchFunc(ms.pts, start, cmpPointTS)
+		hi, found := slices.BinarySearchFunc(ms.pts, end, cmpPointTS)
+		if found {
+			hi++
+		}
+		if lo >= hi || !keep(ms.key) {
+			continue
+		}
+		spans = append(spans, span{ms, lo, hi})
+		total += hi - lo
+	}
+	buf := make([]memPoint, 0, total)
+	runs := make([]memRun, len(spans))
+	for i, sp := range spans {
+		n := len(buf)
+		buf = append(buf, sp.ms.pts[sp.lo:sp.hi]...)
+		runs[i] = memRun{key: sp.ms.key, pts: buf[n:len(buf):len(buf)]}
+	}
+	slices.SortFunc(runs, func(a, b memRun) int { return strings.Compare(a.key, b.key) })
+	return runs
+}
+
+// keyOf is the key of series id, if indexed.
+func (ix *seriesIndex) keyOf(id uint64) (string, bool) {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	k, ok := ix.keys[id]
+	return k, ok
+}
+
+// scanner reads series blocks into buffers it reuses from series to series.
+type scanner struct {
+	blocks     *bolt.Bucket
+	start, end int64
+	scratch    []memPoint // one decoded block
+	disk       []memPoint // the series' flushed points in range
+	out        []SeriesPoint
+}
+
+// read decodes series id's flushed points in [start, end] into sc.disk,
+// decoding only the blocks that overlap the range: a block's key holds its
+// first ts and its header its last, so the walk starts at the block before
+// the first one at or after start and stops at the first starting past end.
+func (sc *scanner) read(id uint64) error {
+	sc.disk = sc.disk[:0]
+	prefix := u64Key(id)
+	c := sc.blocks.Cursor()
+	seek := blockKey(id, sc.start)
+	k, v := c.Seek(seek)
+	if pk, pv := prevOf(c, k); pk != nil && bytes.HasPrefix(pk, prefix) {
+		if err := sc.block(pk, pv); err != nil {
+			return err
+		}
+	}
+	for k, v = c.Seek(seek); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+		if tsFromKey(k[8:]) > sc.end {
+			break
+		}
+		if err := sc.block(k, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// block appends the points of one block that fall in the range, decoding it
+// only if its time span overlaps the range.
+func (sc *scanner) block(k, v []byte) error {
+	h, _, err := parseBlock(v)
+	if err != nil {
+		return fmt.Errorf("block %x: %w", k, err)
+	}
+	if h.count == 0 || h.maxTS < sc.start || h.minTS > sc.end {
+		return nil
+	}
+	blockReads.Add(1)
+	if sc.scratch, err = decodeBlock(sc.scratch[:0], v); err != nil {
+		return fmt.Errorf("block %x: %w", k, err)
+	}
+	pts := sc.scratch
+	if h.minTS < sc.start {
+		i, _ := slices.BinarySearchFunc(pts, sc.start, cmpPointTS)
+		pts = pts[i:]
+	}
+	if h.maxTS > sc.end {
+		i, found := slices.BinarySearchFunc(pts, sc.end, cmpPointTS)
+		if found {
+			i++
+		}
+		pts = pts[:i]
+	}
+	sc.disk = append(sc.disk, pts...)
+	return nil
+}
+
+// points merges flushed and memtable points (both sorted; the memtable wins
+// on the same ts) into the reused output buffer.
+func (sc *scanner) points(disk, mem []memPoint) []SeriesPoint {
+	out := sc.out[:0]
+	i, j := 0, 0
+	for i < len(disk) || j < len(mem) {
+		var p memPoint
+		switch {
+		case j == len(mem) || i < len(disk) && disk[i].ts < mem[j].ts:
+			p = disk[i]
+			i++
+		case i == len(disk) || mem[j].ts < disk[i].ts:
+			p = mem[j]
+			j++
+		default:
+			p = mem[j]
+			i++
+			j++
+		}
+		out = append(out, SeriesPoint{TS: p.ts, Value: math.Float64frombits(p.bits)})
+	}
+	sc.out = out
+	return out
+}

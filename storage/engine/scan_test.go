@@ -1,0 +1,173 @@
+package engine
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/cairn-db/cairn/storage/lineproto"
+	"github.com/stretchr/testify/require"
+)
+
+// scanAll collects a Scan's answer as Query would return it, by key.
+func scanAll(t *testing.T, s Shard, metric string, match map[string]string, start, end int64, keep func(string) bool) map[string][]SeriesPoint {
+	t.Helper()
+	out := map[string][]SeriesPoint{}
+	var order []string
+	require.NoError(t, s.(Scanner).Scan(metric, match, start, end, keep, func(key string, pts []SeriesPoint) error {
+		require.NotContains(t, out, key, "a series is visited once")
+		out[key] = slices.Clone(pts)
+		order = append(order, key)
+		return nil
+	}))
+	require.True(t, slices.IsSorted(order), "series come in key order")
+	return out
+}
+
+// TestScanMatchesQuery: over flushed blocks, memtable points that overwrite
+// flushed ones, series only in the memtable and several tag filters, Scan
+// visits exactly the series and points Query returns.
+func TestScanMatchesQuery(t *testing.T) {
+	_, s := openShard1(t, manual...)
+	rng := rand.New(rand.NewPCG(1, 2))
+	hosts := []string{"h0", "h1", "h2", "h3"}
+	for round := range 3 {
+		for i := range 20 {
+			var batch []lineproto.Point
+			for range 30 {
+				for _, h := range hosts[:2+round] { // h3 first appears in the last round, unflushed
+					for _, f := range []string{"value", "idle"} {
+						ts := int64(rng.IntN(2000)) * 10
+						batch = append(batch, pt("cpu", "host="+h+",region=eu", f, ts, float64(i)))
+					}
+				}
+			}
+			apply(t, s, 1, batch...)
+		}
+		if round < 2 {
+			flushNow(t, s)
+		}
+	}
+	apply(t, s, 1, pt("mem", "host=h0", "value", 5, 1))
+	all := func(string) bool { return true }
+	for _, c := range []struct {
+		match      map[string]string
+		start, end int64
+	}{
+		{nil, 0, 20000},
+		{map[string]string{"host": "h1"}, 500, 9000},
+		{map[string]string{FieldTag: "idle"}, 0, 20000},
+		{map[string]string{FieldTag: "value", "host": "h3"}, 100, 15000},
+		{map[string]string{"host": "nope"}, 0, 20000},
+		{nil, 30000, 40000},
+	} {
+		series, err := s.Query("cpu", c.match, c.start, c.end)
+		require.NoError(t, err)
+		want := map[string][]SeriesPoint{}
+		for _, sr := range series {
+			want[seriesKeyOf(sr)] = sr.Points
+		}
+		got := scanAll(t, s, "cpu", c.match, c.start, c.end, func(key string) bool {
+			_, ok, err := matchSeries(key, c.match)
+			require.NoError(t, err)
+			return ok
+		})
+		require.Equal(t, want, got, "match %v [%d, %d]", c.match, c.start, c.end)
+	}
+	// keep is asked before any point is read, and what it drops is not visited.
+	got := scanAll(t, s, "cpu", nil, 0, 20000, func(key string) bool { return strings.Contains(key, "host=h2") })
+	require.Len(t, got, 2)
+	require.Len(t, scanAll(t, s, "cpu", nil, 20, 10, all), 0, "an empty range")
+}
+
+func seriesKeyOf(sr Series) string {
+	var b strings.Builder
+	b.WriteString(sr.Metric)
+	var keys []string
+	for k := range sr.Tags {
+		if k != FieldTag {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		b.WriteString("," + k + "=" + sr.Tags[k])
+	}
+	f := sr.Tags[FieldTag]
+	if f == "" {
+		f = DefaultField
+	}
+	b.WriteString("#" + f)
+	return b.String()
+}
+
+// TestScanReadsOnlyOverlappingBlocks counts block decodes (issue 14): an
+// aggregation scan of a narrow time range over 5 series of 5 blocks each
+// decodes one block per series (two where the range straddles a block
+// boundary), and a range past the data decodes none.
+func TestScanReadsOnlyOverlappingBlocks(t *testing.T) {
+	_, s := openShard1(t, manual...)
+	for b := range 5 {
+		var pts []lineproto.Point
+		for i := range maxBlockPoints {
+			ts := int64(b*maxBlockPoints+i) * 10
+			for h := range 5 {
+				pts = append(pts, pt("m", "h="+string(rune('a'+h)), "value", ts, float64(i)))
+			}
+		}
+		apply(t, s, 1, pts...)
+		flushNow(t, s)
+	}
+	require.Equal(t, 25, countBlocks(t, s))
+	all := func(string) bool { return true }
+	count := func(start, end int64) (uint64, int) {
+		before := BlockReads()
+		got := scanAll(t, s, "m", nil, start, end, all)
+		n := 0
+		for _, pts := range got {
+			n += len(pts)
+		}
+		return BlockReads() - before, n
+	}
+	reads, n := count(int64(2*maxBlockPoints+5)*10, int64(2*maxBlockPoints+9)*10)
+	require.EqualValues(t, 5, reads)
+	require.Equal(t, 25, n)
+	reads, n = count(int64(3*maxBlockPoints-2)*10, int64(3*maxBlockPoints+1)*10)
+	require.EqualValues(t, 10, reads)
+	require.Equal(t, 20, n)
+	reads, n = count(int64(5*maxBlockPoints)*10, int64(6*maxBlockPoints)*10)
+	require.EqualValues(t, 0, reads)
+	require.Zero(t, n)
+	reads, _ = count(0, int64(5*maxBlockPoints)*10)
+	require.EqualValues(t, 25, reads)
+}
+
+// BenchmarkDecodeBlock: full blocks of regular 1-minute points, with
+// integer values (the decimal mode) and with arbitrary floats (XOR).
+func BenchmarkDecodeBlock(b *testing.B) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, kind := range []string{"decimal", "xor"} {
+		pts := make([]memPoint, maxBlockPoints)
+		for i := range pts {
+			v := float64(rng.IntN(1000))
+			if kind == "xor" {
+				v = rng.Float64() * 100
+			}
+			pts[i] = memPoint{int64(i) * 60e9, math.Float64bits(v)}
+		}
+		block := encodeBlock(nil, pts)
+		b.Run(kind, func(b *testing.B) {
+			var dst []memPoint
+			b.SetBytes(int64(len(block)))
+			for range b.N {
+				var err error
+				if dst, err = decodeBlock(dst[:0], block); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*maxBlockPoints), "ns/point")
+		})
+	}
+}
