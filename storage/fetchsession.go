@@ -151,7 +151,7 @@ func (s *fetchSession) pollOnce(ctx context.Context) error {
 	}
 	for i, r := range reps {
 		r.applyMu.Lock()
-		req.Shards[i].After, req.Shards[i].AfterTerm = r.eng.LastTxnID(), r.eng.LastTerm()
+		req.Shards[i].After, req.Shards[i].AfterTerm = r.eng.LastEntry()
 		r.applyMu.Unlock()
 	}
 	body, err := json.Marshal(req)
@@ -220,8 +220,42 @@ func (s *fetchSession) handBack(r *replica, m *member, err error) {
 }
 
 // applyAnswer applies each record of a batched fetch answer to the replicas
-// still in the session as they were when it was sent. Call with applyMu held.
+// still in the session as they were when it was sent. Each shard's entries
+// are queued as they are read and made durable by its own group commit, the
+// shards' commits side by side; it returns once all of them are durable (the
+// next fetch acknowledges them). Call with applyMu held.
 func (s *fetchSession) applyAnswer(br *bufio.Reader, reps []*replica, mems []*member) error {
+	var recs []answerRecord
+	err := s.readAnswer(br, reps, mems, &recs)
+	for _, a := range recs {
+		if werr := waitApplied(a.wait); werr != nil && a.apply == nil {
+			a.apply = werr
+		}
+		switch {
+		case a.apply != nil:
+			s.handBack(a.r, a.m, a.apply)
+		case a.status == fetchTruncate, a.status == fetchFullSync:
+			s.handBack(a.r, a.m, errSolo)
+		case a.status == fetchError:
+			s.handBack(a.r, a.m, fmt.Errorf("%w: leader answered %d", errSolo, a.arg))
+		}
+	}
+	return err
+}
+
+// answerRecord is one shard's record of a batched fetch answer, its entries
+// queued.
+type answerRecord struct {
+	r           *replica
+	m           *member
+	status, arg uint64
+	wait        func() error // of the last entry queued (nil: none)
+	apply       error
+}
+
+// readAnswer reads the records and queues their entries, adding one
+// answerRecord per record to recs (also the one a broken stream cut short).
+func (s *fetchSession) readAnswer(br *bufio.Reader, reps []*replica, mems []*member, recs *[]answerRecord) error {
 	for {
 		idx, err := binary.ReadUvarint(br)
 		if err == io.EOF {
@@ -240,10 +274,10 @@ func (s *fetchSession) applyAnswer(br *bufio.Reader, reps []*replica, mems []*me
 		if idx >= uint64(len(reps)) || count > 1<<20 {
 			return fmt.Errorf("%w: batched fetch record for shard %d of %d", ErrBadAnswer, idx, len(reps))
 		}
-		r, m := reps[idx], mems[idx]
-		var apply error
-		if !s.isMember(r, m) {
-			apply = errSolo // left meanwhile: read past its entries
+		*recs = append(*recs, answerRecord{r: reps[idx], m: mems[idx], arg: arg})
+		a := &(*recs)[len(*recs)-1]
+		if !s.isMember(a.r, a.m) {
+			a.apply = errSolo // left meanwhile: read past its entries
 		}
 		for range count {
 			n, err := binary.ReadUvarint(br)
@@ -257,26 +291,17 @@ func (s *fetchSession) applyAnswer(br *bufio.Reader, reps []*replica, mems []*me
 			if _, err := io.ReadFull(br, buf); err != nil {
 				return err
 			}
-			if apply != nil {
+			if a.apply != nil {
 				continue
 			}
 			var e engine.Entry
-			if apply = e.UnmarshalBinary(buf); apply == nil {
-				r.applyMu.Lock()
-				apply = r.eng.Apply(e)
-				r.applyMu.Unlock()
-				if apply != nil {
-					apply = fmt.Errorf("apply txn %d: %w", e.TxnID, apply)
+			if a.apply = e.UnmarshalBinary(buf); a.apply == nil {
+				var wait func() error
+				if wait, a.apply = a.r.append(e); a.apply == nil {
+					a.wait = wait
 				}
 			}
 		}
-		switch {
-		case apply != nil:
-			s.handBack(r, m, apply)
-		case status == fetchTruncate, status == fetchFullSync:
-			s.handBack(r, m, errSolo)
-		case status == fetchError:
-			s.handBack(r, m, fmt.Errorf("%w: leader answered %d", errSolo, arg))
-		}
+		a.status = status // the whole record was read
 	}
 }

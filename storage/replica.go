@@ -302,10 +302,16 @@ func (r *replica) write(ctx context.Context, term int64, points []lineproto.Poin
 	}
 	r.mu.Unlock()
 
+	// Only the numbering and the queueing are serialised: the engine's
+	// group commit makes the batches queued meanwhile durable together,
+	// with one fsync, outside this lock.
 	r.applyMu.Lock()
-	txn := r.eng.LastTxnID() + 1
-	err = r.eng.Apply(engine.Entry{TxnID: txn, Term: uint64(term), Points: points})
+	txn := r.eng.NextTxnID()
+	wait, err := r.eng.Append(engine.Entry{TxnID: txn, Term: uint64(term), Points: points})
 	r.applyMu.Unlock()
+	if err == nil {
+		err = wait()
+	}
 	if err != nil {
 		return fmt.Errorf("apply %s txn %d: %w", r.id, txn, err)
 	}
@@ -375,9 +381,10 @@ func (r *replica) fetch(ctx context.Context, term int64, node string, after, aft
 	r.mu.Unlock()
 	// The follower's entry at after is of our own term (or a later one) and
 	// our log does not have it: see ErrFenced. Truncating it could destroy
-	// acknowledged data. An Apply in progress has its entry readable before
-	// it counts in LastTxnID: a follower may already hold it, so that case
-	// is looked at again with Apply excluded before it fences.
+	// acknowledged data. (The engine serves followers only entries counted
+	// in LastTxnID, so an entry still in a group commit cannot be one; the
+	// case is looked at again with appends excluded before it fences all
+	// the same.)
 	fence := afterTerm >= uint64(term) && term > 0
 	last, res, diverged, err := r.compareLog(after, afterTerm)
 	if diverged && fence {
