@@ -125,6 +125,7 @@ func (r *replica) setDesired(d desired) {
 	r.isr, r.acked, r.caught, r.sentEnd = nil, map[string]uint64{}, map[string]time.Time{}, map[string]uint64{}
 	r.fetched, r.parked = map[string]time.Time{}, map[string]int{}
 	r.fenced = false
+	r.setTrimFloorLocked(time.Now()) // not leading (yet): the retention bounds alone
 	r.broadcastLocked()
 	done = r.done
 	switch d.role {
@@ -204,6 +205,7 @@ func (r *replica) lead(ctx context.Context, d desired) {
 	}
 	r.mu.Lock()
 	r.isr = initial
+	r.setTrimFloorLocked(time.Now())
 	r.broadcastLocked()
 	r.mu.Unlock()
 
@@ -241,7 +243,8 @@ func (r *replica) maintainISR(ctx context.Context, d desired) {
 		r.mu.Unlock()
 		return
 	}
-	isr := r.isr // replaced, never changed in place within its length
+	isr := r.isr                     // replaced, never changed in place within its length
+	r.setTrimFloorLocked(time.Now()) // followers that stopped fetching stop holding the log
 	// Kafka's rule: a follower is in sync while it keeps catching up with
 	// where the leader was at its previous fetch; under a steady write load
 	// it is never exactly at the leader's last txn. Liveness (its lease) and
@@ -272,6 +275,7 @@ func (r *replica) maintainISR(ctx context.Context, d desired) {
 	}
 	r.mu.Lock()
 	r.isr = next
+	r.setTrimFloorLocked(time.Now())
 	r.broadcastLocked()
 	r.mu.Unlock()
 	r.lg.Info("in-sync set changed", zap.Strings("isr", next), zap.Strings("dropped", drop), zap.Strings("added", add), zap.Int64("term", d.term))
@@ -413,6 +417,7 @@ func (r *replica) fetch(ctx context.Context, term int64, node string, after, aft
 	}
 	r.sentEnd[node] = last
 	r.fetched[node] = time.Now()
+	r.setTrimFloorLocked(r.fetched[node])
 	r.broadcastLocked()
 	ch := r.changed
 	r.mu.Unlock()
@@ -493,6 +498,7 @@ func (r *replica) fence(term int64, node string, after, afterTerm, last uint64) 
 	first := !r.fenced && r.want.term == term
 	if first {
 		r.fenced = true
+		r.setTrimFloorLocked(time.Now())
 		r.broadcastLocked() // writes waiting for acknowledgements fail now
 	}
 	r.mu.Unlock()
@@ -536,10 +542,25 @@ func (r *replica) leave(ctx context.Context, term int64, node string) error {
 	delete(r.caught, node)
 	delete(r.sentEnd, node)
 	delete(r.fetched, node)
+	r.setTrimFloorLocked(time.Now())
 	r.broadcastLocked()
 	r.mu.Unlock()
 	r.lg.Info("follower left the in-sync set", zap.String("follower", node), zap.Strings("isr", next))
 	return nil
+}
+
+// setTrimFloorLocked tells the engine how far its log may be trimmed: while
+// this replica leads with a published in-sync set, as far as its followers
+// allow (trimFloor); otherwise (following, publishing, fenced) the retention
+// bounds alone decide, since the log may have to serve a leadership to come
+// or cut a divergent tail. Call with r.mu held.
+func (r *replica) setTrimFloorLocked(now time.Time) {
+	if r.want.role != roleLeader || r.isr == nil || r.fenced {
+		r.eng.SetTrimFloor(0)
+		return
+	}
+	r.eng.SetTrimFloor(trimFloor(now, isrView{self: r.h.nodeID, isr: r.isr, replicas: r.want.replicas,
+		acked: r.acked, fetched: r.fetched, parked: r.parked, window: r.h.cfg.LagBound}))
 }
 
 func (r *replica) sleep(ctx context.Context, d time.Duration) {

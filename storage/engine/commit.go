@@ -207,9 +207,14 @@ func (s *boltShard) closeQueue() {
 	}
 }
 
-// logCommits is how many group commits (one fsync of the log each) the shard
-// made since it was opened.
-func (s *boltShard) logCommits() uint64 {
+// CommitCounter is implemented by the shards of NewBoltEngine (type-assert a
+// Shard): LogCommits is how many group commits, one fsync of the log each,
+// the shard made since it was opened.
+type CommitCounter interface {
+	LogCommits() uint64
+}
+
+func (s *boltShard) LogCommits() uint64 {
 	s.q.mu.Lock()
 	defer s.q.mu.Unlock()
 	return s.q.commits

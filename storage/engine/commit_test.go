@@ -16,7 +16,7 @@ func TestGroupCommitQueuedEntriesShareOneFsync(t *testing.T) {
 	_, s := openShard1(t, manual...)
 	bs := s.(*boltShard)
 	apply(t, s, 1, pt("m", "h=a", "value", 0, 0))
-	before := bs.logCommits()
+	before := bs.LogCommits()
 
 	bs.wmu.Lock() // what a commit, a flush or a compaction step holds
 	var waits []func() error
@@ -37,7 +37,7 @@ func TestGroupCommitQueuedEntriesShareOneFsync(t *testing.T) {
 		require.NoError(t, w())
 	}
 	require.EqualValues(t, 9, s.LastTxnID())
-	commits := bs.logCommits() - before
+	commits := bs.LogCommits() - before
 	require.LessOrEqual(t, commits, uint64(2), "8 queued entries: the one the committer took first, then the rest together")
 	got, err := s.Query("m", nil, 0, 100)
 	require.NoError(t, err)
@@ -85,7 +85,7 @@ func TestConcurrentWritersShareFsyncs(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.EqualValues(t, writers*each, s.LastTxnID())
-	commits := s.(*boltShard).logCommits()
+	commits := s.(*boltShard).LogCommits()
 	t.Logf("%d entries in %d log commits", writers*each, commits)
 	require.Less(t, commits, uint64(writers*each), "concurrent entries shared fsyncs")
 	got, err := s.Query("m", nil, 0, 100)
