@@ -56,6 +56,28 @@ func (s *memShard) Apply(e engine.Entry) error {
 	return nil
 }
 
+// Append applies at once: the simulation has no fsync to share.
+func (s *memShard) Append(e engine.Entry) (func() error, error) {
+	if err := s.Apply(e); err != nil {
+		return nil, err
+	}
+	return func() error { return nil }, nil
+}
+
+func (s *memShard) NextTxnID() uint64 { return s.LastTxnID() + 1 }
+
+// SetTrimFloor does nothing: the simulated log is never trimmed.
+func (s *memShard) SetTrimFloor(uint64) {}
+
+func (s *memShard) LastEntry() (uint64, uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.log) == 0 {
+		return 0, 0
+	}
+	return uint64(len(s.log)), s.log[len(s.log)-1].Term
+}
+
 func (s *memShard) LastTxnID() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -57,8 +57,7 @@ func (r *replica) follow(ctx context.Context, d desired) {
 }
 
 func (r *replica) pullOnce(ctx context.Context, d desired) error {
-	last := r.eng.LastTxnID()
-	lastTerm := r.eng.LastTerm()
+	last, lastTerm := r.eng.LastEntry()
 	if lastTerm > uint64(d.term) {
 		// Raft's rule: never take a log from a leadership older than the
 		// newest one ours holds entries of. That leader (a restored state's)
@@ -94,23 +93,52 @@ func (r *replica) leaderShard(d desired) client.Shard {
 	return client.Shard{Address: d.address, DB: r.db, Shard: r.shard}
 }
 
-// applyLog applies a log answer's entries in order.
+// applyLog applies a log answer's entries in order: they are queued as they
+// arrive and committed in groups, and it returns once the last one is
+// durable.
 func (r *replica) applyLog(ans *client.LogAnswer) error {
+	var wait func() error
 	for {
 		e, err := ans.Next()
 		if err == io.EOF {
-			return nil
+			break
 		}
 		if err != nil {
-			return err
+			return errors.Join(err, waitApplied(wait))
 		}
-		r.applyMu.Lock()
-		err = r.eng.Apply(e)
-		r.applyMu.Unlock()
+		next, err := r.append(e)
 		if err != nil {
+			return errors.Join(err, waitApplied(wait))
+		}
+		wait = next
+	}
+	return waitApplied(wait)
+}
+
+// append queues a leader's entry for the group commit.
+func (r *replica) append(e engine.Entry) (func() error, error) {
+	r.applyMu.Lock()
+	wait, err := r.eng.Append(e)
+	r.applyMu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("apply txn %d: %w", e.TxnID, err)
+	}
+	return func() error {
+		if err := wait(); err != nil {
 			return fmt.Errorf("apply txn %d: %w", e.TxnID, err)
 		}
+		return nil
+	}, nil
+}
+
+// waitApplied waits for the last entry queued (nil: none was); a failed
+// commit fails every entry queued after it, so the last one's answer covers
+// them all.
+func waitApplied(wait func() error) error {
+	if wait == nil {
+		return nil
 	}
+	return wait()
 }
 
 // fullSync replaces the local replica with the leader's snapshot.

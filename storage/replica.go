@@ -130,6 +130,7 @@ func (r *replica) setDesired(d desired) {
 	r.isr, r.acked, r.caught, r.sentEnd = nil, map[string]uint64{}, map[string]time.Time{}, map[string]uint64{}
 	r.fetched, r.parked = map[string]time.Time{}, map[string]int{}
 	r.fenced, r.superseded = false, 0
+	r.setTrimFloorLocked(time.Now()) // not leading (yet): the retention bounds alone
 	r.broadcastLocked()
 	done = r.done
 	switch d.role {
@@ -193,6 +194,7 @@ func (r *replica) lead(ctx context.Context, d desired) {
 	}
 	r.mu.Lock()
 	r.isr = initial
+	r.setTrimFloorLocked(time.Now())
 	r.broadcastLocked()
 	r.mu.Unlock()
 
@@ -271,7 +273,8 @@ func (r *replica) maintainISR(ctx context.Context, d desired) {
 		r.mu.Unlock()
 		return
 	}
-	isr := r.isr // replaced, never changed in place within its length
+	isr := r.isr                     // replaced, never changed in place within its length
+	r.setTrimFloorLocked(time.Now()) // followers that stopped fetching stop holding the log
 	// Kafka's rule: a follower is in sync while it keeps catching up with
 	// where the leader was at its previous fetch; under a steady write load
 	// it is never exactly at the leader's last txn. Its fetches count too,
@@ -304,6 +307,7 @@ func (r *replica) maintainISR(ctx context.Context, d desired) {
 	}
 	r.mu.Lock()
 	r.isr = next
+	r.setTrimFloorLocked(time.Now())
 	r.broadcastLocked()
 	r.mu.Unlock()
 	r.lg.Info("in-sync set changed", zap.Strings("isr", next), zap.Strings("dropped", drop), zap.Strings("added", add), zap.Int64("term", d.term))
@@ -341,10 +345,16 @@ func (r *replica) write(ctx context.Context, term int64, points []lineproto.Poin
 	}
 	r.mu.Unlock()
 
+	// Only the numbering and the queueing are serialised: the engine's
+	// group commit makes the batches queued meanwhile durable together,
+	// with one fsync, outside this lock.
 	r.applyMu.Lock()
-	txn := r.eng.LastTxnID() + 1
-	err = r.eng.Apply(engine.Entry{TxnID: txn, Term: uint64(term), Points: points})
+	txn := r.eng.NextTxnID()
+	wait, err := r.eng.Append(engine.Entry{TxnID: txn, Term: uint64(term), Points: points})
 	r.applyMu.Unlock()
+	if err == nil {
+		err = wait()
+	}
 	if err != nil {
 		return fmt.Errorf("apply %s txn %d: %w", r.id, txn, err)
 	}
@@ -422,9 +432,10 @@ func (r *replica) fetch(ctx context.Context, term int64, node string, after, aft
 	r.mu.Unlock()
 	// The follower's entry at after is of our own term (or a later one) and
 	// our log does not have it: see ErrFenced. Truncating it could destroy
-	// acknowledged data. An Apply in progress has its entry readable before
-	// it counts in LastTxnID: a follower may already hold it, so that case
-	// is looked at again with Apply excluded before it fences.
+	// acknowledged data. (The engine serves followers only entries counted
+	// in LastTxnID, so an entry still in a group commit cannot be one; the
+	// case is looked at again with appends excluded before it fences all
+	// the same.)
 	fence := afterTerm >= uint64(term) && term > 0
 	last, res, diverged, err := r.compareLog(after, afterTerm)
 	if diverged && fence {
@@ -453,6 +464,7 @@ func (r *replica) fetch(ctx context.Context, term int64, node string, after, aft
 	}
 	r.sentEnd[node] = last
 	r.fetched[node] = time.Now()
+	r.setTrimFloorLocked(r.fetched[node])
 	r.broadcastLocked()
 	ch := r.changed
 	r.mu.Unlock()
@@ -533,6 +545,7 @@ func (r *replica) fence(term int64, node string, after, afterTerm, last uint64) 
 	first := !r.fenced && r.want.term == term
 	if first {
 		r.fenced = true
+		r.setTrimFloorLocked(time.Now())
 		r.broadcastLocked() // writes waiting for acknowledgements fail now
 	}
 	r.mu.Unlock()
@@ -605,10 +618,25 @@ func (r *replica) leave(ctx context.Context, term int64, node string) error {
 	delete(r.caught, node)
 	delete(r.sentEnd, node)
 	delete(r.fetched, node)
+	r.setTrimFloorLocked(time.Now())
 	r.broadcastLocked()
 	r.mu.Unlock()
 	r.lg.Info("follower left the in-sync set", zap.String("follower", node), zap.Strings("isr", next))
 	return nil
+}
+
+// setTrimFloorLocked tells the engine how far its log may be trimmed: while
+// this replica leads with a published in-sync set, as far as its followers
+// allow (trimFloor); otherwise (following, publishing, fenced) the retention
+// bounds alone decide, since the log may have to serve a leadership to come
+// or cut a divergent tail. Call with r.mu held.
+func (r *replica) setTrimFloorLocked(now time.Time) {
+	if r.want.role != roleLeader || r.isr == nil || r.fenced {
+		r.eng.SetTrimFloor(0)
+		return
+	}
+	r.eng.SetTrimFloor(trimFloor(now, isrView{self: r.h.nodeID, isr: r.isr, replicas: r.want.replicas,
+		acked: r.acked, fetched: r.fetched, parked: r.parked, window: r.h.cfg.LagBound}))
 }
 
 func (r *replica) sleep(ctx context.Context, d time.Duration) {

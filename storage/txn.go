@@ -39,8 +39,8 @@ func (h *Host) handleTxn(c *gin.Context) {
 
 // txn is this replica's answer to the master.
 func (r *replica) txn() models.ReplicaTxn {
-	r.applyMu.Lock()
-	last, lastTerm := r.eng.LastTxnID(), r.eng.LastTerm()
+	r.applyMu.Lock() // no truncation or restore meanwhile
+	last, lastTerm := r.eng.LastEntry()
 	r.applyMu.Unlock()
 	r.mu.Lock()
 	term := r.want.term

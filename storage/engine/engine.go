@@ -119,12 +119,32 @@ func (p *SeriesPoint) UnmarshalJSON(data []byte) error {
 // Shard is one replica of one shard of one database.
 type Shard interface {
 	// Apply writes a batch atomically and durably at e.TxnID, which must be
-	// LastTxnID()+1 (else ErrTxnGap). Points overwrite the same series and ts.
+	// NextTxnID() (else ErrTxnGap). Points overwrite the same series and ts.
+	// It is Append and its wait.
 	Apply(e Entry) error
+	// Append queues e for the shard's next group commit and returns at once
+	// with a wait that returns nil once e is durable and counted in
+	// LastTxnID, or the error that kept it out. e.TxnID must be NextTxnID()
+	// (else ErrTxnGap). Entries queued while a commit is under way are
+	// committed together, with one fsync. A failed commit fails every entry
+	// queued after it too, and TruncateAfter and Restore fail the entries
+	// queued and not committed yet (their txn ids no longer follow).
+	Append(e Entry) (wait func() error, err error)
+	// NextTxnID is the txn id the next Append takes: one past the last entry
+	// applied or queued.
+	NextTxnID() uint64
+	// SetTrimFloor says replication no longer needs the entries up to txn:
+	// the log drops them once they are flushed. Entries past it are kept
+	// within the retention bounds (WithRetainEntries, WithRetainBytes); a
+	// follower further behind gets a snapshot. 0 keeps the bounds alone.
+	SetTrimFloor(txn uint64)
 	// LastTxnID is the txn id of the last applied entry (0 when empty).
 	LastTxnID() uint64
 	// LastTerm is the term of the last applied entry.
 	LastTerm() uint64
+	// LastEntry is LastTxnID and LastTerm read together: commits publish
+	// them outside any lock the caller can hold.
+	LastEntry() (txn, term uint64)
 	// Entries returns up to max entries with TxnID > after, in order; max <= 0
 	// means no limit. ErrCompacted when some were trimmed from the log.
 	Entries(after uint64, max int) ([]Entry, error)

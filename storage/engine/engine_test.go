@@ -454,7 +454,11 @@ func TestMain(m *testing.M) {
 		if err != nil {
 			flushPoints = DefaultFlushPoints
 		}
-		crashWriter(dir, flushPoints)
+		writers, err := strconv.Atoi(os.Getenv("CAIRN_ENGINE_CRASH_WRITERS"))
+		if err != nil {
+			writers = 1
+		}
+		crashWriter(dir, flushPoints, writers)
 		return
 	}
 	os.Exit(m.Run())

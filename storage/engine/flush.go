@@ -99,7 +99,7 @@ func (s *boltShard) flushLocked() error {
 			}
 		}
 		m.flushedTxn = upto
-		if err := trimLog(tx, &m, s.retain, s.retainBytes, &logBytes); err != nil {
+		if err := s.trimLog(tx, &m, &logBytes); err != nil {
 			return err
 		}
 		return writeMeta(tx, m)

@@ -14,8 +14,12 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
+// Entries serves only published entries (up to LastTxnID): a group commit's
+// entries are in the log a moment before, and a follower must never hold an
+// entry this replica does not count yet.
 func (s *boltShard) Entries(after uint64, limit int) ([]Entry, error) {
 	var out []Entry
+	upto := s.LastTxnID()
 	err := s.view(func(tx *bolt.Tx) error {
 		m, err := readMeta(tx)
 		if err != nil {
@@ -25,7 +29,7 @@ func (s *boltShard) Entries(after uint64, limit int) ([]Entry, error) {
 			return fmt.Errorf("%w: asked after %d, log starts after %d", ErrCompacted, after, m.baseTxn)
 		}
 		c := tx.Bucket(bucketLog).Cursor()
-		for k, v := c.Seek(u64Key(after + 1)); k != nil; k, v = c.Next() {
+		for k, v := c.Seek(u64Key(after + 1)); k != nil && beUint64(k) <= upto; k, v = c.Next() {
 			if limit > 0 && len(out) >= limit {
 				break
 			}
@@ -268,7 +272,9 @@ func (s *boltShard) Restore(r io.Reader) error {
 		return fmt.Errorf("engine: restore: %w", renameErr)
 	}
 	// The snapshot's unflushed tail is in its log: replay it into a new memtable.
-	return s.recover()
+	err = s.recover()
+	s.resyncQueueLocked(fmt.Errorf("%w: shard restored from a snapshot", ErrTxnGap))
+	return err
 }
 
 func writeFileSync(path string, r io.Reader) error {

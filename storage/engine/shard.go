@@ -63,9 +63,11 @@ type boltShard struct {
 	memCharged  int64      // what this shard's memtable is charged there; guarded by wmu
 	compactAt   []byte     // where compaction resumes; guarded by wmu
 
-	flushed  atomic.Bool // a flush wrote blocks since the last compaction pass
-	lastTxn  atomic.Uint64
-	lastTerm atomic.Uint64
+	q         commitQueue   // entries appended, waiting for the group commit
+	trimFloor atomic.Uint64 // see SetTrimFloor
+
+	flushed atomic.Bool               // a flush wrote blocks since the last compaction pass
+	last    atomic.Pointer[lastEntry] // the last applied entry, published after its commit
 
 	stop        chan struct{} // closed by Close to end flushLoop and compactLoop
 	loopDone    chan struct{}
@@ -97,11 +99,13 @@ func openShard(path string, o options, lim *rateLimiter, mem *memBudget) (*boltS
 	s := &boltShard{path: path, retain: o.retain, retainBytes: o.retainBytes, flushPoints: o.flushPoints, db: db,
 		memLimit: o.memBytes, memAcct: mem,
 		stop: make(chan struct{}), loopDone: make(chan struct{}), compactDone: make(chan struct{})}
+	s.q.idle = sync.NewCond(&s.q.mu)
 	if err := s.recover(); err != nil {
 		s.memAcct.charge(-s.memCharged, 0)
 		_ = db.Close()
 		return nil, err
 	}
+	s.q.lastTxn, s.q.lastTerm = s.LastEntry()
 	if o.flushInterval > 0 {
 		go s.flushLoop(o.flushInterval)
 	} else {
@@ -170,8 +174,7 @@ func (s *boltShard) recover() error {
 		}
 		s.mem, s.ix, s.flushedTxn = mt, ix, m.flushedTxn
 		s.accountMem()
-		s.lastTxn.Store(m.lastTxn)
-		s.lastTerm.Store(m.lastTerm)
+		s.publish(m.lastTxn, m.lastTerm)
 		return nil
 	})
 }
@@ -212,8 +215,28 @@ func writeMeta(tx *bolt.Tx, m shardMeta) error {
 
 func beUint64(b []byte) uint64 { return binary.BigEndian.Uint64(b) }
 
-func (s *boltShard) LastTxnID() uint64 { return s.lastTxn.Load() }
-func (s *boltShard) LastTerm() uint64  { return s.lastTerm.Load() }
+// lastEntry is the txn id and term of the last applied entry, published as
+// one value so that readers never see one without the other.
+type lastEntry struct{ txn, term uint64 }
+
+func (s *boltShard) publish(txn, term uint64) { s.last.Store(&lastEntry{txn, term}) }
+
+func (s *boltShard) LastEntry() (txn, term uint64) {
+	if l := s.last.Load(); l != nil {
+		return l.txn, l.term
+	}
+	return 0, 0
+}
+
+func (s *boltShard) LastTxnID() uint64 {
+	txn, _ := s.LastEntry()
+	return txn
+}
+
+func (s *boltShard) LastTerm() uint64 {
+	_, term := s.LastEntry()
+	return term
+}
 
 // closed is stable while the caller holds wmu, which Close also takes.
 func (s *boltShard) closed() bool {
@@ -242,61 +265,21 @@ func (s *boltShard) update(fn func(*bolt.Tx) error) error {
 	return s.db.Update(fn)
 }
 
-func (s *boltShard) Apply(e Entry) error {
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	if s.closed() {
-		return ErrClosed
-	}
-	if want := s.lastTxn.Load() + 1; e.TxnID != want {
-		return fmt.Errorf("%w: got %d, want %d", ErrTxnGap, e.TxnID, want)
-	}
-	if last := s.lastTerm.Load(); e.Term < last {
-		return fmt.Errorf("%w: got %d, last %d", ErrTermRegress, e.Term, last)
-	}
-	// Flushing before the append keeps Apply all or nothing: an error means
-	// the entry is not in.
-	if s.flushDue(e.TxnID) {
-		if err := s.flushLocked(); err != nil {
-			return fmt.Errorf("engine: apply txn %d: %w", e.TxnID, err)
-		}
-	}
-	enc := e.appendBinary(make([]byte, 0, 64+len(e.Points)*16))
-	logBytes := s.logBytes + int64(len(enc))
-	err := s.update(func(tx *bolt.Tx) error {
-		m, err := readMeta(tx)
-		if err != nil {
-			return err
-		}
-		if err := tx.Bucket(bucketLog).Put(u64Key(e.TxnID), enc); err != nil {
-			return err
-		}
-		m.lastTxn, m.lastTerm = e.TxnID, e.Term
-		if err := trimLog(tx, &m, s.retain, s.retainBytes, &logBytes); err != nil {
-			return err
-		}
-		return writeMeta(tx, m)
-	})
-	if err != nil {
-		return fmt.Errorf("engine: apply txn %d: %w", e.TxnID, err)
-	}
-	s.logBytes = logBytes
-	// Durable from here on; readers see the points once they are in the
-	// memtable, and the txn id only after that.
-	s.mem.insert(e, time.Now())
-	s.accountMem()
-	s.lastTxn.Store(e.TxnID)
-	s.lastTerm.Store(e.Term)
-	return nil
-}
+// SetTrimFloor tells the log which entries replication no longer needs: those
+// up to txn (every replica that may still fetch from this one holds them).
+// Once flushed they are dropped at the next commit or flush. Entries past the
+// floor are kept within the retention bounds only. 0, the value at open, keeps
+// the retention bounds alone.
+func (s *boltShard) SetTrimFloor(txn uint64) { s.trimFloor.Store(txn) }
 
-// trimLog drops log and undo records beyond the retention window, advancing
-// base, but never past flushed_txn: unflushed entries exist only in the log.
-// The window is both a count of entries and a size in bytes (logBytes, the
-// size of the log, is kept up to date).
-func trimLog(tx *bolt.Tx, m *shardMeta, retain uint64, retainBytes int64, logBytes *int64) error {
+// trimLog drops log and undo records up to the trim floor and beyond the
+// retention window, advancing base, but never past flushed_txn: unflushed
+// entries exist only in the log. The window is both a count of entries and a
+// size in bytes (logBytes, the size of the log, is kept up to date).
+func (s *boltShard) trimLog(tx *bolt.Tx, m *shardMeta, logBytes *int64) error {
 	logB, undoB := tx.Bucket(bucketLog), tx.Bucket(bucketUndo)
-	for (m.lastTxn-m.baseTxn > retain || *logBytes > retainBytes) && m.baseTxn < m.flushedTxn {
+	floor, retain, retainBytes := s.trimFloor.Load(), s.retain, s.retainBytes
+	for (m.baseTxn < floor || m.lastTxn-m.baseTxn > retain || *logBytes > retainBytes) && m.baseTxn < m.flushedTxn {
 		next := m.baseTxn + 1
 		k := u64Key(next)
 		if v := logB.Get(k); v != nil {
@@ -329,7 +312,7 @@ func (s *boltShard) TruncateAfter(txnID uint64) error {
 	if s.closed() {
 		return ErrClosed
 	}
-	if txnID >= s.lastTxn.Load() {
+	if txnID >= s.LastTxnID() {
 		return nil
 	}
 	s.mu.Lock()
@@ -379,8 +362,8 @@ func (s *boltShard) TruncateAfter(txnID uint64) error {
 	}
 	s.mem, s.flushedTxn = mt, m.flushedTxn
 	s.accountMem()
-	s.lastTxn.Store(m.lastTxn)
-	s.lastTerm.Store(m.lastTerm)
+	s.publish(m.lastTxn, m.lastTerm)
+	s.resyncQueueLocked(fmt.Errorf("%w: log truncated after %d", ErrTxnGap, txnID))
 	return nil
 }
 
@@ -389,6 +372,7 @@ func (s *boltShard) Close() error {
 	s.stopOnce.Do(func() { close(s.stop) })
 	<-s.loopDone
 	<-s.compactDone
+	defer s.closeQueue() // once wmu is released: the committer takes it
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	s.mu.Lock()

@@ -1,0 +1,221 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Group commit. Append only queues an entry; one committer goroutine per
+// shard (running while there is work) takes everything queued, writes it to
+// the log in one bbolt transaction, so one fsync, inserts the points into the
+// memtable, publishes the new last txn id and only then wakes the waiters.
+// Batches that arrive while a commit is under way make up the next group, so
+// under concurrency the fsync cost is shared instead of paid per batch. The
+// commit holds wmu (writers only): readers and other shards never wait for it.
+
+// pendingEntry is an entry queued for the next group commit.
+type pendingEntry struct {
+	e    Entry
+	done chan struct{} // closed once err is set
+	err  error
+}
+
+func (p *pendingEntry) wait() error {
+	<-p.done
+	return p.err
+}
+
+func (p *pendingEntry) finish(err error) {
+	p.err = err
+	close(p.done)
+}
+
+// commitQueue holds the entries appended but not committed yet.
+type commitQueue struct {
+	mu       sync.Mutex
+	idle     *sync.Cond // signalled when the committer exits
+	pending  []*pendingEntry
+	lastTxn  uint64 // of the last entry applied or queued
+	lastTerm uint64
+	running  bool // a committer goroutine is draining pending
+	closed   bool
+	commits  uint64 // log commits (one fsync each) done by the committer
+}
+
+// NextTxnID is the txn id the next Append or Apply must carry.
+func (s *boltShard) NextTxnID() uint64 {
+	s.q.mu.Lock()
+	defer s.q.mu.Unlock()
+	return s.q.lastTxn + 1
+}
+
+// Append queues e for the next group commit and returns at once. The returned
+// wait blocks until e is durable and visible (nil) or failed.
+func (s *boltShard) Append(e Entry) (func() error, error) {
+	q := &s.q
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return nil, ErrClosed
+	}
+	if want := q.lastTxn + 1; e.TxnID != want {
+		return nil, fmt.Errorf("%w: got %d, want %d", ErrTxnGap, e.TxnID, want)
+	}
+	if e.Term < q.lastTerm {
+		return nil, fmt.Errorf("%w: got %d, last %d", ErrTermRegress, e.Term, q.lastTerm)
+	}
+	p := &pendingEntry{e: e, done: make(chan struct{})}
+	q.pending = append(q.pending, p)
+	q.lastTxn, q.lastTerm = e.TxnID, e.Term
+	if !q.running {
+		q.running = true
+		go s.commitLoop()
+	}
+	return p.wait, nil
+}
+
+// Apply appends e and waits for its commit.
+func (s *boltShard) Apply(e Entry) error {
+	wait, err := s.Append(e)
+	if err != nil {
+		return err
+	}
+	return wait()
+}
+
+// commitLoop commits the queue group by group until it is empty.
+func (s *boltShard) commitLoop() {
+	q := &s.q
+	for {
+		q.mu.Lock()
+		group := q.pending
+		q.pending = nil
+		if len(group) == 0 {
+			q.running = false
+			q.idle.Broadcast()
+			q.mu.Unlock()
+			return
+		}
+		q.mu.Unlock()
+		s.wmu.Lock()
+		err := s.commitLocked(group)
+		if err != nil && !errors.Is(err, ErrTxnGap) {
+			// The entries queued behind the failed ones cannot follow them.
+			// (A gap means the group was numbered before a truncation or a
+			// restore, which failed what was queued behind it already.)
+			s.resyncQueueLocked(err)
+		}
+		s.wmu.Unlock()
+		for _, p := range group {
+			p.finish(err)
+		}
+	}
+}
+
+// commitLocked writes group (consecutive entries) to the log in one
+// transaction, then to the memtable, then publishes the last txn id. It
+// holds wmu.
+func (s *boltShard) commitLocked(group []*pendingEntry) error {
+	if s.closed() {
+		return ErrClosed
+	}
+	first, last := group[0].e, group[len(group)-1].e
+	if want := s.LastTxnID() + 1; first.TxnID != want {
+		// Queued before a TruncateAfter or Restore renumbered the log.
+		return fmt.Errorf("%w: got %d, want %d", ErrTxnGap, first.TxnID, want)
+	}
+	// Flushing before the append keeps a commit all or nothing: an error
+	// means none of the group is in.
+	if s.flushDue(last.TxnID) {
+		if err := s.flushLocked(); err != nil {
+			return fmt.Errorf("engine: apply txns %d-%d: %w", first.TxnID, last.TxnID, err)
+		}
+	}
+	encs := make([][]byte, len(group))
+	logBytes := s.logBytes
+	for i, p := range group {
+		encs[i] = p.e.appendBinary(make([]byte, 0, 64+len(p.e.Points)*16))
+		logBytes += int64(len(encs[i]))
+	}
+	err := s.update(func(tx *bolt.Tx) error {
+		m, err := readMeta(tx)
+		if err != nil {
+			return err
+		}
+		logB := tx.Bucket(bucketLog)
+		for i, p := range group {
+			if err := logB.Put(u64Key(p.e.TxnID), encs[i]); err != nil {
+				return err
+			}
+		}
+		m.lastTxn, m.lastTerm = last.TxnID, last.Term
+		if err := s.trimLog(tx, &m, &logBytes); err != nil {
+			return err
+		}
+		return writeMeta(tx, m)
+	})
+	if err != nil {
+		return fmt.Errorf("engine: apply txns %d-%d: %w", first.TxnID, last.TxnID, err)
+	}
+	s.q.mu.Lock()
+	s.q.commits++
+	s.q.mu.Unlock()
+	s.logBytes = logBytes
+	// Durable from here on; readers see the points once they are in the
+	// memtable, and the txn id only after that.
+	now := time.Now()
+	for _, p := range group {
+		s.mem.insert(p.e, now)
+	}
+	s.accountMem()
+	s.publish(last.TxnID, last.Term)
+	return nil
+}
+
+// resyncQueueLocked fails every queued entry with err and numbers the next
+// Append after the last committed entry again: after a failed commit, a
+// TruncateAfter or a Restore. The caller holds wmu.
+func (s *boltShard) resyncQueueLocked(err error) {
+	q := &s.q
+	q.mu.Lock()
+	stale := q.pending
+	q.pending = nil
+	q.lastTxn, q.lastTerm = s.LastEntry()
+	q.mu.Unlock()
+	for _, p := range stale {
+		p.finish(err)
+	}
+}
+
+// closeQueue fails what is queued and waits for the committer to exit.
+func (s *boltShard) closeQueue() {
+	q := &s.q
+	q.mu.Lock()
+	q.closed = true
+	stale := q.pending
+	q.pending = nil
+	for q.running {
+		q.idle.Wait()
+	}
+	q.mu.Unlock()
+	for _, p := range stale {
+		p.finish(ErrClosed)
+	}
+}
+
+// CommitCounter is implemented by the shards of NewBoltEngine (type-assert a
+// Shard): LogCommits is how many group commits, one fsync of the log each,
+// the shard made since it was opened.
+type CommitCounter interface {
+	LogCommits() uint64
+}
+
+func (s *boltShard) LogCommits() uint64 {
+	s.q.mu.Lock()
+	defer s.q.mu.Unlock()
+	return s.q.commits
+}

@@ -1,0 +1,211 @@
+package engine
+
+import (
+	"sync"
+	"testing"
+
+	"github.com/cairn-db/cairn/storage/lineproto"
+	"github.com/stretchr/testify/require"
+)
+
+// TestGroupCommitQueuedEntriesShareOneFsync: entries appended while a commit
+// is under way (here: held back by the write mutex) go into the log in one
+// commit, are visible together, and the txn id only counts them once they
+// are durable.
+func TestGroupCommitQueuedEntriesShareOneFsync(t *testing.T) {
+	_, s := openShard1(t, manual...)
+	bs := s.(*boltShard)
+	apply(t, s, 1, pt("m", "h=a", "value", 0, 0))
+	before := bs.LogCommits()
+
+	bs.wmu.Lock() // what a commit, a flush or a compaction step holds
+	var waits []func() error
+	for i := 1; i <= 8; i++ {
+		require.EqualValues(t, i+1, s.NextTxnID())
+		wait, err := s.Append(Entry{TxnID: s.NextTxnID(), Term: 1, Points: []lineproto.Point{pt("m", "h=a", "value", int64(i), float64(i))}})
+		require.NoError(t, err)
+		waits = append(waits, wait)
+	}
+	require.EqualValues(t, 1, s.LastTxnID(), "queued entries are not counted before their commit")
+	_, err := s.Append(Entry{TxnID: 5, Term: 1})
+	require.ErrorIs(t, err, ErrTxnGap, "the next txn id counts the queued entries")
+	_, err = s.Append(Entry{TxnID: 10, Term: 0})
+	require.ErrorIs(t, err, ErrTermRegress)
+	bs.wmu.Unlock()
+
+	for _, w := range waits {
+		require.NoError(t, w())
+	}
+	require.EqualValues(t, 9, s.LastTxnID())
+	commits := bs.LogCommits() - before
+	require.LessOrEqual(t, commits, uint64(2), "8 queued entries: the one the committer took first, then the rest together")
+	got, err := s.Query("m", nil, 0, 100)
+	require.NoError(t, err)
+	require.Len(t, got[0].Points, 9)
+	es, err := s.Entries(1, 0)
+	require.NoError(t, err)
+	require.Len(t, es, 8)
+}
+
+// TestConcurrentWritersShareFsyncs: writers that number their entries under
+// a lock and wait for durability outside it (as the storage role's leaders
+// do) need fewer log commits than entries, and every acknowledged entry is
+// there, in order.
+func TestConcurrentWritersShareFsyncs(t *testing.T) {
+	_, s := openShard1(t, WithFlushPoints(500), WithFlushInterval(0), WithCompactRate(0))
+	const writers, each = 8, 25
+	var numbering sync.Mutex
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for w := range writers {
+		wg.Go(func() {
+			for i := range each {
+				numbering.Lock()
+				txn := s.NextTxnID()
+				wait, err := s.Append(Entry{TxnID: txn, Term: 1, Points: []lineproto.Point{
+					pt("m", "w="+string(rune('a'+w)), "value", int64(i), float64(txn))}})
+				numbering.Unlock()
+				if err == nil {
+					err = wait()
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				if s.LastTxnID() < txn {
+					errs <- ErrNoEntry // acknowledged but not counted
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.EqualValues(t, writers*each, s.LastTxnID())
+	commits := s.(*boltShard).LogCommits()
+	t.Logf("%d entries in %d log commits", writers*each, commits)
+	require.Less(t, commits, uint64(writers*each), "concurrent entries shared fsyncs")
+	got, err := s.Query("m", nil, 0, 100)
+	require.NoError(t, err)
+	require.Len(t, got, writers)
+	for _, sr := range got {
+		require.Len(t, sr.Points, each)
+	}
+}
+
+// TestTruncateWithQueuedEntries: an entry queued when a truncation comes is
+// either committed before it (and cut by it) or fails, never committed after
+// it with a txn id that no longer follows; the next txn id follows the cut.
+func TestTruncateWithQueuedEntries(t *testing.T) {
+	_, s := openShard1(t, manual...)
+	bs := s.(*boltShard)
+	for i := 1; i <= 5; i++ {
+		apply(t, s, 1, pt("m", "", "value", int64(i), 1))
+	}
+	bs.wmu.Lock()
+	var waits []func() error
+	for i := 6; i <= 8; i++ {
+		wait, err := s.Append(Entry{TxnID: uint64(i), Term: 1, Points: []lineproto.Point{pt("m", "", "value", int64(i), 1)}})
+		require.NoError(t, err)
+		waits = append(waits, wait)
+	}
+	truncated := make(chan error)
+	go func() { truncated <- s.TruncateAfter(3) }()
+	bs.wmu.Unlock()
+	require.NoError(t, <-truncated)
+	for _, w := range waits {
+		if err := w(); err != nil {
+			require.ErrorIs(t, err, ErrTxnGap)
+		}
+	}
+	require.EqualValues(t, 3, s.LastTxnID())
+	require.EqualValues(t, 4, s.NextTxnID())
+	require.NoError(t, s.Apply(Entry{TxnID: 4, Term: 2, Points: []lineproto.Point{pt("m", "", "value", 4, 2)}}))
+	got, err := s.Query("m", nil, 0, 100)
+	require.NoError(t, err)
+	require.Equal(t, []SeriesPoint{{1, 1}, {2, 1}, {3, 1}, {4, 2}}, got[0].Points)
+}
+
+// TestCloseFailsQueuedEntries: Close waits for the committer and fails what
+// it did not commit; nothing is acknowledged that is not in the log.
+func TestCloseFailsQueuedEntries(t *testing.T) {
+	dir := t.TempDir()
+	s, err := newEngine(t, dir, manual...).Open("db1", 0)
+	require.NoError(t, err)
+	bs := s.(*boltShard)
+	bs.wmu.Lock()
+	var waits []func() error
+	for i := 1; i <= 4; i++ {
+		w, err := s.Append(Entry{TxnID: uint64(i), Term: 1, Points: []lineproto.Point{pt("m", "", "value", int64(i), 1)}})
+		require.NoError(t, err)
+		waits = append(waits, w)
+	}
+	closed := make(chan error)
+	go func() { closed <- s.Close() }()
+	bs.wmu.Unlock()
+	require.NoError(t, <-closed)
+	acked := 0
+	for _, w := range waits {
+		if err := w(); err == nil {
+			acked++
+		} else {
+			require.ErrorIs(t, err, ErrClosed)
+		}
+	}
+	_, err = s.Append(Entry{TxnID: 5, Term: 1})
+	require.ErrorIs(t, err, ErrClosed)
+	s, err = newEngine(t, dir, manual...).Open("db1", 0)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, s.LastTxnID(), uint64(acked), "every acknowledged entry is in the log")
+}
+
+// TestTrimFloorDropsReplicatedFlushedEntries: entries every follower holds
+// go once flushed, whatever the retention bounds; the others stay; past the
+// bounds even those go (a follower that far behind gets a snapshot).
+func TestTrimFloorDropsReplicatedFlushedEntries(t *testing.T) {
+	_, s := openShard1(t, WithFlushPoints(1<<30), WithFlushInterval(0), WithCompactRate(0), WithRetainEntries(10))
+	for i := 1; i <= 8; i++ {
+		apply(t, s, 1, pt("m", "", "value", int64(i), 1))
+	}
+	flushNow(t, s)
+	_, err := s.Entries(0, 0)
+	require.NoError(t, err, "the retention bounds keep every entry")
+
+	s.SetTrimFloor(5) // the slowest follower holds up to 5
+	apply(t, s, 1, pt("m", "", "value", 9, 1))
+	_, err = s.Entries(4, 0)
+	require.ErrorIs(t, err, ErrCompacted)
+	es, err := s.Entries(5, 0)
+	require.NoError(t, err)
+	require.Len(t, es, 4, "what a follower still needs stays")
+	term, err := s.TermAt(5)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, term)
+
+	s.SetTrimFloor(100) // nobody needs anything: only the unflushed tail stays
+	apply(t, s, 1, pt("m", "", "value", 10, 1))
+	_, err = s.Entries(7, 0)
+	require.ErrorIs(t, err, ErrCompacted, "entries up to the last flush went")
+	es, err = s.Entries(8, 0)
+	require.NoError(t, err)
+	require.Len(t, es, 2, "the unflushed ones stay")
+
+	s.SetTrimFloor(0) // a follower at 0: the retention bound (10 entries) still applies
+	for i := 11; i <= 30; i++ {
+		apply(t, s, 1, pt("m", "", "value", int64(i), 1))
+	}
+	flushNow(t, s)
+	apply(t, s, 1, pt("m", "", "value", 31, 1))
+	_, err = s.Entries(20, 0)
+	require.ErrorIs(t, err, ErrCompacted, "beyond retention, a lagging follower needs a snapshot")
+	es, err = s.Entries(21, 0)
+	require.NoError(t, err)
+	require.Len(t, es, 10)
+
+	got, err := s.Query("m", nil, 0, 100)
+	require.NoError(t, err)
+	require.Len(t, got[0].Points, 31, "trimming the log never drops points")
+}
