@@ -21,7 +21,7 @@ import (
 // (the engine stays open: a restarted host over it is the same node back).
 func startStoppable(t *testing.T, id string, sm *statemachine.Manager, store kv.Store, eng engine.Engine) (*node, func()) {
 	h := storage.NewHost(storage.HostConfig{NodeID: id, Cluster: "default", Engine: eng, Store: store,
-		Keys: models.ClusterKeys{SNS: "/t/storage/default"}, State: sm.Snapshot, Changed: sm.Subscribe(),
+		Keys: models.ClusterKeys{SNS: "/t/storage/default"}, State: sm.Snapshot, Changed: sm.Changed,
 		LagBound: 500 * time.Millisecond, AckTimeout: 5 * time.Second, DropDelay: time.Hour})
 	r := gin.New()
 	h.Routes(r)
@@ -42,12 +42,12 @@ func startStoppable(t *testing.T, id string, sm *statemachine.Manager, store kv.
 }
 
 // twoReplicas publishes one database "d" with one shard on L and F, led by L
-// at term 1, with both nodes live.
-func twoReplicas(sm *statemachine.Manager, l, f *node) {
+// at term 1, with both nodes live (their records in the store, where storage
+// nodes look for each other).
+func twoReplicas(t *testing.T, sm *statemachine.Manager, store kv.Store, l, f *node) {
 	put(sm, statemachine.SourceStorageConfig, statemachine.KindStorageConfig, "", "default", models.StorageCluster{Name: "default"})
 	for _, n := range []*node{l, f} {
-		put(sm, statemachine.ClusterNodesSource("default"), statemachine.KindStorageNodes, "default", n.id,
-			models.StorageNode{NodeID: n.id, NodeAddress: n.addr()})
+		live(t, store, "/t/storage/default", n.id, n.addr())
 	}
 	put(sm, statemachine.SourceDatabaseConfig, statemachine.KindDatabaseConfig, "", "d",
 		models.Database{Name: "d", StorageCluster: "default", NumShards: 1, ReplicaFactor: 2, UID: "u1"})
@@ -83,7 +83,7 @@ func TestConcurrentWritesShareFsyncs(t *testing.T) {
 	defer sm.Stop()
 	leader := startNode(t, "L", sm, store)
 	follower := startNode(t, "F", sm, store)
-	twoReplicas(sm, leader, follower)
+	twoReplicas(t, sm, store, leader, follower)
 	ctx := context.Background()
 	require.Eventually(t, func() bool { return len(isrOf(t, store)) == 2 }, 10*time.Second, 10*time.Millisecond)
 	require.Eventually(t, func() bool { return leader.host.Write(ctx, "d", 0, 1, points(0, 1)) == nil }, 10*time.Second, 10*time.Millisecond)
@@ -138,7 +138,7 @@ func TestLeaderLogTrimmedByFollowerProgress(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = feng.Close() })
 	follower, stopF := startStoppable(t, "F", sm, store, feng)
-	twoReplicas(sm, leader, follower)
+	twoReplicas(t, sm, store, leader, follower)
 	ctx := context.Background()
 	require.Eventually(t, func() bool { return len(isrOf(t, store)) == 2 }, 10*time.Second, 10*time.Millisecond)
 	require.Eventually(t, func() bool { return leader.host.Write(ctx, "d", 0, 1, points(0, 10)) == nil }, 10*time.Second, 10*time.Millisecond)
