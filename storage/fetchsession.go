@@ -69,6 +69,23 @@ func (h *Host) join(r *replica, address string, term int64) <-chan error {
 	return m.solo
 }
 
+// partAll removes r from every session it is in (see part).
+func (h *Host) partAll(r *replica) {
+	var addrs []string
+	h.sessMu.Lock()
+	for addr, s := range h.sessions {
+		s.mu.Lock()
+		if _, ok := s.members[r]; ok {
+			addrs = append(addrs, addr)
+		}
+		s.mu.Unlock()
+	}
+	h.sessMu.Unlock()
+	for _, addr := range addrs {
+		h.part(r, addr)
+	}
+}
+
 // part removes r from its session; the last member's leaving ends the session.
 func (h *Host) part(r *replica, address string) {
 	h.sessMu.Lock()

@@ -24,6 +24,12 @@ import (
 func (r *replica) follow(ctx context.Context, d desired) {
 	bo := backoff.New(50*time.Millisecond, time.Second)
 	for ctx.Err() == nil {
+		if r.h.leaving.Load() {
+			// Handing off: a fetch now would put us back in the in-sync set
+			// we are leaving, which would then wait for a node about to stop.
+			<-ctx.Done()
+			return
+		}
 		addr, err := r.h.peerAddress(ctx, d.leader)
 		if err != nil {
 			r.lg.Debug("leader address unknown", zap.String("leader", d.leader), zap.Error(err))

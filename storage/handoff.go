@@ -17,6 +17,9 @@ func (h *Host) leave(ctx context.Context, r *replica) bool {
 	if w.role != roleFollower {
 		return w.role == roleIdle // nobody to tell
 	}
+	// Stop fetching first: a fetch after the leader dropped us would count
+	// as catching up and put us back in the set.
+	h.partAll(r)
 	addr, err := h.peerAddress(ctx, w.leader)
 	if err != nil {
 		return false
@@ -36,6 +39,7 @@ type TransferFunc func(ctx context.Context, db string, shard int, node string) e
 // from the in-sync set, so a rolling restart fails no write. It returns when
 // done or when ctx ends.
 func (h *Host) Handoff(ctx context.Context, transfer TransferFunc) {
+	h.leaving.Store(true)
 	h.mu.RLock()
 	reps := make([]*replica, 0, len(h.replicas))
 	for _, r := range h.replicas {

@@ -70,6 +70,7 @@ type HostConfig struct {
 // replication protocol: Shardz's serve / stop-serving hooks, level-triggered.
 type Host struct {
 	cfg     HostConfig
+	leaving atomic.Bool // Handoff began: followers stop fetching (and so never re-enter an in-sync set they left)
 	nodeID  string
 	cluster string
 	store   kv.Store
