@@ -41,10 +41,14 @@ func (a *App) openStorage() error {
 // watched filters the sources this node watches. A storage node that is
 // neither master nor broker watches only what its host needs: assignments
 // and shard states, the database configs (incarnations), the storage
-// configs (where its cluster's etcd is) and the master key (a graceful stop
-// asks the master for handoffs). Not the live nodes nor the in-sync sets: at
-// 1,000 nodes every change of any node's record would reach every node, and
-// the host asks etcd for the few records it needs (storage/peers.go).
+// configs (where its cluster's etcd is), the master key (a graceful stop
+// asks the master for handoffs) and its cluster's live nodes. Not the
+// in-sync sets. The live nodes' records change only when a node joins,
+// leaves or really changes (liveness is the lease: no heartbeat writes), so
+// watching them costs nothing at idle, and a follower learns at once that
+// its leader's node id now lives at another address (a copy of a data dir,
+// a real move) and looks it up again there, before the new incarnation's
+// catch-up window drops it from the in-sync set.
 func (a *App) watched(srcs []statemachine.Source) []statemachine.Source {
 	if a.watchesNodes() {
 		return srcs
@@ -52,7 +56,7 @@ func (a *App) watched(srcs []statemachine.Source) []statemachine.Source {
 	return slices.DeleteFunc(srcs, func(s statemachine.Source) bool {
 		switch s.Kind {
 		case statemachine.KindMaster, statemachine.KindStorageConfig, statemachine.KindDatabaseConfig,
-			statemachine.KindAssign, statemachine.KindShardState:
+			statemachine.KindAssign, statemachine.KindShardState, statemachine.KindStorageNodes:
 			return false
 		}
 		return true

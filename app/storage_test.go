@@ -18,15 +18,17 @@ func sourceNames(a *App) []string {
 	return names
 }
 
-// A storage-only node watches its cluster's assignments and shard states
-// (with the database and storage configs and the master key), never the
-// live nodes' records nor the in-sync sets; it still registers, becomes
-// ready, and hosts and follows shards, asking for the leader records it
-// needs. The master and broker process watches the live nodes.
+// A storage-only node watches its cluster's assignments, shard states and
+// live nodes (with the database and storage configs and the master key),
+// never the in-sync sets nor the brokers; it still registers, becomes ready,
+// and hosts and follows shards. The master and broker process watches
+// everything.
 func TestStorageNodeWatchesOnlyWhatItHosts(t *testing.T) {
 	c := startTestCluster(t, nil)
-	require.Equal(t, []string{statemachine.SourceAssign, statemachine.SourceDatabaseConfig, statemachine.SourceMaster,
-		statemachine.SourceShardState, statemachine.SourceStorageConfig}, sourceNames(c.peer))
+	require.Eventually(t, func() bool {
+		return slices.Equal([]string{statemachine.SourceAssign, statemachine.SourceDatabaseConfig, statemachine.SourceMaster,
+			statemachine.ClusterNodesSource("default"), statemachine.SourceShardState, statemachine.SourceStorageConfig}, sourceNames(c.peer))
+	}, 10*time.Second, 20*time.Millisecond, "the storage-only node's sources: %v", sourceNames(c.peer))
 	require.Contains(t, sourceNames(c.core), statemachine.ClusterNodesSource("default"))
 	require.Contains(t, sourceNames(c.core), statemachine.ClusterISRSource("default"))
 	require.Contains(t, sourceNames(c.core), statemachine.SourceBrokers)
@@ -48,8 +50,8 @@ func TestStorageNodeWatchesOnlyWhatItHosts(t *testing.T) {
 		return n == 4 && c.peer.host.Hosted() == 4
 	}, 30*time.Second, 20*time.Millisecond)
 	st := c.peer.State()
-	require.Empty(t, st.Nodes, "a storage-only node holds no live node records")
-	require.Empty(t, st.ISR, "nor in-sync sets")
+	require.Equal(t, 2, st.Nodes.At("default").Len(), "a storage-only node sees its cluster's live nodes")
+	require.Zero(t, st.ISR.Len(), "but no in-sync sets")
 	require.Len(t, st.Assignments.At("w").Shards, 4)
 	c.write("w", "cpu,host=a v=1 1700000000000000000\ncpu,host=b v=2 1700000000000000000\n")
 }

@@ -19,6 +19,25 @@ import (
 // long) and no new one comes.
 const fetchWait = 2 * time.Second
 
+// answerDeadline bounds how long a fetch waits for the leader's answer to
+// begin (its headers; the body streams after): a leader that stopped (kill
+// -STOP, a frozen host) holds the connection open without answering, and
+// storage nodes do not watch each other's leases, so a fetch that never
+// ends would keep its follower on a dead address for ever.
+const answerDeadline = fetchWait + 3*time.Second
+
+// errNoAnswer: the leader did not begin its answer within answerDeadline.
+var errNoAnswer = errors.New("storage: leader did not answer in time")
+
+// withAnswerDeadline returns a context cancelled (cause errNoAnswer) unless
+// the returned stop is called within answerDeadline: call it once the
+// answer's headers are in.
+func withAnswerDeadline(ctx context.Context) (context.Context, func(), context.CancelCauseFunc) {
+	actx, cancel := context.WithCancelCause(ctx)
+	t := time.AfterFunc(answerDeadline, func() { cancel(errNoAnswer) })
+	return actx, func() { t.Stop() }, cancel
+}
+
 // fetchSession pulls, with one long-poll at a time, every shard this node
 // follows from one leader node, and applies the entries it gets. A shard
 // whose answer is anything else (truncate, full sync, an error) is handed
@@ -67,6 +86,34 @@ func (h *Host) join(r *replica, address string, term int64) <-chan error {
 	s.bumpLocked()
 	s.mu.Unlock()
 	return m.solo
+}
+
+// errLeaderGone: no live node has the session's address any more; its
+// replicas look their leader up again.
+var errLeaderGone = errors.New("storage: no live node at the leader's address")
+
+// endSessionsExcept hands every member of the sessions whose address is not
+// in live back to its replica (errLeaderGone).
+func (h *Host) endSessionsExcept(live map[string]bool) {
+	var gone []*fetchSession
+	h.sessMu.Lock()
+	for addr, s := range h.sessions {
+		if !live[addr] {
+			gone = append(gone, s)
+		}
+	}
+	h.sessMu.Unlock()
+	for _, s := range gone {
+		s.mu.Lock()
+		reps := make([]*replica, 0, len(s.members))
+		mems := make([]*member, 0, len(s.members))
+		for r, m := range s.members {
+			reps, mems = append(reps, r), append(mems, m)
+		}
+		s.mu.Unlock()
+		s.lg.Info("leader address no longer live; its followers look the leader up again")
+		s.handBackAll(reps, mems, errLeaderGone)
+	}
 }
 
 // partAll removes r from every session it is in (see part).
@@ -180,22 +227,26 @@ func (s *fetchSession) pollOnce(ctx context.Context) error {
 		req.Shards[i].After, req.Shards[i].AfterTerm = r.eng.LastEntry()
 		r.applyMu.Unlock()
 	}
-	pctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	pctx, answered, cancel := withAnswerDeadline(ctx)
+	defer cancel(nil)
 	go func() {
 		select {
 		case <-changed:
-			cancel()
+			cancel(nil)
 		case <-pctx.Done():
 		}
 	}()
 	ans, err := s.h.peer().Fetch(pctx, s.address, req)
+	answered()
 	if errors.Is(err, client.ErrUnsupported) {
 		// A leader without batched fetches: every shard pulls alone.
 		s.handBackAll(reps, mems, fmt.Errorf("%w: leader has no batched fetch", errSolo))
 		return nil
 	}
 	if err != nil {
+		if cause := context.Cause(pctx); errors.Is(cause, errNoAnswer) {
+			return fmt.Errorf("%w: %s", errNoAnswer, s.address)
+		}
 		if errors.Is(pctx.Err(), context.Canceled) && ctx.Err() == nil {
 			return nil // members changed: poll again with them
 		}

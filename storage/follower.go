@@ -45,6 +45,12 @@ func (r *replica) follow(ctx context.Context, d desired) {
 			return
 		case why = <-solo:
 		}
+		if errors.Is(why, errLeaderGone) {
+			r.h.part(r, d.address)
+			r.h.forgetPeer(d.leader, d.address)
+			r.sleep(ctx, bo.Next())
+			continue
+		}
 		r.lg.Debug("pulling alone", zap.String("leader", d.leader), zap.Error(why))
 		err = r.pullOnce(ctx, d)
 		if err == nil {
@@ -54,7 +60,7 @@ func (r *replica) follow(ctx context.Context, d desired) {
 		if ctx.Err() != nil {
 			return
 		}
-		if errors.Is(why, errUnreachable) {
+		if errors.Is(why, errUnreachable) || errors.Is(err, errNoAnswer) {
 			r.h.forgetPeer(d.leader, d.address)
 		}
 		r.lg.Debug("fetch from leader failed", zap.String("leader", d.leader), zap.Error(err))
@@ -71,8 +77,14 @@ func (r *replica) pullOnce(ctx context.Context, d desired) error {
 		// the master to publish a term above ours (it sees our max_term).
 		return fmt.Errorf("%w: leader %s is at term %d, our log holds term %d", ErrStaleTerm, d.leader, d.term, lastTerm)
 	}
-	ans, err := r.h.peer().Log(ctx, r.leaderShard(d), client.LogRequest{Term: d.term, Node: r.h.nodeID, After: last, AfterTerm: lastTerm})
+	lctx, answered, cancel := withAnswerDeadline(ctx)
+	defer cancel(nil)
+	ans, err := r.h.peer().Log(lctx, r.leaderShard(d), client.LogRequest{Term: d.term, Node: r.h.nodeID, After: last, AfterTerm: lastTerm})
+	answered()
 	if err != nil {
+		if errors.Is(context.Cause(lctx), errNoAnswer) {
+			return fmt.Errorf("%w: %s: %w", errNoAnswer, d.address, err)
+		}
 		return err
 	}
 	defer ans.Close()

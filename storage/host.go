@@ -170,6 +170,10 @@ func (h *Host) Run(ctx context.Context) {
 	}
 	sub := feed.subscribe(h.nodeID)
 	defer feed.unsubscribe(sub)
+	pctx, stopPeers := context.WithCancel(ctx)
+	peersDone := make(chan struct{})
+	go func() { defer close(peersDone); h.watchPeers(pctx) }()
+	defer func() { stopPeers(); <-peersDone }()
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	full := true

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/cairn-db/cairn/models"
+	"github.com/cairn-db/cairn/statemachine"
 )
 
 // A storage node does not watch the other nodes' records: at 1,000 nodes
@@ -35,8 +36,32 @@ func (h *Host) peerRecord(ctx context.Context, id string) (*models.StorageNode, 
 	return &n, nil
 }
 
-// peerAddress is the address of node id, from memory or from its record.
+// liveNodes is the cluster's live nodes as this process watches them, and
+// whether it does (a storage-only node watches their records' changes:
+// joins, leaves, moves, never heartbeats; `cairn simulate cluster`'s agents
+// do not, and ask etcd).
+func (h *Host) liveNodes() (statemachine.Map[models.StorageNode], bool) {
+	st := h.state()
+	return st.Nodes.At(h.cluster), st.Synced[statemachine.ClusterNodesSource(h.cluster)]
+}
+
+// peerLive says whether node id is live: from the watched live nodes when
+// this process watches them, else assumed (a dead follower then leaves an
+// in-sync set by not fetching within the window).
+func (h *Host) peerLive(id string) bool {
+	nodes, watched := h.liveNodes()
+	return !watched || nodes.Has(id)
+}
+
+// peerAddress is the address of node id: from the watched live nodes, else
+// from memory or from its record.
 func (h *Host) peerAddress(ctx context.Context, id string) (string, error) {
+	if nodes, watched := h.liveNodes(); watched {
+		if n, ok := nodes.Get(id); ok && n.NodeAddress != "" {
+			return n.NodeAddress, nil
+		}
+		return "", fmt.Errorf("%w: %s", ErrPeerNotLive, id)
+	}
 	h.peersMu.Lock()
 	addr, ok := h.peers[id]
 	h.peersMu.Unlock()
@@ -77,8 +102,16 @@ func (h *Host) forgetPeer(id, addr string) {
 	}
 }
 
-// livePeers says which of ids have a live record, asking for them at once.
+// livePeers says which of ids have a live record, asking for them at once
+// (unless this process watches the live nodes).
 func (h *Host) livePeers(ctx context.Context, ids []string) (map[string]bool, error) {
+	if nodes, watched := h.liveNodes(); watched {
+		live := make(map[string]bool, len(ids))
+		for _, id := range ids {
+			live[id] = nodes.Has(id)
+		}
+		return live, nil
+	}
 	live := make(map[string]bool, len(ids))
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -103,4 +136,35 @@ func (h *Host) livePeers(ctx context.Context, ids []string) (map[string]bool, er
 	}
 	wg.Wait()
 	return live, first
+}
+
+// watchPeers ends the fetch sessions to addresses no live node has any more
+// (a leader that stopped, or whose node id registered again elsewhere: a copy
+// of its data dir, a real move) as soon as the live nodes change, so its
+// followers look up the leader again at once, well within the catch-up
+// window a new incarnation gives them before it drops them from its
+// in-sync set. Only when this process watches the live nodes; O(sessions +
+// live nodes) per change of them, nothing at idle.
+func (h *Host) watchPeers(ctx context.Context) {
+	if h.cfg.Changed == nil {
+		return
+	}
+	var seen statemachine.Map[models.StorageNode]
+	first := true
+	for {
+		changed := h.cfg.Changed()
+		if nodes, watched := h.liveNodes(); watched && (first || !nodes.Same(seen)) {
+			seen, first = nodes, false
+			addrs := make(map[string]bool, nodes.Len())
+			for _, n := range nodes.All() {
+				addrs[n.NodeAddress] = true
+			}
+			h.endSessionsExcept(addrs)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+	}
 }

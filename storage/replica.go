@@ -282,9 +282,9 @@ func (r *replica) maintainISR(ctx context.Context, d desired) {
 	drop, add := decideISR(time.Now(), isrView{
 		self: r.h.nodeID, isr: isr, replicas: r.want.replicas, last: last,
 		acked: r.acked, caught: r.caught, fetched: r.fetched, parked: r.parked, window: r.h.cfg.LagBound,
-		// Storage nodes do not watch each other's leases: a dead follower
-		// leaves by not fetching within the window.
-		live: func(string) bool { return true },
+		// A follower whose lease is gone leaves at once when this process
+		// watches the live nodes; otherwise by not fetching within the window.
+		live: r.h.peerLive,
 	})
 	r.mu.Unlock()
 	if len(drop) == 0 && len(add) == 0 {
