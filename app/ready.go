@@ -30,8 +30,8 @@ func (a *App) waiting() string {
 		if _, ok := st.StorageClusters[cluster]; !ok {
 			return fmt.Sprintf("storage cluster %q is not configured yet", cluster)
 		}
-		// A storage-only node does not watch the live nodes: it knows it
-		// holds its record from its own registration.
+		// Registration says the process holds its record; a process that
+		// watches the live nodes also sees it published at its address.
 		n, ok := st.Nodes.At(cluster).Get(a.nodeID)
 		if !a.holding.Load() || (a.watchesNodes() && (!ok || n.NodeAddress != a.cfg.AdvertiseAddr)) {
 			return "this storage node is not registered yet"

@@ -21,9 +21,9 @@ const fetchWait = 2 * time.Second
 
 // answerDeadline bounds how long a fetch waits for the leader's answer to
 // begin (its headers; the body streams after): a leader that stopped (kill
-// -STOP, a frozen host) holds the connection open without answering, and
-// storage nodes do not watch each other's leases, so a fetch that never
-// ends would keep its follower on a dead address for ever.
+// -STOP, a frozen host) holds the connection open without answering, and a
+// fetch that never ends would keep its follower on a dead address for ever
+// (a host without the live nodes' watch has no other way to notice).
 const answerDeadline = fetchWait + 3*time.Second
 
 // errNoAnswer: the leader did not begin its answer within answerDeadline.

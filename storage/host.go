@@ -380,8 +380,8 @@ func (h *Host) wantedIn(st *statemachine.State, name string, a models.Assignment
 			if s.Leader == h.nodeID {
 				d.role = roleLeader
 			} else {
-				// The leader's address is asked for when following starts
-				// (peers.go): storage nodes do not watch each other.
+				// The leader's address is looked up when following starts
+				// (peers.go).
 				d.role, d.leader = roleFollower, s.Leader
 			}
 		}

@@ -11,11 +11,16 @@ import (
 	"github.com/cairn-db/cairn/statemachine"
 )
 
-// A storage node does not watch the other nodes' records: at 1,000 nodes
-// every record change would reach every node. It asks etcd for the few it
-// needs, when it needs them: the address of a leader it starts following
-// (remembered until fetching from that address fails) and, when it starts
-// leading a shard, which of the shard's other replicas are live.
+// Where a storage node finds its peers. A real storage process watches its
+// cluster's live nodes: their records change only on a join, a leave or a
+// real change (liveness is the lease), so that costs nothing at idle, and a
+// move of a leader's node id (a copy of its data dir, a real move) reaches
+// its followers at once (watchPeers). Without that watch (`cairn simulate
+// cluster`'s agents share one process and its etcd) the host asks etcd for
+// the few records it needs, when it needs them: the address of a leader it
+// starts following (remembered until fetching from that address fails) and,
+// when it starts leading a shard, which of the shard's other replicas are
+// live.
 
 // ErrPeerNotLive: the storage node has no live record in the cluster.
 var ErrPeerNotLive = errors.New("storage: peer node not live")

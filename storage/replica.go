@@ -212,8 +212,8 @@ func (r *replica) lead(ctx context.Context, d desired) {
 }
 
 // initialISR is the in-sync set a new leadership starts from: the members of
-// the set on record that are assigned and live (their records, read now:
-// storage nodes do not watch each other), or every live replica when no set
+// the set on record that are assigned and live (peers.go: from the watched
+// live nodes, or their records read now), or every live replica when no set
 // was ever published (all are empty), or ourselves alone when the record is
 // not this shard's history.
 func (r *replica) initialISR(ctx context.Context, d desired) ([]string, error) {
