@@ -1,5 +1,7 @@
 package statemachine
 
+import "time"
+
 // PublishNow applies a batch and publishes it as the consumer would, on the
 // caller's goroutine (benchmarks of the reducers; the Manager must not be
 // started).
@@ -13,5 +15,5 @@ func (m *Manager) RecordRaw(src Source, key string, value []byte, rev int64) {
 // WriteBackupNow snapshots the raw keys and writes the backup file, as the
 // consumer and the backup writer do every BackupWait at most.
 func (m *Manager) WriteBackupNow() error {
-	return WriteFileAtomic(m.cfg.BackupPath, m.rawSnapshot())
+	return WriteFileAtomic(m.cfg.BackupPath, m.rawSnapshot().file(time.Now()))
 }
