@@ -117,7 +117,9 @@ type rawChange struct {
 	del       bool
 }
 
-func (m *Manager) recordRaw(c *rawChange) {
+// recordRaw keeps a raw key for the backup; tok is the batch's (see
+// ptoken): views handed to the writer are taken between batches.
+func (m *Manager) recordRaw(c *rawChange, tok *ptoken) {
 	rs, ok := m.raw[c.src.Name]
 	if !ok {
 		rs = &rawSource{src: c.src}
@@ -127,10 +129,10 @@ func (m *Manager) recordRaw(c *rawChange) {
 	// A value that is not JSON is not saved (it would not decode either):
 	// checked once per change, not at every backup.
 	if c.del || !json.Valid(c.value) {
-		rs.kvs = rs.kvs.Delete(c.key)
+		rs.kvs = rs.kvs.del(tok, c.key)
 		return
 	}
-	rs.kvs = rs.kvs.Set(c.key, rawKV{value: c.value, modRev: c.modRev, createRev: c.createRev})
+	rs.kvs = rs.kvs.set(tok, c.key, rawKV{value: c.value, modRev: c.modRev, createRev: c.createRev})
 }
 
 // rawView is a snapshot of the raw keys of every source.

@@ -9,7 +9,7 @@ func (m *Manager) PublishNow(evs ...Event) { m.publish(evs) }
 
 // RecordRaw records a raw key for the local backup as the consumer would.
 func (m *Manager) RecordRaw(src Source, key string, value []byte, rev int64) {
-	m.recordRaw(&rawChange{src: src, key: key, value: value, modRev: rev, createRev: rev})
+	m.recordRaw(&rawChange{src: src, key: key, value: value, modRev: rev, createRev: rev}, nil)
 }
 
 // WriteBackupNow snapshots the raw keys and writes the backup file, as the

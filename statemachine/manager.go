@@ -285,7 +285,7 @@ func (m *Manager) publish(batch []Event) {
 		if ev.Removed {
 			delete(m.raw, ev.Source)
 		} else if ev.raw != nil {
-			m.recordRaw(ev.raw)
+			m.recordRaw(ev.raw, b.tok)
 		}
 		maxRev = max(maxRev, ev.Rev)
 	}

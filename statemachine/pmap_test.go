@@ -96,3 +96,43 @@ func TestMapBasics(t *testing.T) {
 	}
 	require.Equal(t, 1, n, "All stops when the loop does")
 }
+
+// Within a batch (one token) changes edit the batch's own nodes in place;
+// every Map published before the batch stays exactly as it was, and the
+// result agrees with a Go map.
+func TestMapBatchesEditOnlyTheirOwnNodes(t *testing.T) {
+	for name, h := range map[string]func(string) uint64{"real": phash, "8-bits": func(k string) uint64 { return uint64(len(k)*31+int(k[len(k)-1])) & 0xff }} {
+		t.Run(name, func(t *testing.T) {
+			old := phash
+			phash = h
+			defer func() { phash = old }()
+			rng := rand.New(rand.NewPCG(3, 4))
+			var m Map[int]
+			want := map[string]int{}
+			type version struct {
+				m    Map[int]
+				want map[string]int
+			}
+			var published []version
+			for batch := range 60 {
+				tok := new(ptoken)
+				for i := range 50 {
+					k := "k" + strconv.Itoa(rng.IntN(400))
+					if rng.IntN(3) == 0 {
+						m = m.del(tok, k)
+						delete(want, k)
+					} else {
+						m = m.set(tok, k, batch*100+i)
+						want[k] = batch*100 + i
+					}
+				}
+				require.Equal(t, want, m.ToMap())
+				require.Equal(t, len(want), m.Len())
+				published = append(published, version{m, maps.Clone(want)})
+				for _, v := range published {
+					require.Equal(t, v.want, v.m.ToMap(), "a published version changed")
+				}
+			}
+		})
+	}
+}

@@ -111,11 +111,12 @@ type DepartedNode struct {
 type builder struct {
 	s      *State
 	cloned map[string]bool
+	tok    *ptoken // owns the Map nodes made in this batch
 }
 
 func newBuilder(prev *State) *builder {
 	next := *prev
-	return &builder{s: &next, cloned: map[string]bool{}}
+	return &builder{s: &next, cloned: map[string]bool{}, tok: new(ptoken)}
 }
 
 func cloneOnce[K comparable, V any](b *builder, name string, m *map[K]V) map[K]V {
