@@ -89,6 +89,15 @@ func TestMapBasics(t *testing.T) {
 	b, err := json.Marshal(m2)
 	require.NoError(t, err)
 	require.JSONEq(t, `{"a":"one","b":"2"}`, string(b))
+	nested := NestedMapOf(map[string]map[string]int{"c": {"x": 1}, "d": {}})
+	b, err = json.Marshal(nested)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"c":{"x":1},"d":{}}`, string(b), "the explore API shows nested maps as objects")
+	nested = SetIn(nested, "d", "y", 2)
+	nested = DeleteIn(nested, "c", "x")
+	require.Equal(t, map[string]int{"y": 2}, nested.At("d").ToMap())
+	require.Zero(t, nested.At("c").Len())
+	require.Equal(t, nested, DeleteIn(nested, "nope", "x"))
 	n := 0
 	for range m2.All() {
 		n++
