@@ -99,10 +99,13 @@ type rawKV struct {
 	createRev int64
 }
 
+// rawSource is one source's raw keys. kvs is a persistent Map, so a copy of
+// every source's rawSource is a snapshot that costs O(sources) to take on
+// the consumer; the writer does the O(keys) work off it.
 type rawSource struct {
 	src Source
 	rev int64
-	kvs map[string]rawKV
+	kvs Map[rawKV]
 }
 
 type rawChange struct {
@@ -114,31 +117,44 @@ type rawChange struct {
 	del       bool
 }
 
-func (m *Manager) recordRaw(c *rawChange) {
+// recordRaw keeps a raw key for the backup; tok is the batch's (see
+// ptoken): views handed to the writer are taken between batches.
+func (m *Manager) recordRaw(c *rawChange, tok *ptoken) {
 	rs, ok := m.raw[c.src.Name]
 	if !ok {
-		rs = &rawSource{src: c.src, kvs: map[string]rawKV{}}
+		rs = &rawSource{src: c.src}
 		m.raw[c.src.Name] = rs
 	}
 	rs.rev = max(rs.rev, c.modRev)
-	if c.del {
-		delete(rs.kvs, c.key)
+	// A value that is not JSON is not saved (it would not decode either):
+	// checked once per change, not at every backup.
+	if c.del || !json.Valid(c.value) {
+		rs.kvs = rs.kvs.del(tok, c.key)
 		return
 	}
-	rs.kvs[c.key] = rawKV{value: c.value, modRev: c.modRev, createRev: c.createRev}
+	rs.kvs = rs.kvs.set(tok, c.key, rawKV{value: c.value, modRev: c.modRev, createRev: c.createRev})
 }
 
-// rawSnapshot copies the raw keys into a backup file value. Values are shared:
-// they are never mutated.
-func (m *Manager) rawSnapshot() *BackupFile {
-	f := &BackupFile{Format: BackupFormat, Version: BackupVersion, SavedAt: time.Now().UnixMilli(), Sources: map[string]BackupSource{}}
+// rawView is a snapshot of the raw keys of every source.
+type rawView map[string]rawSource
+
+// rawSnapshot takes a snapshot of the raw keys: O(sources), on the consumer.
+func (m *Manager) rawSnapshot() rawView {
+	v := make(rawView, len(m.raw))
 	for name, rs := range m.raw {
-		bs := BackupSource{Prefix: rs.src.Prefix, Kind: rs.src.Kind, Cluster: rs.src.Cluster, Rev: rs.rev, KVs: make([]BackupKV, 0, len(rs.kvs))}
-		for k, v := range rs.kvs {
-			if !json.Valid(v.value) {
-				continue
-			}
-			bs.KVs = append(bs.KVs, BackupKV{Key: k, Value: v.value, ModRev: v.modRev, CreateRev: v.createRev})
+		v[name] = *rs
+	}
+	return v
+}
+
+// file builds the backup file of a snapshot (on the writer's goroutine).
+// Values are shared: they are never mutated.
+func (v rawView) file(now time.Time) *BackupFile {
+	f := &BackupFile{Format: BackupFormat, Version: BackupVersion, SavedAt: now.UnixMilli(), Sources: map[string]BackupSource{}}
+	for name, rs := range v {
+		bs := BackupSource{Prefix: rs.src.Prefix, Kind: rs.src.Kind, Cluster: rs.src.Cluster, Rev: rs.rev, KVs: make([]BackupKV, 0, rs.kvs.Len())}
+		for k, kv := range rs.kvs.All() {
+			bs.KVs = append(bs.KVs, BackupKV{Key: k, Value: kv.value, ModRev: kv.modRev, CreateRev: kv.createRev})
 		}
 		sort.Slice(bs.KVs, func(i, j int) bool { return bs.KVs[i].Key < bs.KVs[j].Key })
 		f.Sources[name] = bs
@@ -151,13 +167,13 @@ func (m *Manager) rawSnapshot() *BackupFile {
 type backupWriter struct {
 	path    string
 	lg      *zap.Logger
-	ch      chan *BackupFile
+	ch      chan rawView
 	done    chan struct{}
 	written atomic.Int64 // unix nanos of the last write
 }
 
 func newBackupWriter(path string, lg *zap.Logger) *backupWriter {
-	return &backupWriter{path: path, lg: lg, ch: make(chan *BackupFile, 1), done: make(chan struct{})}
+	return &backupWriter{path: path, lg: lg, ch: make(chan rawView, 1), done: make(chan struct{})}
 }
 
 func (w *backupWriter) age() float64 {
@@ -179,18 +195,18 @@ func (w *backupWriter) start(ctx context.Context) {
 			select {
 			case <-ctx.Done():
 				return
-			case f := <-w.ch:
-				w.write(f)
+			case v := <-w.ch:
+				w.write(v)
 			}
 		}
 	}()
 }
 
 // submit hands over a backup, replacing one not yet written.
-func (w *backupWriter) submit(f *BackupFile) {
+func (w *backupWriter) submit(v rawView) {
 	for {
 		select {
-		case w.ch <- f:
+		case w.ch <- v:
 			return
 		default:
 		}
@@ -201,7 +217,7 @@ func (w *backupWriter) submit(f *BackupFile) {
 	}
 }
 
-func (w *backupWriter) flush(snap func() *BackupFile) {
+func (w *backupWriter) flush(snap func() rawView) {
 	if w.path == "" {
 		return
 	}
@@ -209,8 +225,8 @@ func (w *backupWriter) flush(snap func() *BackupFile) {
 	w.write(snap())
 }
 
-func (w *backupWriter) write(f *BackupFile) {
-	if err := WriteFileAtomic(w.path, f); err != nil {
+func (w *backupWriter) write(v rawView) {
+	if err := WriteFileAtomic(w.path, v.file(time.Now())); err != nil {
 		w.lg.Warn("state backup not written", zap.Error(err))
 		return
 	}

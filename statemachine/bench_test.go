@@ -7,7 +7,9 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/cairn-db/cairn/kv"
 	"github.com/cairn-db/cairn/models"
@@ -198,11 +200,15 @@ func BenchmarkBackupWrite(b *testing.B) {
 				}
 			}
 			b.ReportAllocs()
+			cpu0 := cpuTime(b)
+			n := 0
 			for b.Loop() {
 				if err := m.WriteBackupNow(); err != nil {
 					b.Fatal(err)
 				}
+				n++
 			}
+			b.ReportMetric(float64((cpuTime(b)-cpu0).Milliseconds())/float64(max(n, 1)), "cpu_ms/op")
 			st, err := os.Stat(path)
 			if err != nil {
 				b.Fatal(err)
@@ -210,4 +216,13 @@ func BenchmarkBackupWrite(b *testing.B) {
 			b.ReportMetric(float64(st.Size()), "file_bytes")
 		})
 	}
+}
+
+// cpuTime is the process's user and system CPU time so far.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

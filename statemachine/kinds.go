@@ -188,15 +188,15 @@ func topLevel[V any](name string, field func(*State) *map[string]V) func(*builde
 func recordMap[V any](field func(*State) *Map[V]) func(*builder, Event, bool) {
 	return func(b *builder, ev Event, del bool) {
 		m := field(b.s)
-		*m = setOrDelete(*m, ev, del)
+		*m = setOrDelete(b.tok, *m, ev, del)
 	}
 }
 
-func setOrDelete[V any](m Map[V], ev Event, del bool) Map[V] {
+func setOrDelete[V any](tok *ptoken, m Map[V], ev Event, del bool) Map[V] {
 	if del {
-		return m.Delete(ev.Name)
+		return m.del(tok, ev.Name)
 	}
-	return m.Set(ev.Name, ev.Value.(V))
+	return m.set(tok, ev.Name, ev.Value.(V))
 }
 
 // clusterMap reduces a cluster-scoped kind held as cluster -> name -> V.
@@ -207,7 +207,7 @@ func clusterMap[V any](field func(*State) *Map[Map[V]]) func(*builder, Event, bo
 		if del && !inner.Has(ev.Name) {
 			return
 		}
-		*outer = outer.Set(ev.Cluster, setOrDelete(inner, ev, del))
+		*outer = outer.set(b.tok, ev.Cluster, setOrDelete(b.tok, inner, ev, del))
 	}
 }
 
@@ -215,7 +215,7 @@ func clusterMap[V any](field func(*State) *Map[Map[V]]) func(*builder, Event, bo
 func dropCluster[V any](field func(*State) *Map[Map[V]]) func(*builder, string) {
 	return func(b *builder, cluster string) {
 		m := field(b.s)
-		*m = m.Delete(cluster)
+		*m = m.del(b.tok, cluster)
 	}
 }
 
@@ -225,7 +225,7 @@ func reduceNodes(b *builder, ev Event, del bool) {
 }
 
 func dropNodes(b *builder, cluster string) {
-	b.s.Nodes = b.s.Nodes.Delete(cluster)
+	b.s.Nodes = b.s.Nodes.del(b.tok, cluster)
 	forgetCluster(b, "departed", cluster, &b.s.Departed)
 }
 

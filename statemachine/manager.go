@@ -125,11 +125,11 @@ func (m *Manager) LoadBackup() (bool, error) {
 		return false, err
 	}
 	for name, rs := range f.Sources {
-		r := &rawSource{src: Source{Name: name, Prefix: rs.Prefix, Kind: rs.Kind, Cluster: rs.Cluster}, kvs: map[string]rawKV{}}
+		r := &rawSource{src: Source{Name: name, Prefix: rs.Prefix, Kind: rs.Kind, Cluster: rs.Cluster}, rev: rs.Rev}
 		known := make(map[string]int64, len(rs.KVs))
 		for _, kvp := range rs.KVs {
 			known[kvp.Key] = kvp.ModRev
-			r.kvs[kvp.Key] = rawKV{value: kvp.Value, modRev: kvp.ModRev, createRev: kvp.CreateRev}
+			r.kvs = r.kvs.Set(kvp.Key, rawKV{value: kvp.Value, modRev: kvp.ModRev, createRev: kvp.CreateRev})
 			v, err := decode(rs.Kind, nameOf(kvp.Key, rs.Prefix), kvp.Value, kvp.CreateRev)
 			if err != nil {
 				continue
@@ -285,7 +285,7 @@ func (m *Manager) publish(batch []Event) {
 		if ev.Removed {
 			delete(m.raw, ev.Source)
 		} else if ev.raw != nil {
-			m.recordRaw(ev.raw)
+			m.recordRaw(ev.raw, b.tok)
 		}
 		maxRev = max(maxRev, ev.Rev)
 	}

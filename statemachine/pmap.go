@@ -23,8 +23,16 @@ type Map[V any] struct {
 // bitmap marks.
 type pnode[V any] struct {
 	bitmap uint32
+	owner  *ptoken // the batch that made it, which alone may change it in place
 	slots  []pslot[V]
 }
+
+// ptoken marks the nodes made while applying one batch: until the batch's
+// snapshot is published they are nobody else's, so further changes in the
+// same batch edit them in place instead of copying again (a "transient").
+// A token is never used after its batch. It is not empty: distinct tokens
+// must have distinct addresses.
+type ptoken struct{ _ byte }
 
 // pslot is a subtree (child set) or an entry (leaf set), both by pointer
 // so that copying a node on a change copies 32 small slots at most, not 32
@@ -37,10 +45,11 @@ type pslot[V any] struct {
 // pleaf is one entry. Keys whose 64-bit hashes are equal (practically
 // never) share an entry, the others in more.
 type pleaf[V any] struct {
-	hash uint64
-	key  string
-	val  V
-	more []pair[V]
+	owner *ptoken
+	hash  uint64
+	key   string
+	val   V
+	more  []pair[V]
 }
 
 type pair[V any] struct {
@@ -122,24 +131,31 @@ func (m Map[V]) Has(key string) bool {
 func (m Map[V]) Same(o Map[V]) bool { return m.root == o.root && m.n == o.n }
 
 // Set returns a Map where key holds val; m is unchanged.
-func (m Map[V]) Set(key string, val V) Map[V] {
+func (m Map[V]) Set(key string, val V) Map[V] { return m.set(nil, key, val) }
+
+// Delete returns a Map without key; m is unchanged.
+func (m Map[V]) Delete(key string) Map[V] { return m.del(nil, key) }
+
+// set is Set within a batch: nodes tok owns are changed in place, so m is
+// no longer valid afterwards (only the result is).
+func (m Map[V]) set(tok *ptoken, key string, val V) Map[V] {
 	root := m.root
 	if root == nil {
-		root = &pnode[V]{}
+		root = &pnode[V]{owner: tok}
 	}
-	nr, added := root.set(0, phash(key), key, val)
+	nr, added := root.set(tok, 0, phash(key), key, val)
 	if added {
 		return Map[V]{root: nr, n: m.n + 1}
 	}
 	return Map[V]{root: nr, n: m.n}
 }
 
-// Delete returns a Map without key; m is unchanged.
-func (m Map[V]) Delete(key string) Map[V] {
+// del is Delete within a batch (see set).
+func (m Map[V]) del(tok *ptoken, key string) Map[V] {
 	if m.root == nil {
 		return m
 	}
-	nr, removed := m.root.del(0, phash(key), key)
+	nr, removed := m.root.del(tok, 0, phash(key), key)
 	if !removed {
 		return m
 	}
@@ -201,14 +217,30 @@ func (n *pnode[V]) each(yield func(string, V) bool) bool {
 	return true
 }
 
-// set returns a copy of n where key holds val, and whether the key is new.
-func (n *pnode[V]) set(shift uint, h uint64, key string, val V) (*pnode[V], bool) {
+// editable returns n itself when tok owns it (it was made during the
+// current batch and is not published yet), else a copy that tok owns.
+func (n *pnode[V]) editable(tok *ptoken) *pnode[V] {
+	if tok != nil && n.owner == tok {
+		return n
+	}
+	return &pnode[V]{bitmap: n.bitmap, owner: tok, slots: slices.Clone(n.slots)}
+}
+
+// set returns n with key holding val (n itself when tok owns it, else a
+// copy), and whether the key is new.
+func (n *pnode[V]) set(tok *ptoken, shift uint, h uint64, key string, val V) (*pnode[V], bool) {
 	bit := uint32(1) << ((h >> shift) & pmask)
 	pos := bits.OnesCount32(n.bitmap & (bit - 1))
 	if n.bitmap&bit == 0 {
-		c := &pnode[V]{bitmap: n.bitmap | bit, slots: make([]pslot[V], len(n.slots)+1)}
+		leaf := pslot[V]{leaf: &pleaf[V]{owner: tok, hash: h, key: key, val: val}}
+		if tok != nil && n.owner == tok {
+			n.slots = slices.Insert(n.slots, pos, leaf)
+			n.bitmap |= bit
+			return n, true
+		}
+		c := &pnode[V]{bitmap: n.bitmap | bit, owner: tok, slots: make([]pslot[V], len(n.slots)+1)}
 		copy(c.slots, n.slots[:pos])
-		c.slots[pos] = pslot[V]{leaf: &pleaf[V]{hash: h, key: key, val: val}}
+		c.slots[pos] = leaf
 		copy(c.slots[pos+1:], n.slots[pos:])
 		return c, true
 	}
@@ -217,55 +249,61 @@ func (n *pnode[V]) set(shift uint, h uint64, key string, val V) (*pnode[V], bool
 	added := false
 	switch {
 	case old.child != nil:
-		child, a := old.child.set(shift+pbits, h, key, val)
+		child, a := old.child.set(tok, shift+pbits, h, key, val)
 		ns, added = pslot[V]{child: child}, a
 	case old.leaf.hash == h:
 		var l *pleaf[V]
-		l, added = old.leaf.withPair(key, val)
+		l, added = old.leaf.withPair(tok, key, val)
 		ns = pslot[V]{leaf: l}
 	default:
-		ns = pslot[V]{child: pjoin(shift+pbits, old.leaf, &pleaf[V]{hash: h, key: key, val: val})}
+		ns = pslot[V]{child: pjoin(tok, shift+pbits, old.leaf, &pleaf[V]{owner: tok, hash: h, key: key, val: val})}
 		added = true
 	}
-	c := &pnode[V]{bitmap: n.bitmap, slots: slices.Clone(n.slots)}
-	c.slots[pos] = ns
-	return c, added
+	e := n.editable(tok)
+	e.slots[pos] = ns
+	return e, added
 }
 
-// withPair returns a copy of an entry of equal hashes with key set.
-func (l *pleaf[V]) withPair(key string, val V) (*pleaf[V], bool) {
-	c := *l
+// withPair returns an entry of equal hashes with key set: l itself when tok
+// owns it, else a copy.
+func (l *pleaf[V]) withPair(tok *ptoken, key string, val V) (*pleaf[V], bool) {
+	c := l
+	if tok == nil || l.owner != tok {
+		cp := *l
+		cp.owner = tok
+		cp.more = slices.Clone(l.more)
+		c = &cp
+	}
 	if c.key == key {
 		c.val = val
-		return &c, false
+		return c, false
 	}
-	c.more = slices.Clone(l.more)
 	for i := range c.more {
 		if c.more[i].key == key {
 			c.more[i].val = val
-			return &c, false
+			return c, false
 		}
 	}
 	c.more = append(c.more, pair[V]{key, val})
-	return &c, true
+	return c, true
 }
 
 // pjoin makes the subtree holding two entries of different hashes.
-func pjoin[V any](shift uint, a, b *pleaf[V]) *pnode[V] {
+func pjoin[V any](tok *ptoken, shift uint, a, b *pleaf[V]) *pnode[V] {
 	ia, ib := (a.hash>>shift)&pmask, (b.hash>>shift)&pmask
 	if ia == ib {
-		return &pnode[V]{bitmap: 1 << ia, slots: []pslot[V]{{child: pjoin(shift+pbits, a, b)}}}
+		return &pnode[V]{bitmap: 1 << ia, owner: tok, slots: []pslot[V]{{child: pjoin(tok, shift+pbits, a, b)}}}
 	}
 	if ia > ib {
 		a, b = b, a
 		ia, ib = ib, ia
 	}
-	return &pnode[V]{bitmap: 1<<ia | 1<<ib, slots: []pslot[V]{{leaf: a}, {leaf: b}}}
+	return &pnode[V]{bitmap: 1<<ia | 1<<ib, owner: tok, slots: []pslot[V]{{leaf: a}, {leaf: b}}}
 }
 
-// del returns a copy of n without key (nil when that leaves it empty), and
-// whether the key was there.
-func (n *pnode[V]) del(shift uint, h uint64, key string) (*pnode[V], bool) {
+// del returns n without key (nil when that leaves it empty; n itself when
+// tok owns it, else a copy), and whether the key was there.
+func (n *pnode[V]) del(tok *ptoken, shift uint, h uint64, key string) (*pnode[V], bool) {
 	bit := uint32(1) << ((h >> shift) & pmask)
 	if n.bitmap&bit == 0 {
 		return n, false
@@ -276,7 +314,7 @@ func (n *pnode[V]) del(shift uint, h uint64, key string) (*pnode[V], bool) {
 	keep := true
 	switch {
 	case old.child != nil:
-		child, removed := old.child.del(shift+pbits, h, key)
+		child, removed := old.child.del(tok, shift+pbits, h, key)
 		if !removed {
 			return n, false
 		}
@@ -295,7 +333,7 @@ func (n *pnode[V]) del(shift uint, h uint64, key string) (*pnode[V], bool) {
 		if len(l.more) == 0 {
 			keep = false
 		} else {
-			ns = pslot[V]{leaf: &pleaf[V]{hash: h, key: l.more[0].key, val: l.more[0].val, more: slices.Clone(l.more[1:])}}
+			ns = pslot[V]{leaf: &pleaf[V]{owner: tok, hash: h, key: l.more[0].key, val: l.more[0].val, more: slices.Clone(l.more[1:])}}
 		}
 	default:
 		i := slices.IndexFunc(old.leaf.more, func(p pair[V]) bool { return p.key == key })
@@ -303,6 +341,7 @@ func (n *pnode[V]) del(shift uint, h uint64, key string) (*pnode[V], bool) {
 			return n, false
 		}
 		c := *old.leaf
+		c.owner = tok
 		c.more = slices.Delete(slices.Clone(c.more), i, i+1)
 		ns = pslot[V]{leaf: &c}
 	}
@@ -310,13 +349,18 @@ func (n *pnode[V]) del(shift uint, h uint64, key string) (*pnode[V], bool) {
 		if len(n.slots) == 1 {
 			return nil, true
 		}
-		c := &pnode[V]{bitmap: n.bitmap &^ bit, slots: make([]pslot[V], 0, len(n.slots)-1)}
+		if tok != nil && n.owner == tok {
+			n.slots = slices.Delete(n.slots, pos, pos+1)
+			n.bitmap &^= bit
+			return n, true
+		}
+		c := &pnode[V]{bitmap: n.bitmap &^ bit, owner: tok, slots: make([]pslot[V], 0, len(n.slots)-1)}
 		c.slots = append(append(c.slots, n.slots[:pos]...), n.slots[pos+1:]...)
 		return c, true
 	}
-	c := &pnode[V]{bitmap: n.bitmap, slots: slices.Clone(n.slots)}
-	c.slots[pos] = ns
-	return c, true
+	e := n.editable(tok)
+	e.slots[pos] = ns
+	return e, true
 }
 
 // NestedMapOf builds a Map of Maps (cluster -> name -> V) from Go maps.

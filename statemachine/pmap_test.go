@@ -89,10 +89,59 @@ func TestMapBasics(t *testing.T) {
 	b, err := json.Marshal(m2)
 	require.NoError(t, err)
 	require.JSONEq(t, `{"a":"one","b":"2"}`, string(b))
+	nested := NestedMapOf(map[string]map[string]int{"c": {"x": 1}, "d": {}})
+	b, err = json.Marshal(nested)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"c":{"x":1},"d":{}}`, string(b), "the explore API shows nested maps as objects")
+	nested = SetIn(nested, "d", "y", 2)
+	nested = DeleteIn(nested, "c", "x")
+	require.Equal(t, map[string]int{"y": 2}, nested.At("d").ToMap())
+	require.Zero(t, nested.At("c").Len())
+	require.Equal(t, nested, DeleteIn(nested, "nope", "x"))
 	n := 0
 	for range m2.All() {
 		n++
 		break
 	}
 	require.Equal(t, 1, n, "All stops when the loop does")
+}
+
+// Within a batch (one token) changes edit the batch's own nodes in place;
+// every Map published before the batch stays exactly as it was, and the
+// result agrees with a Go map.
+func TestMapBatchesEditOnlyTheirOwnNodes(t *testing.T) {
+	for name, h := range map[string]func(string) uint64{"real": phash, "8-bits": func(k string) uint64 { return uint64(len(k)*31+int(k[len(k)-1])) & 0xff }} {
+		t.Run(name, func(t *testing.T) {
+			old := phash
+			phash = h
+			defer func() { phash = old }()
+			rng := rand.New(rand.NewPCG(3, 4))
+			var m Map[int]
+			want := map[string]int{}
+			type version struct {
+				m    Map[int]
+				want map[string]int
+			}
+			var published []version
+			for batch := range 60 {
+				tok := new(ptoken)
+				for i := range 50 {
+					k := "k" + strconv.Itoa(rng.IntN(400))
+					if rng.IntN(3) == 0 {
+						m = m.del(tok, k)
+						delete(want, k)
+					} else {
+						m = m.set(tok, k, batch*100+i)
+						want[k] = batch*100 + i
+					}
+				}
+				require.Equal(t, want, m.ToMap())
+				require.Equal(t, len(want), m.Len())
+				published = append(published, version{m, maps.Clone(want)})
+				for _, v := range published {
+					require.Equal(t, v.want, v.m.ToMap(), "a published version changed")
+				}
+			}
+		})
+	}
 }

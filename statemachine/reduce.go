@@ -82,9 +82,9 @@ func (b *builder) apply(ev Event) {
 	if spec.guarded {
 		revs := cloneOnce(b, "modrevs", &s.ModRevs)
 		if del {
-			revs[ev.Source] = revs[ev.Source].Delete(ev.Name)
+			revs[ev.Source] = revs[ev.Source].del(b.tok, ev.Name)
 		} else {
-			revs[ev.Source] = revs[ev.Source].Set(ev.Name, ev.Rev)
+			revs[ev.Source] = revs[ev.Source].set(b.tok, ev.Name, ev.Rev)
 		}
 	}
 	spec.reduce(b, ev, del)

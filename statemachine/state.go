@@ -2,8 +2,12 @@
 // (one goroutine per watched prefix) decode etcd changes into events and feed
 // ONE bounded queue; ONE consumer applies them with pure reducers and publishes
 // an immutable State through an atomic pointer, so reads never lock and keep
-// working while etcd is down. The raw keys are saved to a local backup file
-// that a node starting without etcd serves from.
+// working while etcd is down; Changed wakes whoever waits for the next one.
+// What grows with the cluster is held in persistent Maps shared between
+// snapshots, so an event costs the size of its record, not of the state. The
+// registry of record kinds (kinds.go) drives sources, decoders, reducers and
+// the local backup file, which saves the raw keys (kinds by name) so a node
+// starting without etcd serves from it.
 package statemachine
 
 import (
@@ -111,11 +115,12 @@ type DepartedNode struct {
 type builder struct {
 	s      *State
 	cloned map[string]bool
+	tok    *ptoken // owns the Map nodes made in this batch
 }
 
 func newBuilder(prev *State) *builder {
 	next := *prev
-	return &builder{s: &next, cloned: map[string]bool{}}
+	return &builder{s: &next, cloned: map[string]bool{}, tok: new(ptoken)}
 }
 
 func cloneOnce[K comparable, V any](b *builder, name string, m *map[K]V) map[K]V {
