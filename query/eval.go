@@ -241,6 +241,9 @@ func (ev *evaluator) add(fa *fieldAcc, pts []engine.SeriesPoint) error {
 			end++
 		}
 		i := n - fa.lo
+		if i < 0 || i >= int64(len(fa.parts)) { // a source breaking Scan's contract
+			return fmt.Errorf("%w: a point at %d is outside [%d, %d]", engine.ErrCorrupt, pts[0].TS, req.Start, req.End)
+		}
 		ev.fold(fa.parts[i:i+1], pts[:end])
 		pts = pts[end:]
 	}
