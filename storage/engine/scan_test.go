@@ -207,3 +207,45 @@ func TestBlockRunsRoundTrip(t *testing.T) {
 		require.Equal(t, pts, got[1:], "trial %d", trial)
 	}
 }
+
+// TestScanWhileWriting: scans running beside writes and the flushes they
+// trigger always see whole entries, points sorted and in range, and never
+// fewer points than an earlier scan (run it with -race).
+func TestScanWhileWriting(t *testing.T) {
+	_, s := openShard1(t, WithFlushPoints(300), WithFlushInterval(0), WithCompactRate(0))
+	done := make(chan struct{})
+	var writeErr error
+	go func() {
+		defer close(done)
+		for i := range int64(40) {
+			var pts []lineproto.Point
+			for h := range 10 {
+				pts = append(pts, pt("m", "h="+string(rune('a'+h)), "value", i*10, float64(i)))
+			}
+			if writeErr = s.Apply(Entry{TxnID: s.LastTxnID() + 1, Term: 1, Points: pts}); writeErr != nil {
+				return
+			}
+		}
+	}()
+	last := 0
+	all := func(string) bool { return true }
+	for running := true; running; {
+		select {
+		case <-done:
+			running = false
+		default:
+		}
+		n := 0
+		require.NoError(t, s.(Scanner).Scan("m", nil, 50, 10_000, all, func(_ string, pts []SeriesPoint) error {
+			require.True(t, slices.IsSortedFunc(pts, func(a, b SeriesPoint) int { return int(a.TS - b.TS) }))
+			require.GreaterOrEqual(t, pts[0].TS, int64(50))
+			n += len(pts)
+			return nil
+		}))
+		require.Zero(t, n%10, "whole entries only")
+		require.GreaterOrEqual(t, n, last)
+		last = n
+	}
+	require.NoError(t, writeErr)
+	require.Equal(t, 35*10, last)
+}
