@@ -153,45 +153,65 @@ func (p *Plan) bucketRows(g *mergedGroup) ([]int64, [][]Cell) {
 	first := BucketOf(req.Start, req.Start, req.Interval, req.Offset)
 	last := BucketOf(req.End, req.Start, req.Interval, req.Offset)
 	n := int((last-first)/req.Interval + 1)
-	times := make([]int64, 0, n)
+	times := make([]int64, n)
+	for r := range times {
+		times[r] = first + int64(r)*req.Interval
+	}
 	cells := make([]Cell, n*len(p.Outputs)) // one allocation for every column
-	for i := range cols {
-		cols[i] = cells[i*n : i*n : (i+1)*n]
-	}
-	// Row r is bucket first + r*Interval: slot r - offs[i] of output i's
-	// buckets when they are on the rows' grid (a shard's always are).
-	offs := make([]int64, len(p.Outputs))
-	for i, l := range lists {
-		offs[i] = -1 << 62 // not on the grid: look up by time
-		if l.Step == req.Interval && (l.First-first)%req.Interval == 0 {
-			offs[i] = (l.First - first) / req.Interval
-		}
-	}
-	slot := func(i int, r, t int64) *Partial {
-		if offs[i] == -1<<62 {
-			return at(i, t)
-		}
-		j := r - offs[i]
-		if j < 0 || j >= int64(len(lists[i].Parts)) || lists[i].Parts[j].Count == 0 {
-			return nil
-		}
-		return &lists[i].Parts[j]
-	}
-	for r, t := int64(0), first; t <= last; r, t = r+1, t+req.Interval {
-		empty := true
-		k := len(times)
-		for i, o := range p.Outputs {
-			c := finalize(slot(i, r, t), o)
-			cols[i] = append(cols[i], c)
-			empty = empty && c.Kind == CellNull
-		}
-		if empty && p.Fill == influxql.NoFill {
-			for i := range cols {
-				cols[i] = cols[i][:k]
+	for i, o := range p.Outputs {
+		col := cells[i*n : (i+1)*n : (i+1)*n]
+		cols[i] = col
+		l := lists[i]
+		if l.Step != req.Interval || (l.First-first)%req.Interval != 0 {
+			for r, t := range times { // not on the rows' grid: look up by time
+				col[r] = finalize(l.At(t), o)
 			}
 			continue
 		}
-		times = append(times, t)
+		// Row r is slot r-off of the buckets (a shard's are on the grid).
+		off := (l.First - first) / req.Interval
+		lo, hi := max(0, off), min(int64(n), off+int64(len(l.Parts)))
+		if lo >= hi {
+			continue // no bucket among the rows
+		}
+		parts := l.Parts[lo-off:]
+		for r := lo; r < hi; r++ {
+			pt := &parts[r-lo]
+			if pt.Count == 0 {
+				continue
+			}
+			switch o.Func { // the common ones without finalize's switch
+			case "mean":
+				col[r] = floatCell(pt.Sum / float64(pt.Count))
+			case "sum":
+				col[r] = floatCell(pt.Sum)
+			case "count":
+				col[r] = Cell{Kind: CellInt, I: pt.Count}
+			default:
+				col[r] = finalize(pt, o)
+			}
+		}
+	}
+	if p.Fill == influxql.NoFill { // drop the rows where every column is null
+		k := 0
+		for r := range times {
+			empty := true
+			for _, col := range cols {
+				empty = empty && col[r].Kind == CellNull
+			}
+			if empty {
+				continue
+			}
+			times[k] = times[r]
+			for _, col := range cols {
+				col[k] = col[r]
+			}
+			k++
+		}
+		times = times[:k]
+		for i := range cols {
+			cols[i] = cols[i][:k]
+		}
 	}
 	switch p.Fill {
 	case influxql.NumberFill:
