@@ -258,3 +258,32 @@ func TestBucketRowsOffGrid(t *testing.T) {
 		require.Equal(t, c.want, got, "%+v", c.f)
 	}
 }
+
+// TestEvaluateBoundsCells: a shard refuses to accumulate more (group,
+// bucket) cells than its memory bound, fewer when each cell keeps more than
+// a count and a sum.
+func TestEvaluateBoundsCells(t *testing.T) {
+	require.Greater(t, maxCells(StatSum), 4*maxCells(StatMinMax))
+	defer func(v int64) { maxShardBytes = v }(maxShardBytes)
+	maxShardBytes = 24 * 1000 // 1,000 count-and-sum cells, 200 min/max ones
+	var src fakeSource
+	for h := range 5 {
+		src = append(src, engine.Series{Metric: "m", Tags: map[string]string{"host": fmt.Sprint(h), engine.FieldTag: "v"},
+			Points: []engine.SeriesPoint{{TS: 0, Value: 1}, {TS: 99e9, Value: 2}}})
+	}
+	// 5 hosts x 100 one-second buckets: 500 cells.
+	for fn, over := range map[string]bool{"min": true, "sum": false, "count": false, "percentile": true} {
+		call := fn + "(v)"
+		if fn == "percentile" {
+			call = "percentile(v, 50)"
+		}
+		p, err := plan(t, "SELECT "+call+" FROM m WHERE time >= 0 AND time <= 99s GROUP BY time(1s), host", time.Unix(0, 0))
+		require.NoError(t, err)
+		_, err = Evaluate(src, &p.Req)
+		if over {
+			require.ErrorIs(t, err, ErrTooLarge, fn)
+		} else {
+			require.NoError(t, err, fn)
+		}
+	}
+}

@@ -234,7 +234,7 @@ func UnmarshalResult(data []byte) (*ShardResult, error) {
 		for j := 0; j < nf && d.err == nil; j++ {
 			f := FieldBuckets{Field: d.string(), First: d.varint(), Step: int64(d.uvarint())}
 			slots, nb := d.uvarint(), d.count(minBucketBytes(st))
-			if d.slots += slots; d.err == nil && (f.Step < 0 || f.Step == 0 && slots > 1 || slots > MaxBuckets || d.slots > MaxShardBuckets || uint64(nb) > slots) {
+			if d.slots += slots; d.err == nil && (f.Step < 0 || f.Step == 0 && slots > 1 || slots > MaxBuckets || d.slots > uint64(maxCells(st)) || uint64(nb) > slots) {
 				d.fail("bucket slots")
 			}
 			if d.err != nil {
