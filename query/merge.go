@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/influxdata/influxql"
 )
@@ -69,33 +71,64 @@ func (p *Plan) mergeAggregates(results []*ShardResult) ([]Row, error) {
 			ErrTooLarge, len(groups), buckets, MaxResultValues)
 	}
 	columns := p.columns()
-	var out []Row
-	for _, key := range slices.Sorted(maps.Keys(groups)) {
-		g := groups[key]
-		row := Row{Name: p.Req.Measurement, Columns: columns}
-		if p.Grouped {
-			row.Tags = make(map[string]string, len(g.tags))
-			for _, t := range g.tags {
-				row.Tags[t.Key] = t.Value
-			}
+	keys := slices.Sorted(maps.Keys(groups))
+	rows := make([]Row, len(keys))
+	layout := func(lo, hi int) {
+		for k := lo; k < hi; k++ {
+			rows[k] = p.groupRow(groups[keys[k]], columns)
 		}
-		row.Times, row.Cells = p.bucketRows(g)
-		if p.Desc {
-			slices.Reverse(row.Times)
-			for _, col := range row.Cells {
-				slices.Reverse(col)
-			}
+	}
+	// Groups lay out independently: a large answer (thousands of groups
+	// by hundreds of buckets) is split over the CPUs.
+	if workers := min(runtime.GOMAXPROCS(0), len(keys)); workers > 1 && int64(len(keys))*buckets >= parallelCells {
+		var wg sync.WaitGroup
+		for w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				layout(w*len(keys)/workers, (w+1)*len(keys)/workers)
+			}()
 		}
-		lo, hi := p.pageRange(len(row.Times))
-		row.Times = row.Times[lo:hi]
-		for i := range row.Cells {
-			row.Cells[i] = row.Cells[i][lo:hi]
-		}
+		wg.Wait()
+	} else {
+		layout(0, len(keys))
+	}
+	out := rows[:0]
+	for _, row := range rows {
 		if len(row.Times) > 0 {
 			out = append(out, row)
 		}
 	}
 	return out, nil
+}
+
+// parallelCells is the number of (group, bucket) cells past which groups
+// are laid out by several goroutines.
+const parallelCells = 100_000
+
+// groupRow lays out one group's row: its tags, its buckets in time order,
+// filled, ordered and paged.
+func (p *Plan) groupRow(g *mergedGroup, columns []string) Row {
+	row := Row{Name: p.Req.Measurement, Columns: columns}
+	if p.Grouped {
+		row.Tags = make(map[string]string, len(g.tags))
+		for _, t := range g.tags {
+			row.Tags[t.Key] = t.Value
+		}
+	}
+	row.Times, row.Cells = p.bucketRows(g)
+	if p.Desc {
+		slices.Reverse(row.Times)
+		for _, col := range row.Cells {
+			slices.Reverse(col)
+		}
+	}
+	lo, hi := p.pageRange(len(row.Times))
+	row.Times = row.Times[lo:hi]
+	for i := range row.Cells {
+		row.Cells[i] = row.Cells[i][lo:hi]
+	}
+	return row
 }
 
 // pageRange is the part [lo, hi) of n rows that OFFSET and LIMIT keep.
