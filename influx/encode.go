@@ -19,11 +19,14 @@ type result struct {
 	err  string
 }
 
-// appendResults writes InfluxDB's answer without reflection: a GROUP BY over
-// thousands of series is millions of values. unit is the epoch in ns; 0
-// writes times as RFC 3339 strings.
-func appendResults(b []byte, results []result, unit int64) []byte {
-	b = append(b, `{"results":[`...)
+// encodeResults writes InfluxDB's answer without reflection, as chunks to
+// send in order: a GROUP BY over thousands of series is millions of values,
+// encoded in parallel parts that are sent as they are rather than copied
+// into one buffer. unit is the epoch in ns; 0 writes times as RFC 3339
+// strings.
+func encodeResults(results []result, unit int64) [][]byte {
+	var chunks [][]byte
+	b := []byte(`{"results":[`)
 	for i, r := range results {
 		if i > 0 {
 			b = append(b, ',')
@@ -36,12 +39,30 @@ func appendResults(b []byte, results []result, unit int64) []byte {
 		}
 		if len(r.rows) > 0 {
 			b = append(b, `,"series":[`...)
-			b = appendRows(b, r.rows, unit)
+			for j, part := range encodeRows(r.rows, unit) {
+				if j > 0 {
+					b = append(b, ',')
+				}
+				if len(part) < 64<<10 {
+					b = append(b, part...)
+					continue
+				}
+				chunks = append(chunks, b, part)
+				b = nil
+			}
 			b = append(b, ']')
 		}
 		b = append(b, '}')
 	}
-	return append(b, "]}\n"...)
+	return append(chunks, append(b, "]}\n"...))
+}
+
+// appendResults is encodeResults in one buffer.
+func appendResults(b []byte, results []result, unit int64) []byte {
+	for _, c := range encodeResults(results, unit) {
+		b = append(b, c...)
+	}
+	return b
 }
 
 func appendRow(b []byte, row query.Row, unit int64) []byte {
@@ -207,15 +228,26 @@ func appendTime(b []byte, ts, unit int64) []byte {
 // of a large GROUP BY's cost.
 const parallelRows = 50_000
 
-// appendRows writes rows, comma separated; large results are split into one
-// contiguous part per CPU, encoded at once and joined in order.
+// appendRows writes rows, comma separated.
 func appendRows(b []byte, rows []query.Row, unit int64) []byte {
+	for j, part := range encodeRows(rows, unit) {
+		if j > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, part...)
+	}
+	return b
+}
+
+// encodeRows encodes rows as parts to join with commas: one, or for a large
+// result one contiguous part per CPU, encoded at once.
+func encodeRows(rows []query.Row, unit int64) [][]byte {
 	total := 0
 	for i := range rows {
 		total += rows[i].Len()
 	}
-	encode := func(out []byte, rows []query.Row) []byte {
-		out = slices.Grow(out, sizeOfRows(rows))
+	encode := func(rows []query.Row) []byte {
+		out := make([]byte, 0, sizeOfRows(rows))
 		var tt timeTexts
 		for j, row := range rows {
 			if j > 0 {
@@ -227,7 +259,7 @@ func appendRows(b []byte, rows []query.Row, unit int64) []byte {
 	}
 	workers := min(runtime.GOMAXPROCS(0), len(rows))
 	if total < parallelRows || workers < 2 {
-		return encode(b, rows)
+		return [][]byte{encode(rows)}
 	}
 	parts := make([][]byte, workers)
 	var wg sync.WaitGroup
@@ -236,22 +268,11 @@ func appendRows(b []byte, rows []query.Row, unit int64) []byte {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			parts[w] = encode(nil, rows[lo:hi])
+			parts[w] = encode(rows[lo:hi])
 		}()
 	}
 	wg.Wait()
-	size := 0
-	for _, part := range parts {
-		size += len(part) + 1
-	}
-	b = slices.Grow(b, size)
-	for w, part := range parts {
-		if w > 0 && len(part) > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, part...)
-	}
-	return b
+	return parts
 }
 
 // sizeOfRows estimates the JSON of rows, to size its buffer once.

@@ -57,6 +57,27 @@ func TestEncodeAggregateRows(t *testing.T) {
 	var back []map[string]any
 	require.NoError(t, json.Unmarshal(append(append([]byte{'['}, got...), ']'), &back))
 	require.Len(t, back, 400)
+
+	// The whole answer goes out as chunks: the large parts as they are.
+	chunks := encodeResults([]result{{id: 0, rows: rows}, {id: 1, err: "nope"}}, 1e6)
+	require.Greater(t, len(chunks), 2)
+	var answer struct {
+		Results []struct {
+			StatementID int `json:"statement_id"`
+			Error       string
+			Series      []json.RawMessage
+		}
+	}
+	require.NoError(t, json.Unmarshal(appendResults(nil, []result{{id: 0, rows: rows}, {id: 1, err: "nope"}}, 1e6), &answer))
+	require.Len(t, answer.Results, 2)
+	require.Len(t, answer.Results[0].Series, 400)
+	require.Equal(t, "nope", answer.Results[1].Error)
+	var joined []byte
+	for _, c := range chunks {
+		joined = append(joined, c...)
+	}
+	require.Equal(t, string(appendResults(nil, []result{{id: 0, rows: rows}, {id: 1, err: "nope"}}, 1e6)), string(joined))
+	require.Contains(t, string(joined), string(serial))
 }
 
 // TestAppendFloatMatchesStrconv: the decimal fast path writes exactly what

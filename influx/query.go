@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -93,7 +94,19 @@ func (h *Handler) query(c *gin.Context) {
 			results[i].err = statementErr(err, db)
 		}
 	}
-	c.Data(http.StatusOK, "application/json", appendResults(nil, results, unit))
+	chunks := encodeResults(results, unit)
+	size := 0
+	for _, ch := range chunks {
+		size += len(ch)
+	}
+	c.Header("Content-Type", "application/json")
+	c.Header("Content-Length", strconv.Itoa(size))
+	c.Status(http.StatusOK)
+	for _, ch := range chunks {
+		if _, err := c.Writer.Write(ch); err != nil {
+			return // the client went away
+		}
+	}
 }
 
 func planStatement(stmt influxql.Statement, now time.Time) (statement, error) {

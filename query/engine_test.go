@@ -2,11 +2,13 @@ package query
 
 import (
 	"fmt"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/cairn-db/cairn/storage/engine"
 	"github.com/cairn-db/cairn/storage/lineproto"
+	"github.com/influxdata/influxql"
 	"github.com/stretchr/testify/require"
 )
 
@@ -64,4 +66,54 @@ func TestEvaluateReadsOnlyNeededBlocks(t *testing.T) {
 	require.EqualValues(t, 2, reads, "the regex drops h0 before its blocks are read")
 	_, reads = run("SELECT sum(v) FROM cpu WHERE time >= 0")
 	require.EqualValues(t, 30, reads)
+}
+
+// BenchmarkEvaluateSum: one shard's part of the benchmark (625 of
+// the 5,000 series, a day of 1-minute points, flushed into blocks): the sum
+// over every series by 5 minutes, through the engine's scan.
+func BenchmarkEvaluateSum(b *testing.B) {
+	eng, err := engine.NewBoltEngine(b.TempDir(), engine.WithFlushInterval(0), engine.WithCompactRate(0))
+	require.NoError(b, err)
+	defer eng.Close()
+	sh, err := eng.Open("db", 0)
+	require.NoError(b, err)
+	end := time.Unix(1_700_000_000, 0)
+	start := end.Add(-24 * time.Hour)
+	txn := uint64(0)
+	for hour := range 24 {
+		var pts []lineproto.Point
+		for h := range 625 {
+			tags := []lineproto.Tag{{Key: "host", Value: fmt.Sprintf("h%04d", h*8)}}
+			for m := range 60 {
+				i := hour*60 + m
+				pts = append(pts, lineproto.Point{Metric: "cpu", Tags: tags, Field: "v", TS: start.Add(time.Duration(i+1) * time.Minute).UnixNano(), Value: float64((i*7 + h) % 1000)})
+			}
+		}
+		txn++
+		require.NoError(b, sh.Apply(engine.Entry{TxnID: txn, Term: 1, Points: pts}))
+	}
+	require.NoError(b, sh.(interface{ Compact() error }).Compact())
+	for _, q := range []string{"SELECT sum(v) FROM cpu WHERE time > now()-1d GROUP BY time(5m)", "SELECT mean(v) FROM cpu WHERE time > now()-1d GROUP BY time(5m), host"} {
+		stmt, err := influxql.ParseStatement(q)
+		require.NoError(b, err)
+		p, err := PlanSelect(stmt.(*influxql.SelectStatement), end)
+		require.NoError(b, err)
+		b.Run(q[7:11], func(b *testing.B) {
+			c0 := processCPU(b)
+			for range b.N {
+				_, err := Evaluate(sh.(Source), &p.Req)
+				require.NoError(b, err)
+			}
+			// CPU time, which the shared machine's load disturbs less than
+			// wall time (GC threads included).
+			b.ReportMetric(float64(processCPU(b)-c0)/float64(b.N*625*1440), "cpu-ns/point")
+		})
+	}
+}
+
+// processCPU is the process's user+system CPU time so far, in ns.
+func processCPU(b *testing.B) int64 {
+	var ru syscall.Rusage
+	require.NoError(b, syscall.Getrusage(syscall.RUSAGE_SELF, &ru))
+	return ru.Utime.Nano() + ru.Stime.Nano()
 }

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"unsafe"
 
 	"github.com/cairn-db/cairn/storage/engine"
 	"github.com/cairn-db/cairn/storage/lineproto"
@@ -20,8 +21,24 @@ type Source = engine.Scanner
 const DefaultMaxPoints = 5_000_000
 
 // MaxShardBuckets bounds the (group, field, time bucket) cells one shard
-// accumulates: the broker refuses a result of more values anyway.
+// accumulates for count, sum and mean: the broker refuses a result of more
+// values anyway.
 const MaxShardBuckets = MaxResultValues
+
+// maxShardBytes bounds the memory of a shard's cells: a cell that keeps
+// min/max, first/last, stddev or values costs several times a count-and-sum
+// one, so fewer of them fit (about 3.5M).
+// A variable so tests can lower it.
+var maxShardBytes = MaxShardBuckets * int64(unsafe.Sizeof(Partial{}))
+
+// maxCells is how many cells a shard may accumulate for st.
+func maxCells(st Stats) int {
+	size := int64(unsafe.Sizeof(Partial{}))
+	if NeedsExtra(st) {
+		size += int64(unsafe.Sizeof(Extra{}))
+	}
+	return int(maxShardBytes / size)
+}
 
 // Evaluate runs req over one shard. The engine offers each candidate series
 // by key; those failing the field or the tag condition are dropped before
@@ -78,7 +95,7 @@ type evaluator struct {
 	extra     bool
 	maxPoints int
 	kept      int // raw points or values kept, against maxPoints
-	cells     int // bucket cells allocated, against MaxShardBuckets
+	cells     int // bucket cells allocated, against maxCells
 	// firstNum, lastNum: the bucket numbers of Start and End (Interval > 0).
 	firstNum, lastNum int64
 	err               error // why visit stopped the scan
@@ -241,6 +258,9 @@ func (ev *evaluator) add(fa *fieldAcc, pts []engine.SeriesPoint) error {
 			end++
 		}
 		i := n - fa.lo
+		if i < 0 || i >= int64(len(fa.parts)) { // a source breaking Scan's contract
+			return fmt.Errorf("%w: a point at %d is outside [%d, %d]", engine.ErrCorrupt, pts[0].TS, req.Start, req.End)
+		}
 		ev.fold(fa.parts[i:i+1], pts[:end])
 		pts = pts[end:]
 	}
@@ -291,8 +311,8 @@ func (ev *evaluator) cover(fa *fieldAcc, a, b int64) error {
 		lo, hi = max(lo, ev.firstNum), min(hi, ev.lastNum)
 	}
 	n := hi - lo + 1
-	if ev.cells += int(n) - len(fa.parts); ev.cells > MaxShardBuckets {
-		return fmt.Errorf("%w: more than %d (series group, time bucket) cells in one shard; narrow the time range, use a larger GROUP BY time or fewer groups", ErrTooLarge, MaxShardBuckets)
+	if ev.cells += int(n) - len(fa.parts); ev.cells > maxCells(ev.req.Stats) {
+		return fmt.Errorf("%w: more than %d (series group, time bucket) cells in one shard; narrow the time range, use a larger GROUP BY time or fewer groups", ErrTooLarge, maxCells(ev.req.Stats))
 	}
 	at := int64(0) // where the old slots go
 	if len(fa.parts) > 0 {

@@ -5,88 +5,13 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/influxdata/influxql"
 )
-
-// Row is one result series of a statement, in InfluxDB's shape. Values hold
-// the time (unix ns, int64) first, then float64, int64 (count), string (raw
-// tag columns) or nil. Aggregate rows carry their values unboxed instead, in
-// Times and one Cells column per output after time, and leave Values nil: a
-// GROUP BY time over thousands of groups is millions of values.
-type Row struct {
-	Name    string
-	Tags    map[string]string
-	Columns []string
-	Values  [][]any
-	Times   []int64
-	Cells   [][]Cell
-}
-
-// Len is the number of value rows.
-func (r *Row) Len() int {
-	if r.Values != nil {
-		return len(r.Values)
-	}
-	return len(r.Times)
-}
-
-// AnyValues is the row's values as Values holds them, boxing the unboxed
-// form.
-func (r *Row) AnyValues() [][]any {
-	if r.Values != nil || r.Times == nil {
-		return r.Values
-	}
-	out := make([][]any, len(r.Times))
-	for k, t := range r.Times {
-		v := make([]any, len(r.Cells)+1)
-		v[0] = t
-		for i, col := range r.Cells {
-			v[i+1] = col[k].Any()
-		}
-		out[k] = v
-	}
-	return out
-}
-
-// CellKind says what a Cell holds.
-type CellKind uint8
-
-// The kinds of Cell.
-const (
-	CellNull CellKind = iota
-	CellFloat
-	CellInt
-)
-
-// Cell is one aggregate value: null, a float, or an integer (count).
-type Cell struct {
-	Kind CellKind
-	F    float64
-	I    int64
-}
-
-// Any is the cell as Values would hold it: nil, float64 or int64.
-func (c Cell) Any() any {
-	switch c.Kind {
-	case CellFloat:
-		return c.F
-	case CellInt:
-		return c.I
-	}
-	return nil
-}
-
-func floatCell(f float64) Cell { return Cell{Kind: CellFloat, F: f} }
-
-func (c Cell) float() float64 {
-	if c.Kind == CellInt {
-		return float64(c.I)
-	}
-	return c.F
-}
 
 // Merge combines the shards' answers into the statement's result series.
 func (p *Plan) Merge(results []*ShardResult) ([]Row, error) {
@@ -146,33 +71,64 @@ func (p *Plan) mergeAggregates(results []*ShardResult) ([]Row, error) {
 			ErrTooLarge, len(groups), buckets, MaxResultValues)
 	}
 	columns := p.columns()
-	var out []Row
-	for _, key := range slices.Sorted(maps.Keys(groups)) {
-		g := groups[key]
-		row := Row{Name: p.Req.Measurement, Columns: columns}
-		if p.Grouped {
-			row.Tags = make(map[string]string, len(g.tags))
-			for _, t := range g.tags {
-				row.Tags[t.Key] = t.Value
-			}
+	keys := slices.Sorted(maps.Keys(groups))
+	rows := make([]Row, len(keys))
+	layout := func(lo, hi int) {
+		for k := lo; k < hi; k++ {
+			rows[k] = p.groupRow(groups[keys[k]], columns)
 		}
-		row.Times, row.Cells = p.bucketRows(g)
-		if p.Desc {
-			slices.Reverse(row.Times)
-			for _, col := range row.Cells {
-				slices.Reverse(col)
-			}
+	}
+	// Groups lay out independently: a large answer (thousands of groups
+	// by hundreds of buckets) is split over the CPUs.
+	if workers := min(runtime.GOMAXPROCS(0), len(keys)); workers > 1 && int64(len(keys))*buckets >= parallelCells {
+		var wg sync.WaitGroup
+		for w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				layout(w*len(keys)/workers, (w+1)*len(keys)/workers)
+			}()
 		}
-		lo, hi := p.pageRange(len(row.Times))
-		row.Times = row.Times[lo:hi]
-		for i := range row.Cells {
-			row.Cells[i] = row.Cells[i][lo:hi]
-		}
+		wg.Wait()
+	} else {
+		layout(0, len(keys))
+	}
+	out := rows[:0]
+	for _, row := range rows {
 		if len(row.Times) > 0 {
 			out = append(out, row)
 		}
 	}
 	return out, nil
+}
+
+// parallelCells is the number of (group, bucket) cells past which groups
+// are laid out by several goroutines.
+const parallelCells = 100_000
+
+// groupRow lays out one group's row: its tags, its buckets in time order,
+// filled, ordered and paged.
+func (p *Plan) groupRow(g *mergedGroup, columns []string) Row {
+	row := Row{Name: p.Req.Measurement, Columns: columns}
+	if p.Grouped {
+		row.Tags = make(map[string]string, len(g.tags))
+		for _, t := range g.tags {
+			row.Tags[t.Key] = t.Value
+		}
+	}
+	row.Times, row.Cells = p.bucketRows(g)
+	if p.Desc {
+		slices.Reverse(row.Times)
+		for _, col := range row.Cells {
+			slices.Reverse(col)
+		}
+	}
+	lo, hi := p.pageRange(len(row.Times))
+	row.Times = row.Times[lo:hi]
+	for i := range row.Cells {
+		row.Cells[i] = row.Cells[i][lo:hi]
+	}
+	return row
 }
 
 // pageRange is the part [lo, hi) of n rows that OFFSET and LIMIT keep.
@@ -230,45 +186,65 @@ func (p *Plan) bucketRows(g *mergedGroup) ([]int64, [][]Cell) {
 	first := BucketOf(req.Start, req.Start, req.Interval, req.Offset)
 	last := BucketOf(req.End, req.Start, req.Interval, req.Offset)
 	n := int((last-first)/req.Interval + 1)
-	times := make([]int64, 0, n)
+	times := make([]int64, n)
+	for r := range times {
+		times[r] = first + int64(r)*req.Interval
+	}
 	cells := make([]Cell, n*len(p.Outputs)) // one allocation for every column
-	for i := range cols {
-		cols[i] = cells[i*n : i*n : (i+1)*n]
-	}
-	// Row r is bucket first + r*Interval: slot r - offs[i] of output i's
-	// buckets when they are on the rows' grid (a shard's always are).
-	offs := make([]int64, len(p.Outputs))
-	for i, l := range lists {
-		offs[i] = -1 << 62 // not on the grid: look up by time
-		if l.Step == req.Interval && (l.First-first)%req.Interval == 0 {
-			offs[i] = (l.First - first) / req.Interval
-		}
-	}
-	slot := func(i int, r, t int64) *Partial {
-		if offs[i] == -1<<62 {
-			return at(i, t)
-		}
-		j := r - offs[i]
-		if j < 0 || j >= int64(len(lists[i].Parts)) || lists[i].Parts[j].Count == 0 {
-			return nil
-		}
-		return &lists[i].Parts[j]
-	}
-	for r, t := int64(0), first; t <= last; r, t = r+1, t+req.Interval {
-		empty := true
-		k := len(times)
-		for i, o := range p.Outputs {
-			c := finalize(slot(i, r, t), o)
-			cols[i] = append(cols[i], c)
-			empty = empty && c.Kind == CellNull
-		}
-		if empty && p.Fill == influxql.NoFill {
-			for i := range cols {
-				cols[i] = cols[i][:k]
+	for i, o := range p.Outputs {
+		col := cells[i*n : (i+1)*n : (i+1)*n]
+		cols[i] = col
+		l := lists[i]
+		if l.Step != req.Interval || (l.First-first)%req.Interval != 0 {
+			for r, t := range times { // not on the rows' grid: look up by time
+				col[r] = finalize(l.At(t), o)
 			}
 			continue
 		}
-		times = append(times, t)
+		// Row r is slot r-off of the buckets (a shard's are on the grid).
+		off := (l.First - first) / req.Interval
+		lo, hi := max(0, off), min(int64(n), off+int64(len(l.Parts)))
+		if lo >= hi {
+			continue // no bucket among the rows
+		}
+		parts := l.Parts[lo-off:]
+		for r := lo; r < hi; r++ {
+			pt := &parts[r-lo]
+			if pt.Count == 0 {
+				continue
+			}
+			switch o.Func { // the common ones without finalize's switch
+			case "mean":
+				col[r] = floatCell(pt.Sum / float64(pt.Count))
+			case "sum":
+				col[r] = floatCell(pt.Sum)
+			case "count":
+				col[r] = Cell{Kind: CellInt, I: pt.Count}
+			default:
+				col[r] = finalize(pt, o)
+			}
+		}
+	}
+	if p.Fill == influxql.NoFill { // drop the rows where every column is null
+		k := 0
+		for r := range times {
+			empty := true
+			for _, col := range cols {
+				empty = empty && col[r].Kind == CellNull
+			}
+			if empty {
+				continue
+			}
+			times[k] = times[r]
+			for _, col := range cols {
+				col[k] = col[r]
+			}
+			k++
+		}
+		times = times[:k]
+		for i := range cols {
+			cols[i] = cols[i][:k]
+		}
 	}
 	switch p.Fill {
 	case influxql.NumberFill:

@@ -225,3 +225,65 @@ func TestMergeBoundsResult(t *testing.T) {
 	require.Len(t, rows, 300)
 	require.Equal(t, 999, rows[0].Len())
 }
+
+// TestBucketRowsOffGrid: buckets partly or wholly outside the statement's
+// rows, or on another grid (a corrupt or foreign answer), lay out without
+// a panic, keeping only what falls on the rows.
+func TestBucketRowsOffGrid(t *testing.T) {
+	p, err := plan(t, "SELECT sum(v) FROM m WHERE time >= 100s AND time < 160s GROUP BY time(10s)", time.Unix(0, 0))
+	require.NoError(t, err)
+	mk := func(first, step int64, n int) FieldBuckets {
+		f := FieldBuckets{Field: "v", First: first, Step: step}
+		for i := range n {
+			f.Parts = append(f.Parts, Partial{Count: 1, Sum: float64(i + 1)})
+		}
+		return f
+	}
+	for _, c := range []struct {
+		f    FieldBuckets
+		want []any
+	}{
+		{mk(80e9, 10e9, 4), []any{3.0, 4.0, nil, nil, nil, nil}},
+		{mk(150e9, 10e9, 5), []any{nil, nil, nil, nil, nil, 1.0}},
+		{mk(0, 10e9, 3), []any{nil, nil, nil, nil, nil, nil}},
+		{mk(300e9, 10e9, 3), []any{nil, nil, nil, nil, nil, nil}},
+		{mk(110e9, 5e9, 4), []any{nil, 1.0, 3.0, nil, nil, nil}},
+	} {
+		times, cols := p.bucketRows(&mergedGroup{fields: map[string]FieldBuckets{"v": c.f}})
+		require.Len(t, times, 6)
+		var got []any
+		for _, cell := range cols[0] {
+			got = append(got, cell.Any())
+		}
+		require.Equal(t, c.want, got, "%+v", c.f)
+	}
+}
+
+// TestEvaluateBoundsCells: a shard refuses to accumulate more (group,
+// bucket) cells than its memory bound, fewer when each cell keeps more than
+// a count and a sum.
+func TestEvaluateBoundsCells(t *testing.T) {
+	require.Greater(t, maxCells(StatSum), 4*maxCells(StatMinMax))
+	defer func(v int64) { maxShardBytes = v }(maxShardBytes)
+	maxShardBytes = 24 * 1000 // 1,000 count-and-sum cells, 200 min/max ones
+	var src fakeSource
+	for h := range 5 {
+		src = append(src, engine.Series{Metric: "m", Tags: map[string]string{"host": fmt.Sprint(h), engine.FieldTag: "v"},
+			Points: []engine.SeriesPoint{{TS: 0, Value: 1}, {TS: 99e9, Value: 2}}})
+	}
+	// 5 hosts x 100 one-second buckets: 500 cells.
+	for fn, over := range map[string]bool{"min": true, "sum": false, "count": false, "percentile": true} {
+		call := fn + "(v)"
+		if fn == "percentile" {
+			call = "percentile(v, 50)"
+		}
+		p, err := plan(t, "SELECT "+call+" FROM m WHERE time >= 0 AND time <= 99s GROUP BY time(1s), host", time.Unix(0, 0))
+		require.NoError(t, err)
+		_, err = Evaluate(src, &p.Req)
+		if over {
+			require.ErrorIs(t, err, ErrTooLarge, fn)
+		} else {
+			require.NoError(t, err, fn)
+		}
+	}
+}

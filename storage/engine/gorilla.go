@@ -6,6 +6,7 @@ import (
 	"hash/crc32"
 	"math"
 	"math/bits"
+	"slices"
 )
 
 // A block holds one series' points over a time range, compressed the way
@@ -86,6 +87,23 @@ func (r *bitReader) window() uint64 {
 		}
 	}
 	return w << (r.pos & 7)
+}
+
+// zeros consumes the run of 0 bits at pos, up to max of them, and returns
+// its length: in a delta-of-delta stream each is one more point at the same
+// step.
+// When there is none it returns the window at pos, for readDoDAt.
+func (r *bitReader) zeros(max int) (int, uint64) {
+	w := r.window()
+	if int64(w) < 0 {
+		return 0, w // the usual case where values change: a 1 first
+	}
+	n := min(bits.LeadingZeros64(w), 57, max)
+	if left := uint64(len(r.b))*8 - min(r.pos, uint64(len(r.b))*8); uint64(n) > left {
+		n = int(left)
+	}
+	r.pos += uint64(n)
+	return n, w
 }
 
 // has says whether n more bits are in the stream; past it the reader fails.
@@ -219,10 +237,13 @@ func (w *bitWriter) writeDoD(dod int64) {
 	}
 }
 
-func (r *bitReader) readDoD() uint64 {
+func (r *bitReader) readDoD() uint64 { return r.readDoDAt(r.window()) }
+
+// readDoDAt is readDoD given the reader's window at its position.
+func (r *bitReader) readDoDAt(w uint64) uint64 {
 	// The bucket is the count of leading ones (at most 4 here; 5 is the
 	// 64-bit case below); its prefix and value fit one window.
-	if w := r.window(); r.pos+37 <= uint64(len(r.b))*8 {
+	if r.pos+37 <= uint64(len(r.b))*8 {
 		switch ones := bits.LeadingZeros64(^w); ones {
 		case 0:
 			r.pos++
@@ -320,6 +341,55 @@ func parseBlock(b []byte) (blockHeader, []byte, error) {
 	return h, d.b, nil
 }
 
+// decodeXOR decodes count-1 more points of an XOR-mode stream, whose first
+// point is dst[base], into dst (which has room for them).
+func decodeXOR(r *bitReader, dst []memPoint, base, count int, prevTS, prevVal uint64) {
+	var prevDelta uint64
+	lead, trail := -1, 0
+	for i := 1; i < count && !r.err; i++ {
+		delta := prevDelta + r.readDoD()
+		prevTS, prevDelta = prevTS+delta, delta
+		if r.readBit() {
+			if r.readBit() {
+				lead = int(r.readBits(5))
+				trail = 64 - lead - int(r.readBits(6)) - 1
+				if trail < 0 {
+					r.err = true
+					return
+				}
+			} else if lead < 0 {
+				r.err = true
+				return
+			}
+			prevVal ^= r.readBits(64-lead-trail) << uint(trail)
+		}
+		dst[base+i] = memPoint{int64(prevTS), prevVal}
+	}
+}
+
+// decodeDecimals reads the values of a decimal-mode stream into pts, whose
+// timestamps are decoded.
+func decodeDecimals(r *bitReader, pts []memPoint, pow float64) {
+	v := r.readBits(64)
+	var d uint64
+	pts[0].bits = math.Float64bits(float64(int64(v)) / pow)
+	for i := 1; i < len(pts) && !r.err; {
+		z, w := r.zeros(len(pts) - i)
+		if z > 0 {
+			for k := range z {
+				v += d
+				pts[i+k].bits = math.Float64bits(float64(int64(v)) / pow)
+			}
+			i += z
+			continue
+		}
+		d += r.readDoDAt(w)
+		v += d
+		pts[i].bits = math.Float64bits(float64(int64(v)) / pow)
+		i++
+	}
+}
+
 // decodeBlock appends the block's points to dst.
 func decodeBlock(dst []memPoint, b []byte) ([]memPoint, error) {
 	h, stream, err := parseBlock(b)
@@ -341,38 +411,31 @@ func decodeBlock(dst []memPoint, b []byte) ([]memPoint, error) {
 	if !decimal {
 		prevVal = r.readBits(64)
 	}
-	dst = append(dst, memPoint{h.minTS, prevVal})
-	lead, trail := -1, 0
-	for i := 1; i < h.count && !r.err; i++ {
-		delta := prevDelta + r.readDoD()
-		prevTS, prevDelta = prevTS+delta, delta
-		if !decimal && r.readBit() {
-			if r.readBit() {
-				lead = int(r.readBits(5))
-				trail = 64 - lead - int(r.readBits(6)) - 1
-				if trail < 0 {
-					r.err = true
-					break
+	dst = append(slices.Grow(dst, h.count), memPoint{h.minTS, prevVal})
+	if decimal {
+		// Timestamps, then values, each a run of delta-of-deltas: a run of
+		// 0 bits is that many points at the same step, decoded at once.
+		for i := 1; i < h.count && !r.err; {
+			z, w := r.zeros(h.count - i)
+			if z > 0 {
+				for range z {
+					prevTS += prevDelta
+					dst = append(dst, memPoint{int64(prevTS), 0})
 				}
-			} else if lead < 0 {
-				r.err = true
-				break
+				i += z
+				continue
 			}
-			prevVal ^= r.readBits(64-lead-trail) << uint(trail)
+			prevDelta += r.readDoDAt(w)
+			prevTS += prevDelta
+			dst = append(dst, memPoint{int64(prevTS), 0})
+			i++
 		}
-		dst = append(dst, memPoint{int64(prevTS), prevVal})
-	}
-	if decimal && !r.err {
-		pow := decimalPow[mode-1]
-		v := r.readBits(64)
-		var d uint64
-		for i := base; i < len(dst) && !r.err; i++ {
-			if i > base {
-				d += r.readDoD()
-				v += d
-			}
-			dst[i].bits = math.Float64bits(float64(int64(v)) / pow)
+		if !r.err {
+			decodeDecimals(&r, dst[base:], decimalPow[mode-1])
 		}
+	} else {
+		dst = dst[:base+h.count]
+		decodeXOR(&r, dst, base, h.count, prevTS, prevVal)
 	}
 	if r.err || dst[len(dst)-1].ts != h.maxTS {
 		return dst[:base], fmt.Errorf("%w: bad bit stream", ErrBlockCorrupt)

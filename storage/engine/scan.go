@@ -207,13 +207,13 @@ func (sc *scanner) read(id uint64) error {
 	prefix := u64Key(id)
 	c := sc.blocks.Cursor()
 	seek := blockKey(id, sc.start)
-	k, v := c.Seek(seek)
+	k, _ := c.Seek(seek)
 	if pk, pv := prevOf(c, k); pk != nil && bytes.HasPrefix(pk, prefix) {
 		if err := sc.block(pk, pv); err != nil {
 			return err
 		}
 	}
-	for k, v = c.Seek(seek); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+	for k, v := c.Seek(seek); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
 		if tsFromKey(k[8:]) > sc.end {
 			break
 		}

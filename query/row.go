@@ -1,0 +1,78 @@
+package query
+
+// Row is one result series of a statement, in InfluxDB's shape. Values hold
+// the time (unix ns, int64) first, then float64, int64 (count), string (raw
+// tag columns) or nil. Aggregate rows carry their values unboxed instead, in
+// Times and one Cells column per output after time, and leave Values nil: a
+// GROUP BY time over thousands of groups is millions of values.
+type Row struct {
+	Name    string
+	Tags    map[string]string
+	Columns []string
+	Values  [][]any
+	Times   []int64
+	Cells   [][]Cell
+}
+
+// Len is the number of value rows.
+func (r *Row) Len() int {
+	if r.Values != nil {
+		return len(r.Values)
+	}
+	return len(r.Times)
+}
+
+// AnyValues is the row's values as Values holds them, boxing the unboxed
+// form.
+func (r *Row) AnyValues() [][]any {
+	if r.Values != nil || r.Times == nil {
+		return r.Values
+	}
+	out := make([][]any, len(r.Times))
+	for k, t := range r.Times {
+		v := make([]any, len(r.Cells)+1)
+		v[0] = t
+		for i, col := range r.Cells {
+			v[i+1] = col[k].Any()
+		}
+		out[k] = v
+	}
+	return out
+}
+
+// CellKind says what a Cell holds.
+type CellKind uint8
+
+// The kinds of Cell.
+const (
+	CellNull CellKind = iota
+	CellFloat
+	CellInt
+)
+
+// Cell is one aggregate value: null, a float, or an integer (count).
+type Cell struct {
+	Kind CellKind
+	F    float64
+	I    int64
+}
+
+// Any is the cell as Values would hold it: nil, float64 or int64.
+func (c Cell) Any() any {
+	switch c.Kind {
+	case CellFloat:
+		return c.F
+	case CellInt:
+		return c.I
+	}
+	return nil
+}
+
+func floatCell(f float64) Cell { return Cell{Kind: CellFloat, F: f} }
+
+func (c Cell) float() float64 {
+	if c.Kind == CellInt {
+		return float64(c.I)
+	}
+	return c.F
+}
