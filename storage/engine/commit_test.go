@@ -209,3 +209,17 @@ func TestTrimFloorDropsReplicatedFlushedEntries(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, got[0].Points, 31, "trimming the log never drops points")
 }
+
+func TestTakeGroupBoundsPoints(t *testing.T) {
+	entry := func(points int) *pendingEntry {
+		return &pendingEntry{e: Entry{Points: make([]lineproto.Point, points)}}
+	}
+	const limit = 100
+	pending := []*pendingEntry{entry(limit - 10), entry(5), entry(10), entry(limit + 1), entry(1), entry(2)}
+	var sizes []int
+	for len(pending) > 0 {
+		sizes = append(sizes, len(takeGroup(&pending, limit)))
+	}
+	require.Equal(t, []int{2, 1, 1, 2}, sizes, "a group stops before the bound; an entry over it goes alone")
+	require.Empty(t, takeGroup(&pending, limit))
+}
