@@ -220,42 +220,8 @@ func (s *fetchSession) handBack(r *replica, m *member, err error) {
 }
 
 // applyAnswer applies each record of a batched fetch answer to the replicas
-// still in the session as they were when it was sent. Each shard's entries
-// are queued as they are read and made durable by its own group commit, the
-// shards' commits side by side; it returns once all of them are durable (the
-// next fetch acknowledges them). Call with applyMu held.
+// still in the session as they were when it was sent. Call with applyMu held.
 func (s *fetchSession) applyAnswer(br *bufio.Reader, reps []*replica, mems []*member) error {
-	var recs []answerRecord
-	err := s.readAnswer(br, reps, mems, &recs)
-	for _, a := range recs {
-		if werr := waitApplied(a.wait); werr != nil && a.apply == nil {
-			a.apply = werr
-		}
-		switch {
-		case a.apply != nil:
-			s.handBack(a.r, a.m, a.apply)
-		case a.status == fetchTruncate, a.status == fetchFullSync:
-			s.handBack(a.r, a.m, errSolo)
-		case a.status == fetchError:
-			s.handBack(a.r, a.m, fmt.Errorf("%w: leader answered %d", errSolo, a.arg))
-		}
-	}
-	return err
-}
-
-// answerRecord is one shard's record of a batched fetch answer, its entries
-// queued.
-type answerRecord struct {
-	r           *replica
-	m           *member
-	status, arg uint64
-	wait        func() error // of the last entry queued (nil: none)
-	apply       error
-}
-
-// readAnswer reads the records and queues their entries, adding one
-// answerRecord per record to recs (also the one a broken stream cut short).
-func (s *fetchSession) readAnswer(br *bufio.Reader, reps []*replica, mems []*member, recs *[]answerRecord) error {
 	for {
 		idx, err := binary.ReadUvarint(br)
 		if err == io.EOF {
@@ -274,34 +240,47 @@ func (s *fetchSession) readAnswer(br *bufio.Reader, reps []*replica, mems []*mem
 		if idx >= uint64(len(reps)) || count > 1<<20 {
 			return fmt.Errorf("%w: batched fetch record for shard %d of %d", ErrBadAnswer, idx, len(reps))
 		}
-		*recs = append(*recs, answerRecord{r: reps[idx], m: mems[idx], arg: arg})
-		a := &(*recs)[len(*recs)-1]
-		if !s.isMember(a.r, a.m) {
-			a.apply = errSolo // left meanwhile: read past its entries
+		r, m := reps[idx], mems[idx]
+		var apply error
+		var wait func() error // of the last entry queued for r
+		if !s.isMember(r, m) {
+			apply = errSolo // left meanwhile: read past its entries
 		}
 		for range count {
 			n, err := binary.ReadUvarint(br)
 			if err != nil {
-				return err
+				return errors.Join(err, waitApplied(wait))
 			}
 			if n > 256<<20 {
-				return fmt.Errorf("%w: entry of %d bytes", ErrBadAnswer, n)
+				return errors.Join(fmt.Errorf("%w: entry of %d bytes", ErrBadAnswer, n), waitApplied(wait))
 			}
 			buf := make([]byte, n)
 			if _, err := io.ReadFull(br, buf); err != nil {
-				return err
+				return errors.Join(err, waitApplied(wait))
 			}
-			if a.apply != nil {
+			if apply != nil {
 				continue
 			}
 			var e engine.Entry
-			if a.apply = e.UnmarshalBinary(buf); a.apply == nil {
-				var wait func() error
-				if wait, a.apply = a.r.append(e); a.apply == nil {
-					a.wait = wait
+			if apply = e.UnmarshalBinary(buf); apply == nil {
+				var next func() error
+				if next, apply = r.append(e); apply == nil {
+					wait = next
 				}
 			}
 		}
-		a.status = status // the whole record was read
+		// The record's entries share group commits; the next fetch must not
+		// go out before they are durable (it acknowledges them).
+		if err := waitApplied(wait); err != nil && apply == nil {
+			apply = err
+		}
+		switch {
+		case apply != nil:
+			s.handBack(r, m, apply)
+		case status == fetchTruncate, status == fetchFullSync:
+			s.handBack(r, m, errSolo)
+		case status == fetchError:
+			s.handBack(r, m, fmt.Errorf("%w: leader answered %d", errSolo, arg))
+		}
 	}
 }

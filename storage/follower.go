@@ -95,34 +95,34 @@ func (r *replica) pullOnce(ctx context.Context, d desired) error {
 }
 
 // applyStream applies length-prefixed encoded entries in order: they are
-// queued as they arrive and committed in groups, and it returns once the
-// last one is durable.
-func (r *replica) applyStream(body io.Reader) error {
+// queued as they arrive, committed in groups, and it returns once the last
+// one is durable.
+func (r *replica) applyStream(body io.Reader) (err error) {
+	var wait func() error // of the last entry queued
+	defer func() { err = errors.Join(err, waitApplied(wait)) }()
 	br := bufio.NewReaderSize(body, 64<<10)
-	var wait func() error
 	for {
 		n, err := binary.ReadUvarint(br)
 		if err == io.EOF {
-			break
+			return nil
 		}
 		if err != nil {
-			return errors.Join(err, waitApplied(wait))
+			return err
 		}
 		buf := make([]byte, n)
 		if _, err := io.ReadFull(br, buf); err != nil {
-			return errors.Join(err, waitApplied(wait))
+			return err
 		}
 		var e engine.Entry
 		if err := e.UnmarshalBinary(buf); err != nil {
-			return errors.Join(err, waitApplied(wait))
+			return err
 		}
 		next, err := r.append(e)
 		if err != nil {
-			return errors.Join(err, waitApplied(wait))
+			return err
 		}
 		wait = next
 	}
-	return waitApplied(wait)
 }
 
 // append queues a leader's entry for the group commit.
