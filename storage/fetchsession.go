@@ -298,44 +298,10 @@ func (s *fetchSession) handBack(r *replica, m *member, err error) {
 // applyAnswer applies each record of a batched fetch answer to the replicas
 // still in the session as they were when it was sent (a replica whose
 // entries fail to apply is handed back, and the rest of its record skipped).
-// Each shard's entries are queued as they are read and made durable by its
-// own group commit, the shards' commits side by side; it returns once all of
-// them are durable (the next fetch acknowledges them).
+// A record's entries are queued as they are read and share group commits;
+// the record is waited for before the next one is read (the next fetch, which
+// acknowledges them, must not go out before they are durable).
 func (s *fetchSession) applyAnswer(ans *client.FetchAnswer, reps []*replica, mems []*member) error {
-	var recs []answerRecord
-	err := s.readAnswer(ans, reps, mems, &recs)
-	for _, a := range recs {
-		if werr := waitApplied(a.wait); werr != nil && a.apply == nil {
-			a.apply = werr
-		}
-		switch {
-		case a.apply != nil:
-			s.handBack(a.r, a.m, a.apply)
-		case !a.read:
-		case a.status == client.FetchTruncate, a.status == client.FetchFullSync:
-			s.handBack(a.r, a.m, errSolo)
-		case a.status == client.FetchError:
-			s.handBack(a.r, a.m, fmt.Errorf("%w: leader answered %d", errSolo, a.arg))
-		}
-	}
-	return err
-}
-
-// answerRecord is one shard's record of a batched fetch answer, its entries
-// queued.
-type answerRecord struct {
-	r      *replica
-	m      *member
-	status client.FetchStatus
-	arg    uint64
-	read   bool         // the whole record was read
-	wait   func() error // of the last entry queued (nil: none)
-	apply  error
-}
-
-// readAnswer reads the records and queues their entries, adding one
-// answerRecord per record to recs (also the one a broken stream cut short).
-func (s *fetchSession) readAnswer(ans *client.FetchAnswer, reps []*replica, mems []*member, recs *[]answerRecord) error {
 	for {
 		rec, err := ans.Next()
 		if err == io.EOF {
@@ -344,23 +310,36 @@ func (s *fetchSession) readAnswer(ans *client.FetchAnswer, reps []*replica, mems
 		if err != nil {
 			return err
 		}
-		*recs = append(*recs, answerRecord{r: reps[rec.Index], m: mems[rec.Index], status: rec.Status, arg: rec.Arg})
-		a := &(*recs)[len(*recs)-1]
-		if !s.isMember(a.r, a.m) {
-			a.apply = errSolo // left meanwhile: Next skips its entries
+		r, m := reps[rec.Index], mems[rec.Index]
+		var apply error
+		var wait func() error // of the last entry queued for r
+		if !s.isMember(r, m) {
+			apply = errSolo // left meanwhile: Next skips its entries
 		}
-		for i := 0; i < rec.Count && a.apply == nil; i++ {
+		for i := 0; i < rec.Count && apply == nil; i++ {
 			e, err := ans.Entry()
 			if err != nil && !errors.Is(err, client.ErrBadEntry) {
-				return err
+				return errors.Join(err, waitApplied(wait))
 			}
-			if a.apply = err; a.apply == nil {
-				var wait func() error
-				if wait, a.apply = a.r.append(e); a.apply == nil {
-					a.wait = wait
+			if apply = err; apply == nil {
+				var next func() error
+				if next, apply = r.append(e); apply == nil {
+					wait = next
 				}
 			}
 		}
-		a.read = true
+		// The record's entries share group commits; the next fetch must not
+		// go out before they are durable (it acknowledges them).
+		if err := waitApplied(wait); err != nil && apply == nil {
+			apply = err
+		}
+		switch {
+		case apply != nil:
+			s.handBack(r, m, apply)
+		case rec.Status == client.FetchTruncate, rec.Status == client.FetchFullSync:
+			s.handBack(r, m, errSolo)
+		case rec.Status == client.FetchError:
+			s.handBack(r, m, fmt.Errorf("%w: leader answered %d", errSolo, rec.Arg))
+		}
 	}
 }

@@ -112,25 +112,24 @@ func (r *replica) leaderShard(d desired) client.Shard {
 }
 
 // applyLog applies a log answer's entries in order: they are queued as they
-// arrive and committed in groups, and it returns once the last one is
-// durable.
-func (r *replica) applyLog(ans *client.LogAnswer) error {
-	var wait func() error
+// arrive, committed in groups, and it returns once the last one is durable.
+func (r *replica) applyLog(ans *client.LogAnswer) (err error) {
+	var wait func() error // of the last entry queued
+	defer func() { err = errors.Join(err, waitApplied(wait)) }()
 	for {
 		e, err := ans.Next()
 		if err == io.EOF {
-			break
+			return nil
 		}
 		if err != nil {
-			return errors.Join(err, waitApplied(wait))
+			return err
 		}
 		next, err := r.append(e)
 		if err != nil {
-			return errors.Join(err, waitApplied(wait))
+			return err
 		}
 		wait = next
 	}
-	return waitApplied(wait)
 }
 
 // append queues a leader's entry for the group commit.

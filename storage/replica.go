@@ -130,8 +130,8 @@ func (r *replica) setDesired(d desired) {
 	r.isr, r.acked, r.caught, r.sentEnd = nil, map[string]uint64{}, map[string]time.Time{}, map[string]uint64{}
 	r.fetched, r.parked = map[string]time.Time{}, map[string]int{}
 	r.fenced, r.superseded = false, 0
-	r.setTrimFloorLocked(time.Now()) // not leading (yet): the retention bounds alone
 	r.broadcastLocked()
+	r.setTrimFloorLocked(time.Now()) // not leading (yet): the retention bounds alone
 	done = r.done
 	switch d.role {
 	case roleLeader:

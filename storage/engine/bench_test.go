@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"strconv"
 	"testing"
 
 	"github.com/cairn-db/cairn/storage/lineproto"
@@ -77,4 +78,18 @@ func BenchmarkQuery1M(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N*total)/b.Elapsed().Seconds(), "points/s")
+}
+
+// BenchmarkEntryEncode5000 encodes a loadgen-shaped batch: 5,000 points of
+// one metric and field, 1,000 hosts x 5 regions.
+func BenchmarkEntryEncode5000(b *testing.B) {
+	e := Entry{TxnID: 1, Term: 1}
+	for i := range 5000 {
+		e.Points = append(e.Points, lineproto.Point{Metric: "cpu", Field: "usage", TS: int64(i), Value: 1.5,
+			Tags: []lineproto.Tag{{Key: "host", Value: "s0h" + strconv.Itoa(i/5)}, {Key: "region", Value: "r" + strconv.Itoa(i%5)}}})
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = e.appendBinary(make([]byte, 0, 64+len(e.Points)*16))
+	}
 }

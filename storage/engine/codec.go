@@ -28,26 +28,43 @@ func (e Entry) appendBinary(b []byte) []byte {
 	b = binary.AppendUvarint(b, e.TxnID)
 	b = binary.AppendUvarint(b, e.Term)
 	b = binary.AppendUvarint(b, uint64(len(e.Points)))
-	table := make(map[string]uint64, 16)
-	str := func(s string) {
-		if ref, ok := table[s]; ok {
-			b = binary.AppendUvarint(b, ref)
+	table := make(map[string]uint64, min(16+len(e.Points)/4, 4096))
+	// Consecutive points mostly repeat the metric, the field, the tag keys
+	// and often values (the lines of one series, the tags the parser
+	// interned): each position remembers its last string, and a repeat
+	// skips the table's hashing. The bytes are the same either way.
+	var last [16]struct {
+		s   string
+		ref uint64
+	}
+	str := func(slot int, s string) {
+		if slot < len(last) && last[slot].ref != 0 && last[slot].s == s {
+			b = binary.AppendUvarint(b, last[slot].ref)
 			return
 		}
-		table[s] = uint64(len(table) + 1)
-		b = append(b, 0)
-		b = binary.AppendUvarint(b, uint64(len(s)))
-		b = append(b, s...)
+		ref, ok := table[s]
+		if ok {
+			b = binary.AppendUvarint(b, ref)
+		} else {
+			ref = uint64(len(table) + 1)
+			table[s] = ref
+			b = append(b, 0)
+			b = binary.AppendUvarint(b, uint64(len(s)))
+			b = append(b, s...)
+		}
+		if slot < len(last) {
+			last[slot].s, last[slot].ref = s, ref
+		}
 	}
 	for i := range e.Points {
 		p := &e.Points[i]
-		str(p.Metric)
+		str(0, p.Metric)
 		b = binary.AppendUvarint(b, uint64(len(p.Tags)))
-		for _, t := range p.Tags {
-			str(t.Key)
-			str(t.Value)
+		for j, t := range p.Tags {
+			str(2+2*j, t.Key)
+			str(3+2*j, t.Value)
 		}
-		str(p.Field)
+		str(1, p.Field)
 		b = binary.AppendVarint(b, p.TS)
 		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(p.Value))
 	}

@@ -92,8 +92,7 @@ func (s *boltShard) commitLoop() {
 	q := &s.q
 	for {
 		q.mu.Lock()
-		group := q.pending
-		q.pending = nil
+		group := takeGroup(&q.pending, maxGroupPoints)
 		if len(group) == 0 {
 			q.running = false
 			q.idle.Broadcast()
@@ -114,6 +113,28 @@ func (s *boltShard) commitLoop() {
 			p.finish(err)
 		}
 	}
+}
+
+// maxGroupPoints bounds one group commit (one bbolt transaction holds all of
+// it in memory twice, encoded and as pages); a longer queue is committed in
+// several groups, one after the other.
+const maxGroupPoints = 1 << 20
+
+// takeGroup removes the next group from the front of pending: every entry,
+// or as many as fit in limit points (at least one).
+func takeGroup(pending *[]*pendingEntry, limit int) []*pendingEntry {
+	n, points := 0, 0
+	for n < len(*pending) && (n == 0 || points+len((*pending)[n].e.Points) <= limit) {
+		points += len((*pending)[n].e.Points)
+		n++
+	}
+	group := (*pending)[:n:n]
+	if n == len(*pending) {
+		*pending = nil
+	} else {
+		*pending = (*pending)[n:]
+	}
+	return group
 }
 
 // commitLocked writes group (consecutive entries) to the log in one

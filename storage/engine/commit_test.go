@@ -1,6 +1,9 @@
 package engine
 
 import (
+	"encoding/binary"
+	"fmt"
+	"math"
 	"sync"
 	"testing"
 
@@ -208,4 +211,66 @@ func TestTrimFloorDropsReplicatedFlushedEntries(t *testing.T) {
 	got, err := s.Query("m", nil, 0, 100)
 	require.NoError(t, err)
 	require.Len(t, got[0].Points, 31, "trimming the log never drops points")
+}
+
+func TestTakeGroupBoundsPoints(t *testing.T) {
+	entry := func(points int) *pendingEntry {
+		return &pendingEntry{e: Entry{Points: make([]lineproto.Point, points)}}
+	}
+	const limit = 100
+	pending := []*pendingEntry{entry(limit - 10), entry(5), entry(10), entry(limit + 1), entry(1), entry(2)}
+	var sizes []int
+	for len(pending) > 0 {
+		sizes = append(sizes, len(takeGroup(&pending, limit)))
+	}
+	require.Equal(t, []int{2, 1, 1, 2}, sizes, "a group stops before the bound; an entry over it goes alone")
+	require.Empty(t, takeGroup(&pending, limit))
+}
+
+// TestEntryEncodingRemembersRepeats: remembering each position's last string
+// changes nothing in the bytes: they are what a plain string table writes.
+func TestEntryEncodingRemembersRepeats(t *testing.T) {
+	var e Entry
+	for i := range 200 {
+		tags := fmt.Sprintf("host=h%d,region=r%d", i/5, i%5)
+		if i%7 == 0 {
+			tags = fmt.Sprintf("region=r%d", i%3) // fewer tags: keys shift position
+		}
+		e.Points = append(e.Points, pt([]string{"cpu", "mem"}[i%9/8], tags, []string{"value", "idle"}[i%2], int64(i), float64(i)))
+	}
+	plain := func(e Entry) []byte {
+		b := []byte{entryVersion}
+		b = binary.AppendUvarint(b, e.TxnID)
+		b = binary.AppendUvarint(b, e.Term)
+		b = binary.AppendUvarint(b, uint64(len(e.Points)))
+		table := map[string]uint64{}
+		str := func(s string) {
+			if ref, ok := table[s]; ok {
+				b = binary.AppendUvarint(b, ref)
+				return
+			}
+			table[s] = uint64(len(table) + 1)
+			b = append(b, 0)
+			b = binary.AppendUvarint(b, uint64(len(s)))
+			b = append(b, s...)
+		}
+		for _, p := range e.Points {
+			str(p.Metric)
+			b = binary.AppendUvarint(b, uint64(len(p.Tags)))
+			for _, t := range p.Tags {
+				str(t.Key)
+				str(t.Value)
+			}
+			str(p.Field)
+			b = binary.AppendVarint(b, p.TS)
+			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(p.Value))
+		}
+		return b
+	}
+	got, err := e.MarshalBinary()
+	require.NoError(t, err)
+	require.Equal(t, plain(e), got)
+	var back Entry
+	require.NoError(t, back.UnmarshalBinary(got))
+	require.Equal(t, e, back)
 }

@@ -28,23 +28,25 @@ import (
 // moves by 0.01-0.05). Timestamps are exact multiples of 10 s except 1 in
 // 100, which is a millisecond late.
 //
-// The replication log: "log=flushed" keeps no flushed entry (a standalone
-// shard, or one whose followers all have everything); "log=default" keeps
-// what the engine keeps for followers by default, up to 32 MiB per shard.
+// The replication log: "log=replicated" keeps no flushed entry, as the
+// leader of a standalone shard, or of one whose followers all have
+// everything, sets its trim floor; "log=retained" keeps what the retention
+// bounds keep for a follower that has acknowledged nothing, up to 32 MiB
+// per shard by default.
 func BenchmarkDisk40kSeries(b *testing.B) {
 	for _, sub := range []struct {
-		name string
-		opts []Option
-	}{{"log=flushed", []Option{WithRetainBytes(1)}}, {"log=default", nil}} {
+		name  string
+		floor uint64
+	}{{"log=replicated", math.MaxUint64}, {"log=retained", 0}} {
 		b.Run(sub.name, func(b *testing.B) {
 			for b.Loop() {
-				benchDisk(b, sub.opts)
+				benchDisk(b, sub.floor)
 			}
 		})
 	}
 }
 
-func benchDisk(b *testing.B, opts []Option) {
+func benchDisk(b *testing.B, floor uint64) {
 	const perSeries, batch = 250, 5000
 	hosts := 10_000
 	// CAIRN_BENCH_HOSTS scales the run down for quick profiling.
@@ -96,7 +98,7 @@ func benchDisk(b *testing.B, opts []Option) {
 	}
 
 	dir := b.TempDir()
-	e, err := NewBoltEngine(dir, opts...)
+	e, err := NewBoltEngine(dir)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -104,6 +106,7 @@ func benchDisk(b *testing.B, opts []Option) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	s.SetTrimFloor(floor)
 	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
 	points := make([]lineproto.Point, 0, batch)
 	start := time.Now()
@@ -131,7 +134,7 @@ func benchDisk(b *testing.B, opts []Option) {
 	}
 	before, beforeAlloc := dirSize(b, dir)
 
-	e, err = NewBoltEngine(dir, opts...)
+	e, err = NewBoltEngine(dir)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -139,6 +142,7 @@ func benchDisk(b *testing.B, opts []Option) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	s.SetTrimFloor(floor)
 	if c, ok := s.(interface{ Compact() error }); ok {
 		if err := c.Compact(); err != nil {
 			b.Fatal(err)

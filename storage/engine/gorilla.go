@@ -404,6 +404,9 @@ func decodeBlock(dst []memPoint, b []byte) ([]memPoint, error) {
 		return dst, fmt.Errorf("%w: unknown value mode %d", ErrBlockCorrupt, mode)
 	}
 	decimal := mode > 0
+	// Room for the block at once (a header is checksummed, but cap what it
+	// can make us allocate all the same).
+	dst = slices.Grow(dst, min(h.count, maxBlockPoints))
 	base := len(dst)
 	r := bitReader{b: stream[1:]}
 	prevTS, prevDelta := uint64(h.minTS), uint64(0)
