@@ -42,7 +42,14 @@ func (m *Master) reconcile(ctx context.Context) error {
 	for name := range st.ShardStates {
 		m.queue.Add(name)
 	}
-	for _, name := range m.queue.Due(m.cfg.Now()) {
+	due := m.queue.Due(m.cfg.Now())
+	if err := m.placeNew(ctx, due); err != nil {
+		if errors.Is(err, kv.ErrDeposed) || ctx.Err() != nil {
+			return err
+		}
+		m.warn.Warn("place", "placing new databases together failed; placing them one by one", zap.Error(err))
+	}
+	for _, name := range due {
 		err := m.syncDB(ctx, name)
 		if err == nil {
 			if m.queue.Failures(name) > 0 {
