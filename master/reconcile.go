@@ -49,6 +49,9 @@ func (m *Master) reconcile(ctx context.Context) error {
 		}
 		m.warn.Warn("place", "placing new databases together failed; placing them one by one", zap.Error(err))
 	}
+	if err := m.failoverAll(ctx, due); err != nil {
+		return err // deposed: only that error comes back
+	}
 	for _, name := range due {
 		err := m.syncDB(ctx, name)
 		if err == nil {
