@@ -469,8 +469,9 @@ func (c *cluster) placed(want int) bool {
 	}
 	if time.Since(c.shown) >= 5*time.Second {
 		c.shown = time.Now()
-		fmt.Fprintf(c.p.Progress, "  %s: %d databases assigned, %d shards online, %d replicas hosted\n",
-			time.Since(c.began).Round(time.Second), len(st.Assignments), online, n)
+		_, rev, _ := c.store.Header(context.Background())
+		fmt.Fprintf(c.p.Progress, "  %s: %d databases assigned, %d shards online, %d replicas hosted, etcd revision %d\n",
+			time.Since(c.began).Round(time.Second), len(st.Assignments), online, n, rev)
 	}
 	return online == c.p.Databases*c.p.Shards && n == want
 }
