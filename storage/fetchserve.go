@@ -40,7 +40,7 @@ const (
 const maxFetchShards = 8192
 
 // maxFetchWait bounds how long a batched fetch is parked.
-const maxFetchWait = 5 * time.Second
+const maxFetchWait = 30 * time.Second
 
 // fetchRequest is the body of a batched fetch.
 type fetchRequest struct {

@@ -18,11 +18,13 @@ import (
 )
 
 // fetchWait is how long a batched fetch is parked at the leader when none of
-// its shards has anything new. A parked fetch counts as a fetch for the
-// leader's in-sync upkeep, so it may outlast the catch-up window; a frozen
-// follower is still noticed once its parked fetch ends (after at most this
-// long) and no new one comes.
-const fetchWait = 2 * time.Second
+// its shards has anything new, by default: long, so that an idle follower
+// costs each of its leaders one request per fetchWait. A parked fetch counts
+// as a fetch for the leader's in-sync upkeep, so it may outlast the catch-up
+// window; a frozen follower is still noticed once its parked fetch ends
+// (after at most this long, or at the next write, which it never
+// acknowledges) and no new one comes.
+const fetchWait = 20 * time.Second
 
 // fetchSession pulls, with one long-poll at a time, every shard this node
 // follows from one leader node, and applies the entries it gets. A shard
@@ -148,7 +150,7 @@ func (s *fetchSession) pollOnce(ctx context.Context) error {
 	s.mu.Lock()
 	reps := make([]*replica, 0, len(s.members))
 	mems := make([]*member, 0, len(s.members))
-	req := fetchRequest{Node: s.h.nodeID, WaitMS: fetchWait.Milliseconds(), Shards: make([]fetchShard, 0, len(s.members))}
+	req := fetchRequest{Node: s.h.nodeID, WaitMS: s.h.cfg.FetchWait.Milliseconds(), Shards: make([]fetchShard, 0, len(s.members))}
 	for r, m := range s.members {
 		reps = append(reps, r)
 		mems = append(mems, m)
