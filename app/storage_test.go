@@ -34,7 +34,8 @@ func TestStorageNodeWatchesOnlyWhatItHosts(t *testing.T) {
 	require.Contains(t, sourceNames(c.core), statemachine.ClusterNodesSource("default"))
 	require.Contains(t, sourceNames(c.core), statemachine.ClusterISRSource("default"))
 	require.Contains(t, sourceNames(c.core), statemachine.SourceBrokers)
-	require.Equal(t, 200, c.getJSON(c.peer, "/api/v1/ready", &map[string]any{}), "the storage-only node is ready")
+	require.Eventually(t, func() bool { return c.getJSON(c.peer, "/api/v1/ready", &map[string]any{}) == 200 },
+		20*time.Second, 20*time.Millisecond, "the storage-only node becomes ready")
 
 	// Both nodes host a replica of each shard: the peer follows the
 	// shards the core leads and leads the others, and every in-sync set
