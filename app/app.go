@@ -140,6 +140,9 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 		return nil, err
 	}
 	a.history = a.newHistory()
+	if cfg.HasRole(config.RoleBroker) {
+		wcfg.AskTxn = a.askTxn
+	}
 	wcfg.History = a.history
 	wcfg.Operators = a.operators
 	a.http = web.New(wcfg)

@@ -102,7 +102,7 @@ func mapErr(err error) error {
 		return err
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, rpctypes.ErrNoLeader),
 		errors.Is(err, rpctypes.ErrTimeout), errors.Is(err, rpctypes.ErrTimeoutDueToLeaderFail),
-		errors.Is(err, rpctypes.ErrTimeoutDueToConnectionLost):
+		errors.Is(err, rpctypes.ErrTimeoutDueToConnectionLost), errors.Is(err, rpctypes.ErrTooManyRequests):
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	if st, ok := status.FromError(err); ok {
@@ -121,7 +121,9 @@ func mapErr(err error) error {
 // prove that nothing changed.
 func mapWriteErr(err error) error {
 	mapped := mapErr(err)
-	if !errors.Is(mapped, ErrUnavailable) || errors.Is(err, rpctypes.ErrNoLeader) {
+	// Too many requests: etcd refused it before proposing (its apply is
+	// too far behind its commits).
+	if !errors.Is(mapped, ErrUnavailable) || errors.Is(err, rpctypes.ErrNoLeader) || errors.Is(err, rpctypes.ErrTooManyRequests) {
 		return mapped
 	}
 	return fmt.Errorf("%w: %w", ErrOutcomeUnknown, mapped)

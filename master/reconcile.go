@@ -43,7 +43,17 @@ func (m *Master) reconcile(ctx context.Context) error {
 	for name := range st.ShardStates.All() {
 		m.queue.Add(name)
 	}
-	for _, name := range m.queue.Due(m.cfg.Now()) {
+	due := m.queue.Due(m.cfg.Now())
+	if err := m.placeNew(ctx, due); err != nil {
+		if errors.Is(err, kv.ErrDeposed) || ctx.Err() != nil {
+			return err
+		}
+		m.warn.Warn("place", "placing new databases together failed; placing them one by one", zap.Error(err))
+	}
+	if err := m.failoverAll(ctx, due); err != nil {
+		return err // deposed: only that error comes back
+	}
+	for _, name := range due {
 		err := m.syncDB(ctx, name)
 		if err == nil {
 			if m.queue.Failures(name) > 0 {

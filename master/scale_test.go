@@ -28,8 +28,10 @@ type decisions struct {
 // runScaled plays: nodes register, databases are created (4 shards x RF 3
 // each, as many databases as nodes: 12 replicas and 4 leaderships per node),
 // one node dies, then comes back; through the master's own decision
-// functions on its own state, checking the invariants at every step.
-func runScaled(t *testing.T, nodes int) decisions {
+// functions on its own state, checking the invariants at every step. The
+// databases are placed one by one (created apart) or, together, by one
+// decision for all of them (created at once: placeNew).
+func runScaled(t testing.TB, nodes int, together bool) decisions {
 	const shards, rf = 4, 3
 	st := &statemachine.State{Nodes: statemachine.NestedMapOf(map[string]map[string]models.StorageNode{"c": {}}),
 		Databases: statemachine.MapOf(map[string]models.Database{}), Assignments: statemachine.MapOf(map[string]models.Assignment{}),
@@ -40,13 +42,33 @@ func runScaled(t *testing.T, nodes int) decisions {
 		ids[i] = fmt.Sprintf("n%05d", i)
 		st.Nodes = statemachine.SetIn(st.Nodes, "c", ids[i], models.StorageNode{NodeID: ids[i], NodeAddress: ids[i] + ":1", Cluster: "c"})
 	}
+	add := map[placement.ShardKey]int{}
 	for i := range nodes {
 		db := models.Database{Name: fmt.Sprintf("db%05d", i), StorageCluster: "c", NumShards: shards, ReplicaFactor: rf}
+		st.Databases = st.Databases.Set(db.Name, db)
+		if together {
+			for s := range shards {
+				add[placement.ShardKey{DB: db.Name, Shard: s}] = rf
+			}
+			continue
+		}
 		as, ss, err := newShards(st, db, 0, shards)
 		require.NoError(t, err)
-		st.Databases = st.Databases.Set(db.Name, db)
 		st.Assignments = st.Assignments.Set(db.Name, models.Assignment{DB: db.Name, Cluster: "c", Shards: as})
 		st.ShardStates = st.ShardStates.Set(db.Name, models.ShardStates{DB: db.Name, Shards: ss})
+	}
+	if together {
+		plan, err := placement.PlaceNew(clusterView(st, "c"), add)
+		require.NoError(t, err)
+		for name := range st.Databases.All() {
+			a, ss := models.Assignment{DB: name, Cluster: "c"}, models.ShardStates{DB: name}
+			for s := range shards {
+				tg := plan.Target[placement.ShardKey{DB: name, Shard: s}]
+				a.Shards = append(a.Shards, models.ShardAssignment{ID: s, Replicas: tg.Replicas})
+				ss.Shards = append(ss.Shards, models.ShardState{ID: s, Leader: tg.Leader, Term: 1, Status: models.StatusOnline})
+			}
+			st.Assignments, st.ShardStates = st.Assignments.Set(name, a), st.ShardStates.Set(name, ss)
+		}
 	}
 	var d decisions
 	reps, leads := perNode(st, ids)
@@ -165,9 +187,25 @@ func uniq(s []string) []string { return slices.Compact(slices.Sorted(slices.Valu
 // replicas and leaders per node, the same number of shards failed over with
 // the same term bump and leadership spread, the same relocations planned
 // while the node is gone and none once it is back.
+//
+// Databases created together (the master places them with one decision) are
+// checked at 1,000 nodes; placed one by one (each decision reads the whole
+// cluster), at 200 here and at 1,000 by BenchmarkPlacementDecisionsOneByOne,
+// to keep the test within a CI budget under -race.
 func TestPlacementDecisionsScaleFrom10To1000Nodes(t *testing.T) {
-	small := runScaled(t, 10)
-	big := runScaled(t, 1000)
+	t.Run("placed_together", func(t *testing.T) { checkScaled(t, 1000, true) })
+	t.Run("placed_one_by_one", func(t *testing.T) { checkScaled(t, 200, false) })
+}
+
+func BenchmarkPlacementDecisionsOneByOne(b *testing.B) {
+	for range b.N {
+		checkScaled(b, 1000, false)
+	}
+}
+
+func checkScaled(t testing.TB, nodes int, together bool) {
+	small := runScaled(t, 10, together)
+	big := runScaled(t, nodes, together)
 	require.Equal(t, small, big)
 	// And the decisions are the right ones, not just equal.
 	require.Equal(t, placement.MinMax{Min: 12, Max: 12}, small.ReplicasPerNode)

@@ -31,4 +31,9 @@ type ShardView struct {
 	ISR      []string `json:"isr"`
 	Status   string   `json:"status"`
 	Reason   string   `json:"reason,omitempty"`
+	// Progress (with ?progress=true) is each replica's log position, asked
+	// of the nodes when the request came (nothing keeps it in etcd); a
+	// replica whose node did not answer in time is in Unanswered.
+	Progress   map[string]ReplicaTxn `json:"progress,omitempty"`
+	Unanswered []string              `json:"unanswered,omitempty"`
 }

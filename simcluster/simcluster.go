@@ -115,6 +115,8 @@ type cluster struct {
 	// membership: every agent registered plus its rebalance delay (it
 	// spreads leaderships once membership has been stable that long).
 	calm time.Time
+	// began and shown time the placement's progress lines.
+	began, shown time.Time
 }
 
 // Run runs one simulation until it has every figure or ctx ends.
@@ -312,6 +314,7 @@ func (c *cluster) measure(ctx context.Context) (Result, error) {
 	res := Result{Nodes: c.p.Nodes, Replicas: c.p.Databases * c.p.Shards * c.p.Replicas}
 	fmt.Fprintf(c.p.Progress, "creating %d databases\n", c.p.Databases)
 	start := time.Now()
+	c.began, c.shown = start, start
 	work := make(chan int)
 	errs := make(chan error, 8)
 	var wg sync.WaitGroup
@@ -340,6 +343,7 @@ func (c *cluster) measure(ctx context.Context) (Result, error) {
 		return res, err
 	default:
 	}
+	fmt.Fprintf(c.p.Progress, "  %s: %d databases created\n", time.Since(start).Round(time.Millisecond), c.p.Databases)
 	if err := c.until(ctx, 30*time.Minute, "every replica placed and online", func() bool { return c.placed(res.Replicas) }); err != nil {
 		return res, err
 	}
@@ -451,16 +455,11 @@ func (c *cluster) revision(ctx context.Context) (int64, error) {
 // the agents host every replica.
 func (c *cluster) placed(want int) bool {
 	st := c.app.State()
-	if st.ShardStates.Len() < c.p.Databases {
-		return false
-	}
+	online := 0
 	for _, ss := range st.ShardStates.All() {
-		if len(ss.Shards) < c.p.Shards {
-			return false
-		}
 		for _, s := range ss.Shards {
-			if s.Status != models.StatusOnline {
-				return false
+			if s.Status == models.StatusOnline {
+				online++
 			}
 		}
 	}
@@ -468,7 +467,13 @@ func (c *cluster) placed(want int) bool {
 	for _, a := range c.agents {
 		n += a.host.Hosted()
 	}
-	return n == want
+	if time.Since(c.shown) >= 5*time.Second {
+		c.shown = time.Now()
+		_, rev, _ := c.store.Header(context.Background())
+		fmt.Fprintf(c.p.Progress, "  %s: %d databases assigned, %d shards online, %d replicas hosted, etcd revision %d\n",
+			time.Since(c.began).Round(time.Second), st.Assignments.Len(), online, n, rev)
+	}
+	return online == c.p.Databases*c.p.Shards && n == want
 }
 
 // kill stops the agents that lead the most shards (as a kill -9 would: no

@@ -20,7 +20,7 @@ import (
 const maxFetchShards = 8192
 
 // maxFetchWait bounds how long a batched fetch is parked.
-const maxFetchWait = 5 * time.Second
+const maxFetchWait = 30 * time.Second
 
 // errBadFetch: a batched fetch request that cannot be served.
 var errBadFetch = errors.New("storage: bad batched fetch")

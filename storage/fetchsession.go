@@ -13,28 +13,31 @@ import (
 )
 
 // fetchWait is how long a batched fetch is parked at the leader when none of
-// its shards has anything new. A parked fetch counts as a fetch for the
-// leader's in-sync upkeep, so it may outlast the catch-up window; a frozen
-// follower is still noticed once its parked fetch ends (after at most this
-// long) and no new one comes.
-const fetchWait = 2 * time.Second
+// its shards has anything new, by default: long, so that an idle follower
+// costs each of its leaders one request per fetchWait. A parked fetch counts
+// as a fetch for the leader's in-sync upkeep, so it may outlast the catch-up
+// window; a frozen follower is still noticed once its parked fetch ends
+// (after at most this long, or at the next write, which it never
+// acknowledges) and no new one comes.
+const fetchWait = 20 * time.Second
 
-// answerDeadline bounds how long a fetch waits for the leader's answer to
-// begin (its headers; the body streams after): a leader that stopped (kill
-// -STOP, a frozen host) holds the connection open without answering, and a
-// fetch that never ends would keep its follower on a dead address for ever
-// (a host without the live nodes' watch has no other way to notice).
-const answerDeadline = fetchWait + 3*time.Second
+// answerGrace is how much longer than its park time a fetch waits for the
+// leader's answer to begin (its headers; the body streams after): a leader
+// that stopped (kill -STOP, a frozen host) holds the connection open without
+// answering, and a fetch that never ends would keep its follower on a dead
+// address for ever (a host without the live nodes' watch has no other way to
+// notice).
+const answerGrace = 3 * time.Second
 
-// errNoAnswer: the leader did not begin its answer within answerDeadline.
+// errNoAnswer: the leader did not begin its answer in time.
 var errNoAnswer = errors.New("storage: leader did not answer in time")
 
 // withAnswerDeadline returns a context cancelled (cause errNoAnswer) unless
-// the returned stop is called within answerDeadline: call it once the
+// the returned stop is called within park+answerGrace: call it once the
 // answer's headers are in.
-func withAnswerDeadline(ctx context.Context) (context.Context, func(), context.CancelCauseFunc) {
+func withAnswerDeadline(ctx context.Context, park time.Duration) (context.Context, func(), context.CancelCauseFunc) {
 	actx, cancel := context.WithCancelCause(ctx)
-	t := time.AfterFunc(answerDeadline, func() { cancel(errNoAnswer) })
+	t := time.AfterFunc(park+answerGrace, func() { cancel(errNoAnswer) })
 	return actx, func() { t.Stop() }, cancel
 }
 
@@ -207,7 +210,7 @@ func (s *fetchSession) pollOnce(ctx context.Context) error {
 	s.mu.Lock()
 	reps := make([]*replica, 0, len(s.members))
 	mems := make([]*member, 0, len(s.members))
-	req := client.FetchRequest{Node: s.h.nodeID, WaitMS: fetchWait.Milliseconds(), Shards: make([]client.FetchShard, 0, len(s.members))}
+	req := client.FetchRequest{Node: s.h.nodeID, WaitMS: s.h.cfg.FetchWait.Milliseconds(), Shards: make([]client.FetchShard, 0, len(s.members))}
 	for r, m := range s.members {
 		reps = append(reps, r)
 		mems = append(mems, m)
@@ -227,7 +230,7 @@ func (s *fetchSession) pollOnce(ctx context.Context) error {
 		req.Shards[i].After, req.Shards[i].AfterTerm = r.eng.LastEntry()
 		r.applyMu.Unlock()
 	}
-	pctx, answered, cancel := withAnswerDeadline(ctx)
+	pctx, answered, cancel := withAnswerDeadline(ctx, s.h.cfg.FetchWait)
 	defer cancel(nil)
 	go func() {
 		select {

@@ -77,7 +77,7 @@ func (r *replica) pullOnce(ctx context.Context, d desired) error {
 		// the master to publish a term above ours (it sees our max_term).
 		return fmt.Errorf("%w: leader %s is at term %d, our log holds term %d", ErrStaleTerm, d.leader, d.term, lastTerm)
 	}
-	lctx, answered, cancel := withAnswerDeadline(ctx)
+	lctx, answered, cancel := withAnswerDeadline(ctx, 0)
 	defer cancel(nil)
 	ans, err := r.h.peer().Log(lctx, r.leaderShard(d), client.LogRequest{Term: d.term, Node: r.h.nodeID, After: last, AfterTerm: lastTerm})
 	answered()

@@ -43,6 +43,9 @@ type HostConfig struct {
 	LagBound time.Duration
 	// AckTimeout bounds how long a write waits for in-sync replicas; default 10s.
 	AckTimeout time.Duration
+	// FetchWait is how long this node's batched fetches stay parked at a
+	// leader with nothing new (fetchsession.go); default 20s.
+	FetchWait time.Duration
 	// DropDelay is how long a replica no longer assigned here keeps its data
 	// before it is deleted: an emptied or replaced etcd (restored a moment
 	// later) must not cost the data. Default 5m.
@@ -111,6 +114,9 @@ func NewHost(cfg HostConfig) *Host {
 	}
 	if cfg.AckTimeout == 0 {
 		cfg.AckTimeout = 10 * time.Second
+	}
+	if cfg.FetchWait == 0 {
+		cfg.FetchWait = fetchWait
 	}
 	if cfg.DropDelay == 0 {
 		cfg.DropDelay = 5 * time.Minute

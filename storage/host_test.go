@@ -40,7 +40,7 @@ func startNode(t *testing.T, id string, sm *statemachine.Manager, store kv.Store
 func startNodeWith(t *testing.T, id string, sm *statemachine.Manager, store kv.Store, eng engine.Engine) *node {
 	h := storage.NewHost(storage.HostConfig{NodeID: id, Cluster: "default", Engine: eng, Store: store,
 		Keys: models.ClusterKeys{SNS: "/t/storage/default"}, State: sm.Snapshot, Changed: sm.Changed,
-		LagBound: 500 * time.Millisecond, AckTimeout: 5 * time.Second, DropDelay: time.Hour})
+		LagBound: 500 * time.Millisecond, AckTimeout: 5 * time.Second, DropDelay: time.Hour, FetchWait: 2 * time.Second})
 	r := gin.New()
 	h.Routes(r)
 	srv := httptest.NewServer(r)

@@ -51,3 +51,27 @@ func decideISR(now time.Time, v isrView) (drop, add []string) {
 	}
 	return drop, add
 }
+
+// upkeepDelay is when the leader looks at its in-sync set again: soon while
+// something may be due (a follower out of the set, lagging, or not parked
+// at us), else after quietUpkeep. A quiet set changes only through events
+// that wake the upkeep at once: a parked fetch ending (park), an assignment
+// change (setDesired).
+func (r *replica) upkeepDelay() time.Duration {
+	last := r.eng.LastTxnID()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	quiet := len(r.isr) == len(r.want.replicas) && !r.fenced
+	for _, n := range r.isr {
+		if n != r.h.nodeID && (r.parked[n] == 0 || r.acked[n] < last) {
+			quiet = false
+		}
+	}
+	if quiet {
+		return quietUpkeep * r.h.cfg.LagBound
+	}
+	return r.h.cfg.LagBound / 4
+}
+
+// quietUpkeep (times the lag bound) spaces the upkeep of a quiet set.
+const quietUpkeep = 8

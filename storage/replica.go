@@ -198,7 +198,7 @@ func (r *replica) lead(ctx context.Context, d desired) {
 	r.broadcastLocked()
 	r.mu.Unlock()
 
-	t := time.NewTicker(r.h.cfg.LagBound / 4)
+	t := time.NewTimer(r.h.cfg.LagBound / 4)
 	defer t.Stop()
 	for {
 		select {
@@ -208,6 +208,13 @@ func (r *replica) lead(ctx context.Context, d desired) {
 		case <-r.kick:
 		}
 		r.maintainISR(ctx, d)
+		if !t.Stop() {
+			select {
+			case <-t.C:
+			default:
+			}
+		}
+		t.Reset(r.upkeepDelay())
 	}
 }
 
@@ -511,6 +518,10 @@ func (r *replica) park(node string, d int) {
 	r.parked[node] += d
 	if r.parked[node] <= 0 {
 		delete(r.parked, node)
+		select { // the upkeep's next deadline moved (upkeepDelay)
+		case r.kick <- struct{}{}:
+		default:
+		}
 	}
 }
 

@@ -239,7 +239,20 @@ func (s *Server) getShards(c *gin.Context) {
 		fail(c, fmt.Errorf("%w: database %q", models.ErrNotFound, name))
 		return
 	}
-	c.JSON(http.StatusOK, gin.H{"shards": ShardViews(st.Assignments.At(name), st.ShardStates.At(name), st.ISR.At(d.StorageCluster))})
+	views := ShardViews(st.Assignments.At(name), st.ShardStates.At(name), st.ISR.At(d.StorageCluster))
+	switch c.Query("progress") {
+	case "", "false":
+	case "true":
+		if s.cfg.AskTxn == nil {
+			fail(c, fmt.Errorf("%w: progress is asked of the storage nodes by brokers only", models.ErrBadInput))
+			return
+		}
+		AddProgress(c.Request.Context(), s.cfg.AskTxn, progressTimeout, name, views, st.Nodes.At(d.StorageCluster))
+	default:
+		fail(c, fmt.Errorf("%w: progress must be true or false, not %q", models.ErrBadInput, c.Query("progress")))
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"shards": views})
 }
 
 // ShardViews joins assignment, state and in-sync sets of one database.

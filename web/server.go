@@ -70,6 +70,10 @@ type Config struct {
 	History History
 	// Operators serves GET /api/v1/operators; nil answers 404.
 	Operators Operators
+	// AskTxn asks the storage node at address for its replicas' last txn
+	// ids and terms (GET /internal/v1/txn): the shards API's ?progress=true.
+	// Nil: progress is not offered (400).
+	AskTxn func(ctx context.Context, address, db string, shards []int) (map[int]models.ReplicaTxn, error)
 	// Influx mounts the InfluxDB-compatible endpoints (/write, /api/v2/write,
 	// /query, /ping); nil on nodes without the broker role.
 	Influx InfluxRoutes
