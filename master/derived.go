@@ -58,12 +58,19 @@ func (d *derived) clusterLeads(st *statemachine.State, cluster string) map[strin
 // records of one cluster.
 func (d *derived) recordedTerms(live statemachine.Map[models.StorageNode], cluster string) map[string]int64 {
 	if d.terms == nil || !live.Same(d.termsKey) || cluster != d.termsOf {
-		d.termsKey, d.termsOf, d.terms = live, cluster, map[string]int64{}
-		for _, n := range live.All() {
-			for id, t := range n.MaxTerm {
-				d.terms[id] = max(d.terms[id], t)
-			}
-		}
+		d.termsKey, d.termsOf, d.terms = live, cluster, RecordedTerms(live)
 	}
 	return d.terms
+}
+
+// RecordedTerms is, per shard id, the highest max_term in the records of
+// the live nodes given (ShardInputs.RecordedTerms).
+func RecordedTerms(live statemachine.Map[models.StorageNode]) map[string]int64 {
+	terms := map[string]int64{}
+	for _, n := range live.All() {
+		for id, t := range n.MaxTerm {
+			terms[id] = max(terms[id], t)
+		}
+	}
+	return terms
 }

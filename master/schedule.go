@@ -114,6 +114,7 @@ func Schedule(in Input) Decision {
 			return d
 		}
 	}
+	terms := map[string]map[string]int64{} // per cluster, computed once for all its databases
 	for _, db := range st.Assignments.Keys() {
 		a := st.Assignments.At(db)
 		mb, seen := in.Members[a.Cluster]
@@ -123,9 +124,12 @@ func Schedule(in Input) Decision {
 		if _, exists := st.Databases.Get(db); !exists || !ClusterReady(st, a.Cluster) || in.SpreadSkip[a.Cluster] {
 			continue
 		}
+		if terms[a.Cluster] == nil {
+			terms[a.Cluster] = RecordedTerms(st.Nodes.At(a.Cluster))
+		}
 		next, changed := SpreadLeaders(SpreadInput{
 			ShardInputs: ShardInputs{DB: db, Assign: a, States: st.ShardStates.At(db), Live: st.Nodes.At(a.Cluster), ISR: st.ISR.At(a.Cluster), Drains: st.Drains,
-				ClusterID: st.ListedFrom[statemachine.ClusterISRSource(a.Cluster)]},
+				ClusterID: st.ListedFrom[statemachine.ClusterISRSource(a.Cluster)], RecordedTerms: terms[a.Cluster]},
 			StableSince: mb.Since, Now: in.Now, Delay: in.Delay, MaxMoves: cmpOr(in.MaxMoves, 16),
 		})
 		for _, id := range changed {
