@@ -19,7 +19,7 @@ import (
 // window; a frozen follower is still noticed once its parked fetch ends
 // (after at most this long, or at the next write, which it never
 // acknowledges) and no new one comes.
-const fetchWait = 20 * time.Second
+const fetchWait = 10 * time.Second
 
 // answerGrace is how much longer than its park time a fetch waits for the
 // leader's answer to begin (its headers; the body streams after): a leader
