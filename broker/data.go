@@ -110,12 +110,39 @@ func (d *Data) Route(db, series string) (any, error) {
 	if series == "" {
 		return nil, bad("missing series parameter")
 	}
-	t := d.target(st, cfg, lineproto.ShardOf(series, cfg.NumShards))
+	key, err := routeKey(series)
+	if err != nil {
+		return nil, err
+	}
+	t := d.target(st, cfg, lineproto.ShardOf(key, cfg.NumShards))
 	status := models.StatusOnline
 	if !t.online {
 		status = models.StatusOffline
 	}
 	return RouteView{Shard: t.shard, Leader: LeaderRef{NodeID: t.leader, Address: t.address}, Term: t.term, Status: status}, nil
+}
+
+// routeKey turns the series a client names (line protocol's
+// "metric,tag=value,...", with "#field" optionally; the field "value" when
+// none) into the series key writes are routed by: tags sorted, field
+// appended. Hashing the text as given named another shard than the one
+// holding the series.
+func routeKey(series string) (string, error) {
+	field := "value"
+	for i := 0; i < len(series); i++ {
+		if series[i] == '\\' {
+			i++
+		} else if series[i] == '#' {
+			series, field = series[:i], series[i+1:]
+			break
+		}
+	}
+	points, err := lineproto.Parse([]byte(series+" f=0 0"), "ns", 0)
+	if err != nil || len(points) != 1 || field == "" {
+		return "", bad("series %q is not metric,tag=value,... (optionally #field)", series)
+	}
+	p := points[0]
+	return string(lineproto.AppendSeriesKey(nil, p.Metric, p.Tags, field)), nil
 }
 
 // write is Write (metrics.go) without the metrics: 204 means every shard's

@@ -12,12 +12,17 @@ type isrView struct {
 	isr      []string // the current in-sync set (self included)
 	replicas []string // the shard's assigned replicas
 	last     uint64   // the leader's last txn id
-	acked    map[string]uint64
-	caught   map[string]time.Time // when each follower last had all we had at its previous fetch
-	fetched  map[string]time.Time // when each follower last fetched
-	parked   map[string]int       // followers with a batched fetch parked at the leader now: fetching
-	live     func(node string) bool
-	window   time.Duration // the catch-up window (lag bound)
+	// committed is the highest txn id acknowledged to a writer in this
+	// leadership (at least the log's last when it began): every member of
+	// the set must hold it, or the master could hand the shard to a replica
+	// without acknowledged entries, and the others would truncate them.
+	committed uint64
+	acked     map[string]uint64
+	caught    map[string]time.Time // when each follower last had all we had at its previous fetch
+	fetched   map[string]time.Time // when each follower last fetched
+	parked    map[string]int       // followers with a batched fetch parked at the leader now: fetching
+	live      func(node string) bool
+	window    time.Duration // the catch-up window (lag bound)
 }
 
 // decideISR says which followers leave and which join the in-sync set at now.
@@ -26,8 +31,14 @@ type isrView struct {
 // whose lease still runs: this is what catches it with no writes arriving),
 // or when it has stopped catching up for the window. A follower whose batched
 // fetch is parked at the leader is fetching now. A follower joins when it
-// is live, assigned and caught up within half the window.
-func decideISR(now time.Time, v isrView) (drop, add []string) {
+// is live, assigned and caught up within half the window, and holds every
+// acknowledged entry (acked >= committed); one that is caught up but lacks
+// some is returned in join instead: acknowledgements wait for it (so the
+// acknowledged entries stop running ahead of it) until it holds them all.
+// Being caught up alone is not enough: a follower restarted after kill -9
+// fetches from where it was at its previous fetch, which the leader counts
+// as caught up although entries were acknowledged without it meanwhile.
+func decideISR(now time.Time, v isrView) (drop, add, join []string) {
 	for _, n := range v.isr {
 		if n == v.self {
 			continue
@@ -46,10 +57,14 @@ func decideISR(now time.Time, v isrView) (drop, add []string) {
 			continue
 		}
 		if c := v.caught[n]; !c.IsZero() && now.Sub(c) < v.window/2 && (v.parked[n] > 0 || now.Sub(v.fetched[n]) < v.window/2) {
-			add = append(add, n)
+			if v.acked[n] >= v.committed {
+				add = append(add, n)
+			} else {
+				join = append(join, n)
+			}
 		}
 	}
-	return drop, add
+	return drop, add, join
 }
 
 // upkeepDelay is when the leader looks at its in-sync set again: soon while

@@ -23,12 +23,14 @@ func TestDecideISR(t *testing.T) {
 		isr       []string
 		replicas  []string
 		last      uint64
+		committed uint64 // the highest txn acknowledged to a writer
 		acked     map[string]uint64
 		caught    map[string]time.Time
 		fetched   map[string]time.Time
 		parked    map[string]int
 		live      func(string) bool
 		drop, add []string
+		join      []string
 	}{
 		{name: "idle and fetching: stays", now: t0.Add(10 * time.Second), isr: []string{"a", "b"}, replicas: []string{"a", "b"},
 			last: 5, acked: map[string]uint64{"b": 5}, caught: map[string]time.Time{"b": t0},
@@ -69,15 +71,39 @@ func TestDecideISR(t *testing.T) {
 		{name: "caught up and parked: joins", now: t0.Add(3 * time.Second), isr: []string{"a"}, replicas: []string{"a", "b"},
 			last: 3, acked: map[string]uint64{"b": 3}, caught: map[string]time.Time{"b": t0.Add(2900 * time.Millisecond)},
 			fetched: map[string]time.Time{"b": t0}, parked: map[string]int{"b": 1}, live: liveAll, add: []string{"b"}},
+		// Issue 8, nemesis seed 1: a follower killed (-9) right after its
+		// fetch that brought it to 3059 restarts and fetches from 3059, where
+		// the leader was at that fetch: caught up by the lag rule, while
+		// the leader acknowledged up to 3306 without it meanwhile. It joined
+		// the set, the master moved the leadership to it and the others
+		// truncated 247 acknowledged entries. It must not join the set
+		// before it holds them; acknowledgements wait for it meanwhile.
+		{name: "caught up by the lag rule but missing acknowledged entries (restarted follower): waits to join", now: t0.Add(500 * time.Millisecond),
+			isr: []string{"a", "b"}, replicas: []string{"a", "b", "c"}, last: 3306, committed: 3306,
+			acked:   map[string]uint64{"b": 3306, "c": 3059},
+			caught:  map[string]time.Time{"b": t0.Add(400 * time.Millisecond), "c": t0.Add(400 * time.Millisecond)},
+			fetched: map[string]time.Time{"b": t0.Add(400 * time.Millisecond), "c": t0.Add(400 * time.Millisecond)},
+			live:    liveAll, join: []string{"c"}},
+		{name: "holding every acknowledged entry, behind the last unacknowledged one: joins", now: t0.Add(500 * time.Millisecond),
+			isr: []string{"a", "b"}, replicas: []string{"a", "b", "c"}, last: 3310, committed: 3306,
+			acked:   map[string]uint64{"b": 3306, "c": 3306},
+			caught:  map[string]time.Time{"b": t0.Add(400 * time.Millisecond), "c": t0.Add(400 * time.Millisecond)},
+			fetched: map[string]time.Time{"b": t0.Add(400 * time.Millisecond), "c": t0.Add(400 * time.Millisecond)},
+			live:    liveAll, add: []string{"c"}},
+		{name: "missing acknowledged entries and not caught up: neither", now: t0.Add(500 * time.Millisecond),
+			isr: []string{"a"}, replicas: []string{"a", "c"}, last: 3306, committed: 3306,
+			acked: map[string]uint64{"c": 3059}, caught: map[string]time.Time{}, fetched: map[string]time.Time{"c": t0.Add(400 * time.Millisecond)},
+			live: liveAll},
 		{name: "never fetched: does not join", now: t0, isr: []string{"a"}, replicas: []string{"a", "b"}, last: 0,
 			acked: map[string]uint64{}, caught: map[string]time.Time{}, fetched: map[string]time.Time{}, live: liveAll},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			drop, add := decideISR(tc.now, isrView{self: "a", isr: tc.isr, replicas: tc.replicas, last: tc.last,
+			drop, add, join := decideISR(tc.now, isrView{self: "a", isr: tc.isr, replicas: tc.replicas, last: tc.last, committed: tc.committed,
 				acked: tc.acked, caught: tc.caught, fetched: tc.fetched, parked: tc.parked, live: tc.live, window: window})
 			require.Equal(t, tc.drop, drop, "drop")
 			require.Equal(t, tc.add, add, "add")
+			require.Equal(t, tc.join, join, "join")
 		})
 	}
 }

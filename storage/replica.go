@@ -64,22 +64,29 @@ type replica struct {
 
 	applyMu sync.Mutex // serialises Apply, TruncateAfter and Restore
 
-	mu      sync.Mutex
-	want    desired
-	since   time.Time          // when want last changed role or term
-	cancel  context.CancelFunc // of the current role's goroutines
-	done    chan struct{}
-	isr     []string             // leader: the in-sync set, as persisted
-	acked   map[string]uint64    // leader: highest txn each follower confirmed
-	caught  map[string]time.Time // leader: when each follower last had everything we had when it last fetched
-	sentEnd map[string]uint64    // leader: our last txn when each follower last fetched
-	fetched map[string]time.Time // leader: when each follower last fetched
-	parked  map[string]int       // leader: batched fetches of each follower parked here now
-	changed chan struct{}        // closed and replaced on every append, ack or ISR change
-	kick    chan struct{}        // wakes the leader's in-sync set upkeep early
-	isrTerm int64                // leader: the term of isrRev
-	isrRev  int64                // leader: mod revision of the in-sync set this leader last wrote
-	fenced  bool                 // leader: see ErrFenced; cleared when the term or role changes
+	mu     sync.Mutex
+	want   desired
+	since  time.Time          // when want last changed role or term
+	cancel context.CancelFunc // of the current role's goroutines
+	done   chan struct{}
+	isr    []string // leader: the in-sync set, as persisted
+	// joining (leader) are followers caught up but missing acknowledged
+	// entries: acknowledgements wait for them too, they join isr once they
+	// hold every one (see decideISR).
+	joining []string
+	// committed (leader) is the highest txn id acknowledged to a writer in
+	// this leadership, or the log's last when it began if higher.
+	committed uint64
+	acked     map[string]uint64    // leader: highest txn each follower confirmed
+	caught    map[string]time.Time // leader: when each follower last had everything we had when it last fetched
+	sentEnd   map[string]uint64    // leader: our last txn when each follower last fetched
+	fetched   map[string]time.Time // leader: when each follower last fetched
+	parked    map[string]int       // leader: batched fetches of each follower parked here now
+	changed   chan struct{}        // closed and replaced on every append, ack or ISR change
+	kick      chan struct{}        // wakes the leader's in-sync set upkeep early
+	isrTerm   int64                // leader: the term of isrRev
+	isrRev    int64                // leader: mod revision of the in-sync set this leader last wrote
+	fenced    bool                 // leader: see ErrFenced; cleared when the term or role changes
 	// superseded is a newer term a peer named while this replica led
 	// (ErrSuperseded); 0 when none. Cleared when the term or role changes.
 	superseded int64
@@ -128,6 +135,8 @@ func (r *replica) setDesired(d desired) {
 	ctx, c := context.WithCancel(context.Background())
 	r.cancel, r.done = c, make(chan struct{})
 	r.isr, r.acked, r.caught, r.sentEnd = nil, map[string]uint64{}, map[string]time.Time{}, map[string]uint64{}
+	// Anything in our log may have been acknowledged by an earlier leader.
+	r.joining, r.committed = nil, r.eng.LastTxnID()
 	r.fetched, r.parked = map[string]time.Time{}, map[string]int{}
 	r.fenced, r.superseded = false, 0
 	r.broadcastLocked()
@@ -286,24 +295,27 @@ func (r *replica) maintainISR(ctx context.Context, d desired) {
 	// where the leader was at its previous fetch; under a steady write load
 	// it is never exactly at the leader's last txn. Its fetches count too,
 	// so a dead follower leaves without writes.
-	drop, add := decideISR(time.Now(), isrView{
-		self: r.h.nodeID, isr: isr, replicas: r.want.replicas, last: last,
+	drop, add, join := decideISR(time.Now(), isrView{
+		self: r.h.nodeID, isr: isr, replicas: r.want.replicas, last: last, committed: r.committed,
 		acked: r.acked, caught: r.caught, fetched: r.fetched, parked: r.parked, window: r.h.cfg.LagBound,
 		// A follower whose lease is gone leaves at once when this process
 		// watches the live nodes; otherwise by not fetching within the window.
 		live: r.h.peerLive,
 	})
+	if !slices.Equal(join, r.joining) {
+		r.joining = join // acknowledgements wait for them from now on
+		r.broadcastLocked()
+	}
+	// Additions count for acknowledgements at once, under the lock the
+	// decision was taken in: no write is acknowledged between the check that
+	// they hold every acknowledged entry and their counting.
+	r.isr = append(r.isr, add...)
 	r.mu.Unlock()
 	if len(drop) == 0 && len(add) == 0 {
 		return
 	}
 	next := slices.DeleteFunc(slices.Clone(isr), func(n string) bool { return slices.Contains(drop, n) })
 	next = append(next, add...)
-	if len(add) > 0 {
-		r.mu.Lock()
-		r.isr = append(r.isr, add...)
-		r.mu.Unlock()
-	}
 	if err := r.persistISR(ctx, d.term, next); err != nil {
 		r.lg.Warn("in-sync set not updated", zap.Error(err))
 		// Undo the additions, so that the next pass decides them again.
@@ -395,11 +407,14 @@ func (r *replica) awaitAcks(ctx context.Context, term int64, txn uint64) error {
 			return fmt.Errorf("%w: shard %s has %d in-sync replicas, minimum is %d", ErrNotEnoughISR, r.id, n, r.h.cfg.MinInsync)
 		}
 		ok := true
-		for _, n := range r.isr {
+		for _, n := range slices.Concat(r.isr, r.joining) {
 			if n != r.h.nodeID && r.acked[n] < txn {
 				ok = false
 				break
 			}
+		}
+		if ok && txn > r.committed {
+			r.committed = txn
 		}
 		ch := r.changed
 		r.mu.Unlock()
