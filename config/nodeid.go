@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/cairn-db/cairn/atomicfile"
 )
 
 // NodeIDFile is the file in the data directory that keeps the node id.
@@ -51,7 +53,7 @@ func LoadOrCreateNodeID(dataDir, explicit string) (string, error) {
 	if id == "" {
 		id = newNodeID()
 	}
-	if err := writeFileAtomic(dataDir, NodeIDFile, []byte(id+"\n")); err != nil {
+	if err := atomicfile.Write(filepath.Join(dataDir, NodeIDFile), []byte(id+"\n"), 0o644); err != nil {
 		return "", fmt.Errorf("config: record node id: %w", err)
 	}
 	return id, nil
@@ -75,41 +77,4 @@ func newNodeID() string {
 	// process instead), so there is no error to handle.
 	_, _ = rand.Read(b[:])
 	return "n-" + hex.EncodeToString(b[:])
-}
-
-// writeFileAtomic leaves either no file or the complete file, even across a
-// crash: temp file, fsync, rename, fsync of the directory.
-func writeFileAtomic(dir, name string, data []byte) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(dir, name+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer func() { _ = os.Remove(tmp.Name()) }() // no-op once renamed
-	if _, err := tmp.Write(data); err != nil {
-		_ = tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		_ = tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		_ = tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), filepath.Join(dir, name)); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = d.Close() }()
-	return d.Sync()
 }

@@ -11,7 +11,9 @@ const Module = "github.com/cairn-db/cairn"
 
 // Layers lists the packages bottom-up; index = layer.
 var Layers = [][]string{
-	// Plain data and small mechanisms with no Cairn dependency.
+	// Files replaced whole, crash-safe.
+	{"atomicfile"},
+	// Plain data and small mechanisms.
 	{"models", "logrepeat", "backoff", "certs", "peerauth", "config", "history",
 		"storage/lineproto", "placement", "kv/embedded", "web/console"},
 	// The etcd key-value layer and the shard engine.

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/cairn-db/cairn/atomicfile"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
 	"go.uber.org/zap"
@@ -127,7 +128,7 @@ func (b *termBook) raise(db, uid string, terms map[int]int64) error {
 	}
 	if b.dir != "" {
 		raw, _ := json.Marshal(next)
-		if err := writeFileSync(b.dir, b.path(db), raw); err != nil {
+		if err := atomicfile.Write(b.path(db), raw, 0o644); err != nil {
 			return fmt.Errorf("persist seen terms of %s: %w", db, err)
 		}
 	}
@@ -186,39 +187,6 @@ func readBounded(path string, limit int64) ([]byte, error) {
 		return nil, fmt.Errorf("%d bytes, over the %d byte bound", st.Size(), limit)
 	}
 	return os.ReadFile(path)
-}
-
-// writeFileSync replaces path with data atomically and durably: a temporary
-// file fsynced, renamed over path, and the directory fsynced.
-func writeFileSync(dir, path string, data []byte) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(dir, filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // replicaRole is a replica and the role the published state gives it.
