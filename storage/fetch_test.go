@@ -101,8 +101,18 @@ func TestBatchedFetchCoversEveryShardOfALeader(t *testing.T) {
 		require.Eventually(t, func() bool { return len(isr(i)) == 2 }, 10*time.Second, 10*time.Millisecond)
 	}
 	// A follower may have asked before the leader took its role (a stale
-	// term answer sends that shard through one per-shard pull); from now on
+	// term answer sends that shard through one per-shard pull, after which
+	// it joins the batched fetch again). Once a first write of every shard
+	// is on the follower, every shard is past that: from then on
 	// everything goes through the batched fetch.
+	for i := range shards {
+		require.Eventually(t, func() bool { return lh.Write(ctx, "d", i, 1, points(100, 10)) == nil }, 10*time.Second, 10*time.Millisecond)
+	}
+	for i := range shards {
+		fs, err := follower.eng.Open("d", i)
+		require.NoError(t, err)
+		require.Eventually(t, func() bool { return fs.LastTxnID() == 1 }, 10*time.Second, 10*time.Millisecond)
+	}
 	solo := counts.get("/internal/v1/shards/:db/:shard/log")
 	require.LessOrEqual(t, solo, shards)
 	for round := range 3 {
@@ -113,7 +123,7 @@ func TestBatchedFetchCoversEveryShardOfALeader(t *testing.T) {
 	for i := range shards {
 		fs, err := follower.eng.Open("d", i)
 		require.NoError(t, err)
-		require.EqualValues(t, 3, fs.LastTxnID(), "shard %d: every acknowledged write is on the follower", i)
+		require.EqualValues(t, 4, fs.LastTxnID(), "shard %d: every acknowledged write is on the follower", i)
 	}
 	require.Equal(t, solo, counts.get("/internal/v1/shards/:db/:shard/log"), "no per-shard pulls")
 	require.Positive(t, counts.get("/internal/v1/fetch"))
@@ -127,8 +137,8 @@ func TestBatchedFetchCoversEveryShardOfALeader(t *testing.T) {
 	// The follower's own progress report through the txn question agrees.
 	got, err := client.New(httpClient()).Txn(ctx, follower.addr(), "d", []int{0, 5})
 	require.NoError(t, err)
-	require.EqualValues(t, 3, got[0].LastTxnID)
-	require.EqualValues(t, 3, got[5].LastTxnID)
+	require.EqualValues(t, 4, got[0].LastTxnID)
+	require.EqualValues(t, 4, got[5].LastTxnID)
 }
 
 func httpClient() *http.Client { return &http.Client{Timeout: 5 * time.Second} }
