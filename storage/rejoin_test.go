@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -120,18 +121,17 @@ func TestRestartedFollowerRejoinsHoldingAcknowledgedWrites(t *testing.T) {
 	live(t, store, "/t/storage/default", "G", g2.addr())
 	gs, err := g2.eng.Open("d", 0)
 	require.NoError(t, err)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		require.True(t, time.Now().Before(deadline), "G never rejoined the in-sync set")
-		// The set first, the log after: the log only grows, so a log short
-		// of the acknowledged writes now was short when the set named G.
+	// The set first, the log after: the log only grows, so a log short of
+	// the acknowledged writes now was short when the set named G.
+	var shortInSet atomic.Uint64 // G's log length seen while the set named it short (0: never)
+	require.Eventually(t, func() bool {
 		in := slices.Contains(isr(), "G")
-		if has := gs.LastTxnID(); in {
-			require.GreaterOrEqual(t, has, acked, "G is in the in-sync set while missing acknowledged writes")
-			break
+		if has := gs.LastTxnID(); in && has < acked {
+			shortInSet.Store(has + 1)
 		}
-		time.Sleep(200 * time.Microsecond)
-	}
+		return in
+	}, 20*time.Second, time.Millisecond, "G never rejoined the in-sync set")
+	require.Zero(t, shortInSet.Load(), "G was in the in-sync set holding %d of %d acknowledged writes", max(shortInSet.Load(), 1)-1, acked)
 	require.GreaterOrEqual(t, gs.LastTxnID(), acked)
 	// A write after the rejoin is acknowledged with G in the set.
 	require.NoError(t, leader.host.Write(ctx, "d", 0, 1, points(10+writers*each*size, 5)))
