@@ -246,8 +246,20 @@ func (s *boltShard) rewriteFile() error {
 		_ = os.Remove(tmp)
 		return fmt.Errorf("engine: compact file: %w", err)
 	}
+	if err := s.replaceFile(tmp, "compact file"); err != nil {
+		_ = os.Remove(tmp)
+		return err
+	}
+	return nil
+}
+
+// replaceFile puts the synced bolt file tmp in place of the shard's file:
+// close, rename, directory fsync, reopen. It reopens whatever file is in
+// place afterwards (the new one, or the old one if the rename failed), so
+// the shard stays usable either way. Call with s.mu held and s.db open.
+func (s *boltShard) replaceFile(tmp, what string) error {
 	if err := s.db.Close(); err != nil {
-		return fmt.Errorf("engine: compact file: close: %w", err)
+		return fmt.Errorf("engine: %s: close: %w", what, err)
 	}
 	s.db = nil
 	renameErr := os.Rename(tmp, s.path)
@@ -256,12 +268,11 @@ func (s *boltShard) rewriteFile() error {
 	}
 	db, err := openBolt(s.path)
 	if err != nil {
-		return fmt.Errorf("engine: compact file: reopen: %w", errors.Join(renameErr, err))
+		return fmt.Errorf("engine: %s: reopen: %w", what, errors.Join(renameErr, err))
 	}
 	s.db = db
 	if renameErr != nil {
-		_ = os.Remove(tmp)
-		return fmt.Errorf("engine: compact file: %w", renameErr)
+		return fmt.Errorf("engine: %s: %w", what, renameErr)
 	}
 	return nil
 }

@@ -1,11 +1,9 @@
 package engine
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -253,26 +251,11 @@ func (s *boltShard) Restore(r io.Reader) error {
 	if s.db == nil {
 		return ErrClosed
 	}
-	if err := s.db.Close(); err != nil {
-		return fmt.Errorf("engine: restore: close: %w", err)
-	}
-	s.db = nil
-	renameErr := os.Rename(tmp, s.path)
-	if renameErr == nil {
-		renameErr = syncDir(filepath.Dir(s.path))
-	}
-	// Reopen whatever file is in place now: the new one, or the old one if the
-	// rename failed, so the shard stays usable either way.
-	db, err := openBolt(s.path)
-	if err != nil {
-		return fmt.Errorf("engine: restore: reopen: %w", errors.Join(renameErr, err))
-	}
-	s.db = db
-	if renameErr != nil {
-		return fmt.Errorf("engine: restore: %w", renameErr)
+	if err := s.replaceFile(tmp, "restore"); err != nil {
+		return err
 	}
 	// The snapshot's unflushed tail is in its log: replay it into a new memtable.
-	err = s.recover()
+	err := s.recover()
 	s.resyncQueueLocked(fmt.Errorf("%w: shard restored from a snapshot", ErrTxnGap))
 	return err
 }
