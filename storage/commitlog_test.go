@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http/httptest"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -57,8 +58,9 @@ func twoReplicas(t *testing.T, sm *statemachine.Manager, store kv.Store, l, f *n
 		models.ShardStates{DB: "d", Shards: []models.ShardState{{ID: 0, Leader: "L", Term: 1, Status: models.StatusOnline}}})
 }
 
-func isrOf(t *testing.T, store kv.Store) []string {
-	kvp, err := store.Get(context.Background(), "/t/storage/default/isr/d/0")
+// isrOf reads the in-sync set of shard d/shard from the store (nil: none).
+func isrOf(t *testing.T, store kv.Store, shard int) []string {
+	kvp, err := store.Get(context.Background(), "/t/storage/default/isr/d/"+strconv.Itoa(shard))
 	if err != nil || kvp == nil {
 		return nil
 	}
@@ -85,7 +87,7 @@ func TestConcurrentWritesShareFsyncs(t *testing.T) {
 	follower := startNode(t, "F", sm, store)
 	twoReplicas(t, sm, store, leader, follower)
 	ctx := context.Background()
-	require.Eventually(t, func() bool { return len(isrOf(t, store)) == 2 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return len(isrOf(t, store, 0)) == 2 }, 10*time.Second, 10*time.Millisecond)
 	require.Eventually(t, func() bool { return leader.host.Write(ctx, "d", 0, 1, points(0, 1)) == nil }, 10*time.Second, 10*time.Millisecond)
 	ls, err := leader.eng.Open("d", 0)
 	require.NoError(t, err)
@@ -140,7 +142,7 @@ func TestLeaderLogTrimmedByFollowerProgress(t *testing.T) {
 	follower, stopF := startStoppable(t, "F", sm, store, feng)
 	twoReplicas(t, sm, store, leader, follower)
 	ctx := context.Background()
-	require.Eventually(t, func() bool { return len(isrOf(t, store)) == 2 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return len(isrOf(t, store, 0)) == 2 }, 10*time.Second, 10*time.Millisecond)
 	require.Eventually(t, func() bool { return leader.host.Write(ctx, "d", 0, 1, points(0, 10)) == nil }, 10*time.Second, 10*time.Millisecond)
 	for i := 1; i < 20; i++ {
 		require.NoError(t, leader.host.Write(ctx, "d", 0, 1, points(i*10, 10)))
@@ -156,7 +158,7 @@ func TestLeaderLogTrimmedByFollowerProgress(t *testing.T) {
 	// F stops: it leaves the in-sync set once it has not fetched for the
 	// lag bound, and from then on holds nothing back.
 	stopF()
-	require.Eventually(t, func() bool { return len(isrOf(t, store)) == 1 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return len(isrOf(t, store, 0)) == 1 }, 10*time.Second, 10*time.Millisecond)
 	for i := 20; i < 30; i++ {
 		require.NoError(t, leader.host.Write(ctx, "d", 0, 1, points(i*10, 10)))
 	}
@@ -169,7 +171,7 @@ func TestLeaderLogTrimmedByFollowerProgress(t *testing.T) {
 	follower, _ = startStoppable(t, "F", sm, store, feng)
 	put(sm, statemachine.ClusterNodesSource("default"), statemachine.KindStorageNodes, "default", "F",
 		models.StorageNode{NodeID: "F", NodeAddress: follower.addr()})
-	require.Eventually(t, func() bool { return len(isrOf(t, store)) == 2 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return len(isrOf(t, store, 0)) == 2 }, 10*time.Second, 10*time.Millisecond)
 	require.NoError(t, leader.host.Write(ctx, "d", 0, 1, points(300, 10)))
 	require.Eventually(t, func() bool { return fs.LastTxnID() == ls.LastTxnID() }, 10*time.Second, 10*time.Millisecond)
 	got, err := fs.Query("cpu", nil, 0, 1000)

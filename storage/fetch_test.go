@@ -2,10 +2,8 @@ package storage_test
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -88,17 +86,8 @@ func TestBatchedFetchCoversEveryShardOfALeader(t *testing.T) {
 
 	// Every shard's in-sync set holds F (no set was published before: all
 	// replicas start in sync), so an acknowledged write is on F.
-	isr := func(shard int) []string {
-		kvp, err := store.Get(ctx, "/t/storage/default/isr/d/"+strconv.Itoa(shard))
-		if err != nil || kvp == nil {
-			return nil
-		}
-		var set models.ISR
-		require.NoError(t, json.Unmarshal(kvp.Value, &set))
-		return set.Replicas
-	}
 	for i := range shards {
-		require.Eventually(t, func() bool { return len(isr(i)) == 2 }, 10*time.Second, 10*time.Millisecond)
+		require.Eventually(t, func() bool { return len(isrOf(t, store, i)) == 2 }, 10*time.Second, 10*time.Millisecond)
 	}
 	// A follower may have asked before the leader took its role (a stale
 	// term answer sends that shard through one per-shard pull, after which

@@ -117,16 +117,7 @@ func TestFollowerFullSyncThenInSync(t *testing.T) {
 	// F comes up: its log is empty and L trimmed most of its own, so F must
 	// restore a snapshot, then follow, then be added to the in-sync set.
 	live(t, store, "/t/storage/default", "F", follower.addr())
-	isr := func() []string {
-		kvp, err := store.Get(ctx, "/t/storage/default/isr/d/0")
-		if err != nil || kvp == nil {
-			return nil
-		}
-		var set models.ISR
-		require.NoError(t, json.Unmarshal(kvp.Value, &set))
-		return set.Replicas
-	}
-	require.Eventually(t, func() bool { return len(isr()) == 2 }, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return len(isrOf(t, store, 0)) == 2 }, 10*time.Second, 20*time.Millisecond)
 
 	// Now a write is acknowledged only once F has it.
 	require.NoError(t, leader.host.Write(ctx, "d", 0, 1, points(200, 10)))

@@ -2,7 +2,6 @@ package storage_test
 
 import (
 	"context"
-	"encoding/json"
 	"net/http/httptest"
 	"slices"
 	"sync"
@@ -77,22 +76,13 @@ func TestRestartedFollowerRejoinsHoldingAcknowledgedWrites(t *testing.T) {
 		models.Assignment{DB: "d", Cluster: "default", Shards: []models.ShardAssignment{{ID: 0, Replicas: []string{"L", "F", "G"}}}})
 	put(sm, statemachine.SourceShardState, statemachine.KindShardState, "", "d",
 		models.ShardStates{DB: "d", Shards: []models.ShardState{{ID: 0, Leader: "L", Term: 1, Status: models.StatusOnline}}})
-	isr := func() []string {
-		kvp, err := store.Get(ctx, "/t/storage/default/isr/d/0")
-		if err != nil || kvp == nil {
-			return nil
-		}
-		var set models.ISR
-		require.NoError(t, json.Unmarshal(kvp.Value, &set))
-		return set.Replicas
-	}
-	require.Eventually(t, func() bool { return len(isr()) == 3 }, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return len(isrOf(t, store, 0)) == 3 }, 10*time.Second, 20*time.Millisecond)
 	require.NoError(t, leader.host.Write(ctx, "d", 0, 1, points(0, 5)))
 
 	// G stops (its record stays, as after kill -9): it leaves the set by
 	// not fetching, and L and F acknowledge many writes without it.
 	stopG()
-	require.Eventually(t, func() bool { return len(isr()) == 2 }, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return len(isrOf(t, store, 0)) == 2 }, 10*time.Second, 20*time.Millisecond)
 	// Big entries: G needs many fetches, and a while, to catch up.
 	const writers, each, size = 8, 150, 400
 	var wg sync.WaitGroup
@@ -125,7 +115,7 @@ func TestRestartedFollowerRejoinsHoldingAcknowledgedWrites(t *testing.T) {
 	// the acknowledged writes now was short when the set named G.
 	var shortInSet atomic.Uint64 // G's log length seen while the set named it short (0: never)
 	require.Eventually(t, func() bool {
-		in := slices.Contains(isr(), "G")
+		in := slices.Contains(isrOf(t, store, 0), "G")
 		if has := gs.LastTxnID(); in && has < acked {
 			shortInSet.Store(has + 1)
 		}
