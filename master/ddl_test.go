@@ -42,6 +42,10 @@ func TestCreateDatabasePlacesBalanced(t *testing.T) {
 	replicas, leaders := counts(st, five)
 	require.LessOrEqual(t, spread(replicas, five), 1, "replicas per node %v", replicas)
 	require.LessOrEqual(t, spread(leaders, five), 1, "leaders per node %v", leaders)
+	// The states name the incarnation they were written for.
+	uid := st.Databases.At("metrics").UID
+	require.NotEmpty(t, uid)
+	require.Equal(t, uid, h.etcdStates("metrics").UID)
 
 	// A second database is balanced together with the first.
 	h.createDB("events", 5, 3)

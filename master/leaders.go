@@ -232,7 +232,7 @@ func PlanLeaders(in ShardInputs) (models.ShardStates, []int) {
 	for _, s := range in.States.Shards {
 		cur[s.ID] = s
 	}
-	next := models.ShardStates{DB: in.DB, Shards: make([]models.ShardState, 0, len(in.Assign.Shards))}
+	next := models.ShardStates{DB: in.DB, Shards: make([]models.ShardState, 0, len(in.Assign.Shards)), UID: in.States.UID}
 	leads := in.Leads
 	if leads == nil {
 		leads = map[string]int{}

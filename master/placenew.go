@@ -84,7 +84,7 @@ func (m *Master) writeNew(ctx context.Context, dbs []models.Database, plan place
 	var wg sync.WaitGroup
 	for _, db := range dbs {
 		a := models.Assignment{DB: db.Name, Cluster: db.StorageCluster}
-		ss := models.ShardStates{DB: db.Name}
+		ss := models.ShardStates{DB: db.Name, UID: db.UID}
 		for i := range db.NumShards {
 			t := plan.Target[placement.ShardKey{DB: db.Name, Shard: i}]
 			a.Shards = append(a.Shards, models.ShardAssignment{ID: i, Replicas: t.Replicas})

@@ -370,7 +370,7 @@ func (m *Master) publishLeaderOps(ctx context.Context, st *statemachine.State, o
 	for _, db := range slices.Sorted(maps.Keys(byDB)) {
 		a := st.Assignments.At(db)
 		prev := st.ShardStates.At(db)
-		next := models.ShardStates{DB: db, Shards: slices.Clone(prev.Shards)}
+		next := models.ShardStates{DB: db, Shards: slices.Clone(prev.Shards), UID: prev.UID}
 		in := ShardInputs{DB: db, Assign: a, States: prev, Live: st.Nodes.At(a.Cluster), ISR: st.ISR.At(a.Cluster), Drains: st.Drains,
 			ClusterID: st.ListedFrom[statemachine.ClusterISRSource(a.Cluster)]}
 		leads := map[string]int{}

@@ -138,7 +138,7 @@ func (m *Master) syncAssignment(ctx context.Context, name string) error {
 	}
 	next := models.Assignment{DB: name, Cluster: db.StorageCluster, Shards: append(slices.Clone(a.Shards), as...)}
 	states := st.ShardStates.At(name)
-	nextStates := models.ShardStates{DB: name, Shards: append(slices.Clone(states.Shards), ss...)}
+	nextStates := models.ShardStates{DB: name, Shards: append(slices.Clone(states.Shards), ss...), UID: db.UID}
 	// Both keys are guarded by the mod revisions the decision read (0:
 	// absent), never by re-encoded bytes: another version, a restore or a
 	// person may have written them.
@@ -217,7 +217,7 @@ func (m *Master) failover(ctx context.Context, name string) error {
 
 // applyFailover writes failover and offline operators into the shard states.
 func applyFailover(db string, prev models.ShardStates, ops []Operator) (models.ShardStates, []int) {
-	next := models.ShardStates{DB: db, Shards: slices.Clone(prev.Shards)}
+	next := models.ShardStates{DB: db, Shards: slices.Clone(prev.Shards), UID: prev.UID}
 	var changed []int
 	for _, o := range ops {
 		i := indexOf(next, o.Shard)

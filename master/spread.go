@@ -32,7 +32,7 @@ func SpreadLeaders(in SpreadInput) (models.ShardStates, []int) {
 	if in.Now.Sub(in.StableSince) < in.Delay {
 		return in.States, nil
 	}
-	next := models.ShardStates{DB: in.DB, Shards: slices.Clone(in.States.Shards)}
+	next := models.ShardStates{DB: in.DB, Shards: slices.Clone(in.States.Shards), UID: in.States.UID}
 	// Candidates per movable shard, and the current leader counts over every
 	// node that may lead something.
 	type movable struct {

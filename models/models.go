@@ -118,6 +118,11 @@ type ShardState struct {
 type ShardStates struct {
 	DB     string       `json:"db"`
 	Shards []ShardState `json:"shards"`
+	// UID is the incarnation of the database these states were written for
+	// (Database.UID). Storage nodes ignore states of another incarnation: a
+	// watcher may deliver a re-created database's config before the deletion
+	// of the old one's states. Empty in records of older versions.
+	UID string `json:"uid,omitempty"`
 }
 
 // ISR is a shard's in-sync replica set, written by its leader under its term.

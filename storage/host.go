@@ -222,9 +222,17 @@ func (h *Host) reconcile(full, all bool, names map[string]bool) {
 		h.mu.RLock()
 		r := h.replicas[id]
 		h.mu.RUnlock()
+		db, shard, _ := models.ParseShardID(id)
+		uid := st.Databases.At(db).UID
+		if r != nil && r.uid != "" && uid != "" && r.uid != uid {
+			// The database was dropped and created again while this replica
+			// stayed open (within the drop delay, or both events seen as one
+			// after a re-list): its data is the old incarnation's.
+			h.retire(r)
+			r = nil
+		}
 		if r == nil {
-			db, shard, _ := models.ParseShardID(id)
-			if err := h.checkIncarnation(db, st.Databases.At(db).UID); err != nil {
+			if err := h.checkIncarnation(db, uid); err != nil {
 				h.lg.Error("cannot check database incarnation", zap.String("db", db), zap.Error(err))
 				continue
 			}
@@ -234,6 +242,7 @@ func (h *Host) reconcile(full, all bool, names map[string]bool) {
 				continue
 			}
 			r = newReplica(h, db, shard, s)
+			r.uid = uid
 			h.mu.Lock()
 			h.replicas[id] = r
 			h.mu.Unlock()
@@ -347,7 +356,7 @@ func (h *Host) wanted(st *statemachine.State, all bool, names map[string]bool) (
 			return
 		}
 		drop(name)
-		v.want = h.wantedIn(st, name, a)
+		v.want = h.wantedIn(st, name, a, db.UID)
 		h.views[name] = v
 		for id, d := range v.want {
 			h.want[id] = d
@@ -374,14 +383,18 @@ func (h *Host) wanted(st *statemachine.State, all bool, names map[string]bool) (
 }
 
 // wantedIn is this node's replicas of one database and what each should be.
-func (h *Host) wantedIn(st *statemachine.State, name string, a models.Assignment) map[string]desired {
+// States written for another incarnation of the database (uid) give no role:
+// acting on them would raise the new incarnation's seen terms to the old one's.
+func (h *Host) wantedIn(st *statemachine.State, name string, a models.Assignment, uid string) map[string]desired {
 	var want map[string]desired
+	ss := st.ShardStates.At(name)
+	current := ss.UID == "" || uid == "" || ss.UID == uid
 	for _, sh := range a.Shards {
 		if !slices.Contains(sh.Replicas, h.nodeID) {
 			continue
 		}
 		d := desired{role: roleIdle, replicas: sh.Replicas}
-		if s, ok := st.ShardState(name, sh.ID); ok && s.Status == models.StatusOnline {
+		if s, ok := st.ShardState(name, sh.ID); ok && current && s.Status == models.StatusOnline {
 			d.term = s.Term
 			if s.Leader == h.nodeID {
 				d.role = roleLeader
@@ -414,18 +427,16 @@ func (h *Host) checkIncarnation(db, uid string) error {
 		if err := h.terms.forget(db); err != nil {
 			return err
 		}
-		h.mu.Lock()
+		h.mu.RLock()
 		var stale []*replica
-		for id, r := range h.replicas {
+		for _, r := range h.replicas {
 			if r.db == db {
 				stale = append(stale, r)
-				delete(h.replicas, id)
 			}
 		}
-		h.mu.Unlock()
+		h.mu.RUnlock()
 		for _, r := range stale {
-			r.stop()
-			_ = h.cfg.Engine.Drop(r.db, r.shard)
+			h.retire(r)
 		}
 		if err := os.RemoveAll(filepath.Join(h.cfg.Dir, db)); err != nil {
 			return err
@@ -438,6 +449,21 @@ func (h *Host) checkIncarnation(db, uid string) error {
 		return err
 	}
 	return os.WriteFile(mark, []byte(uid), 0o644)
+}
+
+// retire stops a replica of an earlier incarnation of its database and drops
+// its data at once: it belongs to no database that exists.
+func (h *Host) retire(r *replica) {
+	h.mu.Lock()
+	if h.replicas[r.id] == r {
+		delete(h.replicas, r.id)
+	}
+	h.mu.Unlock()
+	delete(h.unwanted, r.id)
+	r.stop()
+	if err := h.cfg.Engine.Drop(r.db, r.shard); err != nil {
+		h.lg.Warn("cannot drop the data of an earlier incarnation", zap.String("shard", r.id), zap.Error(err))
+	}
 }
 
 func (h *Host) get(db string, shard int) *replica {

@@ -59,6 +59,7 @@ type replica struct {
 	db    string
 	shard int
 	id    string // "db/shard"
+	uid   string // the database incarnation the replica was opened for
 	eng   engine.Shard
 	lg    *zap.Logger
 

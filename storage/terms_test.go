@@ -67,8 +67,13 @@ func oneShard(sm *statemachine.Manager, nodes map[string]string, replicas []stri
 }
 
 func setLeader(sm *statemachine.Manager, leader string, term int64) {
+	setLeaderOf(sm, "u1", leader, term)
+}
+
+// setLeaderOf publishes d/0's leader as the master writes it for incarnation uid.
+func setLeaderOf(sm *statemachine.Manager, uid, leader string, term int64) {
 	put(sm, statemachine.SourceShardState, statemachine.KindShardState, "", "d",
-		models.ShardStates{DB: "d", Shards: []models.ShardState{{ID: 0, Leader: leader, Term: term, Status: models.StatusOnline}}})
+		models.ShardStates{DB: "d", UID: uid, Shards: []models.ShardState{{ID: 0, Leader: leader, Term: term, Status: models.StatusOnline}}})
 }
 
 // askSeen asks the node's failover endpoint what it knows of shard d/0.
@@ -128,14 +133,30 @@ func TestSeenTermPersistedAndLowerTermsRefused(t *testing.T) {
 
 	// A database dropped and created again under the same name starts its
 	// terms over: the old incarnation's seen terms do not refuse term 1.
+	// The new config arrives first, while the old incarnation's states
+	// (term 5) are still held, as a watcher may deliver them: the replica
+	// still open from the old incarnation is dropped with its data, and the
+	// old states give the new one no role and raise none of its terms.
 	put(sm, statemachine.SourceDatabaseConfig, statemachine.KindDatabaseConfig, "", "d",
 		models.Database{Name: "d", StorageCluster: "default", NumShards: 1, ReplicaFactor: 1, UID: "u2"})
-	setLeader(sm, "L", 1)
+	require.Eventually(t, func() bool {
+		ans, err := client.New(http.DefaultClient).Txn(ctx, n.addr(), "d", []int{0})
+		return err == nil && ans[0].LastTxnID == 0 && n.host.SeenTerms()["d/0"] == 0 &&
+			errors.Is(n.host.Write(ctx, "d", 0, 5, points(30, 1)), models.ErrStaleTerm)
+	}, 5*time.Second, 10*time.Millisecond, "the old incarnation's replica and entries dropped, a new one open")
+	require.Equal(t, models.ReplicaTxn{}, askSeen(t, n), "no term of the old states accepted for the new incarnation")
+
+	// The drop deleted the old in-sync record (term 5) too.
+	_, err = store.Delete(ctx, models.ClusterKeys{SNS: "/t/storage/default"}.ISR("d", 0))
+	require.NoError(t, err)
+	setLeaderOf(sm, "u2", "L", 1)
 	require.Eventually(t, func() bool { return n.host.SeenTerms()["d/0"] == 1 }, 5*time.Second, 10*time.Millisecond,
 		"term 1 of the new incarnation accepted")
 	raw, err = os.ReadFile(filepath.Join(dir, "d.terms"))
 	require.NoError(t, err)
 	require.JSONEq(t, `{"uid":"u2","terms":{"0":1}}`, string(raw))
+	require.Eventually(t, func() bool { return n.host.Write(ctx, "d", 0, 1, points(40, 2)) == nil }, 5*time.Second, 10*time.Millisecond)
+	require.Equal(t, models.ReplicaTxn{LastTxnID: 1, LastTerm: 1, Term: 1, SeenTerm: 1}, askSeen(t, n))
 }
 
 // A leader that a follower's fetch tells of a newer term of its shard stops
