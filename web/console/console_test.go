@@ -38,6 +38,7 @@ func TestHandlerServesAssets(t *testing.T) {
 		{"/console/console.css", "text/css; charset=utf-8", "--leader"},
 		{"/console/console.js", "text/javascript; charset=utf-8", "/api/v1"},
 		{"/console/shardmap.js", "text/javascript; charset=utf-8", "CairnShardMap"},
+		{"/console/progress.js", "text/javascript; charset=utf-8", "CairnProgress"},
 	}
 	for _, c := range cases {
 		t.Run(c.path, func(t *testing.T) {
@@ -64,7 +65,7 @@ func TestHandlerPageReferencesServedAssets(t *testing.T) {
 	srv := httptest.NewServer(Handler())
 	defer srv.Close()
 	_, page := get(t, srv, http.MethodGet, "/", nil)
-	for _, ref := range []string{`href="/console/console.css"`, `src="/console/shardmap.js"`, `src="/console/console.js"`} {
+	for _, ref := range []string{`href="/console/console.css"`, `src="/console/shardmap.js"`, `src="/console/progress.js"`, `src="/console/console.js"`} {
 		require.Contains(t, page, ref)
 	}
 }
