@@ -30,6 +30,7 @@ window.CairnProgress = (function () {
         const role = offline ? "offline" : n === s.leader ? "leader" : isr.has(n) ? "follower" : "out of sync";
         let state, lag = null;
         if (!p) state = live.has(n) ? "no-answer" : "down";
+        else if (offline || !s.leader) state = "no-leader";
         else if (!lead) state = "unknown";
         else {
           lag = lead.last_txn_id - p.last_txn_id;
@@ -43,10 +44,14 @@ window.CairnProgress = (function () {
 
   const STATE_TEXT = {
     "in-step": "in step", behind: "behind", ahead: "ahead of the leader", unknown: "leader did not answer",
-    "no-answer": "no answer in 2 s", down: "node down",
+    "no-leader": "no leader", "no-answer": "no answer in 2 s", down: "node down",
   };
   const STATE_CLASS = {
-    "in-step": "on", behind: "lag", ahead: "lag", unknown: "", "no-answer": "off", down: "down",
+    "in-step": "on", behind: "lag", ahead: "lag", unknown: "", "no-leader": "down", "no-answer": "off", down: "down",
+  };
+  const STATE_TITLE = {
+    "no-answer": "its node is live but did not answer within 2 s: unreachable, too slow, or not serving this replica yet",
+    down: "its node is not live", "no-leader": "the shard is offline", ahead: "it holds entries its leader does not",
   };
 
   function lagText(r) {
@@ -62,7 +67,8 @@ window.CairnProgress = (function () {
       (p ? " data-txn=" + esc(p.last_txn_id) : "") + (r.lag !== null ? " data-lag=" + r.lag : "") +
       "><td class=num>" + esc(r.shard) + "</td><td>" + esc(r.node) + "</td><td>" + esc(r.role) + "</td>" +
       num(p && p.last_txn_id) + num(p && p.last_term) + num(p && p.term) + num(p && (p.seen_term || "-")) +
-      "<td class='num lag'>" + esc(lagText(r)) + "</td><td><span class='badge " + STATE_CLASS[r.state] + "'>" +
+      "<td class='num lag'>" + esc(lagText(r)) + "</td><td><span class='badge " + STATE_CLASS[r.state] + "'" +
+      (STATE_TITLE[r.state] ? " title='" + esc(STATE_TITLE[r.state]) + "'" : "") + ">" +
       esc(STATE_TEXT[r.state]) + "</span></td></tr>";
   }
 
@@ -77,6 +83,7 @@ window.CairnProgress = (function () {
     let data = null; // {db, shards, at, took}
     let error = "", painted = "", timer = 0, inflight = null;
     let askedDb = "", askedAt = 0; // the last question, answered or not
+    const memo = { data: null, key: "" };
 
     function stop() { clearTimeout(timer); timer = 0; }
 
@@ -146,8 +153,14 @@ window.CairnProgress = (function () {
         $("progress-summary").textContent = "";
         return;
       }
-      const rows = replicaRows(data.shards, deps.live(data.db));
+      const live = deps.live(data.db);
       const onlyBad = $("progress-filter").value === "behind";
+      // The console renders every second; the table is rebuilt only when
+      // an answer, the filter or the set of live nodes changed.
+      const key = [...live].sort().join(",") + "|" + onlyBad;
+      if (memo.data === data && memo.key === key) return;
+      memo.data = data; memo.key = key;
+      const rows = replicaRows(data.shards, live);
       const shown = onlyBad ? rows.filter((r) => r.state !== "in-step") : rows;
       let behind = 0, maxLag = 0, silent = 0, down = 0;
       for (const r of rows) {

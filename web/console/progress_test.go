@@ -31,7 +31,7 @@ const progressRowsJS = `Object.fromEntries([...document.querySelectorAll("#progr
 // that is down.
 func TestConsoleReplicaProgress(t *testing.T) {
 	api := newFakeAPI(5)
-	db := api.addDB("metrics", "default", 4, 3)
+	db := api.addDB("metrics", "default", 5, 3)
 	api.set(func(f *fakeAPI) {
 		// shard 0: n-1 n-2 and a replica on n-9, which is not live.
 		s0 := db.shards[0]
@@ -42,10 +42,13 @@ func TestConsoleReplicaProgress(t *testing.T) {
 		// leader of shard 3 (whose followers' lag is then unknown).
 		f.silent["n-5"] = true
 		db.shards[3].Leader = "n-5"
+		// shard 4 (n-5 n-1 n-2) is offline: no lag without a leader.
+		s4 := db.shards[4]
+		s4.Status, s4.Leader, s4.ISR, s4.Reason = "offline", "", nil, "no replica alive"
 	})
 	c := newConsole(t, api)
 	c.open("#shards/metrics")
-	c.WaitJS(`document.querySelectorAll("#progress tr[data-shard]").length === 12`)
+	c.WaitJS(`document.querySelectorAll("#progress tr[data-shard]").length === 15`)
 
 	got := browsertest.Eval[map[string]progressRow](c.Page, progressRowsJS)
 	// What the page must say, derived from the fake's own state.
@@ -62,6 +65,8 @@ func TestConsoleReplicaProgress(t *testing.T) {
 					want[key] = [2]string{"no-answer", ""}
 				case !ok:
 					want[key] = [2]string{"down", ""}
+				case v.Status == "offline":
+					want[key] = [2]string{"no-leader", ""}
 				case !leadOK:
 					want[key] = [2]string{"unknown", ""}
 				default:
@@ -92,14 +97,15 @@ func TestConsoleReplicaProgress(t *testing.T) {
 	require.Contains(t, got["2/n-5"].Text, "no answer in 2 s")
 	require.Contains(t, got["0/n-9"].Text, "node down")
 	require.Contains(t, got["3/n-1"].Text, "leader did not answer")
+	require.Contains(t, got["4/n-1"].Text, "no leader")
 	summary := browsertest.Eval[string](c.Page, `document.getElementById("progress-summary").textContent`)
-	require.Contains(t, summary, "12 replicas · 1 behind (max lag 7) · 2 not answering · 1 on down nodes")
+	require.Contains(t, summary, "15 replicas · 1 behind (max lag 7) · 3 not answering · 1 on down nodes")
 	c.Screenshot("progress")
 
 	// Only the replicas that need a look.
 	c.Do(chromedp.SetValue(chromedp.CSS(`#progress-filter`), "behind"),
 		chromedp.Evaluate[chromedp.Void](`document.getElementById("progress-filter").dispatchEvent(new Event("change"))`))
-	c.WaitJS(`document.querySelectorAll("#progress tr[data-shard]").length === 7`)
+	c.WaitJS(`document.querySelectorAll("#progress tr[data-shard]").length === 10`)
 	require.Zero(t, browsertest.Eval[int](c.Page, `document.querySelectorAll('#progress tr[data-state=in-step]').length`))
 
 	// n-3 catches up; the button asks again at once.
