@@ -103,7 +103,8 @@ func TestAssetsStaySmallAndSelfContained(t *testing.T) {
 		return nil
 	})
 	require.NoError(t, err)
-	require.Less(t, total, 60*1024, "console assets must stay under 60 KB")
+	// 60 KB until the replica progress panel (progress.js, ~10 KB) came.
+	require.Less(t, total, 72*1024, "console assets must stay under 72 KB")
 	require.Less(t, vendored, 64*1024, "the vendored uPlot must stay under 64 KB")
 	page, err := fs.ReadFile(FS, "index.html")
 	require.NoError(t, err)
