@@ -14,11 +14,11 @@ import (
 	"time"
 )
 
-// FS holds the console assets: index.html, console.css, shardmap.js and
-// console.js, and the charts (charts.js, charts.css) with the uPlot library
+// FS holds the console assets: index.html, console.css, shardmap.js,
+// progress.js and console.js, and the charts (charts.js, charts.css) with the uPlot library
 // they draw with (MIT, see uPlot.LICENSE).
 //
-//go:embed index.html console.css shardmap.js console.js
+//go:embed index.html console.css shardmap.js progress.js console.js
 //go:embed charts.js charts.css uPlot.iife.min.js uPlot.min.css
 var FS embed.FS
 
@@ -39,7 +39,7 @@ type asset struct {
 // ever served, whatever else might later be embedded.
 var loadAssets = sync.OnceValue(func() map[string]asset {
 	out := make(map[string]asset)
-	for _, name := range append([]string{"index.html", "console.css", "shardmap.js", "console.js"}, chartAssets...) {
+	for _, name := range append([]string{"index.html", "console.css", "shardmap.js", "progress.js", "console.js"}, chartAssets...) {
 		b, err := FS.ReadFile(name)
 		if err != nil {
 			continue // cannot happen for embedded names; the file is then a 404

@@ -27,6 +27,7 @@
   const stats = {
     shardRenders: 0, shardFullRenders: 0, shardRowPatches: 0,
     lastShardBuildMs: 0, lastShardParseMs: 0, lastShardRenderMs: 0,
+    progressAsks: 0,
   };
   window.cairnConsole = {
     stats: stats,
@@ -34,6 +35,9 @@
     // redraw rebuilds the whole shard map from the data in hand and returns
     // its cost in ms: a benchmark hook that leaves the network out.
     redraw: () => { shardMap.reset(); renderShardMap(); return stats.lastShardRenderMs; },
+    // progressScheduled tells whether a replica progress question is due:
+    // never while the Shard map is not on screen.
+    progressScheduled: () => replicaProgress.scheduled(),
   };
 
   const { esc, byName, drainButton } = CairnShardMap;
@@ -129,7 +133,7 @@
   }
 
   document.addEventListener("visibilitychange", () => {
-    if (document.hidden) clearTimeout(timer); else poll();
+    if (document.hidden) { clearTimeout(timer); replicaProgress.stop(); } else poll();
   });
 
   const shardsOf = (name) => getJSON("/databases/" + encodeURIComponent(name) + "/shards").then((r) => ({ name: name, r: r }));
@@ -373,7 +377,22 @@
 
   const shardMap = CairnShardMap.create($("shard-map"), stats);
 
+  // The replica progress under the map: asked of the storage nodes for the
+  // selected database only, while the Shard map tab is on screen.
+  const replicaProgress = CairnProgress.create({
+    getJSON: getJSON, stats: stats,
+    db: () => selectedDb,
+    open: () => currentTab() === "shards" && !document.hidden,
+    live: (name) => {
+      const db = state.dbs.find((d) => d.name === name);
+      const nodes = db ? ((state.nodes && state.nodes.storage) || {})[db.storage_cluster] || [] : [];
+      return new Set(nodes.map((n) => n.node_id));
+    },
+  });
+
   function renderShardMap() {
+    replicaProgress.sync();
+    replicaProgress.render();
     const db = state.dbs.find((d) => d.name === selectedDb);
     if (!db || state.shardsDb !== selectedDb || !state.shards) {
       shardMap.placeholder(db ? "Loading shards..." : "No database selected.");
@@ -398,7 +417,7 @@
     if (db && db !== selectedDb) selectDb(db);
     document.querySelectorAll("[data-section]").forEach((s) => { s.hidden = s.dataset.section !== tab; });
     document.querySelectorAll("#tabs a").forEach((a) => a.classList.toggle("active", a.dataset.tab === tab));
-    if (tab === "shards") renderShardMap();
+    if (tab === "shards") renderShardMap(); else replicaProgress.stop();
     poll();
   }
   window.addEventListener("hashchange", showTab);

@@ -38,6 +38,7 @@ func TestHandlerServesAssets(t *testing.T) {
 		{"/console/console.css", "text/css; charset=utf-8", "--leader"},
 		{"/console/console.js", "text/javascript; charset=utf-8", "/api/v1"},
 		{"/console/shardmap.js", "text/javascript; charset=utf-8", "CairnShardMap"},
+		{"/console/progress.js", "text/javascript; charset=utf-8", "CairnProgress"},
 	}
 	for _, c := range cases {
 		t.Run(c.path, func(t *testing.T) {
@@ -64,7 +65,7 @@ func TestHandlerPageReferencesServedAssets(t *testing.T) {
 	srv := httptest.NewServer(Handler())
 	defer srv.Close()
 	_, page := get(t, srv, http.MethodGet, "/", nil)
-	for _, ref := range []string{`href="/console/console.css"`, `src="/console/shardmap.js"`, `src="/console/console.js"`} {
+	for _, ref := range []string{`href="/console/console.css"`, `src="/console/shardmap.js"`, `src="/console/progress.js"`, `src="/console/console.js"`} {
 		require.Contains(t, page, ref)
 	}
 }
@@ -102,7 +103,8 @@ func TestAssetsStaySmallAndSelfContained(t *testing.T) {
 		return nil
 	})
 	require.NoError(t, err)
-	require.Less(t, total, 60*1024, "console assets must stay under 60 KB")
+	// 60 KB until the replica progress panel (progress.js, ~10 KB) came.
+	require.Less(t, total, 72*1024, "console assets must stay under 72 KB")
 	require.Less(t, vendored, 64*1024, "the vendored uPlot must stay under 64 KB")
 	page, err := fs.ReadFile(FS, "index.html")
 	require.NoError(t, err)

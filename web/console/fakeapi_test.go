@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/cairn-db/cairn/models"
 )
 
 // fakeAPI is an in-memory stand-in for Cairn's /api/v1, just faithful enough
@@ -27,6 +29,12 @@ type fakeAPI struct {
 	// persisted operators would.
 	operators  []map[string]any
 	unreadable []string
+	// silent nodes are live but never answer a progress question;
+	// progressFail, when set, is the message of a 400 to every one.
+	silent       map[string]bool
+	progressFail string
+	progressAsks []string // the database of each progress question
+	nodePolls    int      // GET /nodes: one per console poll
 }
 
 type fakeDB struct {
@@ -46,12 +54,21 @@ type fakeShard struct {
 	ISR      []string `json:"isr"`
 	Status   string   `json:"status"`
 	Reason   string   `json:"reason"`
+	// txn overrides a replica's last txn id (else 100 + 10 x id).
+	txn map[string]uint64
+}
+
+// progressView is a shard as ?progress=true shows it.
+type progressView struct {
+	*fakeShard
+	Progress   map[string]models.ReplicaTxn `json:"progress"`
+	Unanswered []string                     `json:"unanswered,omitempty"`
 }
 
 var fakeName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
 func newFakeAPI(nodes int) *fakeAPI {
-	f := &fakeAPI{clusters: map[string][]string{}, draining: map[string]bool{}, dbs: map[string]*fakeDB{}}
+	f := &fakeAPI{clusters: map[string][]string{}, draining: map[string]bool{}, dbs: map[string]*fakeDB{}, silent: map[string]bool{}}
 	for i := 1; i <= nodes; i++ {
 		f.clusters["default"] = append(f.clusters["default"], fmt.Sprintf("n-%d", i))
 	}
@@ -115,7 +132,10 @@ func (f *fakeAPI) handler() http.Handler {
 		reply(w, 200, map[string]any{"node_id": "n-1", "address": "127.0.0.1:9000", "term": 3,
 			"elected_at": time.Now().Add(-5 * time.Minute).UnixMilli()})
 	}))
-	mux.HandleFunc("GET /api/v1/nodes", f.locked(f.nodes))
+	mux.HandleFunc("GET /api/v1/nodes", f.locked(func(w http.ResponseWriter, r *http.Request) {
+		f.nodePolls++
+		f.nodes(w, r)
+	}))
 	mux.HandleFunc("GET /api/v1/storage-clusters", f.locked(f.storageClusters))
 	mux.HandleFunc("GET /api/v1/databases", f.locked(func(w http.ResponseWriter, r *http.Request) {
 		list := []*fakeDB{}
@@ -130,7 +150,19 @@ func (f *fakeAPI) handler() http.Handler {
 			fail(w, 404, "not_found", "database not found")
 			return
 		}
-		reply(w, 200, map[string]any{"shards": db.shards})
+		switch r.URL.Query().Get("progress") {
+		case "", "false":
+			reply(w, 200, map[string]any{"shards": db.shards})
+		case "true":
+			f.progressAsks = append(f.progressAsks, db.Name)
+			if f.progressFail != "" {
+				fail(w, 400, "bad_request", f.progressFail)
+				return
+			}
+			reply(w, 200, map[string]any{"shards": f.progressLocked(db)})
+		default:
+			fail(w, 400, "bad_request", "progress must be true or false")
+		}
 	}))
 	mux.HandleFunc("GET /api/v1/operators", f.locked(func(w http.ResponseWriter, r *http.Request) {
 		if f.etcdDown {
@@ -227,6 +259,28 @@ func (f *fakeAPI) nodes(w http.ResponseWriter, r *http.Request) {
 		{"node_id": "b-2", "address": "10.0.1.2:9000", "started_at": now.Add(-40 * time.Minute).UnixMilli()},
 	}
 	reply(w, 200, map[string]any{"brokers": brokers, "storage": storage})
+}
+
+// progressLocked answers as the broker does: every replica on a live node
+// that is not silent answers its last txn id and the shard's term.
+func (f *fakeAPI) progressLocked(db *fakeDB) []progressView {
+	out := make([]progressView, 0, len(db.shards))
+	for _, s := range db.shards {
+		v := progressView{fakeShard: s, Progress: map[string]models.ReplicaTxn{}}
+		for _, n := range s.Replicas {
+			if f.silent[n] || !slices.Contains(f.clusters[db.StorageCluster], n) {
+				v.Unanswered = append(v.Unanswered, n)
+				continue
+			}
+			txn, ok := s.txn[n]
+			if !ok {
+				txn = uint64(100 + 10*s.ID)
+			}
+			v.Progress[n] = models.ReplicaTxn{LastTxnID: txn, LastTerm: uint64(s.Term), Term: int64(s.Term), SeenTerm: int64(s.Term)}
+		}
+		out = append(out, v)
+	}
+	return out
 }
 
 func (f *fakeAPI) storageClusters(w http.ResponseWriter, r *http.Request) {
