@@ -172,6 +172,7 @@ type wal struct {
 	scanned map[uint64][]walRec // records found at open, by incarnation, until their shard takes them
 	live    map[uint64]*liveInc
 	buf     []byte
+	groups  uint64 // group writes done, one fdatasync each
 
 	cmu sync.Mutex // one collect at a time
 }
@@ -415,6 +416,7 @@ func (w *wal) writeGroup(group []*walReq) error {
 		at += int64(len(r.data))
 	}
 	seg.size = at
+	w.groups++
 	return nil
 }
 
