@@ -73,7 +73,8 @@ type boltShard struct {
 	memLimit    int64      // engine-wide memtable budget; 0: none
 	memAcct     *memBudget // the engine's account of memtable bytes
 	memCharged  int64      // what this shard's memtable is charged there; guarded by wmu
-	compactAt   []byte     // where compaction resumes; guarded by wmu
+	cmu         sync.Mutex // held by a compaction step
+	compactAt   []byte     // where compaction resumes; guarded by cmu
 
 	q         commitQueue   // entries appended, waiting for the group commit
 	trimFloor atomic.Uint64 // see SetTrimFloor

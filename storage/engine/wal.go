@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // The write-ahead log: one per engine, so one per node, shared by all its
@@ -154,6 +155,7 @@ type walReq struct {
 type wal struct {
 	dir      string
 	segBytes int64
+	lock     *os.File // dir/LOCK, held while the log is open
 
 	// wrMu is held while a group is written, and to replace the active
 	// segment, so no write lands in a segment being removed.
@@ -192,20 +194,26 @@ func openWAL(dir string, segBytes int64) (*wal, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("engine: create log dir: %w", err)
 	}
-	w := &wal{dir: dir, segBytes: segBytes, scanned: make(map[uint64][]walRec), live: make(map[uint64]*liveInc)}
+	lock, err := lockDir(dir, 5*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	w := &wal{dir: dir, segBytes: segBytes, lock: lock, scanned: make(map[uint64][]walRec), live: make(map[uint64]*liveInc)}
 	w.idle = sync.NewCond(&w.mu)
 	names, err := os.ReadDir(dir)
 	if err != nil {
+		_ = lock.Close()
 		return nil, fmt.Errorf("engine: read log dir: %w", err)
 	}
 	var seqs []uint64
 	for _, de := range names {
 		name, ok := strings.CutSuffix(de.Name(), ".wal")
-		if !ok {
+		if !ok || de.Name() == "LOCK" {
 			continue
 		}
 		seq, err := strconv.ParseUint(name, 16, 64)
 		if err != nil || len(name) != 16 {
+			_ = lock.Close()
 			return nil, fmt.Errorf("%w: unexpected file %s", ErrWALCorrupt, filepath.Join(dir, de.Name()))
 		}
 		seqs = append(seqs, seq)
@@ -213,12 +221,13 @@ func openWAL(dir string, segBytes int64) (*wal, error) {
 	slices.Sort(seqs)
 	for i, seq := range seqs {
 		if err := w.scanSegment(seq, i == len(seqs)-1); err != nil {
-			w.closeFiles()
+			_ = w.closeFiles()
 			return nil, err
 		}
 	}
 	if len(w.segs) == 0 {
 		if err := w.newSegment(1); err != nil {
+			_ = w.closeFiles()
 			return nil, err
 		}
 	}
@@ -526,7 +535,7 @@ func (w *wal) close() error {
 func (w *wal) closeFiles() error {
 	w.rmu.Lock()
 	defer w.rmu.Unlock()
-	var errs []error
+	errs := []error{w.lock.Close()} // releases the lock
 	for _, seg := range w.segs {
 		if err := seg.f.Close(); err != nil {
 			errs = append(errs, err)

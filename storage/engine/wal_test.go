@@ -26,7 +26,9 @@ func segments(t *testing.T, dir string) []string {
 	require.NoError(t, err)
 	var out []string
 	for _, de := range des {
-		out = append(out, filepath.Join(dir, walDirName, de.Name()))
+		if filepath.Ext(de.Name()) == ".wal" {
+			out = append(out, filepath.Join(dir, walDirName, de.Name()))
+		}
 	}
 	return out
 }
@@ -353,4 +355,17 @@ func TestRestoreTakesASnapshotOfThePreviousFormat(t *testing.T) {
 	q, err := s.Query("cpu", nil, 0, 10)
 	require.NoError(t, err)
 	require.Equal(t, []SeriesPoint{{1, 1}}, q[0].Points)
+}
+
+// TestSecondEngineOnTheDirIsRefused: one log, one writer; a second engine on
+// the same directory (another process, in production) gets ErrDirInUse, and
+// opens once the first one closed.
+func TestSecondEngineOnTheDirIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	e, err := NewBoltEngine(dir, manual...)
+	require.NoError(t, err)
+	_, err = NewBoltEngine(dir, manual...)
+	require.ErrorIs(t, err, ErrDirInUse)
+	require.NoError(t, e.Close())
+	newEngine(t, dir, manual...)
 }
