@@ -47,8 +47,10 @@ const (
 	// maxRecordBytes bounds a record read back from disk or from a snapshot.
 	maxRecordBytes = 1 << 30
 	// defaultSegmentBytes is the size past which the log starts a new
-	// segment: segments are the unit of removal.
-	defaultSegmentBytes = 64 << 20
+	// segment. Segments are the unit of removal, so a shard's log holds up
+	// to one segment more than its retention bounds say; starting one costs
+	// a file creation and a directory fsync.
+	defaultSegmentBytes = 8 << 20
 	walDirName          = "log.d"
 )
 
@@ -410,7 +412,7 @@ func (w *wal) writeGroup(group []*walReq) error {
 	if err := fdatasync(seg.f); err != nil {
 		return fmt.Errorf("sync %s: %w", seg.path, err)
 	}
-	if cap(w.buf) > 4*defaultSegmentBytes/16 {
+	if cap(w.buf) > 16<<20 {
 		w.buf = nil // one huge group does not pin its buffer
 	}
 	w.mu.Lock()
