@@ -471,6 +471,15 @@ func (w *wal) collect(exists func(id shardID) bool) error {
 		}
 		return false
 	}
+	// The records found at open of a replica that is gone are not kept for
+	// an Open either.
+	for inc, recs := range w.scanned {
+		if _, ok := w.live[inc]; !ok && len(recs) > 0 {
+			if id := (shardID{recs[0].db, recs[0].shard}); ids[id] || !exists(id) {
+				delete(w.scanned, inc)
+			}
+		}
+	}
 	var drop []*segment
 	for i, seg := range w.segs {
 		if needed(seg) {

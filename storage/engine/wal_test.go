@@ -268,12 +268,22 @@ func TestDropForgetsTheShardsRecords(t *testing.T) {
 	apply(t, s, 1, pt("m", "", "value", 100, 1))
 	require.NoError(t, e.Close())
 
-	s, err = newEngine(t, dir, opts...).Open("db1", 0)
+	e = newEngine(t, dir, opts...)
+	s, err = e.Open("db1", 0)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, s.LastTxnID())
 	q, err := s.Query("m", nil, 0, 1000)
 	require.NoError(t, err)
 	require.Equal(t, []SeriesPoint{{100, 1}}, q[0].Points)
+	require.NoError(t, e.Close())
+
+	// Dropped without being opened since the start: the records found at
+	// open go too.
+	e = newEngine(t, dir, opts...)
+	require.Len(t, walOf(e).scanned, 1)
+	require.NoError(t, e.Drop("db1", 0))
+	require.Empty(t, walOf(e).scanned)
+	require.Zero(t, walOf(e).walSize())
 }
 
 // TestOpenMigratesTheLogOfThePreviousFormat: a shard file whose log (with
