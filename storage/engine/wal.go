@@ -455,6 +455,10 @@ func (w *wal) collect(exists func(id shardID) bool) error {
 	w.cmu.Lock()
 	defer w.cmu.Unlock()
 	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return ErrClosed
+	}
 	ids := make(map[shardID]bool, len(w.live))
 	for _, l := range w.live {
 		ids[l.id] = true
@@ -530,6 +534,8 @@ func (w *wal) collect(exists func(id shardID) bool) error {
 
 // close waits for the writer and closes the files.
 func (w *wal) close() error {
+	w.cmu.Lock() // no collect under way
+	defer w.cmu.Unlock()
 	w.mu.Lock()
 	if w.closed {
 		w.mu.Unlock()
