@@ -177,6 +177,7 @@ type wal struct {
 	live    map[uint64]*liveInc
 	buf     []byte
 	groups  uint64 // group writes done, one fdatasync each
+	inGroup int    // requests in the group being written
 
 	cmu sync.Mutex // one collect at a time
 }
@@ -365,6 +366,7 @@ func (w *wal) writeLoop() {
 			return
 		}
 		err := w.err
+		w.inGroup = len(group)
 		w.mu.Unlock()
 		if err == nil {
 			if err = w.writeGroup(group); err != nil {

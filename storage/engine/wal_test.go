@@ -155,8 +155,8 @@ func TestBadRecordBeforeTheLastSegmentIsAnError(t *testing.T) {
 }
 
 // TestCommitsOfShardsShareOneLogWrite holds the log's writer while eight
-// shards commit: the seven commits queued behind the first go out in one
-// write and one fsync.
+// shards commit: the commits queued behind the group it took go out together,
+// so eight commits take at most two writes and fsyncs.
 func TestCommitsOfShardsShareOneLogWrite(t *testing.T) {
 	e := newEngine(t, t.TempDir(), manual...)
 	w := walOf(e)
@@ -173,6 +173,12 @@ func TestCommitsOfShardsShareOneLogWrite(t *testing.T) {
 	}
 	before := groups()
 	w.wrMu.Lock()
+	held := true
+	defer func() {
+		if held {
+			w.wrMu.Unlock()
+		}
+	}()
 	var wg sync.WaitGroup
 	for i, s := range shards {
 		wg.Go(func() { apply(t, s, 1, pt("m", "", "value", int64(i), 1)) })
@@ -180,11 +186,13 @@ func TestCommitsOfShardsShareOneLogWrite(t *testing.T) {
 	require.Eventually(t, func() bool {
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		return len(w.queue) == len(shards)-1 // the first one is taken, waiting for wrMu
+		// The writer took a first group and waits for wrMu; the rest queued.
+		return w.writing && w.inGroup+len(w.queue) == len(shards)
 	}, 10*time.Second, time.Millisecond)
+	held = false
 	w.wrMu.Unlock()
 	wg.Wait()
-	require.EqualValues(t, 2, groups()-before, "8 commits of 8 shards, 2 log writes")
+	require.LessOrEqual(t, groups()-before, uint64(2), "8 commits of 8 shards, at most 2 log writes")
 	for _, s := range shards {
 		require.EqualValues(t, 1, s.LastTxnID())
 	}
