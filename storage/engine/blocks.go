@@ -15,7 +15,7 @@ import (
 )
 
 // Flushed points live in compressed per-series blocks (gorilla.go), kept as
-// bbolt values next to the log, so one bbolt commit moves a memtable into
+// bbolt values, so one bbolt commit moves a memtable into
 // blocks, writes its undo records and advances flushed_txn atomically:
 //
 //	skey    series id (u64 BE) -> seriesKey (the key -> id map is rebuilt from
@@ -424,22 +424,22 @@ func mergeMem(older, newer []memPoint, replaced func(ts int64, bits uint64)) []m
 	return mergeSorted(older, newer, func(p memPoint) int64 { return p.ts }, func(p memPoint) { replaced(p.ts, p.bits) })
 }
 
-// undoEntries rolls back the flushed entries (to, from], newest first, with
-// their undo records, rewriting the blocks of each series they touched once,
-// and removes them from the log.
-func undoEntries(tx *bolt.Tx, ix *seriesIndex, to, from uint64) error {
-	logB, undoB := tx.Bucket(bucketLog), tx.Bucket(bucketUndo)
+// undoEntries rolls back the flushed entries (to, to+len(entries)], given in
+// order, newest first, with their undo records, rewriting the blocks of each
+// series they touched once, and removes their undo records.
+func undoEntries(tx *bolt.Tx, ix *seriesIndex, to uint64, entries []Entry) error {
+	undoB := tx.Bucket(bucketUndo)
 	type op struct {
 		ts      int64
 		hadPrev bool
 		prev    uint64
 	}
 	bySeries := make(map[string][]op)
-	for t := from; t > to; t-- {
+	for i, e := range slices.Backward(entries) {
+		t := to + uint64(i) + 1
 		k := u64Key(t)
-		var e Entry
-		if err := e.UnmarshalBinary(logB.Get(k)); err != nil {
-			return fmt.Errorf("undo txn %d: %w", t, err)
+		if e.TxnID != t {
+			return fmt.Errorf("%w: undo txn %d, log gave %d", ErrCorrupt, t, e.TxnID)
 		}
 		ops, err := decodeUndo(undoB.Get(k), len(e.Points))
 		if err != nil {
@@ -450,9 +450,6 @@ func undoEntries(tx *bolt.Tx, ix *seriesIndex, to, from uint64) error {
 			p := &e.Points[u.point]
 			key = lineproto.AppendSeriesKey(key[:0], p.Metric, p.Tags, p.Field)
 			bySeries[string(key)] = append(bySeries[string(key)], op{p.TS, u.hadPrev, u.prev})
-		}
-		if err := logB.Delete(k); err != nil {
-			return err
 		}
 		if err := undoB.Delete(k); err != nil {
 			return err

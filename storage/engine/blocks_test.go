@@ -86,6 +86,7 @@ func TestTornBlockAtEveryOffsetRecoveredFromLog(t *testing.T) {
 			p := filepath.Join(dir, "db1", "0.db")
 			require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o750))
 			require.NoError(t, os.WriteFile(p, orig, 0o600))
+			copyLog(t, golden, dir)
 			setBlock(t, p, key, torn)
 
 			e := newEngine(t, dir, manual...)
@@ -308,4 +309,18 @@ func TestDropRemovesEveryFile(t *testing.T) {
 	left, err := os.ReadDir(filepath.Join(dir, "db1"))
 	require.NoError(t, err)
 	require.Empty(t, left)
+}
+
+// copyLog copies the engine's write-ahead log from one data dir to another.
+func copyLog(t *testing.T, from, to string) {
+	t.Helper()
+	src, dst := filepath.Join(from, walDirName), filepath.Join(to, walDirName)
+	require.NoError(t, os.MkdirAll(dst, 0o750))
+	des, err := os.ReadDir(src)
+	require.NoError(t, err)
+	for _, de := range des {
+		b, err := os.ReadFile(filepath.Join(src, de.Name()))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dst, de.Name()), b, 0o600))
+	}
 }

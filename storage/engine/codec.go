@@ -130,19 +130,6 @@ func (e *Entry) UnmarshalBinary(data []byte) error {
 	return nil
 }
 
-// entryHeader reads the txn and term without decoding the points.
-func entryHeader(data []byte) (txn, term uint64, err error) {
-	d := decoder{b: data}
-	if d.byte() != entryVersion {
-		return 0, 0, fmt.Errorf("%w: unknown entry version", ErrCorrupt)
-	}
-	txn, term = d.uvarint(), d.uvarint()
-	if d.err != nil {
-		return 0, 0, fmt.Errorf("%w: bad entry header", ErrCorrupt)
-	}
-	return txn, term, nil
-}
-
 // undoOp records what one point write replaced, so a truncated entry can be
 // rolled back exactly even when it overwrote an older entry's value.
 type undoOp struct {

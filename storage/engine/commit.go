@@ -5,13 +5,12 @@ import (
 	"fmt"
 	"sync"
 	"time"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 // Group commit. Append only queues an entry; one committer goroutine per
 // shard (running while there is work) takes everything queued, writes it to
-// the log in one bbolt transaction, so one fsync, inserts the points into the
+// the engine's write-ahead log as one request, which shares its write and
+// fsync with the requests of other shards queued meanwhile, inserts the points into the
 // memtable, publishes the new last txn id and only then wakes the waiters.
 // Batches that arrive while a commit is under way make up the next group, so
 // under concurrency the fsync cost is shared instead of paid per batch. The
@@ -115,8 +114,7 @@ func (s *boltShard) commitLoop() {
 	}
 }
 
-// maxGroupPoints bounds one group commit (one bbolt transaction holds all of
-// it in memory twice, encoded and as pages); a longer queue is committed in
+// maxGroupPoints bounds one group commit (it is encoded in memory at once); a longer queue is committed in
 // several groups, one after the other.
 const maxGroupPoints = 1 << 20
 
@@ -137,8 +135,8 @@ func takeGroup(pending *[]*pendingEntry, limit int) []*pendingEntry {
 	return group
 }
 
-// commitLocked writes group (consecutive entries) to the log in one
-// transaction, then to the memtable, then publishes the last txn id. It
+// commitLocked writes group (consecutive entries) to the write-ahead log,
+// then to the memtable, then publishes the last txn id. It
 // holds wmu.
 func (s *boltShard) commitLocked(group []*pendingEntry) error {
 	if s.closed() {
@@ -156,36 +154,24 @@ func (s *boltShard) commitLocked(group []*pendingEntry) error {
 			return fmt.Errorf("engine: apply txns %d-%d: %w", first.TxnID, last.TxnID, err)
 		}
 	}
-	encs := make([][]byte, len(group))
-	logBytes := s.logBytes
+	entries := make([]Entry, len(group))
 	for i, p := range group {
-		encs[i] = p.e.appendBinary(make([]byte, 0, 64+len(p.e.Points)*16))
-		logBytes += int64(len(encs[i]))
+		entries[i] = p.e
 	}
-	err := s.update(func(tx *bolt.Tx) error {
-		m, err := readMeta(tx)
-		if err != nil {
-			return err
-		}
-		logB := tx.Bucket(bucketLog)
-		for i, p := range group {
-			if err := logB.Put(u64Key(p.e.TxnID), encs[i]); err != nil {
-				return err
-			}
-		}
-		m.lastTxn, m.lastTerm = last.TxnID, last.Term
-		if err := s.trimLog(tx, &m, &logBytes); err != nil {
-			return err
-		}
-		return writeMeta(tx, m)
-	})
+	data, recs := encodeEntries(s.id, s.inc, s.LastTerm(), entries)
+	recs, err := s.wal.append(data, recs)
 	if err != nil {
 		return fmt.Errorf("engine: apply txns %d-%d: %w", first.TxnID, last.TxnID, err)
 	}
 	s.q.mu.Lock()
 	s.q.commits++
 	s.q.mu.Unlock()
-	s.logBytes = logBytes
+	s.lmu.Lock()
+	for _, p := range logPositions(recs) {
+		s.idx.add(p)
+	}
+	s.idx.trim(s.trimFloor.Load(), s.retain, s.retainBytes, s.flushedTxn)
+	s.lmu.Unlock()
 	// Durable from here on; readers see the points once they are in the
 	// memtable, and the txn id only after that.
 	now := time.Now()

@@ -136,7 +136,8 @@ func TestTruncateWithQueuedEntries(t *testing.T) {
 // it did not commit; nothing is acknowledged that is not in the log.
 func TestCloseFailsQueuedEntries(t *testing.T) {
 	dir := t.TempDir()
-	s, err := newEngine(t, dir, manual...).Open("db1", 0)
+	e := newEngine(t, dir, manual...)
+	s, err := e.Open("db1", 0)
 	require.NoError(t, err)
 	bs := s.(*boltShard)
 	bs.wmu.Lock()
@@ -160,6 +161,7 @@ func TestCloseFailsQueuedEntries(t *testing.T) {
 	}
 	_, err = s.Append(Entry{TxnID: 5, Term: 1})
 	require.ErrorIs(t, err, ErrClosed)
+	require.NoError(t, e.Close()) // one engine per data dir at a time: it holds the log
 	s, err = newEngine(t, dir, manual...).Open("db1", 0)
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, s.LastTxnID(), uint64(acked), "every acknowledged entry is in the log")

@@ -16,8 +16,8 @@ import (
 // the block format comes from: a block's fixed costs (key, header, first
 // timestamp and value in full) are paid once per thousand points instead of
 // once per flush. It runs in the background in small steps, each one short
-// bbolt commit under the shard's write mutex, paced by an engine-wide rate
-// limit on the bytes it rewrites so that writes keep their latency.
+// bbolt commit that commits of entries never wait for, paced by an
+// engine-wide rate limit on the bytes it rewrites.
 
 // DefaultCompactRate is the default pace of background compaction, in block
 // bytes read per second across all shards of the engine.
@@ -66,9 +66,12 @@ type compactRun struct {
 // compactStep merges runs of at least minRun consecutive small blocks of one
 // series, looking at up to budget blocks from where the last step stopped.
 // It returns the block bytes it read and whether it reached the end.
+//
+// It does not take wmu: commits write only the write-ahead log, so they never
+// wait for a compaction step; bbolt's single writer orders it with flushes.
 func (s *boltShard) compactStep(budget, minRun int) (int, bool, error) {
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
+	s.cmu.Lock()
+	defer s.cmu.Unlock()
 	if s.closed() {
 		return 0, true, ErrClosed
 	}

@@ -1,7 +1,8 @@
 // Package engine owns the on-disk state of shard replicas: the Shard and Engine
 // interfaces the storage role programs against, and the default implementation
-// that keeps one bbolt file per shard replica holding the replication log of
-// recent entries, the undo records needed to cut a divergent tail, and the
+// that keeps one write-ahead log per engine (node), shared by its shard
+// replicas and holding their replication logs, and one bbolt file per shard
+// replica holding the undo records needed to cut a divergent tail and the
 // points in compressed per-series blocks (Gorilla's delta-of-delta timestamps
 // and XOR values) with a series index and posting lists. A write is durable
 // once its entry is in the log; its points wait in an in-memory memtable and
@@ -207,6 +208,7 @@ type options struct {
 	compactRate   int
 	compactEvery  time.Duration
 	memBytes      int64
+	segmentBytes  int64
 }
 
 // DefaultRetainBytes bounds the log a shard keeps for followers by size, on
@@ -290,6 +292,7 @@ type shardID struct {
 type boltEngine struct {
 	dir  string
 	opts options
+	wal  *wal
 	lim  *rateLimiter // paces the compaction of every shard together
 	mem  *memBudget   // memtable bytes of every shard together
 
@@ -298,11 +301,13 @@ type boltEngine struct {
 	closed bool
 }
 
-// NewBoltEngine returns the bbolt engine keeping shard files at dir/<db>/<shard>.db.
+// NewBoltEngine returns the bbolt engine keeping shard files at
+// dir/<db>/<shard>.db and its write-ahead log in dir/log.d (a name no
+// database can take).
 func NewBoltEngine(dir string, opts ...Option) (Engine, error) {
 	o := options{retain: DefaultRetainEntries, retainBytes: DefaultRetainBytes, flushPoints: DefaultFlushPoints,
 		flushInterval: DefaultFlushInterval, compactRate: DefaultCompactRate, compactEvery: time.Second,
-		memBytes: DefaultMemtableBytes()}
+		memBytes: DefaultMemtableBytes(), segmentBytes: defaultSegmentBytes}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -310,7 +315,24 @@ func NewBoltEngine(dir string, opts ...Option) (Engine, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("engine: create data dir: %w", err)
 	}
-	return &boltEngine{dir: dir, opts: o, lim: lim, mem: &memBudget{}, shards: make(map[shardID]*boltShard)}, nil
+	w, err := openWAL(filepath.Join(dir, walDirName), o.segmentBytes)
+	if err != nil {
+		return nil, err
+	}
+	return &boltEngine{dir: dir, opts: o, wal: w, lim: lim, mem: &memBudget{}, shards: make(map[shardID]*boltShard)}, nil
+}
+
+// collectLog removes the write-ahead log segments no shard needs any more.
+// A failure only leaves them for the next try.
+func (e *boltEngine) collectLog() {
+	_ = e.wal.collect(func(id shardID) bool {
+		path, err := e.path(id)
+		if err != nil {
+			return false
+		}
+		_, err = os.Stat(path)
+		return !errors.Is(err, os.ErrNotExist)
+	})
 }
 
 func (e *boltEngine) path(id shardID) (string, error) {
@@ -352,7 +374,7 @@ func (e *boltEngine) Open(db string, shard int) (Shard, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		return nil, fmt.Errorf("engine: create db dir: %w", err)
 	}
-	s, err := openShard(path, e.opts, e.lim, e.mem)
+	s, err := openShard(path, id, e.opts, e.lim, e.mem, e.wal, e.collectLog)
 	e.mem.charge(0, 1)
 	if err != nil {
 		return nil, err
@@ -385,6 +407,7 @@ func (e *boltEngine) Drop(db string, shard int) error {
 		if err := s.Close(); err != nil && !errors.Is(err, ErrClosed) {
 			return err
 		}
+		e.wal.take(s.inc) // its records are dead once the file is gone
 	}
 	// The staging files of a restore or a file compaction that a crash
 	// interrupted go too.
@@ -393,7 +416,11 @@ func (e *boltEngine) Drop(db string, shard int) error {
 			return fmt.Errorf("engine: drop %s/%d: %w", db, shard, err)
 		}
 	}
-	return syncDir(filepath.Dir(path))
+	if err := syncDir(filepath.Dir(path)); err != nil {
+		return err
+	}
+	e.collectLog()
+	return nil
 }
 
 func (e *boltEngine) Close() error {
@@ -410,6 +437,9 @@ func (e *boltEngine) Close() error {
 		if err := s.Close(); err != nil && !errors.Is(err, ErrClosed) {
 			errs = append(errs, err)
 		}
+	}
+	if err := e.wal.close(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

@@ -450,6 +450,10 @@ func FuzzEntryDecode(f *testing.F) {
 // TestMain lets TestKill9Durability re-run this binary as the writer it kills.
 func TestMain(m *testing.M) {
 	if dir := os.Getenv("CAIRN_ENGINE_CRASH_DIR"); dir != "" {
+		if shards, err := strconv.Atoi(os.Getenv("CAIRN_ENGINE_CRASH_SHARDS")); err == nil {
+			crashShardsWriter(dir, shards)
+			return
+		}
 		flushPoints, err := strconv.Atoi(os.Getenv("CAIRN_ENGINE_CRASH_FLUSH"))
 		if err != nil {
 			flushPoints = DefaultFlushPoints

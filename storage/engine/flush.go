@@ -45,16 +45,6 @@ func (b *memBudget) charge(bytes, shards int64) {
 
 func (b *memBudget) load() (int64, int64) { return b.bytes.Load(), b.shards.Load() }
 
-// logSize adds up the log's entries.
-func logSize(tx *bolt.Tx) (int64, error) {
-	var n int64
-	err := tx.Bucket(bucketLog).ForEach(func(_, v []byte) error {
-		n += int64(len(v))
-		return nil
-	})
-	return n, err
-}
-
 // flushLocked moves the memtable into the series buckets in one commit, with
 // the undo records of the entries it held and the new flushed_txn, so a crash
 // leaves either all of it or none (and then the log replays it). The caller
@@ -66,7 +56,7 @@ func (s *boltShard) flushLocked() error {
 	}
 	upto := mt.entries[len(mt.entries)-1].txn
 	var created map[string]uint64
-	logBytes := s.logBytes
+	uptoTerm, base, baseTerm := s.flushTrim(upto)
 	err := s.update(func(tx *bolt.Tx) error {
 		m, err := readMeta(tx)
 		if err != nil {
@@ -98,8 +88,8 @@ func (s *boltShard) flushLocked() error {
 				return err
 			}
 		}
-		m.flushedTxn = upto
-		if err := s.trimLog(tx, &m, &logBytes); err != nil {
+		m.flushedTxn, m.lastTxn, m.lastTerm = upto, upto, uptoTerm
+		if err := trimUndo(tx, &m, base, baseTerm); err != nil {
 			return err
 		}
 		return writeMeta(tx, m)
@@ -111,13 +101,14 @@ func (s *boltShard) flushLocked() error {
 	// and buckets, same values); those that pick up the new one start their
 	// read transaction after this commit. Either way nothing is missing.
 	s.ix.add(created)
-	s.logBytes = logBytes
+	s.trimTo(base)
 	s.flushed.Store(true)
 	s.mu.Lock()
 	s.mem = newMemtable(s.ix)
 	s.mu.Unlock()
 	s.accountMem()
 	s.flushedTxn = upto
+	s.collectLog()
 	return nil
 }
 
@@ -135,28 +126,6 @@ func encodeUndo(undo []memUndo, prev map[memSlot]uint64) []byte {
 		b = appendUndo(b, op)
 	}
 	return b
-}
-
-// replay rebuilds a memtable from the log entries (from, to].
-func replay(tx *bolt.Tx, ix *seriesIndex, from, to uint64, now time.Time) (*memtable, error) {
-	mt := newMemtable(ix)
-	c := tx.Bucket(bucketLog).Cursor()
-	next := from + 1
-	for k, v := c.Seek(u64Key(next)); k != nil && beUint64(k) <= to; k, v = c.Next() {
-		if beUint64(k) != next {
-			break
-		}
-		var e Entry
-		if err := e.UnmarshalBinary(v); err != nil {
-			return nil, fmt.Errorf("log txn %d: %w", next, err)
-		}
-		mt.insert(e, now)
-		next++
-	}
-	if next != to+1 {
-		return nil, fmt.Errorf("%w: log misses unflushed txn %d (flushed up to %d, last %d)", ErrCorrupt, next, from, to)
-	}
-	return mt, nil
 }
 
 // flushLoop flushes a memtable that has been sitting for the flush interval,

@@ -107,7 +107,8 @@ func TestIntervalFlushEmptiesIdleMemtable(t *testing.T) {
 
 func TestTruncateAcrossFlushBoundary(t *testing.T) {
 	dir := t.TempDir()
-	s, err := newEngine(t, dir, manual...).Open("db1", 0)
+	e := newEngine(t, dir, manual...)
+	s, err := e.Open("db1", 0)
 	require.NoError(t, err)
 	apply(t, s, 1, pt("m", "h=a", "value", 1, 1), pt("m", "h=a", "value", 2, 2))
 	apply(t, s, 2, pt("m", "h=a", "value", 1, 10), pt("m", "h=b", "value", 1, 5))
@@ -159,6 +160,7 @@ func TestTruncateAcrossFlushBoundary(t *testing.T) {
 
 	// All of it survives a reopen (the memtable is rebuilt from the log).
 	require.NoError(t, s.Close())
+	require.NoError(t, e.Close()) // one engine per data dir at a time: it holds the log
 	s, err = newEngine(t, dir, manual...).Open("db1", 0)
 	require.NoError(t, err)
 	require.EqualValues(t, 3, s.LastTxnID())
@@ -207,7 +209,8 @@ func TestRandomAgainstModel(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	dir := t.TempDir()
 	opts := []Option{WithFlushPoints(40), WithFlushInterval(0), WithRetainEntries(30), WithCompactRate(0)}
-	s, err := newEngine(t, dir, opts...).Open("db1", 0)
+	e := newEngine(t, dir, opts...)
+	s, err := e.Open("db1", 0)
 	require.NoError(t, err)
 	var log []Entry // every surviving entry, log[i].TxnID == i+1
 	hosts := []string{"a", "b", "c", "d"}
@@ -227,7 +230,9 @@ func TestRandomAgainstModel(t *testing.T) {
 			require.NoError(t, s.(Compacter).Compact())
 		case r == 2:
 			require.NoError(t, s.Close())
-			s, err = newEngine(t, dir, opts...).Open("db1", 0)
+			require.NoError(t, e.Close())
+			e = newEngine(t, dir, opts...)
+			s, err = e.Open("db1", 0)
 			require.NoError(t, err)
 		default:
 			points := make([]lineproto.Point, rng.IntN(12))

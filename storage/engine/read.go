@@ -2,11 +2,8 @@ package engine
 
 import (
 	"fmt"
-	"io"
-	"os"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/cairn-db/cairn/storage/lineproto"
 	bolt "go.etcd.io/bbolt"
@@ -16,29 +13,10 @@ import (
 // entries are in the log a moment before, and a follower must never hold an
 // entry this replica does not count yet.
 func (s *boltShard) Entries(after uint64, limit int) ([]Entry, error) {
-	var out []Entry
-	upto := s.LastTxnID()
-	err := s.view(func(tx *bolt.Tx) error {
-		m, err := readMeta(tx)
-		if err != nil {
-			return err
-		}
-		if after < m.baseTxn {
-			return fmt.Errorf("%w: asked after %d, log starts after %d", ErrCompacted, after, m.baseTxn)
-		}
-		c := tx.Bucket(bucketLog).Cursor()
-		for k, v := c.Seek(u64Key(after + 1)); k != nil && beUint64(k) <= upto; k, v = c.Next() {
-			if limit > 0 && len(out) >= limit {
-				break
-			}
-			var e Entry
-			if err := e.UnmarshalBinary(v); err != nil {
-				return fmt.Errorf("log txn %d: %w", beUint64(k), err)
-			}
-			out = append(out, e)
-		}
-		return nil
-	})
+	if s.closed() {
+		return nil, ErrClosed
+	}
+	out, err := s.readLog(after, s.LastTxnID(), limit)
 	if err != nil {
 		return nil, fmt.Errorf("engine: entries after %d: %w", after, err)
 	}
@@ -46,30 +24,23 @@ func (s *boltShard) Entries(after uint64, limit int) ([]Entry, error) {
 }
 
 func (s *boltShard) TermAt(txnID uint64) (uint64, error) {
-	var term uint64
-	err := s.view(func(tx *bolt.Tx) error {
-		m, err := readMeta(tx)
-		if err != nil {
-			return err
-		}
-		switch {
-		case txnID == 0:
-			return nil // before the first entry, whatever was trimmed
-		case txnID > m.lastTxn:
-			return fmt.Errorf("%w: %d is past the last entry %d", ErrNoEntry, txnID, m.lastTxn)
-		case txnID == m.baseTxn:
-			term = m.baseTerm
-			return nil
-		case txnID < m.baseTxn:
-			return fmt.Errorf("%w: %d, log starts after %d", ErrCompacted, txnID, m.baseTxn)
-		}
-		_, term, err = entryHeader(tx.Bucket(bucketLog).Get(u64Key(txnID)))
-		return err
-	})
-	if err != nil {
-		return 0, fmt.Errorf("engine: term at %d: %w", txnID, err)
+	if s.closed() {
+		return 0, ErrClosed
 	}
-	return term, nil
+	last := s.LastTxnID()
+	s.lmu.RLock()
+	defer s.lmu.RUnlock()
+	idxLast, _ := s.idx.last()
+	last = min(last, idxLast) // a truncation cuts the index before it publishes
+	switch {
+	case txnID == 0:
+		return 0, nil // before the first entry, whatever was trimmed
+	case txnID > last:
+		return 0, fmt.Errorf("engine: term at %d: %w: past the last entry %d", txnID, ErrNoEntry, last)
+	case txnID < s.idx.base:
+		return 0, fmt.Errorf("engine: term at %d: %w: log starts after %d", txnID, ErrCompacted, s.idx.base)
+	}
+	return s.idx.termAt(txnID), nil
 }
 
 // Query finds the flushed series of metric through the posting lists (those
@@ -216,95 +187,4 @@ func matchSeries(key string, match map[string]string) (Series, bool, error) {
 		}
 	}
 	return sr, true, nil
-}
-
-// Snapshot copies the file as of one read transaction. It needs no flush: the
-// memtable is derived from the log tail past flushed_txn, which the copy
-// carries, and Restore replays it.
-func (s *boltShard) Snapshot(w io.Writer) error {
-	err := s.view(func(tx *bolt.Tx) error {
-		_, err := tx.WriteTo(w)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("engine: snapshot: %w", err)
-	}
-	return nil
-}
-
-// Restore stages the snapshot next to the shard file, checks it opens as a
-// shard, then swaps it in with a rename so a crash leaves either the old or the
-// new content, never a mix.
-func (s *boltShard) Restore(r io.Reader) error {
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	tmp := s.path + ".restore"
-	defer os.Remove(tmp)
-	if err := writeFileSync(tmp, r); err != nil {
-		return fmt.Errorf("engine: restore: %w", err)
-	}
-	if err := checkSnapshot(tmp); err != nil {
-		return fmt.Errorf("engine: restore: %w", err)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.db == nil {
-		return ErrClosed
-	}
-	if err := s.replaceFile(tmp, "restore"); err != nil {
-		return err
-	}
-	// The snapshot's unflushed tail is in its log: replay it into a new memtable.
-	err := s.recover()
-	s.resyncQueueLocked(fmt.Errorf("%w: shard restored from a snapshot", ErrTxnGap))
-	return err
-}
-
-func writeFileSync(path string, r io.Reader) error {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(f, r); err != nil {
-		_ = f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		_ = f.Close()
-		return err
-	}
-	return f.Close()
-}
-
-func checkSnapshot(path string) error {
-	opts := boltOptions()
-	opts.ReadOnly = true
-	db, err := bolt.Open(path, 0o600, opts)
-	if err != nil {
-		return fmt.Errorf("%w: %v", ErrBadSnapshot, err)
-	}
-	defer db.Close()
-	return db.View(func(tx *bolt.Tx) error {
-		// Snapshots of older versions have no block buckets; opening adds
-		// them and converts the points.
-		for _, name := range [][]byte{bucketMeta, bucketLog, bucketUndo} {
-			if tx.Bucket(name) == nil {
-				return fmt.Errorf("%w: bucket %q missing", ErrBadSnapshot, name)
-			}
-		}
-		// The unflushed tail must replay, or the swapped-in shard could not
-		// build its memtable.
-		m, err := readMeta(tx)
-		var ix *seriesIndex
-		if err == nil {
-			ix, err = loadIndex(tx)
-		}
-		if err == nil {
-			_, err = replay(tx, ix, m.flushedTxn, m.lastTxn, time.Now())
-		}
-		if err != nil {
-			return fmt.Errorf("%w: %v", ErrBadSnapshot, err)
-		}
-		return nil
-	})
 }

@@ -23,7 +23,7 @@ func resetRecent(tx *bolt.Tx) error {
 // back) so the log tail replays into the memtable and the next flush writes
 // the blocks again. Anything else that is corrupt stays an ErrBlockCorrupt
 // for the reads that meet it: never silently wrong points.
-func repairTorn(tx *bolt.Tx) error {
+func repairTorn(tx *bolt.Tx, logBase uint64) error {
 	m, err := readMeta(tx)
 	if err != nil {
 		return err
@@ -33,7 +33,7 @@ func repairTorn(tx *bolt.Tx) error {
 		return nil
 	}
 	from := beUint64(v)
-	if from == 0 || from <= m.baseTxn || from > m.flushedTxn+1 {
+	if from == 0 || from <= max(m.baseTxn, logBase) || from > m.flushedTxn+1 {
 		return nil
 	}
 	blocks, recent := tx.Bucket(bucketBlocks), tx.Bucket(bucketRecent)

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -12,20 +13,22 @@ import (
 
 // Bucket layout of a shard file:
 //
-//	meta                last_txn, last_term, base_txn, base_term, flushed_txn (big-endian u64)
-//	log    txn       -> encoded Entry (the last RetainEntries entries, and every unflushed one)
+//	meta                last_txn, last_term, base_txn, base_term, flushed_txn (big-endian u64),
+//	                    wal_inc (see shardlog.go)
+//	log                 empty: the log is in the engine's write-ahead log (wal.go);
+//	                    files of the previous format held txn -> encoded Entry here
 //	undo   txn       -> what each point of that flushed entry replaced, for TruncateAfter
 //	sidx, skey, post, blocks, recent: the flushed points as compressed
 //	       blocks and their index (blocks.go)
 //	series seriesKey -> bucket: ts key -> float64 bits; written by older
 //	       versions only, converted to blocks at open
 //
-// base_txn/base_term describe the newest trimmed entry: the log holds exactly
-// (base_txn, last_txn]. Apply only appends to the log; the points of entries
-// (flushed_txn, last_txn] live in the memtable and are moved into the series
-// buckets by a flush, in bulk, which is what makes writes cheap: a commit no
-// longer rewrites a page of every series the batch touches. Files written
-// before flushed_txn existed have every entry flushed.
+// base_txn/base_term describe the newest trimmed entry whose undo record is
+// gone. Apply only appends to the write-ahead log, and never touches this
+// file; the points of the unflushed entries live in the memtable and are
+// moved into the series buckets by a flush, in bulk, which is what makes
+// writes cheap. Files written before flushed_txn existed have every entry
+// flushed.
 var (
 	bucketMeta   = []byte("meta")
 	bucketLog    = []byte("log")
@@ -41,6 +44,7 @@ var (
 
 type boltShard struct {
 	path        string
+	id          shardID
 	retain      uint64
 	flushPoints int
 
@@ -55,13 +59,22 @@ type boltShard struct {
 	mem        *memtable
 	ix         *seriesIndex // replaced only with mu held exclusively
 	flushedTxn uint64       // guarded by wmu
-	logBytes   int64        // size of the log's entries; guarded by wmu
+
+	// The log: the shard's records in the engine's write-ahead log. idx is
+	// changed with wmu and lmu held, read with either.
+	wal        *wal
+	inc        uint64         // incarnation; guarded by wmu
+	released   *atomic.Uint64 // the persisted log start: records up to it may go
+	lmu        sync.RWMutex
+	idx        logIndex
+	collectLog func() // removes the segments no shard needs any more
 
 	retainBytes int64
 	memLimit    int64      // engine-wide memtable budget; 0: none
 	memAcct     *memBudget // the engine's account of memtable bytes
 	memCharged  int64      // what this shard's memtable is charged there; guarded by wmu
-	compactAt   []byte     // where compaction resumes; guarded by wmu
+	cmu         sync.Mutex // held by a compaction step
+	compactAt   []byte     // where compaction resumes; guarded by cmu
 
 	q         commitQueue   // entries appended, waiting for the group commit
 	trimFloor atomic.Uint64 // see SetTrimFloor
@@ -91,17 +104,20 @@ func boltOptions() *bolt.Options {
 	}
 }
 
-func openShard(path string, o options, lim *rateLimiter, mem *memBudget) (*boltShard, error) {
+func openShard(path string, id shardID, o options, lim *rateLimiter, mem *memBudget, w *wal, collect func()) (*boltShard, error) {
 	db, err := openBolt(path)
 	if err != nil {
 		return nil, err
 	}
-	s := &boltShard{path: path, retain: o.retain, retainBytes: o.retainBytes, flushPoints: o.flushPoints, db: db,
-		memLimit: o.memBytes, memAcct: mem,
+	s := &boltShard{path: path, id: id, retain: o.retain, retainBytes: o.retainBytes, flushPoints: o.flushPoints, db: db,
+		memLimit: o.memBytes, memAcct: mem, wal: w, collectLog: collect,
 		stop: make(chan struct{}), loopDone: make(chan struct{}), compactDone: make(chan struct{})}
 	s.q.idle = sync.NewCond(&s.q.mu)
-	if err := s.recover(); err != nil {
+	if err := s.recover(nil); err != nil {
 		s.memAcct.charge(-s.memCharged, 0)
+		if s.inc != 0 {
+			w.unregister(s.inc)
+		}
 		_ = db.Close()
 		return nil, err
 	}
@@ -144,39 +160,101 @@ func openBolt(path string) (*bolt.DB, error) {
 	return db, nil
 }
 
-// recover loads the meta and replays the unflushed log tail into a fresh
-// memtable. The caller has the shard to itself: it is being opened, or holds
-// wmu and mu exclusively.
-func (s *boltShard) recover() error {
-	if err := s.db.Update(func(tx *bolt.Tx) error {
-		if err := convertLegacy(tx); err != nil {
-			return err
-		}
-		return repairTorn(tx)
-	}); err != nil {
+// recover loads the meta, moves the log of a file of the previous format
+// into the write-ahead log, rebuilds the log index from the shard's records
+// (recs, or those the write-ahead log found at open) and replays the
+// unflushed tail into a fresh memtable. The caller has the shard to itself:
+// it is being opened, or holds wmu and mu exclusively.
+func (s *boltShard) recover(recs []walRec) error {
+	if err := s.db.Update(convertLegacy); err != nil {
 		return fmt.Errorf("engine: recover %s: %w", s.path, err)
 	}
-	return s.db.View(func(tx *bolt.Tx) error {
-		m, err := readMeta(tx)
-		if err != nil {
+	var (
+		m      shardMeta
+		inc    uint64
+		legacy []Entry
+	)
+	err := s.db.View(func(tx *bolt.Tx) error {
+		var err error
+		if m, err = readMeta(tx); err != nil {
 			return err
 		}
-		ix, err := loadIndex(tx)
-		if err != nil {
-			return fmt.Errorf("engine: recover %s: %w", s.path, err)
+		if v := tx.Bucket(bucketMeta).Get(keyInc); len(v) == 8 {
+			inc = beUint64(v)
+			return nil
 		}
-		mt, err := replay(tx, ix, m.flushedTxn, m.lastTxn, time.Now())
-		if err != nil {
-			return fmt.Errorf("engine: recover %s: %w", s.path, err)
-		}
-		if s.logBytes, err = logSize(tx); err != nil {
-			return fmt.Errorf("engine: recover %s: %w", s.path, err)
-		}
-		s.mem, s.ix, s.flushedTxn = mt, ix, m.flushedTxn
-		s.accountMem()
-		s.publish(m.lastTxn, m.lastTerm)
-		return nil
+		legacy, err = legacyLog(tx, m)
+		return err
 	})
+	if err != nil {
+		return fmt.Errorf("engine: recover %s: %w", s.path, err)
+	}
+	if inc == 0 {
+		// A new file, or one of the previous format: its log goes into the
+		// write-ahead log first, then the file forgets it. A crash between
+		// the two migrates again under another incarnation.
+		inc = newIncarnation()
+		s.adopt(inc)
+		if len(legacy) > 0 {
+			data, rr := encodeEntries(s.id, inc, m.baseTerm, legacy)
+			if recs, err = s.wal.append(data, rr); err != nil {
+				return fmt.Errorf("engine: migrate the log of %s: %w", s.path, err)
+			}
+		}
+		flushedTerm := termOf(m.flushedTxn, m.baseTxn, m.baseTerm, legacy)
+		if err := s.db.Update(func(tx *bolt.Tx) error { return clearLegacyLog(tx, m, inc, flushedTerm) }); err != nil {
+			return fmt.Errorf("engine: migrate the log of %s: %w", s.path, err)
+		}
+		m.lastTxn, m.lastTerm = m.flushedTxn, flushedTerm
+	} else if recs == nil {
+		recs = s.wal.take(inc)
+	}
+	s.adopt(inc)
+	l, err := buildIndex(recs, m)
+	if err != nil {
+		return fmt.Errorf("engine: recover %s: %w", s.path, err)
+	}
+	s.lmu.Lock()
+	s.idx = l
+	s.lmu.Unlock()
+	if err := s.db.Update(func(tx *bolt.Tx) error { return repairTorn(tx, l.base) }); err != nil {
+		return fmt.Errorf("engine: recover %s: %w", s.path, err)
+	}
+	err = s.db.View(func(tx *bolt.Tx) error {
+		var err error
+		if m, err = readMeta(tx); err != nil {
+			return err
+		}
+		s.ix, err = loadIndex(tx)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("engine: recover %s: %w", s.path, err)
+	}
+	last, lastTerm := l.last()
+	mt, err := s.replayLog(m.flushedTxn, last)
+	if err != nil {
+		return fmt.Errorf("engine: recover %s: %w", s.path, err)
+	}
+	s.mem, s.flushedTxn = mt, m.flushedTxn
+	s.released.Store(m.baseTxn)
+	s.accountMem()
+	s.publish(last, lastTerm)
+	return nil
+}
+
+// adopt makes inc the shard's incarnation, live in the write-ahead log, and
+// the previous one dead.
+func (s *boltShard) adopt(inc uint64) {
+	if s.inc == inc {
+		return
+	}
+	old := s.inc
+	s.released = s.wal.register(inc, s.id)
+	s.inc = inc
+	if old != 0 {
+		s.wal.unregister(old)
+	}
 }
 
 func readMeta(tx *bolt.Tx) (shardMeta, error) {
@@ -272,97 +350,76 @@ func (s *boltShard) update(fn func(*bolt.Tx) error) error {
 // the retention bounds alone.
 func (s *boltShard) SetTrimFloor(txn uint64) { s.trimFloor.Store(txn) }
 
-// trimLog drops log and undo records up to the trim floor and beyond the
-// retention window, advancing base, but never past flushed_txn: unflushed
-// entries exist only in the log. The window is both a count of entries and a
-// size in bytes (logBytes, the size of the log, is kept up to date).
-func (s *boltShard) trimLog(tx *bolt.Tx, m *shardMeta, logBytes *int64) error {
-	logB, undoB := tx.Bucket(bucketLog), tx.Bucket(bucketUndo)
-	floor, retain, retainBytes := s.trimFloor.Load(), s.retain, s.retainBytes
-	for (m.baseTxn < floor || m.lastTxn-m.baseTxn > retain || *logBytes > retainBytes) && m.baseTxn < m.flushedTxn {
-		next := m.baseTxn + 1
-		k := u64Key(next)
-		if v := logB.Get(k); v != nil {
-			_, term, err := entryHeader(v)
-			if err != nil {
-				return err
-			}
-			m.baseTerm = term
-			*logBytes -= int64(len(v))
-		}
-		if err := logB.Delete(k); err != nil {
-			return err
-		}
-		if err := undoB.Delete(k); err != nil {
-			return err
-		}
-		m.baseTxn = next
-	}
-	return nil
-}
-
-// TruncateAfter drops the unflushed entries past txnID from the log, rolls the
-// flushed ones back with their undo records, and rebuilds the memtable from
-// what remains unflushed. It holds mu exclusively throughout, so no reader sees
-// the buckets and the memtable from different sides of the cut; divergent
-// tails are rare and short, so the pause is too.
+// TruncateAfter rolls the flushed entries past txnID back with their undo
+// records, then writes the cut to the write-ahead log (in that order: a
+// crash between the two leaves the entries in the log, replayed into the
+// memtable), and rebuilds the memtable from what remains unflushed. It holds
+// mu exclusively throughout, so no reader sees the buckets and the memtable
+// from different sides of the cut; divergent tails are rare and short, so
+// the pause is too.
 func (s *boltShard) TruncateAfter(txnID uint64) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if s.closed() {
 		return ErrClosed
 	}
-	if txnID >= s.LastTxnID() {
+	last := s.LastTxnID()
+	if txnID >= last {
 		return nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var (
-		m  shardMeta
-		mt *memtable
-	)
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		var err error
-		if m, err = readMeta(tx); err != nil {
-			return err
+	s.lmu.RLock()
+	base := s.idx.base
+	var term uint64
+	if txnID >= base {
+		term = s.idx.termAt(txnID)
+	}
+	s.lmu.RUnlock()
+	if txnID < base {
+		return fmt.Errorf("engine: truncate after %d: %w: log starts after %d", txnID, ErrCompacted, base)
+	}
+	if s.flushedTxn > txnID {
+		undone, err := s.readLog(txnID, s.flushedTxn, 0)
+		if err == nil {
+			err = s.db.Update(func(tx *bolt.Tx) error {
+				m, err := readMeta(tx)
+				if err != nil {
+					return err
+				}
+				if err := undoEntries(tx, s.ix, txnID, undone); err != nil {
+					return err
+				}
+				m.flushedTxn = txnID
+				m.lastTxn, m.lastTerm = txnID, term
+				return writeMeta(tx, m)
+			})
 		}
-		if txnID < m.baseTxn {
-			return fmt.Errorf("%w: truncate to %d, log starts after %d", ErrCompacted, txnID, m.baseTxn)
+		if err != nil {
+			return fmt.Errorf("engine: truncate after %d: %w", txnID, err)
 		}
-		logB := tx.Bucket(bucketLog)
-		for t := m.lastTxn; t > max(txnID, m.flushedTxn); t-- {
-			if err := logB.Delete(u64Key(t)); err != nil {
-				return err
-			}
-		}
-		if m.flushedTxn > txnID {
-			if err := undoEntries(tx, s.ix, txnID, m.flushedTxn); err != nil {
-				return err
-			}
-		}
-		m.flushedTxn = min(m.flushedTxn, txnID)
-		m.lastTxn, m.lastTerm = txnID, m.baseTerm
-		if txnID > m.baseTxn {
-			_, term, err := entryHeader(logB.Get(u64Key(txnID)))
-			if err != nil {
-				return err
-			}
-			m.lastTerm = term
-		}
-		if mt, err = replay(tx, s.ix, m.flushedTxn, m.lastTxn, time.Now()); err != nil {
-			return err
-		}
-		if s.logBytes, err = logSize(tx); err != nil {
-			return err
-		}
-		return writeMeta(tx, m)
-	})
+		s.flushedTxn = txnID
+	}
+	rec := walRec{kind: recTruncate, inc: s.inc, db: s.id.db, shard: s.id.shard, txn: txnID, term: term}
+	data, _ := appendRecord(nil, rec, nil)
+	_, err := s.wal.append(data, []walRec{rec})
+	if err == nil {
+		s.lmu.Lock()
+		s.idx.cutAfter(txnID)
+		s.lmu.Unlock()
+		last = txnID
+	}
+	mt, rerr := s.replayLog(s.flushedTxn, last)
+	if rerr != nil {
+		err = errors.Join(err, rerr)
+	} else {
+		s.mem = mt
+		s.accountMem()
+	}
 	if err != nil {
 		return fmt.Errorf("engine: truncate after %d: %w", txnID, err)
 	}
-	s.mem, s.flushedTxn = mt, m.flushedTxn
-	s.accountMem()
-	s.publish(m.lastTxn, m.lastTerm)
+	s.publish(txnID, term)
 	s.resyncQueueLocked(fmt.Errorf("%w: log truncated after %d", ErrTxnGap, txnID))
 	return nil
 }
@@ -384,10 +441,23 @@ func (s *boltShard) Close() error {
 	}
 	s.memAcct.charge(-s.memCharged, -1)
 	s.memCharged = 0
+	// The log start trimmed since the last flush persists, so a reopen
+	// serves the same log (after a crash it may serve a longer one).
+	perr := db.Update(func(tx *bolt.Tx) error {
+		m, err := readMeta(tx)
+		if err != nil || s.idx.base <= m.baseTxn {
+			return err
+		}
+		if err := trimUndo(tx, &m, s.idx.base, s.idx.baseTerm); err != nil {
+			return err
+		}
+		return writeMeta(tx, m)
+	})
+	s.wal.handBack(s.inc, s.id, &s.idx)
 	if s.onClose != nil {
 		s.onClose()
 	}
-	if err := db.Close(); err != nil {
+	if err := errors.Join(perr, db.Close()); err != nil {
 		return fmt.Errorf("engine: close %s: %w", s.path, err)
 	}
 	return nil
