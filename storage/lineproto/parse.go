@@ -14,6 +14,9 @@ import (
 // grow it without bound; past the cap strings are simply allocated.
 const internLimit = 1 << 14
 
+// tagSlab is how many tags one allocation of the lines' tag copies holds.
+const tagSlab = 512
+
 // Parse parses a whole line-protocol body. precision is "ns" (also ""), "us",
 // "ms", "s", "m" or "h"; lines without a timestamp get now (unix ns). It is all-or-nothing:
 // on the first malformed line it returns a *LineError and no points.
@@ -43,10 +46,28 @@ func ParseLimited(body []byte, precision string, now int64, maxPoints int) ([]Po
 		strs:   make(map[string]string, 64),
 		points: make([]Point, 0, lines),
 	}
-	// The body is split on '\n' by hand, one decoder per line, because the
-	// decoder does not expose the line it is on and our own errors (string field,
-	// bad timestamp) must name it. An entry can only span lines inside a quoted
-	// string field, which is refused anyway, at the line where it starts.
+	if wholeBodySafe(body) {
+		err := p.parseBody(body)
+		switch {
+		case err == nil:
+			return p.points, nil
+		case errors.Is(err, ErrTooManyPoints):
+			return nil, err
+		}
+		// A bad line: parse again line by line, which names it.
+		p.points, p.last = p.points[:0], nil
+	}
+	if err := p.parseLines(body); err != nil {
+		return nil, err
+	}
+	return p.points, nil
+}
+
+// parseLines splits body on '\n' by hand, one decoder per line, because the
+// decoder does not expose the line it is on and our own errors (string
+// field, bad timestamp) must name it. An entry can only span lines inside a
+// quoted string field, which is refused anyway, at the line where it starts.
+func (p *parser) parseLines(body []byte) error {
 	lineNo := 0
 	for len(body) > 0 {
 		lineNo++
@@ -58,12 +79,32 @@ func ParseLimited(body []byte, precision string, now int64, maxPoints int) ([]Po
 		}
 		if err := p.parseLine(line); err != nil {
 			if errors.Is(err, ErrTooManyPoints) {
-				return nil, err
+				return err
 			}
-			return nil, &LineError{Line: lineNo, Msg: err.Error()}
+			return &LineError{Line: lineNo, Msg: err.Error()}
 		}
 	}
-	return p.points, nil
+	return nil
+}
+
+// wholeBodySafe says whether one decoder over the whole body reads the same
+// entries as one decoder per line: true unless an entry could span lines (a
+// quoted string, or an escaped newline).
+func wholeBodySafe(body []byte) bool {
+	return bytes.IndexByte(body, '"') < 0 && !bytes.Contains(body, []byte("\\\n"))
+}
+
+// parseBody parses every entry of body with one decoder (a decoder per line
+// allocates its own buffers: half a kilobyte per line). Its errors do not
+// name the line; ParseLimited parses again line by line for that.
+func (p *parser) parseBody(body []byte) error {
+	d := lineprotocol.NewDecoderWithBytes(body)
+	for d.Next() {
+		if err := p.parseEntry(d); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func precisionMultiplier(precision string) (int64, error) {
@@ -91,6 +132,7 @@ type parser struct {
 	strs   map[string]string
 	tags   []Tag // scratch for the current line
 	last   []Tag // sorted tags of the previous line, shared when they repeat
+	slab   []Tag // where the lines' tag copies are cut from
 	points []Point
 }
 
@@ -112,6 +154,11 @@ func (p *parser) parseLine(line []byte) error {
 	if !d.Next() {
 		return nil // blank or comment line
 	}
+	return p.parseEntry(d)
+}
+
+// parseEntry parses the entry d is on.
+func (p *parser) parseEntry(d *lineprotocol.Decoder) error {
 	m, err := d.Measurement()
 	if err != nil {
 		return decodeMsg(err)
@@ -232,7 +279,14 @@ func (p *parser) sortedTags() ([]Tag, error) {
 	if slices.Equal(tags, p.last) {
 		return p.last, nil
 	}
-	p.last = slices.Clone(tags)
+	// The copies come from one slab per few hundred lines, not an
+	// allocation per line.
+	if cap(p.slab)-len(p.slab) < len(tags) {
+		p.slab = make([]Tag, 0, max(tagSlab, len(tags)))
+	}
+	n := len(p.slab)
+	p.slab = append(p.slab, tags...)
+	p.last = p.slab[n:len(p.slab):len(p.slab)]
 	return p.last, nil
 }
 

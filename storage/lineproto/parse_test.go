@@ -261,3 +261,45 @@ func TestParseLimited(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, pts, 4)
 }
+
+// parseByLine is ParseLimited with one decoder per line only: the reference
+// the whole-body decoder must agree with.
+func parseByLine(body []byte, maxPoints int) ([]Point, error) {
+	p := parser{mult: 1, now: now, max: maxPoints, strs: map[string]string{}}
+	if err := p.parseLines(body); err != nil {
+		return nil, err
+	}
+	return p.points, nil
+}
+
+// FuzzParseWholeBody: one decoder over the whole body reads exactly what one
+// decoder per line reads, and fails exactly where it fails.
+func FuzzParseWholeBody(f *testing.F) {
+	for _, s := range []string{
+		"cpu,host=a usage=0.5 123\ncpu,host=b usage=1 124\n",
+		"m,z=1,a=2 i=-3i,u=4u,f=1e3,t=true,F=F 5\r\n\n# comment\nm v=1\n",
+		"cpu,host=a\\ b v=1 1\ncpu,host=a\\\nb v=1 2\n",
+		"cpu v=1 1\rcpu v=2 2\n cpu v=3\n\tcpu v=4 4",
+		"cpu s=\"x\ny\" 1\ncpu v=1 1\n",
+		"cpu,a=1,a=2 v=1\ncpu v=1 99999999999999999999\n",
+		"cpu v=1 1\ncpu v=1,w=2 2\n",
+	} {
+		f.Add([]byte(s), 0)
+		f.Add([]byte(s), 2)
+	}
+	f.Fuzz(func(t *testing.T, body []byte, maxPoints int) {
+		maxPoints = max(maxPoints%8, 0)
+		got, err := ParseLimited(body, "ns", now, maxPoints)
+		want, wantErr := parseByLine(body, maxPoints)
+		if wantErr != nil {
+			require.Error(t, err)
+			require.Equal(t, wantErr.Error(), err.Error())
+			return
+		}
+		require.NoError(t, err)
+		require.Equal(t, len(want), len(got))
+		for i := range want {
+			require.Equal(t, want[i], got[i])
+		}
+	})
+}
