@@ -174,6 +174,7 @@ func TestShardOf(t *testing.T) {
 	require.Equal(t, 0, ShardOf("cpu,host=a#value", 0))
 	require.Equal(t, int(fnvRef("cpu,host=a#value")%7), ShardOf("cpu,host=a#value", 7))
 	require.Equal(t, 5, ShardOf("", 16)) // FNV-1a 64 offset basis 0xcbf29ce484222325 % 16
+	require.Equal(t, ShardOf("cpu,host=a#value", 7), ShardOfKey([]byte("cpu,host=a#value"), 7))
 	counts := make([]int, 8)
 	for i := range 8000 {
 		s := ShardOf(fmt.Sprintf("cpu,host=h%d#value", i), 8)
