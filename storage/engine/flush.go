@@ -65,7 +65,10 @@ func (s *boltShard) flushLocked() error {
 		return nil
 	}
 	upto := mt.entries[len(mt.entries)-1].txn
-	var created map[string]uint64
+	var (
+		created map[string]uint64
+		newest  []seriesMax
+	)
 	logBytes := s.logBytes
 	err := s.update(func(tx *bolt.Tx) error {
 		m, err := readMeta(tx)
@@ -78,11 +81,11 @@ func (s *boltShard) flushLocked() error {
 		if err := resetRecent(tx); err != nil {
 			return err
 		}
-		prev, c, merged, err := writeMemtable(tx, s.ix, mt, mt.entries[0].txn)
+		prev, c, n, merged, err := writeMemtable(tx, s.ix, mt, mt.entries[0].txn)
 		if err != nil {
 			return err
 		}
-		created = c
+		created, newest = c, n
 		// Only a flush that merged nothing into older blocks can be redone
 		// from the log alone if one of its blocks turns out torn.
 		from := mt.entries[0].txn
@@ -94,7 +97,7 @@ func (s *boltShard) flushLocked() error {
 		}
 		undoB := tx.Bucket(bucketUndo)
 		for _, me := range mt.entries {
-			if err := undoB.Put(u64Key(me.txn), encodeUndo(me.undo, prev)); err != nil {
+			if err := undoB.Put(u64Key(me.txn), encodeUndo(me, prev)); err != nil {
 				return err
 			}
 		}
@@ -110,7 +113,7 @@ func (s *boltShard) flushLocked() error {
 	// Readers that picked up the old memtable see its points twice (memtable
 	// and buckets, same values); those that pick up the new one start their
 	// read transaction after this commit. Either way nothing is missing.
-	s.ix.add(created)
+	s.ix.add(created, newest)
 	s.logBytes = logBytes
 	s.flushed.Store(true)
 	s.mu.Lock()
@@ -122,10 +125,18 @@ func (s *boltShard) flushLocked() error {
 }
 
 // encodeUndo turns an entry's memtable undo information into its undo record,
-// resolving the values it replaced on disk from prev.
-func encodeUndo(undo []memUndo, prev map[memSlot]uint64) []byte {
-	b := make([]byte, 0, 3*len(undo))
-	for _, u := range undo {
+// resolving the values it replaced on disk from prev. The points without
+// memtable undo replaced nothing.
+func encodeUndo(me memEntry, prev map[memSlot]uint64) []byte {
+	b := make([]byte, 0, 3*me.points)
+	undo := me.undo
+	for i := range me.points {
+		if len(undo) == 0 || int(undo[0].point) != i {
+			b = appendUndo(b, undoOp{point: i})
+			continue
+		}
+		u := undo[0]
+		undo = undo[1:]
 		op := undoOp{point: int(u.point)}
 		if !u.fromDisk {
 			op.hadPrev, op.prev = true, u.prev

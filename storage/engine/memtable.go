@@ -38,7 +38,11 @@ type memtable struct {
 // memSeries is one series' points, sorted by ts and unique.
 type memSeries struct {
 	key string
-	pts []memPoint
+	// diskMax bounds the newest flushed ts of the series from above
+	// (math.MinInt64: nothing flushed, math.MaxInt64: unknown): a point
+	// after it replaces nothing on disk, so its undo needs no record.
+	diskMax int64
+	pts     []memPoint
 	// pending collects, during one insert, points older than the series' newest
 	// that are not in pts yet; they are merged in once at the end of the batch,
 	// so out-of-order writes cost O(n) per batch instead of O(n) per point.
@@ -57,10 +61,13 @@ type memSlot struct {
 
 // memEntry keeps the undo information of an unflushed entry until the flush
 // turns it into the entry's undo record, so flushed entries can still be cut
-// by TruncateAfter exactly as before.
+// by TruncateAfter exactly as before. Only the points that may have
+// replaced a value are recorded; the others (points newer than anything of
+// their series, nearly all of them) replaced nothing, which costs no memory.
 type memEntry struct {
-	txn  uint64
-	undo []memUndo
+	txn    uint64
+	points int
+	undo   []memUndo // by point index
 }
 
 // memUndo records what one point write replaced: a memtable value (prev), or,
@@ -86,7 +93,8 @@ func (mt *memtable) empty() bool { return len(mt.entries) == 0 }
 // slack of growing slices and maps, for the memory budget.
 const (
 	memPointBytes  = 24 // memPoint, amortized over slice growth
-	memUndoBytes   = 32 // memUndo
+	memUndoBytes   = 32 // memUndo, for the points that replace a value
+	memEntryBytes  = 48
 	memSeriesBytes = 160
 )
 
@@ -102,7 +110,7 @@ func (mt *memtable) insert(e Entry, now time.Time) {
 	if mt.empty() {
 		mt.since = now
 	}
-	undo := make([]memUndo, len(e.Points))
+	var undo []memUndo
 	var touched []int32 // series with pending points
 	var last struct {   // points of one line share metric and tags: skip the key build
 		metric, field string
@@ -126,6 +134,9 @@ func (mt *memtable) insert(e Entry, now time.Time) {
 		if n := len(ms.pts); n == 0 || p.TS > ms.pts[n-1].ts {
 			ms.pts = append(ms.pts, memPoint{p.TS, bits})
 			mt.points++
+			if p.TS > ms.diskMax {
+				continue // replaced nothing, in memory or on disk
+			}
 		} else if j, found := slices.BinarySearchFunc(ms.pts, p.TS, cmpPointTS); found {
 			u.fromDisk, u.prev = false, ms.pts[j].bits
 			ms.pts[j].bits = bits
@@ -142,15 +153,18 @@ func (mt *memtable) insert(e Entry, now time.Time) {
 			mt.pend[memSlot{idx, p.TS}] = len(ms.pending)
 			ms.pending = append(ms.pending, memPoint{p.TS, bits})
 			mt.points++
+			if p.TS > ms.diskMax {
+				continue
+			}
 		}
-		undo[i] = u
+		undo = append(undo, u)
 	}
-	mt.bytes += int64(len(e.Points)) * (memPointBytes + memUndoBytes)
+	mt.bytes += int64(len(e.Points))*memPointBytes + int64(len(undo))*memUndoBytes + memEntryBytes
 	for _, idx := range touched {
 		mt.series[idx].mergePending()
 	}
 	clear(mt.pend)
-	mt.entries = append(mt.entries, memEntry{txn: e.TxnID, undo: undo})
+	mt.entries = append(mt.entries, memEntry{txn: e.TxnID, points: len(e.Points), undo: undo})
 }
 
 func cmpPointTS(p memPoint, ts int64) int { return cmp.Compare(p.ts, ts) }
@@ -161,12 +175,12 @@ func (mt *memtable) seriesOf(p *lineproto.Point) int32 {
 	if idx, ok := mt.index[string(mt.keyBuf)]; ok {
 		return idx
 	}
-	key, ok := mt.ix.intern(mt.keyBuf)
+	key, diskMax, ok := mt.ix.intern(mt.keyBuf)
 	if !ok {
-		key = string(mt.keyBuf)
+		key, diskMax = string(mt.keyBuf), math.MinInt64 // a series never flushed
 	}
 	idx := int32(len(mt.series))
-	mt.series = append(mt.series, &memSeries{key: key})
+	mt.series = append(mt.series, &memSeries{key: key, diskMax: diskMax})
 	mt.bytes += memSeriesBytes
 	if !ok {
 		mt.bytes += int64(len(key))
