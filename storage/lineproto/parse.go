@@ -130,10 +130,26 @@ type parser struct {
 	now    int64
 	max    int // points; 0: no limit
 	strs   map[string]string
-	tags   []Tag // scratch for the current line
-	last   []Tag // sorted tags of the previous line, shared when they repeat
-	slab   []Tag // where the lines' tag copies are cut from
+	tags   []Tag      // scratch for the current line
+	last   []Tag      // sorted tags of the previous line, shared when they repeat
+	slab   []Tag      // where the lines' tag copies are cut from
+	prev   [16]string // internAt's last string per position
 	points []Point
+}
+
+// internAt is intern that first compares b with the string last seen at the
+// same position of a line (metric, field, n-th tag key or value): lines of a
+// batch mostly repeat them, and the comparison is cheaper than hashing.
+func (p *parser) internAt(slot int, b []byte) string {
+	if slot >= len(p.prev) {
+		return p.intern(b)
+	}
+	if s := p.prev[slot]; s == string(b) {
+		return s
+	}
+	s := p.intern(b)
+	p.prev[slot] = s
+	return s
 }
 
 // intern returns b as a string, reusing one allocation for the metric names and
@@ -163,7 +179,7 @@ func (p *parser) parseEntry(d *lineprotocol.Decoder) error {
 	if err != nil {
 		return decodeMsg(err)
 	}
-	metric := p.intern(m)
+	metric := p.internAt(0, m)
 	p.tags = p.tags[:0]
 	for {
 		k, v, err := d.NextTag()
@@ -173,7 +189,8 @@ func (p *parser) parseEntry(d *lineprotocol.Decoder) error {
 		if k == nil {
 			break
 		}
-		p.tags = append(p.tags, Tag{Key: p.intern(k), Value: p.intern(v)})
+		n := len(p.tags)
+		p.tags = append(p.tags, Tag{Key: p.internAt(2+2*n, k), Value: p.internAt(3+2*n, v)})
 	}
 	tags, err := p.sortedTags()
 	if err != nil {
@@ -206,7 +223,7 @@ func (p *parser) parseEntry(d *lineprotocol.Decoder) error {
 		if p.max > 0 && len(p.points) >= p.max {
 			return fmt.Errorf("%w: more than %d points in one batch", ErrTooManyPoints, p.max)
 		}
-		p.points = append(p.points, Point{Metric: metric, Tags: tags, Field: p.intern(k), Value: f})
+		p.points = append(p.points, Point{Metric: metric, Tags: tags, Field: p.internAt(1, k), Value: f})
 	}
 	if len(p.points) == first {
 		return errors.New("no fields")
