@@ -34,8 +34,9 @@ func (s *boltShard) accountMem() {
 
 // memBudget is the engine-wide account of memtable bytes and open shards.
 type memBudget struct {
-	bytes  atomic.Int64
-	shards atomic.Int64
+	bytes   atomic.Int64
+	shards  atomic.Int64
+	flushes chan struct{} // a slot per flush under way (flushSlots)
 }
 
 func (b *memBudget) charge(bytes, shards int64) {
@@ -65,6 +66,8 @@ func (s *boltShard) flushLocked() error {
 		return nil
 	}
 	upto := mt.entries[len(mt.entries)-1].txn
+	release := s.memAcct.flushSlot()
+	defer release()
 	var (
 		created map[string]uint64
 		newest  []seriesMax
@@ -121,6 +124,7 @@ func (s *boltShard) flushLocked() error {
 	s.mu.Unlock()
 	s.accountMem()
 	s.flushedTxn = upto
+	s.dropMapped()
 	return nil
 }
 
