@@ -87,6 +87,7 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 	a.masterOps.init(a)
 	a.lg = lg.With(zap.String("node_id", id))
 	a.lg.Info("starting", zap.Strings("roles", cfg.Roles), zap.String("http_addr", cfg.HTTPAddr), zap.String("data_dir", cfg.DataDir))
+	applyMemoryLimit(cfg, a.lg)
 	if err := a.setupSecurity(); err != nil {
 		return nil, err
 	}
@@ -114,7 +115,7 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 	wcfg := web.Config{
 		Addr: cfg.HTTPAddr, NodeID: id, Roles: cfg.Roles, Logger: a.lg,
 		Gatherer: a.reg, State: a.sm.Snapshot, EtcdUp: a.etcdUp.Load, IsMaster: a.masterOps.active, Console: consoleHandler(),
-		Waiting: a.waiting, WriteMaxBodyBytes: int64(cfg.WriteMaxBodyBytes),
+		Waiting: a.waiting, WriteMaxBodyBytes: int64(cfg.WriteMaxBodyBytes), WriteMaxInflightBytes: cfg.InflightWriteBytes(),
 		EtcdAlarms: a.currentAlarms,
 	}
 	a.webSecurity(&wcfg)
