@@ -142,7 +142,7 @@ type Config struct {
 	QueryMaxSeries    int // series of one query answer
 	QueryMaxPoints    int // points of one query answer
 	// MemtableMaxBytes is the memory budget of a storage node's memtables
-	// together; 0 means the engine's default (1/64 of memory, 32-128 MiB).
+	// together; 0 means the engine's default (1/64 of memory, 32-64 MiB).
 	MemtableMaxBytes int64
 	// MemoryLimit is the Go runtime's soft memory limit in bytes; 0 means
 	// the default (MemoryLimitFor).

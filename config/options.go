@@ -224,7 +224,7 @@ var options = []option{
 	durationOpt("rebalance-delay", groupCluster, "wait after nodes join or leave before moving replicas or spreading leaders again, so a restart does not shuffle shards",
 		0, func(c *Config) *time.Duration { return &c.RebalanceDelay }, nil),
 	{
-		name: "memtable-max-bytes", kind: kindInt, group: groupNode, defText: "0: 1/64 of memory, 32-128 MiB",
+		name: "memtable-max-bytes", kind: kindInt, group: groupNode, defText: "0: 1/64 of memory, 32-64 MiB",
 		help: "memory budget of the storage node's in-memory write buffers together; reaching it flushes them to compressed blocks",
 		get:  func(c *Config) string { return strconv.FormatInt(c.MemtableMaxBytes, 10) },
 		set: func(c *Config, raw string) error {
