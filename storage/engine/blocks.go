@@ -54,6 +54,10 @@ type seriesIndex struct {
 	// without looking up the series' last block, and the memtable keeps
 	// no undo for points after it.
 	newest map[uint64]int64
+	// The size of the last flushed memtable (series, points per series):
+	// the next one starts with room for as much, instead of growing every
+	// series' points and its maps step by step again.
+	lastSeries, lastPerSeries atomic.Int64
 }
 
 func loadIndex(tx *bolt.Tx) (*seriesIndex, error) {
@@ -404,6 +408,10 @@ func writeMemtable(tx *bolt.Tx, ix *seriesIndex, mt *memtable, fromTxn uint64) (
 	prev = make(map[memSlot]uint64)
 	created = make(map[string]uint64)
 	newest = make([]seriesMax, 0, len(order))
+	if len(mt.series) > 0 {
+		ix.lastSeries.Store(int64(len(mt.series)))
+		ix.lastPerSeries.Store(int64(mt.points / len(mt.series)))
+	}
 	ns := newSeries{tx: tx}
 	blocks := tx.Bucket(bucketBlocks)
 	for _, idx := range order {

@@ -30,9 +30,10 @@ type memtable struct {
 	bytes    int64      // estimated heap held, for the memory budget
 	since    time.Time  // when the first entry went in, for the age-based flush
 
-	ix     *seriesIndex // the shard's flushed series, whose key strings are reused
-	keyBuf []byte
-	pend   map[memSlot]int // batch scratch: out-of-order points -> index in pending
+	ix      *seriesIndex // the shard's flushed series, whose key strings are reused
+	keyBuf  []byte
+	pend    map[memSlot]int // batch scratch: out-of-order points -> index in pending
+	ptsHint int             // room for points a new series starts with
 }
 
 // memSeries is one series' points, sorted by ts and unique.
@@ -84,8 +85,16 @@ type memUndo struct {
 }
 
 func newMemtable(ix *seriesIndex) *memtable {
-	return &memtable{ix: ix, index: make(map[string]int32), byMetric: make(map[string][]int32)}
+	n := int(min(ix.lastSeries.Load(), maxSizeHint))
+	return &memtable{ix: ix, index: make(map[string]int32, n), series: make([]*memSeries, 0, n),
+		byMetric: make(map[string][]int32), ptsHint: int(min(ix.lastPerSeries.Load(), maxPointsHint))}
 }
+
+// Bounds of the sizes a memtable starts with (from the last flushed one).
+const (
+	maxSizeHint   = 1 << 20
+	maxPointsHint = 1024
+)
 
 func (mt *memtable) empty() bool { return len(mt.entries) == 0 }
 
@@ -180,7 +189,11 @@ func (mt *memtable) seriesOf(p *lineproto.Point) int32 {
 		key, diskMax = string(mt.keyBuf), math.MinInt64 // a series never flushed
 	}
 	idx := int32(len(mt.series))
-	mt.series = append(mt.series, &memSeries{key: key, diskMax: diskMax})
+	ms := &memSeries{key: key, diskMax: diskMax}
+	if mt.ptsHint > 0 {
+		ms.pts = make([]memPoint, 0, mt.ptsHint)
+	}
+	mt.series = append(mt.series, ms)
 	mt.bytes += memSeriesBytes
 	if !ok {
 		mt.bytes += int64(len(key))
