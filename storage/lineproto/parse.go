@@ -45,6 +45,7 @@ func ParseLimited(body []byte, precision string, now int64, maxPoints int) ([]Po
 		max:    maxPoints,
 		strs:   make(map[string]string, 64),
 		points: make([]Point, 0, lines),
+		body:   body,
 	}
 	if wholeBodySafe(body) {
 		err := p.parseBody(body)
@@ -126,15 +127,20 @@ func precisionMultiplier(precision string) (int64, error) {
 }
 
 type parser struct {
-	mult   int64
-	now    int64
-	max    int // points; 0: no limit
-	strs   map[string]string
-	tags   []Tag      // scratch for the current line
-	last   []Tag      // sorted tags of the previous line, shared when they repeat
-	slab   []Tag      // where the lines' tag copies are cut from
-	prev   [16]string // internAt's last string per position
-	points []Point
+	mult int64
+	now  int64
+	max  int // points; 0: no limit
+	strs map[string]string
+	tags []Tag      // scratch for the current line
+	last []Tag      // sorted tags of the previous line, shared when they repeat
+	slab []Tag      // where the lines' tag copies are cut from
+	prev [16]string // internAt's last string per position
+	// body is the whole body being parsed and bodyStr one copy of it, made
+	// at the first string taken from it: the points' strings are slices of
+	// it. Nothing keeps points past a request, so nothing pins it longer.
+	body    []byte
+	bodyStr string
+	points  []Point
 }
 
 // internAt is intern that first compares b with the string last seen at the
@@ -142,14 +148,30 @@ type parser struct {
 // batch mostly repeat them, and the comparison is cheaper than hashing.
 func (p *parser) internAt(slot int, b []byte) string {
 	if slot >= len(p.prev) {
-		return p.intern(b)
+		return p.inBody(b)
 	}
 	if s := p.prev[slot]; s == string(b) {
 		return s
 	}
-	s := p.intern(b)
+	s := p.inBody(b)
 	p.prev[slot] = s
 	return s
+}
+
+// inBody returns b as a string: a slice of one copy of the whole body when
+// b lies in the body (it does unless it held escapes), which costs neither
+// an allocation nor a hash per string; else intern's.
+func (p *parser) inBody(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	if off := cap(p.body) - cap(b); off >= 0 && off+len(b) <= len(p.body) && &p.body[off] == &b[0] {
+		if p.bodyStr == "" {
+			p.bodyStr = string(p.body)
+		}
+		return p.bodyStr[off : off+len(b)]
+	}
+	return p.intern(b)
 }
 
 // intern returns b as a string, reusing one allocation for the metric names and

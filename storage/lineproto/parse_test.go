@@ -304,3 +304,18 @@ func FuzzParseWholeBody(f *testing.F) {
 		}
 	})
 }
+
+// TestPointsOutliveTheBody: the points' strings do not alias the body, so a
+// caller may reuse its buffer.
+func TestPointsOutliveTheBody(t *testing.T) {
+	body := []byte("cpu,host=a\\ b,region=eu usage=1 1\nmem,host=c free=2 2\n")
+	pts, err := Parse(body, "ns", 0)
+	require.NoError(t, err)
+	for i := range body {
+		body[i] = 'x'
+	}
+	require.Equal(t, []Point{
+		{Metric: "cpu", Tags: []Tag{{"host", "a b"}, {"region", "eu"}}, Field: "usage", Value: 1, TS: 1},
+		{Metric: "mem", Tags: []Tag{{"host", "c"}}, Field: "free", Value: 2, TS: 2},
+	}, pts)
+}
