@@ -87,7 +87,6 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 	a.masterOps.init(a)
 	a.lg = lg.With(zap.String("node_id", id))
 	a.lg.Info("starting", zap.Strings("roles", cfg.Roles), zap.String("http_addr", cfg.HTTPAddr), zap.String("data_dir", cfg.DataDir))
-	applyMemoryLimit(cfg, a.lg)
 	if err := a.setupSecurity(); err != nil {
 		return nil, err
 	}

@@ -30,8 +30,9 @@ func memoryLimit(cfg config.Config, getenv func(string) string) int64 {
 	return 2*mem + 128<<20
 }
 
-// applyMemoryLimit sets memoryLimit, if any.
-func applyMemoryLimit(cfg config.Config, lg *zap.Logger) {
+// ApplyMemoryLimit sets the runtime's soft memory limit for cfg, if any
+// (memoryLimit); it is process-wide, for the binary's main to call.
+func ApplyMemoryLimit(cfg config.Config, lg *zap.Logger) {
 	if n := memoryLimit(cfg, os.Getenv); n > 0 {
 		debug.SetMemoryLimit(n)
 		lg.Info("go soft memory limit", zap.Int64("bytes", n))
