@@ -114,7 +114,7 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 	wcfg := web.Config{
 		Addr: cfg.HTTPAddr, NodeID: id, Roles: cfg.Roles, Logger: a.lg,
 		Gatherer: a.reg, State: a.sm.Snapshot, EtcdUp: a.etcdUp.Load, IsMaster: a.masterOps.active, Console: consoleHandler(),
-		Waiting: a.waiting, WriteMaxBodyBytes: int64(cfg.WriteMaxBodyBytes),
+		Waiting: a.waiting, WriteMaxBodyBytes: int64(cfg.WriteMaxBodyBytes), WriteMaxInflightBytes: cfg.InflightWriteBytes(),
 		EtcdAlarms: a.currentAlarms,
 	}
 	a.webSecurity(&wcfg)

@@ -167,14 +167,13 @@ func (d *Data) write(ctx context.Context, db, precision string, body []byte) (in
 	if len(points) == 0 {
 		return 0, nil
 	}
-	groups := map[int][]lineproto.Point{}
-	for _, p := range points {
-		s := lineproto.ShardOf(p.SeriesKey(), cfg.NumShards)
-		groups[s] = append(groups[s], p)
-	}
+	groups := splitByShard(points, cfg.NumShards)
 	var wg sync.WaitGroup
 	errs := make(chan error, len(groups))
 	for shard, pts := range groups {
+		if len(pts) == 0 {
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -186,6 +185,34 @@ func (d *Data) write(ctx context.Context, db, precision string, body []byte) (in
 	wg.Wait()
 	close(errs)
 	return len(points), <-errs // nil when every shard succeeded
+}
+
+// splitByShard groups points by the shard of their series, keeping their
+// order within a shard: one slice per shard, cut from one copy of points,
+// with every series key built in one reused buffer.
+func splitByShard(points []lineproto.Point, numShards int) [][]lineproto.Point {
+	numShards = max(numShards, 1)
+	of := make([]int32, len(points))
+	counts := make([]int, numShards)
+	var key []byte
+	for i := range points {
+		p := &points[i]
+		key = lineproto.AppendSeriesKey(key[:0], p.Metric, p.Tags, p.Field)
+		s := lineproto.ShardOfKey(key, numShards)
+		of[i] = int32(s)
+		counts[s]++
+	}
+	all := make([]lineproto.Point, len(points))
+	groups := make([][]lineproto.Point, numShards)
+	at := 0
+	for s, n := range counts {
+		groups[s] = all[at : at : at+n]
+		at += n
+	}
+	for i, s := range of {
+		groups[s] = append(groups[s], points[i])
+	}
+	return groups
 }
 
 // writeShard sends one shard's points to its leader, retrying while the state

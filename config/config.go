@@ -142,8 +142,14 @@ type Config struct {
 	QueryMaxSeries    int // series of one query answer
 	QueryMaxPoints    int // points of one query answer
 	// MemtableMaxBytes is the memory budget of a storage node's memtables
-	// together; 0 means the engine's default (1/64 of memory, 32-128 MiB).
+	// together; 0 means the engine's default (1/64 of memory, 32-64 MiB).
 	MemtableMaxBytes int64
+	// MemoryLimit is the Go runtime's soft memory limit in bytes; 0 means
+	// the default (MemoryLimitFor).
+	MemoryLimit int64
+	// WriteMaxInflightBytes bounds the write body bytes held at once; 0
+	// means 2x WriteMaxBodyBytes, at least 64 MiB (InflightWriteBytes).
+	WriteMaxInflightBytes int64
 
 	// ConfigFile is the config file Parse loaded, if any.
 	ConfigFile string
@@ -181,6 +187,14 @@ func Default() Config {
 		QueryMaxPoints:    1_000_000,
 		HistoryInterval:   10 * time.Second,
 	}
+}
+
+// InflightWriteBytes is WriteMaxInflightBytes with its default resolved.
+func (c *Config) InflightWriteBytes() int64 {
+	if c.WriteMaxInflightBytes > 0 {
+		return c.WriteMaxInflightBytes
+	}
+	return max(2*int64(c.WriteMaxBodyBytes), 64<<20)
 }
 
 // HasRole reports whether the node runs role r.

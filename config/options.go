@@ -224,7 +224,7 @@ var options = []option{
 	durationOpt("rebalance-delay", groupCluster, "wait after nodes join or leave before moving replicas or spreading leaders again, so a restart does not shuffle shards",
 		0, func(c *Config) *time.Duration { return &c.RebalanceDelay }, nil),
 	{
-		name: "memtable-max-bytes", kind: kindInt, group: groupNode, defText: "0: 1/64 of memory, 32-128 MiB",
+		name: "memtable-max-bytes", kind: kindInt, group: groupNode, defText: "0: 1/64 of memory, 32-64 MiB",
 		help: "memory budget of the storage node's in-memory write buffers together; reaching it flushes them to compressed blocks",
 		get:  func(c *Config) string { return strconv.FormatInt(c.MemtableMaxBytes, 10) },
 		set: func(c *Config, raw string) error {
@@ -233,6 +233,19 @@ var options = []option{
 				return errors.New("want a whole number of bytes of at least 1048576, or 0 for the default")
 			}
 			c.MemtableMaxBytes = n
+			return nil
+		},
+	},
+	{
+		name: "memory-limit", kind: kindInt, group: groupNode, defText: "0: on a storage node 2x the memtable budget + 128 MiB (GOMEMLIMIT, when set, instead); else none",
+		help: "soft limit of the process's Go memory (heap, stacks, runtime), in bytes: past it the garbage collector runs more often to stay under it; it does not cap the shard files' page cache",
+		get:  func(c *Config) string { return strconv.FormatInt(c.MemoryLimit, 10) },
+		set: func(c *Config, raw string) error {
+			n, err := strconv.ParseInt(raw, 10, 64)
+			if err != nil || (n != 0 && n < 64<<20) {
+				return errors.New("want a whole number of bytes of at least 67108864, or 0 for the default")
+			}
+			c.MemoryLimit = n
 			return nil
 		},
 	},
@@ -261,6 +274,19 @@ var options = []option{
 		func(c *Config) *int { return &c.WriteMaxBodyBytes }),
 	limitOpt("write-max-points", "most points (field values) in one write batch; a larger batch gets 413 before it is decoded in full",
 		func(c *Config) *int { return &c.WriteMaxPoints }),
+	withDefText(option{
+		name: "write-max-inflight-bytes", kind: kindInt, group: groupLimits,
+		help: "write body bytes a node holds at once across all write requests (a parsed batch takes about 6x its body); past it a write waits, and after 5s gets 503 (retry)",
+		get:  func(c *Config) string { return strconv.FormatInt(c.WriteMaxInflightBytes, 10) },
+		set: func(c *Config, raw string) error {
+			n, err := strconv.ParseInt(raw, 10, 64)
+			if err != nil || n < 0 {
+				return errors.New("want a whole number of bytes, or 0 for the default")
+			}
+			c.WriteMaxInflightBytes = n
+			return nil
+		},
+	}, "0: 2x --write-max-body-bytes, at least 64 MiB"),
 	limitOpt("query-max-series", "most series one query may answer; past it the query gets 413 asking to narrow it (tag filters, shorter range)",
 		func(c *Config) *int { return &c.QueryMaxSeries }),
 	limitOpt("query-max-points", "most points one query may answer; past it the query gets 413 asking to narrow it; storage nodes stop reading once over",

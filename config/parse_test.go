@@ -238,3 +238,23 @@ func TestParseMemtableMaxBytes(t *testing.T) {
 		require.Contains(t, err.Error(), bad)
 	}
 }
+
+func TestParseMemoryLimitAndInflightWrites(t *testing.T) {
+	c, err := Parse(nil, envOf(nil), false, io.Discard)
+	require.NoError(t, err)
+	require.Zero(t, c.MemoryLimit)
+	require.EqualValues(t, 64<<20, c.InflightWriteBytes(), "2x the 32 MiB body limit")
+	c, err = Parse([]string{"--memory-limit", "536870912", "--write-max-inflight-bytes", "1000", "--write-max-body-bytes", "100000000"}, envOf(nil), false, io.Discard)
+	require.NoError(t, err)
+	require.EqualValues(t, 512<<20, c.MemoryLimit)
+	require.EqualValues(t, 1000, c.InflightWriteBytes())
+	c, err = Parse([]string{"--write-max-body-bytes", "100000000"}, envOf(map[string]string{"CAIRN_MEMORY_LIMIT": "67108864"}), false, io.Discard)
+	require.NoError(t, err)
+	require.EqualValues(t, 64<<20, c.MemoryLimit)
+	require.EqualValues(t, 200000000, c.InflightWriteBytes())
+	for _, bad := range [][]string{{"--memory-limit", "1000"}, {"--memory-limit", "-1"}, {"--write-max-inflight-bytes", "-5"}, {"--write-max-inflight-bytes", "1GiB"}} {
+		_, err = Parse(bad, envOf(nil), false, io.Discard)
+		require.Error(t, err, bad)
+		require.Contains(t, err.Error(), bad[1])
+	}
+}

@@ -63,6 +63,11 @@ type Config struct {
 	MaxBodyBytes int64
 	// WriteMaxBodyBytes caps write bodies instead; default MaxBodyBytes.
 	WriteMaxBodyBytes int64
+	// WriteMaxInflightBytes bounds the write body bytes in flight at once
+	// (0: no bound); a write past it waits up to WriteInflightWait
+	// (default 5s), then gets 503.
+	WriteMaxInflightBytes int64
+	WriteInflightWait     time.Duration
 	// Waiting names what the node's roles still wait for before they serve
 	// ("" when nothing); /ready answers 503 with it until then. Nil: nothing.
 	Waiting func() string
@@ -98,6 +103,7 @@ type Server struct {
 	done chan error
 	// refusals rate-limits the log lines of refused internal requests.
 	refusals *peerauth.Limiter
+	writes   *inflight // nil: no bound on write bodies in flight
 }
 
 func init() { gin.SetMode(gin.ReleaseMode) }
@@ -117,6 +123,12 @@ func New(cfg Config) *Server {
 		cfg.Gatherer = prometheus.DefaultGatherer
 	}
 	s := &Server{cfg: cfg, lg: cfg.Logger.Named("http"), done: make(chan error, 1), refusals: peerauth.NewLimiter(time.Minute, nil)}
+	if cfg.WriteMaxInflightBytes > 0 {
+		s.writes = newInflight(cfg.WriteMaxInflightBytes)
+		if s.cfg.WriteInflightWait <= 0 {
+			s.cfg.WriteInflightWait = 5 * time.Second
+		}
+	}
 	e := gin.New()
 	e.ContextWithFallback = true
 	e.Use(s.recover, s.logRequests, s.limitBody, s.guardInternal)
@@ -245,6 +257,14 @@ func (s *Server) limitBody(c *gin.Context) {
 		limit := s.cfg.MaxBodyBytes
 		if p := c.FullPath(); p == writePath || p == "/write" || p == "/api/v2/write" {
 			limit = s.cfg.WriteMaxBodyBytes
+			if s.writes != nil {
+				n := writeCharge(c.Request, limit)
+				if err := s.writes.acquire(c.Request.Context(), n, s.cfg.WriteInflightWait); err != nil {
+					fail(c, err)
+					return
+				}
+				defer s.writes.release(n)
+			}
 		}
 		c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, limit)
 	}

@@ -131,6 +131,9 @@ func runNode(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	cfg.Version = version
+	// Process-wide, so set by the binary only (tests and simulations
+	// embedding several nodes keep the runtime's setting).
+	app.ApplyMemoryLimit(cfg, lg)
 	a, err := app.Start(cfg, lg)
 	if err != nil {
 		fmt.Fprintf(stderr, "cairn: %v\n", err)

@@ -49,10 +49,19 @@ type seriesIndex struct {
 	mu   sync.RWMutex
 	ids  map[string]uint64
 	keys map[uint64]string
+	// newest bounds each series' newest flushed ts from above, for the
+	// series flushed since the shard was opened: a flush then appends
+	// without looking up the series' last block, and the memtable keeps
+	// no undo for points after it.
+	newest map[uint64]int64
+	// The size of the last flushed memtable (series, points per series):
+	// the next one starts with room for as much, instead of growing every
+	// series' points and its maps step by step again.
+	lastSeries, lastPerSeries atomic.Int64
 }
 
 func loadIndex(tx *bolt.Tx) (*seriesIndex, error) {
-	ix := &seriesIndex{ids: make(map[string]uint64), keys: make(map[uint64]string)}
+	ix := &seriesIndex{ids: make(map[string]uint64), keys: make(map[uint64]string), newest: make(map[uint64]int64)}
 	b := tx.Bucket(bucketSKey)
 	if b == nil {
 		return ix, nil // a read-only look at a file of an older version
@@ -69,15 +78,20 @@ func loadIndex(tx *bolt.Tx) (*seriesIndex, error) {
 	return ix, err
 }
 
-// intern returns the shard's copy of key, if the series is known.
-func (ix *seriesIndex) intern(key []byte) (string, bool) {
+// intern returns the shard's copy of key, if the series is known, and a
+// bound of its newest flushed ts (math.MaxInt64 when unknown).
+func (ix *seriesIndex) intern(key []byte) (string, int64, bool) {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	id, ok := ix.ids[string(key)]
 	if !ok {
-		return "", false
+		return "", 0, false
 	}
-	return ix.keys[id], true
+	newest, known := ix.newest[id]
+	if !known {
+		newest = math.MaxInt64
+	}
+	return ix.keys[id], newest, true
 }
 
 func (ix *seriesIndex) id(key string) (uint64, bool) {
@@ -87,11 +101,21 @@ func (ix *seriesIndex) id(key string) (uint64, bool) {
 	return id, ok
 }
 
-func (ix *seriesIndex) add(created map[string]uint64) {
+// seriesMax is a series' newest flushed ts after a flush.
+type seriesMax struct {
+	id uint64
+	ts int64
+}
+
+// add records the series a flush created and its series' newest ts.
+func (ix *seriesIndex) add(created map[string]uint64, newest []seriesMax) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	for k, id := range created {
 		ix.ids[k], ix.keys[id] = id, k
+	}
+	for _, n := range newest {
+		ix.newest[n.id] = n.ts
 	}
 }
 
@@ -375,7 +399,7 @@ func firstKeyAfter(c *bolt.Cursor, id uint64) []byte {
 // merged into the blocks they overlap. It returns the flushed values that
 // were overwritten, keyed by (series, ts), for the undo records, and the
 // series it created.
-func writeMemtable(tx *bolt.Tx, ix *seriesIndex, mt *memtable, fromTxn uint64) (prev map[memSlot]uint64, created map[string]uint64, merged bool, err error) {
+func writeMemtable(tx *bolt.Tx, ix *seriesIndex, mt *memtable, fromTxn uint64) (prev map[memSlot]uint64, created map[string]uint64, newest []seriesMax, merged bool, err error) {
 	order := make([]int32, len(mt.series))
 	for i := range order {
 		order[i] = int32(i)
@@ -383,6 +407,11 @@ func writeMemtable(tx *bolt.Tx, ix *seriesIndex, mt *memtable, fromTxn uint64) (
 	slices.SortFunc(order, func(a, b int32) int { return strings.Compare(mt.series[a].key, mt.series[b].key) })
 	prev = make(map[memSlot]uint64)
 	created = make(map[string]uint64)
+	newest = make([]seriesMax, 0, len(order))
+	if len(mt.series) > 0 {
+		ix.lastSeries.Store(int64(len(mt.series)))
+		ix.lastPerSeries.Store(int64(mt.points / len(mt.series)))
+	}
 	ns := newSeries{tx: tx}
 	blocks := tx.Bucket(bucketBlocks)
 	for _, idx := range order {
@@ -393,17 +422,25 @@ func writeMemtable(tx *bolt.Tx, ix *seriesIndex, mt *memtable, fromTxn uint64) (
 		id, known := ix.id(ms.key)
 		if !known {
 			if id, err = ns.create(ms.key); err != nil {
-				return nil, nil, false, err
+				return nil, nil, nil, false, err
 			}
 			created[ms.key] = id
 		}
-		newest, any, err := lastBlockMax(blocks, id)
-		if err != nil {
-			return nil, nil, false, err
+		last, any := ms.diskMax, ms.diskMax != math.MinInt64
+		if !known {
+			any = false
+		} else if last == math.MaxInt64 {
+			if last, any, err = lastBlockMax(blocks, id); err != nil {
+				return nil, nil, nil, false, err
+			}
 		}
-		if !any || ms.pts[0].ts > newest {
+		newest = append(newest, seriesMax{id, ms.pts[len(ms.pts)-1].ts})
+		if any {
+			newest[len(newest)-1].ts = max(last, ms.pts[len(ms.pts)-1].ts)
+		}
+		if !any || ms.pts[0].ts > last {
 			if err := putBlocks(tx, id, ms.pts, fromTxn); err != nil {
-				return nil, nil, false, err
+				return nil, nil, nil, false, err
 			}
 			continue
 		}
@@ -412,10 +449,10 @@ func writeMemtable(tx *bolt.Tx, ix *seriesIndex, mt *memtable, fromTxn uint64) (
 			return mergeMem(old, ms.pts, func(ts int64, bits uint64) { prev[memSlot{idx, ts}] = bits })
 		})
 		if err != nil {
-			return nil, nil, false, err
+			return nil, nil, nil, false, err
 		}
 	}
-	return prev, created, merged, ns.writePostings()
+	return prev, created, newest, merged, ns.writePostings()
 }
 
 // mergeMem merges two sorted point lists, newer winning on the same ts, and

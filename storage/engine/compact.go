@@ -133,6 +133,7 @@ func (s *boltShard) compactStep(budget, minRun int) (int, bool, error) {
 	if err != nil {
 		return 0, false, fmt.Errorf("engine: compact: %w", err)
 	}
+	s.dropMapped()
 	return bytes, done, nil
 }
 

@@ -34,8 +34,9 @@ func (s *boltShard) accountMem() {
 
 // memBudget is the engine-wide account of memtable bytes and open shards.
 type memBudget struct {
-	bytes  atomic.Int64
-	shards atomic.Int64
+	bytes   atomic.Int64
+	shards  atomic.Int64
+	flushes chan struct{} // a slot per flush under way (flushSlots)
 }
 
 func (b *memBudget) charge(bytes, shards int64) {
@@ -55,7 +56,12 @@ func (s *boltShard) flushLocked() error {
 		return nil
 	}
 	upto := mt.entries[len(mt.entries)-1].txn
-	var created map[string]uint64
+	release := s.memAcct.flushSlot()
+	defer release()
+	var (
+		created map[string]uint64
+		newest  []seriesMax
+	)
 	uptoTerm, base, baseTerm := s.flushTrim(upto)
 	err := s.update(func(tx *bolt.Tx) error {
 		m, err := readMeta(tx)
@@ -68,11 +74,11 @@ func (s *boltShard) flushLocked() error {
 		if err := resetRecent(tx); err != nil {
 			return err
 		}
-		prev, c, merged, err := writeMemtable(tx, s.ix, mt, mt.entries[0].txn)
+		prev, c, n, merged, err := writeMemtable(tx, s.ix, mt, mt.entries[0].txn)
 		if err != nil {
 			return err
 		}
-		created = c
+		created, newest = c, n
 		// Only a flush that merged nothing into older blocks can be redone
 		// from the log alone if one of its blocks turns out torn.
 		from := mt.entries[0].txn
@@ -84,7 +90,7 @@ func (s *boltShard) flushLocked() error {
 		}
 		undoB := tx.Bucket(bucketUndo)
 		for _, me := range mt.entries {
-			if err := undoB.Put(u64Key(me.txn), encodeUndo(me.undo, prev)); err != nil {
+			if err := undoB.Put(u64Key(me.txn), encodeUndo(me, prev)); err != nil {
 				return err
 			}
 		}
@@ -100,7 +106,7 @@ func (s *boltShard) flushLocked() error {
 	// Readers that picked up the old memtable see its points twice (memtable
 	// and buckets, same values); those that pick up the new one start their
 	// read transaction after this commit. Either way nothing is missing.
-	s.ix.add(created)
+	s.ix.add(created, newest)
 	s.trimTo(base)
 	s.flushed.Store(true)
 	s.mu.Lock()
@@ -109,14 +115,23 @@ func (s *boltShard) flushLocked() error {
 	s.accountMem()
 	s.flushedTxn = upto
 	s.collectLog()
+	s.dropMapped()
 	return nil
 }
 
 // encodeUndo turns an entry's memtable undo information into its undo record,
-// resolving the values it replaced on disk from prev.
-func encodeUndo(undo []memUndo, prev map[memSlot]uint64) []byte {
-	b := make([]byte, 0, 3*len(undo))
-	for _, u := range undo {
+// resolving the values it replaced on disk from prev. The points without
+// memtable undo replaced nothing.
+func encodeUndo(me memEntry, prev map[memSlot]uint64) []byte {
+	b := make([]byte, 0, 3*me.points)
+	undo := me.undo
+	for i := range me.points {
+		if len(undo) == 0 || int(undo[0].point) != i {
+			b = appendUndo(b, undoOp{point: i})
+			continue
+		}
+		u := undo[0]
+		undo = undo[1:]
 		op := undoOp{point: int(u.point)}
 		if !u.fromDisk {
 			op.hadPrev, op.prev = true, u.prev

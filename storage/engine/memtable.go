@@ -30,15 +30,20 @@ type memtable struct {
 	bytes    int64      // estimated heap held, for the memory budget
 	since    time.Time  // when the first entry went in, for the age-based flush
 
-	ix     *seriesIndex // the shard's flushed series, whose key strings are reused
-	keyBuf []byte
-	pend   map[memSlot]int // batch scratch: out-of-order points -> index in pending
+	ix      *seriesIndex // the shard's flushed series, whose key strings are reused
+	keyBuf  []byte
+	pend    map[memSlot]int // batch scratch: out-of-order points -> index in pending
+	ptsHint int             // room for points a new series starts with
 }
 
 // memSeries is one series' points, sorted by ts and unique.
 type memSeries struct {
 	key string
-	pts []memPoint
+	// diskMax bounds the newest flushed ts of the series from above
+	// (math.MinInt64: nothing flushed, math.MaxInt64: unknown): a point
+	// after it replaces nothing on disk, so its undo needs no record.
+	diskMax int64
+	pts     []memPoint
 	// pending collects, during one insert, points older than the series' newest
 	// that are not in pts yet; they are merged in once at the end of the batch,
 	// so out-of-order writes cost O(n) per batch instead of O(n) per point.
@@ -57,10 +62,13 @@ type memSlot struct {
 
 // memEntry keeps the undo information of an unflushed entry until the flush
 // turns it into the entry's undo record, so flushed entries can still be cut
-// by TruncateAfter exactly as before.
+// by TruncateAfter exactly as before. Only the points that may have
+// replaced a value are recorded; the others (points newer than anything of
+// their series, nearly all of them) replaced nothing, which costs no memory.
 type memEntry struct {
-	txn  uint64
-	undo []memUndo
+	txn    uint64
+	points int
+	undo   []memUndo // by point index
 }
 
 // memUndo records what one point write replaced: a memtable value (prev), or,
@@ -77,8 +85,16 @@ type memUndo struct {
 }
 
 func newMemtable(ix *seriesIndex) *memtable {
-	return &memtable{ix: ix, index: make(map[string]int32), byMetric: make(map[string][]int32)}
+	n := int(min(ix.lastSeries.Load(), maxSizeHint))
+	return &memtable{ix: ix, index: make(map[string]int32, n), series: make([]*memSeries, 0, n),
+		byMetric: make(map[string][]int32), ptsHint: int(min(ix.lastPerSeries.Load(), maxPointsHint))}
 }
+
+// Bounds of the sizes a memtable starts with (from the last flushed one).
+const (
+	maxSizeHint   = 1 << 20
+	maxPointsHint = 1024
+)
 
 func (mt *memtable) empty() bool { return len(mt.entries) == 0 }
 
@@ -86,7 +102,8 @@ func (mt *memtable) empty() bool { return len(mt.entries) == 0 }
 // slack of growing slices and maps, for the memory budget.
 const (
 	memPointBytes  = 24 // memPoint, amortized over slice growth
-	memUndoBytes   = 32 // memUndo
+	memUndoBytes   = 32 // memUndo, for the points that replace a value
+	memEntryBytes  = 48
 	memSeriesBytes = 160
 )
 
@@ -102,7 +119,7 @@ func (mt *memtable) insert(e Entry, now time.Time) {
 	if mt.empty() {
 		mt.since = now
 	}
-	undo := make([]memUndo, len(e.Points))
+	var undo []memUndo
 	var touched []int32 // series with pending points
 	var last struct {   // points of one line share metric and tags: skip the key build
 		metric, field string
@@ -126,6 +143,9 @@ func (mt *memtable) insert(e Entry, now time.Time) {
 		if n := len(ms.pts); n == 0 || p.TS > ms.pts[n-1].ts {
 			ms.pts = append(ms.pts, memPoint{p.TS, bits})
 			mt.points++
+			if p.TS > ms.diskMax {
+				continue // replaced nothing, in memory or on disk
+			}
 		} else if j, found := slices.BinarySearchFunc(ms.pts, p.TS, cmpPointTS); found {
 			u.fromDisk, u.prev = false, ms.pts[j].bits
 			ms.pts[j].bits = bits
@@ -142,15 +162,18 @@ func (mt *memtable) insert(e Entry, now time.Time) {
 			mt.pend[memSlot{idx, p.TS}] = len(ms.pending)
 			ms.pending = append(ms.pending, memPoint{p.TS, bits})
 			mt.points++
+			if p.TS > ms.diskMax {
+				continue
+			}
 		}
-		undo[i] = u
+		undo = append(undo, u)
 	}
-	mt.bytes += int64(len(e.Points)) * (memPointBytes + memUndoBytes)
+	mt.bytes += int64(len(e.Points))*memPointBytes + int64(len(undo))*memUndoBytes + memEntryBytes
 	for _, idx := range touched {
 		mt.series[idx].mergePending()
 	}
 	clear(mt.pend)
-	mt.entries = append(mt.entries, memEntry{txn: e.TxnID, undo: undo})
+	mt.entries = append(mt.entries, memEntry{txn: e.TxnID, points: len(e.Points), undo: undo})
 }
 
 func cmpPointTS(p memPoint, ts int64) int { return cmp.Compare(p.ts, ts) }
@@ -161,12 +184,16 @@ func (mt *memtable) seriesOf(p *lineproto.Point) int32 {
 	if idx, ok := mt.index[string(mt.keyBuf)]; ok {
 		return idx
 	}
-	key, ok := mt.ix.intern(mt.keyBuf)
+	key, diskMax, ok := mt.ix.intern(mt.keyBuf)
 	if !ok {
-		key = string(mt.keyBuf)
+		key, diskMax = string(mt.keyBuf), math.MinInt64 // a series never flushed
 	}
 	idx := int32(len(mt.series))
-	mt.series = append(mt.series, &memSeries{key: key})
+	ms := &memSeries{key: key, diskMax: diskMax}
+	if mt.ptsHint > 0 {
+		ms.pts = make([]memPoint, 0, mt.ptsHint)
+	}
+	mt.series = append(mt.series, ms)
 	mt.bytes += memSeriesBytes
 	if !ok {
 		mt.bytes += int64(len(key))

@@ -150,7 +150,12 @@ func tokenText(raw string, unescaped []byte) string {
 // ShardOf maps a series key to a shard in [0, numShards) with FNV-1a 64 modulo
 // numShards. This mapping is stable forever: data already written lives on the
 // shard it names, so changing the hash would strand it. numShards < 1 yields 0.
-func ShardOf(seriesKey string, numShards int) int {
+func ShardOf(seriesKey string, numShards int) int { return shardOf(seriesKey, numShards) }
+
+// ShardOfKey is ShardOf of a series key held in bytes (AppendSeriesKey's).
+func ShardOfKey(seriesKey []byte, numShards int) int { return shardOf(seriesKey, numShards) }
+
+func shardOf[K string | []byte](seriesKey K, numShards int) int {
 	if numShards <= 1 {
 		return 0
 	}

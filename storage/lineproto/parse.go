@@ -14,6 +14,9 @@ import (
 // grow it without bound; past the cap strings are simply allocated.
 const internLimit = 1 << 14
 
+// tagSlab is how many tags one allocation of the lines' tag copies holds.
+const tagSlab = 512
+
 // Parse parses a whole line-protocol body. precision is "ns" (also ""), "us",
 // "ms", "s", "m" or "h"; lines without a timestamp get now (unix ns). It is all-or-nothing:
 // on the first malformed line it returns a *LineError and no points.
@@ -42,11 +45,30 @@ func ParseLimited(body []byte, precision string, now int64, maxPoints int) ([]Po
 		max:    maxPoints,
 		strs:   make(map[string]string, 64),
 		points: make([]Point, 0, lines),
+		body:   body,
 	}
-	// The body is split on '\n' by hand, one decoder per line, because the
-	// decoder does not expose the line it is on and our own errors (string field,
-	// bad timestamp) must name it. An entry can only span lines inside a quoted
-	// string field, which is refused anyway, at the line where it starts.
+	if wholeBodySafe(body) {
+		err := p.parseBody(body)
+		switch {
+		case err == nil:
+			return p.points, nil
+		case errors.Is(err, ErrTooManyPoints):
+			return nil, err
+		}
+		// A bad line: parse again line by line, which names it.
+		p.points, p.last = p.points[:0], nil
+	}
+	if err := p.parseLines(body); err != nil {
+		return nil, err
+	}
+	return p.points, nil
+}
+
+// parseLines splits body on '\n' by hand, one decoder per line, because the
+// decoder does not expose the line it is on and our own errors (string
+// field, bad timestamp) must name it. An entry can only span lines inside a
+// quoted string field, which is refused anyway, at the line where it starts.
+func (p *parser) parseLines(body []byte) error {
 	lineNo := 0
 	for len(body) > 0 {
 		lineNo++
@@ -58,12 +80,32 @@ func ParseLimited(body []byte, precision string, now int64, maxPoints int) ([]Po
 		}
 		if err := p.parseLine(line); err != nil {
 			if errors.Is(err, ErrTooManyPoints) {
-				return nil, err
+				return err
 			}
-			return nil, &LineError{Line: lineNo, Msg: err.Error()}
+			return &LineError{Line: lineNo, Msg: err.Error()}
 		}
 	}
-	return p.points, nil
+	return nil
+}
+
+// wholeBodySafe says whether one decoder over the whole body reads the same
+// entries as one decoder per line: true unless an entry could span lines (a
+// quoted string, or an escaped newline).
+func wholeBodySafe(body []byte) bool {
+	return bytes.IndexByte(body, '"') < 0 && !bytes.Contains(body, []byte("\\\n"))
+}
+
+// parseBody parses every entry of body with one decoder (a decoder per line
+// allocates its own buffers: half a kilobyte per line). Its errors do not
+// name the line; ParseLimited parses again line by line for that.
+func (p *parser) parseBody(body []byte) error {
+	d := lineprotocol.NewDecoderWithBytes(body)
+	for d.Next() {
+		if err := p.parseEntry(d); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func precisionMultiplier(precision string) (int64, error) {
@@ -85,13 +127,51 @@ func precisionMultiplier(precision string) (int64, error) {
 }
 
 type parser struct {
-	mult   int64
-	now    int64
-	max    int // points; 0: no limit
-	strs   map[string]string
-	tags   []Tag // scratch for the current line
-	last   []Tag // sorted tags of the previous line, shared when they repeat
-	points []Point
+	mult int64
+	now  int64
+	max  int // points; 0: no limit
+	strs map[string]string
+	tags []Tag      // scratch for the current line
+	last []Tag      // sorted tags of the previous line, shared when they repeat
+	slab []Tag      // where the lines' tag copies are cut from
+	prev [16]string // internAt's last string per position
+	// body is the whole body being parsed and bodyStr one copy of it, made
+	// at the first string taken from it: the points' strings are slices of
+	// it. Nothing keeps points past a request, so nothing pins it longer.
+	body    []byte
+	bodyStr string
+	points  []Point
+}
+
+// internAt is intern that first compares b with the string last seen at the
+// same position of a line (metric, field, n-th tag key or value): lines of a
+// batch mostly repeat them, and the comparison is cheaper than hashing.
+func (p *parser) internAt(slot int, b []byte) string {
+	if slot >= len(p.prev) {
+		return p.inBody(b)
+	}
+	if s := p.prev[slot]; s == string(b) {
+		return s
+	}
+	s := p.inBody(b)
+	p.prev[slot] = s
+	return s
+}
+
+// inBody returns b as a string: a slice of one copy of the whole body when
+// b lies in the body (it does unless it held escapes), which costs neither
+// an allocation nor a hash per string; else intern's.
+func (p *parser) inBody(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	if off := cap(p.body) - cap(b); off >= 0 && off+len(b) <= len(p.body) && &p.body[off] == &b[0] {
+		if p.bodyStr == "" {
+			p.bodyStr = string(p.body)
+		}
+		return p.bodyStr[off : off+len(b)]
+	}
+	return p.intern(b)
 }
 
 // intern returns b as a string, reusing one allocation for the metric names and
@@ -112,11 +192,16 @@ func (p *parser) parseLine(line []byte) error {
 	if !d.Next() {
 		return nil // blank or comment line
 	}
+	return p.parseEntry(d)
+}
+
+// parseEntry parses the entry d is on.
+func (p *parser) parseEntry(d *lineprotocol.Decoder) error {
 	m, err := d.Measurement()
 	if err != nil {
 		return decodeMsg(err)
 	}
-	metric := p.intern(m)
+	metric := p.internAt(0, m)
 	p.tags = p.tags[:0]
 	for {
 		k, v, err := d.NextTag()
@@ -126,7 +211,8 @@ func (p *parser) parseLine(line []byte) error {
 		if k == nil {
 			break
 		}
-		p.tags = append(p.tags, Tag{Key: p.intern(k), Value: p.intern(v)})
+		n := len(p.tags)
+		p.tags = append(p.tags, Tag{Key: p.internAt(2+2*n, k), Value: p.internAt(3+2*n, v)})
 	}
 	tags, err := p.sortedTags()
 	if err != nil {
@@ -159,7 +245,7 @@ func (p *parser) parseLine(line []byte) error {
 		if p.max > 0 && len(p.points) >= p.max {
 			return fmt.Errorf("%w: more than %d points in one batch", ErrTooManyPoints, p.max)
 		}
-		p.points = append(p.points, Point{Metric: metric, Tags: tags, Field: p.intern(k), Value: f})
+		p.points = append(p.points, Point{Metric: metric, Tags: tags, Field: p.internAt(1, k), Value: f})
 	}
 	if len(p.points) == first {
 		return errors.New("no fields")
@@ -232,7 +318,14 @@ func (p *parser) sortedTags() ([]Tag, error) {
 	if slices.Equal(tags, p.last) {
 		return p.last, nil
 	}
-	p.last = slices.Clone(tags)
+	// The copies come from one slab per few hundred lines, not an
+	// allocation per line.
+	if cap(p.slab)-len(p.slab) < len(tags) {
+		p.slab = make([]Tag, 0, max(tagSlab, len(tags)))
+	}
+	n := len(p.slab)
+	p.slab = append(p.slab, tags...)
+	p.last = p.slab[n:len(p.slab):len(p.slab)]
 	return p.last, nil
 }
 

@@ -174,6 +174,7 @@ func TestShardOf(t *testing.T) {
 	require.Equal(t, 0, ShardOf("cpu,host=a#value", 0))
 	require.Equal(t, int(fnvRef("cpu,host=a#value")%7), ShardOf("cpu,host=a#value", 7))
 	require.Equal(t, 5, ShardOf("", 16)) // FNV-1a 64 offset basis 0xcbf29ce484222325 % 16
+	require.Equal(t, ShardOf("cpu,host=a#value", 7), ShardOfKey([]byte("cpu,host=a#value"), 7))
 	counts := make([]int, 8)
 	for i := range 8000 {
 		s := ShardOf(fmt.Sprintf("cpu,host=h%d#value", i), 8)
@@ -260,4 +261,61 @@ func TestParseLimited(t *testing.T) {
 	pts, err = ParseLimited(body, "", 0, 0)
 	require.NoError(t, err)
 	require.Len(t, pts, 4)
+}
+
+// parseByLine is ParseLimited with one decoder per line only: the reference
+// the whole-body decoder must agree with.
+func parseByLine(body []byte, maxPoints int) ([]Point, error) {
+	p := parser{mult: 1, now: now, max: maxPoints, strs: map[string]string{}}
+	if err := p.parseLines(body); err != nil {
+		return nil, err
+	}
+	return p.points, nil
+}
+
+// FuzzParseWholeBody: one decoder over the whole body reads exactly what one
+// decoder per line reads, and fails exactly where it fails.
+func FuzzParseWholeBody(f *testing.F) {
+	for _, s := range []string{
+		"cpu,host=a usage=0.5 123\ncpu,host=b usage=1 124\n",
+		"m,z=1,a=2 i=-3i,u=4u,f=1e3,t=true,F=F 5\r\n\n# comment\nm v=1\n",
+		"cpu,host=a\\ b v=1 1\ncpu,host=a\\\nb v=1 2\n",
+		"cpu v=1 1\rcpu v=2 2\n cpu v=3\n\tcpu v=4 4",
+		"cpu s=\"x\ny\" 1\ncpu v=1 1\n",
+		"cpu,a=1,a=2 v=1\ncpu v=1 99999999999999999999\n",
+		"cpu v=1 1\ncpu v=1,w=2 2\n",
+	} {
+		f.Add([]byte(s), 0)
+		f.Add([]byte(s), 2)
+	}
+	f.Fuzz(func(t *testing.T, body []byte, maxPoints int) {
+		maxPoints = max(maxPoints%8, 0)
+		got, err := ParseLimited(body, "ns", now, maxPoints)
+		want, wantErr := parseByLine(body, maxPoints)
+		if wantErr != nil {
+			require.Error(t, err)
+			require.Equal(t, wantErr.Error(), err.Error())
+			return
+		}
+		require.NoError(t, err)
+		require.Equal(t, len(want), len(got))
+		for i := range want {
+			require.Equal(t, want[i], got[i])
+		}
+	})
+}
+
+// TestPointsOutliveTheBody: the points' strings do not alias the body, so a
+// caller may reuse its buffer.
+func TestPointsOutliveTheBody(t *testing.T) {
+	body := []byte("cpu,host=a\\ b,region=eu usage=1 1\nmem,host=c free=2 2\n")
+	pts, err := Parse(body, "ns", 0)
+	require.NoError(t, err)
+	for i := range body {
+		body[i] = 'x'
+	}
+	require.Equal(t, []Point{
+		{Metric: "cpu", Tags: []Tag{{"host", "a b"}, {"region", "eu"}}, Field: "usage", Value: 1, TS: 1},
+		{Metric: "mem", Tags: []Tag{{"host", "c"}}, Field: "free", Value: 2, TS: 2},
+	}, pts)
 }

@@ -1,0 +1,143 @@
+package broker_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cairn-db/cairn/broker"
+	"github.com/cairn-db/cairn/models"
+	"github.com/cairn-db/cairn/statemachine"
+	"github.com/cairn-db/cairn/storage/engine"
+	"github.com/cairn-db/cairn/storage/lineproto"
+)
+
+// BenchmarkWriteSeriesScale is the write path of a standalone node below
+// HTTP, with the concurrency held fixed and only the number of series
+// varied: 8 writers send 5,000-line batches shaped like loadgen's
+// (cpu,host=...,region=... usage=1.5 <ts>) through broker.Data.Write (line
+// protocol parsing, the per-shard split) into a real bbolt engine of 8
+// shards with its default memory budget, flushes and background compaction
+// included. Every run writes the same number of points; with 40k series
+// each batch is one timestamp of 5,000 series, with 5k series eight
+// timestamps of 625. CPU per point should not depend on the series count.
+//
+// CAIRN_BENCH_POINTS sets the points per run (default 8M).
+func BenchmarkWriteSeriesScale(b *testing.B) {
+	for _, series := range []int{5_000, 40_000} {
+		b.Run(fmt.Sprintf("series=%d", series), func(b *testing.B) {
+			for b.Loop() {
+				benchWriteScale(b, series)
+			}
+		})
+	}
+}
+
+const scaleShards, scaleWriters, scaleBatch = 8, 8, 5000
+
+func benchWriteScale(b *testing.B, series int) {
+	total := 8_000_000
+	if n, err := strconv.Atoi(os.Getenv("CAIRN_BENCH_POINTS")); err == nil && n > 0 {
+		total = n
+	}
+	eng, err := engine.NewBoltEngine(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer eng.Close()
+	shards := make([]engine.Shard, scaleShards)
+	locks := make([]sync.Mutex, scaleShards)
+	states := make([]models.ShardState, scaleShards)
+	for i := range shards {
+		if shards[i], err = eng.Open("w1", i); err != nil {
+			b.Fatal(err)
+		}
+		shards[i].SetTrimFloor(^uint64(0)) // a lone replica: nobody needs the flushed log
+		states[i] = models.ShardState{ID: i, Leader: "self", Term: 1, Status: models.StatusOnline}
+	}
+	st := &statemachine.State{
+		Databases:   statemachine.MapOf(map[string]models.Database{"w1": {Name: "w1", StorageCluster: "default", NumShards: scaleShards, ReplicaFactor: 1}}),
+		ShardStates: statemachine.MapOf(map[string]models.ShardStates{"w1": {DB: "w1", Shards: states}}),
+		Nodes:       statemachine.NestedMapOf(map[string]map[string]models.StorageNode{"default": {"self": {NodeID: "self", NodeAddress: "127.0.0.1:1"}}}),
+	}
+	never := make(chan struct{})
+	d := &broker.Data{State: func() *statemachine.State { return st }, Changed: func() <-chan struct{} { return never },
+		Self: "self",
+		Local: func(_ context.Context, _ string, shard int, term int64, pts []lineproto.Point) error {
+			s := shards[shard]
+			locks[shard].Lock() // what the storage role's applyMu does: number, queue
+			wait, err := s.Append(engine.Entry{TxnID: s.NextTxnID(), Term: uint64(term), Points: pts})
+			locks[shard].Unlock()
+			if err != nil {
+				return err
+			}
+			return wait()
+		}}
+
+	perWriter := series / scaleWriters
+	batches := total / scaleBatch / scaleWriters
+	var ms0, ms1 runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms0)
+	cpu0 := cpuTime()
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, scaleWriters)
+	for w := range scaleWriters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			prefixes := make([][]byte, perWriter)
+			for i := range prefixes {
+				h := w*perWriter + i
+				prefixes[i] = fmt.Appendf(nil, "cpu,host=s%dh%d,region=r%d usage=1.5 ", w, h/5, h%5)
+			}
+			ts := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
+			body := make([]byte, 0, scaleBatch*48)
+			for range batches {
+				body = body[:0]
+				for n := 0; n < scaleBatch; {
+					for _, p := range prefixes {
+						body = append(body, p...)
+						body = strconv.AppendInt(body, ts, 10)
+						body = append(body, '\n')
+						n++
+					}
+					ts += 10_000
+				}
+				if err := d.Write(context.Background(), "w1", "ms", body); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed, cpu := time.Since(start), cpuTime()-cpu0
+	close(errs)
+	if err := <-errs; err != nil {
+		b.Fatal(err)
+	}
+	runtime.ReadMemStats(&ms1)
+	points := float64(batches * scaleWriters * scaleBatch)
+	b.ReportMetric(float64(cpu.Nanoseconds())/points, "cpu-ns/pt")
+	b.ReportMetric(float64(elapsed.Nanoseconds())/points, "wall-ns/pt")
+	b.ReportMetric(float64(ms1.Mallocs-ms0.Mallocs)/points, "allocs/pt")
+	b.ReportMetric(float64(ms1.TotalAlloc-ms0.TotalAlloc)/points, "B/pt")
+	b.ReportMetric(float64(ms1.HeapInuse)/(1<<20), "heap-MiB")
+}
+
+// cpuTime is the process's user and system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

@@ -1,0 +1,45 @@
+package engine
+
+import (
+	"runtime"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// A shard file is read through bbolt's read-only shared mapping, and every
+// page a read touches stays mapped, so counted in the process's resident
+// memory, until it is unmapped: a flush reads the leaf of every series it
+// appends to, a compaction pass every block, so left alone a node's RSS
+// grows toward the size of all its shard files. dropMapped releases the
+// mapping's pages after each of them; the data stays in the kernel's page
+// cache (reclaimable, shared) and the next read maps it again at the cost
+// of a minor fault per page. bbolt never writes through the mapping, so
+// nothing is lost.
+func (s *boltShard) dropMapped() {
+	// A read transaction holds bbolt's mmap lock: the mapping cannot move
+	// or be unmapped while its pages are released.
+	_ = s.view(func(tx *bolt.Tx) error {
+		info := tx.DB().Info()
+		return releaseMapped(info.Data, uintptr(tx.Size()))
+	})
+}
+
+// flushSlots is how many shards of an engine flush at once. A flush holds
+// the blocks it writes and every leaf page it rewrites in memory until its
+// commit; flushing the shards of a node one or two at a time bounds that
+// transient memory, and on a node whose cores are busy with writes anyway
+// costs no throughput.
+func flushSlots() int { return min(max(runtime.GOMAXPROCS(0)/2, 1), 4) }
+
+func newMemBudget() *memBudget {
+	return &memBudget{flushes: make(chan struct{}, flushSlots())}
+}
+
+// flushSlot waits for a flush slot and returns its release.
+func (b *memBudget) flushSlot() func() {
+	if b.flushes == nil {
+		return func() {}
+	}
+	b.flushes <- struct{}{}
+	return func() { <-b.flushes }
+}
