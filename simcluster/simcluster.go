@@ -182,7 +182,7 @@ func (c *cluster) start(ctx context.Context, dir string) error {
 		return err
 	}
 	c.api = "http://" + c.app.HTTPAddr()
-	fmt.Fprintf(c.p.Progress, "etcd,master,broker at %s (pprof under /debug/pprof/)\n", c.api)
+	fmt.Fprintf(c.p.Progress, "etcd,master,broker at %s (pprof under /debug/pprof/), etcd at %s (its metrics under /metrics)\n", c.api, clientURL)
 	c.keys = models.Keys{NS: cfg.Namespace}
 	c.ck = models.ClusterKeys{SNS: c.keys.ClusterNamespace(models.StorageCluster{Name: "default"})}
 	c.store, err = kv.NewEtcdStore(kv.EtcdConfig{Endpoints: []string{clientURL}, Logger: c.lg})
