@@ -108,7 +108,8 @@ type cluster struct {
 	// stores are the agents' etcd clients, one per agentsPerClient agents:
 	// each real node has its own, and one client's single lease keep-alive
 	// stream would serialise every agent's renewals.
-	stores []*kv.EtcdStore
+	stores []*countingStore
+	counts *requestCounts // the agents' etcd requests, by kind
 	loop   *loopback
 	client *http.Client // the agents' requests to each other (loopback)
 	// calm is when the master may have finished its follow-up work on the
@@ -210,12 +211,13 @@ func (c *cluster) start(ctx context.Context, dir string) error {
 	fmt.Fprintf(c.p.Progress, "starting %d storage agents\n", c.p.Nodes)
 	c.loop = newLoopback()
 	c.client = &http.Client{Transport: c.loop}
+	c.counts = &requestCounts{n: map[string]int64{}}
 	for range (c.p.Nodes + agentsPerClient - 1) / agentsPerClient {
 		s, err := kv.NewEtcdStore(kv.EtcdConfig{Endpoints: []string{clientURL}, Logger: c.lg})
 		if err != nil {
 			return err
 		}
-		c.stores = append(c.stores, s)
+		c.stores = append(c.stores, &countingStore{EtcdStore: s, keys: c.keys, ck: c.ck, c: c.counts})
 	}
 	for i := range c.p.Nodes {
 		a, err := c.startAgent(fmt.Sprintf("s%04d", i), c.stores[i/agentsPerClient])
@@ -348,7 +350,7 @@ func (c *cluster) measure(ctx context.Context) (Result, error) {
 		return res, err
 	}
 	res.PlaceMS = float64(time.Since(start).Microseconds()) / 1000
-	fmt.Fprintf(c.p.Progress, "placed %d replicas in %.0f ms; settling\n", res.Replicas, res.PlaceMS)
+	fmt.Fprintf(c.p.Progress, "placed %d replicas in %.0f ms; settling\n  agents' etcd requests: %s\n", res.Replicas, res.PlaceMS, c.counts)
 
 	// Let the in-sync sets, the node records and the master's own follow-up
 	// work (spreading leaderships once membership is stable) settle: idle
@@ -470,8 +472,8 @@ func (c *cluster) placed(want int) bool {
 	if time.Since(c.shown) >= 5*time.Second {
 		c.shown = time.Now()
 		_, rev, _ := c.store.Header(context.Background())
-		fmt.Fprintf(c.p.Progress, "  %s: %d databases assigned, %d shards online, %d replicas hosted, etcd revision %d\n",
-			time.Since(c.began).Round(time.Second), st.Assignments.Len(), online, n, rev)
+		fmt.Fprintf(c.p.Progress, "  %s: %d databases assigned, %d shards online, %d replicas hosted, etcd revision %d\n    agents' etcd requests: %s\n",
+			time.Since(c.began).Round(time.Second), st.Assignments.Len(), online, n, rev, c.counts)
 	}
 	return online == c.p.Databases*c.p.Shards && n == want
 }
@@ -575,7 +577,7 @@ type agent struct {
 // agentsPerClient is how many agents share one etcd client.
 const agentsPerClient = 25
 
-func (c *cluster) startAgent(id string, store *kv.EtcdStore) (*agent, error) {
+func (c *cluster) startAgent(id string, store *countingStore) (*agent, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/cairn-db/cairn/kv"
 	"github.com/cairn-db/cairn/models"
@@ -42,6 +43,7 @@ var ErrNotHolder = errors.New("storage: node id held by another process")
 // a new leadership's first write then reuses: it used to cost seven.
 type isrReads struct {
 	isr, state *kv.KeyValue
+	self       *kv.KeyValue // this node's record, when this process knows its create revision
 	cid        uint64
 	peers      map[string]*kv.KeyValue // the records asked for; nil values: not live
 }
@@ -65,6 +67,10 @@ func (r *replica) readISR(ctx context.Context, peers []string) (*isrReads, error
 	fenced := r.h.stateFenced()
 	if fenced {
 		keys = append(keys, r.h.cfg.StateKeys.ShardState(r.db))
+	}
+	held := r.h.recordRev.Load() != 0
+	if held {
+		keys = append(keys, r.h.ck.Node(r.h.nodeID))
 	}
 	for _, p := range peers {
 		keys = append(keys, r.h.ck.Node(p))
@@ -96,6 +102,10 @@ func (r *replica) readISR(ctx context.Context, peers []string) (*isrReads, error
 	next := 1
 	if fenced {
 		rd.state, next = vals[1], 2
+	}
+	if held {
+		rd.self = vals[next]
+		next++
 	}
 	if len(peers) > 0 {
 		rd.peers = make(map[string]*kv.KeyValue, len(peers))
@@ -139,6 +149,16 @@ func (r *replica) persistISR(ctx context.Context, term int64, isr []string, rd *
 			// re-elects the shard from every replica's log first.
 			if cur.ClusterID != 0 && cid != 0 && cur.ClusterID != cid && cur.Term >= term {
 				return fmt.Errorf("%w: the in-sync set of %s at term %d was restored from etcd cluster %x", ErrStaleTerm, r.id, cur.Term, cur.ClusterID)
+			}
+			// Exactly the set this write would make, already there (the
+			// master records a new database's first sets with its
+			// placement: master.firstSets): adopted, not rewritten. The
+			// state fence above held on what was read with it.
+			if cur.Leader == r.h.nodeID && cur.Term == term && cid != 0 && cur.ClusterID == cid && sameMembers(cur.Replicas, isr) && r.holdsRecord(rd) {
+				r.mu.Lock()
+				r.isrTerm, r.isrRev = term, kvp.ModRev
+				r.mu.Unlock()
+				return nil
 			}
 		}
 		cmps[0] = kv.ModRevIs(key, kvp.ModRev)
@@ -199,4 +219,22 @@ func (r *replica) stateFence(kvp *kv.KeyValue, term int64) (*kv.Cmp, error) {
 		return &cmp, nil
 	}
 	return nil, fmt.Errorf("%w: database %s has no shard %d in etcd", ErrShardGone, r.db, r.shard)
+}
+
+// sameMembers: a and b hold the same nodes (each once), in any order.
+func sameMembers(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	x, y := slices.Clone(a), slices.Clone(b)
+	slices.Sort(x)
+	slices.Sort(y)
+	return slices.Equal(x, y) && len(slices.Compact(x)) == len(a)
+}
+
+// holdsRecord: this process's node record, as rd read it, is the one it
+// registered (or it does not know which that is).
+func (r *replica) holdsRecord(rd *isrReads) bool {
+	rev := r.h.recordRev.Load()
+	return rev == 0 || (rd.self != nil && rd.self.CreateRev == rev)
 }

@@ -190,6 +190,10 @@ func (r *replica) lead(ctx context.Context, d desired) {
 		r.fetched[n] = now
 	}
 	r.mu.Unlock()
+	// Backed off: a first write fails together with many others when etcd
+	// is overloaded (or this node's record was just re-created), and 32,000
+	// new leaders retrying every 200ms kept a 1,000-node etcd overloaded.
+	bo := backoff.New(200*time.Millisecond, 5*time.Second)
 	for gone := false; ctx.Err() == nil; {
 		err := r.persistISR(ctx, d.term, initial, rd)
 		rd = nil // a retry reads again
@@ -202,7 +206,7 @@ func (r *replica) lead(ctx context.Context, d desired) {
 			gone = true // until the state catches up and stops this role
 			r.lg.Warn("shard not in etcd; not publishing its in-sync set", zap.Int64("term", d.term), zap.Error(err))
 		}
-		r.sleep(ctx, 200*time.Millisecond)
+		r.sleep(ctx, bo.Next())
 	}
 	r.mu.Lock()
 	r.isr = initial
