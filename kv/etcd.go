@@ -36,6 +36,11 @@ type EtcdStore struct {
 	timeout time.Duration
 	metrics *EtcdMetrics
 	probe   HeaderProbe // one cluster check shared by every watcher of this store
+	// lease serves Grant, KeepAlive and Revoke: the client's own, or a
+	// stream of a LeaseStream view's.
+	lease clientv3.Lease
+	// view: a LeaseStream view, whose Close ends its lease stream only.
+	view bool
 }
 
 // NewEtcdStore connects to etcd. It does not wait for the cluster to answer, so
@@ -309,7 +314,7 @@ func (s *EtcdStore) Txn(ctx context.Context, cmps []Cmp, ops []Op) (bool, int64,
 func (s *EtcdStore) Grant(ctx context.Context, ttl time.Duration) (LeaseID, error) {
 	secs := int64((ttl + time.Second - 1) / time.Second)
 	var resp *clientv3.LeaseGrantResponse
-	if err := s.call(ctx, opGrant, func(ctx context.Context) (err error) { resp, err = s.cli.Grant(ctx, secs); return err }); err != nil {
+	if err := s.call(ctx, opGrant, func(ctx context.Context) (err error) { resp, err = s.leases().Grant(ctx, secs); return err }); err != nil {
 		return 0, err
 	}
 	return LeaseID(resp.ID), nil
@@ -317,7 +322,7 @@ func (s *EtcdStore) Grant(ctx context.Context, ttl time.Duration) (LeaseID, erro
 
 // KeepAlive implements Store.
 func (s *EtcdStore) KeepAlive(ctx context.Context, id LeaseID) (<-chan struct{}, error) {
-	ch, err := s.cli.KeepAlive(ctx, clientv3.LeaseID(id))
+	ch, err := s.leases().KeepAlive(ctx, clientv3.LeaseID(id))
 	if err != nil {
 		err = mapErr(err)
 		s.metrics.observe(opKeepAlive, 0, err)
@@ -334,7 +339,7 @@ func (s *EtcdStore) KeepAlive(ctx context.Context, id LeaseID) (<-chan struct{},
 
 // Revoke implements Store.
 func (s *EtcdStore) Revoke(ctx context.Context, id LeaseID) error {
-	return s.call(ctx, opRevoke, func(ctx context.Context) error { _, err := s.cli.Revoke(ctx, clientv3.LeaseID(id)); return err })
+	return s.call(ctx, opRevoke, func(ctx context.Context) error { _, err := s.leases().Revoke(ctx, clientv3.LeaseID(id)); return err })
 }
 
 // Watch implements Store. It requires a leader so a partitioned member does not
@@ -446,4 +451,28 @@ func (s *EtcdStore) SharedHeader(ctx context.Context, maxAge time.Duration) (uin
 }
 
 // Close implements Store.
-func (s *EtcdStore) Close() error { return s.cli.Close() }
+func (s *EtcdStore) Close() error {
+	if s.view {
+		return s.lease.Close()
+	}
+	return s.cli.Close()
+}
+
+func (s *EtcdStore) leases() clientv3.Lease {
+	if s.lease != nil {
+		return s.lease
+	}
+	return s.cli
+}
+
+// LeaseStream returns a store on s's connection whose leases (grant,
+// keep-alive, revoke) go through a keep-alive stream of its own; everything
+// else is s's (but for its own cluster probe). etcd renews the leases of one stream one after the other,
+// and each renewal waits for a read index whenever its raft loop is late
+// (a loaded server): the last of many leases sharing one stream could wait
+// past its TTL. Several registrations of one process (`cairn simulate
+// cluster`'s agents) each take one. Close ends that stream only; close s
+// after its views.
+func (s *EtcdStore) LeaseStream() *EtcdStore {
+	return &EtcdStore{cli: s.cli, timeout: s.timeout, metrics: s.metrics, lease: clientv3.NewLease(s.cli), view: true}
+}

@@ -109,6 +109,7 @@ type cluster struct {
 	// each real node has its own, and one client's single lease keep-alive
 	// stream would serialise every agent's renewals.
 	stores []*countingStore
+	views  []*countingStore // each agent's: its own lease stream on its shared client
 	counts *requestCounts // the agents' etcd requests, by kind
 	loop   *loopback
 	client *http.Client // the agents' requests to each other (loopback)
@@ -220,7 +221,13 @@ func (c *cluster) start(ctx context.Context, dir string) error {
 		c.stores = append(c.stores, &countingStore{EtcdStore: s, keys: c.keys, ck: c.ck, c: c.counts})
 	}
 	for i := range c.p.Nodes {
-		a, err := c.startAgent(fmt.Sprintf("s%04d", i), c.stores[i/agentsPerClient])
+		// Its own lease stream on the shared connection: etcd renews one
+		// stream's leases one after the other, and 25 agents' renewals
+		// queued behind each other on a loaded etcd outlived a 3s TTL.
+		shared := c.stores[i/agentsPerClient]
+		s := &countingStore{EtcdStore: shared.EtcdStore.LeaseStream(), keys: c.keys, ck: c.ck, c: c.counts}
+		c.views = append(c.views, s)
+		a, err := c.startAgent(fmt.Sprintf("s%04d", i), s)
 		if err != nil {
 			return err
 		}
@@ -248,6 +255,9 @@ func (c *cluster) stop() {
 	}
 	if c.sm != nil {
 		c.sm.Stop()
+	}
+	for _, s := range c.views {
+		_ = s.Close()
 	}
 	for _, s := range c.stores {
 		_ = s.Close()
