@@ -32,7 +32,7 @@ func TestEtcdStoreLeaseStreams(t *testing.T) {
 	require.NoError(t, err)
 
 	require.NoError(t, a.Close())
-	<-lostA // its stream is gone
+	<-lostA                             // its stream is gone
 	require.Eventually(t, func() bool { // and its lease expires
 		kvp, err := s.Get(ctx, "/t/a")
 		return err == nil && kvp == nil

@@ -110,7 +110,7 @@ type cluster struct {
 	// stream would serialise every agent's renewals.
 	stores []*countingStore
 	views  []*countingStore // each agent's: its own lease stream on its shared client
-	counts *requestCounts // the agents' etcd requests, by kind
+	counts *requestCounts   // the agents' etcd requests, by kind
 	loop   *loopback
 	client *http.Client // the agents' requests to each other (loopback)
 	// calm is when the master may have finished its follow-up work on the
