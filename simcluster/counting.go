@@ -90,8 +90,30 @@ func (s *countingStore) Txn(ctx context.Context, cmps []kv.Cmp, ops []kv.Op) (bo
 		s.c.add("txn_" + fam + "_err")
 	case !ok:
 		s.c.add("txn_" + fam + "_failed")
+		s.whyFailed(ctx, cmps)
 	default:
 		s.c.add("txn_" + fam)
 	}
 	return ok, rev, err
+}
+
+// whyFailed counts which compares of a failed txn do not hold now (read
+// after the fact: a diagnostic, close enough to say which guard fails).
+func (s *countingStore) whyFailed(ctx context.Context, cmps []kv.Cmp) {
+	for _, c := range cmps {
+		kvp, err := s.EtcdStore.Get(ctx, c.Key)
+		if err != nil {
+			return
+		}
+		var modRev, createRev int64
+		if kvp != nil {
+			modRev, createRev = kvp.ModRev, kvp.CreateRev
+		}
+		switch {
+		case c.Kind == kv.CmpModRev && modRev != c.Rev:
+			s.c.add("cmp_failed_mod_" + s.family(c.Key))
+		case c.Kind == kv.CmpCreateRev && createRev != c.Rev:
+			s.c.add("cmp_failed_create_" + s.family(c.Key))
+		}
+	}
 }
