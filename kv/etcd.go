@@ -156,9 +156,15 @@ func (s *EtcdStore) Get(ctx context.Context, key string) (*KeyValue, error) {
 const maxReadOps = 100
 
 // GetMany reads keys (nil for an absent one) with the cluster id, in one
-// read-only txn per maxReadOps keys: a linearizable read, no revision. A
-// caller that needs several keys and the cluster id before a fenced write
-// makes one round trip instead of one per key.
+// read-only txn per maxReadOps keys, no revision. A caller that needs
+// several keys and the cluster id before a fenced write makes one round trip
+// instead of one per key. The read is serializable: the member answers
+// from what it has applied, without a read index through raft. On a single
+// member that is every acknowledged write; a lagging member of a larger
+// cluster may answer older values, which the caller's write then finds
+// changed (its compares fail) and reads again. Thousands of new leaders'
+// linearizable reads at once kept etcd's read loop (which lease renewals
+// wait on when its raft loop is late) backed up.
 func (s *EtcdStore) GetMany(ctx context.Context, keys []string) ([]*KeyValue, uint64, error) {
 	out := make([]*KeyValue, 0, len(keys))
 	var cid uint64
@@ -166,7 +172,7 @@ func (s *EtcdStore) GetMany(ctx context.Context, keys []string) ([]*KeyValue, ui
 		chunk := keys[start:min(len(keys), start+maxReadOps)]
 		ops := make([]clientv3.Op, len(chunk))
 		for i, k := range chunk {
-			ops[i] = clientv3.OpGet(k)
+			ops[i] = clientv3.OpGet(k, clientv3.WithSerializable())
 		}
 		var resp *clientv3.TxnResponse
 		if err := s.call(ctx, opGet, func(ctx context.Context) (err error) {

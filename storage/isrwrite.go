@@ -49,7 +49,9 @@ type isrReads struct {
 }
 
 // multiGetter reads several keys and the cluster id in one round trip
-// (kv.EtcdStore and kv.MemoryStore do).
+// (kv.EtcdStore and kv.MemoryStore do). The read may be serializable (a
+// member's applied state, not a read index): what it returns guards
+// nothing by itself; every write made from it compares revisions in etcd.
 type multiGetter interface {
 	GetMany(ctx context.Context, keys []string) ([]*kv.KeyValue, uint64, error)
 }
