@@ -109,7 +109,7 @@ type cluster struct {
 	// each real node has its own, and one client's single lease keep-alive
 	// stream would serialise every agent's renewals.
 	stores []*countingStore
-	views  []*countingStore // each agent's: its own lease stream on its shared client
+	views  []*countingStore // the agents' lease streams on their shared clients
 	counts *requestCounts   // the agents' etcd requests, by kind
 	loop   *loopback
 	client *http.Client // the agents' requests to each other (loopback)
@@ -221,13 +221,17 @@ func (c *cluster) start(ctx context.Context, dir string) error {
 		c.stores = append(c.stores, &countingStore{EtcdStore: s, keys: c.keys, ck: c.ck, c: c.counts})
 	}
 	for i := range c.p.Nodes {
-		// Its own lease stream on the shared connection: etcd renews one
-		// stream's leases one after the other, and 25 agents' renewals
-		// queued behind each other on a loaded etcd outlived a 3s TTL.
-		shared := c.stores[i/agentsPerClient]
-		s := &countingStore{EtcdStore: shared.EtcdStore.LeaseStream(), keys: c.keys, ck: c.ck, c: c.counts}
-		c.views = append(c.views, s)
-		a, err := c.startAgent(fmt.Sprintf("s%04d", i), s)
+		// A lease stream per agentsPerStream agents on the shared
+		// connection: etcd renews one stream's leases one after the other,
+		// each waiting for its read loop when the raft loop is late, and 25
+		// agents' renewals queued behind each other on a loaded etcd
+		// outlived a 3s TTL. (One stream per agent costs ~0.6 MiB and
+		// some idle CPU each.)
+		if i%agentsPerStream == 0 {
+			shared := c.stores[i/agentsPerClient]
+			c.views = append(c.views, &countingStore{EtcdStore: shared.EtcdStore.LeaseStream(), keys: c.keys, ck: c.ck, c: c.counts})
+		}
+		a, err := c.startAgent(fmt.Sprintf("s%04d", i), c.views[len(c.views)-1])
 		if err != nil {
 			return err
 		}
@@ -587,8 +591,12 @@ type agent struct {
 	once    sync.Once
 }
 
-// agentsPerClient is how many agents share one etcd client.
-const agentsPerClient = 25
+// agentsPerClient is how many agents share one etcd client, and
+// agentsPerStream one lease keep-alive stream on it.
+const (
+	agentsPerClient = 25
+	agentsPerStream = 5
+)
 
 func (c *cluster) startAgent(id string, store *countingStore) (*agent, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
