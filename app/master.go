@@ -110,6 +110,7 @@ func (a *App) oneTerm(ctx context.Context, el *kv.Election, lg *zap.Logger, move
 		LivenessGrace: a.cfg.LeaseTTL,
 		AskTxn:        a.askTxn,
 		Moves:         moves,
+		FirstSets:     true,
 	})
 	a.masterOps.set(m)
 	err = m.Run(mctx)

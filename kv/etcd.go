@@ -36,6 +36,11 @@ type EtcdStore struct {
 	timeout time.Duration
 	metrics *EtcdMetrics
 	probe   HeaderProbe // one cluster check shared by every watcher of this store
+	// lease serves Grant, KeepAlive and Revoke: the client's own, or a
+	// stream of a LeaseStream view's.
+	lease clientv3.Lease
+	// view: a LeaseStream view, whose Close ends its lease stream only.
+	view bool
 }
 
 // NewEtcdStore connects to etcd. It does not wait for the cluster to answer, so
@@ -144,6 +149,53 @@ func (s *EtcdStore) Get(ctx context.Context, key string) (*KeyValue, error) {
 	}
 	kvp := kvFrom(resp.Kvs[0])
 	return &kvp, nil
+}
+
+// maxReadOps is how many keys one GetMany round trip reads (etcd refuses a
+// txn of more than --max-txn-ops operations, 128 by default).
+const maxReadOps = 100
+
+// GetMany reads keys (nil for an absent one) with the cluster id, in one
+// read-only txn per maxReadOps keys, no revision. A caller that needs
+// several keys and the cluster id before a fenced write makes one round trip
+// instead of one per key. The read is serializable: the member answers
+// from what it has applied, without a read index through raft. On a single
+// member that is every acknowledged write; a lagging member of a larger
+// cluster may answer older values, which the caller's write then finds
+// changed (its compares fail) and reads again. Thousands of new leaders'
+// linearizable reads at once kept etcd's read loop (which lease renewals
+// wait on when its raft loop is late) backed up.
+func (s *EtcdStore) GetMany(ctx context.Context, keys []string) ([]*KeyValue, uint64, error) {
+	out := make([]*KeyValue, 0, len(keys))
+	var cid uint64
+	for start := 0; start == 0 || start < len(keys); start += maxReadOps {
+		chunk := keys[start:min(len(keys), start+maxReadOps)]
+		ops := make([]clientv3.Op, len(chunk))
+		for i, k := range chunk {
+			ops[i] = clientv3.OpGet(k, clientv3.WithSerializable())
+		}
+		var resp *clientv3.TxnResponse
+		if err := s.call(ctx, opGet, func(ctx context.Context) (err error) {
+			resp, err = s.cli.Txn(ctx).Then(ops...).Commit()
+			return err
+		}); err != nil {
+			return nil, 0, err
+		}
+		cid = resp.Header.ClusterId
+		if len(resp.Responses) != len(chunk) {
+			return nil, 0, fmt.Errorf("%w: etcd answered %d reads for %d keys", ErrUnavailable, len(resp.Responses), len(chunk))
+		}
+		for _, r := range resp.Responses {
+			rr := r.GetResponseRange()
+			if rr == nil || len(rr.Kvs) == 0 {
+				out = append(out, nil)
+				continue
+			}
+			kvp := kvFrom(rr.Kvs[0])
+			out = append(out, &kvp)
+		}
+	}
+	return out, cid, nil
 }
 
 // List implements Store. Large prefixes are read in pages at one revision.
@@ -268,7 +320,7 @@ func (s *EtcdStore) Txn(ctx context.Context, cmps []Cmp, ops []Op) (bool, int64,
 func (s *EtcdStore) Grant(ctx context.Context, ttl time.Duration) (LeaseID, error) {
 	secs := int64((ttl + time.Second - 1) / time.Second)
 	var resp *clientv3.LeaseGrantResponse
-	if err := s.call(ctx, opGrant, func(ctx context.Context) (err error) { resp, err = s.cli.Grant(ctx, secs); return err }); err != nil {
+	if err := s.call(ctx, opGrant, func(ctx context.Context) (err error) { resp, err = s.leases().Grant(ctx, secs); return err }); err != nil {
 		return 0, err
 	}
 	return LeaseID(resp.ID), nil
@@ -276,7 +328,7 @@ func (s *EtcdStore) Grant(ctx context.Context, ttl time.Duration) (LeaseID, erro
 
 // KeepAlive implements Store.
 func (s *EtcdStore) KeepAlive(ctx context.Context, id LeaseID) (<-chan struct{}, error) {
-	ch, err := s.cli.KeepAlive(ctx, clientv3.LeaseID(id))
+	ch, err := s.leases().KeepAlive(ctx, clientv3.LeaseID(id))
 	if err != nil {
 		err = mapErr(err)
 		s.metrics.observe(opKeepAlive, 0, err)
@@ -293,7 +345,7 @@ func (s *EtcdStore) KeepAlive(ctx context.Context, id LeaseID) (<-chan struct{},
 
 // Revoke implements Store.
 func (s *EtcdStore) Revoke(ctx context.Context, id LeaseID) error {
-	return s.call(ctx, opRevoke, func(ctx context.Context) error { _, err := s.cli.Revoke(ctx, clientv3.LeaseID(id)); return err })
+	return s.call(ctx, opRevoke, func(ctx context.Context) error { _, err := s.leases().Revoke(ctx, clientv3.LeaseID(id)); return err })
 }
 
 // Watch implements Store. It requires a leader so a partitioned member does not
@@ -405,4 +457,28 @@ func (s *EtcdStore) SharedHeader(ctx context.Context, maxAge time.Duration) (uin
 }
 
 // Close implements Store.
-func (s *EtcdStore) Close() error { return s.cli.Close() }
+func (s *EtcdStore) Close() error {
+	if s.view {
+		return s.lease.Close()
+	}
+	return s.cli.Close()
+}
+
+func (s *EtcdStore) leases() clientv3.Lease {
+	if s.lease != nil {
+		return s.lease
+	}
+	return s.cli
+}
+
+// LeaseStream returns a store on s's connection whose leases (grant,
+// keep-alive, revoke) go through a keep-alive stream of its own; everything
+// else is s's (but for its own cluster probe). etcd renews the leases of one stream one after the other,
+// and each renewal waits for a read index whenever its raft loop is late
+// (a loaded server): the last of many leases sharing one stream could wait
+// past its TTL. Several registrations of one process (`cairn simulate
+// cluster`'s agents) each take one. Close ends that stream only; close s
+// after its views.
+func (s *EtcdStore) LeaseStream() *EtcdStore {
+	return &EtcdStore{cli: s.cli, timeout: s.timeout, metrics: s.metrics, lease: clientv3.NewLease(s.cli), view: true}
+}

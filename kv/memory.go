@@ -92,6 +92,24 @@ func (m *MemoryStore) Get(_ context.Context, key string) (*KeyValue, error) {
 	return &kvp, nil
 }
 
+// GetMany reads keys (nil for an absent one) and the cluster id at once,
+// as EtcdStore.GetMany.
+func (m *MemoryStore) GetMany(_ context.Context, keys []string) ([]*KeyValue, uint64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.check(); err != nil {
+		return nil, 0, err
+	}
+	out := make([]*KeyValue, len(keys))
+	for i, k := range keys {
+		if kvp, ok := m.kvs[k]; ok {
+			kvp.Value = bytes.Clone(kvp.Value)
+			out[i] = &kvp
+		}
+	}
+	return out, m.clusterID, nil
+}
+
 // List implements Store.
 func (m *MemoryStore) List(ctx context.Context, prefix string) ([]KeyValue, int64, error) {
 	return m.ListAt(ctx, prefix, "", 0, 0)

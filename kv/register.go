@@ -35,7 +35,16 @@ type Registration struct {
 	// Value's bytes differ from what was last written: liveness is the lease
 	// (keep-alives make no etcd revision), so an idle node writes nothing.
 	Refresh time.Duration
-	Value   func() []byte
+	// MaxRefresh, when above Refresh, spaces the rewrites of a record that
+	// keeps changing: each rewrite made while the record changed at the
+	// previous look too doubles the spacing, up to MaxRefresh, and a look
+	// that finds it unchanged brings it back to Refresh. A storage node that
+	// takes a hundred replicas over a minute (a thousand such nodes at
+	// once, when a cluster is created) then writes its record a few times
+	// instead of once per Refresh, which at a 3s TTL was more writes than
+	// one etcd applies.
+	MaxRefresh time.Duration
+	Value      func() []byte
 	// Owner inspects a live record found at Key: it names its holder (for
 	// the error) and says whether it is this node's own earlier incarnation
 	// (same advertised address: a kill -9 and restart within the TTL), which
@@ -206,6 +215,8 @@ func holdRegistration(ctx context.Context, store Store, s *Session, reg Registra
 	}
 	tick := time.NewTicker(reg.Refresh)
 	defer tick.Stop()
+	gap := reg.Refresh      // the spacing of the next rewrite
+	var notBefore time.Time // while the record keeps changing (MaxRefresh)
 	// Nothing rewrites an unchanged record, so a record replaced by another
 	// writer is found by reading it now and then (a read makes no revision).
 	verify := time.NewTicker(10 * reg.Refresh)
@@ -228,7 +239,12 @@ func holdRegistration(ctx context.Context, store Store, s *Session, reg Registra
 		}
 		v := reg.Value()
 		if bytes.Equal(v, last) {
+			gap = reg.Refresh
 			continue
+		}
+		now := time.Now()
+		if now.Before(notBefore) {
+			continue // a burst of changes: written once it has been spaced
 		}
 		ok, next, err := store.Txn(ctx, []Cmp{ModRevIs(reg.Key, rev)}, []Op{OpPut(reg.Key, v, s.Lease())})
 		switch {
@@ -239,6 +255,11 @@ func holdRegistration(ctx context.Context, store Store, s *Session, reg Registra
 			return
 		default:
 			rev, last = next, v
+			if reg.MaxRefresh > reg.Refresh {
+				// Half a tick early: the ticks that look are Refresh apart.
+				notBefore = now.Add(gap - reg.Refresh/2)
+				gap = min(2*gap, reg.MaxRefresh)
+			}
 		}
 	}
 }

@@ -3,6 +3,8 @@ package kv_test
 import (
 	"context"
 	"errors"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -187,4 +189,42 @@ func TestAwaitFree(t *testing.T) {
 	_, err = store.Put(ctx, key, []byte("other:1"), dead)
 	require.NoError(t, err)
 	require.NoError(t, kv.AwaitFree(ctx, store, key, owner, time.Minute))
+}
+
+// TestKeepRegisteredSpacesABurst: a record that changes at every look is
+// rewritten ever less often (MaxRefresh), and its last value is written
+// once the changes stop; without MaxRefresh every look that finds a change
+// writes it.
+func TestKeepRegisteredSpacesABurst(t *testing.T) {
+	run := func(t *testing.T, maxRefresh time.Duration) (looks, writes int64) {
+		store := kv.NewMemoryStore()
+		ctx, cancel := context.WithCancel(context.Background())
+		var n, stop atomic.Int64
+		reg := kv.Registration{Key: "/t/live/nodes/n1", TTL: 2 * time.Second, Refresh: 5 * time.Millisecond, MaxRefresh: maxRefresh,
+			Value: func() []byte {
+				if stop.Load() == 0 {
+					n.Add(1)
+				}
+				return []byte(strconv.FormatInt(n.Load(), 10))
+			},
+			Owner: func([]byte) (string, bool) { return "", true }}
+		done := make(chan error, 1)
+		go func() { done <- kv.KeepRegistered(ctx, store, reg, zap.NewNop()) }()
+		require.Eventually(t, func() bool { return n.Load() >= 200 }, time.Minute, 5*time.Millisecond)
+		_, rev0, err := store.Header(ctx)
+		require.NoError(t, err)
+		stop.Store(1)
+		looks = n.Load()
+		require.Eventually(t, func() bool { // the last value is written
+			kvp, err := store.Get(ctx, reg.Key)
+			return err == nil && kvp != nil && string(kvp.Value) == strconv.FormatInt(looks, 10)
+		}, time.Minute, 5*time.Millisecond)
+		cancel()
+		require.NoError(t, <-done)
+		return looks, rev0
+	}
+	looks, writes := run(t, 100*time.Millisecond)
+	require.LessOrEqual(t, writes*4, looks, "a burst of %d changes made %d writes", looks, writes)
+	looks, writes = run(t, 0)
+	require.Greater(t, writes*2, looks, "without MaxRefresh: %d changes, %d writes", looks, writes)
 }

@@ -19,6 +19,7 @@ type derived struct {
 	termsKey    statemachine.Map[models.StorageNode] // the cluster's live nodes terms was computed from
 	termsOf     string                               // that cluster
 	terms       map[string]int64
+	seen        map[string]int64
 }
 
 // failoverInputs is FailoverInputs(st, db) with the recorded terms computed
@@ -30,10 +31,11 @@ func (d *derived) failoverInputs(st *statemachine.State, db string) (ShardInputs
 		return ShardInputs{}, false
 	}
 	live := st.Nodes.At(a.Cluster)
+	recorded := d.recordedTerms(live, a.Cluster) // and d.seen with it
 	return ShardInputs{DB: db, Assign: a, States: st.ShardStates.At(db),
 		Live: live, ISR: st.ISR.At(a.Cluster), Drains: st.Drains,
 		ClusterID:     st.ListedFrom[statemachine.ClusterISRSource(a.Cluster)],
-		RecordedTerms: d.recordedTerms(live, a.Cluster)}, true
+		RecordedTerms: recorded, SeenTerms: d.seen}, true
 }
 
 // clusterLeads is a copy of ClusterLeads for the cluster (PlanLeaders
@@ -58,9 +60,21 @@ func (d *derived) clusterLeads(st *statemachine.State, cluster string) map[strin
 // records of one cluster.
 func (d *derived) recordedTerms(live statemachine.Map[models.StorageNode], cluster string) map[string]int64 {
 	if d.terms == nil || !live.Same(d.termsKey) || cluster != d.termsOf {
-		d.termsKey, d.termsOf, d.terms = live, cluster, RecordedTerms(live)
+		d.termsKey, d.termsOf, d.terms, d.seen = live, cluster, RecordedTerms(live), SeenTerms(live)
 	}
 	return d.terms
+}
+
+// SeenTerms is, per shard id, the highest seen_term in the records of the
+// live nodes given (ShardInputs.SeenTerms).
+func SeenTerms(live statemachine.Map[models.StorageNode]) map[string]int64 {
+	terms := map[string]int64{}
+	for _, n := range live.All() {
+		for id, t := range n.SeenTerm {
+			terms[id] = max(terms[id], t)
+		}
+	}
+	return terms
 }
 
 // RecordedTerms is, per shard id, the highest max_term in the records of

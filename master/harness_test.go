@@ -212,6 +212,7 @@ type masterOpts struct {
 	rebalanceDelay time.Duration
 	now            func() time.Time // the master's clock; default time.Now
 	grace          time.Duration    // LivenessGrace; default none
+	firstSets      bool             // Config.FirstSets
 }
 
 // skewClock is a test clock that runs with real time plus an offset the
@@ -265,7 +266,7 @@ func (h *harness) startMaster(o masterOpts) *runningMaster {
 	}
 	m := master.New(master.Config{Store: h.store, Keys: h.keys, Election: el, Term: term, Session: session,
 		NodeID: "m", State: o.sm.Snapshot, Changed: o.sm.Changed, Logger: o.logger,
-		RebalanceDelay: o.rebalanceDelay, Resync: 200 * time.Millisecond, ClusterID: o.clusterID, Now: o.now, LivenessGrace: o.grace, Metrics: o.metrics, AskTxn: h.askTxn})
+		RebalanceDelay: o.rebalanceDelay, Resync: 200 * time.Millisecond, ClusterID: o.clusterID, Now: o.now, LivenessGrace: o.grace, Metrics: o.metrics, AskTxn: h.askTxn, FirstSets: o.firstSets})
 	rm := &runningMaster{Master: m, term: term, election: es}
 	rm.start()
 	h.t.Cleanup(rm.stop)

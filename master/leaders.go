@@ -48,6 +48,11 @@ type ShardInputs struct {
 	// nodes' records, computed once for the cluster (nil: read from Live
 	// for each shard, O(nodes) each).
 	RecordedTerms map[string]int64
+	// SeenTerms is, per shard id, the highest seen_term of the live nodes'
+	// records, computed with RecordedTerms (nil: read from Live for each
+	// shard, O(nodes) each: at 1,000 nodes x 32,000 shards that was most
+	// of an idle master's second).
+	SeenTerms map[string]int64
 }
 
 // ClusterLeads counts the online leaderships of every node over the
@@ -92,8 +97,12 @@ func needsLeader(in ShardInputs, sh models.ShardAssignment, st models.ShardState
 func liveTerm(in ShardInputs, shard int) int64 {
 	id := models.ShardID(in.DB, shard)
 	t := recordedTerm(in, shard)
-	for _, n := range in.Live.All() {
-		t = max(t, n.SeenTerm[id])
+	if in.SeenTerms != nil {
+		t = max(t, in.SeenTerms[id])
+	} else {
+		for _, n := range in.Live.All() {
+			t = max(t, n.SeenTerm[id])
+		}
 	}
 	for _, a := range in.Answers[shard] {
 		t = max(t, int64(min(a.LastTerm, math.MaxInt64)), a.Term, a.SeenTerm)

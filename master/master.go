@@ -66,6 +66,11 @@ type Config struct {
 	// terms (the candidate feeds it every state); nil: this term's own,
 	// which sees only moves made while it runs.
 	Moves *Moves
+	// FirstSets records a new database's first in-sync sets with its
+	// placement (firstSets), so that its leaders write none. Off, a shard
+	// has no set until its leader publishes one (tests whose harness runs
+	// no storage nodes rely on that).
+	FirstSets bool
 }
 
 // Master runs the state machines for one term.

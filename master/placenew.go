@@ -77,6 +77,7 @@ func (m *Master) placeNew(ctx context.Context, names []string) error {
 // writeNew writes the placed databases' assignments and first states in
 // parallel; it returns the highest revision written.
 func (m *Master) writeNew(ctx context.Context, dbs []models.Database, plan placement.Plan) (int64, error) {
+	st := m.cfg.State()
 	var mu sync.Mutex
 	var maxRev int64
 	var deposed error
@@ -90,17 +91,16 @@ func (m *Master) writeNew(ctx context.Context, dbs []models.Database, plan place
 			a.Shards = append(a.Shards, models.ShardAssignment{ID: i, Replicas: t.Replicas})
 			ss.Shards = append(ss.Shards, models.ShardState{ID: i, Leader: t.Leader, Term: 1, Status: models.StatusOnline})
 		}
+		// Both keys absent, as the decision read them.
+		cmps := []kv.Cmp{kv.ModRevIs(m.cfg.Keys.Assign(db.Name), 0), kv.ModRevIs(m.cfg.Keys.ShardState(db.Name), 0)}
+		ops := []kv.Op{kv.OpPut(m.cfg.Keys.Assign(db.Name), mustJSON(a), 0), kv.OpPut(m.cfg.Keys.ShardState(db.Name), mustJSON(ss), 0)}
+		c, i := m.firstSets(st, db, a, ss)
+		cmps, ops = append(cmps, c...), append(ops, i...)
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			// Both keys absent, as the decision read them.
-			ok, rev, err := m.cfg.Election.FencedTxn(ctx, m.cfg.Term, []kv.Cmp{
-				kv.ModRevIs(m.cfg.Keys.Assign(db.Name), 0), kv.ModRevIs(m.cfg.Keys.ShardState(db.Name), 0),
-			}, []kv.Op{
-				kv.OpPut(m.cfg.Keys.Assign(db.Name), mustJSON(a), 0),
-				kv.OpPut(m.cfg.Keys.ShardState(db.Name), mustJSON(ss), 0),
-			})
+			ok, rev, err := m.cfg.Election.FencedTxn(ctx, m.cfg.Term, cmps, ops)
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -116,4 +116,41 @@ func (m *Master) writeNew(ctx context.Context, dbs []models.Database, plan place
 	}
 	wg.Wait()
 	return maxRev, deposed
+}
+
+// maxFirstSets: a new database with more shards than this leaves its first
+// in-sync sets to its leaders (one txn holds at most 128 compares and 128
+// operations in etcd's default configuration).
+const maxFirstSets = 60
+
+// firstSets are the compares and writes that record a new database's first
+// in-sync sets with its placement, when its storage cluster lives in this
+// etcd: every replica of a new shard is in sync (all are empty), so each set
+// is every replica, at term 1, led by the shard's leader, in this etcd
+// cluster. The leader finds exactly the set it would write and adopts it
+// (storage persistISR) instead of writing it: a thousand new databases cost
+// their leaders no write. Each set key must be absent (a set left by an
+// earlier database of the same name is never overwritten: the placement
+// then fails as a whole and syncAssignment places the database without
+// them).
+func (m *Master) firstSets(st *statemachine.State, db models.Database, a models.Assignment, ss models.ShardStates) ([]kv.Cmp, []kv.Op) {
+	sc, ok := st.StorageClusters[db.StorageCluster]
+	if !m.cfg.FirstSets || !ok || len(sc.EtcdEndpoints) > 0 || len(a.Shards) > maxFirstSets || len(a.Shards) != len(ss.Shards) {
+		return nil, nil
+	}
+	ck := models.ClusterKeys{SNS: m.cfg.Keys.ClusterNamespace(sc)}
+	var cmps []kv.Cmp
+	var ops []kv.Op
+	for i, sh := range a.Shards {
+		s := ss.Shards[i]
+		if s.ID != sh.ID || s.Status != models.StatusOnline || !slices.Contains(sh.Replicas, s.Leader) {
+			return nil, nil
+		}
+		// The leader first, as a leader lists its own set.
+		set := append([]string{s.Leader}, slices.DeleteFunc(slices.Clone(sh.Replicas), func(n string) bool { return n == s.Leader })...)
+		key := ck.ISR(db.Name, sh.ID)
+		cmps = append(cmps, kv.ModRevIs(key, 0))
+		ops = append(ops, kv.OpPut(key, mustJSON(models.ISR{Leader: s.Leader, Term: s.Term, Replicas: set, ClusterID: m.cfg.ClusterID}), 0))
+	}
+	return cmps, ops
 }

@@ -115,6 +115,7 @@ func Schedule(in Input) Decision {
 		}
 	}
 	terms := map[string]map[string]int64{} // per cluster, computed once for all its databases
+	seenTerms := map[string]map[string]int64{}
 	for _, db := range st.Assignments.Keys() {
 		a := st.Assignments.At(db)
 		mb, seen := in.Members[a.Cluster]
@@ -126,10 +127,11 @@ func Schedule(in Input) Decision {
 		}
 		if terms[a.Cluster] == nil {
 			terms[a.Cluster] = RecordedTerms(st.Nodes.At(a.Cluster))
+			seenTerms[a.Cluster] = SeenTerms(st.Nodes.At(a.Cluster))
 		}
 		next, changed := SpreadLeaders(SpreadInput{
 			ShardInputs: ShardInputs{DB: db, Assign: a, States: st.ShardStates.At(db), Live: st.Nodes.At(a.Cluster), ISR: st.ISR.At(a.Cluster), Drains: st.Drains,
-				ClusterID: st.ListedFrom[statemachine.ClusterISRSource(a.Cluster)], RecordedTerms: terms[a.Cluster]},
+				ClusterID: st.ListedFrom[statemachine.ClusterISRSource(a.Cluster)], RecordedTerms: terms[a.Cluster], SeenTerms: seenTerms[a.Cluster]},
 			StableSince: mb.Since, Now: in.Now, Delay: in.Delay, MaxMoves: cmpOr(in.MaxMoves, 16),
 		})
 		for _, id := range changed {

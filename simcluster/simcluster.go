@@ -108,7 +108,9 @@ type cluster struct {
 	// stores are the agents' etcd clients, one per agentsPerClient agents:
 	// each real node has its own, and one client's single lease keep-alive
 	// stream would serialise every agent's renewals.
-	stores []*kv.EtcdStore
+	stores []*countingStore
+	views  []*countingStore // the agents' lease streams on their shared clients
+	counts *requestCounts   // the agents' etcd requests, by kind
 	loop   *loopback
 	client *http.Client // the agents' requests to each other (loopback)
 	// calm is when the master may have finished its follow-up work on the
@@ -182,7 +184,7 @@ func (c *cluster) start(ctx context.Context, dir string) error {
 		return err
 	}
 	c.api = "http://" + c.app.HTTPAddr()
-	fmt.Fprintf(c.p.Progress, "etcd,master,broker at %s (pprof under /debug/pprof/)\n", c.api)
+	fmt.Fprintf(c.p.Progress, "etcd,master,broker at %s (pprof under /debug/pprof/), etcd at %s (its metrics under /metrics)\n", c.api, clientURL)
 	c.keys = models.Keys{NS: cfg.Namespace}
 	c.ck = models.ClusterKeys{SNS: c.keys.ClusterNamespace(models.StorageCluster{Name: "default"})}
 	c.store, err = kv.NewEtcdStore(kv.EtcdConfig{Endpoints: []string{clientURL}, Logger: c.lg})
@@ -210,15 +212,26 @@ func (c *cluster) start(ctx context.Context, dir string) error {
 	fmt.Fprintf(c.p.Progress, "starting %d storage agents\n", c.p.Nodes)
 	c.loop = newLoopback()
 	c.client = &http.Client{Transport: c.loop}
+	c.counts = &requestCounts{n: map[string]int64{}}
 	for range (c.p.Nodes + agentsPerClient - 1) / agentsPerClient {
 		s, err := kv.NewEtcdStore(kv.EtcdConfig{Endpoints: []string{clientURL}, Logger: c.lg})
 		if err != nil {
 			return err
 		}
-		c.stores = append(c.stores, s)
+		c.stores = append(c.stores, &countingStore{EtcdStore: s, keys: c.keys, ck: c.ck, c: c.counts})
 	}
 	for i := range c.p.Nodes {
-		a, err := c.startAgent(fmt.Sprintf("s%04d", i), c.stores[i/agentsPerClient])
+		// A lease stream per agentsPerStream agents on the shared
+		// connection: etcd renews one stream's leases one after the other,
+		// each waiting for its read loop when the raft loop is late, and 25
+		// agents' renewals queued behind each other on a loaded etcd
+		// outlived a 3s TTL. (One stream per agent costs ~0.6 MiB and
+		// some idle CPU each.)
+		if i%agentsPerStream == 0 {
+			shared := c.stores[i/agentsPerClient]
+			c.views = append(c.views, &countingStore{EtcdStore: shared.EtcdStore.LeaseStream(), keys: c.keys, ck: c.ck, c: c.counts})
+		}
+		a, err := c.startAgent(fmt.Sprintf("s%04d", i), c.views[len(c.views)-1])
 		if err != nil {
 			return err
 		}
@@ -246,6 +259,9 @@ func (c *cluster) stop() {
 	}
 	if c.sm != nil {
 		c.sm.Stop()
+	}
+	for _, s := range c.views {
+		_ = s.Close()
 	}
 	for _, s := range c.stores {
 		_ = s.Close()
@@ -313,7 +329,7 @@ func (c *cluster) post(ctx context.Context, path string, body any) error {
 func (c *cluster) measure(ctx context.Context) (Result, error) {
 	res := Result{Nodes: c.p.Nodes, Replicas: c.p.Databases * c.p.Shards * c.p.Replicas}
 	fmt.Fprintf(c.p.Progress, "creating %d databases\n", c.p.Databases)
-	start := time.Now()
+	start, cpuStart := time.Now(), cpuTime()
 	c.began, c.shown = start, start
 	work := make(chan int)
 	errs := make(chan error, 8)
@@ -348,7 +364,10 @@ func (c *cluster) measure(ctx context.Context) (Result, error) {
 		return res, err
 	}
 	res.PlaceMS = float64(time.Since(start).Microseconds()) / 1000
-	fmt.Fprintf(c.p.Progress, "placed %d replicas in %.0f ms; settling\n", res.Replicas, res.PlaceMS)
+	// The CPU time the placement took: what a run on a busy machine, which
+	// gets less of it per second, still compares with another.
+	fmt.Fprintf(c.p.Progress, "placed %d replicas in %.0f ms (%.1f s of CPU); settling\n  agents' etcd requests: %s\n",
+		res.Replicas, res.PlaceMS, (cpuTime() - cpuStart).Seconds(), c.counts)
 
 	// Let the in-sync sets, the node records and the master's own follow-up
 	// work (spreading leaderships once membership is stable) settle: idle
@@ -470,8 +489,8 @@ func (c *cluster) placed(want int) bool {
 	if time.Since(c.shown) >= 5*time.Second {
 		c.shown = time.Now()
 		_, rev, _ := c.store.Header(context.Background())
-		fmt.Fprintf(c.p.Progress, "  %s: %d databases assigned, %d shards online, %d replicas hosted, etcd revision %d\n",
-			time.Since(c.began).Round(time.Second), st.Assignments.Len(), online, n, rev)
+		fmt.Fprintf(c.p.Progress, "  %s: %d databases assigned, %d shards online, %d replicas hosted, etcd revision %d\n    agents' etcd requests: %s\n",
+			time.Since(c.began).Round(time.Second), st.Assignments.Len(), online, n, rev, c.counts)
 	}
 	return online == c.p.Databases*c.p.Shards && n == want
 }
@@ -572,10 +591,14 @@ type agent struct {
 	once    sync.Once
 }
 
-// agentsPerClient is how many agents share one etcd client.
-const agentsPerClient = 25
+// agentsPerClient is how many agents share one etcd client, and
+// agentsPerStream one lease keep-alive stream on it.
+const (
+	agentsPerClient = 25
+	agentsPerStream = 5
+)
 
-func (c *cluster) startAgent(id string, store *kv.EtcdStore) (*agent, error) {
+func (c *cluster) startAgent(id string, store *countingStore) (*agent, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err

@@ -31,6 +31,10 @@ type NodeConfig struct {
 	// MinRewrite is the shortest time between two rewrites of the record
 	// (a burst of leader changes costs one write); default TTL/3.
 	MinRewrite time.Duration
+	// MaxRewrite is the longest time between two rewrites while the record
+	// keeps changing (kv.Registration.MaxRefresh); default 10s or
+	// MinRewrite if longer.
+	MaxRewrite time.Duration
 	Report     ShardReport             // may be nil; looked at every MinRewrite
 	MaxTerm    func() map[string]int64 // may be nil: last log term per shard
 	SeenTerm   func() map[string]int64 // may be nil: highest term accepted per shard
@@ -49,8 +53,9 @@ type NodeConfig struct {
 // lease alone (keep-alives make no etcd revision): the record is written when
 // the node registers and rewritten only when its content really changes (the
 // shards it hosts, those it follows and their leaders, the last term in each
-// replica's log, the highest term each replica accepted, the disk use percent), at most once per MinRewrite, with
-// last_updated set to the time of that change. An idle node writes nothing.
+// replica's log, the highest term each replica accepted, the disk use percent), at most once per MinRewrite
+// (spaced up to MaxRewrite while it keeps changing), with last_updated set to
+// the time of that change. An idle node writes nothing.
 // The record is claimed, never overwritten: a live record of the same node id
 // at another address (a copied data dir) makes it return a
 // kv.ErrHeld error naming that address, and the process must stop.
@@ -60,16 +65,22 @@ func RunNode(ctx context.Context, cfg NodeConfig) error {
 	if cfg.MinRewrite == 0 {
 		cfg.MinRewrite = cfg.TTL / 3
 	}
+	if cfg.MaxRewrite == 0 {
+		cfg.MaxRewrite = max(cfg.MinRewrite, maxRewrite)
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	reg := kv.Registration{Key: cfg.Keys.Node(cfg.NodeID), TTL: cfg.TTL, Refresh: cfg.MinRewrite,
+	reg := kv.Registration{Key: cfg.Keys.Node(cfg.NodeID), TTL: cfg.TTL, Refresh: cfg.MinRewrite, MaxRefresh: cfg.MaxRewrite,
 		Value: nodeRecord(cfg), Owner: NodeOwner(cfg.Address), OnRegistered: cfg.Registered, OnHeld: cfg.Held}
 	if err := kv.KeepRegistered(ctx, cfg.Store, reg, cfg.Logger.With(zap.String("cluster", cfg.Cluster))); err != nil {
 		return fmt.Errorf("storage node id %q is in use by another live process: %w", cfg.NodeID, err)
 	}
 	return nil
 }
+
+// maxRewrite is MaxRewrite's default.
+const maxRewrite = 10 * time.Second
 
 // nodeRecord returns the record's encoder: the same bytes as long as nothing
 // in the record changed, so the registration rewrites it only on a change;

@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 
+	"github.com/cairn-db/cairn/kv"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
 )
@@ -31,13 +31,23 @@ var ErrBadRecord = errors.New("storage: unreadable node record")
 // peerRecord reads a node's live record; nil when there is none.
 func (h *Host) peerRecord(ctx context.Context, id string) (*models.StorageNode, error) {
 	kvp, err := h.store.Get(ctx, h.ck.Node(id))
-	if err != nil || kvp == nil {
+	if err != nil {
 		return nil, err
+	}
+	return h.peerOf(id, kvp)
+}
+
+// peerOf decodes node id's record as read (nil: none, not live) and
+// remembers its address.
+func (h *Host) peerOf(id string, kvp *kv.KeyValue) (*models.StorageNode, error) {
+	if kvp == nil {
+		return nil, nil
 	}
 	var n models.StorageNode
 	if err := json.Unmarshal(kvp.Value, &n); err != nil || n.NodeAddress == "" {
 		return nil, fmt.Errorf("%w: record of node %s unreadable", ErrBadRecord, id)
 	}
+	h.rememberPeer(id, n.NodeAddress)
 	return &n, nil
 }
 
@@ -80,7 +90,6 @@ func (h *Host) peerAddress(ctx context.Context, id string) (string, error) {
 	if n == nil {
 		return "", fmt.Errorf("%w: %s", ErrPeerNotLive, id)
 	}
-	h.rememberPeer(id, n.NodeAddress)
 	return n.NodeAddress, nil
 }
 
@@ -105,42 +114,6 @@ func (h *Host) forgetPeer(id, addr string) {
 	if h.peers[id] == addr {
 		delete(h.peers, id)
 	}
-}
-
-// livePeers says which of ids have a live record, asking for them at once
-// (unless this process watches the live nodes).
-func (h *Host) livePeers(ctx context.Context, ids []string) (map[string]bool, error) {
-	if nodes, watched := h.liveNodes(); watched {
-		live := make(map[string]bool, len(ids))
-		for _, id := range ids {
-			live[id] = nodes.Has(id)
-		}
-		return live, nil
-	}
-	live := make(map[string]bool, len(ids))
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	var first error
-	for _, id := range ids {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			n, err := h.peerRecord(ctx, id)
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err != nil && first == nil:
-				first = err
-			case n != nil:
-				live[id] = true
-			}
-			if n != nil {
-				h.rememberPeer(id, n.NodeAddress)
-			}
-		}()
-	}
-	wg.Wait()
-	return live, first
 }
 
 // watchPeers ends the fetch sessions to addresses no live node has any more

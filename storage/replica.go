@@ -176,9 +176,10 @@ func (r *replica) stop() {
 // before they are persisted (only making acknowledgement stricter).
 func (r *replica) lead(ctx context.Context, d desired) {
 	var initial []string
+	var rd *isrReads // what initialISR read, which the first write reuses
 	for bo := backoff.New(50*time.Millisecond, time.Second); ctx.Err() == nil; r.sleep(ctx, bo.Next()) {
 		var err error
-		if initial, err = r.initialISR(ctx, d); err == nil {
+		if initial, rd, err = r.initialISR(ctx, d); err == nil {
 			break
 		}
 		r.lg.Warn("cannot read the in-sync set or the replicas' records; retrying", zap.Int64("term", d.term), zap.Error(err))
@@ -190,8 +191,14 @@ func (r *replica) lead(ctx context.Context, d desired) {
 		r.fetched[n] = now
 	}
 	r.mu.Unlock()
+	// Backed off: a first write fails together with many others when etcd
+	// is overloaded (or this node's record was just re-created), and 32,000
+	// new leaders retrying every 200ms kept a 1,000-node etcd overloaded.
+	bo := backoff.New(200*time.Millisecond, 5*time.Second)
 	for gone := false; ctx.Err() == nil; {
-		if err := r.persistISR(ctx, d.term, initial); err == nil {
+		err := r.persistISR(ctx, d.term, initial, rd)
+		rd = nil // a retry reads again
+		if err == nil {
 			break
 		} else if errors.Is(err, ErrStaleTerm) {
 			r.lg.Warn("a newer term owns the in-sync set; not leading", zap.Int64("term", d.term))
@@ -200,7 +207,7 @@ func (r *replica) lead(ctx context.Context, d desired) {
 			gone = true // until the state catches up and stops this role
 			r.lg.Warn("shard not in etcd; not publishing its in-sync set", zap.Int64("term", d.term), zap.Error(err))
 		}
-		r.sleep(ctx, 200*time.Millisecond)
+		r.sleep(ctx, bo.Next())
 	}
 	r.mu.Lock()
 	r.isr = initial
@@ -232,43 +239,51 @@ func (r *replica) lead(ctx context.Context, d desired) {
 // the set on record that are assigned and live (peers.go: from the watched
 // live nodes, or their records read now), or every live replica when no set
 // was ever published (all are empty), or ourselves alone when the record is
-// not this shard's history.
-func (r *replica) initialISR(ctx context.Context, d desired) ([]string, error) {
+// not this shard's history. It returns what it read from etcd too (one
+// round trip: the set, the shard states, the cluster id, the peers' records).
+func (r *replica) initialISR(ctx context.Context, d desired) ([]string, *isrReads, error) {
 	initial := []string{r.h.nodeID}
-	kvp, err := r.h.store.Get(ctx, r.h.ck.ISR(r.db, r.shard))
+	var others []string
+	for _, n := range d.replicas {
+		if n != r.h.nodeID {
+			others = append(others, n)
+		}
+	}
+	var ask []string // the peers' records, unless this process watches the live nodes
+	if _, watched := r.h.liveNodes(); !watched {
+		ask = others
+	}
+	rd, err := r.readISR(ctx, ask)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var set models.ISR
-	ok := kvp != nil && json.Unmarshal(kvp.Value, &set) == nil
-	cid, err := r.h.store.ClusterID(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if staleISR(set, ok, r.eng.LastTerm(), r.eng.LastTxnID(), cid) {
+	ok := rd.isr != nil && json.Unmarshal(rd.isr.Value, &set) == nil
+	if staleISR(set, ok, r.eng.LastTerm(), r.eng.LastTxnID(), rd.cid) {
 		// The record is not this shard's history (a restored backup): its
 		// members may lack entries we hold, so nobody but us is in sync
 		// until they have caught up with us.
 		r.lg.Info("in-sync set on record is stale; starting from this replica alone",
 			zap.Int64("term", d.term), zap.Int64("record_term", set.Term), zap.Uint64("last_term", r.eng.LastTerm()))
-		return initial, nil
-	}
-	var others []string
-	for _, n := range d.replicas {
-		if n != r.h.nodeID && (!ok || slices.Contains(set.Replicas, n)) {
-			others = append(others, n)
-		}
-	}
-	live, err := r.h.livePeers(ctx, others)
-	if err != nil {
-		return nil, err
+		return initial, rd, nil
 	}
 	for _, n := range others {
-		if live[n] {
+		if ok && !slices.Contains(set.Replicas, n) {
+			continue
+		}
+		live := r.h.peerLive(n)
+		if ask != nil {
+			p, err := r.h.peerOf(n, rd.peers[n])
+			if err != nil {
+				return nil, nil, err
+			}
+			live = p != nil
+		}
+		if live {
 			initial = append(initial, n)
 		}
 	}
-	return initial, nil
+	return initial, rd, nil
 }
 
 // staleISR reports whether the in-sync record a new leader finds (ok: there
@@ -317,7 +332,7 @@ func (r *replica) maintainISR(ctx context.Context, d desired) {
 	}
 	next := slices.DeleteFunc(slices.Clone(isr), func(n string) bool { return slices.Contains(drop, n) })
 	next = append(next, add...)
-	if err := r.persistISR(ctx, d.term, next); err != nil {
+	if err := r.persistISR(ctx, d.term, next, nil); err != nil {
 		r.lg.Warn("in-sync set not updated", zap.Error(err))
 		// Undo the additions, so that the next pass decides them again.
 		r.mu.Lock()
@@ -636,7 +651,7 @@ func (r *replica) leave(ctx context.Context, term int64, node string) error {
 	}
 	next := slices.DeleteFunc(slices.Clone(r.isr), func(n string) bool { return n == node })
 	r.mu.Unlock()
-	if err := r.persistISR(ctx, term, next); err != nil {
+	if err := r.persistISR(ctx, term, next, nil); err != nil {
 		return err
 	}
 	r.mu.Lock()

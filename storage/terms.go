@@ -216,6 +216,7 @@ func (h *Host) admitTerms(st *statemachine.State, roles []replicaRole) []replica
 		seen, err := h.terms.seen(r.db, st.Databases.At(r.db).UID, r.shard)
 		switch {
 		case err != nil:
+			h.retry = true
 			if r.refused != -1 {
 				r.refused = -1
 				r.lg.Error("cannot read the replica's seen term; not serving it", zap.Error(err))
@@ -248,6 +249,7 @@ func (h *Host) admitTerms(st *statemachine.State, roles []replicaRole) []replica
 		if err := h.terms.raise(db, st.Databases.At(db).UID, terms); err != nil {
 			h.lg.Error("cannot record the replicas' new terms; not acting at them", zap.String("db", db), zap.Error(err))
 			failed[db] = true
+			h.retry = true
 		}
 	}
 	for i, rr := range out {

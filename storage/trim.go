@@ -13,13 +13,19 @@ import (
 // follower: everything may go (MaxUint64). The engine's retention bounds
 // cap what a slow follower can keep.
 func trimFloor(now time.Time, v isrView) uint64 {
+	// Called at every fetch and upkeep pass: no allocation (the sets are a
+	// few nodes each).
 	floor := uint64(math.MaxUint64)
-	for _, n := range slices.Concat(v.isr, v.replicas) {
-		if n == v.self {
+	for _, n := range v.isr {
+		if n != v.self {
+			floor = min(floor, v.acked[n])
+		}
+	}
+	for _, n := range v.replicas {
+		if n == v.self || slices.Contains(v.isr, n) {
 			continue
 		}
-		fetching := v.parked[n] > 0 || (!v.fetched[n].IsZero() && now.Sub(v.fetched[n]) <= v.window)
-		if slices.Contains(v.isr, n) || fetching && slices.Contains(v.replicas, n) {
+		if v.parked[n] > 0 || (!v.fetched[n].IsZero() && now.Sub(v.fetched[n]) <= v.window) {
 			floor = min(floor, v.acked[n])
 		}
 	}

@@ -194,6 +194,44 @@ func Run(t *testing.T, newStore func(t *testing.T) kv.Store) {
 		require.NotZero(t, a)
 		require.Equal(t, a, b)
 	})
+	t.Run("GetMany", func(t *testing.T) {
+		s, p, ctx := newStore(t), prefix(t), context.Background()
+		g, ok := s.(interface {
+			GetMany(ctx context.Context, keys []string) ([]*kv.KeyValue, uint64, error)
+		})
+		require.True(t, ok, "both stores read several keys in one round trip")
+		var ks []string
+		revs := map[string]int64{}
+		for i := range 250 { // more than one etcd txn's worth
+			k := fmt.Sprintf("%sk%03d", p, i)
+			ks = append(ks, k)
+			if i%3 != 0 {
+				rev, err := s.Put(ctx, k, []byte(k), 0)
+				require.NoError(t, err)
+				revs[k] = rev
+			}
+		}
+		got, cid, err := g.GetMany(ctx, ks)
+		require.NoError(t, err)
+		want, err := s.ClusterID(ctx)
+		require.NoError(t, err)
+		require.Equal(t, want, cid)
+		require.Len(t, got, len(ks))
+		for i, k := range ks {
+			if revs[k] == 0 {
+				require.Nil(t, got[i], k)
+				continue
+			}
+			require.Equal(t, k, got[i].Key)
+			require.Equal(t, k, string(got[i].Value))
+			require.Equal(t, revs[k], got[i].ModRev)
+			require.Equal(t, revs[k], got[i].CreateRev)
+		}
+		none, cid, err := g.GetMany(ctx, nil)
+		require.NoError(t, err)
+		require.Empty(t, none)
+		require.Equal(t, want, cid)
+	})
 }
 
 func keys(kvs []kv.KeyValue) []string {
