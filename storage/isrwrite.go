@@ -27,7 +27,11 @@ var ErrShardGone = errors.New("storage: shard no longer in etcd")
 //   - without that fence (the cluster has its own etcd), it creates an absent
 //     key only on its term's first write: a set this leader wrote and that is
 //     now gone was removed by someone else (etcd wiped, an older backup
-//     restored) and is not recreated.
+//     restored) and is not recreated;
+//   - a set on record that is exactly the one it would write (same leader,
+//     term, members and etcd cluster id), read together with this node's
+//     record still being the one this process registered, is adopted
+//     instead (master.firstSets writes a new database's first sets).
 //
 // ErrNotHolder: this process no longer holds its node id's record (another
 // process re-created it after this one's lease lapsed: a copy of the data
