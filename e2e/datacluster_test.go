@@ -124,6 +124,24 @@ func (c *dataCluster) healthy() bool {
 			}
 		}
 	}
+	// A new database's first in-sync sets are recorded with its placement,
+	// before the nodes open their replicas: healthy also needs every replica
+	// served (asked of the nodes).
+	var prog struct {
+		Shards []struct {
+			Replicas   []string       `json:"replicas"`
+			Progress   map[string]any `json:"progress"`
+			Unanswered []string       `json:"unanswered"`
+		} `json:"shards"`
+	}
+	if getDataJSON(c.broker, "/api/v1/databases/"+c.db+"/shards?progress=true", &prog) != 200 || len(prog.Shards) != c.shards {
+		return false
+	}
+	for _, s := range prog.Shards {
+		if len(s.Unanswered) > 0 || len(s.Progress) != len(s.Replicas) {
+			return false
+		}
+	}
 	return true
 }
 
