@@ -311,7 +311,7 @@ func NewBoltEngine(dir string, opts ...Option) (Engine, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("engine: create data dir: %w", err)
 	}
-	return &boltEngine{dir: dir, opts: o, lim: lim, mem: newMemBudget(), shards: make(map[shardID]*boltShard)}, nil
+	return &boltEngine{dir: dir, opts: o, lim: lim, mem: &memBudget{}, shards: make(map[shardID]*boltShard)}, nil
 }
 
 func (e *boltEngine) path(id shardID) (string, error) {

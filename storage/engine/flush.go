@@ -34,9 +34,9 @@ func (s *boltShard) accountMem() {
 
 // memBudget is the engine-wide account of memtable bytes and open shards.
 type memBudget struct {
-	bytes   atomic.Int64
-	shards  atomic.Int64
-	flushes chan struct{} // a slot per flush under way (flushSlots)
+	bytes  atomic.Int64
+	shards atomic.Int64
+	slots  flushSlots
 }
 
 func (b *memBudget) charge(bytes, shards int64) {
@@ -65,13 +65,9 @@ func (s *boltShard) flushLocked() error {
 	if mt.empty() {
 		return nil
 	}
+	defer s.flushSlot()()
 	upto := mt.entries[len(mt.entries)-1].txn
-	release := s.memAcct.flushSlot()
-	defer release()
-	var (
-		created map[string]uint64
-		newest  []seriesMax
-	)
+	var created map[string]uint64
 	logBytes := s.logBytes
 	err := s.update(func(tx *bolt.Tx) error {
 		m, err := readMeta(tx)
@@ -84,11 +80,11 @@ func (s *boltShard) flushLocked() error {
 		if err := resetRecent(tx); err != nil {
 			return err
 		}
-		prev, c, n, merged, err := writeMemtable(tx, s.ix, mt, mt.entries[0].txn)
+		prev, c, merged, err := writeMemtable(tx, s.ix, mt, mt.entries[0].txn)
 		if err != nil {
 			return err
 		}
-		created, newest = c, n
+		created = c
 		// Only a flush that merged nothing into older blocks can be redone
 		// from the log alone if one of its blocks turns out torn.
 		from := mt.entries[0].txn
@@ -116,7 +112,7 @@ func (s *boltShard) flushLocked() error {
 	// Readers that picked up the old memtable see its points twice (memtable
 	// and buckets, same values); those that pick up the new one start their
 	// read transaction after this commit. Either way nothing is missing.
-	s.ix.add(created, newest)
+	s.ix.add(created)
 	s.logBytes = logBytes
 	s.flushed.Store(true)
 	s.mu.Lock()
@@ -124,7 +120,6 @@ func (s *boltShard) flushLocked() error {
 	s.mu.Unlock()
 	s.accountMem()
 	s.flushedTxn = upto
-	s.dropMapped()
 	return nil
 }
 
