@@ -107,13 +107,18 @@ type seriesMax struct {
 	ts int64
 }
 
-// add records the series a flush created and its series' newest ts.
-func (ix *seriesIndex) add(created map[string]uint64, newest []seriesMax) {
+func (ix *seriesIndex) add(created map[string]uint64) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	for k, id := range created {
 		ix.ids[k], ix.keys[id] = id, k
 	}
+}
+
+// setNewest records the series' newest flushed ts after a flush.
+func (ix *seriesIndex) setNewest(newest []seriesMax) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
 	for _, n := range newest {
 		ix.newest[n.id] = n.ts
 	}
@@ -399,7 +404,7 @@ func firstKeyAfter(c *bolt.Cursor, id uint64) []byte {
 // merged into the blocks they overlap. It returns the flushed values that
 // were overwritten, keyed by (series, ts), for the undo records, and the
 // series it created.
-func writeMemtable(tx *bolt.Tx, ix *seriesIndex, mt *memtable, fromTxn uint64) (prev map[memSlot]uint64, created map[string]uint64, newest []seriesMax, merged bool, err error) {
+func writeMemtable(tx *bolt.Tx, ix *seriesIndex, mt *memtable, fromTxn uint64) (prev map[memSlot]uint64, created map[string]uint64, merged bool, err error) {
 	order := make([]int32, len(mt.series))
 	for i := range order {
 		order[i] = int32(i)
@@ -407,7 +412,7 @@ func writeMemtable(tx *bolt.Tx, ix *seriesIndex, mt *memtable, fromTxn uint64) (
 	slices.SortFunc(order, func(a, b int32) int { return strings.Compare(mt.series[a].key, mt.series[b].key) })
 	prev = make(map[memSlot]uint64)
 	created = make(map[string]uint64)
-	newest = make([]seriesMax, 0, len(order))
+	newest := make([]seriesMax, 0, len(order))
 	if len(mt.series) > 0 {
 		ix.lastSeries.Store(int64(len(mt.series)))
 		ix.lastPerSeries.Store(int64(mt.points / len(mt.series)))
@@ -422,7 +427,7 @@ func writeMemtable(tx *bolt.Tx, ix *seriesIndex, mt *memtable, fromTxn uint64) (
 		id, known := ix.id(ms.key)
 		if !known {
 			if id, err = ns.create(ms.key); err != nil {
-				return nil, nil, nil, false, err
+				return nil, nil, false, err
 			}
 			created[ms.key] = id
 		}
@@ -431,7 +436,7 @@ func writeMemtable(tx *bolt.Tx, ix *seriesIndex, mt *memtable, fromTxn uint64) (
 			any = false
 		} else if last == math.MaxInt64 {
 			if last, any, err = lastBlockMax(blocks, id); err != nil {
-				return nil, nil, nil, false, err
+				return nil, nil, false, err
 			}
 		}
 		newest = append(newest, seriesMax{id, ms.pts[len(ms.pts)-1].ts})
@@ -440,7 +445,7 @@ func writeMemtable(tx *bolt.Tx, ix *seriesIndex, mt *memtable, fromTxn uint64) (
 		}
 		if !any || ms.pts[0].ts > last {
 			if err := putBlocks(tx, id, ms.pts, fromTxn); err != nil {
-				return nil, nil, nil, false, err
+				return nil, nil, false, err
 			}
 			continue
 		}
@@ -449,10 +454,17 @@ func writeMemtable(tx *bolt.Tx, ix *seriesIndex, mt *memtable, fromTxn uint64) (
 			return mergeMem(old, ms.pts, func(ts int64, bits uint64) { prev[memSlot{idx, ts}] = bits })
 		})
 		if err != nil {
-			return nil, nil, nil, false, err
+			return nil, nil, false, err
 		}
 	}
-	return prev, created, newest, merged, ns.writePostings()
+	if err := ns.writePostings(); err != nil {
+		return nil, nil, false, err
+	}
+	// Recorded before the commit: if it fails, the bound is only higher
+	// than what is on disk, which is all the memtable and the next flush
+	// need of it.
+	ix.setNewest(newest)
+	return prev, created, merged, nil
 }
 
 // mergeMem merges two sorted point lists, newer winning on the same ts, and

@@ -320,7 +320,7 @@ func NewBoltEngine(dir string, opts ...Option) (Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &boltEngine{dir: dir, opts: o, wal: w, lim: lim, mem: newMemBudget(), shards: make(map[shardID]*boltShard)}, nil
+	return &boltEngine{dir: dir, opts: o, wal: w, lim: lim, mem: &memBudget{}, shards: make(map[shardID]*boltShard)}, nil
 }
 
 // collectLog removes the write-ahead log segments no shard needs any more.

@@ -34,9 +34,9 @@ func (s *boltShard) accountMem() {
 
 // memBudget is the engine-wide account of memtable bytes and open shards.
 type memBudget struct {
-	bytes   atomic.Int64
-	shards  atomic.Int64
-	flushes chan struct{} // a slot per flush under way (flushSlots)
+	bytes  atomic.Int64
+	shards atomic.Int64
+	slots  flushSlots
 }
 
 func (b *memBudget) charge(bytes, shards int64) {
@@ -55,13 +55,9 @@ func (s *boltShard) flushLocked() error {
 	if mt.empty() {
 		return nil
 	}
+	defer s.flushSlot()()
 	upto := mt.entries[len(mt.entries)-1].txn
-	release := s.memAcct.flushSlot()
-	defer release()
-	var (
-		created map[string]uint64
-		newest  []seriesMax
-	)
+	var created map[string]uint64
 	uptoTerm, base, baseTerm := s.flushTrim(upto)
 	err := s.update(func(tx *bolt.Tx) error {
 		m, err := readMeta(tx)
@@ -74,11 +70,11 @@ func (s *boltShard) flushLocked() error {
 		if err := resetRecent(tx); err != nil {
 			return err
 		}
-		prev, c, n, merged, err := writeMemtable(tx, s.ix, mt, mt.entries[0].txn)
+		prev, c, merged, err := writeMemtable(tx, s.ix, mt, mt.entries[0].txn)
 		if err != nil {
 			return err
 		}
-		created, newest = c, n
+		created = c
 		// Only a flush that merged nothing into older blocks can be redone
 		// from the log alone if one of its blocks turns out torn.
 		from := mt.entries[0].txn
@@ -106,7 +102,7 @@ func (s *boltShard) flushLocked() error {
 	// Readers that picked up the old memtable see its points twice (memtable
 	// and buckets, same values); those that pick up the new one start their
 	// read transaction after this commit. Either way nothing is missing.
-	s.ix.add(created, newest)
+	s.ix.add(created)
 	s.trimTo(base)
 	s.flushed.Store(true)
 	s.mu.Lock()
@@ -115,7 +111,6 @@ func (s *boltShard) flushLocked() error {
 	s.accountMem()
 	s.flushedTxn = upto
 	s.collectLog()
-	s.dropMapped()
 	return nil
 }
 

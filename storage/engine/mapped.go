@@ -2,6 +2,7 @@ package engine
 
 import (
 	"runtime"
+	"sync"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -24,22 +25,33 @@ func (s *boltShard) dropMapped() {
 	})
 }
 
-// flushSlots is how many shards of an engine flush at once. A flush holds
-// the blocks it writes and every leaf page it rewrites in memory until its
-// commit; flushing the shards of a node one or two at a time bounds that
-// transient memory, and on a node whose cores are busy with writes anyway
-// costs no throughput.
-func flushSlots() int { return min(max(runtime.GOMAXPROCS(0)/2, 1), 4) }
-
-func newMemBudget() *memBudget {
-	return &memBudget{flushes: make(chan struct{}, flushSlots())}
+// flushSlots bounds how many shards of an engine flush at once:
+// GOMAXPROCS/2, 1 to 4. A flush holds the blocks it writes and every leaf
+// page it rewrites in memory until its commit; flushing the shards of a
+// node one or two at a time bounds that transient memory, and on a node
+// whose cores are busy with writes anyway costs no throughput.
+type flushSlots struct {
+	once sync.Once
+	ch   chan struct{}
 }
 
-// flushSlot waits for a flush slot and returns its release.
-func (b *memBudget) flushSlot() func() {
-	if b.flushes == nil {
-		return func() {}
+func (f *flushSlots) take() func() {
+	f.once.Do(func() {
+		if f.ch == nil {
+			f.ch = make(chan struct{}, min(max(runtime.GOMAXPROCS(0)/2, 1), 4))
+		}
+	})
+	f.ch <- struct{}{}
+	return func() { <-f.ch }
+}
+
+// flushSlot waits for one of the engine's flush slots and returns what
+// ends the flush: it gives the slot back and releases the file pages the
+// flush mapped.
+func (s *boltShard) flushSlot() func() {
+	release := s.memAcct.slots.take()
+	return func() {
+		release()
+		s.dropMapped()
 	}
-	b.flushes <- struct{}{}
-	return func() { <-b.flushes }
 }

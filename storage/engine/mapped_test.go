@@ -10,10 +10,10 @@ import (
 // TestFlushSlotsBoundConcurrentFlushes: past the engine's flush slots a
 // flush waits until one is released.
 func TestFlushSlotsBoundConcurrentFlushes(t *testing.T) {
-	b := &memBudget{flushes: make(chan struct{}, 1)}
-	release := b.flushSlot()
+	f := &flushSlots{ch: make(chan struct{}, 1)}
+	release := f.take()
 	got := make(chan func())
-	go func() { got <- b.flushSlot() }()
+	go func() { got <- f.take() }()
 	select {
 	case <-got:
 		t.Fatal("a second flush got a slot while the only one was taken")
@@ -22,7 +22,9 @@ func TestFlushSlotsBoundConcurrentFlushes(t *testing.T) {
 	release()
 	second := <-got
 	second()
-	require.Equal(t, 0, len(b.flushes))
-	require.GreaterOrEqual(t, flushSlots(), 1)
-	require.LessOrEqual(t, flushSlots(), 4)
+	require.Empty(t, f.ch)
+	var d flushSlots
+	d.take()()
+	require.GreaterOrEqual(t, cap(d.ch), 1)
+	require.LessOrEqual(t, cap(d.ch), 4)
 }
