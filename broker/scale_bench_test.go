@@ -29,19 +29,30 @@ import (
 // timestamps of 625. CPU per point should not depend on the series count.
 //
 // CAIRN_BENCH_POINTS sets the points per run (default 8M).
+//
+// The writers=1 runs keep the batch itself the same too: one writer cycles
+// through its series, so every batch is 5,000 distinct series (all of them
+// at one timestamp with 5k series; one eighth of them with 40k), as each of
+// loadgen's senders sends; only how many series the shards hold differs.
 func BenchmarkWriteSeriesScale(b *testing.B) {
-	for _, series := range []int{5_000, 40_000} {
-		b.Run(fmt.Sprintf("series=%d", series), func(b *testing.B) {
-			for b.Loop() {
-				benchWriteScale(b, series)
+	for _, writers := range []int{8, 1} {
+		for _, series := range []int{5_000, 40_000} {
+			name := fmt.Sprintf("series=%d", series)
+			if writers != scaleWriters {
+				name = fmt.Sprintf("writers=%d/series=%d", writers, series)
 			}
-		})
+			b.Run(name, func(b *testing.B) {
+				for b.Loop() {
+					benchWriteScale(b, series, writers)
+				}
+			})
+		}
 	}
 }
 
 const scaleShards, scaleWriters, scaleBatch = 8, 8, 5000
 
-func benchWriteScale(b *testing.B, series int) {
+func benchWriteScale(b *testing.B, series, writers int) {
 	total := 8_000_000
 	if n, err := strconv.Atoi(os.Getenv("CAIRN_BENCH_POINTS")); err == nil && n > 0 {
 		total = n
@@ -80,16 +91,16 @@ func benchWriteScale(b *testing.B, series int) {
 			return wait()
 		}}
 
-	perWriter := series / scaleWriters
-	batches := total / scaleBatch / scaleWriters
+	perWriter := series / writers
+	batches := total / scaleBatch / writers
 	var ms0, ms1 runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&ms0)
 	cpu0 := cpuTime()
 	start := time.Now()
 	var wg sync.WaitGroup
-	errs := make(chan error, scaleWriters)
-	for w := range scaleWriters {
+	errs := make(chan error, writers)
+	for w := range writers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -100,16 +111,16 @@ func benchWriteScale(b *testing.B, series int) {
 			}
 			ts := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
 			body := make([]byte, 0, scaleBatch*48)
+			next := 0 // the writer's series cycle; ts moves on after each round
 			for range batches {
 				body = body[:0]
-				for n := 0; n < scaleBatch; {
-					for _, p := range prefixes {
-						body = append(body, p...)
-						body = strconv.AppendInt(body, ts, 10)
-						body = append(body, '\n')
-						n++
+				for range scaleBatch {
+					body = append(body, prefixes[next]...)
+					body = strconv.AppendInt(body, ts, 10)
+					body = append(body, '\n')
+					if next++; next == len(prefixes) {
+						next, ts = 0, ts+10_000
 					}
-					ts += 10_000
 				}
 				if err := d.Write(context.Background(), "w1", "ms", body); err != nil {
 					errs <- err
@@ -125,7 +136,7 @@ func benchWriteScale(b *testing.B, series int) {
 		b.Fatal(err)
 	}
 	runtime.ReadMemStats(&ms1)
-	points := float64(batches * scaleWriters * scaleBatch)
+	points := float64(batches * writers * scaleBatch)
 	b.ReportMetric(float64(cpu.Nanoseconds())/points, "cpu-ns/pt")
 	b.ReportMetric(float64(elapsed.Nanoseconds())/points, "wall-ns/pt")
 	b.ReportMetric(float64(ms1.Mallocs-ms0.Mallocs)/points, "allocs/pt")

@@ -94,6 +94,9 @@ type shardMeta struct {
 	lastTxn, lastTerm, baseTxn, baseTerm, flushedTxn uint64
 }
 
+// initialMmapBytes is the address space a shard file is first mapped with.
+const initialMmapBytes = 256 << 20
+
 func boltOptions() *bolt.Options {
 	return &bolt.Options{
 		Timeout: 5 * time.Second, // another process holding the file is an error, not a hang
@@ -101,6 +104,12 @@ func boltOptions() *bolt.Options {
 		// every commit, and the map freelist is fast for large files.
 		NoFreelistSync: true,
 		FreelistType:   bolt.FreelistMapType,
+		// Address space only (a read-only shared mapping; pages count once
+		// read): without it bbolt remaps at every doubling of the file, and a
+		// remap inside a flush copies every node the flush touched off the
+		// old mapping, which at 40k series was most of the write path's
+		// allocations.
+		InitialMmapSize: initialMmapBytes,
 	}
 }
 
