@@ -94,6 +94,9 @@ type Master struct {
 	// found nothing to move.
 	spreadClean map[string]string
 	moves       *Moves // storage nodes that registered again at another address
+	// placed: databases this term placed whose writes the local state has
+	// not shown yet (pipelined placement, see placeNew).
+	placed map[string]ownPlacement
 }
 
 type op struct {
@@ -138,7 +141,7 @@ func New(cfg Config) *Master {
 	lg := cfg.Logger.Named("master").With(zap.Int64("master_term", cfg.Term))
 	return &Master{cfg: cfg, lg: lg,
 		reqs: make(chan op), ops: map[shardKey]Operator{}, waiters: map[shardKey][]waiter{}, members: map[string]Membership{},
-		spreadClean: map[string]string{}, moves: cfg.Moves,
+		spreadClean: map[string]string{}, moves: cfg.Moves, placed: map[string]ownPlacement{},
 		queue: newWorkQueue(cfg.RetryBase, cfg.RetryMax, rand.Float64), warn: logrepeat.New(lg, cfg.ErrorLogInterval, cfg.Now)}
 }
 
