@@ -97,6 +97,9 @@ type Master struct {
 	// placed: databases this term placed whose writes the local state has
 	// not shown yet (pipelined placement, see placeNew).
 	placed map[string]ownPlacement
+	// lastPlaced is when the newest placement batch was written (see
+	// placeNew's coalescing).
+	lastPlaced time.Time
 }
 
 type op struct {
@@ -168,10 +171,11 @@ func (m *Master) Run(ctx context.Context) error {
 			}
 			m.warn.Warn("reconcile", "reconcile failed; retrying", zap.Error(err))
 		}
-		// Wake for the earliest database retry as well.
+		// Wake for the earliest database retry, or the next placement
+		// batch, as well.
 		var retry <-chan time.Time
 		var rt *time.Timer
-		if at, ok := m.queue.Next(); ok {
+		if at, ok := m.nextWake(); ok {
 			rt = time.NewTimer(max(at.Sub(m.cfg.Now()), time.Millisecond))
 			retry = rt.C
 		}

@@ -14,6 +14,34 @@ import (
 // is synced as any other, on what the state says, its writes still guarded.
 const placedWait = 10 * time.Second
 
+// placeCoalesce: while a batch this term placed is not shown by the local
+// state yet, new databases wait this long after it, so that they are placed
+// together. When the watch keeps up, a batch is seen sooner and the next
+// one goes as soon as it is (batches grow with the watch's delay, as group
+// commit does, and storage nodes rewrite their records once per batch, not
+// once per database); when it lags, placement goes on every placeCoalesce
+// instead of waiting for it.
+const placeCoalesce = 250 * time.Millisecond
+
+// placeDeferred reports whether a placement batch must wait for the one
+// before it (placeCoalesce).
+func (m *Master) placeDeferred() bool {
+	return len(m.placed) > 0 && m.cfg.Now().Sub(m.lastPlaced) < placeCoalesce
+}
+
+// nextWake is the earliest time the loop must run a pass without an event:
+// a database's retry, or the next placement batch.
+func (m *Master) nextWake() (time.Time, bool) {
+	at, ok := m.queue.Next()
+	if len(m.placed) > 0 {
+		p := m.lastPlaced.Add(placeCoalesce)
+		if !ok || p.Before(at) {
+			at, ok = p, true
+		}
+	}
+	return at, ok
+}
+
 // ownPlacement is a new database's placement this term wrote at rev: its
 // assignment and first states, as written.
 type ownPlacement struct {

@@ -36,6 +36,9 @@ const (
 // databases waiting there are left out of the rest of the pass (syncDB,
 // rebalancing), which must not decide on a state without them.
 func (m *Master) placeNew(ctx context.Context, names []string) error {
+	if m.placeDeferred() {
+		return nil
+	}
 	st := m.cfg.State()
 	byCluster := map[string][]models.Database{}
 	n := 0
@@ -63,6 +66,7 @@ func (m *Master) placeNew(ctx context.Context, names []string) error {
 		if err != nil {
 			continue // syncAssignment says why, per database
 		}
+		m.lastPlaced = m.cfg.Now()
 		if err := m.writeNew(ctx, st, dbs, plan); err != nil {
 			return err
 		}

@@ -138,8 +138,12 @@ func (m *Master) syncAssignment(ctx context.Context, name string) error {
 	if (has && len(a.Shards) >= db.NumShards) || !ClusterReady(st, db.StorageCluster) {
 		return nil
 	}
+	if !has && m.placeDeferred() {
+		return nil // placeNew places it with the next batch
+	}
 	from := len(a.Shards)
-	as, ss, err := newShards(st, db, from, db.NumShards)
+	// Balanced with this term's own placements the state does not show yet.
+	as, ss, err := newShardsOn(m.placeView(st, db.StorageCluster), db, from, db.NumShards)
 	if err != nil {
 		// Waiting for storage nodes is not a failure of the database.
 		m.warn.Warn("place/"+name, "cannot place database yet", zap.String("db", name), zap.Error(err))
