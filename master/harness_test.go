@@ -213,6 +213,9 @@ type masterOpts struct {
 	now            func() time.Time // the master's clock; default time.Now
 	grace          time.Duration    // LivenessGrace; default none
 	firstSets      bool             // Config.FirstSets
+	// state replaces the manager's snapshots as what the master reads
+	// (its wake-ups still come from sm).
+	state func() *statemachine.State
 }
 
 // skewClock is a test clock that runs with real time plus an offset the
@@ -264,8 +267,11 @@ func (h *harness) startMaster(o masterOpts) *runningMaster {
 	if o.rebalanceDelay == 0 {
 		o.rebalanceDelay = time.Hour
 	}
+	if o.state == nil {
+		o.state = o.sm.Snapshot
+	}
 	m := master.New(master.Config{Store: h.store, Keys: h.keys, Election: el, Term: term, Session: session,
-		NodeID: "m", State: o.sm.Snapshot, Changed: o.sm.Changed, Logger: o.logger,
+		NodeID: "m", State: o.state, Changed: o.sm.Changed, Logger: o.logger,
 		RebalanceDelay: o.rebalanceDelay, Resync: 200 * time.Millisecond, ClusterID: o.clusterID, Now: o.now, LivenessGrace: o.grace, Metrics: o.metrics, AskTxn: h.askTxn, FirstSets: o.firstSets})
 	rm := &runningMaster{Master: m, term: term, election: es}
 	rm.start()

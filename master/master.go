@@ -94,6 +94,12 @@ type Master struct {
 	// found nothing to move.
 	spreadClean map[string]string
 	moves       *Moves // storage nodes that registered again at another address
+	// placed: databases this term placed whose writes the local state has
+	// not shown yet (pipelined placement, see placeNew).
+	placed map[string]ownPlacement
+	// lastPlaced is when the newest placement batch was written (see
+	// placeNew's coalescing).
+	lastPlaced time.Time
 }
 
 type op struct {
@@ -138,7 +144,7 @@ func New(cfg Config) *Master {
 	lg := cfg.Logger.Named("master").With(zap.Int64("master_term", cfg.Term))
 	return &Master{cfg: cfg, lg: lg,
 		reqs: make(chan op), ops: map[shardKey]Operator{}, waiters: map[shardKey][]waiter{}, members: map[string]Membership{},
-		spreadClean: map[string]string{}, moves: cfg.Moves,
+		spreadClean: map[string]string{}, moves: cfg.Moves, placed: map[string]ownPlacement{},
 		queue: newWorkQueue(cfg.RetryBase, cfg.RetryMax, rand.Float64), warn: logrepeat.New(lg, cfg.ErrorLogInterval, cfg.Now)}
 }
 
@@ -165,10 +171,11 @@ func (m *Master) Run(ctx context.Context) error {
 			}
 			m.warn.Warn("reconcile", "reconcile failed; retrying", zap.Error(err))
 		}
-		// Wake for the earliest database retry as well.
+		// Wake for the earliest database retry, or the next placement
+		// batch, as well.
 		var retry <-chan time.Time
 		var rt *time.Timer
-		if at, ok := m.queue.Next(); ok {
+		if at, ok := m.nextWake(); ok {
 			rt = time.NewTimer(max(at.Sub(m.cfg.Now()), time.Millisecond))
 			retry = rt.C
 		}

@@ -25,18 +25,28 @@ const (
 // one placement decision per storage cluster for all of them (the cluster
 // view is built once, not once per database), then their assignments and
 // states written in parallel, each its own fenced txn guarded like
-// syncAssignment's, and the local state awaited once. Creating 1,000
-// databases then costs a few decisions and round trips, not 1,000 of each
-// one after the other. What it does not place (a guard that failed, a
-// cluster not ready) is left to syncAssignment.
+// syncAssignment's. Creating 1,000 databases then costs a few decisions and
+// round trips, not 1,000 of each one after the other. What it does not
+// place (a guard that failed, a cluster not ready) is left to syncAssignment.
+//
+// It does not wait for its writes to come back through the watch: each
+// fenced txn returns its revision, and what it wrote is kept in m.placed
+// until the local state shows it, so the next batch is placed on a view that
+// includes it (and never places it again) while the watch catches up. The
+// databases waiting there are left out of the rest of the pass (syncDB,
+// rebalancing), which must not decide on a state without them.
 func (m *Master) placeNew(ctx context.Context, names []string) error {
+	if m.placeDeferred() {
+		return nil
+	}
 	st := m.cfg.State()
 	byCluster := map[string][]models.Database{}
 	n := 0
 	for _, name := range names {
 		db, exists := st.Databases.Get(name)
 		has := st.Assignments.Has(name)
-		if !exists || has || n >= maxPlaceBatch || st.Invalid[statemachine.SourceAssign][name] != "" ||
+		_, pending := m.placed[name]
+		if !exists || has || pending || n >= maxPlaceBatch || st.Invalid[statemachine.SourceAssign][name] != "" ||
 			st.Invalid[statemachine.SourceShardState][name] != "" || !ClusterReady(st, db.StorageCluster) ||
 			st.ModRev(statemachine.SourceShardState, name) != 0 {
 			continue
@@ -44,7 +54,6 @@ func (m *Master) placeNew(ctx context.Context, names []string) error {
 		byCluster[db.StorageCluster] = append(byCluster[db.StorageCluster], db)
 		n++
 	}
-	var maxRev int64
 	for _, cluster := range slices.Sorted(maps.Keys(byCluster)) {
 		dbs := byCluster[cluster]
 		add := map[placement.ShardKey]int{}
@@ -53,21 +62,12 @@ func (m *Master) placeNew(ctx context.Context, names []string) error {
 				add[placement.ShardKey{DB: db.Name, Shard: i}] = db.ReplicaFactor
 			}
 		}
-		plan, err := placement.PlaceNew(clusterView(st, cluster), add)
+		plan, err := placement.PlaceNew(m.placeView(st, cluster), add)
 		if err != nil {
 			continue // syncAssignment says why, per database
 		}
-		rev, err := m.writeNew(ctx, dbs, plan)
-		if err != nil {
-			return err
-		}
-		maxRev = max(maxRev, rev)
-	}
-	if maxRev == 0 {
-		return nil
-	}
-	for _, src := range []string{statemachine.SourceAssign, statemachine.SourceShardState} {
-		if err := m.awaitRev(ctx, src, maxRev); err != nil {
+		m.lastPlaced = m.cfg.Now()
+		if err := m.writeNew(ctx, st, dbs, plan); err != nil {
 			return err
 		}
 	}
@@ -75,11 +75,9 @@ func (m *Master) placeNew(ctx context.Context, names []string) error {
 }
 
 // writeNew writes the placed databases' assignments and first states in
-// parallel; it returns the highest revision written.
-func (m *Master) writeNew(ctx context.Context, dbs []models.Database, plan placement.Plan) (int64, error) {
-	st := m.cfg.State()
+// parallel, and records each one written in m.placed.
+func (m *Master) writeNew(ctx context.Context, st *statemachine.State, dbs []models.Database, plan placement.Plan) error {
 	var mu sync.Mutex
-	var maxRev int64
 	var deposed error
 	sem := make(chan struct{}, placeWriters)
 	var wg sync.WaitGroup
@@ -109,13 +107,13 @@ func (m *Master) writeNew(ctx context.Context, dbs []models.Database, plan place
 			case err != nil || !ok:
 				// syncAssignment places it again, alone.
 			default:
-				maxRev = max(maxRev, rev)
+				m.placed[db.Name] = ownPlacement{rev: rev, at: m.cfg.Now(), db: db, assign: a, states: ss}
 				m.lg.Info("placed shards", zap.String("db", db.Name), zap.Int("from", 0), zap.Int("to", db.NumShards))
 			}
 		}()
 	}
 	wg.Wait()
-	return maxRev, deposed
+	return deposed
 }
 
 // maxFirstSets: a new database with more shards than this leaves its first

@@ -41,7 +41,11 @@ func clusterView(st *statemachine.State, cluster string) placement.Cluster {
 // newShards places shards [from, to) of db on its cluster, balanced with
 // everything already there. It returns their assignments and initial states.
 func newShards(st *statemachine.State, db models.Database, from, to int) ([]models.ShardAssignment, []models.ShardState, error) {
-	c := clusterView(st, db.StorageCluster)
+	return newShardsOn(clusterView(st, db.StorageCluster), db, from, to)
+}
+
+// newShardsOn is newShards on the view c of db's cluster.
+func newShardsOn(c placement.Cluster, db models.Database, from, to int) ([]models.ShardAssignment, []models.ShardState, error) {
 	add := map[placement.ShardKey]int{}
 	for i := from; i < to; i++ {
 		add[placement.ShardKey{DB: db.Name, Shard: i}] = db.ReplicaFactor

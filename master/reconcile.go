@@ -34,6 +34,7 @@ func (m *Master) reconcile(ctx context.Context) error {
 		}
 	}
 	m.noteMoves(st)
+	m.prunePlaced(st)
 	for name := range st.Databases.All() {
 		m.queue.Add(name)
 	}
@@ -50,6 +51,8 @@ func (m *Master) reconcile(ctx context.Context) error {
 		}
 		m.warn.Warn("place", "placing new databases together failed; placing them one by one", zap.Error(err))
 	}
+	// What this term just placed is decided on once the state shows it.
+	due = m.withoutPending(due)
 	if err := m.failoverAll(ctx, due); err != nil {
 		return err // deposed: only that error comes back
 	}
@@ -70,6 +73,12 @@ func (m *Master) reconcile(ctx context.Context) error {
 		delay := m.queue.Failed(name, m.cfg.Now())
 		m.warn.Warn("reconcile/"+name, "database reconcile failed; retrying", zap.String("db", name),
 			zap.Int("failures", m.queue.Failures(name)), zap.Duration("retry_in", delay), zap.Error(err))
+	}
+	if len(m.placed) > 0 {
+		// Moves are decided on the whole cluster: not on a state missing
+		// databases just placed. The publication showing them wakes the
+		// next pass.
+		return nil
 	}
 	if err := m.rebalance(ctx); err != nil {
 		if errors.Is(err, kv.ErrDeposed) || ctx.Err() != nil {
@@ -129,8 +138,12 @@ func (m *Master) syncAssignment(ctx context.Context, name string) error {
 	if (has && len(a.Shards) >= db.NumShards) || !ClusterReady(st, db.StorageCluster) {
 		return nil
 	}
+	if !has && m.placeDeferred() {
+		return nil // placeNew places it with the next batch
+	}
 	from := len(a.Shards)
-	as, ss, err := newShards(st, db, from, db.NumShards)
+	// Balanced with this term's own placements the state does not show yet.
+	as, ss, err := newShardsOn(m.placeView(st, db.StorageCluster), db, from, db.NumShards)
 	if err != nil {
 		// Waiting for storage nodes is not a failure of the database.
 		m.warn.Warn("place/"+name, "cannot place database yet", zap.String("db", name), zap.Error(err))
