@@ -35,20 +35,7 @@ func mapCells(sel string) string {
 func TestConsoleAgainstRealCluster(t *testing.T) {
 	p := newPage(t) // first: without Chromium nothing else is worth starting
 
-	core := start(t, "--role", "etcd,master,broker", "--data-dir", t.TempDir(), "--http-addr", freeAddr(t),
-		"--etcd-listen-client-url", freeURL(t), "--etcd-listen-peer-url", freeURL(t), "--lease-ttl", "2s", "--log-format", "json")
-	masterIs(t, core, nodeID(t, core), 15*time.Second)
-	core.waitStatus("/api/v1/ready", 200, 10*time.Second)
-	var endpoint string
-	for i, a := range core.args {
-		if a == "--etcd-listen-client-url" {
-			endpoint = core.args[i+1]
-		}
-	}
-	require.Eventually(t, func() bool {
-		code, _ := core.post("/api/v1/storage-clusters", map[string]any{"name": "default"})
-		return code == 201 || code == 409 // 409: an earlier answer was lost
-	}, 15*time.Second, 50*time.Millisecond, "storage cluster default never created")
+	core, endpoint := startCore(t)
 	ids := make([]string, 3)
 	for i := range ids {
 		ids[i] = nodeID(t, startNode(t, "storage", endpoint))
@@ -121,4 +108,22 @@ func TestConsoleAgainstRealCluster(t *testing.T) {
 		require.Len(t, s["replicas"], 2, "shard %v", s["id"])
 		require.Equal(t, "online", s["status"], "shard %v", s["id"])
 	}
+}
+
+// startCore starts an etcd,master,broker process (lease TTL 2 s, plus extra
+// flags), waits until it is master and ready and the storage cluster
+// "default" exists, and returns it with its etcd client URL.
+func startCore(t *testing.T, extra ...string) (*Proc, string) {
+	t.Helper()
+	endpoint := freeURL(t)
+	args := append([]string{"--role", "etcd,master,broker", "--data-dir", t.TempDir(), "--http-addr", freeAddr(t),
+		"--etcd-listen-client-url", endpoint, "--etcd-listen-peer-url", freeURL(t), "--lease-ttl", "2s"}, extra...)
+	core := start(t, append(args, "--log-format", "json")...)
+	masterIs(t, core, nodeID(t, core), 15*time.Second)
+	core.waitStatus("/api/v1/ready", 200, 10*time.Second)
+	require.Eventually(t, func() bool {
+		code, _ := core.post("/api/v1/storage-clusters", map[string]any{"name": "default"})
+		return code == 201 || code == 409 // 409: an earlier answer was lost
+	}, 15*time.Second, 50*time.Millisecond, "storage cluster default never created")
+	return core, endpoint
 }

@@ -52,21 +52,7 @@ func TestConsoleProblemsAndRebalance(t *testing.T) {
 
 	// Replicas never move by themselves during the test: what the console
 	// shows is the failure and its repair, not a re-placement.
-	core := start(t, "--role", "etcd,master,broker", "--data-dir", t.TempDir(), "--http-addr", freeAddr(t),
-		"--etcd-listen-client-url", freeURL(t), "--etcd-listen-peer-url", freeURL(t), "--lease-ttl", "2s",
-		"--rebalance-delay", "1h", "--log-format", "json")
-	masterIs(t, core, nodeID(t, core), 15*time.Second)
-	core.waitStatus("/api/v1/ready", 200, 10*time.Second)
-	var endpoint string
-	for i, a := range core.args {
-		if a == "--etcd-listen-client-url" {
-			endpoint = core.args[i+1]
-		}
-	}
-	require.Eventually(t, func() bool {
-		code, _ := core.post("/api/v1/storage-clusters", map[string]any{"name": "default"})
-		return code == 201 || code == 409
-	}, 15*time.Second, 50*time.Millisecond)
+	core, endpoint := startCore(t, "--rebalance-delay", "1h")
 	nodes := make([]*Proc, 3)
 	ids := make([]string, 3)
 	for i := range nodes {

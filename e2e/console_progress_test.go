@@ -68,21 +68,7 @@ func apiProgress(t *testing.T, core *Proc, db string) map[string]string {
 func TestConsoleReplicaProgressAgainstRealCluster(t *testing.T) {
 	p := newPage(t)
 
-	core := start(t, "--role", "etcd,master,broker", "--data-dir", t.TempDir(), "--http-addr", freeAddr(t),
-		"--etcd-listen-client-url", freeURL(t), "--etcd-listen-peer-url", freeURL(t), "--lease-ttl", "2s",
-		"--rebalance-delay", "1h", "--log-format", "json")
-	masterIs(t, core, nodeID(t, core), 15*time.Second)
-	core.waitStatus("/api/v1/ready", 200, 10*time.Second)
-	var endpoint string
-	for i, a := range core.args {
-		if a == "--etcd-listen-client-url" {
-			endpoint = core.args[i+1]
-		}
-	}
-	require.Eventually(t, func() bool {
-		code, _ := core.post("/api/v1/storage-clusters", map[string]any{"name": "default"})
-		return code == 201 || code == 409
-	}, 15*time.Second, 50*time.Millisecond)
+	core, endpoint := startCore(t, "--rebalance-delay", "1h")
 	// The node frozen below keeps a long lease: frozen, it stays live, so
 	// the broker asks it and gets no answer (rather than skipping it as down).
 	frozen := start(t, "--role", "storage", "--data-dir", t.TempDir(), "--http-addr", freeAddr(t),
