@@ -243,7 +243,9 @@ func (h *Host) reconcile(full, all bool, names map[string]bool) {
 			// The database was dropped and created again while this replica
 			// stayed open (within the drop delay, or both events seen as one
 			// after a re-list): its data is the old incarnation's.
-			h.retire(r)
+			if err := h.retire(r); err != nil {
+				h.lg.Warn("cannot drop the data of an earlier incarnation", zap.String("shard", r.id), zap.Error(err))
+			}
 			r = nil
 		}
 		if r == nil {
@@ -294,12 +296,7 @@ func (h *Host) reconcile(full, all bool, names map[string]bool) {
 		r.setDesired(desired{role: roleIdle})
 	}
 	for _, r := range gone {
-		h.mu.Lock()
-		delete(h.replicas, r.id)
-		h.mu.Unlock()
-		delete(h.unwanted, r.id)
-		r.stop()
-		if err := h.cfg.Engine.Drop(r.db, r.shard); err != nil {
+		if err := h.retire(r); err != nil {
 			h.lg.Warn("cannot drop shard data", zap.String("shard", r.id), zap.Error(err))
 			continue
 		}
@@ -453,7 +450,7 @@ func (h *Host) checkIncarnation(db, uid string) error {
 		}
 		h.mu.RUnlock()
 		for _, r := range stale {
-			h.retire(r)
+			_ = h.retire(r) // the directory goes below in any case
 		}
 		if err := os.RemoveAll(filepath.Join(h.cfg.Dir, db)); err != nil {
 			return err
@@ -468,9 +465,10 @@ func (h *Host) checkIncarnation(db, uid string) error {
 	return os.WriteFile(mark, []byte(uid), 0o644)
 }
 
-// retire stops a replica of an earlier incarnation of its database and drops
-// its data at once: it belongs to no database that exists.
-func (h *Host) retire(r *replica) {
+// retire stops a replica and drops its data: one no longer assigned here
+// past the drop delay, or one of an earlier incarnation of its database
+// (which belongs to no database that exists).
+func (h *Host) retire(r *replica) error {
 	h.mu.Lock()
 	if h.replicas[r.id] == r {
 		delete(h.replicas, r.id)
@@ -478,9 +476,7 @@ func (h *Host) retire(r *replica) {
 	h.mu.Unlock()
 	delete(h.unwanted, r.id)
 	r.stop()
-	if err := h.cfg.Engine.Drop(r.db, r.shard); err != nil {
-		h.lg.Warn("cannot drop the data of an earlier incarnation", zap.String("shard", r.id), zap.Error(err))
-	}
+	return h.cfg.Engine.Drop(r.db, r.shard)
 }
 
 func (h *Host) get(db string, shard int) *replica {
