@@ -159,7 +159,11 @@ func (r *replica) persistISR(ctx context.Context, term int64, isr []string, rd *
 			// Exactly the set this write would make, already there (the
 			// master records a new database's first sets with its
 			// placement: master.firstSets): adopted, not rewritten. The
-			// state fence above held on what was read with it.
+			// state fence above held on what was read with it. That read
+			// may be a member's applied state, a little behind: a leader
+			// adopting from it acts on a view no older than the one it
+			// leads from anyway until its watch brings a newer term, and a
+			// follower fetching at that newer term fences it (ErrSuperseded).
 			if cur.Leader == r.h.nodeID && cur.Term == term && cid != 0 && cur.ClusterID == cid && sameMembers(cur.Replicas, isr) && r.holdsRecord(rd) {
 				r.mu.Lock()
 				r.isrTerm, r.isrRev = term, kvp.ModRev
