@@ -85,7 +85,7 @@ func (h *Handler) query(c *gin.Context) {
 	results := make([]result, len(plans))
 	for i, st := range plans {
 		results[i] = result{id: i}
-		results[i].rows, err = h.run(c, db, st)
+		results[i].rows, err = h.run(c.Request.Context(), db, st)
 		if err != nil {
 			if errors.Is(err, query.ErrUnsupported) || errors.Is(err, query.ErrBadQuery) {
 				v1Error(c, http.StatusBadRequest, err.Error())

@@ -84,7 +84,7 @@ func (h *Handler) write(c *gin.Context, db, precision string) error {
 	if err != nil {
 		return err
 	}
-	return h.cfg.Backend.Write(c, db, precision, body)
+	return h.cfg.Backend.Write(c.Request.Context(), db, precision, body)
 }
 
 // writeErr maps a write error to InfluxDB's status and message.

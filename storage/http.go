@@ -93,7 +93,7 @@ func (h *Host) handleWrite(c *gin.Context) {
 		replyErr(c, models.Mark(err, models.ErrBadInput))
 		return
 	}
-	if err := r.write(c, queryInt(c, "term"), e.Points); err != nil {
+	if err := r.write(c.Request.Context(), queryInt(c, "term"), e.Points); err != nil {
 		replyErr(c, err)
 		return
 	}
@@ -108,7 +108,7 @@ func (h *Host) handleLog(c *gin.Context) {
 	after, _ := strconv.ParseUint(c.Query("after"), 10, 64)
 	afterTerm, _ := strconv.ParseUint(c.Query("after_term"), 10, 64)
 	wait := time.Duration(min(queryInt(c, "wait_ms"), 5000)) * time.Millisecond
-	res, err := r.fetch(c, queryInt(c, "term"), c.Query("node"), after, afterTerm, 64, wait)
+	res, err := r.fetch(c.Request.Context(), queryInt(c, "term"), c.Query("node"), after, afterTerm, 64, wait)
 	if err != nil {
 		replyErr(c, err)
 		return
@@ -157,7 +157,7 @@ func (h *Host) handleLeave(c *gin.Context) {
 	if !ok {
 		return
 	}
-	if err := r.leave(c, queryInt(c, "term"), c.Query("node")); err != nil {
+	if err := r.leave(c.Request.Context(), queryInt(c, "term"), c.Query("node")); err != nil {
 		replyErr(c, err)
 		return
 	}

@@ -153,7 +153,7 @@ func (s *Server) createCluster(c *gin.Context) {
 		fail(c, err)
 		return
 	}
-	out, err := s.cfg.Admin.CreateStorageCluster(c, body)
+	out, err := s.cfg.Admin.CreateStorageCluster(c.Request.Context(), body)
 	if err != nil {
 		fail(c, err)
 		return
@@ -162,7 +162,7 @@ func (s *Server) createCluster(c *gin.Context) {
 }
 
 func (s *Server) deleteCluster(c *gin.Context) {
-	if err := s.cfg.Admin.DeleteStorageCluster(c, c.Param("name")); err != nil {
+	if err := s.cfg.Admin.DeleteStorageCluster(c.Request.Context(), c.Param("name")); err != nil {
 		fail(c, err)
 		return
 	}
@@ -201,7 +201,7 @@ func (s *Server) createDatabase(c *gin.Context) {
 		fail(c, err)
 		return
 	}
-	out, err := s.cfg.Admin.CreateDatabase(c, body)
+	out, err := s.cfg.Admin.CreateDatabase(c.Request.Context(), body)
 	if err != nil {
 		fail(c, err)
 		return
@@ -215,7 +215,7 @@ func (s *Server) patchDatabase(c *gin.Context) {
 		fail(c, err)
 		return
 	}
-	out, err := s.cfg.Admin.UpdateDatabase(c, c.Param("name"), body)
+	out, err := s.cfg.Admin.UpdateDatabase(c.Request.Context(), c.Param("name"), body)
 	if err != nil {
 		fail(c, err)
 		return
@@ -224,7 +224,7 @@ func (s *Server) patchDatabase(c *gin.Context) {
 }
 
 func (s *Server) deleteDatabase(c *gin.Context) {
-	if err := s.cfg.Admin.DeleteDatabase(c, c.Param("name")); err != nil {
+	if err := s.cfg.Admin.DeleteDatabase(c.Request.Context(), c.Param("name")); err != nil {
 		fail(c, err)
 		return
 	}
@@ -286,7 +286,7 @@ func ShardViews(a models.Assignment, ss models.ShardStates, isr statemachine.Map
 }
 
 func (s *Server) drain(c *gin.Context, on bool) {
-	if err := s.cfg.Admin.SetDrain(c, c.Param("id"), on); err != nil {
+	if err := s.cfg.Admin.SetDrain(c.Request.Context(), c.Param("id"), on); err != nil {
 		fail(c, err)
 		return
 	}
@@ -304,7 +304,7 @@ func (s *Server) transferLeader(c *gin.Context) {
 		fail(c, err)
 		return
 	}
-	if err := s.cfg.Admin.TransferLeader(c, c.Param("name"), id, body); err != nil {
+	if err := s.cfg.Admin.TransferLeader(c.Request.Context(), c.Param("name"), id, body); err != nil {
 		fail(c, err)
 		return
 	}
@@ -321,7 +321,7 @@ func (s *Server) rebalance(c *gin.Context) {
 		}
 		dry = b
 	}
-	plan, err := s.cfg.Admin.Rebalance(c, dry)
+	plan, err := s.cfg.Admin.Rebalance(c.Request.Context(), dry)
 	if err != nil {
 		fail(c, err)
 		return

@@ -47,7 +47,7 @@ func (s *Server) write(c *gin.Context) {
 		fail(c, fmt.Errorf("%w: %w", models.ErrBadInput, err))
 		return
 	}
-	if err := s.cfg.Data.Write(c, c.Query("db"), c.Query("precision"), body); err != nil {
+	if err := s.cfg.Data.Write(c.Request.Context(), c.Query("db"), c.Query("precision"), body); err != nil {
 		fail(c, err)
 		return
 	}
@@ -91,7 +91,7 @@ func (s *Server) query(c *gin.Context) {
 		}
 		q.Tags[k] = v
 	}
-	out, err := s.cfg.Data.Query(c, q)
+	out, err := s.cfg.Data.Query(c.Request.Context(), q)
 	if err != nil {
 		fail(c, err)
 		return

@@ -28,7 +28,7 @@ func (s *Server) history(c *gin.Context) {
 	case "node":
 		c.JSON(http.StatusOK, s.cfg.History.Node())
 	case "cluster":
-		c.JSON(http.StatusOK, s.cfg.History.Cluster(c))
+		c.JSON(http.StatusOK, s.cfg.History.Cluster(c.Request.Context()))
 	default:
 		fail(c, fmt.Errorf("%w: invalid scope %q: want cluster or node", models.ErrBadInput, scope))
 	}

@@ -19,7 +19,7 @@ func (s *Server) operators(c *gin.Context) {
 		fail(c, fmt.Errorf("%w: this node does not list operators", models.ErrNotFound))
 		return
 	}
-	v, err := s.cfg.Operators(c)
+	v, err := s.cfg.Operators(c.Request.Context())
 	if err != nil {
 		fail(c, err)
 		return
