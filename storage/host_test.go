@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
@@ -38,7 +39,16 @@ func startNode(t *testing.T, id string, sm *statemachine.Manager, store kv.Store
 
 // startNodeWith runs a host over an engine the test prepared.
 func startNodeWith(t *testing.T, id string, sm *statemachine.Manager, store kv.Store, eng engine.Engine) *node {
-	h := storage.NewHost(storage.HostConfig{NodeID: id, Cluster: "default", Engine: eng, Store: store,
+	n, _ := runNode(t, id, "", sm, store, eng)
+	return n
+}
+
+// runNode runs a host over eng, keeping its incarnation marks and seen terms
+// in dir ("": in memory), and returns a stop that ends it at once: client
+// connections cut, host stopped, engine closed; its lease record stays, as
+// after kill -9. The test's cleanup stops it too.
+func runNode(t *testing.T, id, dir string, sm *statemachine.Manager, store kv.Store, eng engine.Engine) (*node, func()) {
+	h := storage.NewHost(storage.HostConfig{NodeID: id, Cluster: "default", Engine: eng, Store: store, Dir: dir,
 		Keys: models.ClusterKeys{SNS: "/t/storage/default"}, State: sm.Snapshot, Changed: sm.Changed,
 		LagBound: 500 * time.Millisecond, AckTimeout: 5 * time.Second, DropDelay: time.Hour, FetchWait: 2 * time.Second})
 	r := gin.New()
@@ -47,13 +57,18 @@ func startNodeWith(t *testing.T, id string, sm *statemachine.Manager, store kv.S
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); h.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		srv.Close()
-		_ = eng.Close()
-	})
-	return &node{id: id, host: h, eng: eng, srv: srv}
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			srv.CloseClientConnections()
+			srv.Close()
+			cancel()
+			<-done
+			_ = eng.Close()
+		})
+	}
+	t.Cleanup(stop)
+	return &node{id: id, host: h, eng: eng, srv: srv}, stop
 }
 
 func (n *node) addr() string { return n.srv.Listener.Addr().String() }

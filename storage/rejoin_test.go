@@ -2,7 +2,6 @@ package storage_test
 
 import (
 	"context"
-	"net/http/httptest"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -12,38 +11,15 @@ import (
 	"github.com/cairn-db/cairn/kv"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
-	"github.com/cairn-db/cairn/storage"
 	"github.com/cairn-db/cairn/storage/engine"
-	"github.com/gin-gonic/gin"
 	"github.com/stretchr/testify/require"
 )
 
-// startOverDir is startNodeWith over the engine files in dir, with a stop
-// that ends the node at once (its lease record stays, as after kill -9).
+// startOverDir runs a node over the engine files in dir (runNode's stop).
 func startOverDir(t *testing.T, id, dir string, sm *statemachine.Manager, store kv.Store) (*node, func()) {
 	eng, err := engine.NewBoltEngine(dir)
 	require.NoError(t, err)
-	h := storage.NewHost(storage.HostConfig{NodeID: id, Cluster: "default", Engine: eng, Store: store,
-		Keys: models.ClusterKeys{SNS: "/t/storage/default"}, State: sm.Snapshot, Changed: sm.Changed,
-		LagBound: 500 * time.Millisecond, AckTimeout: 5 * time.Second, DropDelay: time.Hour, FetchWait: 2 * time.Second})
-	r := gin.New()
-	h.Routes(r)
-	srv := httptest.NewServer(r)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); h.Run(ctx) }()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			srv.CloseClientConnections()
-			srv.Close()
-			cancel()
-			<-done
-			_ = eng.Close()
-		})
-	}
-	t.Cleanup(stop)
-	return &node{id: id, host: h, eng: eng, srv: srv}, stop
+	return runNode(t, id, "", sm, store, eng)
 }
 
 // TestRestartedFollowerRejoinsHoldingAcknowledgedWrites: issue 8, nemesis

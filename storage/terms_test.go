@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"testing"
@@ -17,7 +16,6 @@ import (
 	"github.com/cairn-db/cairn/storage"
 	"github.com/cairn-db/cairn/storage/client"
 	"github.com/cairn-db/cairn/storage/engine"
-	"github.com/gin-gonic/gin"
 	"github.com/stretchr/testify/require"
 )
 
@@ -26,29 +24,7 @@ import (
 func startNodeIn(t *testing.T, id, dir string, sm *statemachine.Manager, store kv.Store) (*node, func()) {
 	eng, err := engine.NewBoltEngine(dir)
 	require.NoError(t, err)
-	h := storage.NewHost(storage.HostConfig{NodeID: id, Cluster: "default", Engine: eng, Store: store, Dir: dir,
-		Keys: models.ClusterKeys{SNS: "/t/storage/default"}, State: sm.Snapshot, Changed: sm.Changed,
-		LagBound: 500 * time.Millisecond, AckTimeout: 5 * time.Second, DropDelay: time.Hour})
-	r := gin.New()
-	h.Routes(r)
-	n := &node{id: id, host: h, eng: eng}
-	n.srv = httptest.NewServer(r)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); h.Run(ctx) }()
-	stopped := false
-	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		<-done
-		n.srv.Close()
-		_ = eng.Close()
-	}
-	t.Cleanup(stop)
-	return n, stop
+	return runNode(t, id, dir, sm, store, eng)
 }
 
 // oneShard publishes database d (uid u1), one shard with replicas, led by
