@@ -107,15 +107,8 @@ func (h *Host) endSessionsExcept(live map[string]bool) {
 	}
 	h.sessMu.Unlock()
 	for _, s := range gone {
-		s.mu.Lock()
-		reps := make([]*replica, 0, len(s.members))
-		mems := make([]*member, 0, len(s.members))
-		for r, m := range s.members {
-			reps, mems = append(reps, r), append(mems, m)
-		}
-		s.mu.Unlock()
 		s.lg.Info("leader address no longer live; its followers look the leader up again")
-		s.handBackAll(reps, mems, errLeaderGone)
+		s.handBackMembers(errLeaderGone)
 	}
 }
 
@@ -165,6 +158,19 @@ func (h *Host) part(r *replica, address string) {
 	s.applyMu.Unlock()
 }
 
+// handBackMembers hands every shard of the session back to its replica
+// (handBackAll), with err.
+func (s *fetchSession) handBackMembers(err error) {
+	s.mu.Lock()
+	reps := make([]*replica, 0, len(s.members))
+	mems := make([]*member, 0, len(s.members))
+	for r, m := range s.members {
+		reps, mems = append(reps, r), append(mems, m)
+	}
+	s.mu.Unlock()
+	s.handBackAll(reps, mems, err)
+}
+
 func (s *fetchSession) bumpLocked() {
 	close(s.changed)
 	s.changed = make(chan struct{})
@@ -185,14 +191,7 @@ func (s *fetchSession) run(ctx context.Context) {
 		s.lg.Debug("batched fetch failed", zap.Error(err))
 		if failed++; failed >= unreachableAfter {
 			failed = 0
-			s.mu.Lock()
-			reps := make([]*replica, 0, len(s.members))
-			mems := make([]*member, 0, len(s.members))
-			for r, m := range s.members {
-				reps, mems = append(reps, r), append(mems, m)
-			}
-			s.mu.Unlock()
-			s.handBackAll(reps, mems, fmt.Errorf("%w: %w", errUnreachable, err))
+			s.handBackMembers(fmt.Errorf("%w: %w", errUnreachable, err))
 		}
 		t := time.NewTimer(backoff)
 		select {
