@@ -19,6 +19,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -87,8 +88,11 @@ type Result struct {
 	IdleCPUCores          float64 `json:"idle_cpu_cores"`
 	IdleCPUMsPerNodePerS  float64 `json:"idle_cpu_ms_per_node_per_s"`
 	RSSMiB                float64 `json:"rss_mib"`
-	FailoverMS            float64 `json:"failover_ms"`
-	FailoverShards        int     `json:"failover_shards"`
+	// Goroutines of the whole process at the end of the idle measure: a
+	// replica waiting for work holds none, so this does not grow with them.
+	Goroutines     int     `json:"goroutines"`
+	FailoverMS     float64 `json:"failover_ms"`
+	FailoverShards int     `json:"failover_shards"`
 }
 
 // cluster is a running simulation.
@@ -418,6 +422,7 @@ func (c *cluster) measure(ctx context.Context) (Result, error) {
 		res.IdleCPUMsPerNodePerS = round(cores * 1000 / float64(c.p.Nodes))
 	}
 	res.RSSMiB = rssMiB()
+	res.Goroutines = runtime.NumGoroutine()
 	if c.p.Kill > 0 {
 		ms, shards, err := c.kill(ctx)
 		if err != nil {

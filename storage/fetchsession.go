@@ -67,12 +67,13 @@ type fetchSession struct {
 // member is one followed shard of a session.
 type member struct {
 	term int64
-	solo chan error // the session hands the shard back to its replica (buffered)
+	back func(why error) // the session hands the shard back to its replica: called once, at most
 }
 
-// join adds r (following at term) to the session of its leader's address and
-// returns the channel on which the session hands it back.
-func (h *Host) join(r *replica, address string, term int64) <-chan error {
+// join adds r (following at term) to the session of its leader's address;
+// the session calls back when it hands the shard back (never after r left
+// with part). back must not block.
+func (h *Host) join(r *replica, address string, term int64, back func(why error)) {
 	h.sessMu.Lock()
 	defer h.sessMu.Unlock()
 	s := h.sessions[address]
@@ -83,12 +84,11 @@ func (h *Host) join(r *replica, address string, term int64) <-chan error {
 		h.sessions[address] = s
 		go func() { defer close(s.done); s.run(ctx) }()
 	}
-	m := &member{term: term, solo: make(chan error, 1)}
+	m := &member{term: term, back: back}
 	s.mu.Lock()
 	s.members[r] = m
 	s.bumpLocked()
 	s.mu.Unlock()
-	return m.solo
 }
 
 // errLeaderGone: no live node has the session's address any more; its
@@ -293,7 +293,7 @@ func (s *fetchSession) handBack(r *replica, m *member, err error) {
 	}
 	s.mu.Unlock()
 	if ok {
-		m.solo <- err
+		m.back(err)
 	}
 }
 

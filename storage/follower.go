@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"time"
 
 	"github.com/cairn-db/cairn/backoff"
 	"github.com/cairn-db/cairn/storage/client"
@@ -21,13 +20,22 @@ import (
 // tail or fully syncs a replica too far behind, and then joins again.
 // The leader's address is read from its record when following starts, and
 // again after fetching from it failed (it may have restarted elsewhere).
-func (r *replica) follow(ctx context.Context, d desired) {
-	bo := backoff.New(50*time.Millisecond, time.Second)
+//
+// A step of the role (roleRun) runs follow until the replica joins the
+// session and returns then: while the session pulls for it, no goroutine of
+// its own waits. The session's hand-back (why) starts the next step.
+func (r *replica) follow(ctx context.Context, rr *roleRun, d desired, bo *backoff.Backoff, why error) {
 	for ctx.Err() == nil {
+		if why != nil {
+			if !r.pullAlone(ctx, d, bo, why) {
+				r.sleep(ctx, bo.Next())
+			}
+			why = nil
+			continue
+		}
 		if r.h.leaving.Load() {
 			// Handing off: a fetch now would put us back in the in-sync set
 			// we are leaving, which would then wait for a node about to stop.
-			<-ctx.Done()
 			return
 		}
 		addr, err := r.h.peerAddress(ctx, d.leader)
@@ -37,35 +45,36 @@ func (r *replica) follow(ctx context.Context, d desired) {
 			continue
 		}
 		d.address = addr
-		solo := r.h.join(r, d.address, d.term)
-		var why error
-		select {
-		case <-ctx.Done():
-			r.h.part(r, d.address)
-			return
-		case why = <-solo:
-		}
-		if errors.Is(why, errLeaderGone) {
-			r.h.part(r, d.address)
-			r.h.forgetPeer(d.leader, d.address)
-			r.sleep(ctx, bo.Next())
-			continue
-		}
-		r.lg.Debug("pulling alone", zap.String("leader", d.leader), zap.Error(why))
-		err = r.pullOnce(ctx, d)
-		if err == nil {
-			bo.Reset()
-			continue
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		if errors.Is(why, errUnreachable) || errors.Is(err, errNoAnswer) {
-			r.h.forgetPeer(d.leader, d.address)
-		}
-		r.lg.Debug("fetch from leader failed", zap.String("leader", d.leader), zap.Error(err))
-		r.sleep(ctx, bo.Next())
+		joined := d
+		r.h.join(r, addr, d.term, func(why error) {
+			rr.goStep(func(ctx context.Context) { r.follow(ctx, rr, joined, bo, why) })
+		})
+		return
 	}
+}
+
+// pullAlone deals with a shard the session handed back (why) after it was
+// joined at d.address: false when the next join should back off first.
+func (r *replica) pullAlone(ctx context.Context, d desired, bo *backoff.Backoff, why error) bool {
+	if errors.Is(why, errLeaderGone) {
+		r.h.part(r, d.address)
+		r.h.forgetPeer(d.leader, d.address)
+		return false
+	}
+	r.lg.Debug("pulling alone", zap.String("leader", d.leader), zap.Error(why))
+	err := r.pullOnce(ctx, d)
+	if err == nil {
+		bo.Reset()
+		return true
+	}
+	if ctx.Err() != nil {
+		return false
+	}
+	if errors.Is(why, errUnreachable) || errors.Is(err, errNoAnswer) {
+		r.h.forgetPeer(d.leader, d.address)
+	}
+	r.lg.Debug("fetch from leader failed", zap.String("leader", d.leader), zap.Error(err))
+	return false
 }
 
 func (r *replica) pullOnce(ctx context.Context, d desired) error {

@@ -65,12 +65,11 @@ type replica struct {
 
 	applyMu sync.Mutex // serialises Apply, TruncateAfter and Restore
 
-	mu     sync.Mutex
-	want   desired
-	since  time.Time          // when want last changed role or term
-	cancel context.CancelFunc // of the current role's goroutines
-	done   chan struct{}
-	isr    []string // leader: the in-sync set, as persisted
+	mu    sync.Mutex
+	want  desired
+	since time.Time // when want last changed role or term
+	run   *roleRun  // the current role's work; nil when idle or stopped
+	isr   []string  // leader: the in-sync set, as persisted
 	// joining (leader) are followers caught up but missing acknowledged
 	// entries: acknowledgements wait for them too, they join isr once they
 	// hold every one (see decideISR).
@@ -84,7 +83,6 @@ type replica struct {
 	fetched   map[string]time.Time // leader: when each follower last fetched
 	parked    map[string]int       // leader: batched fetches of each follower parked here now
 	changed   chan struct{}        // closed and replaced on every append, ack or ISR change
-	kick      chan struct{}        // wakes the leader's in-sync set upkeep early
 	isrTerm   int64                // leader: the term of isrRev
 	isrRev    int64                // leader: mod revision of the in-sync set this leader last wrote
 	fenced    bool                 // leader: see ErrFenced; cleared when the term or role changes
@@ -97,7 +95,7 @@ type replica struct {
 
 func newReplica(h *Host, db string, shard int, eng engine.Shard) *replica {
 	id := models.ShardID(db, shard)
-	return &replica{h: h, db: db, shard: shard, id: id, eng: eng, changed: make(chan struct{}), kick: make(chan struct{}, 1),
+	return &replica{h: h, db: db, shard: shard, id: id, eng: eng, changed: make(chan struct{}),
 		lg: h.lg.With(zap.String("db", db), zap.Int("shard", shard))}
 }
 
@@ -114,27 +112,19 @@ func (r *replica) setDesired(d desired) {
 	if same {
 		moved := !slices.Equal(r.want.replicas, d.replicas)
 		r.want.replicas = d.replicas
+		rr := r.run
 		r.mu.Unlock()
-		if moved && d.role == roleLeader {
-			select { // a replica left the assignment: drop it from the set now
-			case r.kick <- struct{}{}:
-			default:
-			}
+		if moved && d.role == roleLeader && rr != nil {
+			rr.kick() // a replica left the assignment: drop it from the set now
 		}
 		return
 	}
-	cancel, done := r.cancel, r.done
 	r.mu.Unlock()
-	if cancel != nil {
-		cancel()
-		<-done
-	}
+	r.stop()
 	defer r.h.signalAppend(r) // parked fetches answer a stale term at once
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.want, r.since = d, time.Now()
-	ctx, c := context.WithCancel(context.Background())
-	r.cancel, r.done = c, make(chan struct{})
 	r.isr, r.acked, r.caught, r.sentEnd = nil, map[string]uint64{}, map[string]time.Time{}, map[string]uint64{}
 	// Anything in our log may have been acknowledged by an earlier leader.
 	r.joining, r.committed = nil, r.eng.LastTxnID()
@@ -142,28 +132,36 @@ func (r *replica) setDesired(d desired) {
 	r.fenced, r.superseded = false, 0
 	r.broadcastLocked()
 	r.setTrimFloorLocked(time.Now()) // not leading (yet): the retention bounds alone
-	done = r.done
 	switch d.role {
 	case roleLeader:
 		r.lg.Info("leading shard", zap.Int64("term", d.term), zap.Uint64("last_txn_id", r.eng.LastTxnID()))
-		go func() { defer close(done); r.lead(ctx, d) }()
+		rr := newRoleRun(roleLeader)
+		r.run = rr
+		rr.goStep(func(ctx context.Context) { r.lead(ctx, rr, d) })
 	case roleFollower:
 		r.lg.Info("following shard", zap.Int64("term", d.term), zap.String("leader", d.leader))
-		go func() { defer close(done); r.follow(ctx, d) }()
-	default:
-		close(done)
+		rr := newRoleRun(roleFollower)
+		r.run = rr
+		bo := backoff.New(50*time.Millisecond, time.Second)
+		rr.goStep(func(ctx context.Context) { r.follow(ctx, rr, d, bo, nil) })
 	}
 }
 
-// stop ends the role's goroutines.
+// stop ends the role's work and waits for it; a follower leaves its fetch
+// session.
 func (r *replica) stop() {
 	r.mu.Lock()
-	cancel, done := r.cancel, r.done
-	r.cancel = nil
+	rr := r.run
+	r.run = nil
 	r.mu.Unlock()
-	if cancel != nil {
-		cancel()
-		<-done
+	if rr == nil {
+		return
+	}
+	rr.stop()
+	if rr.role == roleFollower {
+		// Parked in a session (no step running): leave it, after which
+		// nothing is applied to this replica by it.
+		r.h.partAll(r)
 	}
 }
 
@@ -174,7 +172,7 @@ func (r *replica) stop() {
 // caught up. Removal is persisted before it takes effect (so the master never
 // elects a replica that misses an acknowledged write); additions take effect
 // before they are persisted (only making acknowledgement stricter).
-func (r *replica) lead(ctx context.Context, d desired) {
+func (r *replica) lead(ctx context.Context, rr *roleRun, d desired) {
 	var initial []string
 	var rd *isrReads // what initialISR read, which the first write reuses
 	for bo := backoff.New(50*time.Millisecond, time.Second); ctx.Err() == nil; r.sleep(ctx, bo.Next()) {
@@ -215,24 +213,13 @@ func (r *replica) lead(ctx context.Context, d desired) {
 	r.broadcastLocked()
 	r.mu.Unlock()
 
-	t := time.NewTimer(r.h.cfg.LagBound / 4)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		case <-r.kick:
-		}
+	// From here on the upkeep is a timer: no goroutine waits for it.
+	var upkeep func(ctx context.Context)
+	upkeep = func(ctx context.Context) {
 		r.maintainISR(ctx, d)
-		if !t.Stop() {
-			select {
-			case <-t.C:
-			default:
-			}
-		}
-		t.Reset(r.upkeepDelay())
+		rr.schedule(r.upkeepDelay(), upkeep)
 	}
+	rr.schedule(r.h.cfg.LagBound/4, upkeep)
 }
 
 // initialISR is the in-sync set a new leadership starts from: the members of
@@ -549,9 +536,8 @@ func (r *replica) park(node string, d int) {
 	r.parked[node] += d
 	if r.parked[node] <= 0 {
 		delete(r.parked, node)
-		select { // the upkeep's next deadline moved (upkeepDelay)
-		case r.kick <- struct{}{}:
-		default:
+		if r.run != nil {
+			r.run.kick() // the upkeep's next deadline moved (upkeepDelay)
 		}
 	}
 }

@@ -200,7 +200,7 @@ func simulateCluster(args []string, stdout, stderr io.Writer) int {
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: cairn simulate cluster --nodes N --databases D --shards P --replicas R [--idle DUR --kill K]")
 		fmt.Fprintln(stderr, "Runs an embedded etcd, the master, a broker and N in-process storage agents, and prints one JSON object:")
-		fmt.Fprintln(stderr, `{"nodes","replicas","place_ms","idle_etcd_revisions_per_s","idle_cpu_cores","idle_cpu_ms_per_node_per_s","rss_mib","failover_ms","failover_shards"}`)
+		fmt.Fprintln(stderr, `{"nodes","replicas","place_ms","idle_etcd_revisions_per_s","idle_cpu_cores","idle_cpu_ms_per_node_per_s","rss_mib","goroutines","failover_ms","failover_shards"}`)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
