@@ -5,10 +5,10 @@
 package storage
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"time"
 
 	"github.com/cairn-db/cairn/kv"
@@ -84,10 +84,12 @@ const maxRewrite = 10 * time.Second
 
 // nodeRecord returns the record's encoder: the same bytes as long as nothing
 // in the record changed, so the registration rewrites it only on a change;
-// last_updated is the time of the last change.
+// last_updated is the time of the last change. It runs every refresh on
+// every node, and the record's maps grow with the node's replicas: an
+// unchanged record is compared, not encoded again.
 func nodeRecord(cfg NodeConfig) func() []byte {
-	var content []byte // the record without last_updated, as last encoded
-	var updated int64
+	var last models.StorageNode // the record without last_updated, as last encoded
+	var encoded []byte          // its encoding with last_updated
 	return func() []byte {
 		r := models.StorageNode{NodeID: cfg.NodeID, NodeAddress: cfg.Address, Role: "storage", Cluster: cfg.Cluster}
 		if cfg.Report != nil {
@@ -102,13 +104,13 @@ func nodeRecord(cfg NodeConfig) func() []byte {
 		if cfg.SeenTerm != nil {
 			r.SeenTerm = cfg.SeenTerm()
 		}
-		b, _ := json.Marshal(r)
-		if updated == 0 || !bytes.Equal(b, content) {
-			content, updated = b, cfg.Now().UnixMicro()
+		if encoded != nil && reflect.DeepEqual(r, last) {
+			return encoded
 		}
-		r.LastUpdated = updated
-		b, _ = json.Marshal(r)
-		return b
+		last = r
+		r.LastUpdated = cfg.Now().UnixMicro()
+		encoded, _ = json.Marshal(r)
+		return encoded
 	}
 }
 
