@@ -33,12 +33,19 @@ type memtable struct {
 	ix      *seriesIndex // the shard's flushed series, whose key strings are reused
 	keyBuf  []byte
 	pend    map[memSlot]int // batch scratch: out-of-order points -> index in pending
+	prev    int32           // 1 + the series seriesOf returned last (0: none), whose next predicts the following one
 	ptsHint int             // room for points a new series starts with
 }
 
 // memSeries is one series' points, sorted by ts and unique.
 type memSeries struct {
 	key string
+	// next is 1 + the series looked up after this one last time (0: none).
+	// Writers send their series in much the same order batch after batch,
+	// so it names the next series without hashing its key into an index
+	// that, with many series, no longer fits the caches; a wrong guess
+	// costs one key comparison.
+	next int32
 	// diskMax bounds the newest flushed ts of the series from above
 	// (math.MinInt64: nothing flushed, math.MaxInt64: unknown): a point
 	// after it replaces nothing on disk, so its undo needs no record.
@@ -178,9 +185,29 @@ func (mt *memtable) insert(e Entry, now time.Time) {
 
 func cmpPointTS(p memPoint, ts int64) int { return cmp.Compare(p.ts, ts) }
 
-// seriesOf returns the series of p, creating it on first sight.
+// seriesOf returns the series of p, creating it on first sight. It tries the
+// series that followed the previous one last time first (see memSeries.next).
 func (mt *memtable) seriesOf(p *lineproto.Point) int32 {
 	mt.keyBuf = lineproto.AppendSeriesKey(mt.keyBuf[:0], p.Metric, p.Tags, p.Field)
+	var prev *memSeries
+	if mt.prev > 0 {
+		prev = mt.series[mt.prev-1]
+		if n := prev.next; n > 0 && mt.series[n-1].key == string(mt.keyBuf) {
+			mt.prev = n
+			return n - 1
+		}
+	}
+	idx := mt.lookup(p)
+	if prev != nil {
+		prev.next = idx + 1
+	}
+	mt.prev = idx + 1
+	return idx
+}
+
+// lookup finds the series of p (whose key is in keyBuf) in the index,
+// creating it on first sight.
+func (mt *memtable) lookup(p *lineproto.Point) int32 {
 	if idx, ok := mt.index[string(mt.keyBuf)]; ok {
 		return idx
 	}
