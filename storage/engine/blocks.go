@@ -420,7 +420,7 @@ func writeMemtable(tx *bolt.Tx, ix *seriesIndex, mt *memtable, fromTxn uint64) (
 	ns := newSeries{tx: tx}
 	blocks := tx.Bucket(bucketBlocks)
 	for _, idx := range order {
-		ms := mt.series[idx]
+		ms := &mt.series[idx]
 		if len(ms.pts) == 0 {
 			continue
 		}

@@ -23,7 +23,7 @@ import (
 type memtable struct {
 	mu       sync.RWMutex
 	index    map[string]int32 // series key -> position in series
-	series   []*memSeries
+	series   []memSeries      // one allocation: with many series, fewer objects for the GC and neighbours in memory
 	byMetric map[string][]int32
 	entries  []memEntry // in txn order, one per applied entry, empty ones included
 	points   int        // distinct (series, ts) held
@@ -93,7 +93,7 @@ type memUndo struct {
 
 func newMemtable(ix *seriesIndex) *memtable {
 	n := int(min(ix.lastSeries.Load(), maxSizeHint))
-	return &memtable{ix: ix, index: make(map[string]int32, n), series: make([]*memSeries, 0, n),
+	return &memtable{ix: ix, index: make(map[string]int32, n), series: make([]memSeries, 0, n),
 		byMetric: make(map[string][]int32), ptsHint: int(min(ix.lastPerSeries.Load(), maxPointsHint))}
 }
 
@@ -144,7 +144,7 @@ func (mt *memtable) insert(e Entry, now time.Time) {
 			idx = mt.seriesOf(p)
 			last.metric, last.field, last.tags, last.idx, last.ok = p.Metric, p.Field, p.Tags, idx, true
 		}
-		ms := mt.series[idx]
+		ms := &mt.series[idx]
 		u := memUndo{ts: p.TS, series: idx, point: int32(i), fromDisk: true}
 		bits := math.Float64bits(p.Value)
 		if n := len(ms.pts); n == 0 || p.TS > ms.pts[n-1].ts {
@@ -189,17 +189,15 @@ func cmpPointTS(p memPoint, ts int64) int { return cmp.Compare(p.ts, ts) }
 // series that followed the previous one last time first (see memSeries.next).
 func (mt *memtable) seriesOf(p *lineproto.Point) int32 {
 	mt.keyBuf = lineproto.AppendSeriesKey(mt.keyBuf[:0], p.Metric, p.Tags, p.Field)
-	var prev *memSeries
 	if mt.prev > 0 {
-		prev = mt.series[mt.prev-1]
-		if n := prev.next; n > 0 && mt.series[n-1].key == string(mt.keyBuf) {
+		if n := mt.series[mt.prev-1].next; n > 0 && mt.series[n-1].key == string(mt.keyBuf) {
 			mt.prev = n
 			return n - 1
 		}
 	}
-	idx := mt.lookup(p)
-	if prev != nil {
-		prev.next = idx + 1
+	idx := mt.lookup(p) // may move mt.series
+	if mt.prev > 0 {
+		mt.series[mt.prev-1].next = idx + 1
 	}
 	mt.prev = idx + 1
 	return idx
@@ -216,7 +214,7 @@ func (mt *memtable) lookup(p *lineproto.Point) int32 {
 		key, diskMax = string(mt.keyBuf), math.MinInt64 // a series never flushed
 	}
 	idx := int32(len(mt.series))
-	ms := &memSeries{key: key, diskMax: diskMax}
+	ms := memSeries{key: key, diskMax: diskMax}
 	if mt.ptsHint > 0 {
 		ms.pts = make([]memPoint, 0, mt.ptsHint)
 	}
@@ -267,7 +265,7 @@ func (mt *memtable) collect(metric string, match map[string]string, start, end i
 	var hits []memHit
 	b := budget{lim: lim} // each hit is a series of the answer (a point also flushed counts twice: conservative)
 	for _, idx := range mt.byMetric[metric] {
-		ms := mt.series[idx]
+		ms := &mt.series[idx]
 		lo, _ := slices.BinarySearchFunc(ms.pts, start, cmpPointTS)
 		hi, found := slices.BinarySearchFunc(ms.pts, end, cmpPointTS)
 		if found {
