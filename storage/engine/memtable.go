@@ -35,6 +35,10 @@ type memtable struct {
 	pend    map[memSlot]int // batch scratch: out-of-order points -> index in pending
 	prev    int32           // 1 + the series seriesOf returned last (0: none), whose next predicts the following one
 	ptsHint int             // room for points a new series starts with
+	// arena hands out the first points of new series (ptsHint each) from
+	// larger allocations: with many series, one object per series was most
+	// of what the GC had to mark.
+	arena []memPoint
 }
 
 // memSeries is one series' points, sorted by ts and unique.
@@ -101,6 +105,7 @@ func newMemtable(ix *seriesIndex) *memtable {
 const (
 	maxSizeHint   = 1 << 20
 	maxPointsHint = 1024
+	arenaPoints   = 8192 // points per memtable arena allocation (128 KiB)
 )
 
 func (mt *memtable) empty() bool { return len(mt.entries) == 0 }
@@ -215,8 +220,13 @@ func (mt *memtable) lookup(p *lineproto.Point) int32 {
 	}
 	idx := int32(len(mt.series))
 	ms := memSeries{key: key, diskMax: diskMax}
-	if mt.ptsHint > 0 {
-		ms.pts = make([]memPoint, 0, mt.ptsHint)
+	if h := mt.ptsHint; h > 0 {
+		if len(mt.arena)+h > cap(mt.arena) {
+			mt.arena = make([]memPoint, 0, max(arenaPoints, h))
+		}
+		n := len(mt.arena)
+		mt.arena = mt.arena[:n+h]
+		ms.pts = mt.arena[n : n : n+h] // capped: a series that outgrows it moves out
 	}
 	mt.series = append(mt.series, ms)
 	mt.bytes += memSeriesBytes

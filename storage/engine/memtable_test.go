@@ -403,3 +403,37 @@ func TestSeriesHintWrongGuesses(t *testing.T) {
 		require.EqualValues(t, mt.index["m,h="+order[i]+"#value"]+1, before.next, "after %s", order[i-1])
 	}
 }
+
+// TestArenaSeriesOutgrowTheirRoom: new series take their first points from
+// one shared allocation; a series that outgrows its room moves out without
+// touching its neighbours' points.
+func TestArenaSeriesOutgrowTheirRoom(t *testing.T) {
+	ix := &seriesIndex{ids: map[string]uint64{}, keys: map[uint64]string{}, newest: map[uint64]int64{}}
+	mt := newMemtable(ix)
+	mt.ptsHint = 3
+	want := map[string][]SeriesPoint{}
+	for ts := range int64(10) {
+		var points []lineproto.Point
+		for h := range 5 {
+			// Series h gets h+1 points per round: series 0 fills its room
+			// exactly in three rounds, the others overflow it sooner.
+			for k := range h + 1 {
+				p := pt("m", fmt.Sprintf("h=%d", h), "value", ts*10+int64(k), float64(h*1000)+float64(ts*10)+float64(k))
+				points = append(points, p)
+				key := fmt.Sprintf("m,h=%d#value", h)
+				want[key] = append(want[key], SeriesPoint{p.TS, p.Value})
+			}
+		}
+		mt.insert(Entry{TxnID: uint64(ts + 1), Term: 1, Points: points}, time.Time{})
+		if ts == 0 {
+			require.Equal(t, &mt.arena[0], &mt.series[0].pts[:1][0], "the first series starts in the arena")
+		}
+	}
+	hits, err := mt.collect("m", nil, 0, 1000, Limits{})
+	require.NoError(t, err)
+	got := map[string][]SeriesPoint{}
+	for _, h := range hits {
+		got[h.key] = h.points
+	}
+	require.Equal(t, want, got)
+}
