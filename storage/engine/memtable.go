@@ -39,6 +39,9 @@ type memtable struct {
 	// larger allocations: with many series, one object per series was most
 	// of what the GC had to mark.
 	arena []memPoint
+	// keys holds the keys of series never flushed (the shard's index keeps
+	// them once flushed), many to an allocation, for the same reason.
+	keys strings.Builder
 }
 
 // memSeries is one series' points, sorted by ts and unique.
@@ -105,7 +108,8 @@ func newMemtable(ix *seriesIndex) *memtable {
 const (
 	maxSizeHint   = 1 << 20
 	maxPointsHint = 1024
-	arenaPoints   = 8192 // points per memtable arena allocation (128 KiB)
+	arenaPoints   = 8192     // points per memtable arena allocation (128 KiB)
+	keyChunkBytes = 32 << 10 // bytes per allocation of new series keys
 )
 
 func (mt *memtable) empty() bool { return len(mt.entries) == 0 }
@@ -216,7 +220,7 @@ func (mt *memtable) lookup(p *lineproto.Point) int32 {
 	}
 	key, diskMax, ok := mt.ix.intern(mt.keyBuf)
 	if !ok {
-		key, diskMax = string(mt.keyBuf), math.MinInt64 // a series never flushed
+		key, diskMax = mt.newKey(), math.MinInt64 // a series never flushed
 	}
 	idx := int32(len(mt.series))
 	ms := memSeries{key: key, diskMax: diskMax}
@@ -238,6 +242,20 @@ func (mt *memtable) lookup(p *lineproto.Point) int32 {
 	metric := strings.Clone(p.Metric)
 	mt.byMetric[metric] = append(mt.byMetric[metric], idx)
 	return idx
+}
+
+// newKey returns keyBuf as a string kept in the memtable's key chunks. A
+// strings.Builder never changes the bytes it has returned a string of, so
+// each key stays valid as the chunk fills up after it.
+func (mt *memtable) newKey() string {
+	n := len(mt.keyBuf)
+	if mt.keys.Cap()-mt.keys.Len() < n {
+		mt.keys = strings.Builder{}
+		mt.keys.Grow(max(keyChunkBytes, n))
+	}
+	start := mt.keys.Len()
+	mt.keys.Write(mt.keyBuf)
+	return mt.keys.String()[start:]
 }
 
 // mergePending merges the batch's out-of-order points, which are disjoint from
