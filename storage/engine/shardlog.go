@@ -162,8 +162,9 @@ func encodeEntries(id shardID, inc uint64, prevTerm uint64, entries []Entry) ([]
 
 // What a record takes besides its points, and a point of a loadgen-like
 // batch (ts, value, a few string references, some strings in full), as
-// encoded by appendRecord and Entry.appendBinary.
-const recordBytesHint, pointBytesHint = 64, 32
+// encoded by appendRecord and Entry.appendBinary, with some room: such a
+// point takes 31-32 bytes, and a buffer one byte short doubles.
+const recordBytesHint, pointBytesHint = 64, 40
 
 // logPositions turns records just appended into index positions.
 func logPositions(recs []walRec) []logPos {
