@@ -7,6 +7,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -436,4 +437,29 @@ func TestArenaSeriesOutgrowTheirRoom(t *testing.T) {
 		got[h.key] = h.points
 	}
 	require.Equal(t, want, got)
+}
+
+// TestNewSeriesKeysSpanChunks: the keys of new series share allocations;
+// filling one and starting the next (or a key longer than a whole one) leaves
+// every key as it was written.
+func TestNewSeriesKeysSpanChunks(t *testing.T) {
+	ix := &seriesIndex{ids: map[string]uint64{}, keys: map[uint64]string{}, newest: map[uint64]int64{}}
+	mt := newMemtable(ix)
+	long := strings.Repeat("x", keyChunkBytes+10)
+	var points []lineproto.Point
+	var want []string
+	for i := range 4000 { // about 80 KiB of keys
+		host := fmt.Sprintf("host-%05d", i)
+		if i == 1500 {
+			host = long
+		}
+		points = append(points, pt("m", "h="+host, "value", 1, float64(i)))
+		want = append(want, "m,h="+host+"#value")
+	}
+	mt.insert(Entry{TxnID: 1, Term: 1, Points: points}, time.Time{})
+	require.Len(t, mt.series, len(want))
+	for i, key := range want {
+		require.Equal(t, key, mt.series[i].key)
+		require.EqualValues(t, i, mt.index[key])
+	}
 }
