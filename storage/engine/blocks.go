@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -145,10 +146,12 @@ func postingPrefix(kind byte, parts ...string) []byte {
 }
 
 // newSeries allocates ids and writes the index entries of series created by
-// one flush; postings gathers them per posting key and writes each list once.
+// one flush; postings gathers them per posting key and writes each list once,
+// and the next series id is read and written once (finish writes both).
 type newSeries struct {
 	tx    *bolt.Tx
 	posts map[string][]uint64
+	next  uint64 // the next series id; 0: not read yet
 }
 
 func (ns *newSeries) create(key string) (uint64, error) {
@@ -156,14 +159,14 @@ func (ns *newSeries) create(key string) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("%w: series key %q: %v", ErrCorrupt, key, err)
 	}
-	meta := ns.tx.Bucket(bucketMeta)
-	var id uint64 = 1
-	if v := meta.Get(keyNextSID); len(v) == 8 {
-		id = beUint64(v)
+	if ns.next == 0 {
+		ns.next = 1
+		if v := ns.tx.Bucket(bucketMeta).Get(keyNextSID); len(v) == 8 {
+			ns.next = beUint64(v)
+		}
 	}
-	if err := meta.Put(keyNextSID, u64Key(id+1)); err != nil {
-		return 0, err
-	}
+	id := ns.next
+	ns.next++
 	if err := ns.tx.Bucket(bucketSKey).Put(u64Key(id), []byte(key)); err != nil {
 		return 0, err
 	}
@@ -180,11 +183,19 @@ func (ns *newSeries) create(key string) (uint64, error) {
 	return id, nil
 }
 
-// writePostings appends the new ids, which are above every existing one, to
-// their posting lists.
-func (ns *newSeries) writePostings() error {
+// finish records the next series id and appends the new ids, which are above
+// every existing one, to their posting lists (in key order: bbolt's pages are
+// then modified one after the other).
+func (ns *newSeries) finish() error {
+	if ns.next == 0 {
+		return nil // nothing created
+	}
+	if err := ns.tx.Bucket(bucketMeta).Put(keyNextSID, u64Key(ns.next)); err != nil {
+		return err
+	}
 	post := ns.tx.Bucket(bucketPost)
-	for k, ids := range ns.posts {
+	for _, k := range slices.Sorted(maps.Keys(ns.posts)) {
+		ids := ns.posts[k]
 		old := post.Get([]byte(k))
 		last, err := lastPosting(old)
 		if err != nil {
@@ -420,7 +431,7 @@ func writeMemtable(tx *bolt.Tx, ix *seriesIndex, mt *memtable, fromTxn uint64) (
 	ns := newSeries{tx: tx}
 	blocks := tx.Bucket(bucketBlocks)
 	for _, idx := range order {
-		ms := mt.series[idx]
+		ms := &mt.series[idx]
 		if len(ms.pts) == 0 {
 			continue
 		}
@@ -457,7 +468,7 @@ func writeMemtable(tx *bolt.Tx, ix *seriesIndex, mt *memtable, fromTxn uint64) (
 			return nil, nil, false, err
 		}
 	}
-	if err := ns.writePostings(); err != nil {
+	if err := ns.finish(); err != nil {
 		return nil, nil, false, err
 	}
 	// Recorded before the commit: if it fails, the bound is only higher

@@ -324,3 +324,46 @@ func copyLog(t *testing.T, from, to string) {
 		require.NoError(t, os.WriteFile(filepath.Join(dst, de.Name()), b, 0o600))
 	}
 }
+
+// TestSeriesIDsAcrossFlushesAndReopen: a flush reads the next series id once
+// and writes it back once; series created by later flushes, before and after
+// a reopen, get ids of their own, and their posting lists find them all.
+func TestSeriesIDsAcrossFlushesAndReopen(t *testing.T) {
+	dir := t.TempDir()
+	e := newEngine(t, dir, manual...)
+	s, err := e.Open("db1", 0)
+	require.NoError(t, err)
+	apply(t, s, 1, pt("cpu", "host=a", "usage", 1, 1), pt("cpu", "host=b", "usage", 1, 2))
+	flushNow(t, s)
+	apply(t, s, 1, pt("cpu", "host=c", "usage", 2, 3), pt("cpu", "host=a", "usage", 2, 4))
+	flushNow(t, s)
+	flushNow(t, s) // an empty flush creates nothing
+	require.NoError(t, s.Close())
+	require.NoError(t, e.Close())
+	e = newEngine(t, dir, manual...)
+	s, err = e.Open("db1", 0)
+	require.NoError(t, err)
+	apply(t, s, 1, pt("cpu", "host=d", "usage", 3, 5), pt("cpu", "host=b", "usage", 3, 6))
+	flushNow(t, s)
+
+	ids := map[string]uint64{}
+	var next []byte
+	require.NoError(t, s.(*boltShard).view(func(tx *bolt.Tx) error {
+		next = slices.Clone(tx.Bucket(bucketMeta).Get(keyNextSID))
+		return tx.Bucket(bucketSKey).ForEach(func(k, v []byte) error {
+			ids[string(v)] = beUint64(k)
+			return nil
+		})
+	}))
+	require.Equal(t, u64Key(5), next, "four series, ids 1-4")
+	require.Equal(t, map[string]uint64{"cpu,host=a#usage": 1, "cpu,host=b#usage": 2, "cpu,host=c#usage": 3, "cpu,host=d#usage": 4}, ids)
+	vals, err := s.(Index).TagValues("cpu", "host")
+	require.NoError(t, err)
+	require.Equal(t, []string{"a", "b", "c", "d"}, vals)
+	for host, want := range map[string][]SeriesPoint{"a": {{1, 1}, {2, 4}}, "b": {{1, 2}, {3, 6}}, "c": {{2, 3}}, "d": {{3, 5}}} {
+		got, err := s.Query("cpu", map[string]string{"host": host}, 0, 10)
+		require.NoError(t, err)
+		require.Len(t, got, 1, host)
+		require.Equal(t, want, got[0].Points, host)
+	}
+}

@@ -23,7 +23,7 @@ import (
 type memtable struct {
 	mu       sync.RWMutex
 	index    map[string]int32 // series key -> position in series
-	series   []*memSeries
+	series   []memSeries      // one allocation: with many series, fewer objects for the GC and neighbours in memory
 	byMetric map[string][]int32
 	entries  []memEntry // in txn order, one per applied entry, empty ones included
 	points   int        // distinct (series, ts) held
@@ -33,12 +33,26 @@ type memtable struct {
 	ix      *seriesIndex // the shard's flushed series, whose key strings are reused
 	keyBuf  []byte
 	pend    map[memSlot]int // batch scratch: out-of-order points -> index in pending
+	prev    int32           // 1 + the series seriesOf returned last (0: none), whose next predicts the following one
 	ptsHint int             // room for points a new series starts with
+	// arena hands out the first points of new series (ptsHint each) from
+	// larger allocations: with many series, one object per series was most
+	// of what the GC had to mark.
+	arena []memPoint
+	// keys holds the keys of series never flushed (the shard's index keeps
+	// them once flushed), many to an allocation, for the same reason.
+	keys strings.Builder
 }
 
 // memSeries is one series' points, sorted by ts and unique.
 type memSeries struct {
 	key string
+	// next is 1 + the series looked up after this one last time (0: none).
+	// Writers send their series in much the same order batch after batch,
+	// so it names the next series without hashing its key into an index
+	// that, with many series, no longer fits the caches; a wrong guess
+	// costs one key comparison.
+	next int32
 	// diskMax bounds the newest flushed ts of the series from above
 	// (math.MinInt64: nothing flushed, math.MaxInt64: unknown): a point
 	// after it replaces nothing on disk, so its undo needs no record.
@@ -86,7 +100,7 @@ type memUndo struct {
 
 func newMemtable(ix *seriesIndex) *memtable {
 	n := int(min(ix.lastSeries.Load(), maxSizeHint))
-	return &memtable{ix: ix, index: make(map[string]int32, n), series: make([]*memSeries, 0, n),
+	return &memtable{ix: ix, index: make(map[string]int32, n), series: make([]memSeries, 0, n),
 		byMetric: make(map[string][]int32), ptsHint: int(min(ix.lastPerSeries.Load(), maxPointsHint))}
 }
 
@@ -94,6 +108,8 @@ func newMemtable(ix *seriesIndex) *memtable {
 const (
 	maxSizeHint   = 1 << 20
 	maxPointsHint = 1024
+	arenaPoints   = 8192     // points per memtable arena allocation (128 KiB)
+	keyChunkBytes = 32 << 10 // bytes per allocation of new series keys
 )
 
 func (mt *memtable) empty() bool { return len(mt.entries) == 0 }
@@ -137,7 +153,7 @@ func (mt *memtable) insert(e Entry, now time.Time) {
 			idx = mt.seriesOf(p)
 			last.metric, last.field, last.tags, last.idx, last.ok = p.Metric, p.Field, p.Tags, idx, true
 		}
-		ms := mt.series[idx]
+		ms := &mt.series[idx]
 		u := memUndo{ts: p.TS, series: idx, point: int32(i), fromDisk: true}
 		bits := math.Float64bits(p.Value)
 		if n := len(ms.pts); n == 0 || p.TS > ms.pts[n-1].ts {
@@ -178,20 +194,43 @@ func (mt *memtable) insert(e Entry, now time.Time) {
 
 func cmpPointTS(p memPoint, ts int64) int { return cmp.Compare(p.ts, ts) }
 
-// seriesOf returns the series of p, creating it on first sight.
+// seriesOf returns the series of p, creating it on first sight. It tries the
+// series that followed the previous one last time first (see memSeries.next).
 func (mt *memtable) seriesOf(p *lineproto.Point) int32 {
 	mt.keyBuf = lineproto.AppendSeriesKey(mt.keyBuf[:0], p.Metric, p.Tags, p.Field)
+	if mt.prev > 0 {
+		if n := mt.series[mt.prev-1].next; n > 0 && mt.series[n-1].key == string(mt.keyBuf) {
+			mt.prev = n
+			return n - 1
+		}
+	}
+	idx := mt.lookup(p) // may move mt.series
+	if mt.prev > 0 {
+		mt.series[mt.prev-1].next = idx + 1
+	}
+	mt.prev = idx + 1
+	return idx
+}
+
+// lookup finds the series of p (whose key is in keyBuf) in the index,
+// creating it on first sight.
+func (mt *memtable) lookup(p *lineproto.Point) int32 {
 	if idx, ok := mt.index[string(mt.keyBuf)]; ok {
 		return idx
 	}
 	key, diskMax, ok := mt.ix.intern(mt.keyBuf)
 	if !ok {
-		key, diskMax = string(mt.keyBuf), math.MinInt64 // a series never flushed
+		key, diskMax = mt.newKey(), math.MinInt64 // a series never flushed
 	}
 	idx := int32(len(mt.series))
-	ms := &memSeries{key: key, diskMax: diskMax}
-	if mt.ptsHint > 0 {
-		ms.pts = make([]memPoint, 0, mt.ptsHint)
+	ms := memSeries{key: key, diskMax: diskMax}
+	if h := mt.ptsHint; h > 0 {
+		if len(mt.arena)+h > cap(mt.arena) {
+			mt.arena = make([]memPoint, 0, max(arenaPoints, h))
+		}
+		n := len(mt.arena)
+		mt.arena = mt.arena[:n+h]
+		ms.pts = mt.arena[n : n : n+h] // capped: a series that outgrows it moves out
 	}
 	mt.series = append(mt.series, ms)
 	mt.bytes += memSeriesBytes
@@ -203,6 +242,20 @@ func (mt *memtable) seriesOf(p *lineproto.Point) int32 {
 	metric := strings.Clone(p.Metric)
 	mt.byMetric[metric] = append(mt.byMetric[metric], idx)
 	return idx
+}
+
+// newKey returns keyBuf as a string kept in the memtable's key chunks. A
+// strings.Builder never changes the bytes it has returned a string of, so
+// each key stays valid as the chunk fills up after it.
+func (mt *memtable) newKey() string {
+	n := len(mt.keyBuf)
+	if mt.keys.Cap()-mt.keys.Len() < n {
+		mt.keys = strings.Builder{}
+		mt.keys.Grow(max(keyChunkBytes, n))
+	}
+	start := mt.keys.Len()
+	mt.keys.Write(mt.keyBuf)
+	return mt.keys.String()[start:]
 }
 
 // mergePending merges the batch's out-of-order points, which are disjoint from
@@ -240,7 +293,7 @@ func (mt *memtable) collect(metric string, match map[string]string, start, end i
 	var hits []memHit
 	b := budget{lim: lim} // each hit is a series of the answer (a point also flushed counts twice: conservative)
 	for _, idx := range mt.byMetric[metric] {
-		ms := mt.series[idx]
+		ms := &mt.series[idx]
 		lo, _ := slices.BinarySearchFunc(ms.pts, start, cmpPointTS)
 		hi, found := slices.BinarySearchFunc(ms.pts, end, cmpPointTS)
 		if found {

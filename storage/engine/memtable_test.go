@@ -3,9 +3,11 @@ package engine
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -342,4 +344,122 @@ func TestLogBoundedByBytes(t *testing.T) {
 	es, err := s.Entries(5, 0)
 	require.NoError(t, err)
 	require.Len(t, es, 1, "only the unflushed entry stays")
+}
+
+// TestSeriesHintWrongGuesses: seriesOf first tries the series that followed
+// the previous one last time. Batches in the same order as the last (every
+// guess right), shuffled, with neighbours swapped or with a series replaced
+// by another, possibly new one (guesses wrong) all put every point in its own
+// series, each series held once, and the guesses follow the latest order.
+func TestSeriesHintWrongGuesses(t *testing.T) {
+	ix := &seriesIndex{ids: map[string]uint64{}, keys: map[uint64]string{}, newest: map[uint64]int64{}}
+	mt := newMemtable(ix)
+	rng := rand.New(rand.NewPCG(3, 4))
+	hosts := make([]string, 40)
+	for i := range hosts {
+		hosts[i] = fmt.Sprintf("h%d", i)
+	}
+	order := slices.Clone(hosts[:20])
+	model := map[string][]SeriesPoint{}
+	for ts := range int64(300) {
+		switch rng.IntN(4) {
+		case 0:
+			rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		case 1:
+			i := rng.IntN(len(order) - 1)
+			order[i], order[i+1] = order[i+1], order[i]
+		case 2: // may repeat a series within the batch: the later point wins
+			order[rng.IntN(len(order))] = hosts[rng.IntN(len(hosts))]
+		}
+		points := make([]lineproto.Point, len(order))
+		for i, h := range order {
+			points[i] = pt("m", "h="+h, "value", ts, float64(ts*100+int64(i)))
+			key := "m,h=" + h + "#value"
+			if n := len(model[key]); n > 0 && model[key][n-1].TS == ts {
+				model[key][n-1].Value = points[i].Value
+			} else {
+				model[key] = append(model[key], SeriesPoint{ts, points[i].Value})
+			}
+		}
+		mt.insert(Entry{TxnID: uint64(ts + 1), Term: 1, Points: points}, time.Time{})
+	}
+	require.Len(t, mt.series, len(model), "each series held once")
+	for i, ms := range mt.series {
+		require.EqualValues(t, i, mt.index[ms.key])
+	}
+	hits, err := mt.collect("m", nil, 0, 1000, Limits{})
+	require.NoError(t, err)
+	got := map[string][]SeriesPoint{}
+	for _, h := range hits {
+		got[h.key] = h.points
+	}
+	require.Equal(t, model, got)
+	// The last batch's order is what the next one is guessed from (a series
+	// sent twice is followed by what followed it the second time).
+	for i := 1; i < len(order); i++ {
+		if slices.Index(order[i:], order[i-1]) >= 0 {
+			continue
+		}
+		before := mt.series[mt.index["m,h="+order[i-1]+"#value"]]
+		require.EqualValues(t, mt.index["m,h="+order[i]+"#value"]+1, before.next, "after %s", order[i-1])
+	}
+}
+
+// TestArenaSeriesOutgrowTheirRoom: new series take their first points from
+// one shared allocation; a series that outgrows its room moves out without
+// touching its neighbours' points.
+func TestArenaSeriesOutgrowTheirRoom(t *testing.T) {
+	ix := &seriesIndex{ids: map[string]uint64{}, keys: map[uint64]string{}, newest: map[uint64]int64{}}
+	mt := newMemtable(ix)
+	mt.ptsHint = 3
+	want := map[string][]SeriesPoint{}
+	for ts := range int64(10) {
+		var points []lineproto.Point
+		for h := range 5 {
+			// Series h gets h+1 points per round: series 0 fills its room
+			// exactly in three rounds, the others overflow it sooner.
+			for k := range h + 1 {
+				p := pt("m", fmt.Sprintf("h=%d", h), "value", ts*10+int64(k), float64(h*1000)+float64(ts*10)+float64(k))
+				points = append(points, p)
+				key := fmt.Sprintf("m,h=%d#value", h)
+				want[key] = append(want[key], SeriesPoint{p.TS, p.Value})
+			}
+		}
+		mt.insert(Entry{TxnID: uint64(ts + 1), Term: 1, Points: points}, time.Time{})
+		if ts == 0 {
+			require.Equal(t, &mt.arena[0], &mt.series[0].pts[:1][0], "the first series starts in the arena")
+		}
+	}
+	hits, err := mt.collect("m", nil, 0, 1000, Limits{})
+	require.NoError(t, err)
+	got := map[string][]SeriesPoint{}
+	for _, h := range hits {
+		got[h.key] = h.points
+	}
+	require.Equal(t, want, got)
+}
+
+// TestNewSeriesKeysSpanChunks: the keys of new series share allocations;
+// filling one and starting the next (or a key longer than a whole one) leaves
+// every key as it was written.
+func TestNewSeriesKeysSpanChunks(t *testing.T) {
+	ix := &seriesIndex{ids: map[string]uint64{}, keys: map[uint64]string{}, newest: map[uint64]int64{}}
+	mt := newMemtable(ix)
+	long := strings.Repeat("x", keyChunkBytes+10)
+	var points []lineproto.Point
+	var want []string
+	for i := range 4000 { // about 80 KiB of keys
+		host := fmt.Sprintf("host-%05d", i)
+		if i == 1500 {
+			host = long
+		}
+		points = append(points, pt("m", "h="+host, "value", 1, float64(i)))
+		want = append(want, "m,h="+host+"#value")
+	}
+	mt.insert(Entry{TxnID: 1, Term: 1, Points: points}, time.Time{})
+	require.Len(t, mt.series, len(want))
+	for i, key := range want {
+		require.Equal(t, key, mt.series[i].key)
+		require.EqualValues(t, i, mt.index[key])
+	}
 }

@@ -100,7 +100,7 @@ func convertLegacy(tx *bolt.Tx) error {
 		return putBlocks(tx, id, pts, 0)
 	})
 	if err == nil {
-		err = ns.writePostings()
+		err = ns.finish()
 	}
 	if err != nil {
 		return fmt.Errorf("convert series to blocks: %w", err)

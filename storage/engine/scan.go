@@ -158,7 +158,7 @@ func (mt *memtable) scanCopy(metric string, start, end int64, keep func(string) 
 	var spans []span
 	total := 0
 	for _, idx := range mt.byMetric[metric] {
-		ms := mt.series[idx]
+		ms := &mt.series[idx]
 		lo, _ := slices.BinarySearchFunc(ms.pts, start, cmpPointTS)
 		hi, found := slices.BinarySearchFunc(ms.pts, end, cmpPointTS)
 		if found {

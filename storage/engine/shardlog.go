@@ -139,7 +139,14 @@ func newIncarnation() uint64 {
 
 // encodeEntries frames entries (base, ...] of incarnation inc as records.
 func encodeEntries(id shardID, inc uint64, prevTerm uint64, entries []Entry) ([]byte, []walRec) {
-	var data []byte
+	// Room for what the records usually take: growing the buffer by doubling
+	// instead allocated about twice the log's bytes again, a third of the
+	// write path's garbage.
+	n := 0
+	for _, e := range entries {
+		n += recordBytesHint + pointBytesHint*len(e.Points)
+	}
+	data := make([]byte, 0, n)
 	recs := make([]walRec, len(entries))
 	for i, e := range entries {
 		r := walRec{kind: recEntry, inc: inc, db: id.db, shard: id.shard, txn: e.TxnID, term: e.Term, prevTerm: prevTerm}
@@ -152,6 +159,12 @@ func encodeEntries(id shardID, inc uint64, prevTerm uint64, entries []Entry) ([]
 	}
 	return data, recs
 }
+
+// What a record takes besides its points, and a point of a loadgen-like
+// batch (ts, value, a few string references, some strings in full), as
+// encoded by appendRecord and Entry.appendBinary, with some room: such a
+// point takes 31-32 bytes, and a buffer one byte short doubles.
+const recordBytesHint, pointBytesHint = 64, 40
 
 // logPositions turns records just appended into index positions.
 func logPositions(recs []walRec) []logPos {
