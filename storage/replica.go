@@ -534,6 +534,15 @@ func (r *replica) park(node string, d int) {
 		return // never led
 	}
 	r.parked[node] += d
+	if d < 0 {
+		// The fetch was parked here until now: the follower was fetching.
+		// A parked fetch that ends with an answer records its fetch; one
+		// the follower cancelled (it re-sends it when a shard joins its
+		// session) must count too, or a poll parked past the lag bound
+		// would drop the follower from the in-sync set at the upkeep this
+		// wakes, to be added back by its next poll.
+		r.fetched[node] = time.Now()
+	}
 	if r.parked[node] <= 0 {
 		delete(r.parked, node)
 		if r.run != nil {
