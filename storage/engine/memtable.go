@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cairn-db/cairn/storage/lineproto"
@@ -34,6 +35,10 @@ type memtable struct {
 	keyBuf  []byte
 	pend    map[memSlot]int // batch scratch: out-of-order points -> index in pending
 	ptsHint int             // room for points a new series starts with
+
+	// under is the frozen memtable being flushed while this one fills, until
+	// its flush ends (see intern).
+	under atomic.Pointer[memtable]
 }
 
 // memSeries is one series' points, sorted by ts and unique.
@@ -184,7 +189,7 @@ func (mt *memtable) seriesOf(p *lineproto.Point) int32 {
 	if idx, ok := mt.index[string(mt.keyBuf)]; ok {
 		return idx
 	}
-	key, diskMax, ok := mt.ix.intern(mt.keyBuf)
+	key, diskMax, ok := mt.intern(mt.keyBuf)
 	if !ok {
 		key, diskMax = string(mt.keyBuf), math.MinInt64 // a series never flushed
 	}
@@ -203,6 +208,29 @@ func (mt *memtable) seriesOf(p *lineproto.Point) int32 {
 	metric := strings.Clone(p.Metric)
 	mt.byMetric[metric] = append(mt.byMetric[metric], idx)
 	return idx
+}
+
+// intern is the series index's intern, with the frozen memtable under mt
+// counted as flushed: it will be by the time mt flushes, so a point of mt
+// at or before the frozen one's newest of its series may replace a value
+// then, and must keep its undo and be merged into the blocks.
+func (mt *memtable) intern(key []byte) (string, int64, bool) {
+	// under first: once it is nil, the index holds the frozen series.
+	f := mt.under.Load()
+	k, diskMax, ok := mt.ix.intern(key)
+	if f == nil {
+		return k, diskMax, ok
+	}
+	idx, found := f.index[string(key)] // frozen: no writer any more
+	if !found || len(f.series[idx].pts) == 0 {
+		return k, diskMax, ok
+	}
+	fs := f.series[idx]
+	newest := fs.pts[len(fs.pts)-1].ts
+	if !ok {
+		return fs.key, newest, true
+	}
+	return k, max(diskMax, newest), true
 }
 
 // mergePending merges the batch's out-of-order points, which are disjoint from
