@@ -116,10 +116,6 @@ func (s *boltShard) flushFrozen() error {
 	return s.flushFrozenLocked()
 }
 
-// flushHook, when set (by tests), runs in a flush with fmu held, after the
-// blocks' commit (committed true) or before it (false).
-var flushHook func(s *boltShard, committed bool)
-
 // flushFrozenLocked moves the frozen memtable into blocks in one commit, with
 // the undo records of the entries it held and the new flushed_txn, so a
 // crash leaves either all of it or none (and then the log replays it), then
@@ -132,8 +128,10 @@ func (s *boltShard) flushFrozenLocked() error {
 		return nil
 	}
 	defer s.flushSlot()()
-	if flushHook != nil {
-		flushHook(s, false)
+	if s.flushHook != nil {
+		if err := s.flushHook(false); err != nil {
+			return fmt.Errorf("engine: flush up to txn %d: %w", mt.entries[len(mt.entries)-1].txn, err)
+		}
 	}
 	upto := mt.entries[len(mt.entries)-1].txn
 	var created map[string]uint64
@@ -178,8 +176,8 @@ func (s *boltShard) flushFrozenLocked() error {
 	if err != nil {
 		return fmt.Errorf("engine: flush up to txn %d: %w", upto, err)
 	}
-	if flushHook != nil {
-		flushHook(s, true)
+	if s.flushHook != nil {
+		_ = s.flushHook(true)
 	}
 	// Readers that loaded the memtables before this point may see the
 	// frozen points twice (memtable and blocks, same values); those that

@@ -94,6 +94,10 @@ type boltShard struct {
 	stopOnce    sync.Once
 
 	onClose func()
+	// flushHook, set by tests before the shard's first write, runs in each
+	// flush of a frozen memtable with fmu held, before the blocks' commit
+	// (committed false; an error fails the flush) and after it (true).
+	flushHook func(committed bool) error
 }
 
 type shardMeta struct {
