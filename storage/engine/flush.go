@@ -11,8 +11,11 @@ import (
 // flushDue says whether the active memtable must be frozen (and flushed)
 // before entry txn goes in: it is full, or the log trim after txn would
 // otherwise have to drop entries that exist nowhere else yet.
-// A memtable also flushes once the engine's memtables together (frozen ones
-// included) exceed the memory budget, if it holds a fair share of it. The
+// A memtable also flushes once the engine's active memtables together exceed
+// the memory budget, if it holds a fair share of it. The frozen ones are
+// beside the budget (at most one per shard, each one a memtable that was
+// within it): counting them would freeze ever smaller memtables while
+// flushes queue for a slot, and each flush costs per series it writes. The
 // caller holds wmu.
 func (s *boltShard) flushDue(txn uint64) bool {
 	mt := s.mems.Load().active
@@ -36,7 +39,8 @@ func (s *boltShard) accountMem() {
 
 // memBudget is the engine-wide account of memtable bytes and open shards.
 type memBudget struct {
-	bytes  atomic.Int64
+	bytes  atomic.Int64 // of the active memtables
+	frozen atomic.Int64 // of the frozen memtables being flushed
 	shards atomic.Int64
 	slots  flushSlots
 }
@@ -68,7 +72,9 @@ func (s *boltShard) freeze() {
 	mt := newMemtable(s.ix)
 	mt.under.Store(m.active)
 	s.mems.Store(&memtables{active: mt, frozen: m.active})
-	s.frozenCharged, s.memCharged = s.memCharged, 0
+	s.memAcct.charge(-s.memCharged, 0)
+	s.chargeFrozen(s.memCharged)
+	s.memCharged = 0
 	s.accountMem()
 }
 
@@ -189,8 +195,7 @@ func (s *boltShard) flushFrozenLocked() error {
 	s.flushed.Store(true)
 	m.active.under.Store(nil) // the index knows the frozen series now
 	s.mems.Store(&memtables{active: m.active})
-	s.memAcct.charge(-s.frozenCharged, 0)
-	s.frozenCharged = 0
+	s.chargeFrozen(0)
 	s.collectLog()
 	return nil
 }
@@ -198,10 +203,16 @@ func (s *boltShard) flushFrozenLocked() error {
 // dropMems replaces both memtables by mt (rebuilt from the log, so it holds
 // what a frozen one held too). The caller holds wmu and fmu.
 func (s *boltShard) dropMems(mt *memtable) {
-	s.memAcct.charge(-s.frozenCharged, 0)
-	s.frozenCharged = 0
+	s.chargeFrozen(0)
 	s.mems.Store(&memtables{active: mt})
 	s.accountMem()
+}
+
+// chargeFrozen sets what the shard's frozen memtable is charged; the caller
+// holds fmu.
+func (s *boltShard) chargeFrozen(b int64) {
+	s.memAcct.frozen.Add(b - s.frozenCharged)
+	s.frozenCharged = b
 }
 
 // encodeUndo turns an entry's memtable undo information into its undo record,

@@ -295,11 +295,11 @@ func modelQuery(log []Entry) []Series {
 	return out
 }
 
-// TestMemoryBudgetFlushes: once the memtables of the engine together pass the
-// budget, a shard holding a fair share of it freezes its memtable before its
-// next entry, for a flush beside its next commits, and the engine's account
-// drops by what it held once it is flushed. While it is, the shard's new
-// memtable grows to its fair share at most, then its commits wait.
+// TestMemoryBudgetFlushes: once the active memtables of the engine together
+// pass the budget, a shard holding a fair share of it freezes its memtable
+// before its next entry, for a flush beside its next commits: the budget's
+// account drops by what it held, which is held as frozen until the flush
+// ends. A shard holds one frozen memtable at most.
 func TestMemoryBudgetFlushes(t *testing.T) {
 	const budget = 64 << 10
 	e := newEngine(t, t.TempDir(), WithFlushPoints(1<<30), WithFlushInterval(0), WithCompactRate(0), WithMemtableBytes(budget))
@@ -316,14 +316,16 @@ func TestMemoryBudgetFlushes(t *testing.T) {
 		return pts
 	}
 	apply(t, b, 1, batch(0)...)
+	batchBytes := int64(100*(memPointBytes+memUndoBytes) + memSeriesBytes + 64)
 	for n := 0; flushedTxn(a) == 0; n++ {
 		require.Less(t, n, 1000, "the budget never flushed")
 		total, _ := acct.load()
-		require.LessOrEqual(t, total, int64(budget+budget/4)+2*int64(100*(memPointBytes+memUndoBytes)+memSeriesBytes+64),
-			"never more than a's fair share and a batch over the budget")
+		require.LessOrEqual(t, total, int64(budget)+batchBytes, "never more than one batch over the budget")
+		require.LessOrEqual(t, acct.frozen.Load(), int64(budget)+batchBytes, "one frozen memtable")
 		apply(t, a, 1, batch(n)...)
 	}
 	settle(t, a)
+	require.Zero(t, acct.frozen.Load(), "the flushed memtable is no longer charged")
 	total, shards := acct.load()
 	require.EqualValues(t, 2, shards)
 	require.Less(t, total, int64(budget))

@@ -459,8 +459,9 @@ func (s *boltShard) Close() error {
 	if db == nil {
 		return ErrClosed
 	}
-	s.memAcct.charge(-s.memCharged-s.frozenCharged, -1)
-	s.memCharged, s.frozenCharged = 0, 0
+	s.memAcct.charge(-s.memCharged, -1)
+	s.memCharged = 0
+	s.chargeFrozen(0)
 	// The log start trimmed since the last flush persists, so a reopen
 	// serves the same log (after a crash it may serve a longer one).
 	perr := db.Update(func(tx *bolt.Tx) error {
