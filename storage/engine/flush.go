@@ -114,6 +114,16 @@ func (s *boltShard) flushLocked() error {
 	return s.flushFrozenLocked()
 }
 
+// FlushWaiter is implemented by the shards of NewBoltEngine (type-assert a
+// Shard): WaitFlush returns once the background flush of the memtable the
+// last commits froze, if any, has ended (doing it if it has not started),
+// with its error. For tests that count what is in blocks.
+type FlushWaiter interface {
+	WaitFlush() error
+}
+
+func (s *boltShard) WaitFlush() error { return s.flushFrozen() }
+
 // flushFrozen flushes the frozen memtable, if any, waiting for a flush
 // under way first.
 func (s *boltShard) flushFrozen() error {
