@@ -11,10 +11,12 @@ import (
 
 // memoryLimit is the Go runtime's soft memory limit for cfg (0: none).
 // --memory-limit wins; else GOMEMLIMIT, which the runtime has applied
-// already; else a storage node gets twice its memtable budget plus 128 MiB:
-// room for the memtables, the series indexes, the writes in flight and the
-// garbage between collections, so that the heap does not settle at twice
-// its live size. The limit is soft: past it the collector runs more often,
+// already; else a storage node gets three times its memtable budget plus
+// 128 MiB: room for the memtables, the frozen ones being flushed beside
+// them (up to the budget again), the series indexes, the writes in flight
+// and the garbage between collections, so that the heap does not settle at
+// twice its live size (nor the collector run nonstop at a limit the live
+// heap reaches). The limit is soft: past it the collector runs more often,
 // nothing fails. Roles without memtables keep Go's default (none).
 func memoryLimit(cfg config.Config, getenv func(string) string) int64 {
 	switch {
@@ -27,7 +29,7 @@ func memoryLimit(cfg config.Config, getenv func(string) string) int64 {
 	if mem <= 0 {
 		mem = engine.DefaultMemtableBytes()
 	}
-	return 2*mem + 128<<20
+	return 3*mem + 128<<20
 }
 
 // ApplyMemoryLimit sets the runtime's soft memory limit for cfg, if any

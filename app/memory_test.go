@@ -27,7 +27,7 @@ func TestMemoryLimit(t *testing.T) {
 		getenv func(string) string
 		want   int64
 	}{
-		{"storage: twice the memtable budget + 128 MiB", storage, none, 256 << 20},
+		{"storage: three times the memtable budget + 128 MiB", storage, none, 320 << 20},
 		{"GOMEMLIMIT set: the runtime's", storage, gomem, 0},
 		{"no storage role: none", broker, none, 0},
 		{"the flag wins", explicit, gomem, 300 << 20},

@@ -36,6 +36,7 @@ func TestEvaluateReadsOnlyNeededBlocks(t *testing.T) {
 		}
 		require.NoError(t, sh.Apply(engine.Entry{TxnID: uint64(h + 1), Term: 1, Points: pts}))
 	}
+	require.NoError(t, sh.(engine.FlushWaiter).WaitFlush()) // hour 9 is flushed beside the commits
 	src := sh.(Source)
 	run := func(q string) (*ShardResult, uint64) {
 		p, err := plan(t, q, time.Unix(0, 0))

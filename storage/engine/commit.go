@@ -147,10 +147,11 @@ func (s *boltShard) commitLocked(group []*pendingEntry) error {
 		// Queued before a TruncateAfter or Restore renumbered the log.
 		return fmt.Errorf("%w: got %d, want %d", ErrTxnGap, first.TxnID, want)
 	}
-	// Flushing before the append keeps a commit all or nothing: an error
-	// means none of the group is in.
+	// Making room before the append keeps a commit all or nothing: an error
+	// means none of the group is in. Usually that is a swap of memtables;
+	// the flush runs beside later commits (flush.go).
 	if s.flushDue(last.TxnID) {
-		if err := s.flushLocked(); err != nil {
+		if err := s.rotate(); err != nil {
 			return fmt.Errorf("engine: apply txns %d-%d: %w", first.TxnID, last.TxnID, err)
 		}
 	}
@@ -170,13 +171,14 @@ func (s *boltShard) commitLocked(group []*pendingEntry) error {
 	for _, p := range logPositions(recs) {
 		s.idx.add(p)
 	}
-	s.idx.trim(s.trimFloor.Load(), s.retain, s.retainBytes, s.flushedTxn)
+	s.idx.trim(s.trimFloor.Load(), s.retain, s.retainBytes, s.flushedTxn.Load())
 	s.lmu.Unlock()
 	// Durable from here on; readers see the points once they are in the
 	// memtable, and the txn id only after that.
 	now := time.Now()
+	mt := s.mems.Load().active
 	for _, p := range group {
-		s.mem.insert(p.e, now)
+		mt.insert(p.e, now)
 	}
 	s.accountMem()
 	s.publish(last.TxnID, last.Term)

@@ -34,6 +34,7 @@ func crashWriter(dir string, flushPoints, writers int) {
 		os.Exit(1)
 	}
 	var numbering, out sync.Mutex
+	pauseMidFlush(s, &out)
 	var wg sync.WaitGroup
 	for range max(writers, 1) {
 		wg.Go(func() {

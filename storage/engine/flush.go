@@ -8,33 +8,39 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// flushDue says whether the memtable must be flushed before entry txn goes in:
-// it is full, or the log trim after txn would otherwise have to drop entries
-// that exist nowhere else yet.
-// A memtable also flushes once the engine's memtables together exceed the
-// memory budget, if it holds a fair share of it.
+// flushDue says whether the active memtable must be frozen (and flushed)
+// before entry txn goes in: it is full, or the log trim after txn would
+// otherwise have to drop entries that exist nowhere else yet.
+// A memtable also flushes once the engine's active memtables together exceed
+// the memory budget, if it holds a fair share of it. The frozen ones are
+// beside the budget (at most one per shard, each one a memtable that was
+// within it): counting them would freeze ever smaller memtables while
+// flushes queue for a slot, and each flush costs per series it writes. The
+// caller holds wmu.
 func (s *boltShard) flushDue(txn uint64) bool {
-	if s.mem.points >= s.flushPoints || s.flushedTxn+s.retain < txn {
+	mt := s.mems.Load().active
+	if mt.points >= s.flushPoints || s.flushedTxn.Load()+s.retain < txn {
 		return true
 	}
-	if s.memLimit <= 0 || s.mem.empty() {
+	if s.memLimit <= 0 || mt.empty() {
 		return false
 	}
 	total, shards := s.memAcct.load()
 	return total > s.memLimit && s.memCharged >= s.memLimit/(2*max(shards, 1))
 }
 
-// accountMem brings the engine's account of this shard's memtable up to
-// date; the caller holds wmu.
+// accountMem brings the engine's account of this shard's active memtable up
+// to date; the caller holds wmu.
 func (s *boltShard) accountMem() {
-	b := s.mem.sizeBytes()
+	b := s.mems.Load().active.sizeBytes()
 	s.memAcct.charge(b-s.memCharged, 0)
 	s.memCharged = b
 }
 
 // memBudget is the engine-wide account of memtable bytes and open shards.
 type memBudget struct {
-	bytes  atomic.Int64
+	bytes  atomic.Int64 // of the active memtables
+	frozen atomic.Int64 // of the frozen memtables being flushed
 	shards atomic.Int64
 	slots  flushSlots
 }
@@ -46,16 +52,103 @@ func (b *memBudget) charge(bytes, shards int64) {
 
 func (b *memBudget) load() (int64, int64) { return b.bytes.Load(), b.shards.Load() }
 
-// flushLocked moves the memtable into the series buckets in one commit, with
-// the undo records of the entries it held and the new flushed_txn, so a crash
-// leaves either all of it or none (and then the log replays it). The caller
-// holds wmu.
+// A flush runs beside the commits: at the memtable's limit the commit freezes
+// it (swaps in a fresh one, in memory only) and the shard's flusher writes
+// the frozen memtable as blocks while new commits go to the active one.
+// Readers load both memtables as one value before their read transaction
+// begins, and merge frozen over blocks and active over frozen, so a flush
+// under way or just ended shows no gap and no point twice (a point in both
+// the frozen memtable and the blocks it became has the same value). The log
+// keeps every entry after flushed_txn, which moves only in the flush's
+// commit, so a crash at any point replays the frozen and the active
+// memtable's entries alike. A shard holds at most one frozen memtable: a
+// commit that would freeze a second one first waits for the flush of the
+// first (backpressure), so memory stays bounded when flushes fall behind.
+
+// freeze makes the active memtable the frozen one and starts a fresh active
+// one on top of it. The caller holds wmu and fmu, and no memtable is frozen.
+func (s *boltShard) freeze() {
+	m := s.mems.Load()
+	mt := newMemtable(s.ix)
+	mt.under.Store(m.active)
+	s.mems.Store(&memtables{active: mt, frozen: m.active})
+	s.memAcct.charge(-s.memCharged, 0)
+	s.chargeFrozen(s.memCharged)
+	s.memCharged = 0
+	s.accountMem()
+}
+
+// rotate freezes the active memtable for the shard's flusher. A memtable
+// frozen before is flushed first: the commit waits for the flush under way,
+// or does it itself if none is (it failed before, or the flusher has not
+// started it yet). The caller holds wmu.
+func (s *boltShard) rotate() error {
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	if err := s.flushFrozenLocked(); err != nil {
+		return err
+	}
+	if s.mems.Load().active.empty() {
+		return nil
+	}
+	s.freeze()
+	select {
+	case s.kick <- struct{}{}:
+	default: // the flusher has a kick pending already
+	}
+	return nil
+}
+
+// flushLocked flushes everything now: the frozen memtable, then the active
+// one. The caller holds wmu.
 func (s *boltShard) flushLocked() error {
-	mt := s.mem
-	if mt.empty() {
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	if err := s.flushFrozenLocked(); err != nil {
+		return err
+	}
+	if s.mems.Load().active.empty() {
+		return nil
+	}
+	s.freeze()
+	return s.flushFrozenLocked()
+}
+
+// FlushWaiter is implemented by the shards of NewBoltEngine (type-assert a
+// Shard): WaitFlush returns once the background flush of the memtable the
+// last commits froze, if any, has ended (doing it if it has not started),
+// with its error. For tests that count what is in blocks.
+type FlushWaiter interface {
+	WaitFlush() error
+}
+
+func (s *boltShard) WaitFlush() error { return s.flushFrozen() }
+
+// flushFrozen flushes the frozen memtable, if any, waiting for a flush
+// under way first.
+func (s *boltShard) flushFrozen() error {
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	return s.flushFrozenLocked()
+}
+
+// flushFrozenLocked moves the frozen memtable into blocks in one commit, with
+// the undo records of the entries it held and the new flushed_txn, so a
+// crash leaves either all of it or none (and then the log replays it), then
+// drops it. A failure leaves it frozen, for the next try. The caller holds
+// fmu.
+func (s *boltShard) flushFrozenLocked() error {
+	m := s.mems.Load()
+	mt := m.frozen
+	if mt == nil {
 		return nil
 	}
 	defer s.flushSlot()()
+	if s.flushHook != nil {
+		if err := s.flushHook(false); err != nil {
+			return fmt.Errorf("engine: flush up to txn %d: %w", mt.entries[len(mt.entries)-1].txn, err)
+		}
+	}
 	upto := mt.entries[len(mt.entries)-1].txn
 	var created map[string]uint64
 	uptoTerm, base, baseTerm := s.flushTrim(upto)
@@ -99,19 +192,37 @@ func (s *boltShard) flushLocked() error {
 	if err != nil {
 		return fmt.Errorf("engine: flush up to txn %d: %w", upto, err)
 	}
-	// Readers that picked up the old memtable see its points twice (memtable
-	// and buckets, same values); those that pick up the new one start their
-	// read transaction after this commit. Either way nothing is missing.
+	if s.flushHook != nil {
+		_ = s.flushHook(true)
+	}
+	// Readers that loaded the memtables before this point may see the
+	// frozen points twice (memtable and blocks, same values); those that
+	// load them after start their read transaction after this commit.
+	// Either way nothing is missing.
 	s.ix.add(created)
-	s.trimTo(base)
+	s.flushedTxn.Store(upto)
+	s.trimTo(base, upto)
 	s.flushed.Store(true)
-	s.mu.Lock()
-	s.mem = newMemtable(s.ix)
-	s.mu.Unlock()
-	s.accountMem()
-	s.flushedTxn = upto
+	m.active.under.Store(nil) // the index knows the frozen series now
+	s.mems.Store(&memtables{active: m.active})
+	s.chargeFrozen(0)
 	s.collectLog()
 	return nil
+}
+
+// dropMems replaces both memtables by mt (rebuilt from the log, so it holds
+// what a frozen one held too). The caller holds wmu and fmu.
+func (s *boltShard) dropMems(mt *memtable) {
+	s.chargeFrozen(0)
+	s.mems.Store(&memtables{active: mt})
+	s.accountMem()
+}
+
+// chargeFrozen sets what the shard's frozen memtable is charged; the caller
+// holds fmu.
+func (s *boltShard) chargeFrozen(b int64) {
+	s.memAcct.frozen.Add(b - s.frozenCharged)
+	s.frozenCharged = b
 }
 
 // encodeUndo turns an entry's memtable undo information into its undo record,
@@ -138,25 +249,38 @@ func encodeUndo(me memEntry, prev map[memSlot]uint64) []byte {
 	return b
 }
 
-// flushLoop flushes a memtable that has been sitting for the flush interval,
-// so an idle shard neither holds its points in memory nor leaves a long log
-// tail to replay at the next open. Close stops it.
+// flushLoop is the shard's flusher: it flushes the memtables commits
+// freeze, and freezes and flushes one that has been sitting for the flush
+// interval (when above 0), so an idle shard neither holds its points in
+// memory nor leaves a long log tail to replay at the next open. Close stops
+// it.
 func (s *boltShard) flushLoop(interval time.Duration) {
 	defer close(s.loopDone)
-	t := time.NewTicker(max(interval/4, time.Millisecond))
-	defer t.Stop()
+	var tick <-chan time.Time
+	if interval > 0 {
+		t := time.NewTicker(max(interval/4, time.Millisecond))
+		defer t.Stop()
+		tick = t.C
+	}
 	for {
 		select {
 		case <-s.stop:
 			return
-		case now := <-t.C:
+		case <-s.kick:
+		case now := <-tick:
 			s.wmu.Lock()
-			if !s.closed() && !s.mem.empty() && now.Sub(s.mem.since) >= interval {
-				// A failed flush leaves everything in the memtable and the log;
-				// the next Apply retries it and reports the error.
-				_ = s.flushLocked()
+			if mt := s.mems.Load().active; !s.closed() && !mt.empty() && now.Sub(mt.since) >= interval {
+				s.fmu.Lock()
+				if s.mems.Load().frozen == nil {
+					s.freeze()
+				}
+				s.fmu.Unlock()
 			}
 			s.wmu.Unlock()
 		}
+		// A failed flush leaves the memtable frozen and its entries in the
+		// log; the next commit that needs room retries it and reports the
+		// error.
+		_ = s.flushFrozen()
 	}
 }

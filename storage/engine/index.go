@@ -65,7 +65,7 @@ func (s *boltShard) FieldKeys(metric string) ([]string, error) {
 // under prefix, and what mem says of each memtable series; sorted, unique.
 func (s *boltShard) indexList(prefix []byte, mem func(string, []lineproto.Tag, string) []string) ([]string, error) {
 	var out []string
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.viewMems(func(tx *bolt.Tx, m *memtables) error {
 		c := tx.Bucket(bucketPost).Cursor()
 		for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
 			rest := k[len(prefix):]
@@ -75,15 +75,17 @@ func (s *boltShard) indexList(prefix []byte, mem func(string, []lineproto.Tag, s
 			}
 			out = append(out, string(rest[w:w+int(n)]))
 		}
-		mt := s.mem
-		mt.mu.RLock()
-		defer mt.mu.RUnlock()
-		for _, ms := range mt.series {
-			m, tags, f, err := lineproto.ParseSeriesKey(ms.key)
-			if err != nil {
-				return fmt.Errorf("%w: %v", ErrCorrupt, err)
+		for _, mt := range m.all() {
+			if err := mt.eachKey(func(key string) error {
+				m, tags, f, err := lineproto.ParseSeriesKey(key)
+				if err != nil {
+					return fmt.Errorf("%w: %v", ErrCorrupt, err)
+				}
+				out = append(out, mem(m, tags, f)...)
+				return nil
+			}); err != nil {
+				return err
 			}
-			out = append(out, mem(m, tags, f)...)
 		}
 		return nil
 	})

@@ -9,14 +9,15 @@ import (
 // series enumeration behind InfluxQL's SHOW statements; it reads no points. A
 // visit error stops the walk and is returned as is.
 func (s *boltShard) SeriesKeys(visit func(key string) error) error {
-	return s.view(func(tx *bolt.Tx) error {
-		// s.mem is stable while view holds mu (see Query).
-		s.mem.mu.RLock()
-		pending := make(map[string]struct{}, len(s.mem.series))
-		for _, ms := range s.mem.series {
-			pending[ms.key] = struct{}{}
+	return s.viewMems(func(tx *bolt.Tx, m *memtables) error {
+		pending := make(map[string]struct{}, len(m.active.series))
+		for _, mt := range m.all() {
+			mt.mu.RLock()
+			for _, ms := range mt.series {
+				pending[ms.key] = struct{}{}
+			}
+			mt.mu.RUnlock()
 		}
-		s.mem.mu.RUnlock()
 		c := tx.Bucket(bucketSKey).Cursor()
 		for _, key := c.First(); key != nil; _, key = c.Next() {
 			delete(pending, string(key))

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cairn-db/cairn/storage/lineproto"
@@ -42,6 +43,10 @@ type memtable struct {
 	// keys holds the keys of series never flushed (the shard's index keeps
 	// them once flushed), many to an allocation, for the same reason.
 	keys strings.Builder
+
+	// under is the frozen memtable being flushed while this one fills, until
+	// its flush ends (see intern).
+	under atomic.Pointer[memtable]
 }
 
 // memSeries is one series' points, sorted by ts and unique.
@@ -218,7 +223,7 @@ func (mt *memtable) lookup(p *lineproto.Point) int32 {
 	if idx, ok := mt.index[string(mt.keyBuf)]; ok {
 		return idx
 	}
-	key, diskMax, ok := mt.ix.intern(mt.keyBuf)
+	key, diskMax, ok := mt.intern(mt.keyBuf)
 	if !ok {
 		key, diskMax = mt.newKey(), math.MinInt64 // a series never flushed
 	}
@@ -256,6 +261,29 @@ func (mt *memtable) newKey() string {
 	start := mt.keys.Len()
 	mt.keys.Write(mt.keyBuf)
 	return mt.keys.String()[start:]
+}
+
+// intern is the series index's intern, with the frozen memtable under mt
+// counted as flushed: it will be by the time mt flushes, so a point of mt
+// at or before the frozen one's newest of its series may replace a value
+// then, and must keep its undo and be merged into the blocks.
+func (mt *memtable) intern(key []byte) (string, int64, bool) {
+	// under first: once it is nil, the index holds the frozen series.
+	f := mt.under.Load()
+	k, diskMax, ok := mt.ix.intern(key)
+	if f == nil {
+		return k, diskMax, ok
+	}
+	idx, found := f.index[string(key)] // frozen: no writer any more
+	if !found || len(f.series[idx].pts) == 0 {
+		return k, diskMax, ok
+	}
+	fs := f.series[idx]
+	newest := fs.pts[len(fs.pts)-1].ts
+	if !ok {
+		return fs.key, newest, true
+	}
+	return k, max(diskMax, newest), true
 }
 
 // mergePending merges the batch's out-of-order points, which are disjoint from

@@ -26,12 +26,14 @@ func flushNow(t testing.TB, s Shard) {
 	require.NoError(t, bs.flushLocked())
 }
 
-func flushedTxn(s Shard) uint64 {
-	bs := s.(*boltShard)
-	bs.wmu.Lock()
-	defer bs.wmu.Unlock()
-	return bs.flushedTxn
+// settle ends the background flush of a frozen memtable: it waits for the
+// one under way, or does it.
+func settle(t testing.TB, s Shard) {
+	t.Helper()
+	require.NoError(t, s.(*boltShard).flushFrozen())
 }
+
+func flushedTxn(s Shard) uint64 { return s.(*boltShard).flushedTxn.Load() }
 
 func TestQueryMergesMemtableAndFlushed(t *testing.T) {
 	_, s := openShard1(t, manual...)
@@ -82,6 +84,7 @@ func TestSizeAndRetentionTriggerFlush(t *testing.T) {
 	apply(t, s, 1, pt("m", "", "value", 3, 1))
 	require.Zero(t, flushedTxn(s))
 	apply(t, s, 1, pt("m", "", "value", 4, 1)) // the memtable held 3 points
+	settle(t, s)
 	require.EqualValues(t, 3, flushedTxn(s))
 
 	_, s = openShard1(t, WithFlushPoints(1<<30), WithFlushInterval(0), WithRetainEntries(3))
@@ -89,6 +92,7 @@ func TestSizeAndRetentionTriggerFlush(t *testing.T) {
 		apply(t, s, 1, pt("m", "", "value", int64(i), 1))
 	}
 	// Keeping 3 entries after txn 4 means trimming txn 1, which must be flushed first.
+	settle(t, s)
 	require.EqualValues(t, 3, flushedTxn(s))
 	_, err := s.Entries(0, 0)
 	require.ErrorIs(t, err, ErrCompacted)
@@ -293,9 +297,11 @@ func modelQuery(log []Entry) []Series {
 	return out
 }
 
-// TestMemoryBudgetFlushes: once the memtables of the engine together pass the
-// budget, a shard holding a fair share of it flushes before its next entry,
-// and the engine's account drops by what it held.
+// TestMemoryBudgetFlushes: once the active memtables of the engine together
+// pass the budget, a shard holding a fair share of it freezes its memtable
+// before its next entry, for a flush beside its next commits: the budget's
+// account drops by what it held, which is held as frozen until the flush
+// ends. A shard holds one frozen memtable at most.
 func TestMemoryBudgetFlushes(t *testing.T) {
 	const budget = 64 << 10
 	e := newEngine(t, t.TempDir(), WithFlushPoints(1<<30), WithFlushInterval(0), WithCompactRate(0), WithMemtableBytes(budget))
@@ -312,13 +318,16 @@ func TestMemoryBudgetFlushes(t *testing.T) {
 		return pts
 	}
 	apply(t, b, 1, batch(0)...)
+	batchBytes := int64(100*(memPointBytes+memUndoBytes) + memSeriesBytes + 64)
 	for n := 0; flushedTxn(a) == 0; n++ {
 		require.Less(t, n, 1000, "the budget never flushed")
 		total, _ := acct.load()
-		require.LessOrEqual(t, total, int64(budget)+int64(100*(memPointBytes+memUndoBytes)+memSeriesBytes+64),
-			"never more than one batch over the budget")
+		require.LessOrEqual(t, total, int64(budget)+batchBytes, "never more than one batch over the budget")
+		require.LessOrEqual(t, acct.frozen.Load(), int64(budget)+batchBytes, "one frozen memtable")
 		apply(t, a, 1, batch(n)...)
 	}
+	settle(t, a)
+	require.Zero(t, acct.frozen.Load(), "the flushed memtable is no longer charged")
 	total, shards := acct.load()
 	require.EqualValues(t, 2, shards)
 	require.Less(t, total, int64(budget))

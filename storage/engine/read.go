@@ -63,10 +63,9 @@ func (s *boltShard) QueryLimited(metric string, match map[string]string, start, 
 	if start > end {
 		return out, nil
 	}
-	err := s.view(func(tx *bolt.Tx) error {
-		// s.mem is stable while view holds mu; see flushLocked for why this
-		// memtable and this transaction agree.
-		hits, err := s.mem.collect(metric, match, start, end, lim)
+	err := s.viewMems(func(tx *bolt.Tx, m *memtables) error {
+		// See flush.go for why these memtables and this transaction agree.
+		hits, err := m.collect(metric, match, start, end, lim)
 		if err != nil {
 			return err
 		}

@@ -42,9 +42,9 @@ func (s *boltShard) Scan(metric string, match map[string]string, start, end int6
 	if start > end {
 		return nil
 	}
-	err := s.view(func(tx *bolt.Tx) error {
-		// s.mem and s.ix are stable while view holds mu (see QueryLimited).
-		runs := s.mem.scanCopy(metric, start, end, keep)
+	err := s.viewMems(func(tx *bolt.Tx, m *memtables) error {
+		// s.ix is stable while viewMems holds mu (see QueryLimited).
+		runs := m.scanCopy(metric, start, end, keep)
 		ids, err := candidateIDs(tx, metric, match)
 		if err != nil {
 			return err

@@ -48,20 +48,24 @@ type boltShard struct {
 	retain      uint64
 	flushPoints int
 
-	// wmu serializes writers (Apply, flush, TruncateAfter, Restore) so the txn
-	// checks and the cached txn/term below move together. mu guards db and
-	// mem: readers and writers hold it shared, and it is held exclusively to
-	// swap or drop them, so a reader's memtable and read transaction always
-	// make a consistent pair.
+	// wmu serializes writers (commits, TruncateAfter, Restore, Snapshot) so
+	// the txn checks and the cached txn/term below move together. fmu is held
+	// by a flush of the frozen memtable (flush.go), and by what must not run
+	// beside one; lock order wmu, fmu, mu. mu guards db: readers and writers
+	// hold it shared, and it is held exclusively to swap or drop it (and the
+	// memtables, by TruncateAfter and Restore), so a reader's memtables and
+	// read transaction always make a consistent pair.
 	wmu        sync.Mutex
+	fmu        sync.Mutex
 	mu         sync.RWMutex
 	db         *bolt.DB
-	mem        *memtable
-	ix         *seriesIndex // replaced only with mu held exclusively
-	flushedTxn uint64       // guarded by wmu
+	mems       atomic.Pointer[memtables] // replaced with fmu held; the active one is filled with wmu held
+	ix         *seriesIndex              // replaced only with mu held exclusively
+	flushedTxn atomic.Uint64             // changed with fmu held
+	kick       chan struct{}             // wakes the flusher: a memtable was frozen
 
 	// The log: the shard's records in the engine's write-ahead log. idx is
-	// changed with wmu and lmu held, read with either.
+	// changed with lmu held, and wmu or fmu; read with lmu, or wmu and fmu.
 	wal        *wal
 	inc        uint64         // incarnation; guarded by wmu
 	released   *atomic.Uint64 // the persisted log start: records up to it may go
@@ -72,9 +76,11 @@ type boltShard struct {
 	retainBytes int64
 	memLimit    int64      // engine-wide memtable budget; 0: none
 	memAcct     *memBudget // the engine's account of memtable bytes
-	memCharged  int64      // what this shard's memtable is charged there; guarded by wmu
+	memCharged  int64      // what this shard's active memtable is charged there; guarded by wmu
 	cmu         sync.Mutex // held by a compaction step
 	compactAt   []byte     // where compaction resumes; guarded by cmu
+
+	frozenCharged int64 // what its frozen memtable is charged there; guarded by fmu
 
 	q         commitQueue   // entries appended, waiting for the group commit
 	trimFloor atomic.Uint64 // see SetTrimFloor
@@ -88,6 +94,10 @@ type boltShard struct {
 	stopOnce    sync.Once
 
 	onClose func()
+	// flushHook, set by tests before the shard's first write, runs in each
+	// flush of a frozen memtable with fmu held, before the blocks' commit
+	// (committed false; an error fails the flush) and after it (true).
+	flushHook func(committed bool) error
 }
 
 type shardMeta struct {
@@ -120,7 +130,7 @@ func openShard(path string, id shardID, o options, lim *rateLimiter, mem *memBud
 	}
 	s := &boltShard{path: path, id: id, retain: o.retain, retainBytes: o.retainBytes, flushPoints: o.flushPoints, db: db,
 		memLimit: o.memBytes, memAcct: mem, wal: w, collectLog: collect,
-		stop: make(chan struct{}), loopDone: make(chan struct{}), compactDone: make(chan struct{})}
+		stop: make(chan struct{}), loopDone: make(chan struct{}), compactDone: make(chan struct{}), kick: make(chan struct{}, 1)}
 	s.q.idle = sync.NewCond(&s.q.mu)
 	if err := s.recover(nil); err != nil {
 		s.memAcct.charge(-s.memCharged, 0)
@@ -131,11 +141,7 @@ func openShard(path string, id shardID, o options, lim *rateLimiter, mem *memBud
 		return nil, err
 	}
 	s.q.lastTxn, s.q.lastTerm = s.LastEntry()
-	if o.flushInterval > 0 {
-		go s.flushLoop(o.flushInterval)
-	} else {
-		close(s.loopDone)
-	}
+	go s.flushLoop(o.flushInterval)
 	if o.compactRate > 0 {
 		go s.compactLoop(o.compactEvery, lim)
 	} else {
@@ -173,7 +179,7 @@ func openBolt(path string) (*bolt.DB, error) {
 // into the write-ahead log, rebuilds the log index from the shard's records
 // (recs, or those the write-ahead log found at open) and replays the
 // unflushed tail into a fresh memtable. The caller has the shard to itself:
-// it is being opened, or holds wmu and mu exclusively.
+// it is being opened, or holds wmu, fmu and mu exclusively.
 func (s *boltShard) recover(recs []walRec) error {
 	if err := s.db.Update(convertLegacy); err != nil {
 		return fmt.Errorf("engine: recover %s: %w", s.path, err)
@@ -245,9 +251,9 @@ func (s *boltShard) recover(recs []walRec) error {
 	if err != nil {
 		return fmt.Errorf("engine: recover %s: %w", s.path, err)
 	}
-	s.mem, s.flushedTxn = mt, m.flushedTxn
+	s.flushedTxn.Store(m.flushedTxn)
+	s.dropMems(mt)
 	s.released.Store(m.baseTxn)
-	s.accountMem()
 	s.publish(last, lastTerm)
 	return nil
 }
@@ -376,6 +382,10 @@ func (s *boltShard) TruncateAfter(txnID uint64) error {
 	if txnID >= last {
 		return nil
 	}
+	// No flush beside the cut: a frozen memtable whose flush failed is
+	// replayed with the rest of the unflushed tail.
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.lmu.RLock()
@@ -388,8 +398,8 @@ func (s *boltShard) TruncateAfter(txnID uint64) error {
 	if txnID < base {
 		return fmt.Errorf("engine: truncate after %d: %w: log starts after %d", txnID, ErrCompacted, base)
 	}
-	if s.flushedTxn > txnID {
-		undone, err := s.readLog(txnID, s.flushedTxn, 0)
+	if s.flushedTxn.Load() > txnID {
+		undone, err := s.readLog(txnID, s.flushedTxn.Load(), 0)
 		if err == nil {
 			err = s.db.Update(func(tx *bolt.Tx) error {
 				m, err := readMeta(tx)
@@ -407,7 +417,7 @@ func (s *boltShard) TruncateAfter(txnID uint64) error {
 		if err != nil {
 			return fmt.Errorf("engine: truncate after %d: %w", txnID, err)
 		}
-		s.flushedTxn = txnID
+		s.flushedTxn.Store(txnID)
 	}
 	rec := walRec{kind: recTruncate, inc: s.inc, db: s.id.db, shard: s.id.shard, txn: txnID, term: term}
 	data, _ := appendRecord(nil, rec, nil)
@@ -418,12 +428,11 @@ func (s *boltShard) TruncateAfter(txnID uint64) error {
 		s.lmu.Unlock()
 		last = txnID
 	}
-	mt, rerr := s.replayLog(s.flushedTxn, last)
+	mt, rerr := s.replayLog(s.flushedTxn.Load(), last)
 	if rerr != nil {
 		err = errors.Join(err, rerr)
 	} else {
-		s.mem = mt
-		s.accountMem()
+		s.dropMems(mt)
 	}
 	if err != nil {
 		return fmt.Errorf("engine: truncate after %d: %w", txnID, err)
@@ -441,6 +450,8 @@ func (s *boltShard) Close() error {
 	defer s.closeQueue() // once wmu is released: the committer takes it
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
 	s.mu.Lock()
 	db := s.db
 	s.db = nil
@@ -450,6 +461,7 @@ func (s *boltShard) Close() error {
 	}
 	s.memAcct.charge(-s.memCharged, -1)
 	s.memCharged = 0
+	s.chargeFrozen(0)
 	// The log start trimmed since the last flush persists, so a reopen
 	// serves the same log (after a crash it may serve a longer one).
 	perr := db.Update(func(tx *bolt.Tx) error {

@@ -276,7 +276,7 @@ func termOf(txn, base, baseTerm uint64, entries []Entry) uint64 {
 
 // flushTrim returns the term of upto, the last entry a flush is writing, and
 // the log start that flush persists: the trim the next commit would make
-// once upto is flushed. The caller holds wmu.
+// once upto is flushed. The caller holds fmu.
 func (s *boltShard) flushTrim(upto uint64) (uptoTerm, base, baseTerm uint64) {
 	s.lmu.RLock()
 	defer s.lmu.RUnlock()
@@ -286,13 +286,16 @@ func (s *boltShard) flushTrim(upto uint64) (uptoTerm, base, baseTerm uint64) {
 	return uptoTerm, l.base, l.baseTerm
 }
 
-// trimTo trims the log up to base, a start a flush persisted, and lets the
-// write-ahead log remove the records up to it. The caller holds wmu.
-func (s *boltShard) trimTo(base uint64) {
+// trimTo trims the log up to base, a start a flush of the entries up to
+// flushed persisted, and as the next commit would (the commits that went
+// in during the flush could not trim its entries), then lets the
+// write-ahead log remove the records up to base. The caller holds fmu.
+func (s *boltShard) trimTo(base, flushed uint64) {
 	s.lmu.Lock()
 	if base > s.idx.base {
 		s.idx.dropTo(base)
 	}
+	s.idx.trim(s.trimFloor.Load(), s.retain, s.retainBytes, flushed)
 	s.lmu.Unlock()
 	s.released.Store(base)
 }

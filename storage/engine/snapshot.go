@@ -28,20 +28,26 @@ var snapshotMagic = []byte("CAIRNSNP")
 const maxSnapshotEntries = 1 << 22
 
 // Snapshot copies the file as of one read transaction, then the log from
-// its start; the transaction and the log are taken under wmu, so they agree.
-// It needs no flush: the memtable is derived from the log tail past
+// its start; the transaction and the log are taken under wmu and fmu (no
+// flush moves flushed_txn or the log start between the two), so they agree.
+// It needs no flush: the memtables are derived from the log tail past
 // flushed_txn, which the copy carries, and Restore replays it.
 func (s *boltShard) Snapshot(w io.Writer) error {
 	s.wmu.Lock()
+	s.fmu.Lock()
+	unlock := func() {
+		s.fmu.Unlock()
+		s.wmu.Unlock()
+	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.db == nil {
-		s.wmu.Unlock()
+		unlock()
 		return ErrClosed
 	}
 	tx, err := s.db.Begin(false)
 	if err != nil {
-		s.wmu.Unlock()
+		unlock()
 		return fmt.Errorf("engine: snapshot: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }()
@@ -49,7 +55,7 @@ func (s *boltShard) Snapshot(w io.Writer) error {
 	base, baseTerm := s.idx.base, s.idx.baseTerm
 	s.lmu.RUnlock()
 	entries, err := s.readLog(base, s.LastTxnID(), 0)
-	s.wmu.Unlock()
+	unlock()
 	if err != nil {
 		return fmt.Errorf("engine: snapshot: %w", err)
 	}
@@ -201,6 +207,8 @@ func prepareSnapshot(path string, l snapshotLog, legacy bool, inc uint64) (snaps
 func (s *boltShard) Restore(r io.Reader) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
 	if s.closed() {
 		return ErrClosed
 	}
