@@ -179,7 +179,7 @@ func (ns *newSeries) create(key string) (uint64, error) {
 	ns.next++
 	var k [8]byte // bbolt copies keys, not values
 	binary.BigEndian.PutUint64(k[:], id)
-	if err := ns.tx.Bucket(bucketSKey).Put(k[:], ns.vals.add(key)); err != nil {
+	if err := ns.tx.Bucket(bucketSKey).Put(k[:], ns.vals.addString(key)); err != nil {
 		return 0, err
 	}
 	if ns.posts == nil {
@@ -238,26 +238,26 @@ func (ns *newSeries) finish() error {
 // until the transaction ends, many to an allocation.
 type valueArena struct{ buf []byte }
 
-// free returns the arena's free room, empty, with at least n bytes of
-// capacity.
-func (a *valueArena) free(n int) []byte {
+func (a *valueArena) room(n int) {
 	if cap(a.buf)-len(a.buf) < n {
 		a.buf = make([]byte, 0, max(valueChunkBytes, n))
 	}
-	return a.buf[len(a.buf):len(a.buf)]
 }
 
-// keep returns v, appended to what free returned, as a value: it stays
-// in the arena unless appending outgrew the room and moved it.
-func (a *valueArena) keep(v []byte) []byte {
-	free := a.buf[len(a.buf):cap(a.buf)]
-	if len(v) > 0 && len(v) <= len(free) && &v[0] == &free[0] {
-		a.buf = a.buf[:len(a.buf)+len(v)]
-	}
-	return v[:len(v):len(v)]
+// add returns a copy of v in the arena.
+func (a *valueArena) add(v []byte) []byte {
+	a.room(len(v))
+	start := len(a.buf)
+	a.buf = append(a.buf, v...)
+	return a.buf[start:len(a.buf):len(a.buf)]
 }
 
-func (a *valueArena) add(s string) []byte { return a.keep(append(a.free(len(s)), s...)) }
+func (a *valueArena) addString(s string) []byte {
+	a.room(len(s))
+	start := len(a.buf)
+	a.buf = append(a.buf, s...)
+	return a.buf[start:len(a.buf):len(a.buf)]
+}
 
 const valueChunkBytes = 64 << 10
 
@@ -408,6 +408,7 @@ type blockPut struct {
 	blocks, recent *bolt.Bucket
 	fromTxn        []byte // the recent bucket's value for every block; nil: none
 	vals           valueArena
+	scratch        []byte
 }
 
 func newBlockPut(tx *bolt.Tx, fromTxn uint64) *blockPut {
@@ -425,11 +426,11 @@ func (bp *blockPut) put(id uint64, pts []memPoint) error {
 		n := min(len(pts), maxBlockPoints)
 		binary.BigEndian.PutUint64(k[:], id)
 		putTSKey(k[8:], pts[0].ts)
-		// Room for a block of n points in the worst case seen (random
-		// values, jittered timestamps take about 18 bytes a point); a
-		// larger block is allocated apart.
-		v := bp.vals.keep(encodeBlock(bp.vals.free(64+20*n), pts[:n]))
-		if err := bp.blocks.Put(k[:], v); err != nil {
+		// Encoded in scratch, then copied: how many bytes a block takes is
+		// only known after, and room for the worst case wasted most of
+		// every chunk on well-compressed blocks.
+		bp.scratch = encodeBlock(bp.scratch[:0], pts[:n])
+		if err := bp.blocks.Put(k[:], bp.vals.add(bp.scratch)); err != nil {
 			return err
 		}
 		if bp.fromTxn != nil {

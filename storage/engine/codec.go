@@ -87,7 +87,7 @@ func getStringTable(points int) map[string]uint64 {
 	if t, ok := stringTables.Get().(map[string]uint64); ok {
 		return t
 	}
-	return make(map[string]uint64, min(16+points, tableKeep))
+	return make(map[string]uint64, min(16+points/4, tableKeep))
 }
 
 func putStringTable(t map[string]uint64) {
