@@ -68,17 +68,13 @@ func AppendMetricPrefix(dst []byte, metric string) []byte { return appendEscaped
 func needsEscape(c byte) bool { return c == '\\' || c == ',' || c == '=' || c == '#' }
 
 func appendEscaped(dst []byte, s string) []byte {
-	// Names and tag values rarely need escaping: copy the run before each
-	// byte that does at once (every point's series key is built this way).
-	start := 0
 	for i := 0; i < len(s); i++ {
 		if needsEscape(s[i]) {
-			dst = append(dst, s[start:i]...)
 			dst = append(dst, '\\')
-			start = i
 		}
+		dst = append(dst, s[i])
 	}
-	return append(dst, s[start:]...)
+	return dst
 }
 
 // ParseSeriesKey inverts SeriesKey.
