@@ -138,7 +138,11 @@ func appendLP(b []byte, s string) []byte {
 }
 
 func postingPrefix(kind byte, parts ...string) []byte {
-	b := []byte{kind}
+	return appendPostingKey(nil, kind, parts...)
+}
+
+func appendPostingKey(b []byte, kind byte, parts ...string) []byte {
+	b = append(b, kind)
 	for _, p := range parts {
 		b = appendLP(b, p)
 	}
@@ -148,10 +152,16 @@ func postingPrefix(kind byte, parts ...string) []byte {
 // newSeries allocates ids and writes the index entries of series created by
 // one flush; postings gathers them per posting key and writes each list once,
 // and the next series id is read and written once (finish writes both).
+// A flush of many new series creates them by the thousand: posting keys are
+// built in one buffer and only a key not seen before in the flush becomes a
+// string, and the key values bbolt keeps until the commit share allocations.
 type newSeries struct {
 	tx    *bolt.Tx
-	posts map[string][]uint64
+	posts map[string]int // posting key -> index in lists
+	lists [][]uint64
 	next  uint64 // the next series id; 0: not read yet
+	buf   []byte // posting key scratch
+	vals  valueArena
 }
 
 func (ns *newSeries) create(key string) (uint64, error) {
@@ -167,20 +177,31 @@ func (ns *newSeries) create(key string) (uint64, error) {
 	}
 	id := ns.next
 	ns.next++
-	if err := ns.tx.Bucket(bucketSKey).Put(u64Key(id), []byte(key)); err != nil {
+	var k [8]byte // bbolt copies keys, not values
+	binary.BigEndian.PutUint64(k[:], id)
+	if err := ns.tx.Bucket(bucketSKey).Put(k[:], ns.vals.addString(key)); err != nil {
 		return 0, err
 	}
 	if ns.posts == nil {
-		ns.posts = make(map[string][]uint64)
+		ns.posts = make(map[string]int)
 	}
-	keys := []string{string(postingPrefix(postMetric, metric)), string(postingPrefix(postField, metric, field))}
+	ns.post(id, appendPostingKey(ns.buf[:0], postMetric, metric))
+	ns.post(id, appendPostingKey(ns.buf[:0], postField, metric, field))
 	for _, t := range tags {
-		keys = append(keys, string(postingPrefix(postTag, metric, t.Key, t.Value)))
-	}
-	for _, k := range keys {
-		ns.posts[k] = append(ns.posts[k], id)
+		ns.post(id, appendPostingKey(ns.buf[:0], postTag, metric, t.Key, t.Value))
 	}
 	return id, nil
+}
+
+// post adds id to the list of posting key k (which lives in ns.buf).
+func (ns *newSeries) post(id uint64, k []byte) {
+	ns.buf = k
+	if i, ok := ns.posts[string(k)]; ok {
+		ns.lists[i] = append(ns.lists[i], id)
+		return
+	}
+	ns.posts[string(k)] = len(ns.lists)
+	ns.lists = append(ns.lists, []uint64{id})
 }
 
 // finish records the next series id and appends the new ids, which are above
@@ -195,7 +216,7 @@ func (ns *newSeries) finish() error {
 	}
 	post := ns.tx.Bucket(bucketPost)
 	for _, k := range slices.Sorted(maps.Keys(ns.posts)) {
-		ids := ns.posts[k]
+		ids := ns.lists[ns.posts[k]]
 		old := post.Get([]byte(k))
 		last, err := lastPosting(old)
 		if err != nil {
@@ -213,6 +234,33 @@ func (ns *newSeries) finish() error {
 	return nil
 }
 
+// valueArena holds values given to bbolt, which keeps them (not copies)
+// until the transaction ends, many to an allocation.
+type valueArena struct{ buf []byte }
+
+func (a *valueArena) room(n int) {
+	if cap(a.buf)-len(a.buf) < n {
+		a.buf = make([]byte, 0, max(valueChunkBytes, n))
+	}
+}
+
+// add returns a copy of v in the arena.
+func (a *valueArena) add(v []byte) []byte {
+	a.room(len(v))
+	start := len(a.buf)
+	a.buf = append(a.buf, v...)
+	return a.buf[start:len(a.buf):len(a.buf)]
+}
+
+func (a *valueArena) addString(s string) []byte {
+	a.room(len(s))
+	start := len(a.buf)
+	a.buf = append(a.buf, s...)
+	return a.buf[start:len(a.buf):len(a.buf)]
+}
+
+const valueChunkBytes = 64 << 10
+
 func decodePostings(v []byte) ([]uint64, error) {
 	var out []uint64
 	var id uint64
@@ -228,12 +276,20 @@ func decodePostings(v []byte) ([]uint64, error) {
 	return out, nil
 }
 
+// lastPosting returns the last id of a posting list (0: empty) without
+// decoding it into a slice: a flush of new series reads every list they
+// join, the metric's as long as the shard has series.
 func lastPosting(v []byte) (uint64, error) {
-	ids, err := decodePostings(v)
-	if err != nil || len(ids) == 0 {
-		return 0, err
+	var id uint64
+	for len(v) > 0 {
+		d, n := binary.Uvarint(v)
+		if n <= 0 {
+			return 0, fmt.Errorf("%w: posting list", ErrCorrupt)
+		}
+		id += d
+		v = v[n:]
 	}
-	return ids[len(ids)-1], nil
+	return id, nil
 }
 
 func blockKey(id uint64, minTS int64) []byte {
@@ -341,16 +397,44 @@ func readSeries(b *bolt.Bucket, id uint64, start, end int64, extra int) ([]Serie
 // blocks) as blocks of at most maxBlockPoints. A fromTxn above 0 records
 // them as rebuildable from the log from that txn on.
 func putBlocks(tx *bolt.Tx, id uint64, pts []memPoint, fromTxn uint64) error {
-	b := tx.Bucket(bucketBlocks)
-	b.FillPercent = blockFill
+	bp := newBlockPut(tx, fromTxn)
+	return bp.put(id, pts)
+}
+
+// blockPut writes the blocks of many series in one transaction: a flush
+// writes a block or more for every series it holds, and one allocation
+// for each block's key, value and recent-record was a cost per series.
+type blockPut struct {
+	blocks, recent *bolt.Bucket
+	fromTxn        []byte // the recent bucket's value for every block; nil: none
+	vals           valueArena
+	scratch        []byte
+}
+
+func newBlockPut(tx *bolt.Tx, fromTxn uint64) *blockPut {
+	bp := &blockPut{blocks: tx.Bucket(bucketBlocks), recent: tx.Bucket(bucketRecent)}
+	bp.blocks.FillPercent = blockFill
+	if fromTxn > 0 {
+		bp.fromTxn = u64Key(fromTxn)
+	}
+	return bp
+}
+
+func (bp *blockPut) put(id uint64, pts []memPoint) error {
+	var k [16]byte // bbolt copies keys, not values
 	for len(pts) > 0 {
 		n := min(len(pts), maxBlockPoints)
-		k := blockKey(id, pts[0].ts)
-		if err := b.Put(k, encodeBlock(nil, pts[:n])); err != nil {
+		binary.BigEndian.PutUint64(k[:], id)
+		putTSKey(k[8:], pts[0].ts)
+		// Encoded in scratch, then copied: how many bytes a block takes is
+		// only known after, and room for the worst case wasted most of
+		// every chunk on well-compressed blocks.
+		bp.scratch = encodeBlock(bp.scratch[:0], pts[:n])
+		if err := bp.blocks.Put(k[:], bp.vals.add(bp.scratch)); err != nil {
 			return err
 		}
-		if fromTxn > 0 {
-			if err := tx.Bucket(bucketRecent).Put(k, u64Key(fromTxn)); err != nil {
+		if bp.fromTxn != nil {
+			if err := bp.recent.Put(k[:], bp.fromTxn); err != nil {
 				return err
 			}
 		}
@@ -429,6 +513,7 @@ func writeMemtable(tx *bolt.Tx, ix *seriesIndex, mt *memtable, fromTxn uint64) (
 		ix.lastPerSeries.Store(int64(mt.points / len(mt.series)))
 	}
 	ns := newSeries{tx: tx}
+	bp := newBlockPut(tx, fromTxn)
 	blocks := tx.Bucket(bucketBlocks)
 	for _, idx := range order {
 		ms := &mt.series[idx]
@@ -455,7 +540,7 @@ func writeMemtable(tx *bolt.Tx, ix *seriesIndex, mt *memtable, fromTxn uint64) (
 			newest[len(newest)-1].ts = max(last, ms.pts[len(ms.pts)-1].ts)
 		}
 		if !any || ms.pts[0].ts > last {
-			if err := putBlocks(tx, id, ms.pts, fromTxn); err != nil {
+			if err := bp.put(id, ms.pts); err != nil {
 				return nil, nil, false, err
 			}
 			continue

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 
 	"github.com/cairn-db/cairn/storage/lineproto"
 )
@@ -28,7 +29,8 @@ func (e Entry) appendBinary(b []byte) []byte {
 	b = binary.AppendUvarint(b, e.TxnID)
 	b = binary.AppendUvarint(b, e.Term)
 	b = binary.AppendUvarint(b, uint64(len(e.Points)))
-	table := make(map[string]uint64, min(16+len(e.Points)/4, 4096))
+	table := getStringTable(len(e.Points))
+	defer putStringTable(table)
 	// Consecutive points mostly repeat the metric, the field, the tag keys
 	// and often values (the lines of one series, the tags the parser
 	// interned): each position remembers its last string, and a repeat
@@ -69,6 +71,31 @@ func (e Entry) appendBinary(b []byte) []byte {
 		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(p.Value))
 	}
 	return b
+}
+
+// String tables are kept between encodings. An entry of a high-cardinality
+// batch names a few new strings (tag values) for most of its points: a table
+// sized for a quarter of them grew twice per entry, and the rehashing made
+// the encoder's CPU per point rise with the number of series. A table reused
+// from the pool has grown once; clearing it costs a pass over its slots,
+// which is why one grown past tableKeep is not kept.
+const tableKeep = 4096
+
+var stringTables sync.Pool // of map[string]uint64, empty
+
+func getStringTable(points int) map[string]uint64 {
+	if t, ok := stringTables.Get().(map[string]uint64); ok {
+		return t
+	}
+	return make(map[string]uint64, min(16+points/4, tableKeep))
+}
+
+func putStringTable(t map[string]uint64) {
+	if len(t) > tableKeep {
+		return
+	}
+	clear(t)
+	stringTables.Put(t)
 }
 
 // UnmarshalBinary decodes what MarshalBinary produced. It never panics on bad

@@ -99,10 +99,13 @@ func (s *boltShard) compactStep(budget, minRun int) (int, bool, error) {
 			id := beUint64(k)
 			// Corrupt blocks are left for reads to report, and the last
 			// flush's blocks for repairTorn to check at the next open.
-			if err != nil || recent.Get(k) != nil || id != curID || curPoints+h.count > maxBlockPoints {
+			// One look-up in recent a block: a pass reads every block
+			// header of the shard, and bbolt allocates for each.
+			isRecent := recent.Get(k) != nil
+			if err != nil || isRecent || id != curID || curPoints+h.count > maxBlockPoints {
 				end()
 			}
-			if err == nil && recent.Get(k) == nil && h.count < maxBlockPoints {
+			if err == nil && !isRecent && h.count < maxBlockPoints {
 				if cur.pts, err = decodeBlock(cur.pts, v); err != nil {
 					return err
 				}
@@ -118,13 +121,14 @@ func (s *boltShard) compactStep(budget, minRun int) (int, bool, error) {
 		} else {
 			s.compactAt = append(s.compactAt[:0], k...)
 		}
+		bp := newBlockPut(tx, 0)
 		for _, r := range runs {
 			for _, key := range r.keys {
 				if err := deleteBlock(tx, key); err != nil {
 					return err
 				}
 			}
-			if err := putBlocks(tx, beUint64(r.keys[0]), r.pts, 0); err != nil {
+			if err := bp.put(beUint64(r.keys[0]), r.pts); err != nil {
 				return err
 			}
 		}

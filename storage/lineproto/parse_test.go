@@ -153,6 +153,7 @@ func TestSeriesKeyRoundTrip(t *testing.T) {
 		{Point{Metric: "cpu", Field: "value"}, "cpu#value"},
 		{Point{Metric: "cpu", Tags: []Tag{{"a", "1"}, {"b", "2"}}, Field: "f"}, "cpu,a=1,b=2#f"},
 		{Point{Metric: "c,p#u", Tags: []Tag{{"k=", `v\`}}, Field: "f#"}, `c\,p\#u,k\==v\\#f\#`},
+		{Point{Metric: ",,a", Tags: []Tag{{"#k", "=="}}, Field: `x\,y`}, `\,\,a,\#k=\=\=#x\\\,y`},
 	}
 	for _, tc := range tests {
 		require.Equal(t, tc.want, tc.p.SeriesKey())

@@ -1,0 +1,86 @@
+package engine
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/cairn-db/cairn/storage/lineproto"
+	"github.com/stretchr/testify/require"
+)
+
+// highCardinalityEntry is n points of distinct series (a new host tag value
+// each, regions repeating), every string of it a table entry of its own
+// unless repeated.
+func highCardinalityEntry(txn uint64, n, hostBase int) Entry {
+	e := Entry{TxnID: txn, Term: 3, Points: make([]lineproto.Point, n)}
+	for i := range e.Points {
+		e.Points[i] = lineproto.Point{Metric: "cpu", Field: "usage", TS: int64(txn)*10_000 + int64(i), Value: float64(i) / 3,
+			Tags: []lineproto.Tag{{Key: "host", Value: fmt.Sprintf("h%d", hostBase+i)}, {Key: "region", Value: fmt.Sprintf("r%d", i%5)}}}
+	}
+	return e
+}
+
+// The encoder's string tables are pooled: an entry encoded after others
+// (smaller, larger, than the table kept, at once in other goroutines) must
+// encode to the same bytes and decode to itself.
+func TestEntryEncodingReusesStringTables(t *testing.T) {
+	sizes := []int{1, 625, 5000, tableKeep + 500, 40, 3000}
+	want := make([][]byte, len(sizes))
+	for i, n := range sizes {
+		want[i], _ = highCardinalityEntry(uint64(i+1), n, i*100_000).MarshalBinary()
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := range 3 {
+				for j := range sizes {
+					i := (j + g + r) % len(sizes)
+					e := highCardinalityEntry(uint64(i+1), sizes[i], i*100_000)
+					got, _ := e.MarshalBinary()
+					if string(got) != string(want[i]) {
+						errs <- fmt.Errorf("entry %d of %d points encoded differently after others", i, sizes[i])
+						return
+					}
+					var back Entry
+					if err := back.UnmarshalBinary(got); err != nil {
+						errs <- err
+						return
+					}
+					if back.TxnID != e.TxnID || len(back.Points) != len(e.Points) {
+						errs <- fmt.Errorf("entry %d: header decoded as txn %d, %d points", i, back.TxnID, len(back.Points))
+						return
+					}
+					for k := range e.Points {
+						if back.Points[k].SeriesKey() != e.Points[k].SeriesKey() || back.Points[k].TS != e.Points[k].TS || back.Points[k].Value != e.Points[k].Value {
+							errs <- fmt.Errorf("entry %d point %d decoded as %+v, want %+v", i, k, back.Points[k], e.Points[k])
+							return
+						}
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	require.NoError(t, <-errs)
+}
+
+// A repeated string is written once and referenced after: the table must
+// hold every string of an entry however many there are.
+func TestEntryEncodingReferencesRepeatsAtHighCardinality(t *testing.T) {
+	e := highCardinalityEntry(1, 5000, 0)
+	twice := Entry{TxnID: 1, Term: 3, Points: append(append([]lineproto.Point(nil), e.Points...), e.Points...)}
+	once, _ := e.MarshalBinary()
+	both, _ := twice.MarshalBinary()
+	// The second copy of each point repeats only references: a few bytes
+	// for the strings, 8 for the value, up to 3 for the ts.
+	require.Less(t, len(both)-len(once), 5000*20, "second copies reference the table")
+	var back Entry
+	require.NoError(t, back.UnmarshalBinary(both))
+	require.Len(t, back.Points, 10_000)
+	require.Equal(t, e.Points[4999].SeriesKey(), back.Points[9999].SeriesKey())
+}
