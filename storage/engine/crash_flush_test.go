@@ -92,19 +92,7 @@ func TestKill9MidBackgroundFlush(t *testing.T) {
 			last := s.LastTxnID()
 			require.GreaterOrEqual(t, last, acked, "every acknowledged entry survives kill -9")
 			require.LessOrEqual(t, last, upto+4, "the entry waiting for the flush was never acknowledged")
-			got, err := s.Query("m", nil, 0, 1<<62)
-			require.NoError(t, err)
-			require.Len(t, got, 1)
-			require.Len(t, got[0].Points, int(last)*crashPointsPerEntry, "each entry once, all or nothing")
-			for i, p := range got[0].Points {
-				require.EqualValues(t, i/crashPointsPerEntry+1, p.Value)
-			}
-			got, err = s.Query("o", nil, 0, 0)
-			require.NoError(t, err)
-			require.Equal(t, []SeriesPoint{{0, float64(last)}}, got[0].Points, "the newest overwrite wins")
-			require.NoError(t, s.Apply(Entry{TxnID: last + 1, Term: 1}))
-			flushNow(t, s)
-			require.EqualValues(t, last+1, flushedTxn(s))
+			requireRecovered(t, s, last)
 		})
 	}
 }

@@ -130,17 +130,25 @@ func kill9(t *testing.T, flushPoints int, killAt uint64, writers int) {
 	if flushPoints < int(killAt)*crashPointsPerEntry {
 		require.Positive(t, flushedTxn(s), "some entries were flushed before the kill")
 	}
+	requireRecovered(t, s, last)
+}
+
+// requireRecovered checks a shard recovered after kill -9 with last as its
+// last entry: every entry's points of series m once, all or nothing, the
+// newest overwrite of series o, and the shard keeps working, flushes
+// included.
+func requireRecovered(t *testing.T, s Shard, last uint64) {
+	t.Helper()
 	got, err := s.Query("m", nil, 0, 1<<62)
 	require.NoError(t, err)
 	require.Len(t, got, 1)
-	require.Len(t, got[0].Points, int(last)*crashPointsPerEntry, "each entry is all or nothing")
+	require.Len(t, got[0].Points, int(last)*crashPointsPerEntry, "each entry once, all or nothing")
 	for i, p := range got[0].Points {
 		require.EqualValues(t, i/crashPointsPerEntry+1, p.Value)
 	}
 	got, err = s.Query("o", nil, 0, 0)
 	require.NoError(t, err)
 	require.Equal(t, []SeriesPoint{{0, float64(last)}}, got[0].Points, "the newest overwrite wins")
-	// The shard keeps working after recovery, flushes included.
 	require.NoError(t, s.Apply(Entry{TxnID: last + 1, Term: 1}))
 	flushNow(t, s)
 	require.EqualValues(t, last+1, flushedTxn(s))

@@ -85,13 +85,9 @@ func (s *boltShard) freeze() {
 func (s *boltShard) rotate() error {
 	s.fmu.Lock()
 	defer s.fmu.Unlock()
-	if err := s.flushFrozenLocked(); err != nil {
+	if froze, err := s.refreezeLocked(); err != nil || !froze {
 		return err
 	}
-	if s.mems.Load().active.empty() {
-		return nil
-	}
-	s.freeze()
 	select {
 	case s.kick <- struct{}{}:
 	default: // the flusher has a kick pending already
@@ -99,18 +95,27 @@ func (s *boltShard) rotate() error {
 	return nil
 }
 
+// refreezeLocked flushes the memtable frozen before, if any, then freezes the
+// active one unless it is empty (false). The caller holds fmu.
+func (s *boltShard) refreezeLocked() (bool, error) {
+	if err := s.flushFrozenLocked(); err != nil {
+		return false, err
+	}
+	if s.mems.Load().active.empty() {
+		return false, nil
+	}
+	s.freeze()
+	return true, nil
+}
+
 // flushLocked flushes everything now: the frozen memtable, then the active
 // one. The caller holds wmu.
 func (s *boltShard) flushLocked() error {
 	s.fmu.Lock()
 	defer s.fmu.Unlock()
-	if err := s.flushFrozenLocked(); err != nil {
+	if froze, err := s.refreezeLocked(); err != nil || !froze {
 		return err
 	}
-	if s.mems.Load().active.empty() {
-		return nil
-	}
-	s.freeze()
 	return s.flushFrozenLocked()
 }
 
