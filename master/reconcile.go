@@ -101,10 +101,46 @@ func (m *Master) syncDB(ctx context.Context, name string) error {
 			return fmt.Errorf("%w: %s: %s; fix or delete the key", errUnreadable, k.key, why)
 		}
 	}
+	if dropped, err := m.dropEarlierIncarnation(ctx, name); err != nil || dropped {
+		return err // dropped: the next pass places the database afresh
+	}
 	if err := m.syncAssignment(ctx, name); err != nil {
 		return err
 	}
 	return m.failover(ctx, name)
+}
+
+// dropEarlierIncarnation deletes the assignment and shard states of a
+// database dropped and created again before this master saw it gone (the
+// config's delete and put came as one change, or while it was not master):
+// the states name another incarnation's uid, storage nodes give no role from
+// them, and the new database would never get a leader. Both keys go in one
+// txn guarded by the revisions the decision read (the config's included);
+// true when they did. States without a uid (written by an older version)
+// cannot tell and are kept.
+func (m *Master) dropEarlierIncarnation(ctx context.Context, name string) (bool, error) {
+	st := m.cfg.State()
+	db, exists := st.Databases.Get(name)
+	states, has := st.ShardStates.Get(name)
+	if !exists || !has || db.UID == "" || states.UID == "" || states.UID == db.UID {
+		return false, nil
+	}
+	ok, err := m.write(ctx, []kv.Cmp{
+		kv.ModRevIs(m.cfg.Keys.DatabaseConfig(name), st.ModRev(statemachine.SourceDatabaseConfig, name)),
+		kv.ModRevIs(m.cfg.Keys.Assign(name), st.ModRev(statemachine.SourceAssign, name)),
+		kv.ModRevIs(m.cfg.Keys.ShardState(name), st.ModRev(statemachine.SourceShardState, name)),
+	}, []kv.Op{
+		kv.OpDelete(m.cfg.Keys.Assign(name)), kv.OpDelete(m.cfg.Keys.ShardState(name)),
+	}, statemachine.SourceAssign, statemachine.SourceShardState)
+	if err != nil {
+		return false, err
+	}
+	if !ok {
+		return false, fmt.Errorf("%w: database %s, its assignment or shard states", errChanged, name)
+	}
+	m.lg.Info("dropped the assignment of an earlier database with the same name", zap.String("db", name),
+		zap.String("uid", db.UID), zap.String("earlier_uid", states.UID))
+	return true, nil
 }
 
 // syncAssignment creates the assignment of a new database, grows it, or
