@@ -85,12 +85,7 @@ func TestReadsDuringBackgroundFlush(t *testing.T) {
 			s, err := e.Open("db1", 0)
 			require.NoError(t, err)
 			var log []Entry
-			write := func(points ...lineproto.Point) {
-				t.Helper()
-				en := Entry{TxnID: uint64(len(log) + 1), Term: 1, Points: points}
-				require.NoError(t, s.Apply(en))
-				log = append(log, en)
-			}
+			write := func(points ...lineproto.Point) { t.Helper(); log = applyNext(t, s, log, points...) }
 			// Txn 1 is flushed: the frozen memtable later replaces one of its points.
 			write(pt("m", "h=a", "value", 1, 1), pt("m", "h=z", "value", 1, 100), pt("m", "h=z", "value", 2, 200), pt("m", "h=z", "value", 3, 300))
 			flushNow(t, s)
@@ -158,12 +153,7 @@ func TestFailedBackgroundFlush(t *testing.T) {
 		return errDisk
 	}
 	var log []Entry
-	write := func(points ...lineproto.Point) {
-		t.Helper()
-		en := Entry{TxnID: uint64(len(log) + 1), Term: 1, Points: points}
-		require.NoError(t, s.Apply(en))
-		log = append(log, en)
-	}
+	write := func(points ...lineproto.Point) { t.Helper(); log = applyNext(t, s, log, points...) }
 	write(pt("m", "h=a", "value", 1, 1), pt("m", "h=a", "value", 2, 2))
 	write(pt("m", "h=a", "value", 2, 20), pt("m", "h=b", "value", 1, 10)) // froze txn 1; its flush fails
 	checkReads(t, s, log, "frozen, its flush failed")
@@ -234,4 +224,13 @@ func TestRandomWithBackgroundFlushes(t *testing.T) {
 		require.EqualValues(t, len(log), s.LastTxnID())
 		checkReads(t, s, log, fmt.Sprintf("step %d", step))
 	}
+}
+
+// applyNext applies points as the entry after log (term 1) and returns log
+// with it: the model the test checks the shard against.
+func applyNext(t *testing.T, s Shard, log []Entry, points ...lineproto.Point) []Entry {
+	t.Helper()
+	en := Entry{TxnID: uint64(len(log) + 1), Term: 1, Points: points}
+	require.NoError(t, s.Apply(en))
+	return append(log, en)
 }
