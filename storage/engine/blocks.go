@@ -393,14 +393,6 @@ func readSeries(b *bolt.Bucket, id uint64, start, end int64, extra int) ([]Serie
 	return out, nil
 }
 
-// putBlocks writes pts (sorted, unique, not overlapping the series' other
-// blocks) as blocks of at most maxBlockPoints. A fromTxn above 0 records
-// them as rebuildable from the log from that txn on.
-func putBlocks(tx *bolt.Tx, id uint64, pts []memPoint, fromTxn uint64) error {
-	bp := newBlockPut(tx, fromTxn)
-	return bp.put(id, pts)
-}
-
 // blockPut writes the blocks of many series in one transaction: a flush
 // writes a block or more for every series it holds, and one allocation
 // for each block's key, value and recent-record was a cost per series.
@@ -451,8 +443,10 @@ func deleteBlock(tx *bolt.Tx, k []byte) error {
 }
 
 // rewriteRange replaces series id's blocks that overlap [lo, hi] by the
-// result of edit, which gets their points (sorted) and returns the new ones.
-func rewriteRange(tx *bolt.Tx, id uint64, lo, hi int64, edit func([]memPoint) []memPoint) error {
+// result of edit, which gets their points (sorted) and returns the new ones,
+// written with bp: one per transaction, whose arena holds the values of all
+// its blocks (an arena per call took a chunk for each series a flush merged).
+func rewriteRange(tx *bolt.Tx, bp *blockPut, id uint64, lo, hi int64, edit func([]memPoint) []memPoint) error {
 	var old []memPoint
 	var keys [][]byte
 	err := seriesBlocks(tx.Bucket(bucketBlocks), id, lo, func(k, v []byte, h blockHeader) (bool, error) {
@@ -472,7 +466,7 @@ func rewriteRange(tx *bolt.Tx, id uint64, lo, hi int64, edit func([]memPoint) []
 			return err
 		}
 	}
-	return putBlocks(tx, id, edit(old), 0)
+	return bp.put(id, edit(old))
 }
 
 // lastBlockMax returns the newest flushed ts of series id (ok false: none).
@@ -514,6 +508,7 @@ func writeMemtable(tx *bolt.Tx, ix *seriesIndex, mt *memtable, fromTxn uint64) (
 	}
 	ns := newSeries{tx: tx}
 	bp := newBlockPut(tx, fromTxn)
+	rw := newBlockPut(tx, 0) // merged blocks: not rebuildable from the log alone
 	blocks := tx.Bucket(bucketBlocks)
 	for _, idx := range order {
 		ms := &mt.series[idx]
@@ -546,7 +541,7 @@ func writeMemtable(tx *bolt.Tx, ix *seriesIndex, mt *memtable, fromTxn uint64) (
 			continue
 		}
 		merged = true
-		err = rewriteRange(tx, id, ms.pts[0].ts, ms.pts[len(ms.pts)-1].ts, func(old []memPoint) []memPoint {
+		err = rewriteRange(tx, rw, id, ms.pts[0].ts, ms.pts[len(ms.pts)-1].ts, func(old []memPoint) []memPoint {
 			return mergeMem(old, ms.pts, func(ts int64, bits uint64) { prev[memSlot{idx, ts}] = bits })
 		})
 		if err != nil {
@@ -600,6 +595,7 @@ func undoEntries(tx *bolt.Tx, ix *seriesIndex, to uint64, entries []Entry) error
 			return err
 		}
 	}
+	rw := newBlockPut(tx, 0)
 	for key, ops := range bySeries {
 		id, ok := ix.id(key)
 		if !ok {
@@ -609,7 +605,7 @@ func undoEntries(tx *bolt.Tx, ix *seriesIndex, to uint64, entries []Entry) error
 		for _, o := range ops {
 			lo, hi = min(lo, o.ts), max(hi, o.ts)
 		}
-		err := rewriteRange(tx, id, lo, hi, func(old []memPoint) []memPoint {
+		err := rewriteRange(tx, rw, id, lo, hi, func(old []memPoint) []memPoint {
 			state := make(map[int64]uint64, len(old))
 			for _, p := range old {
 				state[p.ts] = p.bits

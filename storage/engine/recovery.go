@@ -78,6 +78,7 @@ func convertLegacy(tx *bolt.Tx) error {
 		return nil
 	}
 	ns := newSeries{tx: tx}
+	bp := newBlockPut(tx, 0)
 	err := series.ForEach(func(k, v []byte) error {
 		if v != nil {
 			return nil
@@ -97,7 +98,7 @@ func convertLegacy(tx *bolt.Tx) error {
 		if err != nil {
 			return err
 		}
-		return putBlocks(tx, id, pts, 0)
+		return bp.put(id, pts)
 	})
 	if err == nil {
 		err = ns.finish()
