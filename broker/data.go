@@ -188,29 +188,41 @@ func (d *Data) write(ctx context.Context, db, precision string, body []byte) (in
 }
 
 // splitByShard groups points by the shard of their series, keeping their
-// order within a shard: one slice per shard, cut from one copy of points,
-// with every series key built in one reused buffer.
+// order within a shard: one slice per shard, cut from points itself, which
+// it reorders in place (a copy of the batch was a fifth of the bytes a write
+// allocated), with every series key built in one reused buffer.
 func splitByShard(points []lineproto.Point, numShards int) [][]lineproto.Point {
 	numShards = max(numShards, 1)
-	of := make([]int32, len(points))
+	dest := make([]int32, len(points))
 	counts := make([]int, numShards)
 	var key []byte
 	for i := range points {
 		p := &points[i]
 		key = lineproto.AppendSeriesKey(key[:0], p.Metric, p.Tags, p.Field)
 		s := lineproto.ShardOfKey(key, numShards)
-		of[i] = int32(s)
+		dest[i] = int32(s)
 		counts[s]++
 	}
-	all := make([]lineproto.Point, len(points))
 	groups := make([][]lineproto.Point, numShards)
+	next := make([]int32, numShards) // the next place of each shard's points
 	at := 0
 	for s, n := range counts {
-		groups[s] = all[at : at : at+n]
+		groups[s] = points[at : at+n : at+n]
+		next[s] = int32(at)
 		at += n
 	}
-	for i, s := range of {
-		groups[s] = append(groups[s], points[i])
+	for i, s := range dest {
+		dest[i] = next[s]
+		next[s]++
+	}
+	// Each swap puts one point where it belongs, so this ends after fewer
+	// than len(points) swaps.
+	for i := range points {
+		for int(dest[i]) != i {
+			j := dest[i]
+			points[i], points[j] = points[j], points[i]
+			dest[i], dest[j] = dest[j], dest[i]
+		}
 	}
 	return groups
 }
