@@ -31,11 +31,15 @@ type memtable struct {
 	bytes    int64      // estimated heap held, for the memory budget
 	since    time.Time  // when the first entry went in, for the age-based flush
 
-	ix      *seriesIndex // the shard's flushed series, whose key strings are reused
-	keyBuf  []byte
-	pend    map[memSlot]int // batch scratch: out-of-order points -> index in pending
-	prev    int32           // 1 + the series seriesOf returned last (0: none), whose next predicts the following one
-	ptsHint int             // room for points a new series starts with
+	ix *seriesIndex // the shard's flushed series, whose key strings are reused
+	// pending collects, during one insert, the points of each series older
+	// than its newest that are not in its pts yet; they are merged in once
+	// at the end of the batch, so out-of-order writes cost O(n) per batch
+	// instead of O(n) per point. pend finds them by (series, ts).
+	pending map[int32][]memPoint
+	pend    map[memSlot]int
+	prev    int32 // 1 + the series seriesOf returned last (0: none), whose next predicts the following one
+	ptsHint int   // room for points a new series starts with
 	// arena hands out the first points of new series (ptsHint each) from
 	// larger allocations: with many series, one object per series was most
 	// of what the GC had to mark.
@@ -62,11 +66,12 @@ type memSeries struct {
 	// (math.MinInt64: nothing flushed, math.MaxInt64: unknown): a point
 	// after it replaces nothing on disk, so its undo needs no record.
 	diskMax int64
-	pts     []memPoint
-	// pending collects, during one insert, points older than the series' newest
-	// that are not in pts yet; they are merged in once at the end of the batch,
-	// so out-of-order writes cost O(n) per batch instead of O(n) per point.
-	pending []memPoint
+	// last is the ts of pts' last point (when there is one), kept beside
+	// the series' other fields: the in-order point, nearly every one, then
+	// needs only this one cache line per series before its append, which
+	// with many series mattered (the 64 bytes of a memSeries are one line).
+	last int64
+	pts  []memPoint
 }
 
 type memPoint struct {
@@ -133,8 +138,13 @@ const (
 func (mt *memtable) sizeBytes() int64 { return mt.bytes }
 
 // insert adds an entry's points; later points win over earlier ones at the
-// same series and ts, within the entry and across entries.
-func (mt *memtable) insert(e Entry, now time.Time) {
+// same series and ts, within the entry and across entries. keys are the
+// points' series keys (nil: made here).
+func (mt *memtable) insert(e Entry, keys *pointKeys, now time.Time) {
+	if keys == nil {
+		keys = new(pointKeys)
+		keys.build(e.Points)
+	}
 	mt.mu.Lock()
 	defer mt.mu.Unlock()
 	if mt.empty() {
@@ -142,27 +152,18 @@ func (mt *memtable) insert(e Entry, now time.Time) {
 	}
 	var undo []memUndo
 	var touched []int32 // series with pending points
-	var last struct {   // points of one line share metric and tags: skip the key build
-		metric, field string
-		tags          []lineproto.Tag
-		idx           int32
-		ok            bool
-	}
+	var idx int32
 	for i := range e.Points {
 		p := &e.Points[i]
-		var idx int32
-		if last.ok && len(p.Tags) == len(last.tags) && (len(p.Tags) == 0 || &p.Tags[0] == &last.tags[0]) &&
-			p.Metric == last.metric && p.Field == last.field {
-			idx = last.idx
-		} else {
-			idx = mt.seriesOf(p)
-			last.metric, last.field, last.tags, last.idx, last.ok = p.Metric, p.Field, p.Tags, idx, true
+		if key, same := keys.of(i); !same {
+			idx = mt.seriesOf(key, p)
 		}
 		ms := &mt.series[idx]
 		u := memUndo{ts: p.TS, series: idx, point: int32(i), fromDisk: true}
 		bits := math.Float64bits(p.Value)
-		if n := len(ms.pts); n == 0 || p.TS > ms.pts[n-1].ts {
+		if len(ms.pts) == 0 || p.TS > ms.last {
 			ms.pts = append(ms.pts, memPoint{p.TS, bits})
+			ms.last = p.TS
 			mt.points++
 			if p.TS > ms.diskMax {
 				continue // replaced nothing, in memory or on disk
@@ -171,17 +172,19 @@ func (mt *memtable) insert(e Entry, now time.Time) {
 			u.fromDisk, u.prev = false, ms.pts[j].bits
 			ms.pts[j].bits = bits
 		} else if k, ok := mt.pend[memSlot{idx, p.TS}]; ok {
-			u.fromDisk, u.prev = false, ms.pending[k].bits
-			ms.pending[k].bits = bits
+			pp := mt.pending[idx]
+			u.fromDisk, u.prev = false, pp[k].bits
+			pp[k].bits = bits
 		} else {
 			if mt.pend == nil {
-				mt.pend = make(map[memSlot]int)
+				mt.pend, mt.pending = make(map[memSlot]int), make(map[int32][]memPoint)
 			}
-			if len(ms.pending) == 0 {
+			pp := mt.pending[idx]
+			if len(pp) == 0 {
 				touched = append(touched, idx)
 			}
-			mt.pend[memSlot{idx, p.TS}] = len(ms.pending)
-			ms.pending = append(ms.pending, memPoint{p.TS, bits})
+			mt.pend[memSlot{idx, p.TS}] = len(pp)
+			mt.pending[idx] = append(pp, memPoint{p.TS, bits})
 			mt.points++
 			if p.TS > ms.diskMax {
 				continue
@@ -191,25 +194,26 @@ func (mt *memtable) insert(e Entry, now time.Time) {
 	}
 	mt.bytes += int64(len(e.Points))*memPointBytes + int64(len(undo))*memUndoBytes + memEntryBytes
 	for _, idx := range touched {
-		mt.series[idx].mergePending()
+		mt.series[idx].merge(mt.pending[idx])
 	}
 	clear(mt.pend)
+	clear(mt.pending)
 	mt.entries = append(mt.entries, memEntry{txn: e.TxnID, points: len(e.Points), undo: undo})
 }
 
 func cmpPointTS(p memPoint, ts int64) int { return cmp.Compare(p.ts, ts) }
 
-// seriesOf returns the series of p, creating it on first sight. It tries the
-// series that followed the previous one last time first (see memSeries.next).
-func (mt *memtable) seriesOf(p *lineproto.Point) int32 {
-	mt.keyBuf = lineproto.AppendSeriesKey(mt.keyBuf[:0], p.Metric, p.Tags, p.Field)
+// seriesOf returns the series of p, whose key is key, creating it on first
+// sight. It tries the series that followed the previous one last time first
+// (see memSeries.next).
+func (mt *memtable) seriesOf(key []byte, p *lineproto.Point) int32 {
 	if mt.prev > 0 {
-		if n := mt.series[mt.prev-1].next; n > 0 && mt.series[n-1].key == string(mt.keyBuf) {
+		if n := mt.series[mt.prev-1].next; n > 0 && mt.series[n-1].key == string(key) {
 			mt.prev = n
 			return n - 1
 		}
 	}
-	idx := mt.lookup(p) // may move mt.series
+	idx := mt.lookup(key, p) // may move mt.series
 	if mt.prev > 0 {
 		mt.series[mt.prev-1].next = idx + 1
 	}
@@ -217,18 +221,18 @@ func (mt *memtable) seriesOf(p *lineproto.Point) int32 {
 	return idx
 }
 
-// lookup finds the series of p (whose key is in keyBuf) in the index,
-// creating it on first sight.
-func (mt *memtable) lookup(p *lineproto.Point) int32 {
-	if idx, ok := mt.index[string(mt.keyBuf)]; ok {
+// lookup finds the series of p, whose key is key, in the index, creating it
+// on first sight.
+func (mt *memtable) lookup(key []byte, p *lineproto.Point) int32 {
+	if idx, ok := mt.index[string(key)]; ok {
 		return idx
 	}
-	key, diskMax, ok := mt.intern(mt.keyBuf)
+	k, diskMax, ok := mt.intern(key)
 	if !ok {
-		key, diskMax = mt.newKey(), math.MinInt64 // a series never flushed
+		k, diskMax = mt.newKey(key), math.MinInt64 // a series never flushed
 	}
 	idx := int32(len(mt.series))
-	ms := memSeries{key: key, diskMax: diskMax}
+	ms := memSeries{key: k, diskMax: diskMax}
 	if h := mt.ptsHint; h > 0 {
 		if len(mt.arena)+h > cap(mt.arena) {
 			mt.arena = make([]memPoint, 0, max(arenaPoints, h))
@@ -240,26 +244,26 @@ func (mt *memtable) lookup(p *lineproto.Point) int32 {
 	mt.series = append(mt.series, ms)
 	mt.bytes += memSeriesBytes
 	if !ok {
-		mt.bytes += int64(len(key))
+		mt.bytes += int64(len(k))
 	}
-	mt.index[key] = idx
+	mt.index[k] = idx
 	// Clone: the metric may point into a whole request body.
 	metric := strings.Clone(p.Metric)
 	mt.byMetric[metric] = append(mt.byMetric[metric], idx)
 	return idx
 }
 
-// newKey returns keyBuf as a string kept in the memtable's key chunks. A
+// newKey returns key as a string kept in the memtable's key chunks. A
 // strings.Builder never changes the bytes it has returned a string of, so
 // each key stays valid as the chunk fills up after it.
-func (mt *memtable) newKey() string {
-	n := len(mt.keyBuf)
+func (mt *memtable) newKey(key []byte) string {
+	n := len(key)
 	if mt.keys.Cap()-mt.keys.Len() < n {
 		mt.keys = strings.Builder{}
 		mt.keys.Grow(max(keyChunkBytes, n))
 	}
 	start := mt.keys.Len()
-	mt.keys.Write(mt.keyBuf)
+	mt.keys.Write(key)
 	return mt.keys.String()[start:]
 }
 
@@ -286,24 +290,24 @@ func (mt *memtable) intern(key []byte) (string, int64, bool) {
 	return k, max(diskMax, newest), true
 }
 
-// mergePending merges the batch's out-of-order points, which are disjoint from
-// pts, into pts.
-func (ms *memSeries) mergePending() {
-	slices.SortFunc(ms.pending, func(a, b memPoint) int { return cmp.Compare(a.ts, b.ts) })
-	out := make([]memPoint, 0, len(ms.pts)+len(ms.pending))
+// merge merges a batch's out-of-order points, which are disjoint from pts,
+// into pts.
+func (ms *memSeries) merge(pending []memPoint) {
+	slices.SortFunc(pending, func(a, b memPoint) int { return cmp.Compare(a.ts, b.ts) })
+	out := make([]memPoint, 0, len(ms.pts)+len(pending))
 	i, j := 0, 0
-	for i < len(ms.pts) && j < len(ms.pending) {
-		if ms.pts[i].ts < ms.pending[j].ts {
+	for i < len(ms.pts) && j < len(pending) {
+		if ms.pts[i].ts < pending[j].ts {
 			out = append(out, ms.pts[i])
 			i++
 		} else {
-			out = append(out, ms.pending[j])
+			out = append(out, pending[j])
 			j++
 		}
 	}
 	out = append(out, ms.pts[i:]...)
-	ms.pts = append(out, ms.pending[j:]...)
-	ms.pending = nil
+	ms.pts = append(out, pending[j:]...)
+	ms.last = ms.pts[len(ms.pts)-1].ts
 }
 
 // memHit is one matching memtable series with its points in the query range.

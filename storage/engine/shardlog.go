@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -139,20 +140,34 @@ func newIncarnation() uint64 {
 
 // encodeEntries frames entries (base, ...] of incarnation inc as records.
 func encodeEntries(id shardID, inc uint64, prevTerm uint64, entries []Entry) ([]byte, []walRec) {
+	return frameEntries(nil, id, inc, prevTerm, entries, nil)
+}
+
+// frameEntries is encodeEntries appending to dst[:0], with the payloads of
+// entries given: each entry's Entry.appendBinary, or nil to encode it here.
+func frameEntries(dst []byte, id shardID, inc uint64, prevTerm uint64, entries []Entry, payloads [][]byte) ([]byte, []walRec) {
 	// Room for what the records usually take: growing the buffer by doubling
 	// instead allocated about twice the log's bytes again, a third of the
 	// write path's garbage.
 	n := 0
-	for _, e := range entries {
-		n += recordBytesHint + pointBytesHint*len(e.Points)
+	for i, e := range entries {
+		if payloads != nil && payloads[i] != nil {
+			n += recordBytesHint + len(payloads[i])
+		} else {
+			n += recordBytesHint + pointBytesHint*len(e.Points)
+		}
 	}
-	data := make([]byte, 0, n)
+	data := slices.Grow(dst[:0], n)
 	recs := make([]walRec, len(entries))
 	for i, e := range entries {
 		r := walRec{kind: recEntry, inc: inc, db: id.db, shard: id.shard, txn: e.TxnID, term: e.Term, prevTerm: prevTerm}
 		start := len(data)
+		payload := e.appendBinary
+		if payloads != nil && payloads[i] != nil {
+			payload = func(b []byte) []byte { return append(b, payloads[i]...) }
+		}
 		var off int
-		data, off = appendRecord(data, r, e.appendBinary)
+		data, off = appendRecord(data, r, payload)
 		r.pos = walPos{off: int64(start + off), n: len(data) - start - off}
 		recs[i] = r
 		prevTerm = e.Term
@@ -227,7 +242,7 @@ func (s *boltShard) replayLog(from, to uint64) (*memtable, error) {
 	}
 	now := time.Now()
 	for _, e := range es {
-		mt.insert(e, now)
+		mt.insert(e, nil, now)
 	}
 	return mt, nil
 }
