@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cairn-db/cairn/gopool"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/query"
 	"github.com/cairn-db/cairn/statemachine"
@@ -175,17 +176,21 @@ func (d *Data) write(ctx context.Context, db, precision string, body []byte) (in
 			continue
 		}
 		wg.Add(1)
-		go func() {
+		shardWriters.Go(func() {
 			defer wg.Done()
 			if err := d.writeShard(ctx, cfg, shard, pts); err != nil {
 				errs <- err
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	close(errs)
 	return len(points), <-errs // nil when every shard succeeded
 }
+
+// shardWriters run the writes of a batch to its shards, one goroutine each,
+// kept between batches (see gopool).
+var shardWriters = gopool.New(256)
 
 // splitByShard groups points by the shard of their series, keeping their
 // order within a shard: one slice per shard, cut from points itself, which

@@ -24,7 +24,12 @@ func (e Entry) MarshalBinary() ([]byte, error) {
 	return e.appendBinary(make([]byte, 0, 64+len(e.Points)*24)), nil
 }
 
-func (e Entry) appendBinary(b []byte) []byte {
+func (e Entry) appendBinary(b []byte) []byte { return e.appendBinaryEach(b, nil) }
+
+// appendBinaryEach is appendBinary calling each (when not nil) with the
+// index of every point once it is encoded, while the point is in the caches
+// (prepare builds its series key there).
+func (e Entry) appendBinaryEach(b []byte, each func(i int)) []byte {
 	b = append(b, entryVersion)
 	b = binary.AppendUvarint(b, e.TxnID)
 	b = binary.AppendUvarint(b, e.Term)
@@ -69,6 +74,9 @@ func (e Entry) appendBinary(b []byte) []byte {
 		str(1, p.Field)
 		b = binary.AppendVarint(b, p.TS)
 		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(p.Value))
+		if each != nil {
+			each(i)
+		}
 	}
 	return b
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/cairn-db/cairn/gopool"
 )
 
 // Group commit. Append only queues an entry; one committer goroutine per
@@ -74,7 +76,7 @@ func (s *boltShard) Append(e Entry) (func() error, error) {
 	q.lastTxn, q.lastTerm = e.TxnID, e.Term
 	if !q.running {
 		q.running = true
-		go s.commitLoop()
+		workers.Go(s.commitLoop)
 	}
 	return p.wait, nil
 }
@@ -117,6 +119,10 @@ func (s *boltShard) commitLoop() {
 		}
 	}
 }
+
+// workers run the committers of the shards and the log's writer, kept
+// between bursts of commits (see gopool).
+var workers = gopool.New(256)
 
 // maxGroupPoints bounds one group commit (it is encoded in memory at once); a longer queue is committed in
 // several groups, one after the other.

@@ -34,16 +34,21 @@ type pointKeys struct {
 
 // build makes the keys of points.
 func (k *pointKeys) build(points []lineproto.Point) {
-	k.buf, k.ends = k.buf[:0], slices.Grow(k.ends[:0], len(points))
+	k.reset(len(points))
 	for i := range points {
-		p := &points[i]
-		if i > 0 && sameSeries(&points[i-1], p) {
-			k.ends = append(k.ends, int32(len(k.buf)))
-			continue
-		}
-		k.buf = lineproto.AppendSeriesKey(k.buf, p.Metric, p.Tags, p.Field)
-		k.ends = append(k.ends, int32(len(k.buf)))
+		k.add(points, i)
 	}
+}
+
+func (k *pointKeys) reset(n int) { k.buf, k.ends = k.buf[:0], slices.Grow(k.ends[:0], n) }
+
+// add makes the key of points[i], after those before it.
+func (k *pointKeys) add(points []lineproto.Point, i int) {
+	p := &points[i]
+	if i == 0 || !sameSeries(&points[i-1], p) {
+		k.buf = lineproto.AppendSeriesKey(k.buf, p.Metric, p.Tags, p.Field)
+	}
+	k.ends = append(k.ends, int32(len(k.buf)))
 }
 
 // of returns the key of point i, or same when point i is of the series of
@@ -73,8 +78,12 @@ var preparedPool = sync.Pool{New: func() any { return new(prepared) }}
 // (release gives them back).
 func prepare(e *Entry) *prepared {
 	pr := preparedPool.Get().(*prepared)
-	pr.payload = e.appendBinary(slices.Grow(pr.payload[:0], 64+pointBytesHint*len(e.Points)))
-	pr.keys.build(e.Points)
+	// One pass: each point's key right after its encoding, while the
+	// point's strings are in the caches (two passes over a large entry
+	// read them from memory twice).
+	pr.keys.reset(len(e.Points))
+	pr.payload = e.appendBinaryEach(slices.Grow(pr.payload[:0], 64+pointBytesHint*len(e.Points)),
+		func(i int) { pr.keys.add(e.Points, i) })
 	return pr
 }
 

@@ -255,7 +255,7 @@ func (w *wal) append(data []byte, recs []walRec) ([]walRec, error) {
 	w.queue = append(w.queue, req)
 	if !w.writing {
 		w.writing = true
-		go w.writeLoop()
+		workers.Go(w.writeLoop)
 	}
 	w.mu.Unlock()
 	<-req.done
