@@ -14,7 +14,7 @@ var Layers = [][]string{
 	// Files replaced whole, crash-safe.
 	{"atomicfile"},
 	// Plain data and small mechanisms.
-	{"models", "logrepeat", "backoff", "certs", "peerauth", "config", "history",
+	{"models", "logrepeat", "backoff", "gopool", "certs", "peerauth", "config", "history",
 		"storage/lineproto", "placement", "kv/embedded", "web/console"},
 	// The etcd key-value layer and the shard engine.
 	{"kv", "storage/engine"},
