@@ -43,16 +43,29 @@ func BenchmarkWriteSeriesScale(b *testing.B) {
 			}
 			b.Run(name, func(b *testing.B) {
 				for b.Loop() {
-					benchWriteScale(b, series, writers)
+					benchWriteScale(b, series, writers, scaleShards)
 				}
 			})
 		}
 	}
 }
 
+// BenchmarkWriteShardScale is BenchmarkWriteSeriesScale's 8 writers and
+// 40k series into 8 or 32 shards: at 32 a 5,000-point batch becomes 32
+// entries of about 156 points, and CPU per point should not depend on that.
+func BenchmarkWriteShardScale(b *testing.B) {
+	for _, shards := range []int{8, 32} {
+		b.Run(fmt.Sprintf("shards=%d", shards), func(b *testing.B) {
+			for b.Loop() {
+				benchWriteScale(b, 40_000, scaleWriters, shards)
+			}
+		})
+	}
+}
+
 const scaleShards, scaleWriters, scaleBatch = 8, 8, 5000
 
-func benchWriteScale(b *testing.B, series, writers int) {
+func benchWriteScale(b *testing.B, series, writers, numShards int) {
 	total := 8_000_000
 	if n, err := strconv.Atoi(os.Getenv("CAIRN_BENCH_POINTS")); err == nil && n > 0 {
 		total = n
@@ -62,9 +75,9 @@ func benchWriteScale(b *testing.B, series, writers int) {
 		b.Fatal(err)
 	}
 	defer eng.Close()
-	shards := make([]engine.Shard, scaleShards)
-	locks := make([]sync.Mutex, scaleShards)
-	states := make([]models.ShardState, scaleShards)
+	shards := make([]engine.Shard, numShards)
+	locks := make([]sync.Mutex, numShards)
+	states := make([]models.ShardState, numShards)
 	for i := range shards {
 		if shards[i], err = eng.Open("w1", i); err != nil {
 			b.Fatal(err)
@@ -73,7 +86,7 @@ func benchWriteScale(b *testing.B, series, writers int) {
 		states[i] = models.ShardState{ID: i, Leader: "self", Term: 1, Status: models.StatusOnline}
 	}
 	st := &statemachine.State{
-		Databases:   statemachine.MapOf(map[string]models.Database{"w1": {Name: "w1", StorageCluster: "default", NumShards: scaleShards, ReplicaFactor: 1}}),
+		Databases:   statemachine.MapOf(map[string]models.Database{"w1": {Name: "w1", StorageCluster: "default", NumShards: numShards, ReplicaFactor: 1}}),
 		ShardStates: statemachine.MapOf(map[string]models.ShardStates{"w1": {DB: "w1", Shards: states}}),
 		Nodes:       statemachine.NestedMapOf(map[string]map[string]models.StorageNode{"default": {"self": {NodeID: "self", NodeAddress: "127.0.0.1:1"}}}),
 	}

@@ -58,18 +58,24 @@ func (s *boltShard) NextTxnID() uint64 {
 // Append queues e for the next group commit and returns at once. The returned
 // wait blocks until e is durable and visible (nil) or failed.
 func (s *boltShard) Append(e Entry) (func() error, error) {
+	s.wal.arrive(1)    // see wal.gather
 	pre := prepare(&e) // before the lock: see prepare.go
 	q := &s.q
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.closed {
-		return nil, ErrClosed
+	var err error
+	switch want := q.lastTxn + 1; {
+	case q.closed:
+		err = ErrClosed
+	case e.TxnID != want:
+		err = fmt.Errorf("%w: got %d, want %d", ErrTxnGap, e.TxnID, want)
+	case e.Term < q.lastTerm:
+		err = fmt.Errorf("%w: got %d, last %d", ErrTermRegress, e.Term, q.lastTerm)
 	}
-	if want := q.lastTxn + 1; e.TxnID != want {
-		return nil, fmt.Errorf("%w: got %d, want %d", ErrTxnGap, e.TxnID, want)
-	}
-	if e.Term < q.lastTerm {
-		return nil, fmt.Errorf("%w: got %d, last %d", ErrTermRegress, e.Term, q.lastTerm)
+	if err != nil {
+		s.wal.depart(1)
+		pre.release()
+		return nil, err
 	}
 	p := &pendingEntry{e: e, pre: pre, done: make(chan struct{})}
 	q.pending = append(q.pending, p)
@@ -149,6 +155,8 @@ func takeGroup(pending *[]*pendingEntry, limit int) []*pendingEntry {
 // then to the memtable, then publishes the last txn id. It
 // holds wmu.
 func (s *boltShard) commitLocked(group []*pendingEntry) error {
+	arrived := len(group) // until queued in the log
+	defer func() { s.wal.depart(arrived) }()
 	if s.closed() {
 		return ErrClosed
 	}
@@ -172,7 +180,9 @@ func (s *boltShard) commitLocked(group []*pendingEntry) error {
 	}
 	buf := logBufs.Get().(*[]byte)
 	data, recs := frameEntries(*buf, s.id, s.inc, s.LastTerm(), entries, payloads)
-	recs, err := s.wal.append(data, recs)
+	n := arrived
+	arrived = 0
+	recs, err := s.wal.appendArrived(data, recs, n)
 	if cap(data) <= maxPooledBytes*16 { // the log keeps no reference once append returns
 		*buf = data
 		logBufs.Put(buf)
@@ -215,6 +225,7 @@ func (s *boltShard) resyncQueueLocked(err error) {
 	q.pending = nil
 	q.lastTxn, q.lastTerm = s.LastEntry()
 	q.mu.Unlock()
+	s.wal.depart(len(stale))
 	for _, p := range stale {
 		p.finish(err)
 	}
@@ -231,6 +242,7 @@ func (s *boltShard) closeQueue() {
 		q.idle.Wait()
 	}
 	q.mu.Unlock()
+	s.wal.depart(len(stale))
 	for _, p := range stale {
 		p.finish(ErrClosed)
 	}

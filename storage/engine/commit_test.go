@@ -126,6 +126,7 @@ func TestTruncateWithQueuedEntries(t *testing.T) {
 	}
 	require.EqualValues(t, 3, s.LastTxnID())
 	require.EqualValues(t, 4, s.NextTxnID())
+	require.Zero(t, bs.wal.arriving.Load(), "failed entries no longer count as arriving at the log")
 	require.NoError(t, s.Apply(Entry{TxnID: 4, Term: 2, Points: []lineproto.Point{pt("m", "", "value", 4, 2)}}))
 	got, err := s.Query("m", nil, 0, 100)
 	require.NoError(t, err)
@@ -161,6 +162,7 @@ func TestCloseFailsQueuedEntries(t *testing.T) {
 	}
 	_, err = s.Append(Entry{TxnID: 5, Term: 1})
 	require.ErrorIs(t, err, ErrClosed)
+	require.Zero(t, bs.wal.arriving.Load(), "failed entries no longer count as arriving at the log")
 	require.NoError(t, e.Close()) // one engine per data dir at a time: it holds the log
 	s, err = newEngine(t, dir, manual...).Open("db1", 0)
 	require.NoError(t, err)

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -196,6 +197,65 @@ func TestCommitsOfShardsShareOneLogWrite(t *testing.T) {
 	for _, s := range shards {
 		require.EqualValues(t, 1, s.LastTxnID())
 	}
+}
+
+// The log's writer waits for entries on their way before it takes a group:
+// an entry of shard 1 appended while shard 0's waits in the writer's yield
+// goes out in the same write. An arrival that never comes holds the writer
+// back only gatherYields times.
+func TestLogWriterGathersArrivingEntries(t *testing.T) {
+	e := newEngine(t, t.TempDir(), manual...)
+	w := walOf(e)
+	s0, err := e.Open("db1", 0)
+	require.NoError(t, err)
+	s1, err := e.Open("db1", 1)
+	require.NoError(t, err)
+	groups := func() uint64 {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.groups
+	}
+	idle := func() {
+		require.Eventually(t, func() bool {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			return !w.writing
+		}, 10*time.Second, time.Millisecond)
+	}
+	before := groups()
+	var yields atomic.Int64
+	var sent atomic.Bool
+	var other sync.WaitGroup
+	w.yield = func() { // the writer's goroutine
+		yields.Add(1)
+		if sent.Swap(true) {
+			return
+		}
+		other.Go(func() { apply(t, s1, 1, pt("m", "", "value", 1, 1)) })
+		require.Eventually(t, func() bool {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			return len(w.queue) == 2
+		}, 10*time.Second, time.Millisecond)
+		w.depart(1) // it has arrived
+	}
+	w.arrive(1) // shard 1's entry, on its way
+	apply(t, s0, 1, pt("m", "", "value", 1, 1))
+	other.Wait()
+	idle()
+	require.EqualValues(t, 1, yields.Load())
+	require.Equal(t, uint64(1), groups()-before, "both shards' entries in one log write")
+	require.Zero(t, w.arriving.Load())
+
+	// Before its write and before it looks for more, gatherYields each.
+	yields.Store(0)
+	w.arrive(1) // never comes
+	apply(t, s0, 1, pt("m", "", "value", 2, 1))
+	idle()
+	require.EqualValues(t, 2*gatherYields, yields.Load())
+	w.depart(1)
+	require.EqualValues(t, 2, s0.LastTxnID())
+	require.EqualValues(t, 1, s1.LastTxnID())
 }
 
 // TestLogSegmentsGoOnceEveryShardReleasedThem: a segment stays while one
