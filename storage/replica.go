@@ -388,8 +388,14 @@ func (r *replica) write(ctx context.Context, term int64, points []lineproto.Poin
 }
 
 func (r *replica) awaitAcks(ctx context.Context, term int64, txn uint64) error {
-	timeout := time.NewTimer(r.h.cfg.AckTimeout)
-	defer timeout.Stop()
+	// The timer starts at the first wait: a write nobody else must
+	// acknowledge (RF 1, or followers already there) needs none.
+	var timeout *time.Timer
+	defer func() {
+		if timeout != nil {
+			timeout.Stop()
+		}
+	}()
 	for {
 		r.mu.Lock()
 		if r.want.role != roleLeader || r.want.term != term {
@@ -409,13 +415,7 @@ func (r *replica) awaitAcks(ctx context.Context, term int64, txn uint64) error {
 			r.mu.Unlock()
 			return fmt.Errorf("%w: shard %s has %d in-sync replicas, minimum is %d", ErrNotEnoughISR, r.id, n, r.h.cfg.MinInsync)
 		}
-		ok := true
-		for _, n := range slices.Concat(r.isr, r.joining) {
-			if n != r.h.nodeID && r.acked[n] < txn {
-				ok = false
-				break
-			}
-		}
+		ok := r.ackedLocked(r.isr, txn) && r.ackedLocked(r.joining, txn)
 		if ok && txn > r.committed {
 			r.committed = txn
 		}
@@ -423,6 +423,9 @@ func (r *replica) awaitAcks(ctx context.Context, term int64, txn uint64) error {
 		r.mu.Unlock()
 		if ok {
 			return nil
+		}
+		if timeout == nil {
+			timeout = time.NewTimer(r.h.cfg.AckTimeout)
 		}
 		select {
 		case <-ch:
@@ -432,6 +435,17 @@ func (r *replica) awaitAcks(ctx context.Context, term int64, txn uint64) error {
 			return fmt.Errorf("%w: shard %s txn %d", ErrAckTimeout, r.id, txn)
 		}
 	}
+}
+
+// ackedLocked says whether every node of nodes but this one acknowledged
+// txn; the caller holds mu.
+func (r *replica) ackedLocked(nodes []string, txn uint64) bool {
+	for _, n := range nodes {
+		if n != r.h.nodeID && r.acked[n] < txn {
+			return false
+		}
+	}
+	return true
 }
 
 // fetchResult is what the leader answers a follower's fetch.
