@@ -18,9 +18,7 @@ import (
 // key of one block written by the second (last) flush, and what every query
 // must answer.
 func tornFixture(t *testing.T, dir string) (path string, key []byte, want []Series) {
-	e := newEngine(t, dir, manual...)
-	s, err := e.Open("db1", 0)
-	require.NoError(t, err)
+	e, s := openShardAt(t, dir, manual...)
 	for i := range 40 {
 		apply(t, s, 1, pt("m", "h=a", "value", int64(i)*10, float64(i)), pt("m", "h=b", "value", int64(i)*10, float64(i%3)))
 	}
@@ -29,7 +27,7 @@ func tornFixture(t *testing.T, dir string) (path string, key []byte, want []Seri
 		apply(t, s, 1, pt("m", "h=a", "value", int64(i)*10, float64(i)), pt("m", "h=b", "value", int64(i)*10, float64(i%3)))
 	}
 	flushNow(t, s)
-	want, err = s.Query("m", nil, 0, 1000)
+	want, err := s.Query("m", nil, 0, 1000)
 	require.NoError(t, err)
 	require.Len(t, want, 2)
 	require.Len(t, want[0].Points, 80)
@@ -330,9 +328,7 @@ func copyLog(t *testing.T, from, to string) {
 // a reopen, get ids of their own, and their posting lists find them all.
 func TestSeriesIDsAcrossFlushesAndReopen(t *testing.T) {
 	dir := t.TempDir()
-	e := newEngine(t, dir, manual...)
-	s, err := e.Open("db1", 0)
-	require.NoError(t, err)
+	e, s := openShardAt(t, dir, manual...)
 	apply(t, s, 1, pt("cpu", "host=a", "usage", 1, 1), pt("cpu", "host=b", "usage", 1, 2))
 	flushNow(t, s)
 	apply(t, s, 1, pt("cpu", "host=c", "usage", 2, 3), pt("cpu", "host=a", "usage", 2, 4))
@@ -340,9 +336,7 @@ func TestSeriesIDsAcrossFlushesAndReopen(t *testing.T) {
 	flushNow(t, s) // an empty flush creates nothing
 	require.NoError(t, s.Close())
 	require.NoError(t, e.Close())
-	e = newEngine(t, dir, manual...)
-	s, err = e.Open("db1", 0)
-	require.NoError(t, err)
+	e, s = openShardAt(t, dir, manual...)
 	apply(t, s, 1, pt("cpu", "host=d", "usage", 3, 5), pt("cpu", "host=b", "usage", 3, 6))
 	flushNow(t, s)
 

@@ -137,9 +137,7 @@ func TestTruncateWithQueuedEntries(t *testing.T) {
 // it did not commit; nothing is acknowledged that is not in the log.
 func TestCloseFailsQueuedEntries(t *testing.T) {
 	dir := t.TempDir()
-	e := newEngine(t, dir, manual...)
-	s, err := e.Open("db1", 0)
-	require.NoError(t, err)
+	e, s := openShardAt(t, dir, manual...)
 	bs := s.(*boltShard)
 	bs.wmu.Lock()
 	var waits []func() error
@@ -160,7 +158,7 @@ func TestCloseFailsQueuedEntries(t *testing.T) {
 			require.ErrorIs(t, err, ErrClosed)
 		}
 	}
-	_, err = s.Append(Entry{TxnID: 5, Term: 1})
+	_, err := s.Append(Entry{TxnID: 5, Term: 1})
 	require.ErrorIs(t, err, ErrClosed)
 	require.Zero(t, bs.wal.arriving.Load(), "failed entries no longer count as arriving at the log")
 	require.NoError(t, e.Close()) // one engine per data dir at a time: it holds the log

@@ -26,7 +26,13 @@ func newEngine(t testing.TB, dir string, opts ...Option) Engine {
 
 func openShard1(t testing.TB, opts ...Option) (Engine, Shard) {
 	t.Helper()
-	e := newEngine(t, t.TempDir(), opts...)
+	return openShardAt(t, t.TempDir(), opts...)
+}
+
+// openShardAt opens shard 0 of db1 in a new engine over dir.
+func openShardAt(t testing.TB, dir string, opts ...Option) (Engine, Shard) {
+	t.Helper()
+	e := newEngine(t, dir, opts...)
 	s, err := e.Open("db1", 0)
 	require.NoError(t, err)
 	return e, s

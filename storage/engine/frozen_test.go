@@ -81,9 +81,7 @@ func TestReadsDuringBackgroundFlush(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
 			opts := []Option{WithFlushPoints(4), WithFlushInterval(0), WithCompactRate(0)}
-			e := newEngine(t, dir, opts...)
-			s, err := e.Open("db1", 0)
-			require.NoError(t, err)
+			e, s := openShardAt(t, dir, opts...)
 			var log []Entry
 			write := func(points ...lineproto.Point) { t.Helper(); log = applyNext(t, s, log, points...) }
 			// Txn 1 is flushed: the frozen memtable later replaces one of its points.
@@ -125,9 +123,7 @@ func TestReadsDuringBackgroundFlush(t *testing.T) {
 			write(pt("m", "h=a", "value", 2, 22))
 			require.NoError(t, s.Close())
 			require.NoError(t, e.Close())
-			e = newEngine(t, dir, opts...)
-			s, err = e.Open("db1", 0)
-			require.NoError(t, err)
+			e, s = openShardAt(t, dir, opts...)
 			require.EqualValues(t, 3, s.LastTxnID())
 			checkReads(t, s, log, "reopened")
 		})
@@ -142,9 +138,7 @@ func TestReadsDuringBackgroundFlush(t *testing.T) {
 func TestFailedBackgroundFlush(t *testing.T) {
 	dir := t.TempDir()
 	opts := []Option{WithFlushPoints(2), WithFlushInterval(0), WithCompactRate(0)}
-	e := newEngine(t, dir, opts...)
-	s, err := e.Open("db1", 0)
-	require.NoError(t, err)
+	e, s := openShardAt(t, dir, opts...)
 	errDisk := errors.New("disk full")
 	s.(*boltShard).flushHook = func(committed bool) error {
 		if committed {
@@ -157,7 +151,7 @@ func TestFailedBackgroundFlush(t *testing.T) {
 	write(pt("m", "h=a", "value", 1, 1), pt("m", "h=a", "value", 2, 2))
 	write(pt("m", "h=a", "value", 2, 20), pt("m", "h=b", "value", 1, 10)) // froze txn 1; its flush fails
 	checkReads(t, s, log, "frozen, its flush failed")
-	err = s.Apply(Entry{TxnID: 3, Term: 1, Points: []lineproto.Point{pt("m", "h=c", "value", 1, 5)}})
+	err := s.Apply(Entry{TxnID: 3, Term: 1, Points: []lineproto.Point{pt("m", "h=c", "value", 1, 5)}})
 	require.ErrorIs(t, err, errDisk, "the commit that needs room retries the flush")
 	require.EqualValues(t, 2, s.LastTxnID())
 	require.Zero(t, flushedTxn(s))
@@ -171,9 +165,7 @@ func TestFailedBackgroundFlush(t *testing.T) {
 
 	require.NoError(t, s.Close())
 	require.NoError(t, e.Close())
-	e = newEngine(t, dir, opts...)
-	s, err = e.Open("db1", 0)
-	require.NoError(t, err)
+	e, s = openShardAt(t, dir, opts...)
 	require.Zero(t, flushedTxn(s))
 	checkReads(t, s, log, "reopened")
 	flushNow(t, s)
@@ -188,9 +180,7 @@ func TestRandomWithBackgroundFlushes(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	dir := t.TempDir()
 	opts := []Option{WithFlushPoints(25), WithFlushInterval(0), WithRetainEntries(30), WithCompactRate(0)}
-	e := newEngine(t, dir, opts...)
-	s, err := e.Open("db1", 0)
-	require.NoError(t, err)
+	e, s := openShardAt(t, dir, opts...)
 	var log []Entry
 	hosts := []string{"a", "b", "c", "d"}
 	for step := range 300 {
@@ -205,9 +195,7 @@ func TestRandomWithBackgroundFlushes(t *testing.T) {
 		case r == 1:
 			require.NoError(t, s.Close())
 			require.NoError(t, e.Close())
-			e = newEngine(t, dir, opts...)
-			s, err = e.Open("db1", 0)
-			require.NoError(t, err)
+			e, s = openShardAt(t, dir, opts...)
 		default:
 			points := make([]lineproto.Point, rng.IntN(10))
 			for i := range points {

@@ -114,9 +114,7 @@ func TestIntervalFlushEmptiesIdleMemtable(t *testing.T) {
 
 func TestTruncateAcrossFlushBoundary(t *testing.T) {
 	dir := t.TempDir()
-	e := newEngine(t, dir, manual...)
-	s, err := e.Open("db1", 0)
-	require.NoError(t, err)
+	e, s := openShardAt(t, dir, manual...)
 	apply(t, s, 1, pt("m", "h=a", "value", 1, 1), pt("m", "h=a", "value", 2, 2))
 	apply(t, s, 2, pt("m", "h=a", "value", 1, 10), pt("m", "h=b", "value", 1, 5))
 	apply(t, s, 2, pt("m", "h=a", "value", 2, 20), pt("m", "h=a", "value", 2, 21), pt("m", "h=a", "value", 0, 0.5))
@@ -234,9 +232,7 @@ func randomAgainstModel(t *testing.T, tsOf func(rng *rand.Rand, step int) int64)
 	rng := rand.New(rand.NewPCG(1, 2))
 	dir := t.TempDir()
 	opts := []Option{WithFlushPoints(40), WithFlushInterval(0), WithRetainEntries(30), WithCompactRate(0)}
-	e := newEngine(t, dir, opts...)
-	s, err := e.Open("db1", 0)
-	require.NoError(t, err)
+	e, s := openShardAt(t, dir, opts...)
 	var log []Entry // every surviving entry, log[i].TxnID == i+1
 	hosts := []string{"a", "b", "c", "d"}
 	for step := range 400 {
@@ -256,9 +252,7 @@ func randomAgainstModel(t *testing.T, tsOf func(rng *rand.Rand, step int) int64)
 		case r == 2:
 			require.NoError(t, s.Close())
 			require.NoError(t, e.Close())
-			e = newEngine(t, dir, opts...)
-			s, err = e.Open("db1", 0)
-			require.NoError(t, err)
+			e, s = openShardAt(t, dir, opts...)
 		default:
 			points := make([]lineproto.Point, rng.IntN(12))
 			for i := range points {

@@ -321,24 +321,20 @@ func TestLogSegmentsGoOnceEveryShardReleasedThem(t *testing.T) {
 func TestDropForgetsTheShardsRecords(t *testing.T) {
 	dir := t.TempDir()
 	opts := append(slices.Clone(manual), withSegmentBytes(128))
-	e := newEngine(t, dir, opts...)
-	s, err := e.Open("db1", 0)
-	require.NoError(t, err)
+	e, s := openShardAt(t, dir, opts...)
 	for i := range 20 {
 		apply(t, s, 1, pt("m", "", "value", int64(i), 1))
 	}
 	require.Greater(t, len(segments(t, dir)), 2)
 	require.NoError(t, e.Drop("db1", 0))
 	require.Len(t, segments(t, dir), 1, "the dropped shard's records held the segments")
-	s, err = e.Open("db1", 0)
+	s, err := e.Open("db1", 0)
 	require.NoError(t, err)
 	require.Zero(t, s.LastTxnID())
 	apply(t, s, 1, pt("m", "", "value", 100, 1))
 	require.NoError(t, e.Close())
 
-	e = newEngine(t, dir, opts...)
-	s, err = e.Open("db1", 0)
-	require.NoError(t, err)
+	e, s = openShardAt(t, dir, opts...)
 	require.EqualValues(t, 1, s.LastTxnID())
 	q, err := s.Query("m", nil, 0, 1000)
 	require.NoError(t, err)
@@ -378,9 +374,7 @@ func TestOpenMigratesTheLogOfThePreviousFormat(t *testing.T) {
 	}))
 	require.NoError(t, db.Close())
 
-	e := newEngine(t, dir, manual...)
-	s, err := e.Open("db1", 0)
-	require.NoError(t, err)
+	e, s := openShardAt(t, dir, manual...)
 	require.EqualValues(t, 3, s.LastTxnID())
 	require.EqualValues(t, 3, s.LastTerm())
 	got, err := s.Entries(0, 0)
