@@ -7,7 +7,8 @@
 // time: at 32 shards runtime.newstack and copystack were 5 % of a write's
 // CPU. A kept goroutine has grown already (the collector may shrink an idle
 // one's stack again, so it grows once per collection at most instead of
-// once per call).
+// once per call). Idle goroutines wait for work as long as the process
+// lives, at most max of them per pool.
 package gopool
 
 import "sync"
@@ -54,8 +55,8 @@ func (p *Pool) work(ch chan func(), f func()) {
 	}
 }
 
-// Idle is how many goroutines wait for work.
-func (p *Pool) Idle() int {
+// idleCount is how many goroutines wait for work.
+func (p *Pool) idleCount() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.idle)

@@ -34,7 +34,7 @@ func TestPoolRunsEachOnceAndKeepsAtMostMaxIdle(t *testing.T) {
 		<-done
 	}
 	require.EqualValues(t, n, ran.Load())
-	require.Eventually(t, func() bool { return p.Idle() == 4 }, testWait, testTick,
+	require.Eventually(t, func() bool { return p.idleCount() == 4 }, testWait, testTick,
 		"the goroutines beyond max exit; max stay")
 
 	// Sequential calls reuse the idle goroutines: none is started, and the
@@ -46,12 +46,12 @@ func TestPoolRunsEachOnceAndKeepsAtMostMaxIdle(t *testing.T) {
 		ch := make(chan struct{})
 		p.Go(func() { close(ch) })
 		<-ch
-		require.LessOrEqual(t, p.Idle(), 4)
+		require.LessOrEqual(t, p.idleCount(), 4)
 	}
 	p.mu.Lock()
 	require.Equal(t, n, p.started, "no goroutine started for the sequential calls")
 	p.mu.Unlock()
-	require.Eventually(t, func() bool { return p.Idle() == 4 }, testWait, testTick)
+	require.Eventually(t, func() bool { return p.idleCount() == 4 }, testWait, testTick)
 }
 
 // A zero-max pool keeps nothing: every goroutine exits after its call.
@@ -60,7 +60,7 @@ func TestZeroPoolKeepsNoGoroutine(t *testing.T) {
 	ch := make(chan struct{})
 	p.Go(func() { close(ch) })
 	<-ch
-	require.Never(t, func() bool { return p.Idle() != 0 }, testTick*5, testTick)
+	require.Never(t, func() bool { return p.idleCount() != 0 }, testTick*5, testTick)
 }
 
 const (

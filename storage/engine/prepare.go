@@ -54,11 +54,11 @@ func (k *pointKeys) add(points []lineproto.Point, i int) {
 // of returns the key of point i, or same when point i is of the series of
 // point i-1.
 func (k *pointKeys) of(i int) (key []byte, same bool) {
-	start := int32(0)
-	if i > 0 {
-		start = k.ends[i-1]
+	if i == 0 {
+		return k.buf[:k.ends[0]], false
 	}
-	if i > 0 && start == k.ends[i] {
+	start := k.ends[i-1]
+	if start == k.ends[i] {
 		return nil, true
 	}
 	return k.buf[start:k.ends[i]], false

@@ -140,34 +140,27 @@ func newIncarnation() uint64 {
 
 // encodeEntries frames entries (base, ...] of incarnation inc as records.
 func encodeEntries(id shardID, inc uint64, prevTerm uint64, entries []Entry) ([]byte, []walRec) {
-	return frameEntries(nil, id, inc, prevTerm, entries, nil)
+	payloads := make([][]byte, len(entries))
+	for i, e := range entries {
+		payloads[i] = e.appendBinary(make([]byte, 0, pointBytesHint*len(e.Points)))
+	}
+	return frameEntries(nil, id, inc, prevTerm, entries, payloads)
 }
 
-// frameEntries is encodeEntries appending to dst[:0], with the payloads of
-// entries given: each entry's Entry.appendBinary, or nil to encode it here.
+// frameEntries is encodeEntries appending to dst[:0], with each entry's
+// payload (its Entry.appendBinary) given.
 func frameEntries(dst []byte, id shardID, inc uint64, prevTerm uint64, entries []Entry, payloads [][]byte) ([]byte, []walRec) {
-	// Room for what the records usually take: growing the buffer by doubling
-	// instead allocated about twice the log's bytes again, a third of the
-	// write path's garbage.
 	n := 0
-	for i, e := range entries {
-		if payloads != nil && payloads[i] != nil {
-			n += recordBytesHint + len(payloads[i])
-		} else {
-			n += recordBytesHint + pointBytesHint*len(e.Points)
-		}
+	for _, p := range payloads {
+		n += recordBytesHint + len(p)
 	}
 	data := slices.Grow(dst[:0], n)
 	recs := make([]walRec, len(entries))
 	for i, e := range entries {
 		r := walRec{kind: recEntry, inc: inc, db: id.db, shard: id.shard, txn: e.TxnID, term: e.Term, prevTerm: prevTerm}
 		start := len(data)
-		payload := e.appendBinary
-		if payloads != nil && payloads[i] != nil {
-			payload = func(b []byte) []byte { return append(b, payloads[i]...) }
-		}
 		var off int
-		data, off = appendRecord(data, r, payload)
+		data, off = appendRecord(data, r, func(b []byte) []byte { return append(b, payloads[i]...) })
 		r.pos = walPos{off: int64(start + off), n: len(data) - start - off}
 		recs[i] = r
 		prevTerm = e.Term
