@@ -336,7 +336,7 @@ func TestSeriesIDsAcrossFlushesAndReopen(t *testing.T) {
 	flushNow(t, s) // an empty flush creates nothing
 	require.NoError(t, s.Close())
 	require.NoError(t, e.Close())
-	e, s = openShardAt(t, dir, manual...)
+	_, s = openShardAt(t, dir, manual...)
 	apply(t, s, 1, pt("cpu", "host=d", "usage", 3, 5), pt("cpu", "host=b", "usage", 3, 6))
 	flushNow(t, s)
 

@@ -123,7 +123,7 @@ func TestReadsDuringBackgroundFlush(t *testing.T) {
 			write(pt("m", "h=a", "value", 2, 22))
 			require.NoError(t, s.Close())
 			require.NoError(t, e.Close())
-			e, s = openShardAt(t, dir, opts...)
+			_, s = openShardAt(t, dir, opts...)
 			require.EqualValues(t, 3, s.LastTxnID())
 			checkReads(t, s, log, "reopened")
 		})
@@ -165,7 +165,7 @@ func TestFailedBackgroundFlush(t *testing.T) {
 
 	require.NoError(t, s.Close())
 	require.NoError(t, e.Close())
-	e, s = openShardAt(t, dir, opts...)
+	_, s = openShardAt(t, dir, opts...)
 	require.Zero(t, flushedTxn(s))
 	checkReads(t, s, log, "reopened")
 	flushNow(t, s)
