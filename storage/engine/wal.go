@@ -145,7 +145,7 @@ func openWAL(dir string, segBytes int64) (*wal, error) {
 		}
 	}
 	if len(w.segs) == 0 {
-		if err := w.newSegment(1); err != nil {
+		if _, err := w.newSegment(1); err != nil {
 			_ = w.closeFiles()
 			return nil, err
 		}
@@ -202,20 +202,21 @@ func (s *segment) hold(r walRec) {
 
 // newSegment creates segment seq and makes it the active one. The caller
 // holds wrMu, or has the log to itself.
-func (w *wal) newSegment(seq uint64) error {
+func (w *wal) newSegment(seq uint64) (*segment, error) {
 	path := filepath.Join(w.dir, segName(seq))
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return fmt.Errorf("engine: create log segment: %w", err)
+		return nil, fmt.Errorf("engine: create log segment: %w", err)
 	}
 	if err := syncDir(w.dir); err != nil {
 		_ = f.Close()
-		return err
+		return nil, err
 	}
+	seg := &segment{seq: seq, path: path, f: f, holders: make(map[uint64]holder)}
 	w.mu.Lock()
-	w.segs = append(w.segs, &segment{seq: seq, path: path, f: f, holders: make(map[uint64]holder)})
+	w.segs = append(w.segs, seg)
 	w.mu.Unlock()
-	return nil
+	return seg, nil
 }
 
 // take hands a shard the records found at open for its incarnation.
@@ -342,10 +343,12 @@ func (w *wal) writeGroup(group []*walReq) error {
 	size := seg.size
 	w.mu.Unlock()
 	if size > 0 && size+int64(n) > w.segBytes {
-		if err := w.newSegment(seg.seq + 1); err != nil {
+		// w.segs is read under mu only: a collect may slice it meanwhile.
+		next, err := w.newSegment(seg.seq + 1)
+		if err != nil {
 			return err
 		}
-		seg, size = w.segs[len(w.segs)-1], 0
+		seg, size = next, 0
 	}
 	data := group[0].data
 	if len(group) > 1 {
@@ -448,7 +451,7 @@ func (w *wal) collect(exists func(id shardID) bool) error {
 				break
 			}
 			w.mu.Unlock()
-			err := w.newSegment(seg.seq + 1)
+			_, err := w.newSegment(seg.seq + 1)
 			w.wrMu.Unlock()
 			w.mu.Lock()
 			if err != nil {
