@@ -130,7 +130,7 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 		data := &broker.Data{State: a.sm.Snapshot, Changed: a.sm.Changed, Client: a.peerClient(0), Metrics: a.metrics.broker,
 			MaxPoints: cfg.WriteMaxPoints, QueryMaxSeries: cfg.QueryMaxSeries, QueryMaxPoints: cfg.QueryMaxPoints}
 		if a.host != nil {
-			data.Self, data.Local, data.LocalSelect = id, a.host.Write, a.host.Select
+			data.Self, data.Local, data.Prepare, data.LocalSelect = id, a.host.WritePrepared, a.host.Prepare, a.host.Select
 		}
 		wcfg.Data = data
 		wcfg.Influx = influx.New(influx.Config{Backend: data, Logger: a.lg, MaxBodyBytes: int64(cfg.WriteMaxBodyBytes)})

@@ -93,16 +93,19 @@ func benchWriteScale(b *testing.B, series, writers, numShards int) {
 	never := make(chan struct{})
 	d := &broker.Data{State: func() *statemachine.State { return st }, Changed: func() <-chan struct{} { return never },
 		Self: "self",
-		Local: func(_ context.Context, _ string, shard int, term int64, pts []lineproto.Point) error {
+		Local: func(_ context.Context, _ string, shard int, term int64, pts []lineproto.Point, prepared any) error {
 			s := shards[shard]
+			pre, _ := prepared.(*engine.Prepared)
 			locks[shard].Lock() // what the storage role's applyMu does: number, queue
-			wait, err := s.Append(engine.Entry{TxnID: s.NextTxnID(), Term: uint64(term), Points: pts})
+			wait, err := s.Append(engine.Entry{TxnID: s.NextTxnID(), Term: uint64(term), Points: pts, Prepared: pre})
 			locks[shard].Unlock()
 			if err != nil {
 				return err
 			}
 			return wait()
-		}}
+		},
+		Prepare: func(pts []lineproto.Point) any { return engine.Prepare(pts) },
+	}
 
 	perWriter := series / writers
 	batches := total / scaleBatch / writers

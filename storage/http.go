@@ -93,7 +93,7 @@ func (h *Host) handleWrite(c *gin.Context) {
 		replyErr(c, models.Mark(err, models.ErrBadInput))
 		return
 	}
-	if err := r.write(c.Request.Context(), queryInt(c, "term"), e.Points); err != nil {
+	if err := r.write(c.Request.Context(), queryInt(c, "term"), e.Points, nil); err != nil {
 		replyErr(c, err)
 		return
 	}

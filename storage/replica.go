@@ -337,7 +337,7 @@ func (r *replica) maintainISR(ctx context.Context, d desired) {
 
 // write appends a batch at the leader's term and waits until every in-sync
 // replica has it durably.
-func (r *replica) write(ctx context.Context, term int64, points []lineproto.Point) (err error) {
+func (r *replica) write(ctx context.Context, term int64, points []lineproto.Point, pre *engine.Prepared) (err error) {
 	defer r.h.metrics.observeWrite(time.Now(), len(points), &err)
 	r.mu.Lock()
 	if err := r.supersededLocked(0); err != nil {
@@ -372,7 +372,7 @@ func (r *replica) write(ctx context.Context, term int64, points []lineproto.Poin
 	// with one fsync, outside this lock.
 	r.applyMu.Lock()
 	txn := r.eng.NextTxnID()
-	wait, err := r.eng.Append(engine.Entry{TxnID: txn, Term: uint64(term), Points: points})
+	wait, err := r.eng.Append(engine.Entry{TxnID: txn, Term: uint64(term), Points: points, Prepared: pre})
 	r.applyMu.Unlock()
 	if err == nil {
 		err = wait()

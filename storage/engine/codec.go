@@ -30,11 +30,21 @@ func (e Entry) appendBinary(b []byte) []byte { return e.appendBinaryEach(b, nil)
 // index of every point once it is encoded, while the point is in the caches
 // (prepare builds its series key there).
 func (e Entry) appendBinaryEach(b []byte, each func(i int)) []byte {
+	return appendPointsEach(appendEntryHead(b, e.TxnID, e.Term), e.Points, each)
+}
+
+// appendEntryHead appends what an encoded entry holds before its points.
+func appendEntryHead(b []byte, txn, term uint64) []byte {
 	b = append(b, entryVersion)
-	b = binary.AppendUvarint(b, e.TxnID)
-	b = binary.AppendUvarint(b, e.Term)
-	b = binary.AppendUvarint(b, uint64(len(e.Points)))
-	table := getStringTable(len(e.Points))
+	b = binary.AppendUvarint(b, txn)
+	return binary.AppendUvarint(b, term)
+}
+
+// appendPointsEach appends the points part of an encoded entry, calling
+// each (when not nil) as appendBinaryEach does.
+func appendPointsEach(b []byte, points []lineproto.Point, each func(i int)) []byte {
+	b = binary.AppendUvarint(b, uint64(len(points)))
+	table := getStringTable(len(points))
 	defer putStringTable(table)
 	// Consecutive points mostly repeat the metric, the field, the tag keys
 	// and often values (the lines of one series, the tags the parser
@@ -63,8 +73,8 @@ func (e Entry) appendBinaryEach(b []byte, each func(i int)) []byte {
 			last[slot].s, last[slot].ref = s, ref
 		}
 	}
-	for i := range e.Points {
-		p := &e.Points[i]
+	for i := range points {
+		p := &points[i]
 		str(0, p.Metric)
 		b = binary.AppendUvarint(b, uint64(len(p.Tags)))
 		for j, t := range p.Tags {

@@ -21,7 +21,7 @@ import (
 // pendingEntry is an entry queued for the next group commit.
 type pendingEntry struct {
 	e    Entry
-	pre  *prepared
+	pre  *Prepared
 	done chan struct{} // closed once err is set
 	err  error
 }
@@ -58,8 +58,12 @@ func (s *boltShard) NextTxnID() uint64 {
 // Append queues e for the next group commit and returns at once. The returned
 // wait blocks until e is durable and visible (nil) or failed.
 func (s *boltShard) Append(e Entry) (func() error, error) {
-	s.wal.arrive(1)    // see wal.gather
-	pre := prepare(&e) // before the lock: see prepare.go
+	s.wal.arrive(1)   // see wal.gather
+	pre := e.Prepared // before the lock: see prepare.go
+	if pre == nil {
+		pre = Prepare(e.Points)
+	}
+	e.Prepared = nil // the queue's pre owns it
 	q := &s.q
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -174,12 +178,12 @@ func (s *boltShard) commitLocked(group []*pendingEntry) error {
 		}
 	}
 	entries := make([]Entry, len(group))
-	payloads := make([][]byte, len(group))
+	encoded := make([][]byte, len(group)) // the points part of each payload
 	for i, p := range group {
-		entries[i], payloads[i] = p.e, p.pre.payload
+		entries[i], encoded[i] = p.e, p.pre.points
 	}
 	buf := logBufs.Get().(*[]byte)
-	data, recs := frameEntries(*buf, s.id, s.inc, s.LastTerm(), entries, payloads)
+	data, recs := frameEntries(*buf, s.id, s.inc, s.LastTerm(), entries, encoded)
 	n := arrived
 	arrived = 0
 	recs, err := s.wal.appendArrived(data, recs, n)

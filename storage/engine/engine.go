@@ -53,6 +53,9 @@ type Entry struct {
 	TxnID  uint64
 	Term   uint64
 	Points []lineproto.Point
+	// Prepared, when not nil, is Prepare(Points), made ahead (see
+	// Prepared). It is not part of the entry's encoding.
+	Prepared *Prepared
 }
 
 // Series is one query result series. There is one Series per (tag set, field);

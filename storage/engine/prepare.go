@@ -7,19 +7,22 @@ import (
 	"github.com/cairn-db/cairn/storage/lineproto"
 )
 
-// Append prepares an entry before queueing it: it encodes the entry's log
-// payload and builds its points' series keys. Append runs in the writer's
-// goroutine, which has just parsed and split those points, so they are
-// still in its CPU's caches; the committer (one goroutine per shard, taking
-// every writer's entries) found them evicted by the time it got to them,
-// and with many series, whose memtable no longer fits the caches either,
-// encoding and key building cost it up to twice as much there. Preparing
-// also takes that work off the one goroutine a shard's commits go through.
-
-// prepared is an entry's log payload and series keys.
-type prepared struct {
-	payload []byte // Entry.appendBinary
-	keys    pointKeys
+// Prepared is the work Append does on an entry's points before queueing
+// it: the points part of the entry's log payload, and the points' series
+// keys. Append prepares an entry itself unless Entry.Prepared holds what
+// Prepare made of its points beforehand.
+//
+// Where it happens is what matters: the committer (one goroutine per
+// shard, taking every writer's entries) found the points evicted from the
+// caches by the time it got to them, and with many series, whose memtable
+// no longer fits the caches either, encoding and key building cost it up to
+// twice as much there. The writer's goroutine had them; better still is
+// the broker's pass that has just split a batch by shard, before the batch
+// fans out to one goroutine per shard (storage.Host.Prepare): a write cost
+// 4-8 % less CPU per point there (BENCHMARKS.md).
+type Prepared struct {
+	points []byte // appendPointsEach
+	keys   pointKeys
 }
 
 // pointKeys holds the series keys of an entry's points, one per run of
@@ -72,18 +75,20 @@ func sameSeries(a, b *lineproto.Point) bool {
 		a.Metric == b.Metric && a.Field == b.Field
 }
 
-var preparedPool = sync.Pool{New: func() any { return new(prepared) }}
+var preparedPool = sync.Pool{New: func() any { return new(Prepared) }}
 
-// prepare encodes e's payload and builds its keys, in buffers from a pool
-// (release gives them back).
-func prepare(e *Entry) *prepared {
-	pr := preparedPool.Get().(*prepared)
+// Prepare encodes points and builds their keys for an Entry of exactly
+// these points, in buffers from a pool. Append takes it: an entry's
+// Prepared is used once, and given back to the pool after its commit.
+// One not given to Append is left to the collector.
+func Prepare(points []lineproto.Point) *Prepared {
+	pr := preparedPool.Get().(*Prepared)
 	// One pass: each point's key right after its encoding, while the
 	// point's strings are in the caches (two passes over a large entry
 	// read them from memory twice).
-	pr.keys.reset(len(e.Points))
-	pr.payload = e.appendBinaryEach(slices.Grow(pr.payload[:0], 64+pointBytesHint*len(e.Points)),
-		func(i int) { pr.keys.add(e.Points, i) })
+	pr.keys.reset(len(points))
+	pr.points = appendPointsEach(slices.Grow(pr.points[:0], 16+pointBytesHint*len(points)), points,
+		func(i int) { pr.keys.add(points, i) })
 	return pr
 }
 
@@ -91,8 +96,8 @@ func prepare(e *Entry) *prepared {
 // entry's are left to the collector.
 const maxPooledBytes = 1 << 20
 
-func (pr *prepared) release() {
-	if cap(pr.payload) > maxPooledBytes || cap(pr.keys.buf) > maxPooledBytes || cap(pr.keys.ends) > maxPooledBytes/4 {
+func (pr *Prepared) release() {
+	if cap(pr.points) > maxPooledBytes || cap(pr.keys.buf) > maxPooledBytes || cap(pr.keys.ends) > maxPooledBytes/4 {
 		return
 	}
 	preparedPool.Put(pr)

@@ -140,18 +140,19 @@ func newIncarnation() uint64 {
 
 // encodeEntries frames entries (base, ...] of incarnation inc as records.
 func encodeEntries(id shardID, inc uint64, prevTerm uint64, entries []Entry) ([]byte, []walRec) {
-	payloads := make([][]byte, len(entries))
+	points := make([][]byte, len(entries))
 	for i, e := range entries {
-		payloads[i] = e.appendBinary(make([]byte, 0, pointBytesHint*len(e.Points)))
+		points[i] = appendPointsEach(make([]byte, 0, pointBytesHint*len(e.Points)), e.Points, nil)
 	}
-	return frameEntries(nil, id, inc, prevTerm, entries, payloads)
+	return frameEntries(nil, id, inc, prevTerm, entries, points)
 }
 
-// frameEntries is encodeEntries appending to dst[:0], with each entry's
-// payload (its Entry.appendBinary) given.
-func frameEntries(dst []byte, id shardID, inc uint64, prevTerm uint64, entries []Entry, payloads [][]byte) ([]byte, []walRec) {
+// frameEntries is encodeEntries appending to dst[:0], with the points part
+// of each entry's payload (appendPointsEach) given: the payload is
+// Entry.appendBinary, its head written here.
+func frameEntries(dst []byte, id shardID, inc uint64, prevTerm uint64, entries []Entry, points [][]byte) ([]byte, []walRec) {
 	n := 0
-	for _, p := range payloads {
+	for _, p := range points {
 		n += recordBytesHint + len(p)
 	}
 	data := slices.Grow(dst[:0], n)
@@ -160,7 +161,7 @@ func frameEntries(dst []byte, id shardID, inc uint64, prevTerm uint64, entries [
 		r := walRec{kind: recEntry, inc: inc, db: id.db, shard: id.shard, txn: e.TxnID, term: e.Term, prevTerm: prevTerm}
 		start := len(data)
 		var off int
-		data, off = appendRecord(data, r, func(b []byte) []byte { return append(b, payloads[i]...) })
+		data, off = appendRecord(data, r, func(b []byte) []byte { return append(appendEntryHead(b, e.TxnID, e.Term), points[i]...) })
 		r.pos = walPos{off: int64(start + off), n: len(data) - start - off}
 		recs[i] = r
 		prevTerm = e.Term

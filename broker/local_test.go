@@ -1,0 +1,92 @@
+package broker_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cairn-db/cairn/broker"
+	"github.com/cairn-db/cairn/models"
+	"github.com/cairn-db/cairn/statemachine"
+	"github.com/cairn-db/cairn/storage"
+	"github.com/cairn-db/cairn/storage/lineproto"
+	"github.com/stretchr/testify/require"
+)
+
+// TestLocalWritesGetTheirPreparedPoints: the shards this process leads are
+// prepared once, right after the split, each with exactly its points; the
+// first Local call of such a shard gets that, a retry gets nil (a prepared
+// write is used once), and shards led elsewhere are neither prepared nor
+// written locally.
+func TestLocalWritesGetTheirPreparedPoints(t *testing.T) {
+	const shards = 4
+	var remote atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		remote.Add(1)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(srv.Close)
+	states := make([]models.ShardState, shards)
+	for i := range states {
+		leader := "self" // even shards here, odd ones on n2
+		if i%2 == 1 {
+			leader = "n2"
+		}
+		states[i] = models.ShardState{ID: i, Leader: leader, Term: 5, Status: models.StatusOnline}
+	}
+	st := &statemachine.State{
+		Databases:   statemachine.MapOf(map[string]models.Database{"db": {Name: "db", StorageCluster: "default", NumShards: shards, ReplicaFactor: 1}}),
+		ShardStates: statemachine.MapOf(map[string]models.ShardStates{"db": {DB: "db", Shards: states}}),
+		Nodes: statemachine.NestedMapOf(map[string]map[string]models.StorageNode{"default": {
+			"self": {NodeID: "self", NodeAddress: "127.0.0.1:1"},
+			"n2":   {NodeID: "n2", NodeAddress: strings.TrimPrefix(srv.URL, "http://")},
+		}}),
+	}
+
+	type prepared struct{ points []lineproto.Point }
+	var mu sync.Mutex
+	var preparedCalls int
+	calls := map[int][]bool{} // per shard: whether each Local call had a prepared
+	never := make(chan struct{})
+	d := &broker.Data{State: func() *statemachine.State { return st }, Changed: func() <-chan struct{} { return never },
+		Client: http.DefaultClient, RetryFor: 10 * time.Second, Self: "self",
+		Prepare: func(points []lineproto.Point) any {
+			mu.Lock()
+			preparedCalls++
+			mu.Unlock()
+			return &prepared{slices.Clone(points)}
+		},
+		Local: func(_ context.Context, db string, shard int, term int64, points []lineproto.Point, p any) error {
+			require.Equal(t, "db", db)
+			require.Equal(t, int64(5), term)
+			require.Equal(t, 0, shard%2, "only the shards led here are written here")
+			mu.Lock()
+			first := len(calls[shard]) == 0
+			calls[shard] = append(calls[shard], p != nil)
+			mu.Unlock()
+			if p != nil {
+				require.Equal(t, p.(*prepared).points, points, "shard %d: prepared of its very points", shard)
+			}
+			if first && shard == 0 {
+				return fmt.Errorf("%w: once", storage.ErrStaleTerm) // retried
+			}
+			return nil
+		},
+	}
+	var body strings.Builder
+	for i := range 64 {
+		fmt.Fprintf(&body, "cpu,host=h%d v=%d 1\n", i, i)
+	}
+	require.NoError(t, d.Write(context.Background(), "db", "ns", []byte(body.String())))
+
+	require.Equal(t, map[int][]bool{0: {true, false}, 2: {true}}, calls)
+	require.Equal(t, 2, preparedCalls, "one Prepare per shard led here")
+	require.Equal(t, int32(2), remote.Load(), "shards 1 and 3 went to n2")
+}
