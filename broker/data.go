@@ -77,6 +77,7 @@ type target struct {
 	address string
 	term    int64
 	online  bool
+	from    *statemachine.State // the state it was read from
 }
 
 func bad(format string, a ...any) error {
@@ -95,7 +96,7 @@ func (d *Data) database(st *statemachine.State, db string) (models.Database, err
 }
 
 func (d *Data) target(st *statemachine.State, cfg models.Database, shard int) target {
-	t := target{shard: shard}
+	t := target{shard: shard, from: st}
 	s, ok := st.ShardState(cfg.Name, shard)
 	if !ok {
 		return t
@@ -175,12 +176,16 @@ func (d *Data) write(ctx context.Context, db, precision string, body []byte) (in
 		return 0, nil
 	}
 	groups := splitByShard(points, cfg.NumShards)
+	targets := make([]target, len(groups))
 	prepared := make([]any, len(groups))
-	if d.Local != nil && d.Prepare != nil {
-		for shard, pts := range groups {
-			if t := d.target(st, cfg, shard); len(pts) > 0 && t.online && t.leader == d.Self {
-				prepared[shard] = d.Prepare(pts)
-			}
+	for shard, pts := range groups {
+		if len(pts) == 0 {
+			continue
+		}
+		t := d.target(st, cfg, shard)
+		targets[shard] = t
+		if d.Local != nil && d.Prepare != nil && t.online && t.leader == d.Self {
+			prepared[shard] = d.Prepare(pts)
 		}
 	}
 	w := d.watch(cfg)
@@ -194,7 +199,7 @@ func (d *Data) write(ctx context.Context, db, precision string, body []byte) (in
 		wg.Add(1)
 		shardWriters.Go(func() {
 			defer wg.Done()
-			if err := d.writeShard(ctx, w, cfg, shard, pts, prepared[shard]); err != nil {
+			if err := d.writeShard(ctx, w, cfg, targets[shard], pts, prepared[shard]); err != nil {
 				errs <- err
 			}
 		})
@@ -248,9 +253,11 @@ func splitByShard(points []lineproto.Point, numShards int) [][]lineproto.Point {
 	return groups
 }
 
-// writeShard sends one shard's points to its leader, retrying while the state
-// catches up with a failover (stale term, leader gone, in-sync set shrinking).
-func (d *Data) writeShard(ctx context.Context, w *watch, cfg models.Database, shard int, pts []lineproto.Point, prepared any) error {
+// writeShard sends one shard's points to its leader (first: as the batch
+// found it), retrying while the state catches up with a failover (stale
+// term, leader gone, in-sync set shrinking).
+func (d *Data) writeShard(ctx context.Context, w *watch, cfg models.Database, first target, pts []lineproto.Point, prepared any) error {
+	shard := first.shard
 	retryFor := d.RetryFor
 	if retryFor == 0 {
 		retryFor = 10 * time.Second
@@ -259,7 +266,10 @@ func (d *Data) writeShard(ctx context.Context, w *watch, cfg models.Database, sh
 	changed := d.Changed()
 	var lastErr error
 	for attempt := 0; ; attempt++ {
-		t := d.target(d.State(), cfg, shard)
+		t := first
+		if st := d.State(); attempt > 0 || st != t.from {
+			t = d.target(st, cfg, shard)
+		}
 		if t.online {
 			err := d.attempt(ctx, w, cfg, t, pts, prepared)
 			prepared = nil // used once
@@ -326,7 +336,7 @@ type watch struct {
 	done chan struct{}
 
 	mu       sync.Mutex
-	attempts map[int]watched // by shard
+	attempts []watched // by shard; cancel nil: none
 }
 
 type watched struct {
@@ -336,7 +346,7 @@ type watched struct {
 
 // watch starts watching for a batch of cfg; stop ends it.
 func (d *Data) watch(cfg models.Database) *watch {
-	w := &watch{d: d, cfg: cfg, done: make(chan struct{}), attempts: map[int]watched{}}
+	w := &watch{d: d, cfg: cfg, done: make(chan struct{}), attempts: make([]watched, max(cfg.NumShards, 1))}
 	ch := d.Changed()
 	shardWriters.Go(func() {
 		for {
@@ -351,9 +361,9 @@ func (d *Data) watch(cfg models.Database) *watch {
 			w.mu.Lock()
 			st := d.State()
 			for shard, a := range w.attempts {
-				if w.moved(st, a.t) {
+				if a.cancel != nil && w.moved(st, a.t) {
 					a.cancel()
-					delete(w.attempts, shard)
+					w.attempts[shard] = watched{}
 				}
 			}
 			w.mu.Unlock()
@@ -375,7 +385,7 @@ func (w *watch) moved(st *statemachine.State, t target) bool {
 func (w *watch) add(t target, cancel context.CancelFunc) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.moved(w.d.State(), t) {
+	if st := w.d.State(); st != t.from && w.moved(st, t) {
 		cancel()
 		return
 	}
@@ -384,7 +394,7 @@ func (w *watch) add(t target, cancel context.CancelFunc) {
 
 func (w *watch) remove(shard int) {
 	w.mu.Lock()
-	delete(w.attempts, shard)
+	w.attempts[shard] = watched{}
 	w.mu.Unlock()
 }
 
