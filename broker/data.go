@@ -188,7 +188,7 @@ func (d *Data) write(ctx context.Context, db, precision string, body []byte) (in
 			prepared[shard] = d.Prepare(pts)
 		}
 	}
-	w := d.watch(cfg)
+	w := d.watch(ctx, cfg)
 	defer w.stop()
 	var wg sync.WaitGroup
 	errs := make(chan error, len(groups))
@@ -313,7 +313,7 @@ func (d *Data) writeShard(ctx context.Context, w *watch, cfg models.Database, fi
 // names another leader or term for the shard (w watches): a frozen or
 // partitioned leader must not hold a write hostage.
 func (d *Data) attempt(ctx context.Context, w *watch, cfg models.Database, t target, pts []lineproto.Point, prepared any) error {
-	actx, cancel := context.WithCancel(ctx)
+	actx, cancel := context.WithCancel(w.base) // ctx's end cancels it through w
 	defer cancel()
 	w.add(t, cancel)
 	defer w.remove(t.shard)
@@ -328,12 +328,20 @@ func (d *Data) attempt(ctx context.Context, w *watch, cfg models.Database, t tar
 }
 
 // A watch abandons the attempts of one batch whose shard's leader or term
-// the published state no longer names. One goroutine watches for the whole
-// batch: one per attempt cost a tenth of a 32-shard write's CPU.
+// the published state no longer names, and all of them when the batch's
+// context ends. One goroutine watches for the whole batch: one per attempt
+// cost a tenth of a 32-shard write's CPU. Attempts' contexts derive from
+// base, which carries the batch context's values but not its end: each
+// child of a request's context is registered with it (a lock and a map
+// insert and delete per shard), while base's children cost nothing of the
+// kind, and one callback on the batch's context ends them all.
 type watch struct {
-	d    *Data
-	cfg  models.Database
-	done chan struct{}
+	d       *Data
+	cfg     models.Database
+	ctx     context.Context // the batch's
+	base    context.Context
+	done    chan struct{}
+	stopEnd func() bool
 
 	mu       sync.Mutex
 	attempts []watched // by shard; cancel nil: none
@@ -344,9 +352,20 @@ type watched struct {
 	cancel context.CancelFunc
 }
 
-// watch starts watching for a batch of cfg; stop ends it.
-func (d *Data) watch(cfg models.Database) *watch {
-	w := &watch{d: d, cfg: cfg, done: make(chan struct{}), attempts: make([]watched, max(cfg.NumShards, 1))}
+// watch starts watching for a batch of cfg written under ctx; stop ends it.
+func (d *Data) watch(ctx context.Context, cfg models.Database) *watch {
+	w := &watch{d: d, cfg: cfg, ctx: ctx, base: context.WithoutCancel(ctx), done: make(chan struct{}),
+		attempts: make([]watched, max(cfg.NumShards, 1))}
+	w.stopEnd = context.AfterFunc(ctx, func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		for shard, a := range w.attempts {
+			if a.cancel != nil {
+				a.cancel()
+				w.attempts[shard] = watched{}
+			}
+		}
+	})
 	ch := d.Changed()
 	shardWriters.Go(func() {
 		for {
@@ -372,7 +391,10 @@ func (d *Data) watch(cfg models.Database) *watch {
 	return w
 }
 
-func (w *watch) stop() { close(w.done) }
+func (w *watch) stop() {
+	w.stopEnd()
+	close(w.done)
+}
 
 // moved says whether st no longer names t's leader and term, online.
 func (w *watch) moved(st *statemachine.State, t target) bool {
@@ -380,12 +402,13 @@ func (w *watch) moved(st *statemachine.State, t target) bool {
 	return n.leader != t.leader || n.term != t.term || !n.online
 }
 
-// add watches an attempt to t, cancelled now if the state moved since t
-// was read (the watcher may have looked before it was added).
+// add watches an attempt to t, cancelled now if the batch's context ended
+// or the state moved since t was read (the watcher may have looked before
+// it was added).
 func (w *watch) add(t target, cancel context.CancelFunc) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if st := w.d.State(); st != t.from && w.moved(st, t) {
+	if st := w.d.State(); w.ctx.Err() != nil || st != t.from && w.moved(st, t) {
 		cancel()
 		return
 	}

@@ -73,19 +73,7 @@ func ledBy(shards int, leader string, term int64, nodes map[string]string) *stat
 // serves every shard of the batch.
 func TestWriteAbandonsAttemptsWhoseLeaderMoved(t *testing.T) {
 	const shards = 4
-	var arrived, abandoned atomic.Int32
-	thawed := make(chan struct{})
-	frozen := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body) // the server notices a closed connection only after the body
-		arrived.Add(1)
-		select {
-		case <-r.Context().Done(): // the broker gave up on this request
-			abandoned.Add(1)
-		case <-thawed:
-		}
-	}))
-	t.Cleanup(frozen.Close)
-	t.Cleanup(func() { close(thawed) }) // first: a failed test does not hang in Close
+	frozen, arrived, abandoned := frozenLeader(t)
 	var written atomic.Int32
 	next := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		require.Contains(t, r.URL.RawQuery, "term=4")
@@ -118,6 +106,60 @@ func TestWriteAbandonsAttemptsWhoseLeaderMoved(t *testing.T) {
 	require.Equal(t, sent, written.Load(), "and written to the new one")
 }
 
+// frozenLeader is a storage node that never answers a write: it counts
+// the writes that arrive, and those the broker gives up on.
+func frozenLeader(t *testing.T) (srv *httptest.Server, arrived, abandoned *atomic.Int32) {
+	arrived, abandoned = new(atomic.Int32), new(atomic.Int32)
+	thawed := make(chan struct{})
+	srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body) // the server notices a closed connection only after the body
+		arrived.Add(1)
+		select {
+		case <-r.Context().Done(): // the broker gave up on this request
+			abandoned.Add(1)
+		case <-thawed:
+		}
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(thawed) }) // first: a failed test does not hang in Close
+	return srv, arrived, abandoned
+}
+
+// TestWriteEndsWithItsContext: when the client's request ends, every
+// attempt of its batch is abandoned (their contexts are not the request's
+// children; the watch ends them).
+func TestWriteEndsWithItsContext(t *testing.T) {
+	const shards = 4
+	frozen, arrived, abandoned := frozenLeader(t)
+	pub := newPublisher(ledBy(shards, "n1", 3, map[string]string{"n1": strings.TrimPrefix(frozen.URL, "http://")}))
+	d := &Data{State: pub.State, Changed: pub.Changed, Client: &http.Client{}}
+	const body = "cpu,h=a v=1 1\ncpu,h=b v=1 1\ncpu,h=c v=1 1\ncpu,h=d v=1 1\ncpu,h=e v=1 1\ncpu,h=f v=1 1"
+	sent := shardsOf(t, body, shards)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- d.Write(ctx, "db", "ns", []byte(body)) }()
+	require.Eventually(t, func() bool { return arrived.Load() == sent }, 10*time.Second, 5*time.Millisecond)
+	cancel()
+	select {
+	case err := <-done:
+		require.Error(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the write outlived its context")
+	}
+	require.Eventually(t, func() bool { return abandoned.Load() == sent }, 10*time.Second, 5*time.Millisecond,
+		"every attempt was cancelled with the request")
+
+	// An attempt added after the end is cancelled as it is added.
+	cfg, err := d.database(pub.State(), "db")
+	require.NoError(t, err)
+	w := d.watch(ctx, cfg)
+	defer w.stop()
+	actx, acancel := context.WithCancel(w.base)
+	w.add(d.target(pub.State(), cfg, 0), acancel)
+	require.ErrorIs(t, actx.Err(), context.Canceled)
+}
+
 // shardsOf is how many shards of numShards the points of body fall in.
 func shardsOf(t *testing.T, body string, numShards int) int32 {
 	pts, err := lineproto.ParseLimited([]byte(body), "ns", 0, 0)
@@ -140,7 +182,7 @@ func TestWatchCancelsAnAttemptAddedAfterTheStateMoved(t *testing.T) {
 	d := &Data{State: pub.State, Changed: pub.Changed}
 	cfg, err := d.database(pub.State(), "db")
 	require.NoError(t, err)
-	w := d.watch(cfg)
+	w := d.watch(context.Background(), cfg)
 	defer w.stop()
 	stale := d.target(pub.State(), cfg, 0)
 	pub.publish(ledBy(2, "n2", 4, nodes))
