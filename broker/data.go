@@ -176,18 +176,6 @@ func (d *Data) write(ctx context.Context, db, precision string, body []byte) (in
 		return 0, nil
 	}
 	groups := splitByShard(points, cfg.NumShards)
-	targets := make([]target, len(groups))
-	prepared := make([]any, len(groups))
-	for shard, pts := range groups {
-		if len(pts) == 0 {
-			continue
-		}
-		t := d.target(st, cfg, shard)
-		targets[shard] = t
-		if d.Local != nil && d.Prepare != nil && t.online && t.leader == d.Self {
-			prepared[shard] = d.Prepare(pts)
-		}
-	}
 	w := d.watch(ctx, cfg)
 	defer w.stop()
 	var wg sync.WaitGroup
@@ -196,10 +184,17 @@ func (d *Data) write(ctx context.Context, db, precision string, body []byte) (in
 		if len(pts) == 0 {
 			continue
 		}
+		// Each shard starts once prepared: the first are written while
+		// the next are prepared.
+		t := d.target(st, cfg, shard)
+		var prepared any
+		if d.Local != nil && d.Prepare != nil && t.online && t.leader == d.Self {
+			prepared = d.Prepare(pts)
+		}
 		wg.Add(1)
 		shardWriters.Go(func() {
 			defer wg.Done()
-			if err := d.writeShard(ctx, w, cfg, targets[shard], pts, prepared[shard]); err != nil {
+			if err := d.writeShard(ctx, w, cfg, t, pts, prepared); err != nil {
 				errs <- err
 			}
 		})
