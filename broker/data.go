@@ -39,8 +39,8 @@ type Data struct {
 	// Prepare (optional, with Local) does ahead the first work of a local
 	// write of points; Local's prepared is what it returned, or nil, and
 	// goes to one call only (a retry has nil). It runs for each local shard
-	// of a batch right after the batch is split, while the points are in
-	// this goroutine's CPU caches, not in the shard's goroutine later.
+	// of a batch in the goroutine that split the batch, just before the
+	// shard's own goroutine starts, while the points are in its caches.
 	Prepare func(points []lineproto.Point) any
 	Now     func() time.Time
 	// MaxPoints bounds the points of one write batch (0: no bound): past it

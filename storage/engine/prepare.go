@@ -17,8 +17,8 @@ import (
 // caches by the time it got to them, and with many series, whose memtable
 // no longer fits the caches either, encoding and key building cost it up to
 // twice as much there. The writer's goroutine had them; better still is
-// the broker's pass that has just split a batch by shard, before the batch
-// fans out to one goroutine per shard (storage.Host.Prepare): a write cost
+// the broker's goroutine that has just split a batch by shard, as it hands
+// each shard to a goroutine of its own (storage.Host.Prepare): a write cost
 // 4-8 % less CPU per point there (BENCHMARKS.md).
 type Prepared struct {
 	points []byte // appendPointsEach
