@@ -325,7 +325,8 @@ func (d *Data) attempt(ctx context.Context, w *watch, cfg models.Database, t tar
 // A watch abandons the attempts of one batch whose shard's leader or term
 // the published state no longer names, and all of them when the batch's
 // context ends. One goroutine watches for the whole batch: one per attempt
-// cost a tenth of a 32-shard write's CPU. Attempts' contexts derive from
+// was 4 % of a 32-shard write's CPU, a third of what it cost over 8 shards
+// (BENCHMARKS.md). Attempts' contexts derive from
 // base, which carries the batch context's values but not its end: each
 // child of a request's context is registered with it (a lock and a map
 // insert and delete per shard), while base's children cost nothing of the
