@@ -17,6 +17,7 @@ import (
 	"github.com/cairn-db/cairn/statemachine"
 	"github.com/cairn-db/cairn/storage"
 	"github.com/cairn-db/cairn/storage/lineproto"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -64,15 +65,16 @@ func TestLocalWritesGetTheirPreparedPoints(t *testing.T) {
 			return &prepared{slices.Clone(points)}
 		},
 		Local: func(_ context.Context, db string, shard int, term int64, points []lineproto.Point, p any) error {
-			require.Equal(t, "db", db)
-			require.Equal(t, int64(5), term)
-			require.Equal(t, 0, shard%2, "only the shards led here are written here")
+			// assert, not require: this runs in the shard's goroutine.
+			assert.Equal(t, "db", db)
+			assert.Equal(t, int64(5), term)
+			assert.Equal(t, 0, shard%2, "only the shards led here are written here")
 			mu.Lock()
 			first := len(calls[shard]) == 0
 			calls[shard] = append(calls[shard], p != nil)
 			mu.Unlock()
 			if p != nil {
-				require.Equal(t, p.(*prepared).points, points, "shard %d: prepared of its very points", shard)
+				assert.Equal(t, p.(*prepared).points, points, "shard %d: prepared of its very points", shard)
 			}
 			if first && shard == 0 {
 				return fmt.Errorf("%w: once", storage.ErrStaleTerm) // retried

@@ -14,6 +14,7 @@ import (
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
 	"github.com/cairn-db/cairn/storage/lineproto"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -76,7 +77,7 @@ func TestWriteAbandonsAttemptsWhoseLeaderMoved(t *testing.T) {
 	frozen, arrived, abandoned := frozenLeader(t)
 	var written atomic.Int32
 	next := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		require.Contains(t, r.URL.RawQuery, "term=4")
+		assert.Contains(t, r.URL.RawQuery, "term=4") // not require: this is the server's goroutine
 		written.Add(1)
 		w.WriteHeader(http.StatusNoContent)
 	}))
@@ -85,22 +86,11 @@ func TestWriteAbandonsAttemptsWhoseLeaderMoved(t *testing.T) {
 	pub := newPublisher(ledBy(shards, "n1", 3, nodes))
 	d := &Data{State: pub.State, Changed: pub.Changed, Client: &http.Client{}}
 
-	const body = "cpu,h=a v=1 1\ncpu,h=b v=1 1\ncpu,h=c v=1 1\ncpu,h=d v=1 1\ncpu,h=e v=1 1\ncpu,h=f v=1 1"
-	sent := shardsOf(t, body, shards)
-	require.Greater(t, sent, int32(1), "the batch spans several shards")
-	done := make(chan error, 1)
-	go func() { done <- d.Write(context.Background(), "db", "ns", []byte(body)) }()
-	require.Eventually(t, func() bool { return arrived.Load() == sent }, 10*time.Second, 5*time.Millisecond,
-		"every shard's attempt reaches the frozen leader")
+	sent, done := writeUntilAllArrive(t, context.Background(), d, shards, arrived)
 	require.Zero(t, abandoned.Load())
 
 	pub.publish(ledBy(shards, "n2", 4, nodes))
-	select {
-	case err := <-done:
-		require.NoError(t, err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("the write stayed with the frozen leader after the state moved")
-	}
+	require.NoError(t, awaitWrite(t, done, "the write stayed with the frozen leader after the state moved"))
 	require.Eventually(t, func() bool { return abandoned.Load() == sent }, 10*time.Second, 5*time.Millisecond,
 		"every attempt to the old leader was cancelled")
 	require.Equal(t, sent, written.Load(), "and written to the new one")
@@ -133,20 +123,11 @@ func TestWriteEndsWithItsContext(t *testing.T) {
 	frozen, arrived, abandoned := frozenLeader(t)
 	pub := newPublisher(ledBy(shards, "n1", 3, map[string]string{"n1": strings.TrimPrefix(frozen.URL, "http://")}))
 	d := &Data{State: pub.State, Changed: pub.Changed, Client: &http.Client{}}
-	const body = "cpu,h=a v=1 1\ncpu,h=b v=1 1\ncpu,h=c v=1 1\ncpu,h=d v=1 1\ncpu,h=e v=1 1\ncpu,h=f v=1 1"
-	sent := shardsOf(t, body, shards)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- d.Write(ctx, "db", "ns", []byte(body)) }()
-	require.Eventually(t, func() bool { return arrived.Load() == sent }, 10*time.Second, 5*time.Millisecond)
+	sent, done := writeUntilAllArrive(t, ctx, d, shards, arrived)
 	cancel()
-	select {
-	case err := <-done:
-		require.Error(t, err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("the write outlived its context")
-	}
+	require.Error(t, awaitWrite(t, done, "the write outlived its context"))
 	require.Eventually(t, func() bool { return abandoned.Load() == sent }, 10*time.Second, 5*time.Millisecond,
 		"every attempt was cancelled with the request")
 
@@ -158,6 +139,33 @@ func TestWriteEndsWithItsContext(t *testing.T) {
 	actx, acancel := context.WithCancel(w.base)
 	w.add(d.target(pub.State(), cfg, 0), acancel)
 	require.ErrorIs(t, actx.Err(), context.Canceled)
+}
+
+// writeUntilAllArrive starts writing a batch of six series through d under
+// ctx and returns once every shard's attempt (sent: one per shard the
+// batch spans, of shards) has arrived at the frozen leader counting
+// arrived; done gets the write's result.
+func writeUntilAllArrive(t *testing.T, ctx context.Context, d *Data, shards int, arrived *atomic.Int32) (sent int32, done <-chan error) {
+	const body = "cpu,h=a v=1 1\ncpu,h=b v=1 1\ncpu,h=c v=1 1\ncpu,h=d v=1 1\ncpu,h=e v=1 1\ncpu,h=f v=1 1"
+	sent = shardsOf(t, body, shards)
+	require.Greater(t, sent, int32(1), "the batch spans several shards")
+	result := make(chan error, 1)
+	go func() { result <- d.Write(ctx, "db", "ns", []byte(body)) }()
+	require.Eventually(t, func() bool { return arrived.Load() == sent }, 10*time.Second, 5*time.Millisecond,
+		"every shard's attempt reaches the frozen leader")
+	return sent, result
+}
+
+// awaitWrite returns the write's result, failing the test with stuck if
+// none comes within 10 s.
+func awaitWrite(t *testing.T, done <-chan error, stuck string) error {
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatal(stuck)
+		return nil
+	}
 }
 
 // shardsOf is how many shards of numShards the points of body fall in.
