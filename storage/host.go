@@ -492,8 +492,8 @@ func (h *Host) Write(ctx context.Context, db string, shard int, term int64, poin
 }
 
 // Prepare does ahead what a write of points does first (engine.Prepare),
-// for WritePrepared: a broker in this process calls it in the pass that
-// split a batch by shard, while the points are in its CPU's caches.
+// for WritePrepared: a broker in this process calls it in the goroutine
+// that split a batch by shard, while the points are in its CPU's caches.
 func (h *Host) Prepare(points []lineproto.Point) any { return engine.Prepare(points) }
 
 // WritePrepared is Write with what Prepare made of points (nil: nothing),

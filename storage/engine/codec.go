@@ -24,13 +24,8 @@ func (e Entry) MarshalBinary() ([]byte, error) {
 	return e.appendBinary(make([]byte, 0, 64+len(e.Points)*24)), nil
 }
 
-func (e Entry) appendBinary(b []byte) []byte { return e.appendBinaryEach(b, nil) }
-
-// appendBinaryEach is appendBinary calling each (when not nil) with the
-// index of every point once it is encoded, while the point is in the caches
-// (prepare builds its series key there).
-func (e Entry) appendBinaryEach(b []byte, each func(i int)) []byte {
-	return appendPointsEach(appendEntryHead(b, e.TxnID, e.Term), e.Points, each)
+func (e Entry) appendBinary(b []byte) []byte {
+	return appendPointsEach(appendEntryHead(b, e.TxnID, e.Term), e.Points, nil)
 }
 
 // appendEntryHead appends what an encoded entry holds before its points.
@@ -41,7 +36,8 @@ func appendEntryHead(b []byte, txn, term uint64) []byte {
 }
 
 // appendPointsEach appends the points part of an encoded entry, calling
-// each (when not nil) as appendBinaryEach does.
+// each (when not nil) with the index of every point once it is encoded,
+// while the point is in the caches (Prepare builds its series key there).
 func appendPointsEach(b []byte, points []lineproto.Point, each func(i int)) []byte {
 	b = binary.AppendUvarint(b, uint64(len(points)))
 	table := getStringTable(len(points))
