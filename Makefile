@@ -70,7 +70,7 @@ nemesis:
 
 # Benchmarks quoted in BENCHMARKS.md.
 bench: build
-	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 ./statemachine/ ./kv/... ./master/... ./placement/... ./storage/... ./backup/
+	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 ./statemachine/ ./coordinator/... ./storage/... ./internal/backup/
 	./bin/cairn simulate --nodes 1000 --shards 100000 --replicas 3 --add-nodes 1
 
 clean:

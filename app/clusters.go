@@ -6,8 +6,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cairn-db/cairn/kv"
-	"github.com/cairn-db/cairn/logrepeat"
+	"github.com/cairn-db/cairn/coordinator/kv"
+	"github.com/cairn-db/cairn/internal/logrepeat"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
 	"go.uber.org/zap"

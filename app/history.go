@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/cairn-db/cairn/history"
+	"github.com/cairn-db/cairn/internal/history"
 )
 
 // nodeHistory is the web.History of a node: its own ring and the fan-out to

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/cairn-db/cairn/config"
-	"github.com/cairn-db/cairn/history"
+	"github.com/cairn-db/cairn/internal/history"
 	"github.com/stretchr/testify/require"
 )
 

@@ -6,8 +6,8 @@ import (
 
 	"github.com/cairn-db/cairn/broker"
 	"github.com/cairn-db/cairn/config"
-	"github.com/cairn-db/cairn/kv"
-	"github.com/cairn-db/cairn/master"
+	"github.com/cairn-db/cairn/coordinator/kv"
+	"github.com/cairn-db/cairn/coordinator/master"
 	"github.com/cairn-db/cairn/statemachine"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"

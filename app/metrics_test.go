@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/cairn-db/cairn/config"
-	"github.com/cairn-db/cairn/kv/etcdtest"
+	"github.com/cairn-db/cairn/coordinator/kv/etcdtest"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"

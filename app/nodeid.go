@@ -9,7 +9,7 @@ import (
 
 	"github.com/cairn-db/cairn/broker"
 	"github.com/cairn-db/cairn/config"
-	"github.com/cairn-db/cairn/kv"
+	"github.com/cairn-db/cairn/coordinator/kv"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/storage"
 	"go.uber.org/zap"

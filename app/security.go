@@ -6,9 +6,9 @@ import (
 	"os"
 	"time"
 
-	"github.com/cairn-db/cairn/certs"
 	"github.com/cairn-db/cairn/config"
-	"github.com/cairn-db/cairn/peerauth"
+	"github.com/cairn-db/cairn/internal/certs"
+	"github.com/cairn-db/cairn/internal/peerauth"
 	"github.com/cairn-db/cairn/web"
 	"go.uber.org/zap"
 )

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/cairn-db/cairn/config"
-	"github.com/cairn-db/cairn/logrepeat"
+	"github.com/cairn-db/cairn/internal/logrepeat"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
 	"github.com/cairn-db/cairn/storage"

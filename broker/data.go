@@ -14,9 +14,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cairn-db/cairn/gopool"
+	"github.com/cairn-db/cairn/broker/query"
+	"github.com/cairn-db/cairn/internal/gopool"
 	"github.com/cairn-db/cairn/models"
-	"github.com/cairn-db/cairn/query"
 	"github.com/cairn-db/cairn/statemachine"
 	"github.com/cairn-db/cairn/storage/client"
 	"github.com/cairn-db/cairn/storage/lineproto"

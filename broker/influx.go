@@ -8,9 +8,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cairn-db/cairn/influx"
+	"github.com/cairn-db/cairn/broker/influx"
+	"github.com/cairn-db/cairn/broker/query"
 	"github.com/cairn-db/cairn/models"
-	"github.com/cairn-db/cairn/query"
 	"github.com/cairn-db/cairn/storage/client"
 )
 

@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/cairn-db/cairn/atomicfile"
+	"github.com/cairn-db/cairn/internal/atomicfile"
 )
 
 // NodeIDFile is the file in the data directory that keeps the node id.

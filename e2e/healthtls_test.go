@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-db/cairn/certs/certstest"
+	"github.com/cairn-db/cairn/internal/certs/certstest"
 	"github.com/stretchr/testify/require"
 )
 

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-db/cairn/certs/certstest"
-	"github.com/cairn-db/cairn/peerauth"
+	"github.com/cairn-db/cairn/internal/certs/certstest"
+	"github.com/cairn-db/cairn/internal/peerauth"
 	"github.com/cairn-db/cairn/storage/engine"
 	"github.com/cairn-db/cairn/storage/lineproto"
 	"github.com/stretchr/testify/require"

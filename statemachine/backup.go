@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cairn-db/cairn/atomicfile"
+	"github.com/cairn-db/cairn/internal/atomicfile"
 	"go.uber.org/zap"
 )
 

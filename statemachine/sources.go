@@ -1,7 +1,7 @@
 package statemachine
 
 import (
-	"github.com/cairn-db/cairn/kv"
+	"github.com/cairn-db/cairn/coordinator/kv"
 	"github.com/cairn-db/cairn/models"
 )
 

@@ -3,7 +3,7 @@ package statemachine
 import (
 	"testing"
 
-	"github.com/cairn-db/cairn/kv"
+	"github.com/cairn-db/cairn/coordinator/kv"
 	"github.com/cairn-db/cairn/models"
 	"github.com/stretchr/testify/require"
 )

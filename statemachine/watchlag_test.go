@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-db/cairn/kv/etcdtest"
+	"github.com/cairn-db/cairn/coordinator/kv/etcdtest"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
 )

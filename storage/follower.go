@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/cairn-db/cairn/backoff"
+	"github.com/cairn-db/cairn/internal/backoff"
 	"github.com/cairn-db/cairn/storage/client"
 	"github.com/cairn-db/cairn/storage/engine"
 	"go.uber.org/zap"

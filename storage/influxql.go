@@ -8,8 +8,8 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/cairn-db/cairn/broker/query"
 	"github.com/cairn-db/cairn/models"
-	"github.com/cairn-db/cairn/query"
 	"github.com/cairn-db/cairn/storage/engine"
 	"github.com/cairn-db/cairn/storage/lineproto"
 	"github.com/gin-gonic/gin"

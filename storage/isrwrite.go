@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/cairn-db/cairn/kv"
+	"github.com/cairn-db/cairn/coordinator/kv"
 	"github.com/cairn-db/cairn/models"
 )
 

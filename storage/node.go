@@ -11,7 +11,7 @@ import (
 	"reflect"
 	"time"
 
-	"github.com/cairn-db/cairn/kv"
+	"github.com/cairn-db/cairn/coordinator/kv"
 	"github.com/cairn-db/cairn/models"
 	"go.uber.org/zap"
 )

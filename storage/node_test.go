@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-db/cairn/kv"
-	"github.com/cairn-db/cairn/kv/etcdtest"
+	"github.com/cairn-db/cairn/coordinator/kv"
+	"github.com/cairn-db/cairn/coordinator/kv/etcdtest"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/storage"
 	"github.com/stretchr/testify/require"

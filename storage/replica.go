@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cairn-db/cairn/backoff"
+	"github.com/cairn-db/cairn/internal/backoff"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/storage/engine"
 	"github.com/cairn-db/cairn/storage/lineproto"

@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/cairn-db/cairn/atomicfile"
+	"github.com/cairn-db/cairn/internal/atomicfile"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
 	"go.uber.org/zap"

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-db/cairn/kv"
+	"github.com/cairn-db/cairn/coordinator/kv"
+	"github.com/cairn-db/cairn/internal/peerauth"
 	"github.com/cairn-db/cairn/models"
-	"github.com/cairn-db/cairn/peerauth"
 	"github.com/cairn-db/cairn/statemachine"
 	"github.com/cairn-db/cairn/web"
 	"github.com/gin-gonic/gin"

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cairn-db/cairn/influx"
+	"github.com/cairn-db/cairn/broker/influx"
 	"github.com/cairn-db/cairn/models"
 	"github.com/gin-gonic/gin"
 )

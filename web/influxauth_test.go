@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-db/cairn/influx"
-	"github.com/cairn-db/cairn/query"
+	"github.com/cairn-db/cairn/broker/influx"
+	"github.com/cairn-db/cairn/broker/query"
 	"github.com/cairn-db/cairn/web"
 	influxdb2 "github.com/influxdata/influxdb-client-go/v2"
 	influxhttp "github.com/influxdata/influxdb-client-go/v2/api/http"

@@ -16,8 +16,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cairn-db/cairn/internal/peerauth"
 	"github.com/cairn-db/cairn/models"
-	"github.com/cairn-db/cairn/peerauth"
 	"github.com/cairn-db/cairn/statemachine"
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"

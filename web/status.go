@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cairn-db/cairn/internal/problems"
 	"github.com/cairn-db/cairn/models"
-	"github.com/cairn-db/cairn/problems"
 	"github.com/cairn-db/cairn/statemachine"
 	"github.com/gin-gonic/gin"
 )

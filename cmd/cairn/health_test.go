@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cairn-db/cairn/certs/certstest"
+	"github.com/cairn-db/cairn/internal/certs/certstest"
 	"github.com/stretchr/testify/require"
 )
 

@@ -18,10 +18,10 @@ import (
 	"time"
 
 	"github.com/cairn-db/cairn/app"
-	"github.com/cairn-db/cairn/backup"
 	"github.com/cairn-db/cairn/config"
-	"github.com/cairn-db/cairn/placement"
-	"github.com/cairn-db/cairn/simcluster"
+	"github.com/cairn-db/cairn/coordinator/placement"
+	"github.com/cairn-db/cairn/internal/backup"
+	"github.com/cairn-db/cairn/internal/simcluster"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".

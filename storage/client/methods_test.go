@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cairn-db/cairn/broker/query"
 	"github.com/cairn-db/cairn/models"
-	"github.com/cairn-db/cairn/query"
 	"github.com/cairn-db/cairn/storage/client"
 	"github.com/cairn-db/cairn/storage/engine"
 	"github.com/cairn-db/cairn/storage/lineproto"

@@ -10,7 +10,7 @@ import (
 	"net/url"
 	"strconv"
 
-	"github.com/cairn-db/cairn/query"
+	"github.com/cairn-db/cairn/broker/query"
 )
 
 // QueryRequest is one shard's part of GET /api/v1/query.

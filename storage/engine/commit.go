@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cairn-db/cairn/gopool"
+	"github.com/cairn-db/cairn/internal/gopool"
 )
 
 // Group commit. Append only queues an entry; one committer goroutine per

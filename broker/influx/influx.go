@@ -1,0 +1,111 @@
+// Package influx speaks InfluxDB's HTTP protocols on a broker, so stock
+// clients (influx CLI, influxdb1-client, influxdb-client-go, Telegraf,
+// Grafana's InfluxDB datasource) work unmodified: the 1.x and 2.x write
+// endpoints, /ping, and /query answering InfluxQL (planned and merged by the
+// query package) in InfluxDB's JSON. Errors use InfluxDB's shapes, not Cairn's
+// /api/v1 envelope: {"error":"..."} for 1.x, {"code","message"} for 2.x.
+package influx
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/cairn-db/cairn/broker/query"
+	"github.com/gin-gonic/gin"
+	"go.uber.org/zap"
+)
+
+// Version is what /ping and every answer report in X-Influxdb-Version: the
+// InfluxDB release whose 1.x API Cairn follows. Clients only log it.
+const Version = "1.8.10"
+
+// Backend is the broker's data plane as these endpoints need it.
+type Backend interface {
+	// Write parses and stores a line-protocol body; precision is ns, us, ms,
+	// s, m or h. Errors wrap models.ErrNotFound (database), ErrBadInput (a
+	// bad line, naming it) or ErrUnavailable.
+	Write(ctx context.Context, db, precision string, body []byte) error
+	// Databases lists the databases.
+	Databases() []string
+	// ReplicaFactor is db's replica factor; models.ErrNotFound if none.
+	ReplicaFactor(db string) (int, error)
+	// Select runs req on every shard leader of db.
+	Select(ctx context.Context, db string, req *query.ShardRequest) ([]*query.ShardResult, error)
+	// SeriesKeys lists db's series keys (of measurement only, when not "").
+	SeriesKeys(ctx context.Context, db, measurement string) ([]string, error)
+}
+
+// Config of the handlers.
+type Config struct {
+	Backend Backend
+	Logger  *zap.Logger
+	// MaxBodyBytes caps a write body after gzip decompression; default 32 MiB.
+	MaxBodyBytes int64
+	// Now is the clock behind now() in queries; default time.Now.
+	Now func() time.Time
+}
+
+// Handler serves the InfluxDB-compatible endpoints.
+type Handler struct {
+	cfg Config
+	lg  *zap.Logger
+}
+
+// New returns the handlers.
+func New(cfg Config) *Handler {
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = 32 << 20
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Handler{cfg: cfg, lg: cfg.Logger.Named("influx")}
+}
+
+// Routes mounts the write endpoints on writes and the read ones on queries,
+// two groups so each can carry its own authorization scope.
+func (h *Handler) Routes(writes, queries, open gin.IRouter) {
+	writes.POST("/write", h.writeV1)
+	writes.POST("/api/v2/write", h.writeV2)
+	queries.GET("/query", h.query)
+	queries.POST("/query", h.query)
+	open.GET("/ping", h.ping)
+	open.HEAD("/ping", h.ping)
+}
+
+func (h *Handler) ping(c *gin.Context) {
+	c.Header("X-Influxdb-Version", Version)
+	c.Header("X-Influxdb-Build", "OSS")
+	if c.Query("verbose") == "true" {
+		c.JSON(http.StatusOK, gin.H{"version": Version})
+		return
+	}
+	c.Status(http.StatusNoContent)
+}
+
+// v1Error answers InfluxDB 1.x's error shape.
+// Refuse answers a request the node's tokens refused (401: no or unknown
+// token, 403: a narrower one) as InfluxDB does: {"code","message"} on the
+// 2.x write endpoint, {"error"} on the 1.x ones and /query.
+func (h *Handler) Refuse(c *gin.Context, status int, err error) {
+	if c.Request.URL.Path == "/api/v2/write" {
+		code := "unauthorized"
+		if status == http.StatusForbidden {
+			code = "forbidden"
+		}
+		c.Header("X-Influxdb-Version", Version)
+		v2Error(c, status, code, err.Error())
+		return
+	}
+	v1Error(c, status, err.Error())
+}
+
+func v1Error(c *gin.Context, status int, msg string) {
+	c.Header("X-Influxdb-Version", Version)
+	c.Header("X-Influxdb-Error", msg)
+	c.AbortWithStatusJSON(status, gin.H{"error": msg})
+}

@@ -1,0 +1,207 @@
+package influx
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cairn-db/cairn/broker/query"
+	"github.com/cairn-db/cairn/models"
+	"github.com/gin-gonic/gin"
+	"github.com/influxdata/influxql"
+)
+
+// MaxStatements bounds the statements of one /query request.
+const MaxStatements = 100
+
+// epochs maps /query's epoch parameter to nanoseconds per unit.
+var epochs = map[string]int64{"ns": 1, "n": 1, "u": 1e3, "µ": 1e3, "us": 1e3, "ms": 1e6, "s": 1e9, "m": 60e9, "h": 3600e9}
+
+// statement is one planned statement of a request.
+type statement struct {
+	stmt influxql.Statement
+	sel  *query.Plan
+	show *query.ShowPlan
+	onDB string // SHOW RETENTION POLICIES ON db
+	dbs  bool   // SHOW DATABASES
+	rps  bool   // SHOW RETENTION POLICIES
+}
+
+// query is GET|POST /query?db=&q=&epoch=. Every statement is checked before
+// any runs: one unsupported feature answers 400 naming it. A statement that
+// fails while running (unknown database, shard offline) reports its error in
+// its own result, as InfluxDB does.
+func (h *Handler) query(c *gin.Context) {
+	c.Header("X-Influxdb-Version", Version)
+	if c.Request.FormValue("chunked") == "true" {
+		v1Error(c, http.StatusBadRequest, "chunked responses are not supported: drop chunked=true")
+		return
+	}
+	q := c.Request.FormValue("q")
+	if strings.TrimSpace(q) == "" {
+		v1Error(c, http.StatusBadRequest, `missing required parameter "q"`)
+		return
+	}
+	unit := int64(0)
+	if e := c.Request.FormValue("epoch"); e != "" {
+		var ok bool
+		if unit, ok = epochs[e]; !ok {
+			v1Error(c, http.StatusBadRequest, fmt.Sprintf("invalid epoch %q (use ns, u, ms, s, m or h)", e))
+			return
+		}
+	}
+	p := influxql.NewParser(strings.NewReader(q))
+	if raw := c.Request.FormValue("params"); raw != "" {
+		var params map[string]any
+		if err := json.Unmarshal([]byte(raw), &params); err != nil {
+			v1Error(c, http.StatusBadRequest, "error parsing query parameters: "+err.Error())
+			return
+		}
+		p.SetParams(params)
+	}
+	parsed, err := p.ParseQuery()
+	if err != nil {
+		v1Error(c, http.StatusBadRequest, "error parsing query: "+err.Error())
+		return
+	}
+	if len(parsed.Statements) > MaxStatements {
+		v1Error(c, http.StatusBadRequest, fmt.Sprintf("%d statements in one request (at most %d)", len(parsed.Statements), MaxStatements))
+		return
+	}
+	now := h.cfg.Now()
+	plans := make([]statement, len(parsed.Statements))
+	for i, stmt := range parsed.Statements {
+		if plans[i], err = planStatement(stmt, now); err != nil {
+			v1Error(c, http.StatusBadRequest, err.Error())
+			return
+		}
+	}
+	db := c.Request.FormValue("db")
+	results := make([]result, len(plans))
+	for i, st := range plans {
+		results[i] = result{id: i}
+		results[i].rows, err = h.run(c.Request.Context(), db, st)
+		if err != nil {
+			if errors.Is(err, query.ErrUnsupported) || errors.Is(err, query.ErrBadQuery) {
+				v1Error(c, http.StatusBadRequest, err.Error())
+				return
+			}
+			results[i].err = statementErr(err, db)
+		}
+	}
+	chunks := encodeResults(results, unit)
+	size := 0
+	for _, ch := range chunks {
+		size += len(ch)
+	}
+	c.Header("Content-Type", "application/json")
+	c.Header("Content-Length", strconv.Itoa(size))
+	c.Status(http.StatusOK)
+	for _, ch := range chunks {
+		if _, err := c.Writer.Write(ch); err != nil {
+			return // the client went away
+		}
+	}
+}
+
+func planStatement(stmt influxql.Statement, now time.Time) (statement, error) {
+	st := statement{stmt: stmt}
+	var err error
+	switch s := stmt.(type) {
+	case *influxql.SelectStatement:
+		st.sel, err = query.PlanSelect(s, now)
+	case *influxql.ShowDatabasesStatement:
+		st.dbs = true
+	case *influxql.ShowRetentionPoliciesStatement:
+		st.rps, st.onDB = true, s.Database
+	case *influxql.ShowMeasurementsStatement:
+		st.show, st.onDB, err = showPlan(stmt, s.Database, now)
+	case *influxql.ShowTagKeysStatement:
+		st.show, st.onDB, err = showPlan(stmt, s.Database, now)
+	case *influxql.ShowTagValuesStatement:
+		st.show, st.onDB, err = showPlan(stmt, s.Database, now)
+	case *influxql.ShowFieldKeysStatement:
+		st.show, st.onDB, err = showPlan(stmt, s.Database, now)
+	case *influxql.ShowSeriesStatement:
+		st.show, st.onDB, err = showPlan(stmt, s.Database, now)
+	default:
+		err = fmt.Errorf("%w: the statement %s", query.ErrUnsupported, firstWords(stmt.String()))
+	}
+	return st, err
+}
+
+// showPlan plans a SHOW over series; on is its ON database, if any.
+func showPlan(stmt influxql.Statement, on string, now time.Time) (*query.ShowPlan, string, error) {
+	p, err := query.PlanShow(stmt, now)
+	return p, on, err
+}
+
+// firstWords names a statement by its keywords (SHOW USERS, DROP SERIES...).
+func firstWords(s string) string {
+	words := strings.Fields(s)
+	return strings.Join(words[:min(len(words), 2)], " ")
+}
+
+func (h *Handler) run(ctx context.Context, db string, st statement) ([]query.Row, error) {
+	switch {
+	case st.dbs:
+		return query.ShowDatabases(h.cfg.Backend.Databases()), nil
+	case st.rps:
+		if st.onDB != "" {
+			db = st.onDB
+		}
+		if db == "" {
+			return nil, errDBRequired
+		}
+		rf, err := h.cfg.Backend.ReplicaFactor(db)
+		if err != nil {
+			return nil, err
+		}
+		return query.ShowRetentionPolicies(rf), nil
+	case st.sel != nil:
+		if st.sel.DB != "" {
+			db = st.sel.DB
+		}
+		if db == "" {
+			return nil, errDBRequired
+		}
+		parts, err := h.cfg.Backend.Select(ctx, db, &st.sel.Req)
+		if err != nil {
+			return nil, err
+		}
+		return st.sel.Merge(parts)
+	default:
+		if st.onDB != "" {
+			db = st.onDB
+		}
+		if db == "" {
+			return nil, errDBRequired
+		}
+		keys, err := h.cfg.Backend.SeriesKeys(ctx, db, st.show.Measurement())
+		if err != nil {
+			return nil, err
+		}
+		series, err := query.ParseSeries(keys)
+		if err != nil {
+			return nil, err
+		}
+		return st.show.Run(series), nil
+	}
+}
+
+var errDBRequired = errors.New("database name required")
+
+func statementErr(err error, db string) string {
+	switch {
+	case errors.Is(err, models.ErrNotFound):
+		return fmt.Sprintf("database not found: %s", db)
+	case errors.Is(err, errDBRequired):
+		return err.Error()
+	}
+	return err.Error()
+}

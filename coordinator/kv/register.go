@@ -1,0 +1,302 @@
+package kv
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cairn-db/cairn/internal/backoff"
+	"go.uber.org/zap"
+)
+
+// ErrHeld means another live process holds a leased record this process
+// wanted: two processes with one node id. The holder must go first.
+var ErrHeld = errors.New("kv: record held by another live process")
+
+// errWaitCut: the wait for another holder ended early (our lease or ctx).
+var errWaitCut = errors.New("kv: wait for the record's holder cut short")
+
+// errContended: the record changed under every attempt of one claim.
+var errContended = errors.New("kv: record changed under every attempt")
+
+// claimAttempts bounds one claim: each round loses only to another writer of
+// the same key, which a node id shared by two processes makes rare.
+const claimAttempts = 8
+
+// Registration describes a leased liveness record: a broker's or a storage
+// node's.
+type Registration struct {
+	Key string
+	TTL time.Duration
+	// Refresh is how often Value is looked at again (0: never), and the
+	// shortest time between two rewrites. The record is rewritten only when
+	// Value's bytes differ from what was last written: liveness is the lease
+	// (keep-alives make no etcd revision), so an idle node writes nothing.
+	Refresh time.Duration
+	// MaxRefresh, when above Refresh, spaces the rewrites of a record that
+	// keeps changing: each rewrite made while the record changed at the
+	// previous look too doubles the spacing, up to MaxRefresh, and a look
+	// that finds it unchanged brings it back to Refresh. A storage node that
+	// takes a hundred replicas over a minute (a thousand such nodes at
+	// once, when a cluster is created) then writes its record a few times
+	// instead of once per Refresh, which at a 3s TTL was more writes than
+	// one etcd applies.
+	MaxRefresh time.Duration
+	Value      func() []byte
+	// Owner inspects a live record found at Key: it names its holder (for
+	// the error) and says whether it is this node's own earlier incarnation
+	// (same advertised address: a kill -9 and restart within the TTL), which
+	// is taken over at once. Any other live holder makes registration fail
+	// with ErrHeld. Nil means every existing record belongs to another.
+	Owner func(existing []byte) (holder string, ours bool)
+	// OnRegistered, when set, runs after each successful (re)registration.
+	OnRegistered func()
+	// OnHeld, when set, gets the record's create revision after each
+	// successful (re)registration: writes that only the holder of this id may
+	// make compare on it, so once another process re-created the record (a
+	// copy of the data dir that registered after this one's lease lapsed),
+	// they fail instead of acting for a node id this process no longer holds.
+	OnHeld func(createRev int64)
+	// HeldWait is how long a record held by another process is waited on
+	// before giving up with ErrHeld; default 1.5 x TTL, so a dead holder's
+	// lease has expired by then.
+	HeldWait time.Duration
+}
+
+// KeepRegistered keeps a leased record at reg.Key until ctx ends. The record
+// is created only where absent (or where it is this node's own earlier one),
+// never blindly overwritten. A record held by another process is waited on
+// for HeldWait (default 1.5 x TTL): a holder that died (a node moved right
+// after a crash) loses its lease within its TTL and the record is then
+// created; a live holder keeps its lease, and KeepRegistered returns ErrHeld
+// naming it: a second process with the same node id must stop. A new session
+// and record are made whenever the lease is lost (etcd restarted, a long
+// partition), with the same rules, and it retries with back-off while etcd is
+// unreachable. On exit it revokes the lease so peers see the node leave at
+// once. It returns nil when ctx ends, or an ErrHeld error.
+func KeepRegistered(ctx context.Context, store Store, reg Registration, lg *zap.Logger) error {
+	lg = lg.With(zap.String("key", reg.Key))
+	if reg.HeldWait == 0 {
+		reg.HeldWait = reg.TTL * 3 / 2
+	}
+	bo := backoff.New(100*time.Millisecond, 2*time.Second)
+	var heldUntil <-chan time.Time // set while another holder is waited on
+	for ctx.Err() == nil {
+		s, err := NewSession(ctx, store, reg.TTL)
+		if err == nil {
+			var rev int64
+			var written []byte
+			for {
+				rev, written, err = Claim(ctx, store, reg, s.Lease())
+				if !errors.Is(err, ErrHeld) {
+					break
+				}
+				if heldUntil == nil {
+					lg.Warn("record held by another process; waiting for its lease to expire", zap.Error(err),
+						zap.Duration("wait", reg.HeldWait))
+					heldUntil = time.After(reg.HeldWait)
+				}
+				again, expired := waitOrDone(ctx, heldUntil, s, 200*time.Millisecond)
+				if again {
+					continue
+				}
+				if !expired {
+					err = errWaitCut // our lease or ctx ended: not a verdict on the holder
+				}
+				break
+			}
+			if err == nil {
+				lg.Info("registered")
+				bo.Reset()
+				heldUntil = nil
+				if reg.OnHeld != nil {
+					if kvp, gerr := store.Get(ctx, reg.Key); gerr == nil && kvp != nil {
+						reg.OnHeld(kvp.CreateRev)
+					}
+				}
+				if reg.OnRegistered != nil {
+					reg.OnRegistered()
+				}
+				holdRegistration(ctx, store, s, reg, rev, written, lg)
+			}
+			cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_ = s.Close(cctx)
+			cancel()
+		}
+		if errors.Is(err, ErrHeld) {
+			return fmt.Errorf("%w, whose lease stayed alive for %s: that process runs; stop it first", err, reg.HeldWait)
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			lg.Debug("registration failed", zap.Error(err))
+			heldUntil = nil // the holder's lease could not run out while we could not look
+		}
+		if !bo.Wait(ctx) {
+			return nil
+		}
+	}
+	return nil
+}
+
+// waitOrDone sleeps d before another claim (again), or reports that the wait
+// for the holder is over: expired when its deadline passed, neither when ctx
+// ended or our own lease was lost.
+func waitOrDone(ctx context.Context, deadline <-chan time.Time, s *Session, d time.Duration) (again, expired bool) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false, false
+	case <-s.Done():
+		return false, false
+	case <-deadline:
+		return false, true
+	case <-t.C:
+		return true, false
+	}
+}
+
+// Claim writes reg's record under lease where the key is absent, or where
+// reg.Owner recognises the live record as this node's own; it returns the
+// record's mod revision and the value written, or ErrHeld naming the other
+// holder.
+func Claim(ctx context.Context, store Store, reg Registration, lease LeaseID) (int64, []byte, error) {
+	for range claimAttempts {
+		v := reg.Value()
+		ok, rev, err := store.Txn(ctx, []Cmp{CreateRevIs(reg.Key, 0)}, []Op{OpPut(reg.Key, v, lease)})
+		if err != nil {
+			return 0, nil, err
+		}
+		if ok {
+			return rev, v, nil
+		}
+		kvp, err := store.Get(ctx, reg.Key)
+		if err != nil {
+			return 0, nil, err
+		}
+		if kvp == nil {
+			continue // it expired in between: create it again
+		}
+		holder, ours := "an unknown process", false
+		if reg.Owner != nil {
+			holder, ours = reg.Owner(kvp.Value)
+		}
+		if !ours && kvp.Lease != lease {
+			return 0, nil, fmt.Errorf("%w: %s is held by %s (lease %x)", ErrHeld, reg.Key, holder, int64(kvp.Lease))
+		}
+		ok, rev, err = store.Txn(ctx, []Cmp{ModRevIs(reg.Key, kvp.ModRev)}, []Op{OpPut(reg.Key, v, lease)})
+		if err != nil {
+			return 0, nil, err
+		}
+		if ok {
+			return rev, v, nil
+		}
+	}
+	return 0, nil, fmt.Errorf("%w: %s", errContended, reg.Key)
+}
+
+// holdRegistration rewrites the record when its value changes, until ctx
+// ends, the lease is lost, or another writer changed the record (then the
+// caller claims it again, which refuses a foreign holder). Rewrites compare
+// the mod revision of our last write: never a blind put. last is the value
+// the claim wrote.
+func holdRegistration(ctx context.Context, store Store, s *Session, reg Registration, rev int64, last []byte, lg *zap.Logger) {
+	if reg.Refresh <= 0 {
+		select {
+		case <-ctx.Done():
+		case <-s.Done():
+			lg.Warn("registration lease lost; registering again")
+		}
+		return
+	}
+	tick := time.NewTicker(reg.Refresh)
+	defer tick.Stop()
+	gap := reg.Refresh      // the spacing of the next rewrite
+	var notBefore time.Time // while the record keeps changing (MaxRefresh)
+	// Nothing rewrites an unchanged record, so a record replaced by another
+	// writer is found by reading it now and then (a read makes no revision).
+	verify := time.NewTicker(10 * reg.Refresh)
+	defer verify.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.Done():
+			lg.Warn("registration lease lost; registering again")
+			return
+		case <-tick.C:
+		case <-verify.C:
+			kvp, err := store.Get(ctx, reg.Key)
+			if err == nil && (kvp == nil || kvp.ModRev != rev) {
+				lg.Warn("registration record changed by another writer; registering again")
+				return
+			}
+			continue
+		}
+		v := reg.Value()
+		if bytes.Equal(v, last) {
+			gap = reg.Refresh
+			continue
+		}
+		now := time.Now()
+		if now.Before(notBefore) {
+			continue // a burst of changes: written once it has been spaced
+		}
+		ok, next, err := store.Txn(ctx, []Cmp{ModRevIs(reg.Key, rev)}, []Op{OpPut(reg.Key, v, s.Lease())})
+		switch {
+		case err != nil:
+			lg.Debug("refresh failed", zap.Error(err)) // the next tick looks again
+		case !ok:
+			lg.Warn("registration record changed by another writer; registering again")
+			return
+		default:
+			rev, last = next, v
+			if reg.MaxRefresh > reg.Refresh {
+				// Half a tick early: the ticks that look are Refresh apart.
+				notBefore = now.Add(gap - reg.Refresh/2)
+				gap = min(2*gap, reg.MaxRefresh)
+			}
+		}
+	}
+}
+
+// AwaitFree waits until key holds no record of another live process: absent,
+// or this node's own by owner. It looks every 200ms for up to wait (a dead
+// holder's lease runs out meanwhile) and fails with ErrHeld past it. It
+// writes nothing: it is the check a process makes before it serves anything;
+// the claim that settles races comes later (Claim).
+func AwaitFree(ctx context.Context, store Store, key string, owner func([]byte) (string, bool), wait time.Duration) error {
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	for {
+		kvp, err := store.Get(ctx, key)
+		if err != nil {
+			return err
+		}
+		if kvp == nil {
+			return nil
+		}
+		holder, ours := "an unknown process", false
+		if owner != nil {
+			holder, ours = owner(kvp.Value)
+		}
+		if ours {
+			return nil
+		}
+		t := time.NewTimer(200 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-deadline.C:
+			t.Stop()
+			return fmt.Errorf("%w: %s is held by %s (lease %x), whose lease stayed alive for %s: that process runs; stop it first",
+				ErrHeld, key, holder, int64(kvp.Lease), wait)
+		case <-t.C:
+		}
+	}
+}

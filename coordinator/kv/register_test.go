@@ -1,0 +1,230 @@
+package kv_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cairn-db/cairn/coordinator/kv"
+	"github.com/cairn-db/cairn/coordinator/kv/etcdtest"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+)
+
+// addrReg is a registration whose value is an address and whose owner is
+// whoever wrote that address.
+func addrReg(key, addr string) kv.Registration {
+	return kv.Registration{Key: key, TTL: 2 * time.Second, Value: func() []byte { return []byte(addr) },
+		Owner: func(b []byte) (string, bool) { return string(b), string(b) == addr }}
+}
+
+// TestClaim: a record is created where absent, refused where another live
+// holder has it (naming it), taken over where it is our own earlier one, and
+// free again once the other holder's lease is gone.
+func TestClaim(t *testing.T) {
+	run := func(t *testing.T, store kv.Store) {
+		ctx := context.Background()
+		const key = "/t/live/nodes/n1"
+		first, err := kv.NewSession(ctx, store, 2*time.Second)
+		require.NoError(t, err)
+		defer first.Close(ctx)
+		_, _, err = kv.Claim(ctx, store, addrReg(key, "10.0.0.1:9000"), first.Lease())
+		require.NoError(t, err)
+
+		// A copy of the data dir elsewhere: refused, and the record is untouched.
+		copySess, err := kv.NewSession(ctx, store, 2*time.Second)
+		require.NoError(t, err)
+		defer copySess.Close(ctx)
+		_, _, err = kv.Claim(ctx, store, addrReg(key, "10.0.0.2:9000"), copySess.Lease())
+		require.ErrorIs(t, err, kv.ErrHeld)
+		require.Contains(t, err.Error(), "10.0.0.1:9000")
+		kvp, err := store.Get(ctx, key)
+		require.NoError(t, err)
+		require.Equal(t, "10.0.0.1:9000", string(kvp.Value))
+		require.Equal(t, first.Lease(), kvp.Lease)
+
+		// The same node restarted (same address) while its old lease lives:
+		// it takes its record over.
+		again, err := kv.NewSession(ctx, store, 2*time.Second)
+		require.NoError(t, err)
+		defer again.Close(ctx)
+		_, _, err = kv.Claim(ctx, store, addrReg(key, "10.0.0.1:9000"), again.Lease())
+		require.NoError(t, err)
+		kvp, err = store.Get(ctx, key)
+		require.NoError(t, err)
+		require.Equal(t, again.Lease(), kvp.Lease)
+
+		// The old lease ending does not delete the taken-over record.
+		require.NoError(t, first.Close(ctx))
+		kvp, err = store.Get(ctx, key)
+		require.NoError(t, err)
+		require.NotNil(t, kvp)
+
+		// Once the holder is gone (moved node), the other address registers.
+		require.NoError(t, again.Close(ctx))
+		_, _, err = kv.Claim(ctx, store, addrReg(key, "10.0.0.2:9000"), copySess.Lease())
+		require.NoError(t, err)
+	}
+	t.Run("memory", func(t *testing.T) {
+		s := kv.NewMemoryStore()
+		t.Cleanup(func() { _ = s.Close() })
+		run(t, s)
+	})
+	t.Run("etcd", func(t *testing.T) { run(t, etcdtest.Start(t).Store(t)) })
+}
+
+// TestKeepRegisteredRefusesForeignHolder: KeepRegistered returns ErrHeld
+// instead of overwriting another live holder, both at start and when it must
+// register again after losing its lease (a partition during which another
+// process took the id).
+func TestKeepRegisteredRefusesForeignHolder(t *testing.T) {
+	store := kv.NewMemoryStore()
+	t.Cleanup(func() { _ = store.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const key = "/t/live/brokers/b1"
+
+	other, err := kv.NewSession(ctx, store, 2*time.Second)
+	require.NoError(t, err)
+	_, _, err = kv.Claim(ctx, store, addrReg(key, "other:1"), other.Lease())
+	require.NoError(t, err)
+	reg := addrReg(key, "me:1")
+	reg.HeldWait = 300 * time.Millisecond // the holder keeps its lease alive past it
+	err = kv.KeepRegistered(ctx, store, reg, zap.NewNop())
+	require.ErrorIs(t, err, kv.ErrHeld)
+	require.Contains(t, err.Error(), "other:1")
+	require.NoError(t, other.Close(ctx))
+
+	// Registered, then the record is replaced by another holder while we run:
+	// the refresh notices (compare on mod revision), the re-claim refuses.
+	reg.Refresh = 20 * time.Millisecond
+	registered := make(chan struct{}, 4)
+	reg.OnRegistered = func() { registered <- struct{}{} }
+	done := make(chan error, 1)
+	go func() { done <- kv.KeepRegistered(ctx, store, reg, zap.NewNop()) }()
+	<-registered
+	thief, err := kv.NewSession(ctx, store, 2*time.Second)
+	require.NoError(t, err)
+	defer thief.Close(ctx)
+	_, err = store.Put(ctx, key, []byte("thief:1"), thief.Lease())
+	require.NoError(t, err)
+	select {
+	case err = <-done:
+	case <-time.After(10 * time.Second):
+		require.FailNow(t, "KeepRegistered did not notice the foreign holder")
+	}
+	require.True(t, errors.Is(err, kv.ErrHeld), "got %v", err)
+	require.Contains(t, err.Error(), "thief:1")
+	kvp, err := store.Get(ctx, key)
+	require.NoError(t, err)
+	require.Equal(t, "thief:1", string(kvp.Value), "the foreign record must not be overwritten")
+}
+
+// TestKeepRegisteredWaitsOutDeadHolder: a record left by a dead process (a
+// node moved right after a crash: its lease is not kept alive) is waited on
+// and taken once its lease expires, within the wait.
+func TestKeepRegisteredWaitsOutDeadHolder(t *testing.T) {
+	store := kv.NewMemoryStore()
+	t.Cleanup(func() { _ = store.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const key = "/t/live/nodes/n1"
+	dead, err := store.Grant(ctx, 500*time.Millisecond) // never kept alive
+	require.NoError(t, err)
+	_, err = store.Put(ctx, key, []byte("old-host:1"), dead)
+	require.NoError(t, err)
+
+	reg := addrReg(key, "new-host:1")
+	reg.HeldWait = time.Minute
+	registered := make(chan struct{}, 1)
+	reg.OnRegistered = func() { registered <- struct{}{} }
+	done := make(chan error, 1)
+	go func() { done <- kv.KeepRegistered(ctx, store, reg, zap.NewNop()) }()
+	select {
+	case <-registered:
+	case err := <-done:
+		require.FailNow(t, "gave up on a dead holder", "%v", err)
+	case <-time.After(30 * time.Second):
+		require.FailNow(t, "never registered after the dead holder's lease expired")
+	}
+	kvp, err := store.Get(ctx, key)
+	require.NoError(t, err)
+	require.Equal(t, "new-host:1", string(kvp.Value))
+	cancel()
+	require.NoError(t, <-done)
+}
+
+// TestAwaitFree: the pre-serving check passes for an absent key, our own
+// record and a dead holder's (once its lease expires), and refuses a live
+// foreign holder after the wait, writing nothing.
+func TestAwaitFree(t *testing.T) {
+	store := kv.NewMemoryStore()
+	t.Cleanup(func() { _ = store.Close() })
+	ctx := context.Background()
+	const key = "/t/live/nodes/n1"
+	owner := func(b []byte) (string, bool) { return string(b), string(b) == "me:1" }
+	require.NoError(t, kv.AwaitFree(ctx, store, key, owner, time.Millisecond))
+
+	live, err := kv.NewSession(ctx, store, 2*time.Second)
+	require.NoError(t, err)
+	_, err = store.Put(ctx, key, []byte("me:1"), live.Lease())
+	require.NoError(t, err)
+	require.NoError(t, kv.AwaitFree(ctx, store, key, owner, time.Millisecond))
+
+	_, err = store.Put(ctx, key, []byte("other:1"), live.Lease())
+	require.NoError(t, err)
+	err = kv.AwaitFree(ctx, store, key, owner, 300*time.Millisecond)
+	require.ErrorIs(t, err, kv.ErrHeld)
+	require.Contains(t, err.Error(), "other:1")
+	kvp, err := store.Get(ctx, key)
+	require.NoError(t, err)
+	require.Equal(t, "other:1", string(kvp.Value))
+	require.NoError(t, live.Close(ctx))
+
+	dead, err := store.Grant(ctx, 300*time.Millisecond)
+	require.NoError(t, err)
+	_, err = store.Put(ctx, key, []byte("other:1"), dead)
+	require.NoError(t, err)
+	require.NoError(t, kv.AwaitFree(ctx, store, key, owner, time.Minute))
+}
+
+// TestKeepRegisteredSpacesABurst: a record that changes at every look is
+// rewritten ever less often (MaxRefresh), and its last value is written
+// once the changes stop; without MaxRefresh every look that finds a change
+// writes it.
+func TestKeepRegisteredSpacesABurst(t *testing.T) {
+	run := func(t *testing.T, maxRefresh time.Duration) (looks, writes int64) {
+		store := kv.NewMemoryStore()
+		ctx, cancel := context.WithCancel(context.Background())
+		var n, stop atomic.Int64
+		reg := kv.Registration{Key: "/t/live/nodes/n1", TTL: 2 * time.Second, Refresh: 5 * time.Millisecond, MaxRefresh: maxRefresh,
+			Value: func() []byte {
+				if stop.Load() == 0 {
+					n.Add(1)
+				}
+				return []byte(strconv.FormatInt(n.Load(), 10))
+			},
+			Owner: func([]byte) (string, bool) { return "", true }}
+		done := make(chan error, 1)
+		go func() { done <- kv.KeepRegistered(ctx, store, reg, zap.NewNop()) }()
+		require.Eventually(t, func() bool { return n.Load() >= 200 }, time.Minute, 5*time.Millisecond)
+		_, rev0, err := store.Header(ctx)
+		require.NoError(t, err)
+		stop.Store(1)
+		looks = n.Load()
+		require.Eventually(t, func() bool { // the last value is written
+			kvp, err := store.Get(ctx, reg.Key)
+			return err == nil && kvp != nil && string(kvp.Value) == strconv.FormatInt(looks, 10)
+		}, time.Minute, 5*time.Millisecond)
+		cancel()
+		require.NoError(t, <-done)
+		return looks, rev0
+	}
+	looks, writes := run(t, 100*time.Millisecond)
+	require.LessOrEqual(t, writes*4, looks, "a burst of %d changes made %d writes", looks, writes)
+	looks, writes = run(t, 0)
+	require.Greater(t, writes*2, looks, "without MaxRefresh: %d changes, %d writes", looks, writes)
+}

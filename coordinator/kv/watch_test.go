@@ -1,0 +1,290 @@
+package kv_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cairn-db/cairn/coordinator/kv"
+	"github.com/cairn-db/cairn/coordinator/kv/etcdtest"
+	"github.com/stretchr/testify/require"
+)
+
+// cutStore lets a test sever one client's reads and watches while writes go
+// through another path, as a network partition between a node and etcd would.
+type cutStore struct {
+	kv.Store
+	mu      sync.Mutex
+	cut     bool
+	cancels []context.CancelFunc
+}
+
+func (c *cutStore) setCut(v bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cut = v
+	if v {
+		for _, cancel := range c.cancels {
+			cancel()
+		}
+		c.cancels = nil
+	}
+}
+
+func (c *cutStore) isCut() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cut
+}
+
+func (c *cutStore) List(ctx context.Context, p string) ([]kv.KeyValue, int64, error) {
+	if c.isCut() {
+		return nil, 0, kv.ErrUnavailable
+	}
+	return c.Store.List(ctx, p)
+}
+
+func (c *cutStore) ClusterID(ctx context.Context) (uint64, error) {
+	if c.isCut() {
+		return 0, kv.ErrUnavailable
+	}
+	return c.Store.ClusterID(ctx)
+}
+
+func (c *cutStore) Watch(ctx context.Context, p string, rev int64) <-chan kv.RawWatchResponse {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(chan kv.RawWatchResponse, 1)
+	if c.cut {
+		out <- kv.RawWatchResponse{Err: kv.ErrUnavailable}
+		close(out)
+		return out
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	c.cancels = append(c.cancels, cancel)
+	in := c.Store.Watch(wctx, p, rev)
+	go func() {
+		defer close(out)
+		for r := range in {
+			select {
+			case out <- r:
+			case <-ctx.Done():
+			}
+		}
+		if ctx.Err() == nil {
+			out <- kv.RawWatchResponse{Err: kv.ErrUnavailable}
+		}
+	}()
+	return out
+}
+
+// mirror is a consumer that applies watcher events and checks for duplicates.
+type mirror struct {
+	mu     sync.Mutex
+	kvp    map[string]string
+	seen   map[string]bool // key@rev of puts
+	dups   []string
+	synced int
+}
+
+func (m *mirror) apply(ev kv.WatchEvent) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch ev.Kind {
+	case kv.WatchPut:
+		id := fmt.Sprintf("%s@%d", ev.Key, ev.Rev)
+		if m.seen[id] {
+			m.dups = append(m.dups, id)
+		}
+		m.seen[id] = true
+		m.kvp[ev.Key] = string(ev.Value)
+	case kv.WatchDelete:
+		delete(m.kvp, ev.Key)
+	case kv.WatchSynced:
+		m.synced++
+	}
+}
+
+func (m *mirror) equals(want map[string]string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.kvp) != len(want) {
+		return false
+	}
+	for k, v := range want {
+		if m.kvp[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func testWatcherCutOff(t *testing.T, s kv.Store) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p := "/wt/"
+	for _, k := range []string{"keep", "change", "vanish"} {
+		_, err := s.Put(ctx, p+k, []byte("v0"), 0)
+		require.NoError(t, err)
+	}
+	cs := &cutStore{Store: s}
+	m := &mirror{kvp: map[string]string{}, seen: map[string]bool{}}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		kv.RunWatcher(ctx, kv.WatcherConfig{Store: cs, Prefix: p, MaxBackoff: 100 * time.Millisecond}, m.apply)
+	}()
+	current := func() map[string]string {
+		kvs, _, err := s.List(ctx, p)
+		require.NoError(t, err)
+		out := map[string]string{}
+		for _, kvp := range kvs {
+			out[kvp.Key] = string(kvp.Value)
+		}
+		return out
+	}
+	require.Eventually(t, func() bool { return m.equals(current()) }, 10*time.Second, 10*time.Millisecond)
+
+	cs.setCut(true)
+	_, err := s.Put(ctx, p+"change", []byte("v1"), 0)
+	require.NoError(t, err)
+	_, err = s.Put(ctx, p+"new", []byte("v1"), 0)
+	require.NoError(t, err)
+	_, err = s.Delete(ctx, p+"vanish")
+	require.NoError(t, err)
+	rev, err := s.Put(ctx, p+"new", []byte("v2"), 0)
+	require.NoError(t, err)
+	require.NoError(t, s.Compact(ctx, rev))
+	cs.setCut(false)
+
+	require.Eventually(t, func() bool { return m.equals(current()) }, 10*time.Second, 10*time.Millisecond)
+	// And it keeps watching after the re-list.
+	_, err = s.Put(ctx, p+"after", []byte("v3"), 0)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return m.equals(current()) }, 10*time.Second, 10*time.Millisecond)
+	cancel()
+	wg.Wait()
+	require.Empty(t, m.dups, "no event delivered twice")
+	require.GreaterOrEqual(t, m.synced, 2, "the cut-off forced a re-list")
+}
+
+func TestWatcherCutOffMemory(t *testing.T) {
+	s := kv.NewMemoryStore()
+	defer s.Close()
+	testWatcherCutOff(t, s)
+}
+
+func TestWatcherCutOffEtcd(t *testing.T) {
+	testWatcherCutOff(t, etcdtest.Start(t).Store(t))
+}
+
+// A watcher seeded with keys from a local backup deletes those that no longer
+// exist when it first lists.
+func TestWatcherSeededDeletesVanished(t *testing.T) {
+	s := kv.NewMemoryStore()
+	defer s.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, err := s.Put(ctx, "/p/live", []byte("x"), 0)
+	require.NoError(t, err)
+	m := &mirror{kvp: map[string]string{"/p/gone": "old", "/p/live": "x"}, seen: map[string]bool{}}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		kv.RunWatcher(ctx, kv.WatcherConfig{Store: s, Prefix: "/p/",
+			Known: map[string]int64{"/p/gone": 1, "/p/live": 999}}, m.apply)
+	}()
+	require.Eventually(t, func() bool { return m.equals(map[string]string{"/p/live": "x"}) }, 5*time.Second, 10*time.Millisecond)
+	cancel()
+	<-done
+}
+
+// A client that reconnects to a replaced or restored etcd keeps its watch
+// open; the watcher must notice (new cluster id or revisions going back) and
+// re-list, so keys that vanished are deleted and restored ones re-emitted.
+func TestWatcherNoticesReplacedStore(t *testing.T) {
+	old := kv.ClusterCheckInterval
+	kv.ClusterCheckInterval = 50 * time.Millisecond
+	defer func() { kv.ClusterCheckInterval = old }()
+	s := kv.NewMemoryStore()
+	defer s.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for i := range 20 {
+		_, err := s.Put(ctx, fmt.Sprintf("/r/k%d", i), []byte("old"), 0)
+		require.NoError(t, err)
+	}
+	m := &mirror{kvp: map[string]string{}, seen: map[string]bool{}}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		kv.RunWatcher(ctx, kv.WatcherConfig{Store: s, Prefix: "/r/"}, m.apply)
+	}()
+	require.Eventually(t, func() bool { m.mu.Lock(); defer m.mu.Unlock(); return len(m.kvp) == 20 }, 5*time.Second, 5*time.Millisecond)
+	s.Replace()
+	_, err := s.Put(ctx, "/r/k1", []byte("restored"), 0)
+	require.NoError(t, err)
+	_, err = s.Put(ctx, "/r/fresh", []byte("new"), 0)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		return m.equals(map[string]string{"/r/k1": "restored", "/r/fresh": "new"})
+	}, 5*time.Second, 10*time.Millisecond)
+	cancel()
+	<-done
+}
+
+// countingStore counts cluster probes (Header) and the checks that asked for
+// one (SharedHeader).
+type countingStore struct {
+	*kv.MemoryStore
+	probe          kv.HeaderProbe
+	probes, checks atomic.Int64
+}
+
+func (c *countingStore) Header(ctx context.Context) (uint64, int64, error) {
+	c.probes.Add(1)
+	return c.MemoryStore.Header(ctx)
+}
+
+func (c *countingStore) SharedHeader(ctx context.Context, maxAge time.Duration) (uint64, int64, time.Time, error) {
+	c.checks.Add(1)
+	return c.probe.Get(ctx, maxAge, c.Header)
+}
+
+// Watchers of one store share its cluster probe: twenty watched prefixes
+// cost about one probe per check interval, not twenty; and a replaced store
+// is still noticed through the shared probe.
+func TestWatchersShareClusterProbe(t *testing.T) {
+	old := kv.ClusterCheckInterval
+	kv.ClusterCheckInterval = 20 * time.Millisecond
+	defer func() { kv.ClusterCheckInterval = old }()
+	s := &countingStore{MemoryStore: kv.NewMemoryStore()}
+	defer s.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	mirrors := make([]*mirror, 20)
+	for i := range mirrors {
+		m := &mirror{kvp: map[string]string{}, seen: map[string]bool{}}
+		mirrors[i] = m
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			kv.RunWatcher(ctx, kv.WatcherConfig{Store: s, Prefix: fmt.Sprintf("/w%d/", i)}, m.apply)
+		}()
+	}
+	require.Eventually(t, func() bool { return s.checks.Load() >= 400 }, 20*time.Second, 5*time.Millisecond)
+	checks, probes := s.checks.Load(), s.probes.Load()
+	require.Less(t, probes*4, checks, "probes %d for %d checks: not shared", probes, checks)
+
+	s.Replace()
+	_, err := s.Put(ctx, "/w3/k", []byte("after"), 0)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return mirrors[3].equals(map[string]string{"/w3/k": "after"}) }, 5*time.Second, 10*time.Millisecond)
+	cancel()
+	wg.Wait()
+}

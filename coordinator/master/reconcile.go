@@ -1,0 +1,292 @@
+package master
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/cairn-db/cairn/coordinator/kv"
+	"github.com/cairn-db/cairn/models"
+	"github.com/cairn-db/cairn/statemachine"
+	"go.uber.org/zap"
+)
+
+// reconcile is one level-triggered pass over everything the master owns: each
+// database due in the work queue is synced on its own (an error in one only
+// schedules its retry, never delays another's failover), then rebalancing.
+func (m *Master) reconcile(ctx context.Context) error {
+	st := m.cfg.State()
+	if !Ready(st) || !m.sameCluster(st) {
+		// A partial picture is worse than none: without the live nodes every
+		// leader looks dead, without the databases every assignment looks
+		// orphaned. Wait for the next publication.
+		m.lg.Debug("local state not loaded from etcd yet; waiting")
+		return nil
+	}
+	if m.ready.IsZero() {
+		m.ready = m.cfg.Now()
+	}
+	if !m.loaded {
+		if err := m.loadOperators(ctx); err != nil {
+			return err
+		}
+	}
+	m.noteMoves(st)
+	m.prunePlaced(st)
+	for name := range st.Databases.All() {
+		m.queue.Add(name)
+	}
+	for name := range st.Assignments.All() {
+		m.queue.Add(name)
+	}
+	for name := range st.ShardStates.All() {
+		m.queue.Add(name)
+	}
+	due := m.queue.Due(m.cfg.Now())
+	if err := m.placeNew(ctx, due); err != nil {
+		if errors.Is(err, kv.ErrDeposed) || ctx.Err() != nil {
+			return err
+		}
+		m.warn.Warn("place", "placing new databases together failed; placing them one by one", zap.Error(err))
+	}
+	// What this term just placed is decided on once the state shows it.
+	due = m.withoutPending(due)
+	if err := m.failoverAll(ctx, due); err != nil {
+		return err // deposed: only that error comes back
+	}
+	for _, name := range due {
+		err := m.syncDB(ctx, name)
+		if err == nil {
+			if m.queue.Failures(name) > 0 {
+				m.queue.Forget(name)
+				m.warn.Reset("reconcile/" + name)
+				m.warn.Reset("place/" + name)
+				m.lg.Info("database reconciled again", zap.String("db", name))
+			}
+			continue
+		}
+		if errors.Is(err, kv.ErrDeposed) || ctx.Err() != nil {
+			return err
+		}
+		delay := m.queue.Failed(name, m.cfg.Now())
+		m.warn.Warn("reconcile/"+name, "database reconcile failed; retrying", zap.String("db", name),
+			zap.Int("failures", m.queue.Failures(name)), zap.Duration("retry_in", delay), zap.Error(err))
+	}
+	if len(m.placed) > 0 {
+		// Moves are decided on the whole cluster: not on a state missing
+		// databases just placed. The publication showing them wakes the
+		// next pass.
+		return nil
+	}
+	if err := m.rebalance(ctx); err != nil {
+		if errors.Is(err, kv.ErrDeposed) || ctx.Err() != nil {
+			return err
+		}
+		m.warn.Warn("rebalance", "rebalance step failed; retrying", zap.Error(err))
+	}
+	return nil
+}
+
+// syncDB brings one database's assignment and shard leaders in line with the
+// state: placement of new shards, removal of a dropped database, failover.
+func (m *Master) syncDB(ctx context.Context, name string) error {
+	st := m.cfg.State()
+	for _, k := range []struct{ source, key string }{
+		{statemachine.SourceAssign, m.cfg.Keys.Assign(name)}, {statemachine.SourceShardState, m.cfg.Keys.ShardState(name)},
+	} {
+		if why := st.Invalid[k.source][name]; why != "" {
+			// Never overwrite what nobody could read: an operator decides.
+			return fmt.Errorf("%w: %s: %s; fix or delete the key", errUnreadable, k.key, why)
+		}
+	}
+	if dropped, err := m.dropEarlierIncarnation(ctx, name); err != nil || dropped {
+		return err // dropped: the next pass places the database afresh
+	}
+	if err := m.syncAssignment(ctx, name); err != nil {
+		return err
+	}
+	return m.failover(ctx, name)
+}
+
+// dropEarlierIncarnation deletes the assignment and shard states of a
+// database dropped and created again before this master saw it gone (the
+// config's delete and put came as one change, or while it was not master):
+// the states name another incarnation's uid, storage nodes give no role from
+// them, and the new database would never get a leader. Both keys go in one
+// txn guarded by the revisions the decision read (the config's included);
+// true when they did. States without a uid (written by an older version)
+// cannot tell and are kept.
+func (m *Master) dropEarlierIncarnation(ctx context.Context, name string) (bool, error) {
+	st := m.cfg.State()
+	db, exists := st.Databases.Get(name)
+	states, has := st.ShardStates.Get(name)
+	if !exists || !has || db.UID == "" || states.UID == "" || states.UID == db.UID {
+		return false, nil
+	}
+	ok, err := m.write(ctx, []kv.Cmp{
+		kv.ModRevIs(m.cfg.Keys.DatabaseConfig(name), st.ModRev(statemachine.SourceDatabaseConfig, name)),
+		kv.ModRevIs(m.cfg.Keys.Assign(name), st.ModRev(statemachine.SourceAssign, name)),
+		kv.ModRevIs(m.cfg.Keys.ShardState(name), st.ModRev(statemachine.SourceShardState, name)),
+	}, []kv.Op{
+		kv.OpDelete(m.cfg.Keys.Assign(name)), kv.OpDelete(m.cfg.Keys.ShardState(name)),
+	}, statemachine.SourceAssign, statemachine.SourceShardState)
+	if err != nil {
+		return false, err
+	}
+	if !ok {
+		return false, fmt.Errorf("%w: database %s, its assignment or shard states", errChanged, name)
+	}
+	m.lg.Info("dropped the assignment of an earlier database with the same name", zap.String("db", name),
+		zap.String("uid", db.UID), zap.String("earlier_uid", states.UID))
+	return true, nil
+}
+
+// syncAssignment creates the assignment of a new database, grows it, or
+// deletes that of a dropped database.
+func (m *Master) syncAssignment(ctx context.Context, name string) error {
+	st := m.cfg.State()
+	a, has := st.Assignments.Get(name)
+	db, exists := st.Databases.Get(name)
+	if !exists {
+		if !has {
+			return nil
+		}
+		// Only if the database is really gone from etcd: its config and
+		// assignment are watched apart, and one written with the other (a
+		// restore) may show up second.
+		ok, err := m.write(ctx, []kv.Cmp{
+			kv.CreateRevIs(m.cfg.Keys.DatabaseConfig(name), 0),
+			kv.ModRevIs(m.cfg.Keys.Assign(name), st.ModRev(statemachine.SourceAssign, name)),
+		}, []kv.Op{
+			kv.OpDelete(m.cfg.Keys.Assign(name)), kv.OpDelete(m.cfg.Keys.ShardState(name)),
+		}, statemachine.SourceAssign, statemachine.SourceShardState)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("%w: database %s or its assignment", errChanged, name)
+		}
+		m.lg.Info("dropped assignment of deleted database", zap.String("db", name))
+		return nil
+	}
+	if (has && len(a.Shards) >= db.NumShards) || !ClusterReady(st, db.StorageCluster) {
+		return nil
+	}
+	if !has && m.placeDeferred() {
+		return nil // placeNew places it with the next batch
+	}
+	from := len(a.Shards)
+	// Balanced with this term's own placements the state does not show yet.
+	as, ss, err := newShardsOn(m.placeView(st, db.StorageCluster), db, from, db.NumShards)
+	if err != nil {
+		// Waiting for storage nodes is not a failure of the database.
+		m.warn.Warn("place/"+name, "cannot place database yet", zap.String("db", name), zap.Error(err))
+		return nil
+	}
+	next := models.Assignment{DB: name, Cluster: db.StorageCluster, Shards: append(slices.Clone(a.Shards), as...)}
+	states := st.ShardStates.At(name)
+	nextStates := models.ShardStates{DB: name, Shards: append(slices.Clone(states.Shards), ss...), UID: db.UID}
+	// Both keys are guarded by the mod revisions the decision read (0:
+	// absent), never by re-encoded bytes: another version, a restore or a
+	// person may have written them.
+	cmps := []kv.Cmp{
+		kv.ModRevIs(m.cfg.Keys.Assign(name), st.ModRev(statemachine.SourceAssign, name)),
+		kv.ModRevIs(m.cfg.Keys.ShardState(name), st.ModRev(statemachine.SourceShardState, name)),
+	}
+	ok, err := m.write(ctx, cmps, []kv.Op{
+		kv.OpPut(m.cfg.Keys.Assign(name), mustJSON(next), 0),
+		kv.OpPut(m.cfg.Keys.ShardState(name), mustJSON(nextStates), 0),
+	}, statemachine.SourceAssign, statemachine.SourceShardState)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("%w: assignment or shard states of %s", errChanged, name)
+	}
+	m.lg.Info("placed shards", zap.String("db", name), zap.Int("from", from), zap.Int("to", db.NumShards))
+	return nil
+}
+
+// inGrace reports whether now is within grace of ready, the moment the term
+// first saw a complete state.
+func inGrace(ready, now time.Time, grace time.Duration) bool {
+	return now.Sub(ready) < grace
+}
+
+// errUnreadable: a key the master owns holds a value it cannot decode or
+// validate; the database waits for an operator, the others go on.
+var errUnreadable = errors.New("value in etcd cannot be used")
+
+// errChanged: a guarded write found the key at another revision than the
+// decision read (a write the local state has not seen yet, or a value it
+// could not decode); the database is retried after its back-off.
+var errChanged = errors.New("changed underneath; recomputing")
+
+// failover publishes new leaders for the database's shards whose leader died
+// (or whose term is behind its replicas' logs), under the per-shard failover
+// locks.
+func (m *Master) failover(ctx context.Context, name string) error {
+	if inGrace(m.ready, m.cfg.Now(), m.cfg.LivenessGrace) {
+		return nil // the resync pass comes back after the grace
+	}
+	st := m.cfg.State()
+	in, ok := m.derived.failoverInputs(st, name)
+	if !ok {
+		return nil
+	}
+	in.Moved = m.moves.movedFor(in.Assign.Cluster, name)
+	if !anyNeedsLeader(in) {
+		m.moves.republished(in.Assign.Cluster, name, in.Moved)
+		return nil
+	}
+	in.Leads = m.derived.clusterLeads(st, in.Assign.Cluster)
+	// The replicas' last txn ids and terms are asked for now, only for a
+	// database that needs a leader (their records do not carry them).
+	in.Answers = gatherTxn(ctx, m.cfg.AskTxn, m.cfg.AskTimeout, in, m.lg)
+	ops := FailoverOpsFor(st, in, m.cfg.Term, m.cfg.Now())
+	if len(ops) == 0 {
+		m.moves.republished(in.Assign.Cluster, name, in.Moved)
+		return nil
+	}
+	next, changed := applyFailover(name, st.ShardStates.At(name), ops)
+	if err := m.publishStates(ctx, st, name, next, changed); err != nil {
+		return err
+	}
+	m.moves.republished(in.Assign.Cluster, name, in.Moved)
+	m.cfg.Metrics.failedOver(st.ShardStates.At(name), next, changed)
+	for _, id := range changed {
+		s := next.Shards[indexOf(next, id)]
+		m.lg.Info("shard leader changed", zap.String("db", name), zap.Int("shard", id),
+			zap.String("leader", s.Leader), zap.Int64("term", s.Term), zap.String("status", s.Status), zap.String("reason", s.Reason))
+	}
+	return nil
+}
+
+// applyFailover writes failover and offline operators into the shard states.
+func applyFailover(db string, prev models.ShardStates, ops []Operator) (models.ShardStates, []int) {
+	next := models.ShardStates{DB: db, Shards: slices.Clone(prev.Shards), UID: prev.UID}
+	var changed []int
+	for _, o := range ops {
+		i := indexOf(next, o.Shard)
+		var s models.ShardState
+		if i < 0 {
+			s = models.ShardState{ID: o.Shard}
+		} else {
+			s = next.Shards[i]
+		}
+		if o.Kind == OpOffline {
+			s.Status, s.Reason = models.StatusOffline, o.Reason
+		} else {
+			s = models.ShardState{ID: o.Shard, Leader: o.Leader, Term: o.Term, Status: models.StatusOnline, Reason: o.Reason}
+		}
+		if i < 0 {
+			next.Shards = append(next.Shards, s)
+		} else {
+			next.Shards[i] = s
+		}
+		changed = append(changed, o.Shard)
+	}
+	return next, changed
+}

@@ -1,0 +1,284 @@
+package master
+
+import (
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/cairn-db/cairn/coordinator/placement"
+	"github.com/cairn-db/cairn/models"
+	"github.com/cairn-db/cairn/statemachine"
+)
+
+// Membership is what the master remembers of one storage cluster's live set
+// between decisions: its signature (sorted node ids), since when it has been
+// that, and the signature at which a plan last had nothing to relocate.
+type Membership struct {
+	Sig      string
+	Since    time.Time
+	Balanced string
+}
+
+// TrackMembership folds one observation of a cluster's live node set (sig)
+// at now into mb (seen false at first sight in a term: taken as stable from
+// now), and says whether a placement plan is due: the set differs from the
+// one last found balanced and has not changed for delay.
+func TrackMembership(mb Membership, seen bool, sig string, now time.Time, delay time.Duration) (Membership, bool) {
+	if !seen {
+		mb = Membership{Sig: sig, Since: now}
+	} else if mb.Sig != sig {
+		mb.Sig, mb.Since = sig, now
+	}
+	return mb, mb.Balanced != sig && now.Sub(mb.Since) >= delay
+}
+
+// MembershipSig is the signature of a cluster's live set in st.
+func MembershipSig(st *statemachine.State, cluster string) string {
+	return strings.Join(st.Nodes.At(cluster).Keys(), ",")
+}
+
+// Input is everything Schedule reads: a state snapshot, the time and what
+// the master remembers between decisions. No etcd, no clock.
+type Input struct {
+	State *statemachine.State
+	Now   time.Time
+	// Delay is --rebalance-delay: membership must be stable this long
+	// before replicas move to new nodes or off vanished ones, and before
+	// leaders spread.
+	Delay time.Duration
+	// Members per storage cluster, already updated with TrackMembership at
+	// Now (a cluster missing here counts as first seen at Now).
+	Members map[string]Membership
+	// InFlight are the operators being carried out; no new plan is made
+	// while any runs.
+	InFlight []Operator
+	// Forced: a rebalance was asked for (POST /rebalance).
+	Forced bool
+	// MaxMoves caps the leader transfers of one spreading decision per
+	// database; default 16.
+	MaxMoves int
+	// HoldFailover: the term's liveness grace (nodes may still be
+	// re-registering); no leader is replaced yet.
+	HoldFailover bool
+	// SpreadSkip: clusters whose inputs did not change since spreading last
+	// found nothing to do.
+	SpreadSkip map[string]bool
+	// MasterTerm and the time stamp the operators made.
+	MasterTerm int64
+}
+
+// Decision is the output of Schedule: operators, as data.
+type Decision struct {
+	// Failover: new leaders (or offline) for shards whose leader died,
+	// published at once, one write per database.
+	Failover []Operator
+	// Plan: a new placement plan's moves and leader transfers, persisted
+	// before they run and carried out step by step.
+	Plan []Operator
+	// Spread: leader transfers that spread leaders once nothing else runs.
+	Spread []Operator
+	// Planned: a plan was made (Plan may still be empty).
+	Planned bool
+	// Balanced: the clusters a plan was made for that relocates nothing (the
+	// master remembers their membership as balanced).
+	Balanced []string
+	// Relocations and LowerBound of the plan (see placement.Place).
+	Relocations, LowerBound int
+	// Err: no plan could be made (not enough nodes...).
+	Err error
+}
+
+// Operators lists every operator of the decision.
+func (d Decision) Operators() []Operator { return slices.Concat(d.Failover, d.Plan, d.Spread) }
+
+// Schedule decides, purely from its input, what the master does next:
+// failover first, then a placement plan when one is due (asked for, a drain
+// holding replicas, a replica count off its factor, or a membership change
+// stable for Delay) and nothing else runs, else leader spreading.
+func Schedule(in Input) Decision {
+	st := in.State
+	var d Decision
+	if !in.HoldFailover {
+		for _, db := range st.Assignments.Keys() {
+			d.Failover = append(d.Failover, FailoverOps(st, db, in.MasterTerm, in.Now)...)
+		}
+	}
+	if len(in.InFlight) > 0 {
+		return d
+	}
+	if planDue(in) {
+		d.Plan, d.Balanced, d.Relocations, d.LowerBound, d.Err = PlanOps(st, in.MasterTerm, in.Now)
+		d.Planned = d.Err == nil
+		if d.Err != nil || len(d.Plan) > 0 {
+			return d
+		}
+	}
+	terms := map[string]map[string]int64{} // per cluster, computed once for all its databases
+	seenTerms := map[string]map[string]int64{}
+	for _, db := range st.Assignments.Keys() {
+		a := st.Assignments.At(db)
+		mb, seen := in.Members[a.Cluster]
+		if !seen {
+			mb.Since = in.Now
+		}
+		if _, exists := st.Databases.Get(db); !exists || !ClusterReady(st, a.Cluster) || in.SpreadSkip[a.Cluster] {
+			continue
+		}
+		if terms[a.Cluster] == nil {
+			terms[a.Cluster] = RecordedTerms(st.Nodes.At(a.Cluster))
+			seenTerms[a.Cluster] = SeenTerms(st.Nodes.At(a.Cluster))
+		}
+		next, changed := SpreadLeaders(SpreadInput{
+			ShardInputs: ShardInputs{DB: db, Assign: a, States: st.ShardStates.At(db), Live: st.Nodes.At(a.Cluster), ISR: st.ISR.At(a.Cluster), Drains: st.Drains,
+				ClusterID: st.ListedFrom[statemachine.ClusterISRSource(a.Cluster)], RecordedTerms: terms[a.Cluster], SeenTerms: seenTerms[a.Cluster]},
+			StableSince: mb.Since, Now: in.Now, Delay: in.Delay, MaxMoves: cmpOr(in.MaxMoves, 16),
+		})
+		for _, id := range changed {
+			s := next.Shards[indexOf(next, id)]
+			d.Spread = append(d.Spread, Operator{DB: db, Shard: id, Kind: OpLeader, Leader: s.Leader, FromLeader: st.ShardStates.At(db).Shards[indexOf(st.ShardStates.At(db), id)].Leader,
+				Step: StepLeader, MasterTerm: in.MasterTerm, Created: in.Now})
+		}
+	}
+	return d
+}
+
+func cmpOr(v, def int) int {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+// planDue: see Schedule.
+func planDue(in Input) bool {
+	if in.Forced {
+		return true
+	}
+	st := in.State
+	for name := range st.StorageClusters {
+		mb, seen := in.Members[name]
+		if !seen {
+			continue // first seen now: stable for 0
+		}
+		if mb.Balanced != mb.Sig && in.Now.Sub(mb.Since) >= in.Delay {
+			return true
+		}
+	}
+	for id := range st.Drains {
+		for _, a := range st.Assignments.All() {
+			for _, sh := range a.Shards {
+				if slices.Contains(sh.Replicas, id) {
+					return true
+				}
+			}
+		}
+	}
+	for name, a := range st.Assignments.All() {
+		db, ok := st.Databases.Get(name)
+		if !ok {
+			continue
+		}
+		for _, sh := range a.Shards {
+			if len(sh.Replicas) != db.ReplicaFactor {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// FailoverInputs is what PlanLeaders reads of one database in st, without
+// the replicas' answers (the executor asks them at failover) and with the
+// cluster-wide leadership counts of the tie-break.
+func FailoverInputs(st *statemachine.State, db string) (ShardInputs, bool) {
+	a, ok := st.Assignments.Get(db)
+	if !ok || !ClusterReady(st, a.Cluster) {
+		return ShardInputs{}, false
+	}
+	return ShardInputs{DB: db, Assign: a, States: st.ShardStates.At(db),
+		Live: st.Nodes.At(a.Cluster), ISR: st.ISR.At(a.Cluster), Drains: st.Drains,
+		ClusterID: st.ListedFrom[statemachine.ClusterISRSource(a.Cluster)],
+		Leads:     ClusterLeads(st.ShardStates, st.Assignments, a.Cluster)}, true
+}
+
+// FailoverOps turns PlanLeaders' decision for one database into operators.
+func FailoverOps(st *statemachine.State, db string, term int64, now time.Time) []Operator {
+	in, ok := FailoverInputs(st, db)
+	if !ok {
+		return nil
+	}
+	return FailoverOpsFor(st, in, term, now)
+}
+
+// FailoverOpsFor is FailoverOps over given inputs (with the replicas'
+// answers, when the executor asked them).
+func FailoverOpsFor(st *statemachine.State, in ShardInputs, term int64, now time.Time) []Operator {
+	db := in.DB
+	next, changed := PlanLeaders(in)
+	var ops []Operator
+	for _, id := range changed {
+		s := next.Shards[indexOf(next, id)]
+		o := Operator{DB: db, Shard: id, Kind: OpFailover, Leader: s.Leader, Term: s.Term, Step: StepPublish, MasterTerm: term, Created: now, Reason: s.Reason}
+		if prev, ok := st.ShardState(db, id); ok {
+			o.FromLeader = prev.Leader
+		}
+		if s.Status != models.StatusOnline {
+			o.Kind = OpOffline
+		}
+		ops = append(ops, o)
+	}
+	return ops
+}
+
+// PlanOps is placement's plan for every ready cluster as operators: a move
+// for each shard whose replicas change (ending with the plan's leader), a
+// leader transfer for each shard whose leader alone changes.
+func PlanOps(st *statemachine.State, term int64, now time.Time) (ops []Operator, balanced []string, relocations, lowerBound int, err error) {
+	for _, name := range slices.Sorted(maps.Keys(st.StorageClusters)) {
+		c := clusterView(st, name)
+		if len(c.Shards) == 0 || !ClusterReady(st, name) {
+			continue
+		}
+		p, err := placement.Place(c)
+		if err != nil {
+			return nil, nil, 0, 0, err
+		}
+		relocations += p.Relocations
+		if p.Relocations == 0 {
+			balanced = append(balanced, name) // and the bound is 0
+		} else {
+			lowerBound += placement.LowerBound(c)
+		}
+		keys := slices.Collect(maps.Keys(p.Target))
+		slices.SortFunc(keys, func(a, b placement.ShardKey) int {
+			return compareOps(Operator{DB: a.DB, Shard: a.Shard}, Operator{DB: b.DB, Shard: b.Shard})
+		})
+		for _, k := range keys {
+			t := p.Target[k]
+			cur := assigned(st, k)
+			s, _ := st.ShardState(k.DB, k.Shard)
+			o := Operator{DB: k.DB, Shard: k.Shard, From: slices.Clone(cur), To: slices.Clone(t.Replicas), FromLeader: s.Leader, MasterTerm: term, Created: now}
+			if s.Status != models.StatusOnline {
+				o.FromLeader = ""
+			}
+			if t.Leader != "" && t.Leader != s.Leader {
+				o.Leader = t.Leader
+			}
+			switch {
+			case !sameSet(cur, t.Replicas):
+				o.Kind = OpMove
+			case o.Leader != "":
+				o.Kind, o.From, o.To = OpLeader, nil, nil
+			default:
+				continue
+			}
+			o.Step = NextStep(o, st)
+			if o.Step == StepDone || o.Step == StepCancel {
+				continue // a leader the state does not allow yet: nothing would run
+			}
+			ops = append(ops, o)
+		}
+	}
+	return ops, balanced, relocations, lowerBound, nil
+}

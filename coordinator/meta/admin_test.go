@@ -1,0 +1,151 @@
+package meta_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/cairn-db/cairn/coordinator/kv"
+	"github.com/cairn-db/cairn/coordinator/meta"
+	"github.com/cairn-db/cairn/models"
+	"github.com/stretchr/testify/require"
+)
+
+// lostAnswerStore applies a txn and then reports a timeout, as etcd does
+// when the proposal commits but the answer does not come back in time.
+type lostAnswerStore struct {
+	kv.Store
+	lose bool
+}
+
+func (s *lostAnswerStore) Txn(ctx context.Context, cmps []kv.Cmp, ops []kv.Op) (bool, int64, error) {
+	ok, rev, err := s.Store.Txn(ctx, cmps, ops)
+	if err == nil && s.lose {
+		return false, 0, fmt.Errorf("%w: %w: context deadline exceeded", kv.ErrOutcomeUnknown, kv.ErrUnavailable)
+	}
+	return ok, rev, err
+}
+
+// nospaceStore refuses every write as etcd does under its NOSPACE alarm.
+type nospaceStore struct{ kv.Store }
+
+func (nospaceStore) Txn(context.Context, []kv.Cmp, []kv.Op) (bool, int64, error) {
+	return false, 0, fmt.Errorf("%w: etcdserver: mvcc: database space exceeded", kv.ErrNoSpace)
+}
+
+// TestCreateDatabaseIdempotent: a create whose answer was lost says "outcome
+// unknown" (not "nothing changed"); repeating it returns the database it
+// created (same uid), while another definition under the name is a conflict.
+func TestCreateDatabaseIdempotent(t *testing.T) {
+	ctx := context.Background()
+	mem := kv.NewMemoryStore()
+	store := &lostAnswerStore{Store: mem, lose: true}
+	keys := models.Keys{NS: "/cairn"}
+	// The local state never sees the database: the retry must find it in
+	// the store, as a broker whose watch lags would.
+	a := &meta.Admin{Store: store, Keys: keys, State: fixedState(t)}
+	req := models.Database{Name: "metrics", NumShards: 4, ReplicaFactor: 2, Options: map[string]any{"retention": "7d"}}
+
+	_, err := a.CreateDatabase(ctx, req)
+	require.ErrorIs(t, err, kv.ErrOutcomeUnknown)
+	require.ErrorIs(t, err, models.ErrOutcomeUnknown, "labelled for the API")
+	require.NotErrorIs(t, err, models.ErrConflict)
+	require.NotContains(t, err.Error(), "nothing changed")
+	require.Contains(t, err.Error(), "safe to retry")
+	kvp, err := mem.Get(ctx, keys.DatabaseConfig("metrics"))
+	require.NoError(t, err)
+	require.NotNil(t, kvp, "the timed-out create was applied")
+
+	store.lose = false
+	got, err := a.CreateDatabase(ctx, req)
+	require.NoError(t, err, "a retry of the same create succeeds")
+	require.Equal(t, "metrics", got.Name)
+	require.Equal(t, 4, got.NumShards)
+	require.NotEmpty(t, got.UID)
+	again, err := a.CreateDatabase(ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, got.UID, again.UID, "every retry answers with the one stored database")
+
+	for _, other := range []models.Database{
+		{Name: "metrics", NumShards: 8, ReplicaFactor: 2, Options: map[string]any{"retention": "7d"}},
+		{Name: "metrics", NumShards: 4, ReplicaFactor: 3, Options: map[string]any{"retention": "7d"}},
+		{Name: "metrics", NumShards: 4, ReplicaFactor: 2},
+	} {
+		_, err := a.CreateDatabase(ctx, other)
+		require.ErrorIs(t, err, models.ErrConflict, "%+v", other)
+	}
+	list, _, err := mem.List(ctx, keys.DatabaseConfigPrefix())
+	require.NoError(t, err)
+	require.Len(t, list, 1, "exactly one database stored")
+}
+
+// TestCreateStorageClusterIdempotent: the same for storage clusters.
+func TestCreateStorageClusterIdempotent(t *testing.T) {
+	ctx := context.Background()
+	a := &meta.Admin{Store: kv.NewMemoryStore(), Keys: models.Keys{NS: "/cairn"}, State: fixedState(t)}
+	c := models.StorageCluster{Name: "east", EtcdEndpoints: []string{"http://127.0.0.1:2379"}, Namespace: "/east"}
+	_, err := a.CreateStorageCluster(ctx, c)
+	require.NoError(t, err)
+	_, err = a.CreateStorageCluster(ctx, c)
+	require.NoError(t, err)
+	c.Namespace = "/west"
+	_, err = a.CreateStorageCluster(ctx, c)
+	require.ErrorIs(t, err, models.ErrConflict)
+}
+
+// TestDDLUnderNoSpace: etcd's NOSPACE alarm is reported as such, with what to
+// do, never as a generic failure.
+func TestDDLUnderNoSpace(t *testing.T) {
+	a := &meta.Admin{Store: nospaceStore{kv.NewMemoryStore()}, Keys: models.Keys{NS: "/cairn"}, State: fixedState(t)}
+	_, err := a.CreateDatabase(context.Background(), models.Database{Name: "m", NumShards: 1})
+	require.ErrorIs(t, err, kv.ErrNoSpace)
+	status, code := models.StatusOf(err)
+	require.Equal(t, 503, status)
+	require.Equal(t, "etcd_nospace", code)
+	require.False(t, errors.Is(err, kv.ErrOutcomeUnknown))
+	for _, hint := range []string{"nothing changed", "compact", "defrag", "--etcd-quota-backend-bytes", "alarm disarm"} {
+		require.Contains(t, err.Error(), hint)
+	}
+}
+
+// failingMaster fails every operation with err.
+type failingMaster struct{ err error }
+
+func (f failingMaster) TransferLeader(context.Context, string, int, models.LeaderTransfer) error {
+	return f.err
+}
+func (f failingMaster) Rebalance(context.Context, bool) (any, error) { return nil, f.err }
+
+// TestStoreErrorsLabelled: the etcd layer's failures leave meta labelled with
+// the API's sentinels (the web layer knows only those), their own kept in the
+// chain for errors.Is.
+func TestStoreErrorsLabelled(t *testing.T) {
+	ctx := context.Background()
+	cases := []struct {
+		err  error
+		code string
+	}{
+		{fmt.Errorf("%w: x", kv.ErrUnavailable), "unavailable"},
+		{fmt.Errorf("%w: x", kv.ErrDeposed), "unavailable"},
+		{fmt.Errorf("%w: x", kv.ErrNoSpace), "etcd_nospace"},
+		{fmt.Errorf("%w: %w", kv.ErrOutcomeUnknown, kv.ErrUnavailable), "outcome_unknown"},
+		{fmt.Errorf("%w: x", models.ErrConflict), "conflict"},
+	}
+	for _, c := range cases {
+		t.Run(c.code, func(t *testing.T) {
+			a := &meta.Admin{Store: kv.NewMemoryStore(), Keys: models.Keys{NS: "/c"}, State: fixedState(t), Master: failingMaster{c.err}}
+			_, err := a.Rebalance(ctx, true)
+			require.ErrorIs(t, err, c.err)
+			_, code := models.StatusOf(err)
+			require.Equal(t, c.code, code)
+		})
+	}
+	down := kv.NewMemoryStore()
+	down.SetDown(true)
+	a := &meta.Admin{Store: down, Keys: models.Keys{NS: "/c"}, State: fixedState(t)}
+	err := a.DeleteDatabase(ctx, "x")
+	require.ErrorIs(t, err, kv.ErrUnavailable)
+	_, code := models.StatusOf(err)
+	require.Equal(t, "unavailable", code)
+}

@@ -1,0 +1,657 @@
+// Package simcluster runs a whole Cairn cluster in one process to measure the
+// control plane at scale (`cairn simulate cluster`): a real embedded etcd, the
+// real master and one broker (one app with roles etcd,master,broker), and N
+// storage agents built from the real storage code (registration, shard host
+// reconcile, replication and in-sync upkeep, failover answers) over an
+// in-memory engine. The agents share one local state store (every storage
+// node of a real cluster keeps its own copy of the same keys), so what is
+// measured is etcd, the master and the agents' own work, not N decodes of
+// every event.
+package simcluster
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/cairn-db/cairn/app"
+	"github.com/cairn-db/cairn/config"
+	"github.com/cairn-db/cairn/coordinator/kv"
+	"github.com/cairn-db/cairn/models"
+	"github.com/cairn-db/cairn/statemachine"
+	"github.com/cairn-db/cairn/storage"
+	"github.com/gin-gonic/gin"
+	"go.uber.org/zap"
+)
+
+// ErrInvalidParams means the simulation was asked for something impossible.
+var ErrInvalidParams = errors.New("invalid simulate cluster parameters")
+
+// Params of one simulation.
+type Params struct {
+	Nodes, Databases, Shards, Replicas int
+	Idle                               time.Duration // how long the idle cluster is measured
+	Kill                               int           // agents killed after the idle measure
+	LeaseTTL                           time.Duration
+	// RebalanceDelay is the master's (0: its default, 30s); idle is
+	// measured only after it passed, as the master spreads leaderships then.
+	RebalanceDelay time.Duration
+	Logger         *zap.Logger // the etcd,master,broker app's; agents log nothing
+	// Progress, when set, receives one line per phase.
+	Progress io.Writer
+}
+
+// Validate names the first impossible parameter.
+func (p Params) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("simulate cluster: "+format+": %w", append(args, ErrInvalidParams)...)
+	}
+	switch {
+	case p.Nodes < 1 || p.Nodes > 5000:
+		return bad("--nodes %d must be 1 to 5000", p.Nodes)
+	case p.Databases < 0 || p.Databases > 10000:
+		return bad("--databases %d must be 0 to 10000", p.Databases)
+	case p.Shards < 1 || p.Shards > 1024:
+		return bad("--shards %d must be 1 to 1024", p.Shards)
+	case p.Replicas < 1 || p.Replicas > p.Nodes:
+		return bad("--replicas %d must be 1 to --nodes (%d)", p.Replicas, p.Nodes)
+	case p.Kill < 0 || p.Kill >= p.Nodes:
+		return bad("--kill %d must be 0 to --nodes - 1", p.Kill)
+	case p.Idle < 0 || p.Idle > time.Hour:
+		return bad("--idle %s must be 0 to 1h", p.Idle)
+	case p.LeaseTTL != 0 && p.LeaseTTL < 2*time.Second:
+		return bad("--lease-ttl %s must be at least 2s", p.LeaseTTL)
+	case p.RebalanceDelay < 0 || p.RebalanceDelay > time.Hour:
+		return bad("--rebalance-delay %s must be 0 to 1h", p.RebalanceDelay)
+	}
+	return nil
+}
+
+// Result is the one JSON object `cairn simulate cluster` prints.
+type Result struct {
+	Nodes                 int     `json:"nodes"`
+	Replicas              int     `json:"replicas"`
+	PlaceMS               float64 `json:"place_ms"`
+	IdleEtcdRevisionsPerS float64 `json:"idle_etcd_revisions_per_s"`
+	IdleCPUCores          float64 `json:"idle_cpu_cores"`
+	IdleCPUMsPerNodePerS  float64 `json:"idle_cpu_ms_per_node_per_s"`
+	RSSMiB                float64 `json:"rss_mib"`
+	// Goroutines of the whole process at the end of the idle measure: a
+	// replica waiting for work holds none, so this does not grow with them.
+	Goroutines     int     `json:"goroutines"`
+	FailoverMS     float64 `json:"failover_ms"`
+	FailoverShards int     `json:"failover_shards"`
+}
+
+// cluster is a running simulation.
+type cluster struct {
+	p        Params
+	lg       *zap.Logger
+	app      *app.App
+	store    *kv.EtcdStore
+	sm       *statemachine.Manager // the agents' shared local state store
+	feed     *storage.Feed
+	stopFeed context.CancelFunc
+	feedDone chan struct{}
+	keys     models.Keys
+	ck       models.ClusterKeys
+	api      string
+	agents   []*agent
+	// stores are the agents' etcd clients, one per agentsPerClient agents:
+	// each real node has its own, and one client's single lease keep-alive
+	// stream would serialise every agent's renewals.
+	stores []*countingStore
+	views  []*countingStore // the agents' lease streams on their shared clients
+	counts *requestCounts   // the agents' etcd requests, by kind
+	loop   *loopback
+	client *http.Client // the agents' requests to each other (loopback)
+	// calm is when the master may have finished its follow-up work on the
+	// membership: every agent registered plus its rebalance delay (it
+	// spreads leaderships once membership has been stable that long).
+	calm time.Time
+	// began and shown time the placement's progress lines.
+	began, shown time.Time
+}
+
+// Run runs one simulation until it has every figure or ctx ends.
+func Run(ctx context.Context, p Params) (Result, error) {
+	if err := p.Validate(); err != nil {
+		return Result{}, err
+	}
+	if p.LeaseTTL == 0 {
+		p.LeaseTTL = 3 * time.Second
+	}
+	if p.Logger == nil {
+		p.Logger = zap.NewNop()
+	}
+	if p.Progress == nil {
+		p.Progress = io.Discard
+	}
+	gin.SetMode(gin.ReleaseMode)
+	dir, err := os.MkdirTemp("", "cairn-simulate-*")
+	if err != nil {
+		return Result{}, err
+	}
+	defer os.RemoveAll(dir)
+	c := &cluster{p: p, lg: zap.NewNop()}
+	if err := c.start(ctx, dir); err != nil {
+		return Result{}, err
+	}
+	defer c.stop()
+	return c.measure(ctx)
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func (c *cluster) start(ctx context.Context, dir string) error {
+	var ports [3]int
+	for i := range ports {
+		p, err := freePort()
+		if err != nil {
+			return err
+		}
+		ports[i] = p
+	}
+	clientURL := fmt.Sprintf("http://127.0.0.1:%d", ports[1])
+	args := []string{"--role", "etcd,master,broker", "--data-dir", dir,
+		"--http-addr", fmt.Sprintf("127.0.0.1:%d", ports[0]), "--etcd-listen-client-url", clientURL,
+		"--etcd-listen-peer-url", fmt.Sprintf("http://127.0.0.1:%d", ports[2]),
+		"--lease-ttl", c.p.LeaseTTL.String(), "--log-level", "error", "--log-format", "json"}
+	if c.p.RebalanceDelay > 0 {
+		args = append(args, "--rebalance-delay", c.p.RebalanceDelay.String())
+	}
+	cfg, err := config.Parse(args, func(string) (string, bool) { return "", false }, false, io.Discard)
+	if err != nil {
+		return err
+	}
+	c.app, err = app.Start(cfg, c.p.Logger)
+	if err != nil {
+		return err
+	}
+	c.api = "http://" + c.app.HTTPAddr()
+	fmt.Fprintf(c.p.Progress, "etcd,master,broker at %s (pprof under /debug/pprof/), etcd at %s (its metrics under /metrics)\n", c.api, clientURL)
+	c.keys = models.Keys{NS: cfg.Namespace}
+	c.ck = models.ClusterKeys{SNS: c.keys.ClusterNamespace(models.StorageCluster{Name: "default"})}
+	c.store, err = kv.NewEtcdStore(kv.EtcdConfig{Endpoints: []string{clientURL}, Logger: c.lg})
+	if err != nil {
+		return err
+	}
+	if err := c.post(ctx, "/api/v1/storage-clusters", map[string]any{"name": "default"}); err != nil {
+		return err
+	}
+	// What a storage-only process watches (app.watched): no live nodes,
+	// no in-sync sets.
+	c.sm = statemachine.New(statemachine.Config{Logger: c.lg})
+	c.sm.Start(context.Background())
+	for _, src := range statemachine.MainSources(c.store, c.keys) {
+		switch src.Kind {
+		case statemachine.KindMaster, statemachine.KindStorageConfig, statemachine.KindDatabaseConfig,
+			statemachine.KindAssign, statemachine.KindShardState:
+			c.sm.AddSource(src)
+		}
+	}
+	c.feed = storage.NewFeed(c.sm.Snapshot, c.sm.Changed)
+	fctx, stopFeed := context.WithCancel(context.Background())
+	c.stopFeed, c.feedDone = stopFeed, make(chan struct{})
+	go func() { defer close(c.feedDone); c.feed.Run(fctx) }()
+	fmt.Fprintf(c.p.Progress, "starting %d storage agents\n", c.p.Nodes)
+	c.loop = newLoopback()
+	c.client = &http.Client{Transport: c.loop}
+	c.counts = &requestCounts{n: map[string]int64{}}
+	for range (c.p.Nodes + agentsPerClient - 1) / agentsPerClient {
+		s, err := kv.NewEtcdStore(kv.EtcdConfig{Endpoints: []string{clientURL}, Logger: c.lg})
+		if err != nil {
+			return err
+		}
+		c.stores = append(c.stores, &countingStore{EtcdStore: s, keys: c.keys, ck: c.ck, c: c.counts})
+	}
+	for i := range c.p.Nodes {
+		// A lease stream per agentsPerStream agents on the shared
+		// connection: etcd renews one stream's leases one after the other,
+		// each waiting for its read loop when the raft loop is late, and 25
+		// agents' renewals queued behind each other on a loaded etcd
+		// outlived a 3s TTL. (One stream per agent costs ~0.6 MiB and
+		// some idle CPU each.)
+		if i%agentsPerStream == 0 {
+			shared := c.stores[i/agentsPerClient]
+			c.views = append(c.views, &countingStore{EtcdStore: shared.EtcdStore.LeaseStream(), keys: c.keys, ck: c.ck, c: c.counts})
+		}
+		a, err := c.startAgent(fmt.Sprintf("s%04d", i), c.views[len(c.views)-1])
+		if err != nil {
+			return err
+		}
+		c.agents = append(c.agents, a)
+	}
+	if err := c.until(ctx, 5*time.Minute, "every agent registered", func() bool {
+		return c.app.State().Nodes.At("default").Len() == c.p.Nodes
+	}); err != nil {
+		return err
+	}
+	c.calm = time.Now().Add(cfg.RebalanceDelay)
+	return nil
+}
+
+func (c *cluster) stop() {
+	var wg sync.WaitGroup
+	for _, a := range c.agents {
+		wg.Add(1)
+		go func() { defer wg.Done(); a.stop() }()
+	}
+	wg.Wait()
+	if c.stopFeed != nil {
+		c.stopFeed()
+		<-c.feedDone
+	}
+	if c.sm != nil {
+		c.sm.Stop()
+	}
+	for _, s := range c.views {
+		_ = s.Close()
+	}
+	for _, s := range c.stores {
+		_ = s.Close()
+	}
+	if c.store != nil {
+		_ = c.store.Close()
+	}
+	if c.app != nil {
+		c.app.Stop()
+	}
+}
+
+// until polls cond every 20ms for up to limit.
+func (c *cluster) until(ctx context.Context, limit time.Duration, what string, cond func() bool) error {
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("simulate cluster: %s: not reached after %s", what, limit)
+		}
+		t := time.NewTimer(20 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+func (c *cluster) post(ctx context.Context, path string, body any) error {
+	b, _ := json.Marshal(body)
+	for attempt := 0; ; attempt++ {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.api+path, bytes.NewReader(b))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+			resp.Body.Close()
+			if resp.StatusCode/100 == 2 || resp.StatusCode == http.StatusConflict {
+				return nil
+			}
+			err = fmt.Errorf("POST %s: %d %s", path, resp.StatusCode, msg)
+			if resp.StatusCode != http.StatusServiceUnavailable && resp.StatusCode != http.StatusUnprocessableEntity {
+				return err
+			}
+		}
+		if attempt >= 100 {
+			return err
+		}
+		t := time.NewTimer(100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// measure creates the databases, then measures the idle cluster and a kill.
+func (c *cluster) measure(ctx context.Context) (Result, error) {
+	res := Result{Nodes: c.p.Nodes, Replicas: c.p.Databases * c.p.Shards * c.p.Replicas}
+	fmt.Fprintf(c.p.Progress, "creating %d databases\n", c.p.Databases)
+	start, cpuStart := time.Now(), cpuTime()
+	c.began, c.shown = start, start
+	work := make(chan int)
+	errs := make(chan error, 8)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				if err := c.post(ctx, "/api/v1/databases", map[string]any{"name": fmt.Sprintf("db%04d", i),
+					"storage_cluster": "default", "num_shards": c.p.Shards, "replica_factor": c.p.Replicas}); err != nil {
+					select {
+					case errs <- err:
+					default:
+					}
+				}
+			}
+		}()
+	}
+	for i := range c.p.Databases {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return res, err
+	default:
+	}
+	fmt.Fprintf(c.p.Progress, "  %s: %d databases created\n", time.Since(start).Round(time.Millisecond), c.p.Databases)
+	if err := c.until(ctx, 30*time.Minute, "every replica placed and online", func() bool { return c.placed(res.Replicas) }); err != nil {
+		return res, err
+	}
+	res.PlaceMS = float64(time.Since(start).Microseconds()) / 1000
+	// The CPU time the placement took: what a run on a busy machine, which
+	// gets less of it per second, still compares with another.
+	fmt.Fprintf(c.p.Progress, "placed %d replicas in %.0f ms (%.1f s of CPU); settling\n  agents' etcd requests: %s\n",
+		res.Replicas, res.PlaceMS, (cpuTime() - cpuStart).Seconds(), c.counts)
+
+	// Let the in-sync sets, the node records and the master's own follow-up
+	// work (spreading leaderships once membership is stable) settle: idle
+	// starts once the rebalance delay has passed and etcd's revision stood
+	// still for 2 TTLs.
+	rev0, settled, err := c.settle(ctx, 2*c.p.LeaseTTL, 10*time.Minute)
+	if err != nil {
+		return res, err
+	}
+	fmt.Fprintf(c.p.Progress, "settled after %s; measuring idle for %s\n", settled.Round(time.Millisecond), c.p.Idle)
+	cpu0, t0 := cpuTime(), time.Now()
+	wctx, stopWatch := context.WithCancel(ctx)
+	changes := c.store.Watch(wctx, c.keys.NS+"/", rev0+1)
+	var byPrefix sync.Map // what changed while idle, by key prefix, for the progress lines
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		for resp := range changes {
+			for _, ev := range resp.Events {
+				k := ev.KV.Key
+				if i := strings.LastIndexByte(k, '/'); i > 0 {
+					k = k[:i]
+				}
+				n, _ := byPrefix.LoadOrStore(k, new(int))
+				*n.(*int)++
+			}
+		}
+	}()
+	err = sleep(ctx, c.p.Idle)
+	stopWatch()
+	<-watched
+	if err != nil {
+		return res, err
+	}
+	byPrefix.Range(func(k, v any) bool {
+		fmt.Fprintf(c.p.Progress, "idle writes under %s: %d\n", k, *v.(*int))
+		return true
+	})
+	rev1, err := c.revision(ctx)
+	if err != nil {
+		return res, err
+	}
+	cpu1, wall := cpuTime(), time.Since(t0)
+	if wall > 0 && c.p.Idle > 0 {
+		res.IdleEtcdRevisionsPerS = round(float64(rev1-rev0) / wall.Seconds())
+		cores := (cpu1 - cpu0).Seconds() / wall.Seconds()
+		res.IdleCPUCores = round(cores)
+		res.IdleCPUMsPerNodePerS = round(cores * 1000 / float64(c.p.Nodes))
+	}
+	res.RSSMiB = rssMiB()
+	res.Goroutines = runtime.NumGoroutine()
+	if c.p.Kill > 0 {
+		ms, shards, err := c.kill(ctx)
+		if err != nil {
+			return res, err
+		}
+		res.FailoverMS, res.FailoverShards = ms, shards
+	}
+	return res, nil
+}
+
+// settle waits until etcd's revision has not moved for quiet (polled every
+// quiet/10), at most limit; it returns that revision and how long it took.
+func (c *cluster) settle(ctx context.Context, quiet, limit time.Duration) (int64, time.Duration, error) {
+	start := time.Now()
+	rev, err := c.revision(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	since := time.Now()
+	for time.Since(since) < quiet || time.Now().Before(c.calm.Add(quiet)) {
+		if time.Since(start) > limit {
+			return 0, 0, fmt.Errorf("simulate cluster: etcd never stood still for %s within %s", quiet, limit)
+		}
+		if err := sleep(ctx, quiet/10); err != nil {
+			return 0, 0, err
+		}
+		r, err := c.revision(ctx)
+		if err != nil {
+			return 0, 0, err
+		}
+		if r != rev {
+			rev, since = r, time.Now()
+		}
+	}
+	return rev, time.Since(start), nil
+}
+
+// revision is etcd's current revision; a loaded machine may need a retry.
+func (c *cluster) revision(ctx context.Context) (int64, error) {
+	var err error
+	for range 10 {
+		var rev int64
+		if _, rev, err = c.store.Header(ctx); err == nil {
+			return rev, nil
+		}
+		if err := sleep(ctx, time.Second); err != nil {
+			return 0, err
+		}
+	}
+	return 0, err
+}
+
+// placed: every shard of every database is online in the master's state and
+// the agents host every replica.
+func (c *cluster) placed(want int) bool {
+	st := c.app.State()
+	online := 0
+	for _, ss := range st.ShardStates.All() {
+		for _, s := range ss.Shards {
+			if s.Status == models.StatusOnline {
+				online++
+			}
+		}
+	}
+	n := 0
+	for _, a := range c.agents {
+		n += a.host.Hosted()
+	}
+	if time.Since(c.shown) >= 5*time.Second {
+		c.shown = time.Now()
+		_, rev, _ := c.store.Header(context.Background())
+		fmt.Fprintf(c.p.Progress, "  %s: %d databases assigned, %d shards online, %d replicas hosted, etcd revision %d\n    agents' etcd requests: %s\n",
+			time.Since(c.began).Round(time.Second), st.Assignments.Len(), online, n, rev, c.counts)
+	}
+	return online == c.p.Databases*c.p.Shards && n == want
+}
+
+// kill stops the agents that lead the most shards (as a kill -9 would: no
+// handoff, no answers) and revokes their leases (the moment etcd would
+// expire them), then times the master until every shard they led has a new
+// leader.
+func (c *cluster) kill(ctx context.Context) (float64, int, error) {
+	st := c.app.State()
+	leads := map[string][]string{} // node -> shards led
+	for db, ss := range st.ShardStates.All() {
+		for _, s := range ss.Shards {
+			if s.Status == models.StatusOnline {
+				leads[s.Leader] = append(leads[s.Leader], models.ShardID(db, s.ID))
+			}
+		}
+	}
+	var victims []*agent
+	for _, a := range c.agents {
+		if len(victims) < c.p.Kill && len(leads[a.id]) > 0 {
+			victims = append(victims, a)
+		}
+	}
+	dead := map[string]bool{}
+	shards := 0
+	for _, v := range victims {
+		dead[v.id] = true
+		shards += len(leads[v.id])
+		v.freeze()
+	}
+	for _, v := range victims {
+		v.revoke()
+	}
+	start := time.Now()
+	err := c.until(ctx, 5*time.Minute, "new leaders for the killed agents' shards", func() bool {
+		st := c.app.State()
+		for _, ss := range st.ShardStates.All() {
+			for _, s := range ss.Shards {
+				if dead[s.Leader] || s.Status != models.StatusOnline {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	return float64(time.Since(start).Microseconds()) / 1000, shards, err
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+func round(x float64) float64 { return float64(int64(x*1000+0.5)) / 1000 }
+
+// cpuTime is the process's user + system CPU time.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// rssMiB is the process's resident set from /proc (0 where there is none).
+func rssMiB() float64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 64)
+			return round(kb / 1024)
+		}
+	}
+	return 0
+}
+
+// agent is one simulated storage node.
+type agent struct {
+	id      string
+	addr    string
+	loop    *loopback
+	host    *storage.Host
+	srv     *http.Server
+	cancel  context.CancelFunc // the host
+	regStop context.CancelFunc // the registration (revokes the lease)
+	done    chan struct{}
+	regDone chan struct{}
+	once    sync.Once
+}
+
+// agentsPerClient is how many agents share one etcd client, and
+// agentsPerStream one lease keep-alive stream on it.
+const (
+	agentsPerClient = 25
+	agentsPerStream = 5
+)
+
+func (c *cluster) startAgent(id string, store *countingStore) (*agent, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	addr := l.Addr().String()
+	h := storage.NewHost(storage.HostConfig{NodeID: id, Cluster: "default", Engine: newMemEngine(), Store: store, Keys: c.ck,
+		State: c.sm.Snapshot, Feed: c.feed, Logger: c.lg, DropDelay: time.Hour, StateStore: store, StateKeys: c.keys, Client: c.client})
+	r := gin.New()
+	h.Routes(r)
+	a := &agent{id: id, addr: addr, loop: c.loop, host: h, srv: &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second},
+		done: make(chan struct{}), regDone: make(chan struct{})}
+	c.loop.serve(addr, r)
+	go func() { _ = a.srv.Serve(l) }()
+	hctx, cancel := context.WithCancel(context.Background())
+	rctx, regStop := context.WithCancel(context.Background())
+	a.cancel, a.regStop = cancel, regStop
+	var started sync.Once
+	go func() {
+		defer close(a.regDone)
+		err := storage.RunNode(rctx, storage.NodeConfig{Store: store, Keys: c.ck, NodeID: id, Address: addr, Cluster: "default",
+			TTL: c.p.LeaseTTL, Report: h.Following, Logger: c.lg, Held: h.SetRecordRev,
+			Registered: func() { started.Do(func() { go func() { defer close(a.done); h.Run(hctx) }() }) }})
+		if err != nil {
+			c.lg.Error("agent registration failed", zap.String("node_id", id), zap.Error(err))
+		}
+		started.Do(func() { close(a.done) })
+	}()
+	return a, nil
+}
+
+// freeze stops the agent serving: its host and HTTP server end, as a killed
+// process's would.
+func (a *agent) freeze() {
+	a.once.Do(func() {
+		a.loop.close(a.addr)
+		_ = a.srv.Close()
+		a.cancel()
+	})
+}
+
+// revoke ends the registration, revoking its lease.
+func (a *agent) revoke() {
+	a.regStop()
+	<-a.regDone
+}
+
+func (a *agent) stop() {
+	a.freeze()
+	a.revoke()
+	<-a.done
+}
