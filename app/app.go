@@ -128,7 +128,7 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 	if cfg.HasRole(config.RoleBroker) {
 		wcfg.Admin = a.admin()
 		data := &broker.Data{State: a.sm.Snapshot, Changed: a.sm.Changed, Client: a.peerClient(0), Metrics: a.metrics.broker,
-			MaxPoints: cfg.WriteMaxPoints, QueryMaxSeries: cfg.QueryMaxSeries, QueryMaxPoints: cfg.QueryMaxPoints}
+			WriteTimeout: cfg.WriteTimeout, MaxPoints: cfg.WriteMaxPoints, QueryMaxSeries: cfg.QueryMaxSeries, QueryMaxPoints: cfg.QueryMaxPoints}
 		if a.host != nil {
 			data.Self, data.Local, data.Prepare, data.LocalSelect = id, a.host.WritePrepared, a.host.Prepare, a.host.Select
 		}

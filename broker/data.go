@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -29,8 +30,11 @@ type Data struct {
 	State   func() *statemachine.State
 	Changed func() <-chan struct{} // a fresh subscription to state changes
 	Client  *http.Client
-	// RetryFor bounds how long a write keeps retrying a shard; default 10s.
-	RetryFor time.Duration
+	// WriteTimeout bounds how long a write waits for its shards, retries
+	// and attempts in flight included (--write-timeout; default
+	// DefaultWriteTimeout): past it the write answers 503 with the last
+	// cause, while a client still listens.
+	WriteTimeout time.Duration
 	// Self and Local short-circuit writes to shards led by this very process
 	// (a standalone node): no HTTP, no re-encoding. Local returns storage
 	// errors (wrapping the models sentinels the internal API answers with).
@@ -70,6 +74,14 @@ type LeaderRef struct {
 	NodeID  string `json:"node_id"`
 	Address string `json:"address"`
 }
+
+// DefaultWriteTimeout is WriteTimeout's default: under the 5 s timeouts of
+// Telegraf and the Influx Go clients, so they read the cause instead of
+// giving up with "context deadline exceeded".
+const DefaultWriteTimeout = 4 * time.Second
+
+// errWriteTimeout is the cause of a batch's context ended by WriteTimeout.
+var errWriteTimeout = errors.New("write timeout")
 
 type target struct {
 	shard   int
@@ -176,6 +188,8 @@ func (d *Data) write(ctx context.Context, db, precision string, body []byte) (in
 		return 0, nil
 	}
 	groups := splitByShard(points, cfg.NumShards)
+	ctx, cancel := context.WithTimeoutCause(ctx, d.writeTimeout(), errWriteTimeout)
+	defer cancel()
 	w := d.watch(ctx, cfg)
 	defer w.stop()
 	var wg sync.WaitGroup
@@ -248,21 +262,26 @@ func splitByShard(points []lineproto.Point, numShards int) [][]lineproto.Point {
 	return groups
 }
 
+func (d *Data) writeTimeout() time.Duration {
+	if d.WriteTimeout > 0 {
+		return d.WriteTimeout
+	}
+	return DefaultWriteTimeout
+}
+
 // writeShard sends one shard's points to its leader (first: as the batch
 // found it), retrying while the state catches up with a failover (stale
-// term, leader gone, in-sync set shrinking).
+// term, leader gone, in-sync set shrinking) until ctx ends (WriteTimeout).
+// A shard none of whose replicas is live fails at once: no failover can
+// come before a node returns.
 func (d *Data) writeShard(ctx context.Context, w *watch, cfg models.Database, first target, pts []lineproto.Point, prepared any) error {
 	shard := first.shard
-	retryFor := d.RetryFor
-	if retryFor == 0 {
-		retryFor = 10 * time.Second
-	}
-	deadline := time.Now().Add(retryFor)
 	changed := d.Changed()
 	var lastErr error
 	for attempt := 0; ; attempt++ {
 		t := first
-		if st := d.State(); attempt > 0 || st != t.from {
+		st := d.State()
+		if attempt > 0 || st != t.from {
 			t = d.target(st, cfg, shard)
 		}
 		if t.online {
@@ -272,6 +291,8 @@ func (d *Data) writeShard(ctx context.Context, w *watch, cfg models.Database, fi
 			switch {
 			case err == nil:
 				return nil
+			case ctx.Err() != nil && context.Cause(ctx) == errWriteTimeout:
+				return d.timedOut(cfg, shard, fmt.Errorf("leader %s did not answer in time", t.leader))
 			case errors.Is(err, models.ErrNotEnoughISR):
 				// Final for this batch: the leader itself counted too few
 				// in-sync replicas, and retrying cannot add any.
@@ -284,10 +305,11 @@ func (d *Data) writeShard(ctx context.Context, w *watch, cfg models.Database, fi
 				lastErr = fmt.Errorf("%w: shard %d leader %s unreachable: %w", models.ErrUnavailable, shard, t.leader, err)
 			}
 		} else {
+			if down, none := noLiveReplica(st, cfg, shard); none {
+				return fmt.Errorf("%w: shard %d of %q has no live replica (%s down): it can take writes only once one of them is back",
+					models.ErrUnavailable, shard, cfg.Name, strings.Join(down, ", "))
+			}
 			lastErr = fmt.Errorf("%w: shard %d of %q is offline (no live leader)", models.ErrUnavailable, shard, cfg.Name)
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return lastErr
 		}
 		// Wait for the state to move (a new leader or term), or a short
 		// back-off in case the leader just needs a moment.
@@ -295,6 +317,9 @@ func (d *Data) writeShard(ctx context.Context, w *watch, cfg models.Database, fi
 		select {
 		case <-ctx.Done():
 			wait.Stop()
+			if context.Cause(ctx) == errWriteTimeout {
+				return d.timedOut(cfg, shard, lastErr)
+			}
 			return lastErr
 		case <-changed:
 			changed = d.Changed()
@@ -302,6 +327,35 @@ func (d *Data) writeShard(ctx context.Context, w *watch, cfg models.Database, fi
 		}
 		wait.Stop()
 	}
+}
+
+// timedOut is the error of a shard write that WriteTimeout ended, with its
+// last cause.
+func (d *Data) timedOut(cfg models.Database, shard int, cause error) error {
+	return fmt.Errorf("%w: shard %d of %q: no write within --write-timeout %s: %s",
+		models.ErrUnavailable, shard, cfg.Name, d.writeTimeout(), cause)
+}
+
+// noLiveReplica says whether shard has an assignment none of whose replicas
+// is a live node of its cluster, and names them.
+func noLiveReplica(st *statemachine.State, cfg models.Database, shard int) ([]string, bool) {
+	a, ok := st.Assignments.Get(cfg.Name)
+	if !ok {
+		return nil, false
+	}
+	nodes := st.Nodes.At(cfg.StorageCluster)
+	for _, s := range a.Shards {
+		if s.ID != shard || len(s.Replicas) == 0 {
+			continue
+		}
+		for _, r := range s.Replicas {
+			if _, live := nodes.Get(r); live {
+				return nil, false
+			}
+		}
+		return s.Replicas, true
+	}
+	return nil, false
 }
 
 // attempt sends one batch to t (nil: durable), abandoning it as soon as the published state

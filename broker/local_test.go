@@ -57,7 +57,7 @@ func TestLocalWritesGetTheirPreparedPoints(t *testing.T) {
 	calls := map[int][]bool{} // per shard: whether each Local call had a prepared
 	never := make(chan struct{})
 	d := &broker.Data{State: func() *statemachine.State { return st }, Changed: func() <-chan struct{} { return never },
-		Client: http.DefaultClient, RetryFor: 10 * time.Second, Self: "self",
+		Client: http.DefaultClient, WriteTimeout: 10 * time.Second, Self: "self",
 		Prepare: func(points []lineproto.Point) any {
 			mu.Lock()
 			preparedCalls++

@@ -135,6 +135,9 @@ type Config struct {
 	// HistoryInterval is how often a node samples its metrics for the
 	// console's charts.
 	HistoryInterval time.Duration
+	// WriteTimeout bounds how long a write waits for its shards (an offline
+	// one, a failover) before it answers 503 with the cause.
+	WriteTimeout time.Duration
 
 	// Limits on what one request may make a node hold in memory.
 	WriteMaxBodyBytes int // bytes of one write body
@@ -186,6 +189,7 @@ func Default() Config {
 		QueryMaxSeries:    10_000,
 		QueryMaxPoints:    1_000_000,
 		HistoryInterval:   10 * time.Second,
+		WriteTimeout:      4 * time.Second,
 	}
 }
 

@@ -251,6 +251,8 @@ var options = []option{
 	},
 	durationOpt("shard-drop-delay", groupCluster, "how long a storage node keeps the data of a shard no longer assigned to it before deleting it (guards against an emptied or replaced etcd)",
 		0, func(c *Config) *time.Duration { return &c.ShardDropDelay }, nil),
+	durationOpt("write-timeout", groupCluster, "longest a write waits for its shards (an offline shard, a failover) before it answers 503 with the cause; keep it under your clients' timeouts (Telegraf and the Influx Go clients: 5s)",
+		100*time.Millisecond, func(c *Config) *time.Duration { return &c.WriteTimeout }, maxDuration(5*time.Minute)),
 	durationOpt("history-interval", groupNode, "sampling interval of the console's charts; each node keeps the last hour in memory (at most 3600 samples)",
 		time.Second, func(c *Config) *time.Duration { return &c.HistoryInterval }, maxDuration(5*time.Minute)),
 	withSecret(stringOpt("cluster-secret", groupSec, "secret shared by every node of the cluster: node-to-node requests carry an HMAC proof of it and the internal API refuses requests without one; unset leaves the internal API open (prefer --cluster-secret-file or CAIRN_CLUSTER_SECRET)",
