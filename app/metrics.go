@@ -26,7 +26,8 @@ type nodeMetrics struct {
 // first store; the storage host and the state manager register theirs
 // themselves (their Config's Registerer).
 func (a *App) registerMetrics() {
-	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	a.reg.MustRegister(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(runtimeCPUMetrics)),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newGCFraction())
 	revision, goVersion := "unknown", "unknown"
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		goVersion = bi.GoVersion

@@ -24,6 +24,9 @@ Usage:
                                          placement what-if, prints one JSON object
   cairn config init [--out FILE]         write an example config file (every key,
                                          commented, at its default)
+  cairn bench write [--url U --series N --senders C --batch B --fields MIX --duration D]
+                                         write load generator (inch-like), prints one JSON
+                                         line: points/s, latencies, server CPU/Mpt and RSS
   cairn health [--addr HOST:PORT]        probe a node's /api/v1/health (exit 0 when
                                          healthy): for container health checks
   cairn version                          print the version (also --version)

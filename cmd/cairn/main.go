@@ -1,6 +1,6 @@
 // Command cairn runs a Cairn node (any mix of the etcd, master, broker and
 // storage roles; standalone runs all four) and its operator tools: backup,
-// restore, simulate, config init, health and version. Run `cairn --help` for
+// restore, simulate, bench write, config init, health and version. Run `cairn --help` for
 // the flags.
 package main
 
@@ -47,13 +47,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return configCmd(args, stdout, stderr)
 	case "health":
 		return health(args, stdout, stderr)
+	case "bench":
+		return bench(args, stdout, stderr)
 	case "version":
 		return versionCmd(args, stdout, stderr)
 	case "help":
 		config.Usage(stdout)
 		return 0
 	}
-	fmt.Fprintf(stderr, "cairn: unknown command %q: want run, backup, restore, simulate, config, health, version or help (see cairn --help)\n", cmd)
+	fmt.Fprintf(stderr, "cairn: unknown command %q: want run, backup, restore, simulate, bench, config, health, version or help (see cairn --help)\n", cmd)
 	return 2
 }
 

@@ -36,7 +36,7 @@ func TestSubcommandHelp(t *testing.T) {
 	code, main, _ := runArgs("--help")
 	require.Equal(t, 0, code)
 	require.Contains(t, main, "\nUsage:\n  cairn [run]")
-	for _, cmd := range [][]string{{"backup"}, {"restore"}, {"simulate"}, {"health"}, {"config", "init"}, {"version"}} {
+	for _, cmd := range [][]string{{"backup"}, {"restore"}, {"simulate"}, {"bench", "write"}, {"health"}, {"config", "init"}, {"version"}} {
 		code, out, errOut := runArgs(append(cmd, "--help")...)
 		name := strings.Join(cmd, " ")
 		require.Equal(t, 0, code, name)

@@ -40,7 +40,7 @@ var Layers = [][]string{
 	// Wiring of the roles into one process.
 	{"app"},
 	// The whole cluster in one process, for cairn simulate cluster.
-	{"internal/simcluster"},
+	{"internal/simcluster", "internal/benchwrite"},
 	// The binary.
 	{"cmd/cairn"},
 }
