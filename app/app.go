@@ -133,7 +133,8 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 			data.Self, data.Local, data.Prepare, data.LocalSelect = id, a.host.WritePrepared, a.host.Prepare, a.host.Select
 		}
 		wcfg.Data = data
-		wcfg.Influx = influx.New(influx.Config{Backend: data, Logger: a.lg, MaxBodyBytes: int64(cfg.WriteMaxBodyBytes)})
+		wcfg.Influx = influx.New(influx.Config{Backend: data, Logger: a.lg, MaxBodyBytes: int64(cfg.WriteMaxBodyBytes),
+			QueryMaxBytes: cfg.QueryMaxBytes, QueryTimeout: cfg.QueryTimeout})
 	}
 	if err := a.preflightNodeID(); err != nil {
 		a.shutdown()

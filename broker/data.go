@@ -58,7 +58,7 @@ type Data struct {
 	Metrics *Metrics
 	// LocalSelect evaluates InfluxQL shard requests on shards led by this
 	// process, without HTTP or encoding.
-	LocalSelect func(db string, shard int, req *query.ShardRequest) (*query.ShardResult, error)
+	LocalSelect func(ctx context.Context, db string, shard int, req *query.ShardRequest) (*query.ShardResult, error)
 }
 
 // RouteView is GET /route's answer.

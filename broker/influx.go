@@ -43,7 +43,7 @@ func (d *Data) Select(ctx context.Context, db string, req *query.ShardRequest) (
 	defer func(start time.Time) { d.recordQuery(db, start, err) }(time.Now())
 	return fanOut(ctx, d, db, func(ctx context.Context, t target, s client.Shard) (*query.ShardResult, error) {
 		if d.LocalSelect != nil && t.leader == d.Self {
-			return d.LocalSelect(db, t.shard, req)
+			return d.LocalSelect(ctx, db, t.shard, req)
 		}
 		r, err := d.peers().Select(ctx, s, req)
 		return r, statementErr(err)
@@ -55,7 +55,7 @@ func (d *Data) Select(ctx context.Context, db string, req *query.ShardRequest) (
 func (d *Data) SeriesKeys(ctx context.Context, db, measurement string) (_ []string, err error) {
 	defer func(start time.Time) { d.recordQuery(db, start, err) }(time.Now())
 	parts, err := fanOut(ctx, d, db, func(ctx context.Context, _ target, s client.Shard) ([]string, error) {
-		keys, err := d.peers().Series(ctx, s, measurement)
+		keys, err := d.peers().Series(ctx, s, measurement, d.QueryMaxPoints)
 		return keys, statementErr(err)
 	})
 	if err != nil {
@@ -63,6 +63,9 @@ func (d *Data) SeriesKeys(ctx context.Context, db, measurement string) (_ []stri
 	}
 	var keys []string
 	for _, p := range parts {
+		if d.QueryMaxPoints > 0 && len(keys)+len(p) > d.QueryMaxPoints {
+			return nil, fmt.Errorf("%w: the SHOW reads more than %d series (--query-max-points); name a measurement (FROM) or filter on tags (WHERE)", query.ErrTooLarge, d.QueryMaxPoints)
+		}
 		keys = append(keys, p...)
 	}
 	return keys, nil

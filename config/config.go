@@ -144,6 +144,9 @@ type Config struct {
 	WriteMaxPoints    int // points of one write batch
 	QueryMaxSeries    int // series of one query answer
 	QueryMaxPoints    int // points of one query answer
+	QueryMaxBytes     int // text of one /query statement
+	// QueryTimeout bounds one /query request's run, shards included.
+	QueryTimeout time.Duration
 	// MemtableMaxBytes is the memory budget of a storage node's memtables
 	// together; 0 means the engine's default (1/64 of memory, 32-64 MiB).
 	MemtableMaxBytes int64
@@ -188,6 +191,8 @@ func Default() Config {
 		WriteMaxPoints:    200_000,
 		QueryMaxSeries:    10_000,
 		QueryMaxPoints:    1_000_000,
+		QueryMaxBytes:     256 << 10,
+		QueryTimeout:      time.Minute,
 		HistoryInterval:   10 * time.Second,
 		WriteTimeout:      4 * time.Second,
 	}

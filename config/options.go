@@ -293,6 +293,10 @@ var options = []option{
 		func(c *Config) *int { return &c.QueryMaxSeries }),
 	limitOpt("query-max-points", "most points one query may answer; past it the query gets 413 asking to narrow it; storage nodes stop reading once over",
 		func(c *Config) *int { return &c.QueryMaxPoints }),
+	limitOpt("query-max-bytes", "longest /query statement text, in bytes; a longer one gets 413 before it is parsed (parentheses may nest 100 deep)",
+		func(c *Config) *int { return &c.QueryMaxBytes }),
+	durationOpt("query-timeout", groupLimits, "longest run of one /query request, its shards' work included; past it the statement answers a timeout error and the shards stop (min 1s)",
+		time.Second, func(c *Config) *time.Duration { return &c.QueryTimeout }, nil),
 
 	stringOpt("etcd-name", groupEtcd, "member name, unique in the etcd cluster",
 		func(c *Config) *string { return &c.EtcdName }, checkName),

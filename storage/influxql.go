@@ -1,11 +1,13 @@
 package storage
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/cairn-db/cairn/broker/query"
@@ -46,7 +48,7 @@ func (h *Host) handleSelect(c *gin.Context) {
 		replyErr(c, fmt.Errorf("%w: select request: %w", models.ErrBadInput, err))
 		return
 	}
-	res, err := evaluate(r.eng, &req)
+	res, err := evaluate(c.Request.Context(), r.eng, &req)
 	switch {
 	case errors.Is(err, query.ErrTooLarge):
 		replyBadQuery(c, models.Mark(err, models.ErrTooLarge))
@@ -70,18 +72,28 @@ func (h *Host) handleSeries(c *gin.Context) {
 	if m := c.Query("measurement"); m != "" {
 		prefix = string(lineproto.AppendMetricPrefix(nil, m))
 	}
+	limit := maxSeriesList
+	if raw := c.Query("limit"); raw != "" {
+		n, err := strconv.Atoi(raw)
+		if err != nil || n < 1 {
+			replyErr(c, fmt.Errorf("%w: limit %q: want a whole number of at least 1", models.ErrBadInput, raw))
+			return
+		}
+		limit = min(n, limit)
+	}
+	ctx := c.Request.Context()
 	keys := []string{}
 	err := r.eng.SeriesKeys(func(k string) error {
 		if prefix == "" || strings.HasPrefix(k, prefix) && len(k) > len(prefix) && (k[len(prefix)] == ',' || k[len(prefix)] == '#') {
-			if len(keys) == maxSeriesList {
+			if len(keys) == limit {
 				return errTooManySeries
 			}
 			keys = append(keys, k)
 		}
-		return nil
+		return ctx.Err() // the broker gave up (timeout, client gone)
 	})
 	if errors.Is(err, errTooManySeries) {
-		replyBadQuery(c, fmt.Errorf("%w: more than %d series in shard %s: name a measurement (FROM)", models.ErrTooLarge, maxSeriesList, r.id))
+		replyBadQuery(c, fmt.Errorf("%w: more than %d series in shard %s: name a measurement (FROM) or raise --query-max-points", models.ErrTooLarge, limit, r.id))
 		return
 	}
 	if err != nil {
@@ -103,19 +115,37 @@ func replyBadQuery(c *gin.Context, err error) {
 // Select evaluates an InfluxQL shard request on a replica hosted here: the
 // in-process path for a broker in the same process as the leader, which
 // skips encoding the partials.
-func (h *Host) Select(db string, shard int, req *query.ShardRequest) (*query.ShardResult, error) {
+func (h *Host) Select(ctx context.Context, db string, shard int, req *query.ShardRequest) (*query.ShardResult, error) {
 	r := h.get(db, shard)
 	if r == nil {
 		return nil, fmt.Errorf("%w: %s on %s", ErrNotHosted, models.ShardID(db, shard), h.nodeID)
 	}
-	return evaluate(r.eng, req)
+	return evaluate(ctx, r.eng, req)
 }
 
-// evaluate runs req over a shard through the engine's streaming scan.
-func evaluate(eng engine.Shard, req *query.ShardRequest) (*query.ShardResult, error) {
+// evaluate runs req over a shard through the engine's streaming scan, until
+// ctx ends: a broker whose query timed out or whose client left cancels it.
+func evaluate(ctx context.Context, eng engine.Shard, req *query.ShardRequest) (*query.ShardResult, error) {
 	src, ok := eng.(engine.Scanner)
 	if !ok {
 		return nil, fmt.Errorf("%w: this shard's engine has no streaming scan", query.ErrUnsupported)
 	}
-	return query.Evaluate(src, req)
+	res, err := query.Evaluate(ctxScanner{src, ctx}, req)
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("shard query stopped: %w", context.Cause(ctx))
+	}
+	return res, err
+}
+
+// ctxScanner stops a scan once its context ends: at the next series
+// offered, so a query stops within one series' points.
+type ctxScanner struct {
+	engine.Scanner
+	ctx context.Context
+}
+
+func (s ctxScanner) Scan(metric string, match map[string]string, start, end int64, keep func(string) bool, visit func(string, []engine.SeriesPoint) error) error {
+	return s.Scanner.Scan(metric, match, start, end, func(key string) bool {
+		return s.ctx.Err() == nil && keep(key)
+	}, visit)
 }

@@ -44,7 +44,16 @@ type Config struct {
 	MaxBodyBytes int64
 	// Now is the clock behind now() in queries; default time.Now.
 	Now func() time.Time
+	// QueryMaxBytes bounds a /query statement's text (413 past it);
+	// default DefaultQueryMaxBytes.
+	QueryMaxBytes int
+	// QueryTimeout bounds the run of one /query request, its shards' work
+	// included; default DefaultQueryTimeout.
+	QueryTimeout time.Duration
 }
+
+// DefaultQueryTimeout is Config.QueryTimeout's default.
+const DefaultQueryTimeout = time.Minute
 
 // Handler serves the InfluxDB-compatible endpoints.
 type Handler struct {
@@ -62,6 +71,12 @@ func New(cfg Config) *Handler {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.QueryMaxBytes <= 0 {
+		cfg.QueryMaxBytes = DefaultQueryMaxBytes
+	}
+	if cfg.QueryTimeout <= 0 {
+		cfg.QueryTimeout = DefaultQueryTimeout
 	}
 	return &Handler{cfg: cfg, lg: cfg.Logger.Named("influx")}
 }

@@ -42,9 +42,27 @@ func (h *Handler) query(c *gin.Context) {
 		v1Error(c, http.StatusBadRequest, "chunked responses are not supported: drop chunked=true")
 		return
 	}
+	limitQueryBody(c.Writer, c.Request, h.cfg.QueryMaxBytes)
+	if err := c.Request.ParseForm(); err != nil {
+		var maxErr *http.MaxBytesError
+		if errors.As(err, &maxErr) {
+			v1Error(c, http.StatusRequestEntityTooLarge, fmt.Sprintf("%s: the request body passes %d bytes (--query-max-bytes)", errQueryTooLarge, maxErr.Limit))
+			return
+		}
+		v1Error(c, http.StatusBadRequest, "error parsing the request: "+err.Error())
+		return
+	}
 	q := c.Request.FormValue("q")
 	if strings.TrimSpace(q) == "" {
 		v1Error(c, http.StatusBadRequest, `missing required parameter "q"`)
+		return
+	}
+	if err := checkQueryText(q, h.cfg.QueryMaxBytes); err != nil {
+		status := http.StatusBadRequest
+		if errors.Is(err, errQueryTooLarge) {
+			status = http.StatusRequestEntityTooLarge
+		}
+		v1Error(c, status, err.Error())
 		return
 	}
 	unit := int64(0)
@@ -77,21 +95,25 @@ func (h *Handler) query(c *gin.Context) {
 	plans := make([]statement, len(parsed.Statements))
 	for i, stmt := range parsed.Statements {
 		if plans[i], err = planStatement(stmt, now); err != nil {
-			v1Error(c, http.StatusBadRequest, err.Error())
+			v1Error(c, refusalStatus(err), err.Error())
 			return
 		}
 	}
 	db := c.Request.FormValue("db")
+	// The budget covers every statement of the request and every shard's
+	// part of it: the shards' requests carry this context.
+	ctx, cancel := context.WithTimeout(c.Request.Context(), h.cfg.QueryTimeout)
+	defer cancel()
 	results := make([]result, len(plans))
 	for i, st := range plans {
 		results[i] = result{id: i}
-		results[i].rows, err = h.run(c.Request.Context(), db, st)
+		results[i].rows, err = h.run(ctx, db, st)
 		if err != nil {
-			if errors.Is(err, query.ErrUnsupported) || errors.Is(err, query.ErrBadQuery) {
-				v1Error(c, http.StatusBadRequest, err.Error())
+			if errors.Is(err, query.ErrUnsupported) || errors.Is(err, query.ErrBadQuery) || errors.Is(err, query.ErrTooLarge) {
+				v1Error(c, refusalStatus(err), err.Error())
 				return
 			}
-			results[i].err = statementErr(err, db)
+			results[i].err = h.statementErr(ctx, err, db)
 		}
 	}
 	chunks := encodeResults(results, unit)
@@ -196,8 +218,19 @@ func (h *Handler) run(ctx context.Context, db string, st statement) ([]query.Row
 
 var errDBRequired = errors.New("database name required")
 
-func statementErr(err error, db string) string {
+// refusalStatus is the status of a request refused for one statement: 413
+// for one whose answer would pass a limit (the README's promise), else 400.
+func refusalStatus(err error) int {
+	if errors.Is(err, query.ErrTooLarge) {
+		return http.StatusRequestEntityTooLarge
+	}
+	return http.StatusBadRequest
+}
+
+func (h *Handler) statementErr(ctx context.Context, err error, db string) string {
 	switch {
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return fmt.Sprintf("query-timeout limit exceeded (%s, --query-timeout)", h.cfg.QueryTimeout)
 	case errors.Is(err, models.ErrNotFound):
 		return fmt.Sprintf("database not found: %s", db)
 	case errors.Is(err, errDBRequired):

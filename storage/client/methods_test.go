@@ -84,7 +84,7 @@ var calls = []call{
 		return err
 	}},
 	{"series", func(c *client.Client, a string) error {
-		_, err := c.Series(context.Background(), shardAt(a), "cpu")
+		_, err := c.Series(context.Background(), shardAt(a), "cpu", 0)
 		return err
 	}},
 	{"txn", func(c *client.Client, a string) error {
@@ -280,6 +280,7 @@ func TestSelectAndSeries(t *testing.T) {
 			_, _ = w.Write(query.MarshalResult(want, 0))
 		case strings.HasSuffix(r.URL.Path, "/series"):
 			require.Equal(t, "mem", r.URL.Query().Get("measurement"))
+			require.Equal(t, "10", r.URL.Query().Get("limit"))
 			_, _ = w.Write([]byte(`["mem,host=a#v","mem,host=b#v"]`))
 		}
 	})
@@ -288,7 +289,7 @@ func TestSelectAndSeries(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, want.Raw, res.Raw)
 	require.Equal(t, query.ShardRequest{Measurement: "cpu", Raw: true, Start: 1, End: 2}, req)
-	keys, err := cl.Series(context.Background(), shardAt(addr), "mem")
+	keys, err := cl.Series(context.Background(), shardAt(addr), "mem", 10)
 	require.NoError(t, err)
 	require.Equal(t, []string{"mem,host=a#v", "mem,host=b#v"}, keys)
 
@@ -304,7 +305,7 @@ func TestSelectAndSeries(t *testing.T) {
 	addr = node(t, func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("not a result")) })
 	_, err = cl.Select(context.Background(), shardAt(addr), &query.ShardRequest{})
 	require.ErrorIs(t, err, client.ErrBadAnswer)
-	_, err = cl.Series(context.Background(), shardAt(addr), "")
+	_, err = cl.Series(context.Background(), shardAt(addr), "", 0)
 	require.ErrorIs(t, err, client.ErrBadAnswer)
 }
 

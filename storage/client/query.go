@@ -98,11 +98,15 @@ func (c *Client) Select(ctx context.Context, s Shard, r *query.ShardRequest) (*q
 }
 
 // Series lists the shard's series keys, of measurement only when it is not
-// "" (GET .../series): SHOW statements.
-func (c *Client) Series(ctx context.Context, s Shard, measurement string) ([]string, error) {
-	var q url.Values
+// "" (GET .../series): SHOW statements. A shard holding more than limit
+// (when > 0) answers models.ErrTooLarge.
+func (c *Client) Series(ctx context.Context, s Shard, measurement string, limit int) ([]string, error) {
+	q := url.Values{}
 	if measurement != "" {
-		q = url.Values{"measurement": {measurement}}
+		q.Set("measurement", measurement)
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
 	}
 	resp, err := c.do(ctx, http.MethodGet, s.url("series", q), "", nil, http.StatusOK)
 	if err != nil {
