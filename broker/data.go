@@ -51,6 +51,9 @@ type Data struct {
 	// the batch is refused with models.ErrTooLarge before it is decoded in
 	// full.
 	MaxPoints int
+	// LineLimits bound each line of a write; a line over one is dropped
+	// (a partial write), not the batch.
+	LineLimits lineproto.Limits
 	// QueryMaxSeries and QueryMaxPoints bound one query's answer over all
 	// shards (0: no bound); each shard stops reading once over them.
 	QueryMaxSeries, QueryMaxPoints int
@@ -165,8 +168,10 @@ func routeKey(series string) (string, error) {
 	return string(lineproto.AppendSeriesKey(nil, p.Metric, p.Tags, field)), nil
 }
 
-// write is Write (metrics.go) without the metrics: 204 means every shard's
-// batch is durable on its in-sync replicas. It returns the points parsed.
+// write is Write (metrics.go) without the metrics: nil (204) means every
+// shard's batch is durable on its in-sync replicas; a
+// *models.PartialWriteError that every good line's is, and names the lines
+// dropped. It returns the points written.
 func (d *Data) write(ctx context.Context, db, precision string, body []byte) (int, error) {
 	st := d.State()
 	cfg, err := d.database(st, db)
@@ -177,13 +182,25 @@ func (d *Data) write(ctx context.Context, db, precision string, body []byte) (in
 	if d.Now != nil {
 		now = d.Now
 	}
-	points, err := lineproto.ParseLimited(body, precision, now().UnixNano(), d.MaxPoints)
+	batch, err := lineproto.ParseBatch(body, lineproto.Options{Precision: precision, Now: now().UnixNano(),
+		MaxPoints: d.MaxPoints, Limits: d.LineLimits})
 	if errors.Is(err, lineproto.ErrTooManyPoints) {
 		return 0, fmt.Errorf("%w: the batch holds more than %d points (--write-max-points); send it in smaller batches", models.ErrTooLarge, d.MaxPoints)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("%w: %w", models.ErrBadInput, err)
 	}
+	n, err := d.writePoints(ctx, st, cfg, batch.Points)
+	if err == nil && batch.First != nil {
+		// Only now: the good lines are as durable as a 204's.
+		err = &models.PartialWriteError{Reason: batch.First.Reason(), Dropped: batch.Dropped}
+	}
+	return n, err
+}
+
+// writePoints writes the points of a batch to their shards; nil: every
+// shard's are durable on its in-sync replicas.
+func (d *Data) writePoints(ctx context.Context, st *statemachine.State, cfg models.Database, points []lineproto.Point) (int, error) {
 	if len(points) == 0 {
 		return 0, nil
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
 )
 
 // API error sentinels. Wrap them with %w; Codes maps them to HTTP statuses
@@ -143,3 +144,19 @@ type marked struct{ err, sentinel error }
 
 func (m marked) Error() string   { return m.err.Error() }
 func (m marked) Unwrap() []error { return []error{m.err, m.sentinel} }
+
+// PartialWriteError is a write batch of which some lines were dropped
+// (malformed, over a line limit, a field type conflict) while every other
+// line was stored: InfluxDB's "partial write: <reason> dropped=N", a 400.
+// It is only returned once the stored lines are as durable as a 204's.
+type PartialWriteError struct {
+	Reason  string // the first dropped line's
+	Dropped int    // lines dropped
+}
+
+func (e *PartialWriteError) Error() string {
+	return "partial write: " + e.Reason + " dropped=" + strconv.Itoa(e.Dropped)
+}
+
+// Unwrap makes it an ErrBadInput.
+func (e *PartialWriteError) Unwrap() error { return ErrBadInput }

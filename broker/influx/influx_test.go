@@ -61,6 +61,8 @@ func (f *fakeBackend) Write(_ context.Context, db, precision string, body []byte
 	switch {
 	case db != "db":
 		return fmt.Errorf("%w: database %q", models.ErrNotFound, db)
+	case strings.Contains(string(body), "partly"):
+		return &models.PartialWriteError{Reason: "unable to parse 'partly': missing fields", Dropped: 1}
 	case strings.Contains(string(body), "bad"):
 		return fmt.Errorf("%w: line 2: bad", models.ErrBadInput)
 	}
@@ -105,6 +107,14 @@ func TestHandlers(t *testing.T) {
 	w := do("POST", "/write?db=db", "m v=1\nbad")
 	require.Equal(t, 400, w.Code)
 	require.JSONEq(t, `{"error":"unable to parse points: line 2: bad"}`, w.Body.String())
+	// A partial write is InfluxDB's message as is, on both versions.
+	w = do("POST", "/write?db=db", "m v=1\npartly")
+	require.Equal(t, 400, w.Code)
+	require.JSONEq(t, `{"error":"partial write: unable to parse 'partly': missing fields dropped=1"}`, w.Body.String())
+	require.Equal(t, "partial write: unable to parse 'partly': missing fields dropped=1", w.Header().Get("X-Influxdb-Error"))
+	w = do("POST", "/api/v2/write?bucket=db", "m v=1\npartly")
+	require.Equal(t, 400, w.Code)
+	require.JSONEq(t, `{"code":"invalid","message":"partial write: unable to parse 'partly': missing fields dropped=1"}`, w.Body.String())
 	w = do("POST", "/api/v2/write?bucket=x", "m v=1")
 	require.Equal(t, 404, w.Code)
 	require.JSONEq(t, `{"code":"not found","message":"bucket \"x\" not found"}`, w.Body.String())

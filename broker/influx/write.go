@@ -94,6 +94,9 @@ func writeErr(err error, db string) (int, string) {
 		return http.StatusRequestEntityTooLarge, err.Error()
 	case errors.Is(err, ErrBadEncoding):
 		return http.StatusBadRequest, err.Error()
+	case errors.As(err, new(*models.PartialWriteError)):
+		// Already InfluxDB's own words: "partial write: ... dropped=N".
+		return http.StatusBadRequest, err.Error()
 	case errors.Is(err, models.ErrNotFound):
 		return http.StatusNotFound, fmt.Sprintf("database not found: %q", db)
 	case errors.Is(err, models.ErrBadInput):

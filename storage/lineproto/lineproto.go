@@ -22,16 +22,8 @@ type Tag struct{ Key, Value string }
 // ErrBadPrecision is returned by Parse for a precision other than "", ns, us, ms or s.
 var ErrBadPrecision = errors.New("lineproto: bad precision")
 
-// ErrTooManyPoints is returned by ParseLimited for a body over its points limit.
+// ErrTooManyPoints is returned by ParseBatch for a body over its points limit.
 var ErrTooManyPoints = errors.New("lineproto: too many points")
-
-// LineError reports the first malformed line of a body.
-type LineError struct {
-	Line int // 1-based line number in the body
-	Msg  string
-}
-
-func (e *LineError) Error() string { return fmt.Sprintf("line %d: %s", e.Line, e.Msg) }
 
 // SeriesKey returns the canonical key "metric,k1=v1,k2=v2#field" used for hashing
 // and storage. Tags must be sorted (Parse guarantees it). Backslash, ',', '=' and

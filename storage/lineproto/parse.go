@@ -17,32 +17,45 @@ const internLimit = 1 << 14
 // tagSlab is how many tags one allocation of the lines' tag copies holds.
 const tagSlab = 512
 
-// Parse parses a whole line-protocol body. precision is "ns" (also ""), "us",
-// "ms", "s", "m" or "h"; lines without a timestamp get now (unix ns). It is all-or-nothing:
-// on the first malformed line it returns a *LineError and no points.
+// Parse parses a whole line-protocol body, all or nothing: on the first
+// malformed line it returns that line's *LineError and no points. precision
+// is "ns" (also ""), "us", "ms", "s", "m" or "h"; lines without a timestamp
+// get now (unix ns). Writes use ParseBatch, which drops bad lines instead.
 //
 // Integer, unsigned and float fields become float64, booleans 1 or 0; string
 // fields are refused because Cairn stores numbers only.
 func Parse(body []byte, precision string, now int64) ([]Point, error) {
-	return ParseLimited(body, precision, now, 0)
-}
-
-// ParseLimited is Parse that stops with ErrTooManyPoints as soon as the body
-// holds more than maxPoints points (0: no limit), so a huge batch never sits
-// decoded in memory.
-func ParseLimited(body []byte, precision string, now int64, maxPoints int) ([]Point, error) {
-	mult, err := precisionMultiplier(precision)
+	b, err := ParseBatch(body, Options{Precision: precision, Now: now})
 	if err != nil {
 		return nil, err
 	}
+	if b.First != nil {
+		return nil, b.First
+	}
+	return b.Points, nil
+}
+
+// ParseBatch parses a write batch: the points of every good line, and the
+// lines it dropped (malformed, over a Limits bound, or refused by
+// o.Check), counted and the first one named. Its only errors are about the
+// whole batch: a bad precision, or more than o.MaxPoints points, which it
+// reports (ErrTooManyPoints) as soon as it gets there, so a huge batch
+// never sits decoded in memory.
+func ParseBatch(body []byte, o Options) (Batch, error) {
+	mult, err := precisionMultiplier(o.Precision)
+	if err != nil {
+		return Batch{}, err
+	}
 	lines := bytes.Count(body, []byte{'\n'}) + 1
-	if maxPoints > 0 {
-		lines = min(lines, maxPoints+1)
+	if o.MaxPoints > 0 {
+		lines = min(lines, o.MaxPoints+1)
 	}
 	p := parser{
 		mult:   mult,
-		now:    now,
-		max:    maxPoints,
+		now:    o.Now,
+		max:    o.MaxPoints,
+		lim:    o.Limits,
+		check:  o.Check,
 		strs:   make(map[string]string, 64),
 		points: make([]Point, 0, lines),
 		body:   body,
@@ -51,23 +64,25 @@ func ParseLimited(body []byte, precision string, now int64, maxPoints int) ([]Po
 		err := p.parseBody(body)
 		switch {
 		case err == nil:
-			return p.points, nil
+			return Batch{Points: p.points}, nil
 		case errors.Is(err, ErrTooManyPoints):
-			return nil, err
+			return Batch{}, err
 		}
-		// A bad line: parse again line by line, which names it.
+		// A bad line: parse again line by line, which names it and
+		// keeps the others.
 		p.points, p.last = p.points[:0], nil
 	}
 	if err := p.parseLines(body); err != nil {
-		return nil, err
+		return Batch{}, err
 	}
-	return p.points, nil
+	return Batch{Points: p.points, Dropped: p.dropped, First: p.first}, nil
 }
 
 // parseLines splits body on '\n' by hand, one decoder per line, because the
 // decoder does not expose the line it is on and our own errors (string
 // field, bad timestamp) must name it. An entry can only span lines inside a
 // quoted string field, which is refused anyway, at the line where it starts.
+// A bad line's points are taken back and the line counted as dropped.
 func (p *parser) parseLines(body []byte) error {
 	lineNo := 0
 	for len(body) > 0 {
@@ -78,11 +93,13 @@ func (p *parser) parseLines(body []byte) error {
 		} else {
 			body = nil
 		}
+		n := len(p.points)
 		if err := p.parseLine(line); err != nil {
 			if errors.Is(err, ErrTooManyPoints) {
 				return err
 			}
-			return &LineError{Line: lineNo, Msg: err.Error()}
+			p.points = p.points[:n]
+			p.drop(lineNo, line, err)
 		}
 	}
 	return nil
@@ -127,14 +144,19 @@ func precisionMultiplier(precision string) (int64, error) {
 }
 
 type parser struct {
-	mult int64
-	now  int64
-	max  int // points; 0: no limit
-	strs map[string]string
-	tags []Tag      // scratch for the current line
-	last []Tag      // sorted tags of the previous line, shared when they repeat
-	slab []Tag      // where the lines' tag copies are cut from
-	prev [16]string // internAt's last string per position
+	mult  int64
+	now   int64
+	max   int // points; 0: no limit
+	lim   Limits
+	check func(line *Point) error
+	// dropped counts the lines dropped so far, first names the first.
+	dropped int
+	first   *LineError
+	strs    map[string]string
+	tags    []Tag      // scratch for the current line
+	last    []Tag      // sorted tags of the previous line, shared when they repeat
+	slab    []Tag      // where the lines' tag copies are cut from
+	prev    [16]string // internAt's last string per position
 	// body is the whole body being parsed and bodyStr one copy of it, made
 	// at the first string taken from it: the points' strings are slices of
 	// it. Nothing keeps points past a request, so nothing pins it longer.
@@ -218,6 +240,10 @@ func (p *parser) parseEntry(d *lineprotocol.Decoder) error {
 	if err != nil {
 		return err
 	}
+	base, err := p.lim.checkSeries(metric, tags)
+	if err != nil {
+		return err
+	}
 	first := len(p.points)
 	for {
 		k, v, err := d.NextField()
@@ -245,7 +271,11 @@ func (p *parser) parseEntry(d *lineprotocol.Decoder) error {
 		if p.max > 0 && len(p.points) >= p.max {
 			return fmt.Errorf("%w: more than %d points in one batch", ErrTooManyPoints, p.max)
 		}
-		p.points = append(p.points, Point{Metric: metric, Tags: tags, Field: p.internAt(1, k), Value: f})
+		field := p.internAt(1, k)
+		if err := p.lim.checkField(metric, tags, field, base); err != nil {
+			return err
+		}
+		p.points = append(p.points, Point{Metric: metric, Tags: tags, Field: field, Value: f})
 	}
 	if len(p.points) == first {
 		return errors.New("no fields")
@@ -256,6 +286,11 @@ func (p *parser) parseEntry(d *lineprotocol.Decoder) error {
 	}
 	for i := first; i < len(p.points); i++ {
 		p.points[i].TS = ts
+	}
+	if p.check != nil {
+		if err := p.check(&p.points[first]); err != nil {
+			return refused{err}
+		}
 	}
 	return nil
 }

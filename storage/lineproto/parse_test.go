@@ -253,25 +253,25 @@ func BenchmarkParse5000(b *testing.B) {
 // (counting fields, not lines); at the limit it parses in full.
 func TestParseLimited(t *testing.T) {
 	body := []byte("cpu,host=a value=1 1\ncpu,host=b value=2,idle=3 2\n\nmem free=4 3\n")
-	pts, err := ParseLimited(body, "", 0, 4)
+	b, err := ParseBatch(body, Options{MaxPoints: 4})
 	require.NoError(t, err)
-	require.Len(t, pts, 4)
-	_, err = ParseLimited(body, "", 0, 3)
+	require.Len(t, b.Points, 4)
+	_, err = ParseBatch(body, Options{MaxPoints: 3})
 	require.ErrorIs(t, err, ErrTooManyPoints)
 	require.Contains(t, err.Error(), "more than 3 points")
-	pts, err = ParseLimited(body, "", 0, 0)
+	b, err = ParseBatch(body, Options{})
 	require.NoError(t, err)
-	require.Len(t, pts, 4)
+	require.Len(t, b.Points, 4)
 }
 
-// parseByLine is ParseLimited with one decoder per line only: the reference
+// parseByLine is ParseBatch with one decoder per line only: the reference
 // the whole-body decoder must agree with.
-func parseByLine(body []byte, maxPoints int) ([]Point, error) {
+func parseByLine(body []byte, maxPoints int) (Batch, error) {
 	p := parser{mult: 1, now: now, max: maxPoints, strs: map[string]string{}}
 	if err := p.parseLines(body); err != nil {
-		return nil, err
+		return Batch{}, err
 	}
-	return p.points, nil
+	return Batch{Points: p.points, Dropped: p.dropped, First: p.first}, nil
 }
 
 // FuzzParseWholeBody: one decoder over the whole body reads exactly what one
@@ -291,7 +291,7 @@ func FuzzParseWholeBody(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte, maxPoints int) {
 		maxPoints = max(maxPoints%8, 0)
-		got, err := ParseLimited(body, "ns", now, maxPoints)
+		got, err := ParseBatch(body, Options{Precision: "ns", Now: now, MaxPoints: maxPoints})
 		want, wantErr := parseByLine(body, maxPoints)
 		if wantErr != nil {
 			require.Error(t, err)
@@ -299,9 +299,11 @@ func FuzzParseWholeBody(f *testing.F) {
 			return
 		}
 		require.NoError(t, err)
-		require.Equal(t, len(want), len(got))
-		for i := range want {
-			require.Equal(t, want[i], got[i])
+		require.Equal(t, want.Dropped, got.Dropped)
+		require.Equal(t, want.First, got.First)
+		require.Equal(t, len(want.Points), len(got.Points))
+		for i := range want.Points {
+			require.Equal(t, want.Points[i], got.Points[i])
 		}
 	})
 }
