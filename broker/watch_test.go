@@ -170,7 +170,7 @@ func awaitWrite(t *testing.T, done <-chan error, stuck string) error {
 
 // shardsOf is how many shards of numShards the points of body fall in.
 func shardsOf(t *testing.T, body string, numShards int) int32 {
-	pts, err := lineproto.ParseLimited([]byte(body), "ns", 0, 0)
+	pts, err := lineproto.Parse([]byte(body), "ns", 0)
 	require.NoError(t, err)
 	var used int32
 	for _, g := range splitByShard(pts, numShards) {
