@@ -115,7 +115,7 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 		Addr: cfg.HTTPAddr, NodeID: id, Roles: cfg.Roles, Logger: a.lg,
 		Gatherer: a.reg, State: a.sm.Snapshot, EtcdUp: a.etcdUp.Load, IsMaster: a.masterOps.active, Console: consoleHandler(),
 		Waiting: a.waiting, WriteMaxBodyBytes: int64(cfg.WriteMaxBodyBytes), WriteMaxInflightBytes: cfg.InflightWriteBytes(),
-		EtcdAlarms: a.currentAlarms,
+		WriteBodyTimeout: cfg.WriteBodyTimeout, EtcdAlarms: a.currentAlarms,
 	}
 	a.webSecurity(&wcfg)
 	if cfg.HasRole(config.RoleStorage) {

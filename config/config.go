@@ -156,6 +156,9 @@ type Config struct {
 	// WriteMaxInflightBytes bounds the write body bytes held at once; 0
 	// means 2x WriteMaxBodyBytes, at least 64 MiB (InflightWriteBytes).
 	WriteMaxInflightBytes int64
+	// WriteBodyTimeout is how long a write request may take to send its
+	// body; a slower sender loses its request.
+	WriteBodyTimeout time.Duration
 
 	// ConfigFile is the config file Parse loaded, if any.
 	ConfigFile string
@@ -195,6 +198,7 @@ func Default() Config {
 		QueryTimeout:      time.Minute,
 		HistoryInterval:   10 * time.Second,
 		WriteTimeout:      4 * time.Second,
+		WriteBodyTimeout:  10 * time.Second,
 	}
 }
 

@@ -289,6 +289,8 @@ var options = []option{
 			return nil
 		},
 	}, "0: 2x --write-max-body-bytes, at least 64 MiB"),
+	durationOpt("write-body-timeout", groupLimits, "longest a write request may take to send its body; a slower sender gets 400 and loses its connection, so trickling senders cannot hold the in-flight budget",
+		100*time.Millisecond, func(c *Config) *time.Duration { return &c.WriteBodyTimeout }, nil),
 	limitOpt("query-max-series", "most series one query may answer; past it the query gets 413 asking to narrow it (tag filters, shorter range)",
 		func(c *Config) *int { return &c.QueryMaxSeries }),
 	limitOpt("query-max-points", "most points one query may answer; past it the query gets 413 asking to narrow it; storage nodes stop reading once over",

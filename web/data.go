@@ -43,8 +43,11 @@ func (s *Server) write(c *gin.Context) {
 		fail(c, fmt.Errorf("%w: write body larger than %d bytes (--write-max-body-bytes, counted after gzip decompression); send smaller batches", models.ErrTooLarge, s.cfg.WriteMaxBodyBytes))
 		return
 	}
+	if err != nil && !errors.Is(err, models.ErrUnavailable) && !errors.Is(err, models.ErrBadInput) {
+		err = fmt.Errorf("%w: %w", models.ErrBadInput, err)
+	}
 	if err != nil {
-		fail(c, fmt.Errorf("%w: %w", models.ErrBadInput, err))
+		fail(c, err) // a body that waited too long for the in-flight budget: 503
 		return
 	}
 	if err := s.cfg.Data.Write(c.Request.Context(), c.Query("db"), c.Query("precision"), body); err != nil {

@@ -68,6 +68,10 @@ type Config struct {
 	// (default 5s), then gets 503.
 	WriteMaxInflightBytes int64
 	WriteInflightWait     time.Duration
+	// WriteBodyTimeout is how long a write request may take to send its
+	// body (0: only the server's read timeout): a slow sender loses its
+	// request, not the fast ones their slots.
+	WriteBodyTimeout time.Duration
 	// Waiting names what the node's roles still wait for before they serve
 	// ("" when nothing); /ready answers 503 with it until then. Nil: nothing.
 	Waiting func() string
@@ -254,19 +258,12 @@ func (s *Server) logRequests(c *gin.Context) {
 
 func (s *Server) limitBody(c *gin.Context) {
 	if c.Request.Body != nil {
-		limit := s.cfg.MaxBodyBytes
 		if p := c.FullPath(); p == writePath || p == "/write" || p == "/api/v2/write" {
-			limit = s.cfg.WriteMaxBodyBytes
-			if s.writes != nil {
-				n := writeCharge(c.Request, limit)
-				if err := s.writes.acquire(c.Request.Context(), n, s.cfg.WriteInflightWait); err != nil {
-					fail(c, err)
-					return
-				}
-				defer s.writes.release(n)
-			}
+			c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, s.cfg.WriteMaxBodyBytes)
+			defer s.meterWrite(c.Writer, c.Request, s.cfg.WriteMaxBodyBytes)()
+		} else {
+			c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, s.cfg.MaxBodyBytes)
 		}
-		c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, limit)
 	}
 	c.Next()
 }
