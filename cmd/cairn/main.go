@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 	"syscall"
 	"time"
 
@@ -165,11 +166,14 @@ func simulate(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&p.Replicas, "replicas", 3, "replicas per shard")
 	fs.IntVar(&p.AddNodes, "add-nodes", 1, "nodes added")
 	fs.IntVar(&p.RemoveNodes, "remove-nodes", 0, "nodes removed")
+	fs.IntVar(&p.Domains, "domains", 0, "failure domains the nodes are spread over, round-robin (0: none)")
+	fs.StringVar(&p.Policy, "policy", placement.Policies[0], "placement policy: "+strings.Join(placement.Policies, ", "))
 	if code, done := parse(fs, args, stdout, stderr,
-		"cairn simulate [--nodes N --shards P --replicas R --add-nodes K --remove-nodes K]",
+		"cairn simulate [--nodes N --shards P --replicas R --add-nodes K --remove-nodes K --domains D --policy P]",
 		`Placement what-if: places P shards x R replicas on N nodes, applies the change
 (nodes added or removed) and prints the re-plan as one JSON object:
-{"moves","lower_bound","replicas_per_node":{"min","max"},"leaders_per_node":{"min","max"},"plan_ms"}.`); done {
+{"policy","moves","lower_bound","replicas_per_node":{"min","max"},"leaders_per_node":{"min","max"},
+ "domains_per_shard":{"min","max"},"plan_ms"}.`); done {
 		return code
 	}
 	res, err := placement.Simulate(p)

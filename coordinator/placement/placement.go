@@ -48,6 +48,13 @@ func compareKeys(a, b ShardKey) int {
 type Node struct {
 	ID       string
 	Draining bool
+	// Domain is the node's failure domain (the value of the storage
+	// cluster's failure-domain label, e.g. its zone). "" puts the node in a
+	// domain of its own. Only the spread policy reads it.
+	Domain string
+	// Weight is the node's relative capacity; 0 counts as 1. Only the
+	// spread policy reads it.
+	Weight int
 }
 
 // ShardPlacement is where one shard lives. Replicas are node ids, order
@@ -190,4 +197,16 @@ func PlaceNew(c Cluster, add map[ShardKey]int) (Plan, error) {
 		ext.Want[k] = add[k]
 	}
 	return Place(ext)
+}
+
+// checkWant reports a replica factor that n available nodes cannot hold.
+func checkWant(k ShardKey, want, n int) error {
+	if want < 1 {
+		return fmt.Errorf("placement: shard %s: replica factor %d: %w", k, want, ErrInvalidReplicaFactor)
+	}
+	if want > n {
+		return fmt.Errorf("placement: shard %s: replica factor %d exceeds %d available nodes: %w",
+			k, want, n, ErrNotEnoughNodes)
+	}
+	return nil
 }

@@ -79,12 +79,8 @@ func newPlanner(c Cluster) (*planner, error) {
 	origBuf := make([]int32, 0, size)
 	for i, k := range keys {
 		want := c.Want[k]
-		if want < 1 {
-			return nil, fmt.Errorf("placement: shard %s: replica factor %d: %w", k, want, ErrInvalidReplicaFactor)
-		}
-		if want > n {
-			return nil, fmt.Errorf("placement: shard %s: replica factor %d exceeds %d available nodes: %w",
-				k, want, n, ErrNotEnoughNodes)
+		if err := checkWant(k, want, n); err != nil {
+			return nil, err
 		}
 		s := &p.shards[i]
 		s.key, s.want, s.leader = k, want, -1

@@ -3,6 +3,7 @@ package placement
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -13,6 +14,11 @@ var ErrInvalidParams = errors.New("invalid simulate parameters")
 // then AddNodes empty nodes join and RemoveNodes of the original nodes leave.
 type SimulateParams struct {
 	Nodes, Shards, Replicas, AddNodes, RemoveNodes int
+	// Domains spreads the nodes round-robin over this many failure domains
+	// (0: none, every node is its own).
+	Domains int
+	// Policy names the sharder (see Policies); "" is "spread".
+	Policy string
 }
 
 // MinMax is a spread of per-node counts.
@@ -23,10 +29,14 @@ type MinMax struct {
 
 // SimulateResult reports the second (re-)plan of a simulation.
 type SimulateResult struct {
-	Moves           int     `json:"moves"`
-	LowerBound      int     `json:"lower_bound"`
-	ReplicasPerNode MinMax  `json:"replicas_per_node"`
-	LeadersPerNode  MinMax  `json:"leaders_per_node"`
+	Policy          string `json:"policy"`
+	Moves           int    `json:"moves"`
+	LowerBound      int    `json:"lower_bound"`
+	ReplicasPerNode MinMax `json:"replicas_per_node"`
+	LeadersPerNode  MinMax `json:"leaders_per_node"`
+	// DomainsPerShard is the fewest and most failure domains a shard's
+	// replicas span after the re-plan.
+	DomainsPerShard MinMax  `json:"domains_per_shard"`
 	PlanMS          float64 `json:"plan_ms"`
 }
 
@@ -50,6 +60,10 @@ func (p SimulateParams) Validate() error {
 		return bad("remove-nodes %d exceeds nodes %d", p.RemoveNodes, p.Nodes)
 	case p.Replicas > p.Nodes:
 		return bad("replicas %d exceeds nodes %d", p.Replicas, p.Nodes)
+	case p.Domains < 0:
+		return bad("domains %d must not be negative", p.Domains)
+	case p.Policy != "" && !slices.Contains(Policies, p.Policy):
+		return bad("policy %q is not one of %v", p.Policy, Policies)
 	case p.Replicas > p.Nodes+p.AddNodes-p.RemoveNodes:
 		return bad("replicas %d exceeds %d nodes left after adding %d and removing %d",
 			p.Replicas, p.Nodes+p.AddNodes-p.RemoveNodes, p.AddNodes, p.RemoveNodes)
@@ -64,37 +78,77 @@ func Simulate(p SimulateParams) (SimulateResult, error) {
 	if err := p.Validate(); err != nil {
 		return SimulateResult{}, err
 	}
+	if p.Policy == "" {
+		p.Policy = "spread"
+	}
+	node := func(i int) Node {
+		n := Node{ID: fmt.Sprintf("node-%06d", i)}
+		if p.Domains > 0 {
+			n.Domain = fmt.Sprintf("zone-%d", i%p.Domains)
+		}
+		return n
+	}
 	c := Cluster{Want: make(map[ShardKey]int, p.Shards)}
 	for i := range p.Nodes {
-		c.Nodes = append(c.Nodes, Node{ID: fmt.Sprintf("node-%06d", i)})
+		c.Nodes = append(c.Nodes, node(i))
 	}
 	for i := range p.Shards {
 		c.Want[ShardKey{DB: "sim", Shard: i}] = p.Replicas
 	}
-	first, err := Place(c)
+	s, err := NewSharder(p.Policy)
+	if err != nil {
+		return SimulateResult{}, err
+	}
+	Load(s, c)
+	first, err := s.Rebalance()
 	if err != nil {
 		return SimulateResult{}, err
 	}
 	// The removed nodes are the last ones, the added ones sort after them:
 	// ids carry no meaning to the planner, so which ones does not matter.
 	c.Shards = first.Target
+	for _, n := range c.Nodes[p.Nodes-p.RemoveNodes:] {
+		s.UnregisterNode(n.ID)
+	}
 	c.Nodes = c.Nodes[:p.Nodes-p.RemoveNodes]
 	for i := range p.AddNodes {
-		c.Nodes = append(c.Nodes, Node{ID: fmt.Sprintf("node-%06d", p.Nodes+i)})
+		c.Nodes = append(c.Nodes, node(p.Nodes+i))
+		s.RegisterNode(c.Nodes[len(c.Nodes)-1])
 	}
+	bound := s.LowerBound()
 	start := time.Now()
-	second, err := Place(c)
+	second, err := s.Rebalance()
 	elapsed := time.Since(start)
 	if err != nil {
 		return SimulateResult{}, err
 	}
 	res := SimulateResult{
+		Policy:     p.Policy,
 		Moves:      second.Relocations,
-		LowerBound: LowerBound(c),
+		LowerBound: bound,
 		PlanMS:     float64(elapsed.Microseconds()) / 1000,
 	}
 	res.ReplicasPerNode, res.LeadersPerNode = Spread(c.Nodes, second.Target)
+	res.DomainsPerShard = DomainsPerShard(c.Nodes, second.Target)
 	return res, nil
+}
+
+// DomainsPerShard is the fewest and most failure domains of nodes that the
+// replicas of a shard of target span.
+func DomainsPerShard(nodes []Node, target map[ShardKey]ShardPlacement) MinMax {
+	dom := map[string]string{}
+	for _, n := range nodes {
+		dom[n.ID] = domainOf(n)
+	}
+	spans := map[string]int{}
+	for k, sp := range target {
+		seen := map[string]bool{}
+		for _, id := range sp.Replicas {
+			seen[dom[id]] = true
+		}
+		spans[k.String()] = len(seen)
+	}
+	return minMax(spans)
 }
 
 // Spread returns the min and max replica and leader counts per non-draining
@@ -131,5 +185,27 @@ func minMax(m map[string]int) MinMax {
 		}
 		out.Min, out.Max = min(out.Min, v), max(out.Max, v)
 	}
+	return out
+}
+
+// DomainsShort lists the shards of target with two replicas in one failure
+// domain of nodes (spread never does that while there are enough domains).
+// Operators see them as domain_constraint_unmet.
+func DomainsShort(nodes []Node, target map[ShardKey]ShardPlacement) []ShardKey {
+	dom := map[string]string{}
+	for _, n := range nodes {
+		dom[n.ID] = domainOf(n)
+	}
+	var out []ShardKey
+	for k, sp := range target {
+		seen := map[string]bool{}
+		for _, id := range sp.Replicas {
+			seen[dom[id]] = true
+		}
+		if len(seen) < len(dedup(sp.Replicas)) {
+			out = append(out, k)
+		}
+	}
+	slices.SortFunc(out, compareKeys)
 	return out
 }

@@ -1,0 +1,192 @@
+package placement
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+)
+
+// Sharder keeps which nodes serve which partitions (shards) and plans
+// changes to it: nodes and partitions are registered and unregistered, and
+// Rebalance re-places the partitions under the sharder's policy with the
+// fewest relocations it knows how to make. The master builds one per
+// decision from its state, so a policy is a choice of constructor, not an
+// edit of the master.
+type Sharder interface {
+	// Policy names the placement policy ("minmove", "spread", "hash").
+	Policy() string
+	// RegisterNode adds n, or updates it (draining, domain, weight).
+	RegisterNode(n Node)
+	// UnregisterNode forgets the node: its replicas are placed elsewhere by
+	// the next Rebalance.
+	UnregisterNode(id string)
+	// RegisterPartition adds partition k wanting replicas copies, served
+	// now by current (empty for a new partition), or updates it.
+	RegisterPartition(k ShardKey, replicas int, current ShardPlacement)
+	// UnregisterPartition drops k: the next plan removes its replicas.
+	UnregisterPartition(k ShardKey)
+	// Plan is what Rebalance would do; it changes nothing (a dry run).
+	Plan() (Plan, error)
+	// Rebalance plans and adopts the plan's target as the current placement.
+	Rebalance() (Plan, error)
+	// LowerBound is the fewest relocations a plan valid under the policy
+	// needs from the current placement, as far as the policy can tell.
+	LowerBound() int
+	// Partitions lists the partitions node serves, in key order.
+	Partitions(node string) []ShardKey
+	// Nodes lists the nodes serving k.
+	Nodes(k ShardKey) []string
+	// Leader is the node leading k ("" if none).
+	Leader(k ShardKey) string
+}
+
+// Policies are the names NewSharder accepts, the default first: "spread"
+// (per-database, failure-domain and weight aware), "minmove" (Place:
+// balanced over the cluster total only, the fewest moves) and "hash"
+// (rendezvous hashing, for comparison).
+var Policies = []string{"spread", "minmove", "hash"}
+
+// NewSharder returns an empty sharder of the named policy.
+func NewSharder(policy string) (Sharder, error) {
+	switch policy {
+	case "minmove":
+		return NewMinMove(), nil
+	case "spread":
+		return NewSpread(), nil
+	case "hash":
+		return NewHashing(), nil
+	}
+	return nil, fmt.Errorf("placement: policy %q (want one of %v): %w", policy, Policies, ErrInvalidParams)
+}
+
+// NewMinMove is the sharder of Place: replicas and leaders balanced over the
+// whole cluster (max - min <= 1 per node) with the fewest relocations.
+func NewMinMove() Sharder {
+	return &table{policy: "minmove", place: Place, bound: LowerBound}
+}
+
+// NewHashing places every partition by rendezvous hashing: each partition
+// ranks the nodes by a weighted hash of (partition, node) and takes the best
+// ones in distinct failure domains. It needs no state and moves only the
+// replicas of nodes that come or go, but balances only statistically.
+func NewHashing() Sharder {
+	return &table{policy: "hash", place: PlaceHashed, bound: func(Cluster) int { return 0 }}
+}
+
+// Load registers every node and partition of c in s.
+func Load(s Sharder, c Cluster) {
+	for _, n := range c.Nodes {
+		s.RegisterNode(n)
+	}
+	for k, want := range c.Want {
+		s.RegisterPartition(k, want, c.Shards[k])
+	}
+	// Placed partitions that are no longer wanted: registered then dropped,
+	// so the plan removes their replicas.
+	for k, cur := range c.Shards {
+		if _, ok := c.Want[k]; !ok {
+			s.RegisterPartition(k, 1, cur)
+			s.UnregisterPartition(k)
+		}
+	}
+}
+
+// table is the registry every sharder shares; place is its policy.
+type table struct {
+	policy  string
+	place   func(Cluster) (Plan, error)
+	bound   func(Cluster) int
+	nodes   map[string]Node
+	want    map[ShardKey]int
+	current map[ShardKey]ShardPlacement
+	byNode  map[string][]ShardKey // built on demand, nil when stale
+}
+
+func (t *table) init() {
+	if t.nodes == nil {
+		t.nodes = map[string]Node{}
+		t.want = map[ShardKey]int{}
+		t.current = map[ShardKey]ShardPlacement{}
+	}
+}
+
+func (t *table) Policy() string { return t.policy }
+
+func (t *table) RegisterNode(n Node) {
+	t.init()
+	t.nodes[n.ID] = n
+}
+
+func (t *table) UnregisterNode(id string) {
+	t.init()
+	delete(t.nodes, id)
+}
+
+func (t *table) RegisterPartition(k ShardKey, replicas int, current ShardPlacement) {
+	t.init()
+	t.want[k] = replicas
+	if len(current.Replicas) > 0 || current.Leader != "" {
+		t.current[k] = ShardPlacement{Replicas: slices.Clone(current.Replicas), Leader: current.Leader}
+	}
+	t.byNode = nil
+}
+
+func (t *table) UnregisterPartition(k ShardKey) {
+	t.init()
+	delete(t.want, k)
+}
+
+func (t *table) cluster() Cluster {
+	t.init()
+	c := Cluster{Shards: t.current, Want: t.want}
+	for _, id := range slices.Sorted(maps.Keys(t.nodes)) {
+		c.Nodes = append(c.Nodes, t.nodes[id])
+	}
+	return c
+}
+
+func (t *table) Plan() (Plan, error) { return t.place(t.cluster()) }
+
+func (t *table) Rebalance() (Plan, error) {
+	p, err := t.Plan()
+	if err != nil {
+		return Plan{}, err
+	}
+	t.current = maps.Clone(p.Target)
+	t.byNode = nil
+	return p, nil
+}
+
+func (t *table) LowerBound() int { return t.bound(t.cluster()) }
+
+func (t *table) Partitions(node string) []ShardKey {
+	t.init()
+	if t.byNode == nil {
+		t.byNode = map[string][]ShardKey{}
+		for _, k := range slices.SortedFunc(maps.Keys(t.current), compareKeys) {
+			if _, wanted := t.want[k]; !wanted {
+				continue
+			}
+			for _, id := range dedup(t.current[k].Replicas) {
+				t.byNode[id] = append(t.byNode[id], k)
+			}
+		}
+	}
+	return slices.Clone(t.byNode[node])
+}
+
+func (t *table) Nodes(k ShardKey) []string {
+	t.init()
+	if _, ok := t.want[k]; !ok {
+		return nil
+	}
+	return dedup(t.current[k].Replicas)
+}
+
+func (t *table) Leader(k ShardKey) string {
+	t.init()
+	if _, ok := t.want[k]; !ok {
+		return ""
+	}
+	return t.current[k].Leader
+}

@@ -1,0 +1,147 @@
+package placement
+
+import (
+	"math"
+	"slices"
+)
+
+// leaders picks every shard's leader among its target replicas: a node of
+// a database leads in proportion to the replicas of it that it holds,
+// rounded down or up, and likewise over all databases. A current leader that
+// stays a replica keeps leading while its node is under its ceiling.
+func (sp *spreadPlanner) leaders() {
+	for _, d := range sp.dbs {
+		// The total's share follows the unrounded replica shares, so the
+		// roundings of many databases do not add up on one node.
+		for v := range sp.ids {
+			sp.leadIdl[v] += float64(len(d.shards)) * d.x[v] / float64(d.total)
+		}
+		hi := func(v int32) int { return d.leadHi(v) }
+		for i := range d.shards {
+			s := &d.shards[i]
+			if v, ok := sp.idx[s.curLeader]; ok && slices.Contains(s.tgt, v) && d.leads[v] < hi(v) {
+				sp.setLeader(d, s, v)
+			}
+		}
+		for i := range d.shards {
+			s := &d.shards[i]
+			if s.leader >= 0 {
+				continue
+			}
+			// Under its ceiling first, then furthest below its total share,
+			// then a replica that has the data already.
+			best := int32(-1)
+			var bestKey [3]float64
+			for _, v := range s.tgt {
+				key := [3]float64{0, float64(sp.lead[v]) - sp.leadIdl[v], 1}
+				if d.leads[v] >= hi(v) {
+					key[0] = 1
+				}
+				if slices.Contains(s.orig, v) {
+					key[2] = 0
+				}
+				if best < 0 || slices.Compare(key[:], bestKey[:]) < 0 {
+					best, bestKey = v, key
+				}
+			}
+			sp.setLeader(d, s, best)
+		}
+		one := []*spreadDB{d}
+		sp.level(one, false, func(v int32) int { return d.leads[v] }, d.leadLo, d.leadHi)
+	}
+	sp.level(sp.dbs, true, func(v int32) int { return sp.lead[v] },
+		func(v int32) int { return int(math.Floor(sp.leadIdl[v] + eps)) },
+		func(v int32) int { return int(math.Ceil(sp.leadIdl[v] - eps)) })
+}
+
+// level brings every node's count (of leaderships in dbs) within [lo, hi]
+// by chains of hand-overs, where such chains exist.
+func (sp *spreadPlanner) level(dbs []*spreadDB, bounded bool, count func(int32) int, lo, hi func(int32) int) {
+	n := int32(len(sp.ids))
+	for v := range n {
+		for count(v) > hi(v) && sp.shift(v, dbs, bounded, func(y int32) bool { return count(y) < hi(y) }) {
+		}
+	}
+	for v := range n {
+		for count(v) < lo(v) {
+			moved := false
+			for x := range n {
+				if x != v && count(x) > lo(x) && sp.shift(x, dbs, bounded, func(y int32) bool { return y == v }) {
+					moved = true
+					break
+				}
+			}
+			if !moved {
+				break
+			}
+		}
+	}
+}
+
+// shift moves one leadership off start along a shortest chain of hand-overs
+// (each passes a shard of dbs from its leader to another of its replicas) to
+// a node accepted by done. bounded keeps every hand-over within both nodes'
+// per-database bounds.
+func (sp *spreadPlanner) shift(start int32, dbs []*spreadDB, bounded bool, done func(int32) bool) bool {
+	type ref struct {
+		d *spreadDB
+		s *sshard
+	}
+	led := map[int32][]ref{}
+	for _, d := range dbs {
+		for i := range d.shards {
+			s := &d.shards[i]
+			led[s.leader] = append(led[s.leader], ref{d, s})
+		}
+	}
+	type hop struct {
+		via  ref
+		from int32
+	}
+	seen := map[int32]hop{start: {}}
+	queue := []int32{start}
+	for head := 0; head < len(queue); head++ {
+		x := queue[head]
+		for _, r := range led[x] {
+			if bounded && r.d.leads[x]-1 < r.d.leadLo(x) {
+				continue
+			}
+			for _, y := range r.s.tgt {
+				if _, ok := seen[y]; ok || (bounded && r.d.leads[y]+1 > r.d.leadHi(y)) {
+					continue
+				}
+				seen[y] = hop{r, x}
+				if done(y) {
+					for z := y; z != start; z = seen[z].from {
+						h := seen[z]
+						sp.moveLeader(h.via.d, h.via.s, z)
+					}
+					return true
+				}
+				queue = append(queue, y)
+			}
+		}
+	}
+	return false
+}
+
+// leadShare is v's share of d's leaderships: in proportion to the replicas
+// of d it holds.
+func (d *spreadDB) leadShare(v int32) float64 {
+	return float64(len(d.shards)) * float64(d.tgt(v)) / float64(d.total)
+}
+
+func (d *spreadDB) leadLo(v int32) int { return int(math.Floor(d.leadShare(v) + eps)) }
+func (d *spreadDB) leadHi(v int32) int { return int(math.Ceil(d.leadShare(v) - eps)) }
+
+func (sp *spreadPlanner) setLeader(d *spreadDB, s *sshard, v int32) {
+	s.leader = v
+	d.leads[v]++
+	sp.lead[v]++
+}
+
+func (sp *spreadPlanner) moveLeader(d *spreadDB, s *sshard, u int32) {
+	d.leads[s.leader]--
+	sp.lead[s.leader]--
+	sp.setLeader(d, s, u)
+}
