@@ -8,7 +8,7 @@ LDFLAGS     := -X main.version=$(VERSION)
 # The e2e package includes the 60 s nemesis and its end checks.
 TEST_TIMEOUT ?= 20m
 
-.PHONY: build run test deps chromium tidy-check fmt-check vet staticcheck unit nemesis bench clean
+.PHONY: build run test deps chromium influxdb tidy-check fmt-check vet staticcheck unit nemesis bench clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/cairn ./cmd/cairn
@@ -21,9 +21,11 @@ run: build
 test: deps tidy-check fmt-check vet staticcheck unit
 
 # What a fresh machine with only Go lacks for `make test`: staticcheck (go
-# install) and a headless Chromium for the console's browser tests (apt-get,
-# as root; anyone else is told the one command to run).
-deps: chromium $(STATICCHECK)
+# install), a headless Chromium for the console's browser tests, and
+# InfluxDB 1.x (influxd, the reference of the InfluxQL differential tests)
+# with its influx CLI (apt-get, as root; anyone else is told the one command
+# to run).
+deps: chromium influxdb $(STATICCHECK)
 
 CHROMIUM ?= $(or $(CAIRN_CHROMIUM),/usr/bin/chromium)
 chromium:
@@ -35,6 +37,16 @@ chromium:
 	fi; \
 	echo "installing chromium (apt-get)"; \
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+
+influxdb:
+	@if [ -x /usr/bin/influxd ] && [ -x /usr/bin/influx ]; then exit 0; fi; \
+	if [ "$$(id -u)" != 0 ]; then \
+	  echo "make test needs InfluxDB 1.x (/usr/bin/influxd and /usr/bin/influx) for the InfluxQL differential tests."; \
+	  echo "Install them as root:  sudo apt-get install -y influxdb influxdb-client"; \
+	  exit 1; \
+	fi; \
+	echo "installing influxdb and influxdb-client (apt-get)"; \
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq influxdb influxdb-client >/dev/null
 
 # go.mod and go.sum must be what `go mod tidy` makes of them.
 tidy-check:

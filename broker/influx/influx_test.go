@@ -139,16 +139,21 @@ func TestHandlers(t *testing.T) {
 	require.JSONEq(t, `{"results":[{"statement_id":0,"series":[{"name":"measurements","columns":["name"],"values":[["m"]]}]},
 		{"statement_id":1,"series":[{"columns":["name","duration","shardGroupDuration","replicaN","default"],"values":[["autogen","0s","168h0m0s",3,true]]}]}]}`, w.Body.String())
 	for target, want := range map[string]string{
-		"/query?db=db":                                                     `missing required parameter`,
-		"/query?db=db&epoch=x&q=SHOW+DATABASES":                            `invalid epoch`,
-		"/query?db=db&chunked=true&q=SHOW+DATABASES":                       `chunked`,
-		"/query?db=db&q=SHOW+USERS":                                        `SHOW USERS`,
-		"/query?db=db&q=" + url.QueryEscape("SELECT v FROM m WHERE v > 1"): `field values`,
+		"/query?db=db":                          `missing required parameter`,
+		"/query?db=db&epoch=x&q=SHOW+DATABASES": `invalid epoch`,
+		"/query?db=db&q=SELECT+FROM":            `error parsing query`,
 	} {
 		w := do("GET", target, "")
 		require.Equal(t, 400, w.Code, target)
 		require.Contains(t, w.Body.String(), want, target)
 	}
+	// A statement Cairn cannot run gets its own error; the others run.
+	w = do("GET", "/query?db=db&q="+url.QueryEscape("SHOW DATABASES; SHOW USERS; SELECT v INTO x FROM m; SHOW DATABASES"), "")
+	require.Equal(t, 200, w.Code)
+	require.JSONEq(t, `{"results":[{"statement_id":0,"series":[{"name":"databases","columns":["name"],"values":[["db"]]}]},
+		{"statement_id":1,"error":"not supported by Cairn's InfluxQL: the statement SHOW USERS"},
+		{"statement_id":2,"error":"not supported by Cairn's InfluxQL: SELECT ... INTO"},
+		{"statement_id":3,"series":[{"name":"databases","columns":["name"],"values":[["db"]]}]}]}`, w.Body.String())
 	// POST with the statement in a form body, as Grafana's POST mode sends it.
 	r := httptest.NewRequest("POST", "/query", strings.NewReader("db=db&q="+url.QueryEscape("SHOW SERIES")))
 	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
@@ -156,4 +161,53 @@ func TestHandlers(t *testing.T) {
 	srv.ServeHTTP(w, r)
 	require.JSONEq(t, `{"results":[{"statement_id":0,"series":[{"columns":["key"],"values":[["m,host=a"]]}]}]}`, w.Body.String())
 	require.Equal(t, 204, do("HEAD", "/ping", "").Code)
+}
+
+// rowsBackend answers every select with one raw series per host of n
+// points, 10 s apart.
+type rowsBackend struct {
+	fakeBackend
+	hosts []string
+	n     int
+}
+
+func (b *rowsBackend) Select(context.Context, string, *query.ShardRequest) ([]*query.ShardResult, error) {
+	res := &query.ShardResult{}
+	for _, h := range b.hosts {
+		s := query.RawSeries{Tags: []query.Tag{{Key: "host", Value: h}}, Field: "v"}
+		for i := range b.n {
+			s.TS = append(s.TS, int64(i)*10e9)
+			s.Values = append(s.Values, float64(i))
+		}
+		res.Raw = append(res.Raw, s)
+	}
+	return []*query.ShardResult{res}, nil
+}
+
+// TestChunked: chunked=true streams InfluxDB's chunks — one object a line,
+// at most chunk_size values of one series each, "partial" on a series
+// continued in the next chunk and on a result until its last chunk, an
+// error or an empty result in a chunk of its own.
+func TestChunked(t *testing.T) {
+	srv := serve(t, &rowsBackend{hosts: []string{"a", "b"}, n: 3})
+	w := httptest.NewRecorder()
+	srv.ServeHTTP(w, httptest.NewRequest("GET", "/query?db=db&epoch=s&chunked=true&chunk_size=2&q="+
+		url.QueryEscape("SELECT v FROM m GROUP BY host; SHOW USERS; SHOW DATABASES"), nil))
+	require.Equal(t, 200, w.Code)
+	require.Empty(t, w.Header().Get("Content-Length"))
+	require.Equal(t, `{"results":[{"statement_id":0,"series":[{"name":"m","tags":{"host":"a"},"columns":["time","v"],"values":[[0,0],[10,1]],"partial":true}],"partial":true}]}
+{"results":[{"statement_id":0,"series":[{"name":"m","tags":{"host":"a"},"columns":["time","v"],"values":[[20,2]]}],"partial":true}]}
+{"results":[{"statement_id":0,"series":[{"name":"m","tags":{"host":"b"},"columns":["time","v"],"values":[[0,0],[10,1]],"partial":true}],"partial":true}]}
+{"results":[{"statement_id":0,"series":[{"name":"m","tags":{"host":"b"},"columns":["time","v"],"values":[[20,2]]}]}]}
+{"results":[{"statement_id":1,"error":"not supported by Cairn's InfluxQL: the statement SHOW USERS"}]}
+{"results":[{"statement_id":2,"series":[{"name":"databases","columns":["name"],"values":[["db"]]}]}]}
+`, w.Body.String())
+
+	// pretty=true indents as InfluxDB does (four spaces), chunked or not.
+	w = httptest.NewRecorder()
+	srv.ServeHTTP(w, httptest.NewRequest("GET", "/query?db=db&pretty=true&q=SHOW+DATABASES", nil))
+	require.Equal(t, "{\n    \"results\": [\n        {\n            \"statement_id\": 0,\n            \"series\": [\n                {\n"+
+		"                    \"name\": \"databases\",\n                    \"columns\": [\n                        \"name\"\n                    ],\n"+
+		"                    \"values\": [\n                        [\n                            \"db\"\n                        ]\n                    ]\n"+
+		"                }\n            ]\n        }\n    ]\n}\n", w.Body.String())
 }

@@ -32,30 +32,82 @@ type statement struct {
 	rps  bool   // SHOW RETENTION POLICIES
 }
 
-// query is GET|POST /query?db=&q=&epoch=. Every statement is checked before
-// any runs: one unsupported feature answers 400 naming it. A statement that
-// fails while running (unknown database, shard offline) reports its error in
-// its own result, as InfluxDB does.
+// request is a /query request once read and parsed.
+type request struct {
+	stmts     []influxql.Statement
+	db        string
+	f         format
+	chunked   bool
+	chunkSize int
+}
+
+// query is GET|POST /query?db=&q=&epoch=&chunked=&chunk_size=&pretty=.
+// A request that does not parse is refused whole (400), as InfluxDB does;
+// otherwise every statement gets its own result or error with 200 (a
+// dashboard panel's one unsupported statement must not blank the others),
+// except that a statement whose answer would pass a limit gets 413 while
+// nothing has been sent.
 func (h *Handler) query(c *gin.Context) {
 	c.Header("X-Influxdb-Version", Version)
-	if c.Request.FormValue("chunked") == "true" {
-		v1Error(c, http.StatusBadRequest, "chunked responses are not supported: drop chunked=true")
+	req, ok := h.readQuery(c)
+	if !ok {
 		return
 	}
+	now := h.cfg.Now()
+	plans := make([]statement, len(req.stmts))
+	planErrs := make([]error, len(req.stmts))
+	for i, stmt := range req.stmts {
+		plans[i], planErrs[i] = planStatement(stmt, now)
+		if errors.Is(planErrs[i], query.ErrTooLarge) {
+			v1Error(c, http.StatusRequestEntityTooLarge, planErrs[i].Error())
+			return
+		}
+	}
+	var out responder = &buffered{c: c, f: req.f}
+	if req.chunked {
+		out = &chunked{c: c, f: req.f, size: req.chunkSize}
+	}
+	// The budget covers every statement of the request and every shard's
+	// part of it: the shards' requests carry this context.
+	ctx, cancel := context.WithTimeout(c.Request.Context(), h.cfg.QueryTimeout)
+	defer cancel()
+	for i, st := range plans {
+		err := planErrs[i]
+		var rows []query.Row
+		if err == nil {
+			rows, err = h.run(ctx, req.db, st)
+		}
+		if errors.Is(err, query.ErrTooLarge) && !out.started() {
+			v1Error(c, http.StatusRequestEntityTooLarge, err.Error())
+			return
+		}
+		errText := ""
+		if err != nil {
+			errText = h.statementErr(ctx, err, req.db)
+		}
+		out.statement(i, rows, errText)
+	}
+	out.finish()
+}
+
+// readQuery reads a /query request's parameters and parses its statements,
+// answering the error itself when they do not (ok false).
+func (h *Handler) readQuery(c *gin.Context) (req request, ok bool) {
 	limitQueryBody(c.Writer, c.Request, h.cfg.QueryMaxBytes)
 	if err := c.Request.ParseForm(); err != nil {
 		var maxErr *http.MaxBytesError
 		if errors.As(err, &maxErr) {
 			v1Error(c, http.StatusRequestEntityTooLarge, fmt.Sprintf("%s: the request body passes %d bytes (--query-max-bytes)", errQueryTooLarge, maxErr.Limit))
-			return
+			return req, false
 		}
 		v1Error(c, http.StatusBadRequest, "error parsing the request: "+err.Error())
-		return
+		return req, false
 	}
-	q := c.Request.FormValue("q")
+	form := c.Request.Form
+	q := form.Get("q")
 	if strings.TrimSpace(q) == "" {
 		v1Error(c, http.StatusBadRequest, `missing required parameter "q"`)
-		return
+		return req, false
 	}
 	if err := checkQueryText(q, h.cfg.QueryMaxBytes); err != nil {
 		status := http.StatusBadRequest
@@ -63,72 +115,43 @@ func (h *Handler) query(c *gin.Context) {
 			status = http.StatusRequestEntityTooLarge
 		}
 		v1Error(c, status, err.Error())
-		return
+		return req, false
 	}
-	unit := int64(0)
-	if e := c.Request.FormValue("epoch"); e != "" {
-		var ok bool
-		if unit, ok = epochs[e]; !ok {
+	req.db = form.Get("db")
+	// InfluxDB reads pretty from the URL only, not from a form body.
+	req.f.pretty = c.Request.URL.Query().Get("pretty") == "true"
+	if e := form.Get("epoch"); e != "" {
+		if req.f.unit, ok = epochs[e]; !ok {
 			v1Error(c, http.StatusBadRequest, fmt.Sprintf("invalid epoch %q (use ns, u, ms, s, m or h)", e))
-			return
+			return req, false
+		}
+	}
+	req.chunked, req.chunkSize = form.Get("chunked") == "true", DefaultChunkSize
+	if raw := form.Get("chunk_size"); raw != "" {
+		if n, err := strconv.Atoi(raw); err == nil && n > 0 {
+			req.chunkSize = n
 		}
 	}
 	p := influxql.NewParser(strings.NewReader(q))
-	if raw := c.Request.FormValue("params"); raw != "" {
+	if raw := form.Get("params"); raw != "" {
 		var params map[string]any
 		if err := json.Unmarshal([]byte(raw), &params); err != nil {
 			v1Error(c, http.StatusBadRequest, "error parsing query parameters: "+err.Error())
-			return
+			return req, false
 		}
 		p.SetParams(params)
 	}
 	parsed, err := p.ParseQuery()
 	if err != nil {
 		v1Error(c, http.StatusBadRequest, "error parsing query: "+err.Error())
-		return
+		return req, false
 	}
 	if len(parsed.Statements) > MaxStatements {
 		v1Error(c, http.StatusBadRequest, fmt.Sprintf("%d statements in one request (at most %d)", len(parsed.Statements), MaxStatements))
-		return
+		return req, false
 	}
-	now := h.cfg.Now()
-	plans := make([]statement, len(parsed.Statements))
-	for i, stmt := range parsed.Statements {
-		if plans[i], err = planStatement(stmt, now); err != nil {
-			v1Error(c, refusalStatus(err), err.Error())
-			return
-		}
-	}
-	db := c.Request.FormValue("db")
-	// The budget covers every statement of the request and every shard's
-	// part of it: the shards' requests carry this context.
-	ctx, cancel := context.WithTimeout(c.Request.Context(), h.cfg.QueryTimeout)
-	defer cancel()
-	results := make([]result, len(plans))
-	for i, st := range plans {
-		results[i] = result{id: i}
-		results[i].rows, err = h.run(ctx, db, st)
-		if err != nil {
-			if errors.Is(err, query.ErrUnsupported) || errors.Is(err, query.ErrBadQuery) || errors.Is(err, query.ErrTooLarge) {
-				v1Error(c, refusalStatus(err), err.Error())
-				return
-			}
-			results[i].err = h.statementErr(ctx, err, db)
-		}
-	}
-	chunks := encodeResults(results, unit)
-	size := 0
-	for _, ch := range chunks {
-		size += len(ch)
-	}
-	c.Header("Content-Type", "application/json")
-	c.Header("Content-Length", strconv.Itoa(size))
-	c.Status(http.StatusOK)
-	for _, ch := range chunks {
-		if _, err := c.Writer.Write(ch); err != nil {
-			return // the client went away
-		}
-	}
+	req.stmts = parsed.Statements
+	return req, true
 }
 
 func planStatement(stmt influxql.Statement, now time.Time) (statement, error) {
@@ -217,15 +240,6 @@ func (h *Handler) run(ctx context.Context, db string, st statement) ([]query.Row
 }
 
 var errDBRequired = errors.New("database name required")
-
-// refusalStatus is the status of a request refused for one statement: 413
-// for one whose answer would pass a limit (the README's promise), else 400.
-func refusalStatus(err error) int {
-	if errors.Is(err, query.ErrTooLarge) {
-		return http.StatusRequestEntityTooLarge
-	}
-	return http.StatusBadRequest
-}
 
 func (h *Handler) statementErr(ctx context.Context, err error, db string) string {
 	switch {
