@@ -9,6 +9,7 @@ import (
 	"github.com/cairn-db/cairn/internal/backoff"
 	"github.com/cairn-db/cairn/storage/client"
 	"github.com/cairn-db/cairn/storage/engine"
+	"github.com/cairn-db/cairn/storage/wire"
 	"go.uber.org/zap"
 )
 
@@ -142,9 +143,9 @@ func (r *replica) applyLog(ans *client.LogAnswer) (err error) {
 }
 
 // append queues a leader's entry for the group commit.
-func (r *replica) append(e engine.Entry) (func() error, error) {
+func (r *replica) append(e wire.Entry) (func() error, error) {
 	r.applyMu.Lock()
-	wait, err := r.eng.Append(e)
+	wait, err := r.eng.Append(engine.Entry{TxnID: e.TxnID, Term: e.Term, Points: e.Points})
 	r.applyMu.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("apply txn %d: %w", e.TxnID, err)

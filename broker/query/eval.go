@@ -1,20 +1,33 @@
 package query
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
 	"unsafe"
 
-	"github.com/cairn-db/cairn/storage/engine"
+	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/storage/lineproto"
 	"github.com/influxdata/influxql"
 )
 
-// Source is the read side of a shard replica that Evaluate needs; the
-// shards of engine.NewBoltEngine provide it (engine.Scanner).
-type Source = engine.Scanner
+// Source is the read side of a shard replica that Evaluate needs: the
+// storage engine's shards provide it, and the query knows no engine.
+type Source interface {
+	// Scan offers each candidate series of metric to keep, by its lineproto
+	// series key, before reading any of its points; for each kept series
+	// that has points in [start, end] it calls visit with them, sorted by
+	// ts. Candidates hold every term of match (models.FieldTag selects the
+	// field; every series of metric when match is empty), and keep checks
+	// whatever else it needs. pts is only valid during visit; an error from
+	// visit ends the scan and is returned.
+	Scan(metric string, match map[string]string, start, end int64, keep func(key string) bool, visit func(key string, pts []models.SeriesPoint) error) error
+}
+
+// ErrCorrupt: the source offered a series key or a point it cannot hold.
+var ErrCorrupt = errors.New("query: corrupt series from the shard")
 
 // DefaultMaxPoints bounds the raw points, or the values kept for median and
 // percentile, of one query when the request names no bound.
@@ -70,7 +83,7 @@ func Evaluate(src Source, req *ShardRequest) (*ShardResult, error) {
 	for _, field := range fields {
 		m := maps.Clone(match)
 		if field != "" {
-			m[engine.FieldTag] = field
+			m[models.FieldTag] = field
 		}
 		ev.field = field
 		clear(ev.series)
@@ -131,7 +144,7 @@ func (ev *evaluator) keep(key string) bool {
 	}
 	_, ltags, field, err := lineproto.ParseSeriesKey(key)
 	if err != nil {
-		ev.err = fmt.Errorf("%w: %w", engine.ErrCorrupt, err)
+		ev.err = fmt.Errorf("%w: %w", ErrCorrupt, err)
 		return false
 	}
 	if ev.field != "" && field != ev.field {
@@ -158,7 +171,7 @@ func tagValue(tags []Tag, k string) string {
 	return ""
 }
 
-func (ev *evaluator) visit(key string, pts []engine.SeriesPoint) error {
+func (ev *evaluator) visit(key string, pts []models.SeriesPoint) error {
 	if ev.err != nil {
 		return ev.err
 	}
@@ -233,7 +246,7 @@ func floorDiv(a, b int64) int64 {
 }
 
 // add folds one series' points (sorted by ts, all in [Start, End]) into fa.
-func (ev *evaluator) add(fa *fieldAcc, pts []engine.SeriesPoint) error {
+func (ev *evaluator) add(fa *fieldAcc, pts []models.SeriesPoint) error {
 	if len(pts) == 0 {
 		return nil
 	}
@@ -259,7 +272,7 @@ func (ev *evaluator) add(fa *fieldAcc, pts []engine.SeriesPoint) error {
 		}
 		i := n - fa.lo
 		if i < 0 || i >= int64(len(fa.parts)) { // a source breaking Scan's contract
-			return fmt.Errorf("%w: a point at %d is outside [%d, %d]", engine.ErrCorrupt, pts[0].TS, req.Start, req.End)
+			return fmt.Errorf("%w: a point at %d is outside [%d, %d]", ErrCorrupt, pts[0].TS, req.Start, req.End)
 		}
 		ev.fold(fa.parts[i:i+1], pts[:end])
 		pts = pts[end:]
@@ -268,7 +281,7 @@ func (ev *evaluator) add(fa *fieldAcc, pts []engine.SeriesPoint) error {
 }
 
 // fold adds pts into the one partial in slot.
-func (ev *evaluator) fold(slot []Partial, pts []engine.SeriesPoint) {
+func (ev *evaluator) fold(slot []Partial, pts []models.SeriesPoint) {
 	p := &slot[0]
 	if !ev.extra {
 		sum := p.Sum

@@ -27,6 +27,8 @@ var Layers = [][]string{
 	{"models", "internal/logrepeat", "internal/backoff", "internal/gopool", "internal/certs",
 		"internal/peerauth", "config", "internal/history", "storage/lineproto",
 		"coordinator/placement", "coordinator/kv/embedded", "web/console"},
+	// The replicated entry's encoding, below the engine and the client.
+	{"storage/wire"},
 	// The etcd key-value layer and the shard engine.
 	{"coordinator/kv", "storage/engine"},
 	// The local state copy, query evaluation, test fixtures over the etcd layer.
@@ -53,6 +55,10 @@ var Forbidden = []struct {
 }{
 	{"coordinator/meta", "storage/engine", "metadata changes never touch shard data"},
 	{"coordinator/master", "storage/engine", "the master decides placement and failover from state, never from shard files"},
+	{"broker", "storage/engine", "the broker routes and merges; shards are read on the storage nodes"},
+	{"broker", "go.etcd.io/bbolt", "the broker holds no shard files"},
+	{"broker/query", "storage/engine", "the query evaluates over its own Source interface, which the engine implements"},
+	{"broker/query", "go.etcd.io/bbolt", "the query planner holds no shard files"},
 }
 
 // Outside are packages left out of the graph: test suites and test-only

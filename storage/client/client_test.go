@@ -12,15 +12,15 @@ import (
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/storage"
 	"github.com/cairn-db/cairn/storage/client"
-	"github.com/cairn-db/cairn/storage/engine"
 	"github.com/cairn-db/cairn/storage/lineproto"
+	"github.com/cairn-db/cairn/storage/wire"
 	"github.com/gin-gonic/gin"
 	"github.com/stretchr/testify/require"
 )
 
 // leader answers writes as a storage node does: 204 once it decoded the
 // entry, or the envelope of refuse.
-func leader(t *testing.T, refuse error, got *engine.Entry, path *string) string {
+func leader(t *testing.T, refuse error, got *wire.Entry, path *string) string {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		*path = r.URL.Path + "?" + r.URL.RawQuery
 		if refuse != nil {
@@ -39,7 +39,7 @@ func leader(t *testing.T, refuse error, got *engine.Entry, path *string) string 
 }
 
 func TestWriteEncodesTheBatch(t *testing.T) {
-	var got engine.Entry
+	var got wire.Entry
 	var path string
 	addr := leader(t, nil, &got, &path)
 	pts, err := lineproto.Parse([]byte("cpu,host=a v=1 10\ncpu,host=b v=2 20"), "ns", 0)

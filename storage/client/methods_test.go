@@ -14,8 +14,8 @@ import (
 	"github.com/cairn-db/cairn/broker/query"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/storage/client"
-	"github.com/cairn-db/cairn/storage/engine"
 	"github.com/cairn-db/cairn/storage/lineproto"
+	"github.com/cairn-db/cairn/storage/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -34,13 +34,13 @@ func envelope(w http.ResponseWriter, status int, err error) {
 	_ = json.NewEncoder(w).Encode(body)
 }
 
-func entry(t *testing.T, txn uint64, line string) engine.Entry {
+func entry(t *testing.T, txn uint64, line string) wire.Entry {
 	pts, err := lineproto.Parse([]byte(line), "ns", 0)
 	require.NoError(t, err)
-	return engine.Entry{TxnID: txn, Term: 2, Points: pts}
+	return wire.Entry{TxnID: txn, Term: 2, Points: pts}
 }
 
-func encode(t *testing.T, e engine.Entry) []byte {
+func encode(t *testing.T, e wire.Entry) []byte {
 	b, err := e.MarshalBinary()
 	require.NoError(t, err)
 	return b
@@ -154,7 +154,7 @@ func TestRefusalsDecodeToSentinels(t *testing.T) {
 }
 
 func TestLogEntries(t *testing.T) {
-	want := []engine.Entry{entry(t, 6, "cpu v=1 10"), entry(t, 7, "cpu v=2 20")}
+	want := []wire.Entry{entry(t, 6, "cpu v=1 10"), entry(t, 7, "cpu v=2 20")}
 	var got string
 	addr := node(t, func(w http.ResponseWriter, r *http.Request) {
 		got = r.Method + " " + r.URL.Path + "?" + r.URL.RawQuery

@@ -14,15 +14,15 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/cairn-db/cairn/storage/engine"
 	"github.com/cairn-db/cairn/storage/lineproto"
+	"github.com/cairn-db/cairn/storage/wire"
 )
 
 // Write sends one batch to the shard's leader at term; nil means it is
 // durable on the in-sync replicas. A refusal is a *PeerError (models
 // .ErrStaleTerm, ErrNotEnoughISR, ...); anything else is a transport error.
 func (c *Client) Write(ctx context.Context, s Shard, term int64, points []lineproto.Point) error {
-	body, err := engine.Entry{Term: uint64(term), Points: points}.MarshalBinary()
+	body, err := wire.Entry{Term: uint64(term), Points: points}.MarshalBinary()
 	if err != nil {
 		return err
 	}
@@ -60,8 +60,8 @@ type LogAnswer struct {
 }
 
 // Next returns the next entry of the answer, io.EOF after the last.
-func (a *LogAnswer) Next() (engine.Entry, error) {
-	var e engine.Entry
+func (a *LogAnswer) Next() (wire.Entry, error) {
+	var e wire.Entry
 	if a.br == nil {
 		return e, io.EOF
 	}
@@ -112,7 +112,7 @@ func (c *Client) Log(ctx context.Context, s Shard, r LogRequest) (*LogAnswer, er
 }
 
 // Snapshot streams the shard's full replica from its leader at term (GET
-// .../snapshot), for engine.Restore. The caller closes it.
+// .../snapshot), for the engine's Restore. The caller closes it.
 func (c *Client) Snapshot(ctx context.Context, s Shard, term int64) (io.ReadCloser, error) {
 	resp, err := c.do(ctx, http.MethodGet, s.url("snapshot", url.Values{"term": {strconv.FormatInt(term, 10)}}), "", nil, http.StatusOK)
 	if err != nil {
@@ -160,7 +160,7 @@ func AppendEntry(out, entry []byte) []byte {
 // one per shard with something to say, each:
 //
 //	uvarint index (into the request's shards), uvarint status, uvarint arg,
-//	uvarint count, then count x (uvarint length, encoded engine.Entry)
+//	uvarint count, then count x (uvarint length, encoded wire.Entry)
 //
 // A follower handles truncations, full syncs and errors through the
 // per-shard API (Log, Snapshot).
@@ -285,8 +285,8 @@ func (a *FetchAnswer) Next() (FetchRecord, error) {
 // Entry returns the next entry of the current record. An entry that does
 // not decode is ErrBadEntry and the answer stays readable; any other error
 // means the answer is broken.
-func (a *FetchAnswer) Entry() (engine.Entry, error) {
-	var e engine.Entry
+func (a *FetchAnswer) Entry() (wire.Entry, error) {
+	var e wire.Entry
 	if a.left == 0 {
 		return e, fmt.Errorf("%w: no entry left in the record", ErrBadAnswer)
 	}

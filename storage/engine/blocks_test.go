@@ -184,7 +184,7 @@ func TestCompactMergesSmallBlocks(t *testing.T) {
 	require.NoError(t, s.TruncateAfter(s.LastTxnID()-1))
 	got, err = s.Query("m", map[string]string{"h": "a"}, 100, 100)
 	require.NoError(t, err)
-	require.Equal(t, []SeriesPoint{{100, 100}}, got[0].Points)
+	require.Equal(t, []SeriesPoint{{TS: 100, Value: 100}}, got[0].Points)
 }
 
 // TestBackgroundCompaction: with the background pass on, small blocks get
@@ -277,7 +277,7 @@ func TestOpenConvertsPerPointFiles(t *testing.T) {
 	require.EqualValues(t, 1, s.LastTxnID())
 	got, err := s.Query("cpu", map[string]string{"host": "a"}, -100, 100)
 	require.NoError(t, err)
-	require.Equal(t, []Series{{Metric: "cpu", Tags: map[string]string{"host": "a"}, Points: []SeriesPoint{{-7, 1}, {5, 2}}}}, got)
+	require.Equal(t, []Series{{Metric: "cpu", Tags: map[string]string{"host": "a"}, Points: []SeriesPoint{{TS: -7, Value: 1}, {TS: 5, Value: 2}}}}, got)
 	require.Equal(t, 1, countBlocks(t, s))
 	require.NoError(t, s.(*boltShard).view(func(tx *bolt.Tx) error {
 		require.Nil(t, tx.Bucket(bucketSeries))
@@ -287,7 +287,7 @@ func TestOpenConvertsPerPointFiles(t *testing.T) {
 	require.NoError(t, s.TruncateAfter(0))
 	got, err = s.Query("cpu", nil, -100, 100)
 	require.NoError(t, err)
-	require.Equal(t, []SeriesPoint{{-7, 1}}, got[0].Points)
+	require.Equal(t, []SeriesPoint{{TS: -7, Value: 1}}, got[0].Points)
 }
 
 // TestDropRemovesEveryFile: dropping a compacted shard leaves no file of it,
@@ -354,7 +354,7 @@ func TestSeriesIDsAcrossFlushesAndReopen(t *testing.T) {
 	vals, err := s.(Index).TagValues("cpu", "host")
 	require.NoError(t, err)
 	require.Equal(t, []string{"a", "b", "c", "d"}, vals)
-	for host, want := range map[string][]SeriesPoint{"a": {{1, 1}, {2, 4}}, "b": {{1, 2}, {3, 6}}, "c": {{2, 3}}, "d": {{3, 5}}} {
+	for host, want := range map[string][]SeriesPoint{"a": {{TS: 1, Value: 1}, {TS: 2, Value: 4}}, "b": {{TS: 1, Value: 2}, {TS: 3, Value: 6}}, "c": {{TS: 2, Value: 3}}, "d": {{TS: 3, Value: 5}}} {
 		got, err := s.Query("cpu", map[string]string{"host": host}, 0, 10)
 		require.NoError(t, err)
 		require.Len(t, got, 1, host)

@@ -1,9 +1,6 @@
 package engine
 
 import (
-	"encoding/binary"
-	"fmt"
-	"math"
 	"sync"
 	"testing"
 
@@ -130,7 +127,7 @@ func TestTruncateWithQueuedEntries(t *testing.T) {
 	require.NoError(t, s.Apply(Entry{TxnID: 4, Term: 2, Points: []lineproto.Point{pt("m", "", "value", 4, 2)}}))
 	got, err := s.Query("m", nil, 0, 100)
 	require.NoError(t, err)
-	require.Equal(t, []SeriesPoint{{1, 1}, {2, 1}, {3, 1}, {4, 2}}, got[0].Points)
+	require.Equal(t, []SeriesPoint{{TS: 1, Value: 1}, {TS: 2, Value: 1}, {TS: 3, Value: 1}, {TS: 4, Value: 2}}, got[0].Points)
 }
 
 // TestCloseFailsQueuedEntries: Close waits for the committer and fails what
@@ -227,52 +224,4 @@ func TestTakeGroupBoundsPoints(t *testing.T) {
 	}
 	require.Equal(t, []int{2, 1, 1, 2}, sizes, "a group stops before the bound; an entry over it goes alone")
 	require.Empty(t, takeGroup(&pending, limit))
-}
-
-// TestEntryEncodingRemembersRepeats: remembering each position's last string
-// changes nothing in the bytes: they are what a plain string table writes.
-func TestEntryEncodingRemembersRepeats(t *testing.T) {
-	var e Entry
-	for i := range 200 {
-		tags := fmt.Sprintf("host=h%d,region=r%d", i/5, i%5)
-		if i%7 == 0 {
-			tags = fmt.Sprintf("region=r%d", i%3) // fewer tags: keys shift position
-		}
-		e.Points = append(e.Points, pt([]string{"cpu", "mem"}[i%9/8], tags, []string{"value", "idle"}[i%2], int64(i), float64(i)))
-	}
-	plain := func(e Entry) []byte {
-		b := []byte{entryVersion}
-		b = binary.AppendUvarint(b, e.TxnID)
-		b = binary.AppendUvarint(b, e.Term)
-		b = binary.AppendUvarint(b, uint64(len(e.Points)))
-		table := map[string]uint64{}
-		str := func(s string) {
-			if ref, ok := table[s]; ok {
-				b = binary.AppendUvarint(b, ref)
-				return
-			}
-			table[s] = uint64(len(table) + 1)
-			b = append(b, 0)
-			b = binary.AppendUvarint(b, uint64(len(s)))
-			b = append(b, s...)
-		}
-		for _, p := range e.Points {
-			str(p.Metric)
-			b = binary.AppendUvarint(b, uint64(len(p.Tags)))
-			for _, t := range p.Tags {
-				str(t.Key)
-				str(t.Value)
-			}
-			str(p.Field)
-			b = binary.AppendVarint(b, p.TS)
-			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(p.Value))
-		}
-		return b
-	}
-	got, err := e.MarshalBinary()
-	require.NoError(t, err)
-	require.Equal(t, plain(e), got)
-	var back Entry
-	require.NoError(t, back.UnmarshalBinary(got))
-	require.Equal(t, e, back)
 }

@@ -148,7 +148,7 @@ func requireRecovered(t *testing.T, s Shard, last uint64) {
 	}
 	got, err = s.Query("o", nil, 0, 0)
 	require.NoError(t, err)
-	require.Equal(t, []SeriesPoint{{0, float64(last)}}, got[0].Points, "the newest overwrite wins")
+	require.Equal(t, []SeriesPoint{{TS: 0, Value: float64(last)}}, got[0].Points, "the newest overwrite wins")
 	require.NoError(t, s.Apply(Entry{TxnID: last + 1, Term: 1}))
 	flushNow(t, s)
 	require.EqualValues(t, last+1, flushedTxn(s))

@@ -109,7 +109,7 @@ func TestKill9DurabilityAcrossShards(t *testing.T) {
 		}
 		got, err = s.Query("o", nil, 0, 0)
 		require.NoError(t, err)
-		require.Equal(t, []SeriesPoint{{0, float64(last)}}, got[0].Points, "shard %d: the newest overwrite wins", i)
+		require.Equal(t, []SeriesPoint{{TS: 0, Value: float64(last)}}, got[0].Points, "shard %d: the newest overwrite wins", i)
 		require.NoError(t, s.Apply(Entry{TxnID: last + 1, Term: 1}))
 	}
 }

@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -25,6 +24,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/storage/lineproto"
 )
 
@@ -67,58 +67,16 @@ type Series struct {
 	Points []SeriesPoint     `json:"points"`
 }
 
-// FieldTag is the pseudo-tag naming a series' field in query results and matches.
-const FieldTag = "_field"
+// FieldTag, DefaultField and SeriesPoint are the shared vocabulary of
+// shard reads (models), which the query evaluator reads through Scanner
+// without knowing the engine.
+const (
+	FieldTag     = models.FieldTag
+	DefaultField = models.DefaultField
+)
 
-// DefaultField is the field name that Query does not report as a FieldTag.
-const DefaultField = "value"
-
-// SeriesPoint is one sample; it marshals to JSON as [ts_ns, value].
-type SeriesPoint struct {
-	TS    int64
-	Value float64
-}
-
-// MarshalJSON writes [ts,value]; a non-finite value, which JSON cannot carry, is
-// written as null.
-func (p SeriesPoint) MarshalJSON() ([]byte, error) {
-	return p.appendJSON(make([]byte, 0, 40)), nil
-}
-
-func (p SeriesPoint) appendJSON(b []byte) []byte {
-	b = append(b, '[')
-	b = strconv.AppendInt(b, p.TS, 10)
-	b = append(b, ',')
-	if math.IsNaN(p.Value) || math.IsInf(p.Value, 0) {
-		b = append(b, "null"...)
-	} else {
-		b = strconv.AppendFloat(b, p.Value, 'g', -1, 64)
-	}
-	return append(b, ']')
-}
-
-// UnmarshalJSON reads [ts,value] (null reads as NaN), so brokers can relay
-// results from storage nodes without loss.
-func (p *SeriesPoint) UnmarshalJSON(data []byte) error {
-	var raw []json.RawMessage
-	if err := json.Unmarshal(data, &raw); err != nil {
-		return fmt.Errorf("engine: point: %w", err)
-	}
-	if len(raw) != 2 {
-		return fmt.Errorf("engine: point: want [ts,value], got %d elements", len(raw))
-	}
-	ts, err := strconv.ParseInt(string(raw[0]), 10, 64)
-	if err != nil {
-		return fmt.Errorf("engine: point timestamp: %w", err)
-	}
-	p.TS, p.Value = ts, math.NaN()
-	if string(raw[1]) != "null" {
-		if p.Value, err = strconv.ParseFloat(string(raw[1]), 64); err != nil {
-			return fmt.Errorf("engine: point value: %w", err)
-		}
-	}
-	return nil
-}
+// SeriesPoint is one sample (models.SeriesPoint).
+type SeriesPoint = models.SeriesPoint
 
 // Shard is one replica of one shard of one database.
 type Shard interface {
@@ -488,7 +446,7 @@ func AppendSeriesJSON(dst []byte, series []Series) []byte {
 			if j > 0 {
 				dst = append(dst, ',')
 			}
-			dst = p.appendJSON(dst)
+			dst = p.AppendJSON(dst)
 		}
 		dst = append(dst, "]}"...)
 	}

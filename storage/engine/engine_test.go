@@ -3,7 +3,6 @@ package engine
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -77,16 +76,16 @@ func TestApplyQueryRoundTrip(t *testing.T) {
 	got, err := s.Query("cpu", nil, 0, 100)
 	require.NoError(t, err)
 	require.Equal(t, []Series{
-		{Metric: "cpu", Tags: map[string]string{}, Points: []SeriesPoint{{10, 9}}},
-		{Metric: "cpu", Tags: map[string]string{"host": "a", "region": "eu", FieldTag: "idle"}, Points: []SeriesPoint{{10, 0.5}}},
-		{Metric: "cpu", Tags: map[string]string{"host": "a", "region": "eu"}, Points: []SeriesPoint{{10, 1}, {20, 2}, {30, 33}, {40, 44}}},
-		{Metric: "cpu", Tags: map[string]string{"host": "b", "region": "eu"}, Points: []SeriesPoint{{10, 5}}},
+		{Metric: "cpu", Tags: map[string]string{}, Points: []SeriesPoint{{TS: 10, Value: 9}}},
+		{Metric: "cpu", Tags: map[string]string{"host": "a", "region": "eu", FieldTag: "idle"}, Points: []SeriesPoint{{TS: 10, Value: 0.5}}},
+		{Metric: "cpu", Tags: map[string]string{"host": "a", "region": "eu"}, Points: []SeriesPoint{{TS: 10, Value: 1}, {TS: 20, Value: 2}, {TS: 30, Value: 33}, {TS: 40, Value: 44}}},
+		{Metric: "cpu", Tags: map[string]string{"host": "b", "region": "eu"}, Points: []SeriesPoint{{TS: 10, Value: 5}}},
 	}, got)
 
 	got, err = s.Query("cpu", map[string]string{"host": "a"}, 15, 30)
 	require.NoError(t, err)
 	require.Len(t, got, 1, "idle has no point in range, so only the value series")
-	require.Equal(t, []SeriesPoint{{20, 2}, {30, 33}}, got[0].Points)
+	require.Equal(t, []SeriesPoint{{TS: 20, Value: 2}, {TS: 30, Value: 33}}, got[0].Points)
 
 	got, err = s.Query("cpu", map[string]string{FieldTag: "idle"}, 0, 100)
 	require.NoError(t, err)
@@ -115,7 +114,7 @@ func TestQueryNegativeTimestampsAndEscapes(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, got, 1)
 	require.Equal(t, "a,b#c", got[0].Metric)
-	require.Equal(t, []SeriesPoint{{-5, 1}, {5, 2}}, got[0].Points)
+	require.Equal(t, []SeriesPoint{{TS: -5, Value: 1}, {TS: 5, Value: 2}}, got[0].Points)
 }
 
 func TestApplyTxnGapAndTermRegress(t *testing.T) {
@@ -199,7 +198,7 @@ func TestTruncateAfterRemovesDivergentTail(t *testing.T) {
 
 	got, err := s.Query("m", nil, 0, 100)
 	require.NoError(t, err)
-	require.Equal(t, []Series{{Metric: "m", Tags: map[string]string{"h": "a"}, Points: []SeriesPoint{{1, 1}, {2, 2}}}}, got)
+	require.Equal(t, []Series{{Metric: "m", Tags: map[string]string{"h": "a"}, Points: []SeriesPoint{{TS: 1, Value: 1}, {TS: 2, Value: 2}}}}, got)
 	es, err := s.Entries(0, 0)
 	require.NoError(t, err)
 	require.Len(t, es, 1)
@@ -401,12 +400,12 @@ func TestConcurrentReadersWhileWriting(t *testing.T) {
 }
 
 func TestSeriesPointJSON(t *testing.T) {
-	b, err := json.Marshal(Series{Metric: "m", Tags: map[string]string{"h": "a"}, Points: []SeriesPoint{{1, 0.5}, {-2, 3}}})
+	b, err := json.Marshal(Series{Metric: "m", Tags: map[string]string{"h": "a"}, Points: []SeriesPoint{{TS: 1, Value: 0.5}, {TS: -2, Value: 3}}})
 	require.NoError(t, err)
 	require.JSONEq(t, `{"metric":"m","tags":{"h":"a"},"points":[[1,0.5],[-2,3]]}`, string(b))
 	var back Series
 	require.NoError(t, json.Unmarshal(b, &back))
-	require.Equal(t, []SeriesPoint{{1, 0.5}, {-2, 3}}, back.Points)
+	require.Equal(t, []SeriesPoint{{TS: 1, Value: 0.5}, {TS: -2, Value: 3}}, back.Points)
 
 	var p SeriesPoint
 	require.Error(t, json.Unmarshal([]byte(`[1]`), &p))
@@ -417,41 +416,6 @@ func TestSeriesPointJSON(t *testing.T) {
 	b, err = json.Marshal(p)
 	require.NoError(t, err)
 	require.Equal(t, `[7,null]`, string(b))
-}
-
-func TestEntryCodec(t *testing.T) {
-	e := Entry{TxnID: 42, Term: 7, Points: []lineproto.Point{
-		pt("cpu", "host=a,region=eu", "value", -3, 1.5),
-		pt("cpu", "host=a,region=eu", "idle", 1<<62, -0.25),
-		pt("mem", "", "value", 0, 0),
-	}}
-	b, err := e.MarshalBinary()
-	require.NoError(t, err)
-	var back Entry
-	require.NoError(t, back.UnmarshalBinary(b))
-	require.Equal(t, e, back)
-	for i := range b { // every truncation is an error, never a panic
-		require.ErrorIs(t, new(Entry).UnmarshalBinary(b[:i]), ErrCorrupt, "prefix %d", i)
-	}
-	require.ErrorIs(t, new(Entry).UnmarshalBinary(append(b, 0)), ErrCorrupt)
-}
-
-func FuzzEntryDecode(f *testing.F) {
-	e := Entry{TxnID: 1, Term: 2, Points: []lineproto.Point{pt("cpu", "host=a", "value", 1, 1)}}
-	b, _ := e.MarshalBinary()
-	f.Add(b)
-	f.Fuzz(func(t *testing.T, data []byte) {
-		var e Entry
-		if err := e.UnmarshalBinary(data); err != nil {
-			require.True(t, errors.Is(err, ErrCorrupt))
-			return
-		}
-		again, err := e.MarshalBinary()
-		require.NoError(t, err)
-		var e2 Entry
-		require.NoError(t, e2.UnmarshalBinary(again))
-		require.Equal(t, len(e.Points), len(e2.Points))
-	})
 }
 
 // TestMain lets TestKill9Durability re-run this binary as the writer it kills.

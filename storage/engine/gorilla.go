@@ -3,6 +3,7 @@ package engine
 import (
 	"encoding/binary"
 	"fmt"
+	"github.com/cairn-db/cairn/storage/wire"
 	"hash/crc32"
 	"math"
 	"math/bits"
@@ -323,22 +324,22 @@ func parseBlock(b []byte) (blockHeader, []byte, error) {
 	if crc32.Checksum(b[4:], castagnoli) != binary.LittleEndian.Uint32(b) {
 		return blockHeader{}, nil, fmt.Errorf("%w: checksum mismatch", ErrBlockCorrupt)
 	}
-	d := decoder{b: b[4:]}
-	if d.byte() != blockVersion {
+	d := wire.NewDecoder(b[4:])
+	if d.Byte() != blockVersion {
 		return blockHeader{}, nil, fmt.Errorf("%w: unknown version", ErrBlockCorrupt)
 	}
-	n := d.uvarint()
+	n := d.Uvarint()
 	var h blockHeader
 	if n > 0 {
-		h.minTS = d.varint()
-		h.maxTS = int64(uint64(h.minTS) + d.uvarint())
+		h.minTS = d.Varint()
+		h.maxTS = int64(uint64(h.minTS) + d.Uvarint())
 	}
 	// Each point past the first costs at least a bit; a mode byte follows.
-	if d.err != nil || n > maxBlockPoints*64 || (n > 0 && (len(d.b) < 1 || n-1 > uint64(len(d.b))*8)) {
+	if d.Err() != nil || n > maxBlockPoints*64 || (n > 0 && (len(d.Rest()) < 1 || n-1 > uint64(len(d.Rest()))*8)) {
 		return blockHeader{}, nil, fmt.Errorf("%w: bad header", ErrBlockCorrupt)
 	}
 	h.count = int(n)
-	return h, d.b, nil
+	return h, d.Rest(), nil
 }
 
 // decodeXOR decodes count-1 more points of an XOR-mode stream, whose first

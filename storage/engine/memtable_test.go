@@ -52,11 +52,11 @@ func TestQueryMergesMemtableAndFlushed(t *testing.T) {
 	require.EqualValues(t, 1, flushedTxn(s), "below the thresholds nothing flushes")
 
 	want := []Series{
-		{Metric: "cpu", Tags: map[string]string{}, Points: []SeriesPoint{{10, 9}}},
-		{Metric: "cpu", Tags: map[string]string{"host": "a", FieldTag: "idle"}, Points: []SeriesPoint{{10, 0.5}}},
-		{Metric: "cpu", Tags: map[string]string{"host": "a"}, Points: []SeriesPoint{{10, 1}, {15, 1.5}, {20, 22}, {30, 3}}},
-		{Metric: "cpu", Tags: map[string]string{"host": "b"}, Points: []SeriesPoint{{10, 5}}},
-		{Metric: "cpu", Tags: map[string]string{"host": "c"}, Points: []SeriesPoint{{10, 7}}},
+		{Metric: "cpu", Tags: map[string]string{}, Points: []SeriesPoint{{TS: 10, Value: 9}}},
+		{Metric: "cpu", Tags: map[string]string{"host": "a", FieldTag: "idle"}, Points: []SeriesPoint{{TS: 10, Value: 0.5}}},
+		{Metric: "cpu", Tags: map[string]string{"host": "a"}, Points: []SeriesPoint{{TS: 10, Value: 1}, {TS: 15, Value: 1.5}, {TS: 20, Value: 22}, {TS: 30, Value: 3}}},
+		{Metric: "cpu", Tags: map[string]string{"host": "b"}, Points: []SeriesPoint{{TS: 10, Value: 5}}},
+		{Metric: "cpu", Tags: map[string]string{"host": "c"}, Points: []SeriesPoint{{TS: 10, Value: 7}}},
 	}
 	got, err := s.Query("cpu", nil, 0, 100)
 	require.NoError(t, err)
@@ -64,7 +64,7 @@ func TestQueryMergesMemtableAndFlushed(t *testing.T) {
 
 	got, err = s.Query("cpu", map[string]string{"host": "a"}, 12, 25)
 	require.NoError(t, err)
-	require.Equal(t, []Series{{Metric: "cpu", Tags: map[string]string{"host": "a"}, Points: []SeriesPoint{{15, 1.5}, {20, 22}}}}, got)
+	require.Equal(t, []Series{{Metric: "cpu", Tags: map[string]string{"host": "a"}, Points: []SeriesPoint{{TS: 15, Value: 1.5}, {TS: 20, Value: 22}}}}, got)
 	got, err = s.Query("cpu", map[string]string{"host": "c"}, 11, 100)
 	require.NoError(t, err)
 	require.Empty(t, got, "a memtable series with no point in range is left out")
@@ -109,7 +109,7 @@ func TestIntervalFlushEmptiesIdleMemtable(t *testing.T) {
 	require.Eventually(t, func() bool { return flushedTxn(s) == 2 }, 5*time.Second, 5*time.Millisecond)
 	got, err := s.Query("m", nil, 0, 10)
 	require.NoError(t, err)
-	require.Equal(t, []SeriesPoint{{1, 1}, {2, 2}}, got[0].Points)
+	require.Equal(t, []SeriesPoint{{TS: 1, Value: 1}, {TS: 2, Value: 2}}, got[0].Points)
 }
 
 func TestTruncateAcrossFlushBoundary(t *testing.T) {
@@ -138,9 +138,9 @@ func TestTruncateAcrossFlushBoundary(t *testing.T) {
 	require.EqualValues(t, 5, s.LastTxnID())
 	require.EqualValues(t, 3, s.LastTerm())
 	require.Equal(t, []Series{
-		series("a", SeriesPoint{0, 0.5}, SeriesPoint{1, 101}, SeriesPoint{2, 21}, SeriesPoint{3, 3}),
-		series("b", SeriesPoint{1, 5}),
-		series("c", SeriesPoint{1, 7}),
+		series("a", SeriesPoint{TS: 0, Value: 0.5}, SeriesPoint{TS: 1, Value: 101}, SeriesPoint{TS: 2, Value: 21}, SeriesPoint{TS: 3, Value: 3}),
+		series("b", SeriesPoint{TS: 1, Value: 5}),
+		series("c", SeriesPoint{TS: 1, Value: 7}),
 	}, query())
 
 	// Across the boundary: unflushed 4..5 are dropped, flushed 3 is undone.
@@ -148,7 +148,7 @@ func TestTruncateAcrossFlushBoundary(t *testing.T) {
 	require.EqualValues(t, 2, s.LastTxnID())
 	require.EqualValues(t, 2, s.LastTerm())
 	require.EqualValues(t, 2, flushedTxn(s))
-	wantAt2 := []Series{series("a", SeriesPoint{1, 10}, SeriesPoint{2, 2}), series("b", SeriesPoint{1, 5})}
+	wantAt2 := []Series{series("a", SeriesPoint{TS: 1, Value: 10}, SeriesPoint{TS: 2, Value: 2}), series("b", SeriesPoint{TS: 1, Value: 5})}
 	require.Equal(t, wantAt2, query())
 	es, err := s.Entries(0, 0)
 	require.NoError(t, err)
@@ -161,7 +161,7 @@ func TestTruncateAcrossFlushBoundary(t *testing.T) {
 	apply(t, s, 5, pt("m", "h=a", "value", 1, 11))
 	apply(t, s, 5, pt("m", "h=a", "value", 1, 12))
 	require.NoError(t, s.TruncateAfter(3))
-	require.Equal(t, []Series{series("a", SeriesPoint{1, 11}, SeriesPoint{2, 2}), series("b", SeriesPoint{1, 5})}, query())
+	require.Equal(t, []Series{series("a", SeriesPoint{TS: 1, Value: 11}, SeriesPoint{TS: 2, Value: 2}), series("b", SeriesPoint{TS: 1, Value: 5})}, query())
 
 	// All of it survives a reopen (the memtable is rebuilt from the log).
 	require.NoError(t, s.Close())
@@ -171,7 +171,7 @@ func TestTruncateAcrossFlushBoundary(t *testing.T) {
 	require.EqualValues(t, 3, s.LastTxnID())
 	require.EqualValues(t, 5, s.LastTerm())
 	require.EqualValues(t, 2, flushedTxn(s))
-	require.Equal(t, []Series{series("a", SeriesPoint{1, 11}, SeriesPoint{2, 2}), series("b", SeriesPoint{1, 5})}, query())
+	require.Equal(t, []Series{series("a", SeriesPoint{TS: 1, Value: 11}, SeriesPoint{TS: 2, Value: 2}), series("b", SeriesPoint{TS: 1, Value: 5})}, query())
 	require.NoError(t, s.TruncateAfter(0))
 	require.Empty(t, query())
 }
@@ -204,7 +204,7 @@ func TestSnapshotRestoreWithUnflushedMemtable(t *testing.T) {
 	flushNow(t, dst)
 	got, err = dst.Query("cpu", map[string]string{"host": "h1", FieldTag: DefaultField}, 1, 1)
 	require.NoError(t, err)
-	require.Equal(t, []SeriesPoint{{1, 1}}, got[0].Points, "back to the value before txn 21")
+	require.Equal(t, []SeriesPoint{{TS: 1, Value: 1}}, got[0].Points, "back to the value before txn 21")
 }
 
 // TestRandomAgainstModel drives a shard with random batches (overwrites,
@@ -285,7 +285,7 @@ func modelQuery(log []Entry) []Series {
 	for _, h := range slices.Sorted(maps.Keys(state)) {
 		sr := Series{Metric: "m", Tags: map[string]string{"h": h}}
 		for _, ts := range slices.Sorted(maps.Keys(state[h])) {
-			sr.Points = append(sr.Points, SeriesPoint{ts, state[h][ts]})
+			sr.Points = append(sr.Points, SeriesPoint{TS: ts, Value: state[h][ts]})
 		}
 		out = append(out, sr)
 	}
@@ -382,7 +382,7 @@ func TestSeriesHintWrongGuesses(t *testing.T) {
 			if n := len(model[key]); n > 0 && model[key][n-1].TS == ts {
 				model[key][n-1].Value = points[i].Value
 			} else {
-				model[key] = append(model[key], SeriesPoint{ts, points[i].Value})
+				model[key] = append(model[key], SeriesPoint{TS: ts, Value: points[i].Value})
 			}
 		}
 		mt.insert(Entry{TxnID: uint64(ts + 1), Term: 1, Points: points}, nil, time.Time{})
@@ -426,7 +426,7 @@ func TestArenaSeriesOutgrowTheirRoom(t *testing.T) {
 				p := pt("m", fmt.Sprintf("h=%d", h), "value", ts*10+int64(k), float64(h*1000)+float64(ts*10)+float64(k))
 				points = append(points, p)
 				key := fmt.Sprintf("m,h=%d#value", h)
-				want[key] = append(want[key], SeriesPoint{p.TS, p.Value})
+				want[key] = append(want[key], SeriesPoint{TS: p.TS, Value: p.Value})
 			}
 		}
 		mt.insert(Entry{TxnID: uint64(ts + 1), Term: 1, Points: points}, nil, time.Time{})

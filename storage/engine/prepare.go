@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/cairn-db/cairn/storage/lineproto"
+	"github.com/cairn-db/cairn/storage/wire"
 )
 
 // Prepared is the work Append does on an entry's points before queueing
@@ -87,7 +88,7 @@ func Prepare(points []lineproto.Point) *Prepared {
 	// point's strings are in the caches (two passes over a large entry
 	// read them from memory twice).
 	pr.keys.reset(len(points))
-	pr.points = appendPointsEach(slices.Grow(pr.points[:0], 16+pointBytesHint*len(points)), points,
+	pr.points = wire.AppendPoints(slices.Grow(pr.points[:0], 16+pointBytesHint*len(points)), points,
 		func(i int) { pr.keys.add(points, i) })
 	return pr
 }

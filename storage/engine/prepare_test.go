@@ -1,10 +1,12 @@
 package engine
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/cairn-db/cairn/storage/lineproto"
+	"github.com/cairn-db/cairn/storage/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -35,7 +37,7 @@ func TestPreparedEntryMatchesItsEncodingAndKeys(t *testing.T) {
 		pr := Prepare(e.Points)
 		want, err := e.MarshalBinary()
 		require.NoError(t, err)
-		require.Equal(t, want, append(appendEntryHead(nil, e.TxnID, e.Term), pr.points...), "txn %d", e.TxnID)
+		require.Equal(t, want, append(wire.AppendHead(nil, e.TxnID, e.Term), pr.points...), "txn %d", e.TxnID)
 		require.Len(t, pr.keys.ends, len(e.Points))
 		for i := range e.Points {
 			p := &e.Points[i]
@@ -85,4 +87,16 @@ func TestAppendWithPreparedPointsIsTheSameEntry(t *testing.T) {
 	require.Equal(t, series, again)
 	require.NotEmpty(t, series)
 	require.NoError(t, e.Close())
+}
+
+// highCardinalityEntry is n points of distinct series (a new host tag value
+// each, regions repeating), every string of it a table entry of its own
+// unless repeated.
+func highCardinalityEntry(txn uint64, n, hostBase int) Entry {
+	e := Entry{TxnID: txn, Term: 3, Points: make([]lineproto.Point, n)}
+	for i := range e.Points {
+		e.Points[i] = lineproto.Point{Metric: "cpu", Field: "usage", TS: int64(txn)*10_000 + int64(i), Value: float64(i) / 3,
+			Tags: []lineproto.Tag{{Key: "host", Value: fmt.Sprintf("h%d", hostBase+i)}, {Key: "region", Value: fmt.Sprintf("r%d", i%5)}}}
+	}
+	return e
 }

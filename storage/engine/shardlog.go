@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/cairn-db/cairn/storage/wire"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -142,7 +143,7 @@ func newIncarnation() uint64 {
 func encodeEntries(id shardID, inc uint64, prevTerm uint64, entries []Entry) ([]byte, []walRec) {
 	points := make([][]byte, len(entries))
 	for i, e := range entries {
-		points[i] = appendPointsEach(make([]byte, 0, pointBytesHint*len(e.Points)), e.Points, nil)
+		points[i] = wire.AppendPoints(make([]byte, 0, pointBytesHint*len(e.Points)), e.Points, nil)
 	}
 	return frameEntries(nil, id, inc, prevTerm, entries, points)
 }
@@ -161,7 +162,7 @@ func frameEntries(dst []byte, id shardID, inc uint64, prevTerm uint64, entries [
 		r := walRec{kind: recEntry, inc: inc, db: id.db, shard: id.shard, txn: e.TxnID, term: e.Term, prevTerm: prevTerm}
 		start := len(data)
 		var off int
-		data, off = appendRecord(data, r, func(b []byte) []byte { return append(appendEntryHead(b, e.TxnID, e.Term), points[i]...) })
+		data, off = appendRecord(data, r, func(b []byte) []byte { return append(wire.AppendHead(b, e.TxnID, e.Term), points[i]...) })
 		r.pos = walPos{off: int64(start + off), n: len(data) - start - off}
 		recs[i] = r
 		prevTerm = e.Term

@@ -108,7 +108,7 @@ func TestTornLogRecordAtEveryOffset(t *testing.T) {
 		require.Equal(t, wantB, got, what)
 		q, err := a.Query("m", map[string]string{"h": "b"}, 0, 100)
 		require.NoError(t, err, what)
-		require.Equal(t, []SeriesPoint{{1, -1}, {2, -2}, {3, -3}, {4, -4}, {5, -5}}, q[0].Points, what)
+		require.Equal(t, []SeriesPoint{{TS: 1, Value: -1}, {TS: 2, Value: -2}, {TS: 3, Value: -3}, {TS: 4, Value: -4}, {TS: 5, Value: -5}}, q[0].Points, what)
 		fi, err := os.Stat(filepath.Join(dir, walDirName, filepath.Base(segs[0])))
 		require.NoError(t, err)
 		require.EqualValues(t, start, fi.Size(), "%s: the torn tail is cut off the file", what)
@@ -338,7 +338,7 @@ func TestDropForgetsTheShardsRecords(t *testing.T) {
 	require.EqualValues(t, 1, s.LastTxnID())
 	q, err := s.Query("m", nil, 0, 1000)
 	require.NoError(t, err)
-	require.Equal(t, []SeriesPoint{{100, 1}}, q[0].Points)
+	require.Equal(t, []SeriesPoint{{TS: 100, Value: 1}}, q[0].Points)
 	require.NoError(t, e.Close())
 
 	// Dropped without being opened since the start: the records found at
@@ -395,7 +395,7 @@ func TestOpenMigratesTheLogOfThePreviousFormat(t *testing.T) {
 	require.NoError(t, s.TruncateAfter(1))
 	q, err := s.Query("cpu", nil, 0, 100)
 	require.NoError(t, err)
-	require.Equal(t, []SeriesPoint{{1, 1}}, q[0].Points)
+	require.Equal(t, []SeriesPoint{{TS: 1, Value: 1}}, q[0].Points)
 }
 
 // TestRestoreTakesASnapshotOfThePreviousFormat: a bare bbolt file with its
@@ -426,7 +426,7 @@ func TestRestoreTakesASnapshotOfThePreviousFormat(t *testing.T) {
 	require.Equal(t, []Entry{e1}, got)
 	q, err := s.Query("cpu", nil, 0, 10)
 	require.NoError(t, err)
-	require.Equal(t, []SeriesPoint{{1, 1}}, q[0].Points)
+	require.Equal(t, []SeriesPoint{{TS: 1, Value: 1}}, q[0].Points)
 }
 
 // TestSecondEngineOnTheDirIsRefused: one log, one writer; a second engine on

@@ -3,6 +3,7 @@ package engine
 import (
 	"encoding/binary"
 	"errors"
+	"github.com/cairn-db/cairn/storage/wire"
 	"hash/crc32"
 )
 
@@ -83,15 +84,15 @@ func parseRecord(b []byte) (r walRec, payloadOff, size int, ok bool) {
 	if crc32.Checksum(body, crcTable) != binary.LittleEndian.Uint32(b[4:]) {
 		return r, 0, 0, false
 	}
-	d := decoder{b: body}
-	r.kind = d.byte()
-	r.inc = d.uvarint()
-	r.db = string(d.bytes(d.uvarint()))
-	shard := d.uvarint()
-	r.txn, r.term, r.prevTerm = d.uvarint(), d.uvarint(), d.uvarint()
-	if d.err != nil || shard > 1<<31 || (r.kind != recEntry && r.kind != recTruncate) {
+	d := wire.NewDecoder(body)
+	r.kind = d.Byte()
+	r.inc = d.Uvarint()
+	r.db = string(d.Bytes(d.Uvarint()))
+	shard := d.Uvarint()
+	r.txn, r.term, r.prevTerm = d.Uvarint(), d.Uvarint(), d.Uvarint()
+	if d.Err() != nil || shard > 1<<31 || (r.kind != recEntry && r.kind != recTruncate) {
 		return r, 0, 0, false
 	}
 	r.shard = int(shard)
-	return r, recHeader + n - len(d.b), recHeader + n, true
+	return r, recHeader + n - len(d.Rest()), recHeader + n, true
 }

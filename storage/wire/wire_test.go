@@ -1,7 +1,11 @@
-package engine
+package wire
 
 import (
+	"encoding/binary"
+	"errors"
 	"fmt"
+	"math"
+	"strings"
 	"sync"
 	"testing"
 
@@ -83,4 +87,98 @@ func TestEntryEncodingReferencesRepeatsAtHighCardinality(t *testing.T) {
 	require.NoError(t, back.UnmarshalBinary(both))
 	require.Len(t, back.Points, 10_000)
 	require.Equal(t, e.Points[4999].SeriesKey(), back.Points[9999].SeriesKey())
+}
+
+// TestEntryEncodingRemembersRepeats: remembering each position's last string
+// changes nothing in the bytes: they are what a plain string table writes.
+func TestEntryEncodingRemembersRepeats(t *testing.T) {
+	var e Entry
+	for i := range 200 {
+		tags := fmt.Sprintf("host=h%d,region=r%d", i/5, i%5)
+		if i%7 == 0 {
+			tags = fmt.Sprintf("region=r%d", i%3) // fewer tags: keys shift position
+		}
+		e.Points = append(e.Points, pt([]string{"cpu", "mem"}[i%9/8], tags, []string{"value", "idle"}[i%2], int64(i), float64(i)))
+	}
+	plain := func(e Entry) []byte {
+		b := []byte{entryVersion}
+		b = binary.AppendUvarint(b, e.TxnID)
+		b = binary.AppendUvarint(b, e.Term)
+		b = binary.AppendUvarint(b, uint64(len(e.Points)))
+		table := map[string]uint64{}
+		str := func(s string) {
+			if ref, ok := table[s]; ok {
+				b = binary.AppendUvarint(b, ref)
+				return
+			}
+			table[s] = uint64(len(table) + 1)
+			b = append(b, 0)
+			b = binary.AppendUvarint(b, uint64(len(s)))
+			b = append(b, s...)
+		}
+		for _, p := range e.Points {
+			str(p.Metric)
+			b = binary.AppendUvarint(b, uint64(len(p.Tags)))
+			for _, t := range p.Tags {
+				str(t.Key)
+				str(t.Value)
+			}
+			str(p.Field)
+			b = binary.AppendVarint(b, p.TS)
+			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(p.Value))
+		}
+		return b
+	}
+	got, err := e.MarshalBinary()
+	require.NoError(t, err)
+	require.Equal(t, plain(e), got)
+	var back Entry
+	require.NoError(t, back.UnmarshalBinary(got))
+	require.Equal(t, e, back)
+}
+
+func TestEntryCodec(t *testing.T) {
+	e := Entry{TxnID: 42, Term: 7, Points: []lineproto.Point{
+		pt("cpu", "host=a,region=eu", "value", -3, 1.5),
+		pt("cpu", "host=a,region=eu", "idle", 1<<62, -0.25),
+		pt("mem", "", "value", 0, 0),
+	}}
+	b, err := e.MarshalBinary()
+	require.NoError(t, err)
+	var back Entry
+	require.NoError(t, back.UnmarshalBinary(b))
+	require.Equal(t, e, back)
+	for i := range b { // every truncation is an error, never a panic
+		require.ErrorIs(t, new(Entry).UnmarshalBinary(b[:i]), ErrCorrupt, "prefix %d", i)
+	}
+	require.ErrorIs(t, new(Entry).UnmarshalBinary(append(b, 0)), ErrCorrupt)
+}
+
+func FuzzEntryDecode(f *testing.F) {
+	e := Entry{TxnID: 1, Term: 2, Points: []lineproto.Point{pt("cpu", "host=a", "value", 1, 1)}}
+	b, _ := e.MarshalBinary()
+	f.Add(b)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var e Entry
+		if err := e.UnmarshalBinary(data); err != nil {
+			require.True(t, errors.Is(err, ErrCorrupt))
+			return
+		}
+		again, err := e.MarshalBinary()
+		require.NoError(t, err)
+		var e2 Entry
+		require.NoError(t, e2.UnmarshalBinary(again))
+		require.Equal(t, len(e.Points), len(e2.Points))
+	})
+}
+
+func pt(metric, tags, field string, ts int64, v float64) lineproto.Point {
+	p := lineproto.Point{Metric: metric, Field: field, TS: ts, Value: v}
+	if tags != "" {
+		for kv := range strings.SplitSeq(tags, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			p.Tags = append(p.Tags, lineproto.Tag{Key: k, Value: v})
+		}
+	}
+	return p
 }

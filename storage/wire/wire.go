@@ -1,0 +1,180 @@
+// Package wire is the encoding of a replicated entry: what the engine's logs
+// hold and what storage nodes send each other. It sits below both the engine
+// and the storage client, so the client (and the broker through it) encodes
+// a write without linking the engine.
+package wire
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+
+	"github.com/cairn-db/cairn/storage/lineproto"
+)
+
+// entryVersion leads every encoded entry so the format can evolve without
+// misreading logs written by older binaries.
+const entryVersion = 1
+
+// ErrCorrupt means an encoded entry (or another record read with a
+// Decoder) could not be decoded.
+var ErrCorrupt = errors.New("corrupt encoding")
+
+// Entry is one replicated batch as it is logged and sent. Point tags are
+// sorted by key, as lineproto.Parse returns them.
+type Entry struct {
+	TxnID  uint64
+	Term   uint64
+	Points []lineproto.Point
+}
+
+// MarshalBinary encodes e compactly: varints, and a string table so that the
+// metric, tag and field names repeated across a batch are written once.
+func (e Entry) MarshalBinary() ([]byte, error) {
+	return AppendPoints(AppendHead(make([]byte, 0, 64+len(e.Points)*24), e.TxnID, e.Term), e.Points, nil), nil
+}
+
+// AppendHead appends what an encoded entry holds before its points.
+func AppendHead(b []byte, txn, term uint64) []byte {
+	b = append(b, entryVersion)
+	b = binary.AppendUvarint(b, txn)
+	return binary.AppendUvarint(b, term)
+}
+
+// AppendPoints appends the points part of an encoded entry, calling each
+// (when not nil) with the index of every point once it is encoded, while the
+// point is in the caches (the engine's Prepare builds its series key there).
+func AppendPoints(b []byte, points []lineproto.Point, each func(i int)) []byte {
+	b = binary.AppendUvarint(b, uint64(len(points)))
+	table := getStringTable(len(points))
+	defer putStringTable(table)
+	// Consecutive points mostly repeat the metric, the field, the tag keys
+	// and often values (the lines of one series, the tags the parser
+	// interned): each position remembers its last string, and a repeat
+	// skips the table's hashing. The bytes are the same either way.
+	var last [16]struct {
+		s   string
+		ref uint64
+	}
+	str := func(slot int, s string) {
+		if slot < len(last) && last[slot].ref != 0 && last[slot].s == s {
+			b = binary.AppendUvarint(b, last[slot].ref)
+			return
+		}
+		ref, ok := table[s]
+		if ok {
+			b = binary.AppendUvarint(b, ref)
+		} else {
+			ref = uint64(len(table) + 1)
+			table[s] = ref
+			b = append(b, 0)
+			b = binary.AppendUvarint(b, uint64(len(s)))
+			b = append(b, s...)
+		}
+		if slot < len(last) {
+			last[slot].s, last[slot].ref = s, ref
+		}
+	}
+	for i := range points {
+		p := &points[i]
+		str(0, p.Metric)
+		b = binary.AppendUvarint(b, uint64(len(p.Tags)))
+		for j, t := range p.Tags {
+			str(2+2*j, t.Key)
+			str(3+2*j, t.Value)
+		}
+		str(1, p.Field)
+		b = binary.AppendVarint(b, p.TS)
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(p.Value))
+		if each != nil {
+			each(i)
+		}
+	}
+	return b
+}
+
+// String tables are kept between encodings. An entry of a high-cardinality
+// batch names a few new strings (tag values) for most of its points: a table
+// sized for a quarter of them grew twice per entry, and the rehashing made
+// the encoder's CPU per point rise with the number of series. A table reused
+// from the pool has grown once; clearing it costs a pass over its slots,
+// which is why one grown past tableKeep is not kept.
+const tableKeep = 4096
+
+var stringTables sync.Pool // of map[string]uint64, empty
+
+func getStringTable(points int) map[string]uint64 {
+	if t, ok := stringTables.Get().(map[string]uint64); ok {
+		return t
+	}
+	return make(map[string]uint64, min(16+points/4, tableKeep))
+}
+
+func putStringTable(t map[string]uint64) {
+	if len(t) > tableKeep {
+		return
+	}
+	clear(t)
+	stringTables.Put(t)
+}
+
+// UnmarshalBinary decodes what MarshalBinary produced. It never panics on bad
+// input (entries arrive over the network) and returns ErrCorrupt instead.
+func (e *Entry) UnmarshalBinary(data []byte) error {
+	d := NewDecoder(data)
+	if d.Byte() != entryVersion {
+		return fmt.Errorf("%w: unknown entry version", ErrCorrupt)
+	}
+	e.TxnID = d.Uvarint()
+	e.Term = d.Uvarint()
+	n := d.Uvarint()
+	// Each point takes at least 12 bytes, which bounds n before allocating.
+	if d.err != nil || n > uint64(len(d.b))/12 {
+		return fmt.Errorf("%w: bad entry header", ErrCorrupt)
+	}
+	e.Points = make([]lineproto.Point, n)
+	var table []string
+	str := func() string {
+		ref := d.Uvarint()
+		if ref != 0 {
+			if ref > uint64(len(table)) {
+				d.Fail()
+				return ""
+			}
+			return table[ref-1]
+		}
+		s := string(d.Bytes(d.Uvarint()))
+		table = append(table, s)
+		return s
+	}
+	var tagBuf []lineproto.Tag // one backing array for the whole entry's tags
+	for i := range e.Points {
+		p := &e.Points[i]
+		p.Metric = str()
+		nt := d.Uvarint()
+		if nt > uint64(len(d.b)) {
+			d.Fail()
+			break
+		}
+		if nt > 0 {
+			start := len(tagBuf)
+			for range nt {
+				k := str()
+				tagBuf = append(tagBuf, lineproto.Tag{Key: k, Value: str()})
+			}
+			p.Tags = tagBuf[start:len(tagBuf):len(tagBuf)]
+		}
+		p.Field = str()
+		p.TS = d.Varint()
+		p.Value = math.Float64frombits(d.Uint64())
+		if d.err != nil {
+			break
+		}
+	}
+	if d.err != nil || len(d.b) != 0 {
+		return fmt.Errorf("%w: bad entry body", ErrCorrupt)
+	}
+	return nil
+}
