@@ -79,6 +79,12 @@ type Config struct {
 	EtcdEndpoints  []string
 	Namespace      string
 	StorageCluster string
+	// NodeLabels (storage role) are this node's labels, e.g. zone=a: a
+	// storage cluster's failure_domain names one of their keys.
+	NodeLabels map[string]string
+	// NodeWeight (storage role) is this node's relative capacity, 1 to
+	// models.MaxNodeWeight.
+	NodeWeight int
 	// LeaseTTL bounds node liveness and the master lease.
 	LeaseTTL time.Duration
 
@@ -178,6 +184,7 @@ func Default() Config {
 		HTTPAddr:            "127.0.0.1:9000",
 		Namespace:           "/cairn",
 		StorageCluster:      "default",
+		NodeWeight:          1,
 		LeaseTTL:            3 * time.Second,
 		EtcdName:            "default",
 		EtcdListenClientURL: "http://127.0.0.1:2379",

@@ -206,6 +206,32 @@ var options = []option{
 		func(c *Config) *string { return &c.Namespace }, checkNamespace),
 	stringOpt("storage-cluster", groupCluster, "storage cluster this storage node joins",
 		func(c *Config) *string { return &c.StorageCluster }, checkName),
+	{
+		name: "node-labels", kind: kindList, group: groupCluster, defText: "none",
+		help: "storage role: this node's labels as key=value pairs, e.g. zone=a,rack=r7; a storage cluster's failure_domain names one of the keys, and replicas of a shard go to distinct values of it",
+		get:  func(c *Config) string { return FormatLabels(c.NodeLabels) },
+		set: func(c *Config, raw string) error {
+			labels, err := ParseLabels(raw)
+			if err != nil {
+				return err
+			}
+			c.NodeLabels = labels
+			return nil
+		},
+	},
+	{
+		name: "node-weight", kind: kindInt, group: groupCluster,
+		help: "storage role: this node's relative capacity; nodes hold replicas in proportion to their weights",
+		get:  func(c *Config) string { return strconv.Itoa(c.NodeWeight) },
+		set: func(c *Config, raw string) error {
+			n, err := strconv.Atoi(raw)
+			if err != nil || n < 1 || n > MaxNodeWeight {
+				return fmt.Errorf("want a whole number from 1 to %d", MaxNodeWeight)
+			}
+			c.NodeWeight = n
+			return nil
+		},
+	},
 	durationOpt("lease-ttl", groupCluster, "node liveness and master lease: a dead node is noticed after about this long (min 2s)",
 		2*time.Second, func(c *Config) *time.Duration { return &c.LeaseTTL }, wholeSeconds),
 	{

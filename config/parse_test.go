@@ -93,6 +93,30 @@ func TestParsePrecedence(t *testing.T) {
 			want: "from-flag",
 		},
 		{
+			name: "node labels from env",
+			env:  map[string]string{"CAIRN_NODE_LABELS": "zone=a,rack=r7"},
+			get:  func(c Config) any { return c.NodeLabels },
+			want: map[string]string{"zone": "a", "rack": "r7"},
+		},
+		{
+			name: "node labels from file, flag beats it",
+			file: `node-labels = ["zone=b"]`,
+			args: []string{"--node-labels", "zone=c"},
+			get:  func(c Config) any { return c.NodeLabels },
+			want: map[string]string{"zone": "c"},
+		},
+		{
+			name: "node weight from file",
+			file: `node-weight = 3`,
+			get:  func(c Config) any { return c.NodeWeight },
+			want: 3,
+		},
+		{
+			name: "node weight default",
+			get:  func(c Config) any { return c.NodeWeight },
+			want: 1,
+		},
+		{
 			name: "env beats default",
 			env:  map[string]string{"CAIRN_REBALANCE_DELAY": "1m"},
 			get:  func(c Config) any { return c.RebalanceDelay },

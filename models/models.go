@@ -63,6 +63,12 @@ type StorageNode struct {
 	// (0: unknown); it changes the record only when it crosses a percent.
 	DiskUsedPct int `json:"disk_used_pct,omitempty"`
 	Hosted      int `json:"shards_hosted"` // replicas open on the node
+	// Labels are the node's --node-labels (zone=a,rack=r7): a storage
+	// cluster's failure_domain names one of their keys.
+	Labels map[string]string `json:"labels,omitempty"`
+	// Weight is the node's --node-weight, its relative capacity (0 or
+	// absent: 1): it holds replicas in proportion.
+	Weight int `json:"weight,omitempty"`
 }
 
 // StorageCluster is a configured storage cluster. Empty EtcdEndpoints means the
@@ -71,6 +77,9 @@ type StorageCluster struct {
 	Name          string   `json:"name"`
 	EtcdEndpoints []string `json:"etcd_endpoints"`
 	Namespace     string   `json:"namespace"`
+	// FailureDomain names a node label key (e.g. zone) across whose values
+	// the replicas of a shard are spread; "" spreads them over nodes only.
+	FailureDomain string `json:"failure_domain,omitempty"`
 }
 
 // Database is the DDL of one database.

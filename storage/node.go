@@ -27,6 +27,10 @@ type NodeConfig struct {
 	NodeID  string
 	Address string
 	Cluster string
+	// Labels and Weight go into the record as they are (--node-labels,
+	// --node-weight): placement reads them.
+	Labels map[string]string
+	Weight int
 	TTL     time.Duration
 	// MinRewrite is the shortest time between two rewrites of the record
 	// (a burst of leader changes costs one write); default TTL/3.
@@ -91,7 +95,8 @@ func nodeRecord(cfg NodeConfig) func() []byte {
 	var last models.StorageNode // the record without last_updated, as last encoded
 	var encoded []byte          // its encoding with last_updated
 	return func() []byte {
-		r := models.StorageNode{NodeID: cfg.NodeID, NodeAddress: cfg.Address, Role: "storage", Cluster: cfg.Cluster}
+		r := models.StorageNode{NodeID: cfg.NodeID, NodeAddress: cfg.Address, Role: "storage", Cluster: cfg.Cluster,
+			Labels: cfg.Labels, Weight: cfg.Weight}
 		if cfg.Report != nil {
 			r.Hosted, r.Following = cfg.Report()
 		}

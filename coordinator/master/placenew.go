@@ -62,7 +62,7 @@ func (m *Master) placeNew(ctx context.Context, names []string) error {
 				add[placement.ShardKey{DB: db.Name, Shard: i}] = db.ReplicaFactor
 			}
 		}
-		plan, err := placement.PlaceNew(m.placeView(st, cluster), add)
+		plan, err := placeNew(m.placeView(st, cluster), add)
 		if err != nil {
 			continue // syncAssignment says why, per database
 		}

@@ -83,7 +83,7 @@ type Decision struct {
 	// Balanced: the clusters a plan was made for that relocates nothing (the
 	// master remembers their membership as balanced).
 	Balanced []string
-	// Relocations and LowerBound of the plan (see placement.Place).
+	// Relocations and LowerBound of the plan (see placement.Sharder).
 	Relocations, LowerBound int
 	// Err: no plan could be made (not enough nodes...).
 	Err error
@@ -240,7 +240,7 @@ func PlanOps(st *statemachine.State, term int64, now time.Time) (ops []Operator,
 		if len(c.Shards) == 0 || !ClusterReady(st, name) {
 			continue
 		}
-		p, err := placement.Place(c)
+		p, sharder, err := planFor(c)
 		if err != nil {
 			return nil, nil, 0, 0, err
 		}
@@ -248,7 +248,7 @@ func PlanOps(st *statemachine.State, term int64, now time.Time) (ops []Operator,
 		if p.Relocations == 0 {
 			balanced = append(balanced, name) // and the bound is 0
 		} else {
-			lowerBound += placement.LowerBound(c)
+			lowerBound += sharder.LowerBound()
 		}
 		keys := slices.Collect(maps.Keys(p.Target))
 		slices.SortFunc(keys, func(a, b placement.ShardKey) int {

@@ -121,6 +121,9 @@ func (a *Admin) CreateStorageCluster(ctx context.Context, c models.StorageCluste
 	if c.Namespace != "" && (!strings.HasPrefix(c.Namespace, "/") || strings.HasSuffix(c.Namespace, "/")) {
 		return c, bad("invalid namespace %q: must start with / and not end with /", c.Namespace)
 	}
+	if c.FailureDomain != "" && !models.ValidName(c.FailureDomain) {
+		return c, bad("invalid failure_domain %q: want a node label key, [A-Za-z0-9_-]{1,64}", c.FailureDomain)
+	}
 	if c.EtcdEndpoints == nil {
 		c.EtcdEndpoints = []string{}
 	}
@@ -178,7 +181,8 @@ func sameDatabase(cur, d models.Database) bool {
 
 // sameStorageCluster is sameDatabase for storage clusters.
 func sameStorageCluster(cur, c models.StorageCluster) bool {
-	return cur.Name == c.Name && cur.Namespace == c.Namespace && slices.Equal(cur.EtcdEndpoints, c.EtcdEndpoints)
+	return cur.Name == c.Name && cur.Namespace == c.Namespace && slices.Equal(cur.EtcdEndpoints, c.EtcdEndpoints) &&
+		cur.FailureDomain == c.FailureDomain
 }
 
 // CreateDatabase validates and creates a database; a retried identical create

@@ -94,6 +94,27 @@ func TestCreateStorageClusterIdempotent(t *testing.T) {
 	require.ErrorIs(t, err, models.ErrConflict)
 }
 
+// TestStorageClusterFailureDomain: failure_domain is kept, is part of the
+// definition (a create with another one conflicts), and must be a label key.
+func TestStorageClusterFailureDomain(t *testing.T) {
+	ctx := context.Background()
+	store := kv.NewMemoryStore()
+	a := &meta.Admin{Store: store, Keys: models.Keys{NS: "/cairn"}, State: fixedState(t)}
+	_, err := a.CreateStorageCluster(ctx, models.StorageCluster{Name: "zoned", FailureDomain: "no zone"})
+	require.ErrorContains(t, err, `invalid failure_domain "no zone"`)
+	kvp, err := store.Get(ctx, a.Keys.StorageConfig("zoned"))
+	require.NoError(t, err)
+	require.Nil(t, kvp, "a refused create writes nothing")
+	c, err := a.CreateStorageCluster(ctx, models.StorageCluster{Name: "zoned", FailureDomain: "zone"})
+	require.NoError(t, err)
+	require.Equal(t, "zone", c.FailureDomain)
+	kvp, err = store.Get(ctx, a.Keys.StorageConfig("zoned"))
+	require.NoError(t, err)
+	require.Contains(t, string(kvp.Value), `"failure_domain":"zone"`)
+	_, err = a.CreateStorageCluster(ctx, models.StorageCluster{Name: "zoned", FailureDomain: "rack"})
+	require.ErrorIs(t, err, models.ErrConflict)
+}
+
 // TestDDLUnderNoSpace: etcd's NOSPACE alarm is reported as such, with what to
 // do, never as a generic failure.
 func TestDDLUnderNoSpace(t *testing.T) {
