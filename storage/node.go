@@ -31,7 +31,7 @@ type NodeConfig struct {
 	// --node-weight): placement reads them.
 	Labels map[string]string
 	Weight int
-	TTL     time.Duration
+	TTL    time.Duration
 	// MinRewrite is the shortest time between two rewrites of the record
 	// (a burst of leader changes costs one write); default TTL/3.
 	MinRewrite time.Duration
