@@ -189,6 +189,23 @@ func TestInfluxV2Client(t *testing.T) {
 	// A missing bucket is the client's error, named.
 	err := c.WriteAPIBlocking("my-org", "nope").WriteRecord(ctx, "m v=1")
 	require.ErrorContains(t, err, "not found")
+
+	// The client's probes read InfluxDB 2.x's shapes; a Flux query is told
+	// where InfluxQL is answered.
+	health, err := c.Health(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "pass", string(health.Status))
+	require.Equal(t, "influxdb", health.Name)
+	ready, err := c.Ready(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "ready", string(*ready.Status))
+	require.NotNil(t, ready.Started)
+	_, err = c.QueryAPI("my-org").Query(ctx, `from(bucket: "v2") |> range(start: -1h)`)
+	require.ErrorContains(t, err, "use InfluxQL at /query")
+	resp, err := http.Post("http://"+p.addr+"/api/v2/query", "application/json", strings.NewReader(`{"query":"from(bucket: \"v2\")"}`))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusNotImplemented, resp.StatusCode)
 }
 
 // TestInfluxWriteEndpoints: the raw HTTP contract of the write endpoints

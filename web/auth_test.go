@@ -40,6 +40,9 @@ var routeScopes = map[string]web.Scope{
 	"GET /query":                                     web.ScopeRead,
 	"POST /query":                                    web.ScopeRead,
 	"GET /ping":                                      0, // InfluxDB clients ping before they authenticate
+	"GET /health":                                    0, // InfluxDB 2.x's probes, open like /api/v1/health
+	"GET /ready":                                     0,
+	"POST /api/v2/query":                             web.ScopeRead,
 	"HEAD /ping":                                     0,
 	"GET /api/v1/storage-clusters":                   web.ScopeRead,
 	"GET /api/v1/storage-clusters/:name":             web.ScopeRead,
@@ -274,6 +277,7 @@ func (scopeInflux) Routes(writes, queries, open gin.IRouter) {
 	writes.POST("/api/v2/write", ok)
 	queries.GET("/query", ok)
 	queries.POST("/query", ok)
+	queries.POST("/api/v2/query", ok)
 	open.GET("/ping", ok)
 	open.HEAD("/ping", ok)
 }

@@ -108,6 +108,7 @@ type Server struct {
 	// refusals rate-limits the log lines of refused internal requests.
 	refusals *peerauth.Limiter
 	writes   *inflight // nil: no bound on write bodies in flight
+	started  time.Time // when New ran: /ready's "started" and "up"
 }
 
 func init() { gin.SetMode(gin.ReleaseMode) }
@@ -126,7 +127,7 @@ func New(cfg Config) *Server {
 	if cfg.Gatherer == nil {
 		cfg.Gatherer = prometheus.DefaultGatherer
 	}
-	s := &Server{cfg: cfg, lg: cfg.Logger.Named("http"), done: make(chan error, 1), refusals: peerauth.NewLimiter(time.Minute, nil)}
+	s := &Server{cfg: cfg, lg: cfg.Logger.Named("http"), done: make(chan error, 1), refusals: peerauth.NewLimiter(time.Minute, nil), started: time.Now()}
 	if cfg.WriteMaxInflightBytes > 0 {
 		s.writes = newInflight(cfg.WriteMaxInflightBytes)
 		if s.cfg.WriteInflightWait <= 0 {
@@ -141,6 +142,8 @@ func New(cfg Config) *Server {
 	// Probes stay open: they reveal nothing but liveness.
 	api.GET("/health", s.health)
 	api.GET("/ready", s.ready)
+	e.GET("/health", s.influxHealth)
+	e.GET("/ready", s.influxReady)
 	api.GET("/master", s.RequireScope(ScopeRead), s.master)
 	api.GET("/nodes", s.RequireScope(ScopeRead), s.nodes)
 	api.GET("/problems", s.RequireScope(ScopeRead), s.problems)

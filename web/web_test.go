@@ -286,3 +286,27 @@ func ginPathToDoc(path string) string {
 	}
 	return strings.Join(parts, "/")
 }
+
+// TestInfluxProbes: /health and /ready answer in InfluxDB 2.x's shapes,
+// pass and ready once the node is, fail and 503 naming why before.
+func TestInfluxProbes(t *testing.T) {
+	waiting := "storage: shards opening"
+	h := web.New(web.Config{NodeID: "n1", State: newState(t), Waiting: func() string { return waiting }}).Handler()
+	code, body := do(t, h, "GET", "/health", "")
+	require.Equal(t, 503, code)
+	require.Equal(t, "fail", body["status"])
+	require.Contains(t, body["message"], waiting)
+	code, body = do(t, h, "GET", "/ready", "")
+	require.Equal(t, 503, code)
+	require.Equal(t, "not ready", body["status"])
+	waiting = ""
+	code, body = do(t, h, "GET", "/health", "")
+	require.Equal(t, 200, code)
+	require.Equal(t, map[string]any{"name": "influxdb", "message": "ready for queries and writes", "status": "pass",
+		"checks": []any{}, "version": "1.8.10", "commit": ""}, body)
+	code, body = do(t, h, "GET", "/ready", "")
+	require.Equal(t, 200, code)
+	require.Equal(t, "ready", body["status"])
+	require.NotEmpty(t, body["started"])
+	require.NotEmpty(t, body["up"])
+}

@@ -173,21 +173,33 @@ func appendCells(b []byte, row query.Row, unit int64, tt *timeTexts) []byte {
 // decimalPows are the scales appendFloat's fast path tries.
 var decimalPows = [...]float64{1, 10, 100, 1000}
 
-// appendFloat writes f exactly as strconv's shortest 'g' format does. Values
-// under a million with at most three decimals (counters, percentages, means
-// of them: most of what metrics hold) take a fast path: when i/10^s is the
-// float nearest to f's decimal with s places, that decimal is the shortest
-// text that reads back as f, and 'g' writes it without an exponent below
-// 1e6.
+// appendFloat writes a finite f exactly as InfluxDB does (Go's
+// encoding/json): the shortest decimal that reads back as f, without an
+// exponent from 1e-6 up to 1e21, with one ("1e-07" cleaned to "1e-7")
+// outside. Values under a million with at most three decimals (counters,
+// percentages, means of them: most of what metrics hold) take a fast path:
+// when i/10^s is the float nearest to f's decimal with s places, that
+// decimal is the shortest text that reads back as f.
 func appendFloat(b []byte, f float64) []byte {
-	if a := math.Abs(f); a < 1e6 && (a >= 1e-3 || f == 0 && !math.Signbit(f)) {
+	a := math.Abs(f)
+	if a < 1e6 && (a >= 1e-3 || f == 0 && !math.Signbit(f)) {
 		for scale, pow := range decimalPows {
 			if i := math.Round(f * pow); i/pow == f {
 				return appendDecimal(b, int64(i), scale)
 			}
 		}
 	}
-	return strconv.AppendFloat(b, f, 'g', -1, 64)
+	if a == 0 || a >= 1e-6 && a < 1e21 {
+		return strconv.AppendFloat(b, f, 'f', -1, 64)
+	}
+	start := len(b)
+	b = strconv.AppendFloat(b, f, 'e', -1, 64)
+	// e-07 -> e-7, as encoding/json writes it.
+	if n := len(b) - start; n >= 4 && b[len(b)-4] == 'e' && b[len(b)-3] == '-' && b[len(b)-2] == '0' {
+		b[len(b)-2] = b[len(b)-1]
+		b = b[:len(b)-1]
+	}
+	return b
 }
 
 // appendDecimal writes i / 10^scale with scale decimals.

@@ -9,6 +9,7 @@ package influx
 import (
 	"context"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/cairn-db/cairn/broker/query"
@@ -88,8 +89,17 @@ func (h *Handler) Routes(writes, queries, open gin.IRouter) {
 	writes.POST("/api/v2/write", h.writeV2)
 	queries.GET("/query", h.query)
 	queries.POST("/query", h.query)
+	queries.POST("/api/v2/query", h.flux)
 	open.GET("/ping", h.ping)
 	open.HEAD("/ping", h.ping)
+}
+
+// flux answers InfluxDB 2.x's Flux endpoint: Cairn speaks InfluxQL only,
+// and says where, rather than a bare 404 that reads as a wrong URL.
+func (h *Handler) flux(c *gin.Context) {
+	c.Header("X-Influxdb-Version", Version)
+	v2Error(c, http.StatusNotImplemented, "not implemented",
+		"Flux is not supported: use InfluxQL at /query (GET or POST /query?db=<database>&q=<statements>)")
 }
 
 func (h *Handler) ping(c *gin.Context) {
@@ -105,9 +115,9 @@ func (h *Handler) ping(c *gin.Context) {
 // v1Error answers InfluxDB 1.x's error shape.
 // Refuse answers a request the node's tokens refused (401: no or unknown
 // token, 403: a narrower one) as InfluxDB does: {"code","message"} on the
-// 2.x write endpoint, {"error"} on the 1.x ones and /query.
+// 2.x endpoints, {"error"} on the 1.x ones and /query.
 func (h *Handler) Refuse(c *gin.Context, status int, err error) {
-	if c.Request.URL.Path == "/api/v2/write" {
+	if strings.HasPrefix(c.Request.URL.Path, "/api/v2/") {
 		code := "unauthorized"
 		if status == http.StatusForbidden {
 			code = "forbidden"
