@@ -61,6 +61,7 @@ type App struct {
 	guard func(*http.Request) error // the internal API's; nil when open
 
 	wg     sync.WaitGroup
+	runCtx context.Context // ends at Stop; the roles' goroutines run under it
 	cancel context.CancelFunc
 	fatal  chan error // a role that cannot go on (its node id is held by another process)
 
@@ -108,7 +109,7 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 		a.lg.Warn("local state backup unusable; starting empty", zap.Error(err))
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
-	a.cancel = cancel
+	a.runCtx, a.cancel = runCtx, cancel
 	a.sm.Start(runCtx)
 
 	wcfg := web.Config{

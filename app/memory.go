@@ -1,42 +1,109 @@
 package app
 
 import (
+	"context"
 	"os"
 	"runtime/debug"
+	"time"
 
 	"github.com/cairn-db/cairn/config"
 	"github.com/cairn-db/cairn/storage/engine"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 )
 
-// memoryLimit is the Go runtime's soft memory limit for cfg (0: none).
-// --memory-limit wins; else GOMEMLIMIT, which the runtime has applied
-// already; else a storage node gets three times its memtable budget plus
-// 128 MiB: room for the memtables, the frozen ones being flushed beside
-// them (up to the budget again), the series indexes, the writes in flight
-// and the garbage between collections, so that the heap does not settle at
-// twice its live size (nor the collector run nonstop at a limit the live
-// heap reaches). The limit is soft: past it the collector runs more often,
-// nothing fails. Roles without memtables keep Go's default (none).
-func memoryLimit(cfg config.Config, getenv func(string) string) int64 {
+// memoryLimit is the Go runtime's soft memory limit for cfg at start (0:
+// none), and whether it is derived (then it follows the series index, see
+// derivedLimit). --memory-limit wins; else GOMEMLIMIT, which the runtime
+// has applied already; else a storage node gets derivedLimit of an empty
+// index. Roles without memtables keep Go's default (none).
+func memoryLimit(cfg config.Config, getenv func(string) string) (limit int64, derived bool) {
 	switch {
 	case cfg.MemoryLimit > 0:
-		return cfg.MemoryLimit
+		return cfg.MemoryLimit, false
 	case getenv("GOMEMLIMIT") != "", !cfg.HasRole(config.RoleStorage):
-		return 0
+		return 0, false
 	}
-	mem := cfg.MemtableMaxBytes
-	if mem <= 0 {
-		mem = engine.DefaultMemtableBytes()
+	return derivedLimit(memtableBudget(cfg), engine.MemoryUse{}), true
+}
+
+func memtableBudget(cfg config.Config) int64 {
+	if cfg.MemtableMaxBytes > 0 {
+		return cfg.MemtableMaxBytes
 	}
-	return 3*mem + 128<<20
+	return engine.DefaultMemtableBytes()
+}
+
+// derivedLimit is a storage node's soft memory limit: three times its
+// memtable budget plus 128 MiB (the memtables, the frozen ones being
+// flushed beside them, the writes in flight and the garbage between
+// collections), plus twice the series indexes. The memtables are bounded
+// by the budget, past which writers wait for flushes: that is what pushes
+// back on writers. The indexes are not: they grow with the series a node
+// holds, and a fixed limit that a million series' index reaches left the
+// collector running nonstop (issue 21). So the limit follows them, and the
+// heap keeps as much room for garbage above them as GOGC would give. The
+// limit is soft: past it the collector runs more often, nothing fails.
+func derivedLimit(budget int64, use engine.MemoryUse) int64 {
+	return 3*budget + 2*use.Index + 128<<20
 }
 
 // ApplyMemoryLimit sets the runtime's soft memory limit for cfg, if any
-// (memoryLimit); it is process-wide, for the binary's main to call.
-func ApplyMemoryLimit(cfg config.Config, lg *zap.Logger) {
-	if n := memoryLimit(cfg, os.Getenv); n > 0 {
+// (memoryLimit); it is process-wide, for the binary's main to call, before
+// Start. A derived limit then follows the node's series indexes (see
+// GovernMemoryLimit).
+func ApplyMemoryLimit(cfg config.Config, lg *zap.Logger) (derived bool) {
+	n, derived := memoryLimit(cfg, os.Getenv)
+	if n > 0 {
 		debug.SetMemoryLimit(n)
-		lg.Info("go soft memory limit", zap.Int64("bytes", n))
+		lg.Info("go soft memory limit", zap.Int64("bytes", n), zap.Bool("follows_series_index", derived))
+	}
+	return derived
+}
+
+// GovernMemoryLimit keeps the runtime's soft memory limit at derivedLimit
+// of the engine's accounted memory, checked every second, until the node
+// stops. Process-wide, like ApplyMemoryLimit: for the binary's main, when
+// that said the limit is derived. Nothing without the storage role.
+func (a *App) GovernMemoryLimit() {
+	rep, ok := a.engine.(engine.MemoryReporter)
+	if !ok {
+		return
+	}
+	budget := memtableBudget(a.cfg)
+	a.goRun(a.runCtx, func(ctx context.Context) {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		set := derivedLimit(budget, engine.MemoryUse{})
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			// Moved only by 1/64 or more: each change makes the
+			// runtime recompute its pacing.
+			if n := derivedLimit(budget, rep.MemoryUse()); n > set+set/64 || n < set-set/64 {
+				debug.SetMemoryLimit(n)
+				set = n
+			}
+		}
+	})
+}
+
+// registerEngineMemory exports the engine's accounted memory by kind.
+func (a *App) registerEngineMemory() {
+	rep, ok := a.engine.(engine.MemoryReporter)
+	if !ok {
+		return
+	}
+	for kind, get := range map[string]func(engine.MemoryUse) int64{
+		"memtables": func(u engine.MemoryUse) int64 { return u.Memtables },
+		"frozen":    func(u engine.MemoryUse) int64 { return u.Frozen },
+		"index":     func(u engine.MemoryUse) int64 { return u.Index },
+	} {
+		a.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cairn_engine_memory_bytes",
+			Help:        "The storage engine's accounted heap by kind: active memtables (bounded by the budget), frozen ones being flushed, series indexes.",
+			ConstLabels: prometheus.Labels{"kind": kind}}, func() float64 { return float64(get(rep.MemoryUse())) }))
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/cairn-db/cairn/config"
+	"github.com/cairn-db/cairn/storage/engine"
 	"github.com/stretchr/testify/require"
 )
 
@@ -34,9 +35,26 @@ func TestMemoryLimit(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			require.Equal(t, tc.want, memoryLimit(tc.cfg, tc.getenv))
+			got, derived := memoryLimit(tc.cfg, tc.getenv)
+			require.Equal(t, tc.want, got)
+			require.Equal(t, tc.want == 320<<20, derived, "only the storage default follows the index")
 		})
 	}
 	auto := config.Default()
-	require.Greater(t, memoryLimit(auto, none), int64(128<<20), "the memtable default is resolved")
+	got, _ := memoryLimit(auto, none)
+	require.Greater(t, got, int64(128<<20), "the memtable default is resolved")
+}
+
+// TestDerivedLimitFollowsIndex: a storage node's derived soft limit keeps
+// room above its series indexes (twice them) besides the memtables' three
+// budgets and 128 MiB, so that a node holding a million series is not held
+// under a limit its live heap passes.
+func TestDerivedLimitFollowsIndex(t *testing.T) {
+	const budget = 64 << 20
+	require.Equal(t, int64(320<<20), derivedLimit(budget, engine.MemoryUse{}))
+	big := engine.MemoryUse{Memtables: budget, Frozen: budget, Index: 400 << 20}
+	got := derivedLimit(budget, big)
+	require.Equal(t, int64(320<<20+800<<20), got)
+	live := big.Memtables + big.Frozen + big.Index
+	require.GreaterOrEqual(t, got, 2*live-big.Memtables-big.Frozen, "room for as much garbage as the index and the budget")
 }

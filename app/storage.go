@@ -28,6 +28,7 @@ func (a *App) openStorage() error {
 		return err
 	}
 	a.engine = eng
+	a.registerEngineMemory()
 	a.host = storage.NewHost(storage.HostConfig{
 		NodeID: a.nodeID, Cluster: a.cfg.StorageCluster, Engine: eng, State: a.sm.Snapshot,
 		Changed: a.sm.Changed, Logger: a.lg, MinInsync: a.cfg.MinInsyncReplicas,

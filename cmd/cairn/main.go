@@ -136,7 +136,7 @@ func runNode(args []string, stdout, stderr io.Writer) int {
 	cfg.Version = version
 	// Process-wide, so set by the binary only (tests and simulations
 	// embedding several nodes keep the runtime's setting).
-	app.ApplyMemoryLimit(cfg, lg)
+	derivedLimit := app.ApplyMemoryLimit(cfg, lg)
 	a, err := app.Start(cfg, lg)
 	if err != nil {
 		fmt.Fprintf(stderr, "cairn: %v\n", err)
@@ -145,6 +145,9 @@ func runNode(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		return 1
+	}
+	if derivedLimit {
+		a.GovernMemoryLimit()
 	}
 	err = a.Wait(ctx)
 	a.Stop()

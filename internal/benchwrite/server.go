@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -95,9 +94,6 @@ func (w *serverWatch) end(ctx context.Context, points int64) *Server {
 	if gc, err := scrapeRuntimeCPU(ctx, w.client, w.metrics); err == nil && s.gcBegin.total > 0 {
 		if d := gc.total - s.gcBegin.total; d > 0 {
 			s.GCFraction = round((gc.gc-s.gcBegin.gc)/d, 3)
-		}
-		if s.CPUS > 0 {
-			s.GCShare = round(math.Min((gc.gc-s.gcBegin.gc)/s.CPUS, 1), 3)
 		}
 	} else if err != nil {
 		s.Note = err.Error()

@@ -8,7 +8,6 @@ import (
 	"math"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 
 	"github.com/cairn-db/cairn/storage/lineproto"
@@ -42,88 +41,6 @@ var (
 // blockFill packs block pages full: a series' new blocks go after its older
 // ones, and compaction rewrites them in key order.
 const blockFill = 0.95
-
-// seriesIndex is a shard's series key -> id map, loaded at open. Each key is
-// held as one string for the shard's lifetime, which the memtable reuses
-// (interning) instead of allocating a key per series per flush cycle.
-type seriesIndex struct {
-	mu   sync.RWMutex
-	ids  map[string]uint64
-	keys map[uint64]string
-	// newest bounds each series' newest flushed ts from above, for the
-	// series flushed since the shard was opened: a flush then appends
-	// without looking up the series' last block, and the memtable keeps
-	// no undo for points after it.
-	newest map[uint64]int64
-	// The size of the last flushed memtable (series, points per series):
-	// the next one starts with room for as much, instead of growing every
-	// series' points and its maps step by step again.
-	lastSeries, lastPerSeries atomic.Int64
-}
-
-func loadIndex(tx *bolt.Tx) (*seriesIndex, error) {
-	ix := &seriesIndex{ids: make(map[string]uint64), keys: make(map[uint64]string), newest: make(map[uint64]int64)}
-	b := tx.Bucket(bucketSKey)
-	if b == nil {
-		return ix, nil // a read-only look at a file of an older version
-	}
-	err := b.ForEach(func(k, v []byte) error {
-		if len(k) != 8 {
-			return fmt.Errorf("%w: series id key of %d bytes", ErrCorrupt, len(k))
-		}
-		key := string(v)
-		id := beUint64(k)
-		ix.ids[key], ix.keys[id] = id, key
-		return nil
-	})
-	return ix, err
-}
-
-// intern returns the shard's copy of key, if the series is known, and a
-// bound of its newest flushed ts (math.MaxInt64 when unknown).
-func (ix *seriesIndex) intern(key []byte) (string, int64, bool) {
-	ix.mu.RLock()
-	defer ix.mu.RUnlock()
-	id, ok := ix.ids[string(key)]
-	if !ok {
-		return "", 0, false
-	}
-	newest, known := ix.newest[id]
-	if !known {
-		newest = math.MaxInt64
-	}
-	return ix.keys[id], newest, true
-}
-
-func (ix *seriesIndex) id(key string) (uint64, bool) {
-	ix.mu.RLock()
-	defer ix.mu.RUnlock()
-	id, ok := ix.ids[key]
-	return id, ok
-}
-
-// seriesMax is a series' newest flushed ts after a flush.
-type seriesMax struct {
-	id uint64
-	ts int64
-}
-
-func (ix *seriesIndex) add(created map[string]uint64) {
-	ix.mu.Lock()
-	defer ix.mu.Unlock()
-	for k, id := range created {
-		ix.ids[k], ix.keys[id] = id, k
-	}
-}
-
-// setNewest records the series' newest flushed ts after a flush.
-func (ix *seriesIndex) setNewest(newest []seriesMax) {
-	ix.mu.Lock()
-	defer ix.mu.Unlock()
-	for _, n := range newest {
-		ix.newest[n.id] = n.ts
-	}
-}
 
 // Posting keys: a kind byte, then length-prefixed strings, then the series id.
 const (

@@ -41,6 +41,7 @@ func (s *boltShard) accountMem() {
 type memBudget struct {
 	bytes  atomic.Int64 // of the active memtables
 	frozen atomic.Int64 // of the frozen memtables being flushed
+	index  atomic.Int64 // of the shards' series indexes
 	shards atomic.Int64
 	slots  flushSlots
 }
@@ -205,6 +206,7 @@ func (s *boltShard) flushFrozenLocked() error {
 	// load them after start their read transaction after this commit.
 	// Either way nothing is missing.
 	s.ix.add(created)
+	s.chargeIndex(false)
 	s.flushedTxn.Store(upto)
 	s.trimTo(base, upto)
 	s.flushed.Store(true)

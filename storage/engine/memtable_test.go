@@ -356,7 +356,7 @@ func TestLogBoundedByBytes(t *testing.T) {
 // by another, possibly new one (guesses wrong) all put every point in its own
 // series, each series held once, and the guesses follow the latest order.
 func TestSeriesHintWrongGuesses(t *testing.T) {
-	ix := &seriesIndex{ids: map[string]uint64{}, keys: map[uint64]string{}, newest: map[uint64]int64{}}
+	ix := newSeriesIndex()
 	mt := newMemtable(ix)
 	rng := rand.New(rand.NewPCG(3, 4))
 	hosts := make([]string, 40)
@@ -413,7 +413,7 @@ func TestSeriesHintWrongGuesses(t *testing.T) {
 // one shared allocation; a series that outgrows its room moves out without
 // touching its neighbours' points.
 func TestArenaSeriesOutgrowTheirRoom(t *testing.T) {
-	ix := &seriesIndex{ids: map[string]uint64{}, keys: map[uint64]string{}, newest: map[uint64]int64{}}
+	ix := newSeriesIndex()
 	mt := newMemtable(ix)
 	mt.ptsHint = 3
 	want := map[string][]SeriesPoint{}
@@ -447,7 +447,7 @@ func TestArenaSeriesOutgrowTheirRoom(t *testing.T) {
 // filling one and starting the next (or a key longer than a whole one) leaves
 // every key as it was written.
 func TestNewSeriesKeysSpanChunks(t *testing.T) {
-	ix := &seriesIndex{ids: map[string]uint64{}, keys: map[uint64]string{}, newest: map[uint64]int64{}}
+	ix := newSeriesIndex()
 	mt := newMemtable(ix)
 	long := strings.Repeat("x", keyChunkBytes+10)
 	var points []lineproto.Point

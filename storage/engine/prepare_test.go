@@ -49,7 +49,7 @@ func TestPreparedEntryMatchesItsEncodingAndKeys(t *testing.T) {
 		}
 		pr.release()
 	}
-	mt := newMemtable(&seriesIndex{ids: map[string]uint64{}, keys: map[uint64]string{}, newest: map[uint64]int64{}})
+	mt := newMemtable(newSeriesIndex())
 	mt.insert(entries[1], &Prepare(entries[1].Points).keys, time.Time{})
 	require.Equal(t, 4, len(mt.series), "cpu user, cpu idle, mem used, mem free")
 	require.Equal(t, 7, mt.points)

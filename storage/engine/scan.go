@@ -181,14 +181,6 @@ func (mt *memtable) scanCopy(metric string, start, end int64, keep func(string) 
 	return runs
 }
 
-// keyOf is the key of series id, if indexed.
-func (ix *seriesIndex) keyOf(id uint64) (string, bool) {
-	ix.mu.RLock()
-	defer ix.mu.RUnlock()
-	k, ok := ix.keys[id]
-	return k, ok
-}
-
 // scanner reads series blocks into buffers it reuses from series to series.
 type scanner struct {
 	blocks     *bolt.Bucket

@@ -74,11 +74,12 @@ type boltShard struct {
 	collectLog func() // removes the segments no shard needs any more
 
 	retainBytes int64
-	memLimit    int64      // engine-wide memtable budget; 0: none
-	memAcct     *memBudget // the engine's account of memtable bytes
-	memCharged  int64      // what this shard's active memtable is charged there; guarded by wmu
-	cmu         sync.Mutex // held by a compaction step
-	compactAt   []byte     // where compaction resumes; guarded by cmu
+	memLimit    int64        // engine-wide memtable budget; 0: none
+	ixCharged   atomic.Int64 // what the engine's account holds for ix (chargeIndex)
+	memAcct     *memBudget   // the engine's account of memtable bytes
+	memCharged  int64        // what this shard's active memtable is charged there; guarded by wmu
+	cmu         sync.Mutex   // held by a compaction step
+	compactAt   []byte       // where compaction resumes; guarded by cmu
 
 	frozenCharged int64 // what its frozen memtable is charged there; guarded by fmu
 
@@ -246,6 +247,7 @@ func (s *boltShard) recover(recs []walRec) error {
 	if err != nil {
 		return fmt.Errorf("engine: recover %s: %w", s.path, err)
 	}
+	s.chargeIndex(false)
 	last, lastTerm := l.last()
 	mt, err := s.replayLog(m.flushedTxn, last)
 	if err != nil {
@@ -462,6 +464,7 @@ func (s *boltShard) Close() error {
 	s.memAcct.charge(-s.memCharged, -1)
 	s.memCharged = 0
 	s.chargeFrozen(0)
+	s.chargeIndex(true)
 	// The log start trimmed since the last flush persists, so a reopen
 	// serves the same log (after a crash it may serve a longer one).
 	perr := db.Update(func(tx *bolt.Tx) error {

@@ -1,0 +1,156 @@
+package engine
+
+import (
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// seriesIndex is a shard's series key -> id map, loaded at open. Each key is
+// held as one string for the shard's lifetime, which the memtable reuses
+// (interning) instead of allocating a key per series per flush cycle.
+//
+// Series ids are dense (a shard numbers its series 1, 2, ...), so what is
+// known per id lives in slices indexed by id rather than in maps: with a
+// million series the index was three map entries per series (key -> id,
+// id -> key, id -> newest ts), most of a node's live heap and of what the
+// collector had to scan and rehash as series arrived. Now it is one map
+// entry and 24 bytes of slices per series, and bytes() accounts for it.
+type seriesIndex struct {
+	mu   sync.RWMutex
+	ids  map[string]uint64
+	keys []string // by id; "" where no series has that id
+	// newest bounds each series' newest flushed ts from above, by id
+	// (math.MaxInt64: unknown, for the series not flushed since the shard
+	// was opened): a flush then appends without looking up the series'
+	// last block, and the memtable keeps no undo for points after it.
+	newest   []int64
+	keyBytes int64 // the keys' bytes, for bytes()
+	// The size of the last flushed memtable (series, points per series):
+	// the next one starts with room for as much, instead of growing every
+	// series' points and its maps step by step again.
+	lastSeries, lastPerSeries atomic.Int64
+	// size is bytes() as of the last change, for the engine's account.
+	size atomic.Int64
+}
+
+// maxSeriesID bounds the series ids an index holds in its slices: an id
+// past it in a file is corruption, not a shard with that many series.
+const maxSeriesID = 1 << 32
+
+// Estimated heap bytes per indexed series besides its key: the map entry
+// (key header, id, the map's slack and control bytes) and the two slices'
+// slots with their growth slack.
+const indexSeriesBytes = 64 + 2*(16+8)
+
+func newSeriesIndex() *seriesIndex {
+	return &seriesIndex{ids: make(map[string]uint64), keys: []string{""}, newest: []int64{math.MaxInt64}}
+}
+
+func loadIndex(tx *bolt.Tx) (*seriesIndex, error) {
+	ix := newSeriesIndex()
+	b := tx.Bucket(bucketSKey)
+	if b == nil {
+		return ix, nil // a read-only look at a file of an older version
+	}
+	if n := b.Stats().KeyN; n > 0 {
+		ix.ids = make(map[string]uint64, n)
+		ix.keys = make([]string, 1, n+1)
+		ix.newest = make([]int64, 1, n+1)
+		ix.newest[0] = math.MaxInt64
+	}
+	err := b.ForEach(func(k, v []byte) error {
+		if len(k) != 8 {
+			return fmt.Errorf("%w: series id key of %d bytes", ErrCorrupt, len(k))
+		}
+		id := beUint64(k)
+		if id == 0 || id > maxSeriesID {
+			return fmt.Errorf("%w: series id %d", ErrCorrupt, id)
+		}
+		ix.put(string(v), id)
+		return nil
+	})
+	ix.size.Store(ix.bytesLocked())
+	return ix, err
+}
+
+// put indexes key as id; the caller holds mu (or owns ix).
+func (ix *seriesIndex) put(key string, id uint64) {
+	ix.ids[key] = id
+	for uint64(len(ix.keys)) <= id {
+		ix.keys = append(ix.keys, "")
+		ix.newest = append(ix.newest, math.MaxInt64)
+	}
+	ix.keys[id] = key
+	ix.keyBytes += int64(len(key))
+}
+
+// bytesLocked estimates the index's heap; the caller holds mu.
+func (ix *seriesIndex) bytesLocked() int64 {
+	return ix.keyBytes + int64(len(ix.ids))*indexSeriesBytes
+}
+
+// bytes is the index's estimated heap as of its last change.
+func (ix *seriesIndex) bytes() int64 { return ix.size.Load() }
+
+// intern returns the shard's copy of key, if the series is known, and a
+// bound of its newest flushed ts (math.MaxInt64 when unknown).
+func (ix *seriesIndex) intern(key []byte) (string, int64, bool) {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	id, ok := ix.ids[string(key)]
+	if !ok {
+		return "", 0, false
+	}
+	return ix.keys[id], ix.newest[id], true
+}
+
+func (ix *seriesIndex) id(key string) (uint64, bool) {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	id, ok := ix.ids[key]
+	return id, ok
+}
+
+// keyOf is the key of series id, if indexed.
+func (ix *seriesIndex) keyOf(id uint64) (string, bool) {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	if id >= uint64(len(ix.keys)) || ix.keys[id] == "" {
+		return "", false
+	}
+	return ix.keys[id], true
+}
+
+// seriesMax is a series' newest flushed ts after a flush.
+type seriesMax struct {
+	id uint64
+	ts int64
+}
+
+func (ix *seriesIndex) add(created map[string]uint64) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	for k, id := range created {
+		ix.put(k, id)
+	}
+	ix.size.Store(ix.bytesLocked())
+}
+
+// setNewest records the series' newest flushed ts after a flush. A series
+// created by that flush is not indexed yet (add follows the commit): its
+// slot is made here.
+func (ix *seriesIndex) setNewest(newest []seriesMax) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	for _, n := range newest {
+		for uint64(len(ix.newest)) <= n.id {
+			ix.keys = append(ix.keys, "")
+			ix.newest = append(ix.newest, math.MaxInt64)
+		}
+		ix.newest[n.id] = n.ts
+	}
+}
