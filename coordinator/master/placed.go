@@ -42,8 +42,8 @@ func (m *Master) nextWake() (time.Time, bool) {
 	return at, ok
 }
 
-// ownPlacement is a new database's placement this term wrote at rev: its
-// assignment and first states, as written.
+// ownPlacement is a placement of new shards this term wrote at rev: the
+// database's assignment and states, as written.
 type ownPlacement struct {
 	rev    int64
 	at     time.Time // when it was written
@@ -74,7 +74,7 @@ func (m *Master) prunePlaced(st *statemachine.State) {
 func (m *Master) placeView(st *statemachine.State, cluster string) placement.Cluster {
 	c := clusterView(st, cluster)
 	for name, p := range m.placed {
-		if p.assign.Cluster != cluster || st.Assignments.Has(name) {
+		if p.assign.Cluster != cluster {
 			continue
 		}
 		leaders := map[int]string{}

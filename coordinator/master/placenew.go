@@ -3,6 +3,7 @@ package master
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"sync"
@@ -14,86 +15,144 @@ import (
 	"go.uber.org/zap"
 )
 
-// maxPlaceBatch bounds the new databases placed by one decision, and
+// maxPlaceBatch bounds the databases placed by one decision, and
 // placeWriters the writes in flight at once.
 const (
 	maxPlaceBatch = 256
 	placeWriters  = 16
 )
 
-// placeNew places every database among names that has no assignment yet:
-// one placement decision per storage cluster for all of them (the cluster
-// view is built once, not once per database), then their assignments and
-// states written in parallel, each its own fenced txn guarded like
-// syncAssignment's. Creating 1,000 databases then costs a few decisions and
-// round trips, not 1,000 of each one after the other. What it does not
-// place (a guard that failed, a cluster not ready) is left to syncAssignment.
+// growth is one database whose shards [len(assign.Shards), db.NumShards)
+// have no replicas yet: a new database (nothing assigned), or one whose
+// shard count grew.
+type growth struct {
+	db     models.Database
+	assign models.Assignment  // as the decision read it (empty: absent)
+	states models.ShardStates // as the decision read them
+	// revAssign, revStates: the keys' mod revisions the decision read (0:
+	// absent); the write is guarded by them, never by re-encoded bytes.
+	revAssign, revStates int64
+}
+
+// placeNew places the missing shards of every database among names: one
+// placement decision per storage cluster for all of them (the cluster view
+// is built once, not once per database), then their assignments and states
+// written in parallel, each its own fenced txn guarded by the revisions the
+// decision read. Creating 1,000 databases then costs a few decisions and
+// round trips, not 1,000 of each one after the other; one database is a
+// batch of one. A batch placement cannot take (a database wanting more
+// replicas than there are nodes) is placed one database at a time, so one
+// database never holds the others back.
 //
 // It does not wait for its writes to come back through the watch: each
 // fenced txn returns its revision, and what it wrote is kept in m.placed
 // until the local state shows it, so the next batch is placed on a view that
 // includes it (and never places it again) while the watch catches up. The
 // databases waiting there are left out of the rest of the pass (syncDB,
-// rebalancing), which must not decide on a state without them.
-func (m *Master) placeNew(ctx context.Context, names []string) error {
+// failover, rebalancing), which must not decide on a state without them.
+// A database whose write failed is in the returned map, for its retry; the
+// error is kv.ErrDeposed when the term ended.
+func (m *Master) placeNew(ctx context.Context, names []string) (map[string]error, error) {
 	if m.placeDeferred() {
-		return nil
+		return nil, nil
 	}
 	st := m.cfg.State()
-	byCluster := map[string][]models.Database{}
+	byCluster := map[string][]growth{}
 	n := 0
 	for _, name := range names {
 		db, exists := st.Databases.Get(name)
-		has := st.Assignments.Has(name)
+		a, has := st.Assignments.Get(name)
 		_, pending := m.placed[name]
-		if !exists || has || pending || n >= maxPlaceBatch || st.Invalid[statemachine.SourceAssign][name] != "" ||
-			st.Invalid[statemachine.SourceShardState][name] != "" || !ClusterReady(st, db.StorageCluster) ||
-			st.ModRev(statemachine.SourceShardState, name) != 0 {
+		if !exists || (has && len(a.Shards) >= db.NumShards) || pending || n >= maxPlaceBatch ||
+			st.Invalid[statemachine.SourceAssign][name] != "" || st.Invalid[statemachine.SourceShardState][name] != "" ||
+			!ClusterReady(st, db.StorageCluster) || (has && a.Cluster != db.StorageCluster) {
 			continue
 		}
-		byCluster[db.StorageCluster] = append(byCluster[db.StorageCluster], db)
+		if !has {
+			a = models.Assignment{DB: name, Cluster: db.StorageCluster}
+		}
+		byCluster[db.StorageCluster] = append(byCluster[db.StorageCluster], growth{db: db, assign: a, states: st.ShardStates.At(name),
+			revAssign: st.ModRev(statemachine.SourceAssign, name), revStates: st.ModRev(statemachine.SourceShardState, name)})
 		n++
 	}
+	failed := map[string]error{}
 	for _, cluster := range slices.Sorted(maps.Keys(byCluster)) {
-		dbs := byCluster[cluster]
-		add := map[placement.ShardKey]int{}
-		for _, db := range dbs {
-			for i := range db.NumShards {
-				add[placement.ShardKey{DB: db.Name, Shard: i}] = db.ReplicaFactor
+		batch := byCluster[cluster]
+		placed, err := m.place(ctx, st, cluster, batch, failed, len(batch) == 1)
+		if err != nil {
+			return failed, err
+		}
+		if !placed {
+			for _, g := range batch {
+				if _, err := m.place(ctx, st, cluster, []growth{g}, failed, true); err != nil {
+					return failed, err
+				}
 			}
 		}
-		plan, err := placeNew(m.placeView(st, cluster), add)
-		if err != nil {
-			continue // syncAssignment says why, per database
-		}
-		m.lastPlaced = m.cfg.Now()
-		if err := m.writeNew(ctx, st, dbs, plan); err != nil {
-			return err
-		}
 	}
-	return nil
+	return failed, nil
 }
 
-// writeNew writes the placed databases' assignments and first states in
-// parallel, and records each one written in m.placed.
-func (m *Master) writeNew(ctx context.Context, st *statemachine.State, dbs []models.Database, plan placement.Plan) error {
+// place places batch on cluster and writes it; false when placement cannot
+// take it (said, when alone, as a warning: waiting for storage nodes is not
+// a failure of the database).
+func (m *Master) place(ctx context.Context, st *statemachine.State, cluster string, batch []growth, failed map[string]error, alone bool) (bool, error) {
+	next, err := placeBatch(m.placeView(st, cluster), batch)
+	if err != nil {
+		if alone {
+			m.warn.Warn("place/"+batch[0].db.Name, "cannot place database yet", zap.String("db", batch[0].db.Name), zap.Error(err))
+		}
+		return false, nil
+	}
+	m.lastPlaced = m.cfg.Now()
+	return true, m.writePlaced(ctx, st, batch, next, failed)
+}
+
+// placeBatch places the missing shards of every database of batch on the
+// view c of their cluster in one decision, balanced with everything already
+// there, and returns each database's next assignment and states.
+func placeBatch(c placement.Cluster, batch []growth) ([]ownPlacement, error) {
+	add := map[placement.ShardKey]int{}
+	for _, g := range batch {
+		for i := len(g.assign.Shards); i < g.db.NumShards; i++ {
+			add[placement.ShardKey{DB: g.db.Name, Shard: i}] = g.db.ReplicaFactor
+		}
+	}
+	plan, err := placeNew(c, add)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ownPlacement, len(batch))
+	for j, g := range batch {
+		a := models.Assignment{DB: g.db.Name, Cluster: g.db.StorageCluster, Shards: slices.Clone(g.assign.Shards)}
+		ss := models.ShardStates{DB: g.db.Name, Shards: slices.Clone(g.states.Shards), UID: g.db.UID}
+		for i := len(g.assign.Shards); i < g.db.NumShards; i++ {
+			t := plan.Target[placement.ShardKey{DB: g.db.Name, Shard: i}]
+			a.Shards = append(a.Shards, models.ShardAssignment{ID: i, Replicas: t.Replicas})
+			ss.Shards = append(ss.Shards, models.ShardState{ID: i, Leader: t.Leader, Term: 1, Status: models.StatusOnline})
+		}
+		out[j] = ownPlacement{db: g.db, assign: a, states: ss}
+	}
+	return out, nil
+}
+
+// writePlaced writes the placed databases' assignments and states in
+// parallel, records each one written in m.placed and each one refused in
+// failed; it returns kv.ErrDeposed when the term ended.
+func (m *Master) writePlaced(ctx context.Context, st *statemachine.State, batch []growth, next []ownPlacement, failed map[string]error) error {
 	var mu sync.Mutex
 	var deposed error
 	sem := make(chan struct{}, placeWriters)
 	var wg sync.WaitGroup
-	for _, db := range dbs {
-		a := models.Assignment{DB: db.Name, Cluster: db.StorageCluster}
-		ss := models.ShardStates{DB: db.Name, UID: db.UID}
-		for i := range db.NumShards {
-			t := plan.Target[placement.ShardKey{DB: db.Name, Shard: i}]
-			a.Shards = append(a.Shards, models.ShardAssignment{ID: i, Replicas: t.Replicas})
-			ss.Shards = append(ss.Shards, models.ShardState{ID: i, Leader: t.Leader, Term: 1, Status: models.StatusOnline})
+	for j, g := range batch {
+		p := next[j]
+		name := g.db.Name
+		cmps := []kv.Cmp{kv.ModRevIs(m.cfg.Keys.Assign(name), g.revAssign), kv.ModRevIs(m.cfg.Keys.ShardState(name), g.revStates)}
+		ops := []kv.Op{kv.OpPut(m.cfg.Keys.Assign(name), mustJSON(p.assign), 0), kv.OpPut(m.cfg.Keys.ShardState(name), mustJSON(p.states), 0)}
+		if g.revAssign == 0 && g.revStates == 0 {
+			c, i := m.firstSets(st, g.db, p.assign, p.states)
+			cmps, ops = append(cmps, c...), append(ops, i...)
 		}
-		// Both keys absent, as the decision read them.
-		cmps := []kv.Cmp{kv.ModRevIs(m.cfg.Keys.Assign(db.Name), 0), kv.ModRevIs(m.cfg.Keys.ShardState(db.Name), 0)}
-		ops := []kv.Op{kv.OpPut(m.cfg.Keys.Assign(db.Name), mustJSON(a), 0), kv.OpPut(m.cfg.Keys.ShardState(db.Name), mustJSON(ss), 0)}
-		c, i := m.firstSets(st, db, a, ss)
-		cmps, ops = append(cmps, c...), append(ops, i...)
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
@@ -104,11 +163,14 @@ func (m *Master) writeNew(ctx context.Context, st *statemachine.State, dbs []mod
 			switch {
 			case errors.Is(err, kv.ErrDeposed):
 				deposed = err
-			case err != nil || !ok:
-				// syncAssignment places it again, alone.
+			case err != nil:
+				failed[name] = err
+			case !ok:
+				failed[name] = fmt.Errorf("%w: assignment or shard states of %s", errChanged, name)
 			default:
-				m.placed[db.Name] = ownPlacement{rev: rev, at: m.cfg.Now(), db: db, assign: a, states: ss}
-				m.lg.Info("placed shards", zap.String("db", db.Name), zap.Int("from", 0), zap.Int("to", db.NumShards))
+				p.rev, p.at = rev, m.cfg.Now()
+				m.placed[name] = p
+				m.lg.Info("placed shards", zap.String("db", name), zap.Int("from", len(g.assign.Shards)), zap.Int("to", g.db.NumShards))
 			}
 		}()
 	}
@@ -128,13 +190,19 @@ const maxFirstSets = 60
 // cluster. The leader finds exactly the set it would write and adopts it
 // (storage persistISR) instead of writing it: a thousand new databases cost
 // their leaders no write. Each set key must be absent (a set left by an
-// earlier database of the same name is never overwritten: the placement
-// then fails as a whole and syncAssignment places the database without
-// them).
+// earlier database of the same name is never overwritten: one the state
+// shows leaves the sets to the leaders, and one it does not show yet fails
+// the placement, retried after the watch has brought it).
 func (m *Master) firstSets(st *statemachine.State, db models.Database, a models.Assignment, ss models.ShardStates) ([]kv.Cmp, []kv.Op) {
 	sc, ok := st.StorageClusters[db.StorageCluster]
 	if !m.cfg.FirstSets || !ok || len(sc.EtcdEndpoints) > 0 || len(a.Shards) > maxFirstSets || len(a.Shards) != len(ss.Shards) {
 		return nil, nil
+	}
+	isr := st.ISR.At(db.StorageCluster)
+	for _, sh := range a.Shards {
+		if _, left := isr.Get(models.ShardID(db.Name, sh.ID)); left {
+			return nil, nil
+		}
 	}
 	ck := models.ClusterKeys{SNS: m.cfg.Keys.ClusterNamespace(sc)}
 	var cmps []kv.Cmp

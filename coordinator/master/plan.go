@@ -76,32 +76,6 @@ func clusterView(st *statemachine.State, cluster string) placement.Cluster {
 	return c
 }
 
-// newShards places shards [from, to) of db on its cluster, balanced with
-// everything already there. It returns their assignments and initial states.
-func newShards(st *statemachine.State, db models.Database, from, to int) ([]models.ShardAssignment, []models.ShardState, error) {
-	return newShardsOn(clusterView(st, db.StorageCluster), db, from, to)
-}
-
-// newShardsOn is newShards on the view c of db's cluster.
-func newShardsOn(c placement.Cluster, db models.Database, from, to int) ([]models.ShardAssignment, []models.ShardState, error) {
-	add := map[placement.ShardKey]int{}
-	for i := from; i < to; i++ {
-		add[placement.ShardKey{DB: db.Name, Shard: i}] = db.ReplicaFactor
-	}
-	plan, err := placeNew(c, add)
-	if err != nil {
-		return nil, nil, err
-	}
-	var as []models.ShardAssignment
-	var ss []models.ShardState
-	for i := from; i < to; i++ {
-		t := plan.Target[placement.ShardKey{DB: db.Name, Shard: i}]
-		as = append(as, models.ShardAssignment{ID: i, Replicas: t.Replicas})
-		ss = append(ss, models.ShardState{ID: i, Leader: t.Leader, Term: 1, Status: models.StatusOnline})
-	}
-	return as, ss, nil
-}
-
 // shardInSync reports whether every replica in want is in the shard's in-sync
 // set at the current term (or the shard never published one).
 func shardInSync(st *statemachine.State, cluster, db string, shard int, want []string) bool {

@@ -203,7 +203,7 @@ func (m *Master) rebalance(ctx context.Context) error {
 	now := m.cfg.Now()
 	m.trackMembers(st, now)
 	in := Input{State: st, Now: now, Delay: m.cfg.RebalanceDelay, Members: m.members, InFlight: m.inFlight(),
-		Forced: m.forced, MaxMoves: m.cfg.MaxMovesInFlight, HoldFailover: true, SpreadSkip: map[string]bool{}, MasterTerm: m.cfg.Term}
+		Forced: m.forced, MaxMoves: m.cfg.MaxMovesInFlight, SpreadSkip: map[string]bool{}, MasterTerm: m.cfg.Term}
 	sigs := m.spreadSigs(st, now)
 	for name, sig := range sigs {
 		in.SpreadSkip[name] = m.spreadClean[name] == sig

@@ -45,34 +45,37 @@ func (m *Master) reconcile(ctx context.Context) error {
 		m.queue.Add(name)
 	}
 	due := m.queue.Due(m.cfg.Now())
-	if err := m.placeNew(ctx, due); err != nil {
-		if errors.Is(err, kv.ErrDeposed) || ctx.Err() != nil {
-			return err
-		}
-		m.warn.Warn("place", "placing new databases together failed; placing them one by one", zap.Error(err))
+	failed, err := m.placeNew(ctx, due)
+	if err != nil {
+		return err // deposed
 	}
 	// What this term just placed is decided on once the state shows it.
 	due = m.withoutPending(due)
-	if err := m.failoverAll(ctx, due); err != nil {
-		return err // deposed: only that error comes back
-	}
+	var synced []string
 	for _, name := range due {
-		err := m.syncDB(ctx, name)
+		err := failed[name]
 		if err == nil {
-			if m.queue.Failures(name) > 0 {
-				m.queue.Forget(name)
-				m.warn.Reset("reconcile/" + name)
-				m.warn.Reset("place/" + name)
-				m.lg.Info("database reconciled again", zap.String("db", name))
-			}
-			continue
+			err = m.syncDB(ctx, name)
 		}
 		if errors.Is(err, kv.ErrDeposed) || ctx.Err() != nil {
 			return err
 		}
-		delay := m.queue.Failed(name, m.cfg.Now())
-		m.warn.Warn("reconcile/"+name, "database reconcile failed; retrying", zap.String("db", name),
-			zap.Int("failures", m.queue.Failures(name)), zap.Duration("retry_in", delay), zap.Error(err))
+		if err == nil {
+			synced = append(synced, name)
+		} else {
+			failed[name] = err
+		}
+	}
+	// Failover of every database due at once: one round of questions to
+	// the replicas and of writes, however many databases a dead node led.
+	for name, err := range m.failover(ctx, synced) {
+		if errors.Is(err, kv.ErrDeposed) || ctx.Err() != nil {
+			return err
+		}
+		failed[name] = err
+	}
+	for _, name := range due {
+		m.settled(name, failed[name])
 	}
 	if len(m.placed) > 0 {
 		// Moves are decided on the whole cluster: not on a state missing
@@ -89,8 +92,9 @@ func (m *Master) reconcile(ctx context.Context) error {
 	return nil
 }
 
-// syncDB brings one database's assignment and shard leaders in line with the
-// state: placement of new shards, removal of a dropped database, failover.
+// syncDB brings one database's keys in line with the state before its
+// failover: an unreadable key waits for an operator, an earlier incarnation's
+// keys and a dropped database's assignment are deleted.
 func (m *Master) syncDB(ctx context.Context, name string) error {
 	st := m.cfg.State()
 	for _, k := range []struct{ source, key string }{
@@ -104,10 +108,24 @@ func (m *Master) syncDB(ctx context.Context, name string) error {
 	if dropped, err := m.dropEarlierIncarnation(ctx, name); err != nil || dropped {
 		return err // dropped: the next pass places the database afresh
 	}
-	if err := m.syncAssignment(ctx, name); err != nil {
-		return err
+	return m.dropAssignment(ctx, name)
+}
+
+// settled records the outcome of one database's pass: a failure schedules
+// its retry after a back-off, a success after failures says so once.
+func (m *Master) settled(name string, err error) {
+	if err == nil {
+		if m.queue.Failures(name) > 0 {
+			m.queue.Forget(name)
+			m.warn.Reset("reconcile/" + name)
+			m.warn.Reset("place/" + name)
+			m.lg.Info("database reconciled again", zap.String("db", name))
+		}
+		return
 	}
-	return m.failover(ctx, name)
+	delay := m.queue.Failed(name, m.cfg.Now())
+	m.warn.Warn("reconcile/"+name, "database reconcile failed; retrying", zap.String("db", name),
+		zap.Int("failures", m.queue.Failures(name)), zap.Duration("retry_in", delay), zap.Error(err))
 }
 
 // dropEarlierIncarnation deletes the assignment and shard states of a
@@ -143,69 +161,30 @@ func (m *Master) dropEarlierIncarnation(ctx context.Context, name string) (bool,
 	return true, nil
 }
 
-// syncAssignment creates the assignment of a new database, grows it, or
-// deletes that of a dropped database.
-func (m *Master) syncAssignment(ctx context.Context, name string) error {
+// dropAssignment deletes the assignment and states of a dropped database
+// (placeNew creates and grows them).
+func (m *Master) dropAssignment(ctx context.Context, name string) error {
 	st := m.cfg.State()
-	a, has := st.Assignments.Get(name)
-	db, exists := st.Databases.Get(name)
-	if !exists {
-		if !has {
-			return nil
-		}
-		// Only if the database is really gone from etcd: its config and
-		// assignment are watched apart, and one written with the other (a
-		// restore) may show up second.
-		ok, err := m.write(ctx, []kv.Cmp{
-			kv.CreateRevIs(m.cfg.Keys.DatabaseConfig(name), 0),
-			kv.ModRevIs(m.cfg.Keys.Assign(name), st.ModRev(statemachine.SourceAssign, name)),
-		}, []kv.Op{
-			kv.OpDelete(m.cfg.Keys.Assign(name)), kv.OpDelete(m.cfg.Keys.ShardState(name)),
-		}, statemachine.SourceAssign, statemachine.SourceShardState)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return fmt.Errorf("%w: database %s or its assignment", errChanged, name)
-		}
-		m.lg.Info("dropped assignment of deleted database", zap.String("db", name))
+	_, has := st.Assignments.Get(name)
+	if _, exists := st.Databases.Get(name); exists || !has {
 		return nil
 	}
-	if (has && len(a.Shards) >= db.NumShards) || !ClusterReady(st, db.StorageCluster) {
-		return nil
-	}
-	if !has && m.placeDeferred() {
-		return nil // placeNew places it with the next batch
-	}
-	from := len(a.Shards)
-	// Balanced with this term's own placements the state does not show yet.
-	as, ss, err := newShardsOn(m.placeView(st, db.StorageCluster), db, from, db.NumShards)
-	if err != nil {
-		// Waiting for storage nodes is not a failure of the database.
-		m.warn.Warn("place/"+name, "cannot place database yet", zap.String("db", name), zap.Error(err))
-		return nil
-	}
-	next := models.Assignment{DB: name, Cluster: db.StorageCluster, Shards: append(slices.Clone(a.Shards), as...)}
-	states := st.ShardStates.At(name)
-	nextStates := models.ShardStates{DB: name, Shards: append(slices.Clone(states.Shards), ss...), UID: db.UID}
-	// Both keys are guarded by the mod revisions the decision read (0:
-	// absent), never by re-encoded bytes: another version, a restore or a
-	// person may have written them.
-	cmps := []kv.Cmp{
+	// Only if the database is really gone from etcd: its config and
+	// assignment are watched apart, and one written with the other (a
+	// restore) may show up second.
+	ok, err := m.write(ctx, []kv.Cmp{
+		kv.CreateRevIs(m.cfg.Keys.DatabaseConfig(name), 0),
 		kv.ModRevIs(m.cfg.Keys.Assign(name), st.ModRev(statemachine.SourceAssign, name)),
-		kv.ModRevIs(m.cfg.Keys.ShardState(name), st.ModRev(statemachine.SourceShardState, name)),
-	}
-	ok, err := m.write(ctx, cmps, []kv.Op{
-		kv.OpPut(m.cfg.Keys.Assign(name), mustJSON(next), 0),
-		kv.OpPut(m.cfg.Keys.ShardState(name), mustJSON(nextStates), 0),
+	}, []kv.Op{
+		kv.OpDelete(m.cfg.Keys.Assign(name)), kv.OpDelete(m.cfg.Keys.ShardState(name)),
 	}, statemachine.SourceAssign, statemachine.SourceShardState)
 	if err != nil {
 		return err
 	}
 	if !ok {
-		return fmt.Errorf("%w: assignment or shard states of %s", errChanged, name)
+		return fmt.Errorf("%w: database %s or its assignment", errChanged, name)
 	}
-	m.lg.Info("placed shards", zap.String("db", name), zap.Int("from", from), zap.Int("to", db.NumShards))
+	m.lg.Info("dropped assignment of deleted database", zap.String("db", name))
 	return nil
 }
 
@@ -223,46 +202,6 @@ var errUnreadable = errors.New("value in etcd cannot be used")
 // decision read (a write the local state has not seen yet, or a value it
 // could not decode); the database is retried after its back-off.
 var errChanged = errors.New("changed underneath; recomputing")
-
-// failover publishes new leaders for the database's shards whose leader died
-// (or whose term is behind its replicas' logs), under the per-shard failover
-// locks.
-func (m *Master) failover(ctx context.Context, name string) error {
-	if inGrace(m.ready, m.cfg.Now(), m.cfg.LivenessGrace) {
-		return nil // the resync pass comes back after the grace
-	}
-	st := m.cfg.State()
-	in, ok := m.derived.failoverInputs(st, name)
-	if !ok {
-		return nil
-	}
-	in.Moved = m.moves.movedFor(in.Assign.Cluster, name)
-	if !anyNeedsLeader(in) {
-		m.moves.republished(in.Assign.Cluster, name, in.Moved)
-		return nil
-	}
-	in.Leads = m.derived.clusterLeads(st, in.Assign.Cluster)
-	// The replicas' last txn ids and terms are asked for now, only for a
-	// database that needs a leader (their records do not carry them).
-	in.Answers = gatherTxn(ctx, m.cfg.AskTxn, m.cfg.AskTimeout, in, m.lg)
-	ops := FailoverOpsFor(st, in, m.cfg.Term, m.cfg.Now())
-	if len(ops) == 0 {
-		m.moves.republished(in.Assign.Cluster, name, in.Moved)
-		return nil
-	}
-	next, changed := applyFailover(name, st.ShardStates.At(name), ops)
-	if err := m.publishStates(ctx, st, name, next, changed); err != nil {
-		return err
-	}
-	m.moves.republished(in.Assign.Cluster, name, in.Moved)
-	m.cfg.Metrics.failedOver(st.ShardStates.At(name), next, changed)
-	for _, id := range changed {
-		s := next.Shards[indexOf(next, id)]
-		m.lg.Info("shard leader changed", zap.String("db", name), zap.Int("shard", id),
-			zap.String("leader", s.Leader), zap.Int64("term", s.Term), zap.String("status", s.Status), zap.String("reason", s.Reason))
-	}
-	return nil
-}
 
 // applyFailover writes failover and offline operators into the shard states.
 func applyFailover(db string, prev models.ShardStates, ops []Operator) (models.ShardStates, []int) {

@@ -52,10 +52,10 @@ func runScaled(t testing.TB, nodes int, together bool) decisions {
 			}
 			continue
 		}
-		as, ss, err := newShards(st, db, 0, shards)
+		p, err := placeBatch(clusterView(st, "c"), []growth{{db: db}})
 		require.NoError(t, err)
-		st.Assignments = st.Assignments.Set(db.Name, models.Assignment{DB: db.Name, Cluster: "c", Shards: as})
-		st.ShardStates = st.ShardStates.Set(db.Name, models.ShardStates{DB: db.Name, Shards: ss})
+		st.Assignments = st.Assignments.Set(db.Name, p[0].assign)
+		st.ShardStates = st.ShardStates.Set(db.Name, p[0].states)
 	}
 	if together {
 		plan, err := placement.PlaceNew(clusterView(st, "c"), add)

@@ -58,9 +58,6 @@ type Input struct {
 	// MaxMoves caps the leader transfers of one spreading decision per
 	// database; default 16.
 	MaxMoves int
-	// HoldFailover: the term's liveness grace (nodes may still be
-	// re-registering); no leader is replaced yet.
-	HoldFailover bool
 	// SpreadSkip: clusters whose inputs did not change since spreading last
 	// found nothing to do.
 	SpreadSkip map[string]bool
@@ -70,9 +67,6 @@ type Input struct {
 
 // Decision is the output of Schedule: operators, as data.
 type Decision struct {
-	// Failover: new leaders (or offline) for shards whose leader died,
-	// published at once, one write per database.
-	Failover []Operator
 	// Plan: a new placement plan's moves and leader transfers, persisted
 	// before they run and carried out step by step.
 	Plan []Operator
@@ -90,20 +84,16 @@ type Decision struct {
 }
 
 // Operators lists every operator of the decision.
-func (d Decision) Operators() []Operator { return slices.Concat(d.Failover, d.Plan, d.Spread) }
+func (d Decision) Operators() []Operator { return slices.Concat(d.Plan, d.Spread) }
 
-// Schedule decides, purely from its input, what the master does next:
-// failover first, then a placement plan when one is due (asked for, a drain
-// holding replicas, a replica count off its factor, or a membership change
-// stable for Delay) and nothing else runs, else leader spreading.
+// Schedule decides, purely from its input, how the master rebalances: a
+// placement plan when one is due (asked for, a drain holding replicas, a
+// replica count off its factor, or a membership change stable for Delay)
+// and nothing else runs, else leader spreading. The failover of dead leaders
+// is the reconcile pass's (Master.failover, FailoverOps).
 func Schedule(in Input) Decision {
 	st := in.State
 	var d Decision
-	if !in.HoldFailover {
-		for _, db := range st.Assignments.Keys() {
-			d.Failover = append(d.Failover, FailoverOps(st, db, in.MasterTerm, in.Now)...)
-		}
-	}
 	if len(in.InFlight) > 0 {
 		return d
 	}
@@ -188,32 +178,9 @@ func planDue(in Input) bool {
 	return false
 }
 
-// FailoverInputs is what PlanLeaders reads of one database in st, without
-// the replicas' answers (the executor asks them at failover) and with the
-// cluster-wide leadership counts of the tie-break.
-func FailoverInputs(st *statemachine.State, db string) (ShardInputs, bool) {
-	a, ok := st.Assignments.Get(db)
-	if !ok || !ClusterReady(st, a.Cluster) {
-		return ShardInputs{}, false
-	}
-	return ShardInputs{DB: db, Assign: a, States: st.ShardStates.At(db),
-		Live: st.Nodes.At(a.Cluster), ISR: st.ISR.At(a.Cluster), Drains: st.Drains,
-		ClusterID: st.ListedFrom[statemachine.ClusterISRSource(a.Cluster)],
-		Leads:     ClusterLeads(st.ShardStates, st.Assignments, a.Cluster)}, true
-}
-
-// FailoverOps turns PlanLeaders' decision for one database into operators.
-func FailoverOps(st *statemachine.State, db string, term int64, now time.Time) []Operator {
-	in, ok := FailoverInputs(st, db)
-	if !ok {
-		return nil
-	}
-	return FailoverOpsFor(st, in, term, now)
-}
-
-// FailoverOpsFor is FailoverOps over given inputs (with the replicas'
-// answers, when the executor asked them).
-func FailoverOpsFor(st *statemachine.State, in ShardInputs, term int64, now time.Time) []Operator {
+// FailoverOps turns PlanLeaders' decision for one database (with the
+// replicas' answers the executor asked for) into operators.
+func FailoverOps(st *statemachine.State, in ShardInputs, term int64, now time.Time) []Operator {
 	db := in.DB
 	next, changed := PlanLeaders(in)
 	var ops []Operator

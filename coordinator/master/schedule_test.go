@@ -65,6 +65,17 @@ func (w *world) members(since time.Time, balanced string) map[string]master.Memb
 	return map[string]master.Membership{"c": {Sig: master.MembershipSig(w.st, "c"), Since: since, Balanced: balanced}}
 }
 
+// failover is what the master's failover decides for w's database, its
+// replicas answering nothing.
+func (w *world) failover(now time.Time) []master.Operator {
+	live := w.st.Nodes.At("c")
+	in := master.ShardInputs{DB: "db", Assign: w.st.Assignments.At("db"), States: w.st.ShardStates.At("db"), Live: live,
+		ISR: w.st.ISR.At("c"), Drains: w.st.Drains, ClusterID: w.st.ListedFrom[statemachine.ClusterISRSource("c")],
+		RecordedTerms: master.RecordedTerms(live), SeenTerms: master.SeenTerms(live),
+		Leads: master.ClusterLeads(w.st.ShardStates, w.st.Assignments, "c")}
+	return master.FailoverOps(w.st, in, 0, now)
+}
+
 func (w *world) sig() string { return master.MembershipSig(w.st, "c") }
 
 // execute carries operators out on the state the way the executor does,
@@ -248,8 +259,9 @@ func TestSchedule(t *testing.T) {
 					led++
 				}
 			}
-			require.Len(t, d.Failover, led)
-			for _, o := range d.Failover {
+			fo := w.failover(t0)
+			require.Len(t, fo, led)
+			for _, o := range fo {
 				require.Equal(t, master.OpFailover, o.Kind)
 				require.NotEqual(t, "n3", o.Leader)
 				require.Equal(t, int64(2), o.Term)
@@ -369,8 +381,9 @@ func TestSchedule(t *testing.T) {
 			return master.Input{State: w.st, Now: t0, Delay: delay, Members: w.members(t0, w.sig())}
 		},
 		check: func(t *testing.T, w *world, d master.Decision) {
-			require.Len(t, d.Failover, 2)
-			for _, o := range d.Failover {
+			fo := w.failover(t0)
+			require.Len(t, fo, 2)
+			for _, o := range fo {
 				require.Equal(t, master.OpFailover, o.Kind)
 				require.Equal(t, w.st.Assignments.At("db").Shards[o.Shard].Replicas[1], o.Leader)
 				require.Equal(t, int64(2), o.Term)
@@ -386,22 +399,13 @@ func TestSchedule(t *testing.T) {
 		},
 		check: func(t *testing.T, w *world, d master.Decision) {
 			got := map[int]master.Operator{}
-			for _, o := range d.Failover {
+			for _, o := range w.failover(t0) {
 				got[o.Shard] = o
 			}
 			require.Equal(t, master.OpOffline, got[0].Kind)
 			require.Contains(t, got[0].Reason, "no live in-sync replica")
 			require.Equal(t, master.OpFailover, got[3].Kind, "shard 3 (n1, n2) with n2 in sync fails over")
 			require.Equal(t, "n2", got[3].Leader)
-		},
-	}, {
-		name: "failover held during the liveness grace",
-		setup: func(w *world) master.Input {
-			w.kill("n1")
-			return master.Input{State: w.st, Now: t0, Delay: delay, Members: w.members(t0, w.sig()), HoldFailover: true}
-		},
-		check: func(t *testing.T, w *world, d master.Decision) {
-			require.Empty(t, d.Failover)
 		},
 	}, {
 		name: "operators in flight: no new plan",

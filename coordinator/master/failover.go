@@ -1,0 +1,99 @@
+package master
+
+import (
+	"context"
+	"sync"
+
+	"github.com/cairn-db/cairn/models"
+	"github.com/cairn-db/cairn/statemachine"
+	"go.uber.org/zap"
+)
+
+// failoverWriters bounds the databases whose new leaders are published at
+// once.
+const failoverWriters = 16
+
+// failover publishes new leaders for the shards of every database among
+// names whose leader died (or whose term is behind its replicas' logs),
+// under the per-shard failover locks, one database or many on one path:
+// the replicas of the databases that need a leader are asked in parallel,
+// the decisions are taken one database after the other on shared
+// cluster-wide leadership counts (the tie-break spreads a dead node's shards
+// over the survivors), and the new states are published in parallel. A node
+// leading shards of 32 databases then costs one round of questions and
+// writes, not 32 in a row. It returns the databases whose publication
+// failed, with why (kv.ErrDeposed when the term ended).
+func (m *Master) failover(ctx context.Context, names []string) map[string]error {
+	if inGrace(m.ready, m.cfg.Now(), m.cfg.LivenessGrace) {
+		return nil // the resync pass comes back after the grace
+	}
+	st := m.cfg.State()
+	var ins []ShardInputs
+	for _, name := range names {
+		in, ok := m.derived.failoverInputs(st, name)
+		if !ok {
+			continue
+		}
+		in.Moved = m.moves.movedFor(in.Assign.Cluster, name)
+		if !anyNeedsLeader(in) {
+			m.moves.republished(in.Assign.Cluster, name, in.Moved)
+			continue
+		}
+		ins = append(ins, in)
+	}
+	// The replicas' last txn ids and terms are asked for now, only for the
+	// databases that need a leader (their records do not carry them).
+	answers := make([]map[int]map[string]models.ReplicaTxn, len(ins))
+	var wg sync.WaitGroup
+	for i, in := range ins {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			answers[i] = gatherTxn(ctx, m.cfg.AskTxn, m.cfg.AskTimeout, in, m.lg)
+		}()
+	}
+	wg.Wait()
+	leads := map[string]map[string]int{} // per cluster, kept up to date by the decisions
+	var mu sync.Mutex
+	failed := map[string]error{}
+	sem := make(chan struct{}, failoverWriters)
+	for i, in := range ins {
+		c := in.Assign.Cluster
+		if leads[c] == nil {
+			leads[c] = m.derived.clusterLeads(st, c)
+		}
+		in.Answers, in.Leads = answers[i], leads[c]
+		ops := FailoverOps(st, in, m.cfg.Term, m.cfg.Now())
+		if len(ops) == 0 {
+			m.moves.republished(c, in.DB, in.Moved)
+			continue
+		}
+		next, changed := applyFailover(in.DB, st.ShardStates.At(in.DB), ops)
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := m.publishStates(ctx, st, in.DB, next, changed); err != nil {
+				mu.Lock()
+				failed[in.DB] = err
+				mu.Unlock()
+				return
+			}
+			m.moves.republished(c, in.DB, in.Moved)
+			m.leadersChanged(st, in.DB, next, changed)
+		}()
+	}
+	wg.Wait()
+	return failed
+}
+
+// leadersChanged counts and logs the shards of db whose leader or status a
+// publication of next changed.
+func (m *Master) leadersChanged(st *statemachine.State, db string, next models.ShardStates, changed []int) {
+	m.cfg.Metrics.failedOver(st.ShardStates.At(db), next, changed)
+	for _, id := range changed {
+		s := next.Shards[indexOf(next, id)]
+		m.lg.Info("shard leader changed", zap.String("db", db), zap.Int("shard", id),
+			zap.String("leader", s.Leader), zap.Int64("term", s.Term), zap.String("status", s.Status), zap.String("reason", s.Reason))
+	}
+}
