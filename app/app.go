@@ -27,6 +27,7 @@ import (
 	"github.com/cairn-db/cairn/statemachine"
 	"github.com/cairn-db/cairn/storage"
 	"github.com/cairn-db/cairn/storage/engine"
+	"github.com/cairn-db/cairn/storage/lineproto"
 	"github.com/cairn-db/cairn/web"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -53,8 +54,9 @@ type App struct {
 	clusters  *clusterStores
 	engine    engine.Engine
 	host      *storage.Host
-	holding   atomic.Bool  // the storage role holds its node record (registered)
-	askClient *http.Client // the master's questions to storage nodes at failover
+	flushes   *storage.FlushFailures // shards whose background flush fails
+	holding   atomic.Bool            // the storage role holds its node record (registered)
+	askClient *http.Client           // the master's questions to storage nodes at failover
 
 	tls   *certs.Material // nil without --tls-cert
 	peer  http.RoundTripper
@@ -129,7 +131,9 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 	if cfg.HasRole(config.RoleBroker) {
 		wcfg.Admin = a.admin()
 		data := &broker.Data{State: a.sm.Snapshot, Changed: a.sm.Changed, Client: a.peerClient(0), Metrics: a.metrics.broker,
-			WriteTimeout: cfg.WriteTimeout, MaxPoints: cfg.WriteMaxPoints, QueryMaxSeries: cfg.QueryMaxSeries, QueryMaxPoints: cfg.QueryMaxPoints}
+			WriteTimeout: cfg.WriteTimeout, MaxPoints: cfg.WriteMaxPoints, LineLimits: lineproto.Limits{SeriesKeyBytes: cfg.WriteMaxSeriesKeyBytes,
+				TagValueBytes: cfg.WriteMaxTagValueBytes, NameBytes: cfg.WriteMaxNameBytes, Tags: cfg.WriteMaxTags},
+			QueryMaxSeries: cfg.QueryMaxSeries, QueryMaxPoints: cfg.QueryMaxPoints}
 		if a.host != nil {
 			data.Self, data.Local, data.Prepare, data.LocalSelect = id, a.host.WritePrepared, a.host.Prepare, a.host.Select
 		}

@@ -19,7 +19,8 @@ import (
 // openStorage opens the shard engine and the shard host of the storage role.
 func (a *App) openStorage() error {
 	dir := filepath.Join(a.cfg.DataDir, "shards")
-	var opts []engine.Option
+	a.flushes = storage.NewFlushFailures(a.lg.Named("storage"))
+	opts := []engine.Option{engine.WithFlushReport(a.flushes.Report)}
 	if a.cfg.MemtableMaxBytes > 0 {
 		opts = append(opts, engine.WithMemtableBytes(a.cfg.MemtableMaxBytes))
 	}
@@ -97,7 +98,7 @@ func (a *App) runStorage(ctx context.Context) {
 					once.Do(func() { go func() { defer close(done); a.host.Run(hctx) }() })
 				}
 				err := storage.RunNode(ctx, storage.NodeConfig{Store: store, Keys: ck, NodeID: a.nodeID, Address: a.cfg.AdvertiseAddr,
-					Cluster: cfg.Name, Labels: a.cfg.NodeLabels, Weight: a.cfg.NodeWeight, TTL: a.cfg.LeaseTTL, Report: a.host.Following, DataDir: a.cfg.DataDir, MaxTerm: a.host.MaxTerms, SeenTerm: a.host.SeenTerms, Logger: a.lg.Named("storage"), Registered: registered, Held: a.host.SetRecordRev})
+					Cluster: cfg.Name, Labels: a.cfg.NodeLabels, Weight: a.cfg.NodeWeight, TTL: a.cfg.LeaseTTL, Report: a.host.Following, DataDir: a.cfg.DataDir, MaxTerm: a.host.MaxTerms, SeenTerm: a.host.SeenTerms, FlushFailing: a.flushes.Failing, Logger: a.lg.Named("storage"), Registered: registered, Held: a.host.SetRecordRev})
 				cancel()
 				once.Do(func() { close(done) })
 				<-done

@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-db/cairn/config"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
+	"github.com/cairn-db/cairn/storage/engine"
 	"github.com/stretchr/testify/require"
 )
 
@@ -112,4 +114,11 @@ func TestShardProgressAskedOfTheNodes(t *testing.T) {
 	code, body := c.do(c.core, http.MethodGet, "/api/v1/databases/p/shards?progress=maybe", nil)
 	require.Equal(t, http.StatusBadRequest, code)
 	require.Contains(t, string(body), `"code":"bad_request"`)
+}
+
+// TestSeriesKeyBoundsAgree: --write-max-series-key-bytes cannot be set
+// above what the engine holds (config cannot import the engine).
+func TestSeriesKeyBoundsAgree(t *testing.T) {
+	require.Equal(t, engine.MaxSeriesKeyBytes, config.MaxSeriesKeyBytes)
+	require.Less(t, config.Default().WriteMaxSeriesKeyBytes, config.MaxSeriesKeyBytes)
 }

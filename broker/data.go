@@ -310,6 +310,9 @@ func (d *Data) writeShard(ctx context.Context, w *watch, cfg models.Database, fi
 				return nil
 			case ctx.Err() != nil && context.Cause(ctx) == errWriteTimeout:
 				return d.timedOut(cfg, shard, fmt.Errorf("leader %s did not answer in time", t.leader))
+			case errors.Is(err, models.ErrBadInput):
+				// Final: the leader refused the points themselves.
+				return fmt.Errorf("%w: shard %d: %s", models.ErrBadInput, shard, err)
 			case errors.Is(err, models.ErrNotEnoughISR):
 				// Final for this batch: the leader itself counted too few
 				// in-sync replicas, and retrying cannot add any.

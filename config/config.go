@@ -148,9 +148,15 @@ type Config struct {
 	// Limits on what one request may make a node hold in memory.
 	WriteMaxBodyBytes int // bytes of one write body
 	WriteMaxPoints    int // points of one write batch
-	QueryMaxSeries    int // series of one query answer
-	QueryMaxPoints    int // points of one query answer
-	QueryMaxBytes     int // text of one /query statement
+	// Limits on one line of a write: a line over one is dropped (a
+	// partial write), never the batch.
+	WriteMaxSeriesKeyBytes int // metric,tags#field, escaped; at most MaxSeriesKeyBytes
+	WriteMaxTagValueBytes  int
+	WriteMaxNameBytes      int // measurement, tag key, field key
+	WriteMaxTags           int // tags of one line
+	QueryMaxSeries         int // series of one query answer
+	QueryMaxPoints         int // points of one query answer
+	QueryMaxBytes          int // text of one /query statement
 	// QueryTimeout bounds one /query request's run, shards included.
 	QueryTimeout time.Duration
 	// MemtableMaxBytes is the memory budget of a storage node's memtables
@@ -193,19 +199,23 @@ func Default() Config {
 		LogLevel:            "info",
 		// json is the safe choice when nobody says whether stderr is a
 		// terminal; Parse switches to console for a terminal.
-		LogFormat:         "json",
-		MinInsyncReplicas: 1,
-		RebalanceDelay:    30 * time.Second,
-		ShardDropDelay:    5 * time.Minute,
-		WriteMaxBodyBytes: 32 << 20,
-		WriteMaxPoints:    200_000,
-		QueryMaxSeries:    10_000,
-		QueryMaxPoints:    1_000_000,
-		QueryMaxBytes:     256 << 10,
-		QueryTimeout:      time.Minute,
-		HistoryInterval:   10 * time.Second,
-		WriteTimeout:      4 * time.Second,
-		WriteBodyTimeout:  10 * time.Second,
+		LogFormat:              "json",
+		MinInsyncReplicas:      1,
+		RebalanceDelay:         30 * time.Second,
+		ShardDropDelay:         5 * time.Minute,
+		WriteMaxBodyBytes:      32 << 20,
+		WriteMaxPoints:         200_000,
+		WriteMaxSeriesKeyBytes: 16 << 10,
+		WriteMaxTagValueBytes:  8 << 10,
+		WriteMaxNameBytes:      1 << 10,
+		WriteMaxTags:           256,
+		QueryMaxSeries:         10_000,
+		QueryMaxPoints:         1_000_000,
+		QueryMaxBytes:          256 << 10,
+		QueryTimeout:           time.Minute,
+		HistoryInterval:        10 * time.Second,
+		WriteTimeout:           4 * time.Second,
+		WriteBodyTimeout:       10 * time.Second,
 	}
 }
 

@@ -70,6 +70,24 @@ func limitOpt(name, help string, field func(*Config) *int) option {
 	}
 }
 
+// MaxSeriesKeyBytes is the storage engine's own bound on a series key
+// (storage/engine.MaxSeriesKeyBytes, which app's tests hold equal):
+// --write-max-series-key-bytes cannot be set above it.
+const MaxSeriesKeyBytes = 32<<10 - 512
+
+// limitOptMax is limitOpt with an upper bound.
+func limitOptMax(name, help string, most int, field func(*Config) *int) option {
+	o := limitOpt(name, help, field)
+	set := o.set
+	o.set = func(c *Config, raw string) error {
+		if n, err := strconv.Atoi(raw); err == nil && n > most {
+			return fmt.Errorf("want at most %d", most)
+		}
+		return set(c, raw)
+	}
+	return o
+}
+
 func stringOpt(name, group, help string, field func(*Config) *string, check func(string) error) option {
 	return option{
 		name: name, kind: kindString, group: group, help: help,
@@ -302,6 +320,14 @@ var options = []option{
 		func(c *Config) *int { return &c.WriteMaxBodyBytes }),
 	limitOpt("write-max-points", "most points (field values) in one write batch; a larger batch gets 413 before it is decoded in full",
 		func(c *Config) *int { return &c.WriteMaxPoints }),
+	limitOptMax("write-max-series-key-bytes", "longest series key (measurement, tags and field, escaped) a write line may make; a line over it is dropped with a 400 partial write",
+		MaxSeriesKeyBytes, func(c *Config) *int { return &c.WriteMaxSeriesKeyBytes }),
+	limitOpt("write-max-tag-value-bytes", "longest tag value of a write line; a line over it is dropped with a 400 partial write",
+		func(c *Config) *int { return &c.WriteMaxTagValueBytes }),
+	limitOpt("write-max-name-bytes", "longest measurement, tag key or field key of a write line; a line over it is dropped with a 400 partial write",
+		func(c *Config) *int { return &c.WriteMaxNameBytes }),
+	limitOpt("write-max-tags", "most tags on one write line; a line with more is dropped with a 400 partial write",
+		func(c *Config) *int { return &c.WriteMaxTags }),
 	withDefText(option{
 		name: "write-max-inflight-bytes", kind: kindInt, group: groupLimits,
 		help: "write body bytes a node holds at once across all write requests (a parsed batch takes about 6x its body); past it a write waits, and after 5s gets 503 (retry)",

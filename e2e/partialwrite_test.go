@@ -75,3 +75,37 @@ func TestPartialWrite(t *testing.T) {
 	require.Contains(t, msg, `"partial write: unable to parse 'bad': `)
 	require.Contains(t, msg, ` dropped=2"`)
 }
+
+// TestLineLimits (issue 26 #2): a 40 KB and a 10 MB tag value (keys bbolt
+// could never hold) are refused per line with a 400 partial write naming
+// the limit; the good lines of those batches are stored, the shards stay
+// writable and flush, and no problem is reported.
+func TestLineLimits(t *testing.T) {
+	p := startInfluxStandalone(t, map[string]int{"lim": 2})
+	for _, size := range []int{40 << 10, 10 << 20} {
+		body := fmt.Sprintf("good,n=%d v=1 1\nbig,host=%s v=1 1\ngood,n=%d v=2 2\n", size, strings.Repeat("a", size), size)
+		code, msg, err := postData(p.client, "http://"+p.addr+"/write?db=lim", []byte(body))
+		require.NoError(t, err)
+		require.Equal(t, http.StatusBadRequest, code, msg[:min(len(msg), 512)])
+		require.Contains(t, msg, "partial write: unable to parse 'big,host=aaaa")
+		require.Contains(t, msg, "write-max-tag-value-bytes")
+		require.Contains(t, msg, "dropped=1")
+		require.Less(t, len(msg), 2048, "the error quotes the line cut short")
+	}
+	// Every shard still takes writes (a few series cover both).
+	var more strings.Builder
+	for i := range 50 {
+		fmt.Fprintf(&more, "after,i=%d v=%d 3\n", i, i)
+	}
+	code, msg, err := postData(p.client, "http://"+p.addr+"/write?db=lim", []byte(more.String()))
+	require.NoError(t, err)
+	require.Equal(t, http.StatusNoContent, code, msg)
+	code, res := influxQL(t, p.addr, "lim", `SELECT count(v) FROM good; SELECT count(v) FROM after; SHOW MEASUREMENTS`, "")
+	require.Equal(t, 200, code)
+	require.Equal(t, json.Number("4"), res.Results[0].Series[0].Values[0][1])
+	require.Equal(t, json.Number("50"), res.Results[1].Series[0].Values[0][1])
+	require.NotContains(t, fmt.Sprint(res.Results[2].Series[0].Values), "big")
+	code, probs := p.get("/api/v1/problems")
+	require.Equal(t, 200, code)
+	require.NotContains(t, fmt.Sprint(probs), "flush_failing")
+}

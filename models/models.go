@@ -62,7 +62,10 @@ type StorageNode struct {
 	// DiskUsedPct is how full the node's data disk is, in whole percent
 	// (0: unknown); it changes the record only when it crosses a percent.
 	DiskUsedPct int `json:"disk_used_pct,omitempty"`
-	Hosted      int `json:"shards_hosted"` // replicas open on the node
+	// FlushFailing maps a replica ("db/shard") whose background flush
+	// fails to the error (a few, cut short).
+	FlushFailing map[string]string `json:"flush_failing,omitempty"`
+	Hosted       int               `json:"shards_hosted"` // replicas open on the node
 	// Labels are the node's --node-labels (zone=a,rack=r7): a storage
 	// cluster's failure_domain names one of their keys.
 	Labels map[string]string `json:"labels,omitempty"`

@@ -39,9 +39,11 @@ type NodeConfig struct {
 	// keeps changing (kv.Registration.MaxRefresh); default 10s or
 	// MinRewrite if longer.
 	MaxRewrite time.Duration
-	Report     ShardReport             // may be nil; looked at every MinRewrite
-	MaxTerm    func() map[string]int64 // may be nil: last log term per shard
-	SeenTerm   func() map[string]int64 // may be nil: highest term accepted per shard
+	Report     ShardReport // may be nil; looked at every MinRewrite
+	// FlushFailing gives the record's flush_failing; may be nil.
+	FlushFailing func() map[string]string
+	MaxTerm      func() map[string]int64 // may be nil: last log term per shard
+	SeenTerm     func() map[string]int64 // may be nil: highest term accepted per shard
 	// DataDir is statfs'ed for the record's disk_used_pct; "" leaves it out.
 	DataDir string
 	Logger  *zap.Logger
@@ -102,6 +104,9 @@ func nodeRecord(cfg NodeConfig) func() []byte {
 		}
 		if cfg.DataDir != "" {
 			r.DiskUsedPct = DiskUsedPct(cfg.DataDir)
+		}
+		if cfg.FlushFailing != nil {
+			r.FlushFailing = cfg.FlushFailing()
 		}
 		if cfg.MaxTerm != nil {
 			r.MaxTerm = cfg.MaxTerm()

@@ -377,6 +377,11 @@ func (r *replica) write(ctx context.Context, term int64, points []lineproto.Poin
 	if err == nil {
 		err = wait()
 	}
+	if errors.Is(err, engine.ErrKeyTooLarge) {
+		// The client's to fix: the write path's line limits let through
+		// a key the engine cannot hold.
+		return models.Mark(fmt.Errorf("shard %s: %w", r.id, err), models.ErrBadInput)
+	}
 	if err != nil {
 		return fmt.Errorf("apply %s txn %d: %w", r.id, txn, err)
 	}

@@ -35,6 +35,7 @@ const (
 	KindFollowersLag    = "followers_lagging"
 	KindLeaderImbalance = "leader_imbalance"
 	KindDiskFull        = "disk_full"
+	KindFlushFailing    = "flush_failing"
 )
 
 // Problem is one thing to look at. Link is the console route where it can be
@@ -224,6 +225,9 @@ func nodeProblems(in Input, st *statemachine.State) []Problem {
 			out = append(out, Problem{Severity: sev, Kind: KindDiskFull, Link: "#overview", Cluster: cluster, Node: id,
 				Message: fmt.Sprintf("storage node %s: data disk %d%% full: free space, or drain the node", id, pct)})
 		}
+		for _, id := range nodes.Keys() {
+			out = append(out, flushProblems(cluster, id, nodes.At(id).FlushFailing)...)
+		}
 	}
 	return out
 }
@@ -338,6 +342,18 @@ func leaderProblems(st *statemachine.State) []Problem {
 			Count: leads[most] - leads[least],
 			Message: fmt.Sprintf("cluster %s: shard leaders unbalanced (%s leads %d, %s leads %d): rebalance to spread the load",
 				cluster, most, leads[most], least, leads[least])})
+	}
+	return out
+}
+
+// flushProblems reports the replicas of a storage node whose flushes fail:
+// their points pile up in memory and writes to them stop once it is full.
+func flushProblems(cluster, node string, failing map[string]string) []Problem {
+	out := make([]Problem, 0, len(failing))
+	for _, shard := range slices.Sorted(maps.Keys(failing)) {
+		out = append(out, Problem{Severity: Critical, Kind: KindFlushFailing, Link: "#overview", Cluster: cluster, Node: node,
+			Message: fmt.Sprintf("storage node %s: shard %s cannot flush (%s): writes to it fail once its memtable is full; see the node's log",
+				node, shard, failing[shard])})
 	}
 	return out
 }

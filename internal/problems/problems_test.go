@@ -131,6 +131,14 @@ func TestCompute(t *testing.T) {
 			st.Nodes = statemachine.SetIn(st.Nodes, "c", "d", models.StorageNode{NodeID: "d", DiskUsedPct: 89})
 			return st
 		}, nil, []string{"critical:disk_full:b", "warning:disk_full:a"}, nil},
+		{"a shard's flush fails", func() *statemachine.State {
+			st := cluster(1, []string{"a"}, []string{"a"})
+			st.Nodes = statemachine.SetIn(st.Nodes, "c", "a", models.StorageNode{NodeID: "a",
+				FlushFailing: map[string]string{"db/0": "engine: flush up to txn 1: disk full"}})
+			return st
+		}, nil, []string{"critical:flush_failing:a"}, func(t *testing.T, ps []Problem) {
+			require.Contains(t, ps[0].Message, "shard db/0 cannot flush (engine: flush up to txn 1: disk full)")
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -433,6 +433,12 @@ func writeMemtable(tx *bolt.Tx, ix *seriesIndex, mt *memtable, fromTxn uint64) (
 			continue
 		}
 		id, known := ix.id(ms.key)
+		if !known && len(ms.key) > MaxSeriesKeyBytes {
+			// Only a log written before Append refused such keys holds
+			// one (it failed every flush since): its points are dropped,
+			// so that the shard can flush again.
+			continue
+		}
 		if !known {
 			if id, err = ns.create(ms.key); err != nil {
 				return nil, nil, false, err

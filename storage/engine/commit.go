@@ -64,11 +64,14 @@ func (s *boltShard) Append(e Entry) (func() error, error) {
 		pre = Prepare(e.Points)
 	}
 	e.Prepared = nil // the queue's pre owns it
+	// A key no flush could write is refused here, before it is numbered,
+	// logged or in a memtable: nothing of the entry is kept.
+	err := pre.keys.check()
 	q := &s.q
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	var err error
 	switch want := q.lastTxn + 1; {
+	case err != nil:
 	case q.closed:
 		err = ErrClosed
 	case e.TxnID != want:

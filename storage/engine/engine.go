@@ -170,6 +170,14 @@ type options struct {
 	compactEvery  time.Duration
 	memBytes      int64
 	segmentBytes  int64
+	flushReport   func(db string, shard int, err error)
+}
+
+// WithFlushReport has f told of every background flush that fails, and of
+// the first that succeeds after a failure (err nil): nothing else sees
+// them, as no writer waits for a background flush.
+func WithFlushReport(f func(db string, shard int, err error)) Option {
+	return func(o *options) { o.flushReport = f }
 }
 
 // DefaultRetainBytes bounds the log a shard keeps for followers by size, on

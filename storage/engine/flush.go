@@ -261,8 +261,9 @@ func encodeUndo(me memEntry, prev map[memSlot]uint64) []byte {
 // interval (when above 0), so an idle shard neither holds its points in
 // memory nor leaves a long log tail to replay at the next open. Close stops
 // it.
-func (s *boltShard) flushLoop(interval time.Duration) {
+func (s *boltShard) flushLoop(interval time.Duration, report func(db string, shard int, err error)) {
 	defer close(s.loopDone)
+	failing := false // the last flush failed
 	var tick <-chan time.Time
 	if interval > 0 {
 		t := time.NewTicker(max(interval/4, time.Millisecond))
@@ -287,7 +288,11 @@ func (s *boltShard) flushLoop(interval time.Duration) {
 		}
 		// A failed flush leaves the memtable frozen and its entries in the
 		// log; the next commit that needs room retries it and reports the
-		// error.
-		_ = s.flushFrozen()
+		// error to its writer. The report tells the operator.
+		err := s.flushFrozen()
+		if report != nil && (err != nil || failing) {
+			report(s.id.db, s.id.shard, err)
+		}
+		failing = err != nil
 	}
 }

@@ -5,6 +5,18 @@ import (
 	"fmt"
 )
 
+// MaxSeriesKeyBytes is the longest series key a shard accepts. The index
+// keys a series makes (a posting key holds its metric, a tag key and the
+// tag's value) must stay under bbolt's 32 KiB key limit: a key over it
+// fails every flush of the memtable holding it, and so every later write
+// to the shard. Append refuses an entry holding a longer one
+// (ErrKeyTooLarge); the write path refuses such a line long before
+// (lineproto.Limits).
+const MaxSeriesKeyBytes = 32<<10 - 512
+
+// ErrKeyTooLarge: an entry holds a series key over MaxSeriesKeyBytes.
+var ErrKeyTooLarge = errors.New("engine: series key too large")
+
 // ErrTooLarge: a query matched more series or points than its limits allow.
 // The read stops as soon as it is over, so the answer never sits in memory.
 var ErrTooLarge = errors.New("engine: query result over its limit")

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"slices"
 	"sync"
 
@@ -53,6 +54,18 @@ func (k *pointKeys) add(points []lineproto.Point, i int) {
 		k.buf = lineproto.AppendSeriesKey(k.buf, p.Metric, p.Tags, p.Field)
 	}
 	k.ends = append(k.ends, int32(len(k.buf)))
+}
+
+// check refuses keys over MaxSeriesKeyBytes.
+func (k *pointKeys) check() error {
+	var start int32
+	for _, end := range k.ends {
+		if n := end - start; n > MaxSeriesKeyBytes {
+			return fmt.Errorf("%w: a key of %d bytes, over %d", ErrKeyTooLarge, n, MaxSeriesKeyBytes)
+		}
+		start = end
+	}
+	return nil
 }
 
 // of returns the key of point i, or same when point i is of the series of

@@ -142,7 +142,7 @@ func openShard(path string, id shardID, o options, lim *rateLimiter, mem *memBud
 		return nil, err
 	}
 	s.q.lastTxn, s.q.lastTerm = s.LastEntry()
-	go s.flushLoop(o.flushInterval)
+	go s.flushLoop(o.flushInterval, o.flushReport)
 	if o.compactRate > 0 {
 		go s.compactLoop(o.compactEvery, lim)
 	} else {
