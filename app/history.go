@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/cairn-db/cairn/internal/history"
+	"github.com/cairn-db/cairn/storage/client"
 )
 
 // nodeHistory is the web.History of a node: its own ring and the fan-out to
@@ -17,7 +18,7 @@ type nodeHistory struct {
 func (a *App) newHistory() *nodeHistory {
 	rec := history.New(history.Config{NodeID: a.nodeID, Gatherer: a.reg, Interval: a.cfg.HistoryInterval})
 	return &nodeHistory{rec: rec, cluster: &history.Cluster{Self: rec, Peers: a.historyPeers,
-		Client: a.peerClient(5 * time.Second)}}
+		Fetch: client.New(a.peerClient(5 * time.Second)).History}}
 }
 
 // historyPeers lists the live brokers and storage nodes other than this one.

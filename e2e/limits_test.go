@@ -58,6 +58,13 @@ func TestRequestLimits(t *testing.T) {
 	code, msg := post(big.String())
 	require.Equal(t, 413, code, msg)
 	require.Contains(t, msg, "--write-max-points")
+	// The Influx surfaces answer from the same error table: 413, not 500.
+	for _, path := range []string{"/write?db=lim", "/api/v2/write?bucket=lim"} {
+		code, msg, err := postData(p.client, "http://"+p.addr+path, []byte(big.String()))
+		require.NoError(t, err)
+		require.Equal(t, 413, code, "%s: %s", path, msg)
+		require.Contains(t, msg, "--write-max-points", path)
+	}
 	code, msg = post(strings.Repeat("wide,host=h value=1 1\n", 500))
 	require.Equal(t, 413, code, msg)
 	require.Contains(t, msg, "--write-max-body-bytes")

@@ -39,7 +39,7 @@ func (s *Server) write(c *gin.Context) {
 		return
 	}
 	body, err := influx.ReadBody(c.Request, s.cfg.WriteMaxBodyBytes)
-	if errors.Is(err, influx.ErrBodyTooLarge) {
+	if errors.Is(err, models.ErrTooLarge) {
 		fail(c, fmt.Errorf("%w: write body larger than %d bytes (--write-max-body-bytes, counted after gzip decompression); send smaller batches", models.ErrTooLarge, s.cfg.WriteMaxBodyBytes))
 		return
 	}

@@ -42,10 +42,10 @@ func TestReadBody(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "m v=1", string(b))
 	_, err = ReadBody(req([]byte("m v=12"), ""), 5)
-	require.ErrorIs(t, err, ErrBodyTooLarge)
+	require.ErrorIs(t, err, models.ErrTooLarge)
 	// 1 MiB of zeros gzips to about 1 KiB: the limit is on what it expands to.
 	_, err = ReadBody(req(gz(t, strings.Repeat("0", 1<<20)), "gzip"), 64<<10)
-	require.ErrorIs(t, err, ErrBodyTooLarge)
+	require.ErrorIs(t, err, models.ErrTooLarge)
 	_, err = ReadBody(req([]byte("plain"), "gzip"), 100)
 	require.ErrorIs(t, err, ErrBadEncoding)
 	_, err = ReadBody(req([]byte("x"), "br"), 100)

@@ -87,22 +87,17 @@ func (h *Handler) write(c *gin.Context, db, precision string) error {
 	return h.cfg.Backend.Write(c.Request.Context(), db, precision, body)
 }
 
-// writeErr maps a write error to InfluxDB's status and message.
+// writeErr is a write error's status, from the one error table
+// (models.Codes), and its message in InfluxDB's words.
 func writeErr(err error, db string) (int, string) {
+	status, _ := models.StatusOf(err)
 	switch {
-	case errors.Is(err, ErrBodyTooLarge):
-		return http.StatusRequestEntityTooLarge, err.Error()
-	case errors.Is(err, ErrBadEncoding):
-		return http.StatusBadRequest, err.Error()
-	case errors.As(err, new(*models.PartialWriteError)):
+	case errors.As(err, new(*models.PartialWriteError)), errors.Is(err, ErrBadEncoding):
 		// Already InfluxDB's own words: "partial write: ... dropped=N".
-		return http.StatusBadRequest, err.Error()
 	case errors.Is(err, models.ErrNotFound):
-		return http.StatusNotFound, fmt.Sprintf("database not found: %q", db)
+		return status, fmt.Sprintf("database not found: %q", db)
 	case errors.Is(err, models.ErrBadInput):
-		return http.StatusBadRequest, "unable to parse points: " + strings.TrimPrefix(err.Error(), models.ErrBadInput.Error()+": ")
-	case errors.Is(err, models.ErrUnavailable):
-		return http.StatusServiceUnavailable, err.Error()
+		return status, "unable to parse points: " + strings.TrimPrefix(err.Error(), models.ErrBadInput.Error()+": ")
 	}
-	return http.StatusInternalServerError, err.Error()
+	return status, err.Error()
 }

@@ -11,6 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+
+	"github.com/cairn-db/cairn/models"
 )
 
 // Sentinel errors, checked with errors.Is.
@@ -20,8 +22,9 @@ var (
 	ErrUnsupported = errors.New("not supported by Cairn's InfluxQL")
 	// ErrBadQuery: a statement that cannot run as written.
 	ErrBadQuery = errors.New("bad query")
-	// ErrTooLarge: the answer would exceed a bound (points, buckets, series).
-	ErrTooLarge = errors.New("query too large")
+	// ErrTooLarge: the answer would exceed a bound (points, buckets,
+	// series). It is the one too-large sentinel, models.ErrTooLarge (413).
+	ErrTooLarge = models.ErrTooLarge
 	// ErrBadWire: a shard request or answer that does not decode.
 	ErrBadWire = errors.New("query: bad wire data")
 )

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"sort"
 	"sync"
 	"time"
@@ -26,8 +24,9 @@ type Peer struct {
 type Cluster struct {
 	Self  *Recorder
 	Peers func() []Peer // live nodes other than this one
-	// Client fetches peers' rings; each fetch is bounded by Timeout.
-	Client  *http.Client
+	// Fetch gets the ring of the node at address as JSON of at most limit
+	// bytes (storage/client's History); each fetch is bounded by Timeout.
+	Fetch   func(ctx context.Context, address string, limit int64) ([]byte, error)
 	Timeout time.Duration // default 2s
 	// MaxPeers bounds the fan-out; default 64. Nodes beyond it are left out
 	// and the answer says so.
@@ -95,24 +94,9 @@ func (c *Cluster) Collect(ctx context.Context) ClusterSeries {
 }
 
 func (c *Cluster) fetch(ctx context.Context, p Peer) (Series, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.Address+"/internal/v1/history", nil)
-	if err != nil {
-		return Series{}, err
-	}
-	resp, err := c.Client.Do(req)
-	if err != nil {
-		return Series{}, fmt.Errorf("node %s unreachable: %w", p.NodeID, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return Series{}, fmt.Errorf("%w: node %s answered %d", ErrBadPeerAnswer, p.NodeID, resp.StatusCode)
-	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxPeerBody+1))
+	body, err := c.Fetch(ctx, p.Address, maxPeerBody)
 	if err != nil {
 		return Series{}, fmt.Errorf("node %s: %w", p.NodeID, err)
-	}
-	if len(body) > maxPeerBody {
-		return Series{}, fmt.Errorf("%w: node %s sent more than %d bytes", ErrBadPeerAnswer, p.NodeID, maxPeerBody)
 	}
 	var s Series
 	if err := json.Unmarshal(body, &s); err != nil {

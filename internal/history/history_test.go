@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-db/cairn/storage/client"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 )
@@ -127,7 +128,7 @@ func TestClusterCollect(t *testing.T) {
 	dead.Close()
 	addr := func(s *httptest.Server) string { return strings.TrimPrefix(s.URL, "http://") }
 
-	c := &Cluster{Self: self, Client: http.DefaultClient, Peers: func() []Peer {
+	c := &Cluster{Self: self, Fetch: client.New(http.DefaultClient).History, Peers: func() []Peer {
 		return []Peer{{"e", addr(dead)}, {"b", addr(good)}, {"c", addr(liar)}, {"d", addr(ragged)}}
 	}}
 	out := c.Collect(context.Background())
@@ -141,7 +142,7 @@ func TestClusterCollect(t *testing.T) {
 	require.Len(t, out.Nodes[1].Values[Leaders], 2)
 	require.Contains(t, out.Nodes[2].Error, `answered as "someone-else"`)
 	require.Contains(t, out.Nodes[3].Error, "has 1 values for 2 times")
-	require.Contains(t, out.Nodes[4].Error, "unreachable")
+	require.Contains(t, out.Nodes[4].Error, "node e: ")
 	require.False(t, out.Truncated)
 
 	c.MaxPeers = 2

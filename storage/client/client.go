@@ -185,3 +185,15 @@ func (c *Client) Txn(ctx context.Context, address, db string, shards []int) (map
 	}
 	return out, nil
 }
+
+// History fetches GET /internal/v1/history from the node at address: its
+// own metrics ring, as JSON of at most limit bytes (the caller validates
+// it).
+func (c *Client) History(ctx context.Context, address string, limit int64) ([]byte, error) {
+	resp, err := c.do(ctx, http.MethodGet, "http://"+address+"/internal/v1/history", "", nil, http.StatusOK)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	return readAll(resp.Body, limit)
+}
