@@ -58,7 +58,7 @@ func runScaled(t testing.TB, nodes int, together bool) decisions {
 		st.ShardStates = st.ShardStates.Set(db.Name, p[0].states)
 	}
 	if together {
-		plan, err := placement.PlaceNew(clusterView(st, "c"), add)
+		plan, err := placeNew(clusterView(st, "c"), add)
 		require.NoError(t, err)
 		for name := range st.Databases.All() {
 			a, ss := models.Assignment{DB: name, Cluster: "c"}, models.ShardStates{DB: name}
@@ -116,7 +116,7 @@ func runScaled(t testing.TB, nodes int, together bool) decisions {
 	}
 
 	// While it is gone, a rebalance would move its replicas to the others.
-	plan, err := placement.Place(clusterView(st, "c"))
+	plan, _, err := planFor(clusterView(st, "c"))
 	require.NoError(t, err)
 	d.DeadRelocations = plan.Relocations
 	dp := minMaxOf(targetReplicas(plan), live)
@@ -129,7 +129,7 @@ func runScaled(t testing.TB, nodes int, together bool) decisions {
 		_, changed := PlanLeaders(ShardInputs{DB: name, Assign: a, States: st.ShardStates.At(name), Live: st.Nodes.At("c")})
 		d.RejoinChanged += len(changed)
 	}
-	plan, err = placement.Place(clusterView(st, "c"))
+	plan, _, err = planFor(clusterView(st, "c"))
 	require.NoError(t, err)
 	d.RejoinRelocations = plan.Relocations
 	for _, mv := range plan.Moves {

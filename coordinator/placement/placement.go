@@ -174,6 +174,15 @@ func (p *planner) countingBound() int {
 // existing ones in c, keeping the global balance. It is Place on the cluster
 // extended with add; shards in add must not already have replicas.
 func PlaceNew(c Cluster, add map[ShardKey]int) (Plan, error) {
+	ext, err := extend(c, add)
+	if err != nil {
+		return Plan{}, err
+	}
+	return Place(ext)
+}
+
+// extend is c wanting the shards of add too, which must not have replicas.
+func extend(c Cluster, add map[ShardKey]int) (Cluster, error) {
 	ext := Cluster{
 		Nodes:  c.Nodes,
 		Shards: make(map[ShardKey]ShardPlacement, len(c.Shards)),
@@ -192,11 +201,11 @@ func PlaceNew(c Cluster, add map[ShardKey]int) (Plan, error) {
 	slices.SortFunc(keys, compareKeys)
 	for _, k := range keys {
 		if len(c.Shards[k].Replicas) > 0 {
-			return Plan{}, fmt.Errorf("placement: shard %s: %w", k, ErrShardExists)
+			return Cluster{}, fmt.Errorf("placement: shard %s: %w", k, ErrShardExists)
 		}
 		ext.Want[k] = add[k]
 	}
-	return Place(ext)
+	return ext, nil
 }
 
 // checkWant reports a replica factor that n available nodes cannot hold.

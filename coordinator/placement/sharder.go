@@ -29,6 +29,10 @@ type Sharder interface {
 	Plan() (Plan, error)
 	// Rebalance plans and adopts the plan's target as the current placement.
 	Rebalance() (Plan, error)
+	// PlaceNew registers the partitions of add (they have no replicas yet)
+	// and plans them next to the others, which it does not move; it adopts
+	// nothing (Rebalance does).
+	PlaceNew(add map[ShardKey]int) (Plan, error)
 	// LowerBound is the fewest relocations a plan valid under the policy
 	// needs from the current placement, as far as the policy can tell.
 	LowerBound() int
@@ -62,7 +66,7 @@ func NewSharder(policy string) (Sharder, error) {
 // NewMinMove is the sharder of Place: replicas and leaders balanced over the
 // whole cluster (max - min <= 1 per node) with the fewest relocations.
 func NewMinMove() Sharder {
-	return &table{policy: "minmove", place: Place, bound: LowerBound}
+	return &table{policy: "minmove", place: Place, placeNew: PlaceNew, bound: LowerBound}
 }
 
 // NewHashing places every partition by rendezvous hashing: each partition
@@ -70,7 +74,14 @@ func NewMinMove() Sharder {
 // ones in distinct failure domains. It needs no state and moves only the
 // replicas of nodes that come or go, but balances only statistically.
 func NewHashing() Sharder {
-	return &table{policy: "hash", place: PlaceHashed, bound: func(Cluster) int { return 0 }}
+	return &table{policy: "hash", place: PlaceHashed, bound: func(Cluster) int { return 0 },
+		placeNew: func(c Cluster, add map[ShardKey]int) (Plan, error) {
+			ext, err := extend(c, add)
+			if err != nil {
+				return Plan{}, err
+			}
+			return PlaceHashed(ext)
+		}}
 }
 
 // Load registers every node and partition of c in s.
@@ -93,13 +104,14 @@ func Load(s Sharder, c Cluster) {
 
 // table is the registry every sharder shares; place is its policy.
 type table struct {
-	policy  string
-	place   func(Cluster) (Plan, error)
-	bound   func(Cluster) int
-	nodes   map[string]Node
-	want    map[ShardKey]int
-	current map[ShardKey]ShardPlacement
-	byNode  map[string][]ShardKey // built on demand, nil when stale
+	policy   string
+	place    func(Cluster) (Plan, error)
+	placeNew func(Cluster, map[ShardKey]int) (Plan, error)
+	bound    func(Cluster) int
+	nodes    map[string]Node
+	want     map[ShardKey]int
+	current  map[ShardKey]ShardPlacement
+	byNode   map[string][]ShardKey // built on demand, nil when stale
 }
 
 func (t *table) init() {
@@ -155,6 +167,10 @@ func (t *table) Rebalance() (Plan, error) {
 	t.current = maps.Clone(p.Target)
 	t.byNode = nil
 	return p, nil
+}
+
+func (t *table) PlaceNew(add map[ShardKey]int) (Plan, error) {
+	return t.placeNew(t.cluster(), add)
 }
 
 func (t *table) LowerBound() int { return t.bound(t.cluster()) }

@@ -44,9 +44,75 @@ func PlaceSpread(c Cluster) (Plan, error) {
 	return planFor(c, sp.target()), nil
 }
 
+// PlaceSpreadNew places the shards of add (none may have replicas yet) as
+// PlaceSpread would, next to the others, which stay where they are: their
+// replicas and leaders count towards every node's total, and only the
+// databases of add are planned.
+func PlaceSpreadNew(c Cluster, add map[ShardKey]int) (Plan, error) {
+	ext, err := extend(c, add)
+	if err != nil {
+		return Plan{}, err
+	}
+	sp, err := newSpread(ext)
+	if err != nil {
+		return Plan{}, err
+	}
+	dbs := map[string]bool{}
+	for k := range add {
+		dbs[k.DB] = true
+	}
+	sp.freeze(func(db string) bool { return !dbs[db] })
+	if err := sp.targets(); err != nil {
+		return Plan{}, err
+	}
+	sp.balanceTargets()
+	for _, d := range sp.dbs {
+		if !d.frozen {
+			if err := sp.assign(d); err != nil {
+				return Plan{}, err
+			}
+		}
+	}
+	sp.leaders()
+	return planFor(ext, sp.target()), nil
+}
+
 // NewSpread is the sharder of PlaceSpread.
 func NewSpread() Sharder {
-	return &table{policy: "spread", place: PlaceSpread, bound: SpreadLowerBound}
+	return &table{policy: "spread", place: PlaceSpread, placeNew: PlaceSpreadNew, bound: SpreadLowerBound}
+}
+
+// freeze keeps the databases named by keep where they are: their replicas
+// and leaders count in the nodes' totals, and each node's share of them is
+// taken as its weight's share of all of them.
+func (sp *spreadPlanner) freeze(keep func(db string) bool) {
+	replicas, shards, weight := 0, 0, 0.0
+	for _, d := range sp.dbs {
+		if !keep(d.name) {
+			continue
+		}
+		d.frozen = true
+		for i := range d.shards {
+			s := &d.shards[i]
+			s.tgt = s.orig
+			for _, v := range s.orig {
+				sp.load[v]++
+				replicas++
+			}
+			if v, ok := sp.idx[s.curLeader]; ok && slices.Contains(s.orig, v) {
+				s.leader = v
+				sp.lead[v]++
+				shards++
+			}
+		}
+	}
+	for _, w := range sp.w {
+		weight += w
+	}
+	for v, w := range sp.w {
+		sp.ideal[v] += float64(replicas) * w / weight
+		sp.leadIdl[v] += float64(shards) * w / weight
+	}
 }
 
 const eps = 1e-9
@@ -75,6 +141,7 @@ type spreadDB struct {
 	budget []int     // rounded-up counts each domain may still take
 	held   []int     // replicas each node holds now
 	leads  []int     // leaders per node
+	frozen bool      // kept as it is (PlaceSpreadNew)
 }
 
 func (d *spreadDB) tgt(v int32) int {
@@ -185,7 +252,7 @@ func (sp *spreadPlanner) domainCaps(r int) []int {
 // many already (no move), then to the nodes furthest below their total share.
 func (sp *spreadPlanner) targets() error {
 	n := len(sp.ids)
-	for _, d := range sp.dbs {
+	for _, d := range sp.active() {
 		domCap := make([]float64, len(sp.domSize))
 		domMin := make([]float64, len(sp.domSize))
 		for _, s := range d.shards {
@@ -347,7 +414,7 @@ func (sp *spreadPlanner) balanceTargets() {
 // swapPlus passes one rounded-up count of o, in some database, to a node
 // accepted by ok.
 func (sp *spreadPlanner) swapPlus(o int32, ok func(int32) bool) bool {
-	for _, d := range sp.dbs {
+	for _, d := range sp.active() {
 		if !d.plus[o] {
 			continue
 		}
@@ -363,7 +430,7 @@ func (sp *spreadPlanner) swapPlus(o int32, ok func(int32) bool) bool {
 
 // swapPlusTo takes one rounded-up count for u from a node accepted by ok.
 func (sp *spreadPlanner) swapPlusTo(u int32, ok func(int32) bool) bool {
-	for _, d := range sp.dbs {
+	for _, d := range sp.active() {
 		for o := range int32(len(sp.ids)) {
 			if d.plus[o] && sp.canTakePlus(d, o, u) && ok(o) {
 				sp.movePlus(d, o, u)
@@ -387,6 +454,17 @@ func (sp *spreadPlanner) movePlus(d *spreadDB, o, u int32) {
 	sp.load[u]++
 }
 
+// active lists the databases being planned (not frozen).
+func (sp *spreadPlanner) active() []*spreadDB {
+	out := make([]*spreadDB, 0, len(sp.dbs))
+	for _, d := range sp.dbs {
+		if !d.frozen {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
 // target is the planned placement by node ids.
 func (sp *spreadPlanner) target() map[ShardKey]ShardPlacement {
 	out := map[ShardKey]ShardPlacement{}
@@ -397,7 +475,11 @@ func (sp *spreadPlanner) target() map[ShardKey]ShardPlacement {
 			for j, v := range s.tgt {
 				ids[j] = sp.ids[v]
 			}
-			out[s.key] = ShardPlacement{Replicas: ids, Leader: sp.ids[s.leader]}
+			t := ShardPlacement{Replicas: ids}
+			if s.leader >= 0 {
+				t.Leader = sp.ids[s.leader]
+			}
+			out[s.key] = t
 		}
 	}
 	return out

@@ -121,3 +121,37 @@ func TestSpreadZoneLoss(t *testing.T) {
 	require.Equal(t, SpreadLowerBound(c), plan.Relocations)
 	require.Len(t, DomainsShort(c.Nodes, plan.Target), 16)
 }
+
+// TestSpreadPlaceNewOneByOne: databases created one after the other are
+// placed without moving the earlier ones, and still end per database and in
+// total within one per node, replicas and leaders, on zoned nodes.
+func TestSpreadPlaceNewOneByOne(t *testing.T) {
+	for _, tc := range []struct{ nodes, zones, dbs, shards, rf int }{
+		{10, 10, 10, 4, 3}, {9, 3, 12, 16, 3}, {7, 7, 20, 3, 2}, {6, 3, 9, 5, 1},
+	} {
+		t.Run(fmt.Sprint(tc), func(t *testing.T) {
+			c := Cluster{Nodes: zoned(tc.nodes, tc.zones), Shards: map[ShardKey]ShardPlacement{}, Want: map[ShardKey]int{}}
+			for i := range tc.dbs {
+				add := map[ShardKey]int{}
+				for s := range tc.shards {
+					add[ShardKey{fmt.Sprintf("db%02d", i), s}] = tc.rf
+				}
+				plan, err := PlaceSpreadNew(c, add)
+				require.NoError(t, err)
+				for k, sp := range c.Shards {
+					require.Equal(t, sp, plan.Target[k], "placing a new database moved %s", k)
+				}
+				for k := range add {
+					c.Want[k] = tc.rf
+				}
+				c.Shards = plan.Target
+			}
+			final, err := PlaceSpread(c)
+			require.NoError(t, err)
+			checkInvariants(t, "spread", c, Plan{Target: c.Shards})
+			require.Zero(t, final.Relocations, "the layout built one by one is already balanced")
+			_, err = PlaceSpreadNew(c, map[ShardKey]int{{"db00", 0}: tc.rf})
+			require.ErrorIs(t, err, ErrShardExists)
+		})
+	}
+}

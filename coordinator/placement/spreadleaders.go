@@ -10,7 +10,8 @@ import (
 // rounded down or up, and likewise over all databases. A current leader that
 // stays a replica keeps leading while its node is under its ceiling.
 func (sp *spreadPlanner) leaders() {
-	for _, d := range sp.dbs {
+	dbs := sp.active()
+	for _, d := range dbs {
 		// The total's share follows the unrounded replica shares, so the
 		// roundings of many databases do not add up on one node.
 		for v := range sp.ids {
@@ -49,7 +50,7 @@ func (sp *spreadPlanner) leaders() {
 		one := []*spreadDB{d}
 		sp.level(one, false, func(v int32) int { return d.leads[v] }, d.leadLo, d.leadHi)
 	}
-	sp.level(sp.dbs, true, func(v int32) int { return sp.lead[v] },
+	sp.level(dbs, true, func(v int32) int { return sp.lead[v] },
 		func(v int32) int { return int(math.Floor(sp.leadIdl[v] + eps)) },
 		func(v int32) int { return int(math.Ceil(sp.leadIdl[v] - eps)) })
 }
@@ -80,8 +81,9 @@ func (sp *spreadPlanner) level(dbs []*spreadDB, bounded bool, count func(int32) 
 
 // shift moves one leadership off start along a shortest chain of hand-overs
 // (each passes a shard of dbs from its leader to another of its replicas) to
-// a node accepted by done. bounded keeps every hand-over within both nodes'
-// per-database bounds.
+// a node accepted by done. bounded keeps every node's count of each database
+// within its bounds: a node in the middle of the chain that receives and
+// gives in one database keeps its count there.
 func (sp *spreadPlanner) shift(start int32, dbs []*spreadDB, bounded bool, done func(int32) bool) bool {
 	type ref struct {
 		d *spreadDB
@@ -99,19 +101,26 @@ func (sp *spreadPlanner) shift(start int32, dbs []*spreadDB, bounded bool, done 
 		from int32
 	}
 	seen := map[int32]hop{start: {}}
+	canGive := func(x int32, d *spreadDB) bool {
+		in := seen[x].via.d
+		if !bounded || (x != start && in == d) {
+			return true
+		}
+		return d.leads[x]-1 >= d.leadLo(x) && (x == start || in.leads[x]+1 <= in.leadHi(x))
+	}
 	queue := []int32{start}
 	for head := 0; head < len(queue); head++ {
 		x := queue[head]
 		for _, r := range led[x] {
-			if bounded && r.d.leads[x]-1 < r.d.leadLo(x) {
+			if !canGive(x, r.d) {
 				continue
 			}
 			for _, y := range r.s.tgt {
-				if _, ok := seen[y]; ok || (bounded && r.d.leads[y]+1 > r.d.leadHi(y)) {
+				if _, ok := seen[y]; ok {
 					continue
 				}
 				seen[y] = hop{r, x}
-				if done(y) {
+				if done(y) && (!bounded || r.d.leads[y]+1 <= r.d.leadHi(y)) {
 					for z := y; z != start; z = seen[z].from {
 						h := seen[z]
 						sp.moveLeader(h.via.d, h.via.s, z)
