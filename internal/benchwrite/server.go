@@ -25,7 +25,6 @@ type Server struct {
 	RSSMiB     float64 `json:"rss_mib"`         // resident set at the end
 	RSSPeakMiB float64 `json:"rss_peak_mib"`    // the process's peak resident set (since it started)
 	GCFraction float64 `json:"gc_cpu_fraction"` // the collector's share of the CPU GOMAXPROCS offers, from /metrics
-	GCShare    float64 `json:"gc_share_of_cpu"` // the collector's CPU over the process's CPU
 	Note       string  `json:"note,omitempty"`  // why a figure is missing
 	cpuBegin   float64 // CPU seconds at the start
 	wallBegin  time.Time

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"maps"
@@ -411,11 +412,7 @@ func firstKeyAfter(c *bolt.Cursor, id uint64) []byte {
 // were overwritten, keyed by (series, ts), for the undo records, and the
 // series it created.
 func writeMemtable(tx *bolt.Tx, ix *seriesIndex, mt *memtable, fromTxn uint64) (prev map[memSlot]uint64, created map[string]uint64, merged bool, err error) {
-	order := make([]int32, len(mt.series))
-	for i := range order {
-		order[i] = int32(i)
-	}
-	slices.SortFunc(order, func(a, b int32) int { return strings.Compare(mt.series[a].key, mt.series[b].key) })
+	order, ids := flushOrder(ix, mt)
 	prev = make(map[memSlot]uint64)
 	created = make(map[string]uint64)
 	newest := make([]seriesMax, 0, len(order))
@@ -432,7 +429,7 @@ func writeMemtable(tx *bolt.Tx, ix *seriesIndex, mt *memtable, fromTxn uint64) (
 		if len(ms.pts) == 0 {
 			continue
 		}
-		id, known := ix.id(ms.key)
+		id, known := ids[idx], ids[idx] != 0
 		if !known && len(ms.key) > MaxSeriesKeyBytes {
 			// Only a log written before Append refused such keys holds
 			// one (it failed every flush since): its points are dropped,
@@ -479,6 +476,35 @@ func writeMemtable(tx *bolt.Tx, ix *seriesIndex, mt *memtable, fromTxn uint64) (
 	// need of it.
 	ix.setNewest(newest)
 	return prev, created, merged, nil
+}
+
+// flushOrder lists the memtable's series in the order a flush writes them,
+// with their ids (0: not indexed yet), looked up under one lock: the known
+// series by id, since block keys are id | ts and the puts then walk the
+// blocks bucket's pages once, in order (in key order, with series created
+// by many flushes, they jumped between pages: a seek from the root each);
+// then the new series by key, which is the order they get their ids in,
+// above every known one.
+func flushOrder(ix *seriesIndex, mt *memtable) (order []int32, ids []uint64) {
+	order = make([]int32, len(mt.series))
+	ids = make([]uint64, len(mt.series))
+	ix.mu.RLock()
+	for i := range mt.series {
+		order[i] = int32(i)
+		ids[i] = ix.ids[mt.series[i].key]
+	}
+	ix.mu.RUnlock()
+	slices.SortFunc(order, func(a, b int32) int {
+		ia, ib := ids[a], ids[b]
+		switch {
+		case ia != 0 && ib != 0:
+			return cmp.Compare(ia, ib)
+		case ia != 0 || ib != 0:
+			return cmp.Compare(ib, ia) // the known one (id > 0) first
+		}
+		return strings.Compare(mt.series[a].key, mt.series[b].key)
+	})
+	return order, ids
 }
 
 // mergeMem merges two sorted point lists, newer winning on the same ts, and

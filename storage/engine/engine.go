@@ -1,13 +1,3 @@
-// Package engine owns the on-disk state of shard replicas: the Shard and Engine
-// interfaces the storage role programs against, and the default implementation
-// that keeps one write-ahead log per engine (node), shared by its shard
-// replicas and holding their replication logs, and one bbolt file per shard
-// replica holding the undo records needed to cut a divergent tail and the
-// points in compressed per-series blocks (Gorilla's delta-of-delta timestamps
-// and XOR values) with a series index and posting lists. A write is durable
-// once its entry is in the log; its points wait in an in-memory memtable and
-// become blocks in bulk flushes, and a rate-limited background compaction
-// merges the small blocks of successive flushes.
 package engine
 
 import (

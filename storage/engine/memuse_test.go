@@ -51,3 +51,23 @@ func TestIndexMemoryAccounted(t *testing.T) {
 	require.Len(t, got, 1)
 	require.Equal(t, []SeriesPoint{{TS: 10, Value: 999}}, got[0].Points)
 }
+
+// TestFlushOrder: a flush writes the known series by id (block keys are
+// id | ts: the puts walk the bucket in order), then the new ones by key, the
+// order their ids are given in.
+func TestFlushOrder(t *testing.T) {
+	ix := newSeriesIndex()
+	ix.put("b", 2)
+	ix.put("c", 1)
+	mt := newMemtable(ix)
+	for _, k := range []string{"z", "b", "a", "c", "y"} {
+		mt.series = append(mt.series, memSeries{key: k})
+	}
+	order, ids := flushOrder(ix, mt)
+	var keys []string
+	for _, i := range order {
+		keys = append(keys, mt.series[i].key)
+	}
+	require.Equal(t, []string{"c", "b", "a", "y", "z"}, keys)
+	require.Equal(t, []uint64{0, 2, 0, 1, 0}, ids)
+}

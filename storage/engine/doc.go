@@ -1,0 +1,56 @@
+// Package engine owns the on-disk state of shard replicas: the Shard and Engine
+// interfaces the storage role programs against, and the default implementation
+// that keeps one write-ahead log per engine (node), shared by its shard
+// replicas and holding their replication logs, and one bbolt file per shard
+// replica holding the undo records needed to cut a divergent tail and the
+// points in compressed per-series blocks (Gorilla's delta-of-delta timestamps
+// and XOR values) with a series index and posting lists. A write is durable
+// once its entry is in the log; its points wait in an in-memory memtable and
+// become blocks in bulk flushes, and a rate-limited background compaction
+// merges the small blocks of successive flushes.
+//
+// # Layout and costs
+//
+// A shard file's buckets are listed in blocks.go: series ids (dense per
+// shard, 1, 2, ...) name series keys; posting lists map metric, tag and field
+// to ids; blocks are keyed id | min ts, so one series' blocks are adjacent and
+// a series' range is one seek. A flush (flush.go) writes, in one bbolt
+// commit, a block per series of the frozen memtable, the undo records of its
+// entries and the new flushed txn; flushes of different shards run beside
+// the commits, at most flushSlots at once per engine.
+//
+// Memory is accounted by kind (MemoryUse): the active memtables, bounded by
+// the engine's budget (past it a shard holding a fair share freezes its
+// memtable, and a commit that would freeze a second one waits for the first
+// flush: that is how writers are pushed back, with a bound); the frozen
+// memtables being flushed (one per shard at most); and the series indexes,
+// one map entry and slots in slices by id per series (seriesindex.go),
+// which grow with the series a node holds and which the node's soft memory
+// limit follows (app.derivedLimit) rather than sitting under them.
+//
+// # High cardinality: what the layout still costs, and where it goes next
+//
+// A flush costs a bbolt put per series it holds, at the series' place in the
+// blocks bucket. With a million series and a memtable budget that holds a
+// point or two per series, a flush is O(series) puts scattered over every
+// leaf page of the bucket, for O(series) points: the cost per point is a
+// page rewrite divided by few points (issue 21's profiles: writeMemtable,
+// bbolt node.put). The step after this one packs small series: a flush
+// writes the series with fewer than a handful of points as packed blocks
+// keyed by flush (a directory of series ids with offsets, then their
+// encoded points), appended at the end of a packs bucket, so a flush is
+// sequential and O(points); a read of series id consults the few packs
+// whose time range and id range cover it (binary search in each
+// directory), merged under its own blocks; background compaction merges
+// packs into per-series blocks once they are many, which amortizes the
+// scattered puts over many points per series. Undo, truncation and the
+// torn-block rebuild treat a pack as the blocks of every series it holds.
+//
+// Time partitions (the lifecycle work: retention, deletes) fit above this:
+// a partition is a time range of a shard with its own blocks and packs
+// (a bucket, or a file, per partition), written sequentially while its range
+// is current and read-only after; the series index and postings stay
+// shard-wide, so a new partition does not re-create series, and dropping a
+// partition drops its buckets (or file) without touching other ranges.
+// Flushes then write only the current partition's pages.
+package engine
