@@ -25,6 +25,9 @@ func (p *Plan) Merge(results []*ShardResult) ([]Row, error) {
 	if err != nil {
 		return nil, err
 	}
+	if p.Desc { // InfluxDB walks the series in descending order too
+		slices.Reverse(rows)
+	}
 	if p.SOffset > 0 {
 		rows = rows[min(p.SOffset, len(rows)):]
 	}
@@ -289,7 +292,9 @@ func (p *Plan) bucketRows(g *mergedGroup) ([]int64, [][]Cell) {
 }
 
 // linearFill interpolates a column between its known neighbours, by time;
-// leading and trailing gaps stay null. Between integers it rounds.
+// leading and trailing gaps stay null. It computes as InfluxDB does, in
+// the same order (slope, then slope*x + y0), so the floats are the same
+// bits; between integers it truncates, as InfluxDB does.
 func linearFill(times []int64, col []Cell) {
 	prev := -1
 	for j, c := range col {
@@ -297,14 +302,14 @@ func linearFill(times []int64, col []Cell) {
 			continue
 		}
 		if prev >= 0 && j-prev > 1 {
-			x0, x1 := float64(times[prev]), float64(times[j])
-			y0, y1 := col[prev].float(), c.float()
 			for k := prev + 1; k < j; k++ {
-				v := y0 + (y1-y0)*(float64(times[k])-x0)/(x1-x0)
+				x := float64(times[k] - times[prev])
 				if c.Kind == CellInt {
-					col[k] = Cell{Kind: CellInt, I: int64(math.Round(v))}
+					m := float64(c.I-col[prev].I) / float64(times[j]-times[prev])
+					col[k] = Cell{Kind: CellInt, I: int64(m*x + float64(col[prev].I))}
 				} else {
-					col[k] = floatCell(v)
+					m := (c.float() - col[prev].float()) / float64(times[j]-times[prev])
+					col[k] = floatCell(m*x + col[prev].float())
 				}
 			}
 		}
