@@ -79,6 +79,7 @@ func (c *testCluster) do(a *App, method, path string, body []byte) (int, []byte)
 	c.t.Helper()
 	req, err := http.NewRequest(method, "http://"+a.HTTPAddr()+path, bytes.NewReader(body))
 	require.NoError(c.t, err)
+	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return 0, nil

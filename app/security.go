@@ -51,6 +51,7 @@ func (a *App) setupSecurity() error {
 		}
 	}
 
+	warnExposures(a.lg, cfg)
 	if len(cfg.SecretFlags) > 0 {
 		a.lg.Warn("secrets given as command-line flags are visible to every local user (ps, /proc); use the *-file flags or CAIRN_* environment variables",
 			zap.Strings("flags", cfg.SecretFlags))

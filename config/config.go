@@ -172,6 +172,10 @@ type Config struct {
 	// body; a slower sender loses its request.
 	WriteBodyTimeout time.Duration
 
+	// Insecure silences the start-up warnings about surfaces left open on
+	// a non-loopback address.
+	Insecure bool
+
 	// ConfigFile is the config file Parse loaded, if any.
 	ConfigFile string
 	// Version is the binary's version (set by main, not an option); it labels

@@ -129,7 +129,7 @@ func TestHelp(t *testing.T) {
 
 		help := out.String()
 		for _, o := range options {
-			require.Contains(t, help, "--"+o.name+" ")
+			require.Regexp(t, "--"+o.name+"[ \n]", help)
 			require.Contains(t, help, envName(o.name))
 		}
 		for _, s := range []string{

@@ -43,7 +43,7 @@ func WriteExample(w io.Writer) error {
 // tomlValue renders an option's text form as a TOML value of its kind.
 func tomlValue(o option, text string) string {
 	switch o.kind {
-	case kindInt:
+	case kindInt, kindBool:
 		return text
 	case kindList:
 		if strings.Contains(text, ",") {
@@ -62,6 +62,8 @@ func tomlExample(o option) string {
 	switch o.kind {
 	case kindInt:
 		return "0"
+	case kindBool:
+		return "false"
 	case kindList:
 		return "[]"
 	}

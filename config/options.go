@@ -16,6 +16,7 @@ const (
 	kindList               // a comma list, or a TOML array of strings
 	kindDuration           // a Go duration string such as "3s"
 	kindInt
+	kindBool // a flag that may stand alone (--insecure), or true/false
 )
 
 // option is one node setting: flag --name, env CAIRN_NAME, file key name.
@@ -315,6 +316,20 @@ var options = []option{
 	fileOpt("tls-key", "private key (PEM) of --tls-cert", func(c *Config) *string { return &c.TLSKey }),
 	fileOpt("tls-ca", "CA bundle (PEM) that verifies peer nodes' certificates; the system roots when unset", func(c *Config) *string { return &c.TLSCA }),
 	fileOpt("tls-client-ca", "CA bundle (PEM) that verifies client certificates: the internal API then requires one (mTLS); the public API does not", func(c *Config) *string { return &c.TLSClientCA }),
+
+	{
+		name: "insecure", kind: kindBool, group: groupSec,
+		help: "this node is knowingly open (no tokens, no cluster secret, plaintext or auth-less etcd) on a non-loopback address: silences the start-up warnings about it",
+		get:  func(c *Config) string { return strconv.FormatBool(c.Insecure) },
+		set: func(c *Config, raw string) error {
+			v, err := strconv.ParseBool(raw)
+			if err != nil {
+				return errors.New("want true or false")
+			}
+			c.Insecure = v
+			return nil
+		},
+	},
 
 	limitOpt("write-max-body-bytes", "largest write body accepted, in bytes; a larger one gets 413 (send smaller batches)",
 		func(c *Config) *int { return &c.WriteMaxBodyBytes }),

@@ -36,6 +36,12 @@ func Parse(args []string, lookupEnv func(string) (string, bool), isTerminal bool
 	values := make(map[string]*string, len(options)+1)
 	values[configFlag] = fs.String(configFlag, "", "")
 	for _, o := range options {
+		if o.kind == kindBool {
+			v := new(string)
+			fs.Var(boolText{v}, o.name, o.help)
+			values[o.name] = v
+			continue
+		}
 		values[o.name] = fs.String(o.name, "", o.help)
 	}
 	if err := fs.Parse(args); err != nil {
@@ -144,6 +150,10 @@ func tomlText(o option, v any) (string, error) {
 	switch v := v.(type) {
 	case string:
 		return v, nil
+	case bool:
+		if o.kind == kindBool {
+			return strconv.FormatBool(v), nil
+		}
 	case int64:
 		if o.kind == kindInt {
 			return strconv.FormatInt(v, 10), nil
@@ -168,7 +178,22 @@ func tomlText(o option, v any) (string, error) {
 		return "", fmt.Errorf("want an integer, found %v", v)
 	case kindList:
 		return "", fmt.Errorf("want a string or an array of strings, found %v", v)
+	case kindBool:
+		return "", fmt.Errorf("want true or false, found %v", v)
 	default:
 		return "", fmt.Errorf("want a string, found %v", v)
 	}
 }
+
+// boolText is a flag that may stand alone (--insecure means true); it
+// keeps the text, which the option table parses like every other value.
+type boolText struct{ v *string }
+
+func (b boolText) String() string {
+	if b.v == nil {
+		return ""
+	}
+	return *b.v
+}
+func (b boolText) Set(s string) error { *b.v = s; return nil }
+func (b boolText) IsBoolFlag() bool   { return true }

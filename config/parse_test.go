@@ -282,3 +282,27 @@ func TestParseMemoryLimitAndInflightWrites(t *testing.T) {
 		require.Contains(t, err.Error(), bad[1])
 	}
 }
+
+// TestParseInsecure: --insecure stands alone or takes a value, and comes
+// from env and file like any option; a value that is not a boolean is
+// refused.
+func TestParseInsecure(t *testing.T) {
+	c, err := Parse(nil, envOf(nil), false, io.Discard)
+	require.NoError(t, err)
+	require.False(t, c.Insecure)
+	for _, args := range [][]string{{"--insecure"}, {"--insecure=true"}, {"--insecure", "--role", "broker"}} {
+		c, err = Parse(args, envOf(nil), false, io.Discard)
+		require.NoError(t, err, args)
+		require.True(t, c.Insecure, args)
+	}
+	c, err = Parse([]string{"--insecure=false"}, envOf(map[string]string{"CAIRN_INSECURE": "true"}), false, io.Discard)
+	require.NoError(t, err)
+	require.False(t, c.Insecure, "the flag beats the env")
+	file := filepath.Join(t.TempDir(), "c.toml")
+	require.NoError(t, os.WriteFile(file, []byte("insecure = true\n"), 0o600))
+	c, err = Parse([]string{"--config", file}, envOf(nil), false, io.Discard)
+	require.NoError(t, err)
+	require.True(t, c.Insecure)
+	_, err = Parse([]string{"--insecure=maybe"}, envOf(nil), false, io.Discard)
+	require.ErrorContains(t, err, "maybe")
+}

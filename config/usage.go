@@ -68,8 +68,8 @@ with its own etcd member, HTTP port and data directory:
 
 Then register the storage cluster (standalone does this by itself) and create
 a database, through any node:
-  curl -X POST 127.0.0.1:9001/api/v1/storage-clusters -d '{"name":"default"}'
-  curl -X POST 127.0.0.1:9001/api/v1/databases \
+  curl -H 'Content-Type: application/json' 127.0.0.1:9001/api/v1/storage-clusters -d '{"name":"default"}'
+  curl -H 'Content-Type: application/json' 127.0.0.1:9001/api/v1/databases \
     -d '{"name":"metrics","num_shards":6,"replica_factor":3}'
 `)
 	_, _ = io.WriteString(w, b.String())
@@ -84,6 +84,8 @@ func writeOption(b *strings.Builder, o option) {
 		meta = "DURATION"
 	case o.kind == kindInt:
 		meta = "N"
+	case o.kind == kindBool:
+		meta = ""
 	case strings.HasSuffix(o.name, "-url"):
 		meta = "URL"
 	case strings.HasSuffix(o.name, "-addr"):
@@ -99,7 +101,10 @@ func writeOption(b *strings.Builder, o option) {
 		d := Default()
 		def = o.get(&d)
 	}
-	fmt.Fprintf(b, "  --%s %s\n        %s\n        (env %s; default: %s)\n", o.name, meta, o.help, envName(o.name), def)
+	if meta != "" {
+		meta = " " + meta
+	}
+	fmt.Fprintf(b, "  --%s%s\n        %s\n        (env %s; default: %s)\n", o.name, meta, o.help, envName(o.name), def)
 }
 
 // CommandUsage writes the help of a subcommand in the style of Usage: what

@@ -18,6 +18,7 @@ var (
 	ErrUnauthorized = errors.New("unauthorized")            // 401
 	ErrForbidden    = errors.New("forbidden")               // 403: a token of a narrower scope
 	ErrTooLarge     = errors.New("too large")               // 413: over a size limit
+	ErrMediaType    = errors.New("unsupported media type")  // 415: a body of the wrong Content-Type
 	// ErrNoSpace: etcd is out of space and refuses metadata changes until an
 	// operator frees space and disarms the alarm.
 	ErrNoSpace = errors.New("etcd out of space")
@@ -57,6 +58,7 @@ var Codes = []ErrorCode{
 	{ErrNotFound, http.StatusNotFound, "not_found"},
 	{ErrConflict, http.StatusConflict, "conflict"},
 	{ErrTooLarge, http.StatusRequestEntityTooLarge, "too_large"},
+	{ErrMediaType, http.StatusUnsupportedMediaType, "unsupported_media_type"},
 	{ErrImpossible, http.StatusUnprocessableEntity, "unprocessable"},
 	// Both before the generic 503: the client must learn that etcd is full
 	// (an operator has to act) or that its change may have been applied.

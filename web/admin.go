@@ -40,6 +40,9 @@ type Data interface {
 
 // decodeStrict reads a JSON body, refusing unknown fields and trailing data.
 func decodeStrict(c *gin.Context, v any) error {
+	if err := requireJSON(c.Request); err != nil {
+		return err
+	}
 	data, err := io.ReadAll(c.Request.Body)
 	if err != nil {
 		var mbe *http.MaxBytesError

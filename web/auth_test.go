@@ -112,6 +112,9 @@ func TestRouteScopes(t *testing.T) {
 		for _, c := range creds {
 			t.Run(key+"/"+c.name, func(t *testing.T) {
 				req := httptest.NewRequest(r.Method, concretePath(r.Path), strings.NewReader(routeBodies[key]))
+				if routeBodies[key] != "" {
+					req.Header.Set("Content-Type", "application/json")
+				}
 				if c.token != "" {
 					req.Header.Set("Authorization", "Bearer "+c.token)
 				}

@@ -136,7 +136,7 @@ func New(cfg Config) *Server {
 	}
 	e := gin.New()
 	e.ContextWithFallback = true
-	e.Use(s.recover, s.logRequests, s.limitBody, s.guardInternal)
+	e.Use(s.recover, securityHeaders, s.logRequests, refuseCrossSite, s.limitBody, s.guardInternal)
 	e.HandleMethodNotAllowed = true
 	api := e.Group("/api/v1")
 	// Probes stay open: they reveal nothing but liveness.

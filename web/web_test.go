@@ -60,6 +60,9 @@ func newState(t *testing.T) func() *statemachine.State {
 
 func do(t *testing.T, h http.Handler, method, path, body string, hdr ...string) (int, map[string]any) {
 	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json") // what API clients send
+	}
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}

@@ -199,7 +199,9 @@ func TestConsoleAdminToken(t *testing.T) {
 		chromedp.Click(chromedp.CSS(`#token-save`)),
 	)
 	c.WaitJS(`document.getElementById("token-box").hidden`)
-	require.Equal(t, "s3cret", browsertest.Eval[string](c.Page, `localStorage.getItem("cairn.admin_token")`))
+	// Kept for this tab only, never in localStorage (which outlives it).
+	require.Equal(t, "s3cret", browsertest.Eval[string](c.Page, `sessionStorage.getItem("cairn.admin_token")`))
+	require.True(t, browsertest.Eval[bool](c.Page, `localStorage.getItem("cairn.admin_token") === null`))
 	c.Do(chromedp.Click(chromedp.CSS(`#db-create`)))
 	c.WaitJS(`document.querySelector("#db-list tr[data-db=guarded]") !== null`)
 	api.set(func(f *fakeAPI) {

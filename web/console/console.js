@@ -6,6 +6,10 @@
 
   const API = "/api/v1";
   const TOKEN_KEY = "cairn.admin_token";
+  // The token lives in this tab's sessionStorage only: it is gone when the
+  // tab closes and never shared with other tabs. Older consoles kept it in
+  // localStorage, where it outlived the session: drop such a copy.
+  localStorage.removeItem(TOKEN_KEY);
   const POLL_MS = 1000;
   const $ = (id) => document.getElementById(id);
 
@@ -79,7 +83,7 @@
   // reads need one too (a 401 opens the token box once).
   async function getJSON(path) {
     const headers = { Accept: "application/json" };
-    const token = localStorage.getItem(TOKEN_KEY);
+    const token = sessionStorage.getItem(TOKEN_KEY);
     if (token) headers.Authorization = "Bearer " + token;
     const r = await fetch(API + path, { headers: headers, cache: "no-store" });
     if (r.status === 401 && $("token-box").hidden) showTokenBox();
@@ -98,7 +102,7 @@
   async function mutate(method, path, payload) {
     const headers = { Accept: "application/json" };
     if (payload !== undefined) headers["Content-Type"] = "application/json";
-    const token = localStorage.getItem(TOKEN_KEY);
+    const token = sessionStorage.getItem(TOKEN_KEY);
     if (token) headers.Authorization = "Bearer " + token;
     let r;
     try {
@@ -444,7 +448,7 @@
   $("token-box").addEventListener("submit", (e) => {
     e.preventDefault();
     const v = $("token").value.trim();
-    if (v) localStorage.setItem(TOKEN_KEY, v); else localStorage.removeItem(TOKEN_KEY);
+    if (v) sessionStorage.setItem(TOKEN_KEY, v); else sessionStorage.removeItem(TOKEN_KEY);
     $("token").value = "";
     $("token-box").hidden = true;
     $("token-show").hidden = false;
