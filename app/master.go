@@ -84,7 +84,7 @@ func (a *App) oneTerm(ctx context.Context, el *kv.Election, lg *zap.Logger, move
 		}
 		_ = s.Close(cctx)
 	}()
-	rec, _ := json.Marshal(models.MasterRecord{NodeID: a.nodeID, Address: a.cfg.AdvertiseAddr, ElectedAt: time.Now().UnixMilli()})
+	rec, _ := json.Marshal(models.MasterRecord{NodeID: a.nodeID, Address: a.cfg.AdvertiseAddr, ElectedAt: time.Now().UnixMilli(), Protocol: models.ProtocolVersion})
 	term, err = el.Campaign(ctx, s, rec)
 	if err != nil {
 		return err

@@ -10,7 +10,7 @@ import (
 // BrokerRecord builds this broker's record for kv.KeepRegistered.
 func BrokerRecord(id, addr string, started time.Time) func() []byte {
 	return func() []byte {
-		b, _ := json.Marshal(models.BrokerRecord{NodeID: id, Address: addr, StartedAt: started.UnixMilli()})
+		b, _ := json.Marshal(models.BrokerRecord{NodeID: id, Address: addr, StartedAt: started.UnixMilli(), Protocol: models.ProtocolVersion})
 		return b
 	}
 }

@@ -39,7 +39,7 @@ type dataFailure struct {
 // every acknowledged batch and every failure.
 type dataWriter struct {
 	t       testing.TB
-	url     string
+	urls    []string // brokers' write URLs: a batch not answered goes to the next
 	client  *http.Client
 	series  int
 	perPost int
@@ -70,8 +70,19 @@ func startDataWriterAt(t testing.TB, c *dataCluster, first int64, max int) *data
 }
 
 func launchDataWriter(t testing.TB, c *dataCluster, first int64, series, perPost, max int, maxTime time.Duration) *dataWriter {
+	return launchDataWriterOver(t, c, []*Proc{c.broker}, first, series, perPost, max, maxTime)
+}
+
+// launchDataWriterOver is launchDataWriter writing through brokers: a
+// batch the current one does not acknowledge is followed by one to the next
+// (a broker restarting does not stall the writer).
+func launchDataWriterOver(t testing.TB, c *dataCluster, brokers []*Proc, first int64, series, perPost, max int, maxTime time.Duration) *dataWriter {
+	var urls []string
+	for _, b := range brokers {
+		urls = append(urls, fmt.Sprintf("http://%s/api/v1/write?db=%s", b.addr, c.db))
+	}
 	w := &dataWriter{first: first,
-		t: t, url: fmt.Sprintf("http://%s/api/v1/write?db=%s", c.broker.addr, c.db),
+		t: t, urls: urls,
 		// Longer than the broker's own 10 s retry: its 503 is the answer
 		// worth recording, not our timeout.
 		client: testClient(20 * time.Second),
@@ -109,6 +120,7 @@ func (w *dataWriter) run() {
 		deadline = timer.C
 	}
 	next := w.first
+	at := 0 // of urls
 	for i := 0; w.max == 0 || i < w.max; i++ {
 		select {
 		case <-w.stopCh:
@@ -119,7 +131,7 @@ func (w *dataWriter) run() {
 		}
 		body := w.body(next, w.perPost)
 		begin := time.Now()
-		status, msg, err := postData(w.client, w.url, body)
+		status, msg, err := postData(w.client, w.urls[at], body)
 		end := time.Now()
 		w.mu.Lock()
 		if err == nil && status == http.StatusNoContent {
@@ -137,6 +149,7 @@ func (w *dataWriter) run() {
 		// batch may have landed on some shards.
 		next += int64(w.perPost)
 		if err != nil || status != http.StatusNoContent {
+			at = (at + 1) % len(w.urls)
 			// A short pause so a fast refusal does not spin.
 			pause := time.NewTimer(50 * time.Millisecond)
 			select {

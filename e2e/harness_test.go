@@ -92,6 +92,9 @@ type Proc struct {
 	addr   string // --http-addr, empty when not given
 	log    string // stdout and stderr of every run, appended
 	client *http.Client
+	// bin is the binary the next run starts (cairnBin unless another
+	// release's: see startWith).
+	bin string
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -103,11 +106,18 @@ type Proc struct {
 // dir, printed (tail) if the test fails; the process is killed at cleanup.
 func start(t testing.TB, args ...string) *Proc {
 	t.Helper()
+	return startWith(t, cairnBin, args...)
+}
+
+// startWith is start with another binary (another release's); setting the
+// Proc's bin before a restart swaps it.
+func startWith(t testing.TB, bin string, args ...string) *Proc {
+	t.Helper()
 	procSeq.Lock()
 	procSeq.n++
 	n := procSeq.n
 	procSeq.Unlock()
-	p := &Proc{t: t, args: args, client: testClient(5 * time.Second)}
+	p := &Proc{t: t, args: args, bin: bin, client: testClient(5 * time.Second)}
 	p.name = fmt.Sprintf("proc%d", n)
 	for i, a := range args {
 		if i+1 >= len(args) {
@@ -136,8 +146,8 @@ func (p *Proc) launch() {
 	f, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	require.NoError(p.t, err)
 	defer f.Close()
-	_, _ = fmt.Fprintf(f, "=== start %s %s\n", time.Now().Format(time.RFC3339Nano), strings.Join(p.args, " "))
-	cmd := exec.Command(cairnBin, p.args...)
+	_, _ = fmt.Fprintf(f, "=== start %s %s %s\n", time.Now().Format(time.RFC3339Nano), p.bin, strings.Join(p.args, " "))
+	cmd := exec.Command(p.bin, p.args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	require.NoError(p.t, cmd.Start())
 	done := make(chan struct{})

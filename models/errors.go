@@ -39,6 +39,9 @@ var (
 	// ErrBadQuery: an InfluxQL shard request the node cannot evaluate as
 	// written (answered 400, like a too-large one, on the internal API).
 	ErrBadQuery = errors.New("bad query")
+	// ErrUnknownEndpoint: the node serves no such internal endpoint (a peer
+	// of another version asked for it).
+	ErrUnknownEndpoint = errors.New("unknown endpoint")
 )
 
 // ErrorCode ties a sentinel to its HTTP status and to the code string the
@@ -74,6 +77,7 @@ var Codes = []ErrorCode{
 	{ErrNotEnoughISR, http.StatusServiceUnavailable, "not_enough_isr"},
 	{ErrAckTimeout, http.StatusServiceUnavailable, "ack_timeout"},
 	{ErrBadQuery, http.StatusBadRequest, "bad_query"},
+	{ErrUnknownEndpoint, http.StatusNotFound, "unknown_endpoint"},
 }
 
 // internalCode is the code of an error no sentinel names.

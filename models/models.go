@@ -16,6 +16,14 @@ var NameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 // ValidName reports whether s may name a database, cluster or node.
 func ValidName(s string) bool { return NameRE.MatchString(s) }
 
+// ProtocolVersion is the version of the node-to-node protocol this binary
+// speaks; every node advertises it in its record. Version 1 is the records
+// without the field (release 0.1.0). A node talks to peers of its own
+// version and of the one before (COMPATIBILITY.md): it never assumes a newer
+// endpoint exists, and treats any refusal of an unknown endpoint as "not
+// spoken here" and takes the older way.
+const ProtocolVersion = 2
+
 // MasterRecord is the value of the election key. Term is the key's create
 // revision, filled in when the record is read back.
 type MasterRecord struct {
@@ -23,6 +31,7 @@ type MasterRecord struct {
 	Address   string `json:"address"`
 	Term      int64  `json:"term"`
 	ElectedAt int64  `json:"elected_at"` // unix milliseconds
+	Protocol  int    `json:"protocol,omitempty"`
 }
 
 // BrokerRecord is a live broker.
@@ -30,6 +39,9 @@ type BrokerRecord struct {
 	NodeID    string `json:"node_id"`
 	Address   string `json:"address"`
 	StartedAt int64  `json:"started_at"` // unix milliseconds
+	// Protocol is the node-to-node protocol the node speaks (0: version 1,
+	// a node of release 0.1.0).
+	Protocol int `json:"protocol,omitempty"`
 }
 
 // StorageNode is a storage node's leased record, with SableDB's fields.
@@ -72,6 +84,9 @@ type StorageNode struct {
 	// Weight is the node's --node-weight, its relative capacity (0 or
 	// absent: 1): it holds replicas in proportion.
 	Weight int `json:"weight,omitempty"`
+	// Protocol is the node-to-node protocol the node speaks
+	// (ProtocolVersion; 0: version 1, a node of release 0.1.0).
+	Protocol int `json:"protocol,omitempty"`
 }
 
 // StorageCluster is a configured storage cluster. Empty EtcdEndpoints means the

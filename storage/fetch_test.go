@@ -48,41 +48,12 @@ func TestBatchedFetchCoversEveryShardOfALeader(t *testing.T) {
 	sm.Start(context.Background())
 	defer sm.Stop()
 
-	counts := &pathCounter{n: map[string]int{}}
-	eng, err := engine.NewBoltEngine(t.TempDir())
-	require.NoError(t, err)
-	lh := storage.NewHost(storage.HostConfig{NodeID: "L", Cluster: "default", Engine: eng, Store: store,
-		Keys: models.ClusterKeys{SNS: "/t/storage/default"}, State: sm.Snapshot, Changed: sm.Changed,
-		LagBound: 2 * time.Second, AckTimeout: 5 * time.Second, DropDelay: time.Hour})
-	r := gin.New()
-	r.Use(counts.middleware)
-	lh.Routes(r)
-	srv := httptest.NewServer(r)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); lh.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		srv.Close()
-		_ = eng.Close()
-	})
+	lh, addr, counts := countedLeader(t, sm, store, nil)
+	ctx := context.Background()
 	follower := startNode(t, "F", sm, store)
 
 	const shards = 6
-	var assign []models.ShardAssignment
-	var states []models.ShardState
-	for i := range shards {
-		assign = append(assign, models.ShardAssignment{ID: i, Replicas: []string{"L", "F"}})
-		states = append(states, models.ShardState{ID: i, Leader: "L", Term: 1, Status: models.StatusOnline})
-	}
-	put(sm, statemachine.SourceStorageConfig, statemachine.KindStorageConfig, "", "default", models.StorageCluster{Name: "default"})
-	live(t, store, "/t/storage/default", "L", srv.Listener.Addr().String())
-	live(t, store, "/t/storage/default", "F", follower.addr())
-	put(sm, statemachine.SourceDatabaseConfig, statemachine.KindDatabaseConfig, "", "d",
-		models.Database{Name: "d", StorageCluster: "default", NumShards: shards, ReplicaFactor: 2, UID: "u1"})
-	put(sm, statemachine.SourceAssign, statemachine.KindAssign, "", "d", models.Assignment{DB: "d", Cluster: "default", Shards: assign})
-	put(sm, statemachine.SourceShardState, statemachine.KindShardState, "", "d", models.ShardStates{DB: "d", Shards: states})
+	ledByL(t, sm, store, shards, addr, follower.addr())
 
 	// Every shard's in-sync set holds F (no set was published before: all
 	// replicas start in sync), so an acknowledged write is on F.
@@ -128,6 +99,102 @@ func TestBatchedFetchCoversEveryShardOfALeader(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 4, got[0].LastTxnID)
 	require.EqualValues(t, 4, got[5].LastTxnID)
+}
+
+// countedLeader runs node "L" (LagBound 2 s) behind a router that counts
+// the requests it serves by route, with refuse (if not nil) in front of its
+// routes, and returns its address.
+func countedLeader(t *testing.T, sm *statemachine.Manager, store kv.Store, refuse gin.HandlerFunc) (*storage.Host, string, *pathCounter) {
+	counts := &pathCounter{n: map[string]int{}}
+	eng, err := engine.NewBoltEngine(t.TempDir())
+	require.NoError(t, err)
+	lh := storage.NewHost(storage.HostConfig{NodeID: "L", Cluster: "default", Engine: eng, Store: store,
+		Keys: models.ClusterKeys{SNS: "/t/storage/default"}, State: sm.Snapshot, Changed: sm.Changed,
+		LagBound: 2 * time.Second, AckTimeout: 5 * time.Second, DropDelay: time.Hour})
+	r := gin.New()
+	r.Use(counts.middleware)
+	if refuse != nil {
+		r.Use(refuse)
+	}
+	lh.Routes(r)
+	srv := httptest.NewServer(r)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); lh.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		srv.Close()
+		_ = eng.Close()
+	})
+	return lh, srv.Listener.Addr().String(), counts
+}
+
+// ledByL publishes database d of shards shards, each replicated on L (at
+// leader) and F (at follower), led by L at term 1.
+func ledByL(t *testing.T, sm *statemachine.Manager, store kv.Store, shards int, leader, follower string) {
+	var assign []models.ShardAssignment
+	var states []models.ShardState
+	for i := range shards {
+		assign = append(assign, models.ShardAssignment{ID: i, Replicas: []string{"L", "F"}})
+		states = append(states, models.ShardState{ID: i, Leader: "L", Term: 1, Status: models.StatusOnline})
+	}
+	put(sm, statemachine.SourceStorageConfig, statemachine.KindStorageConfig, "", "default", models.StorageCluster{Name: "default"})
+	live(t, store, "/t/storage/default", "L", leader)
+	live(t, store, "/t/storage/default", "F", follower)
+	put(sm, statemachine.SourceDatabaseConfig, statemachine.KindDatabaseConfig, "", "d",
+		models.Database{Name: "d", StorageCluster: "default", NumShards: shards, ReplicaFactor: 2, UID: "u1"})
+	put(sm, statemachine.SourceAssign, statemachine.KindAssign, "", "d", models.Assignment{DB: "d", Cluster: "default", Shards: assign})
+	put(sm, statemachine.SourceShardState, statemachine.KindShardState, "", "d", models.ShardStates{DB: "d", Shards: states})
+}
+
+// A follower whose leader is of an older version without the batched fetch
+// (its console answered the POST with 405) asks for it once, then follows
+// every shard with per-shard pulls parked at the leader: every acknowledged
+// write reaches it, its in-sync sets stay full while writes come and while
+// idle (the in-sync flaps that stalled rolling upgrades), and it does not
+// ask for the batched fetch again meanwhile.
+func TestFollowerOfALeaderWithoutBatchedFetch(t *testing.T) {
+	store := kv.NewMemoryStore()
+	defer store.Close()
+	sm := statemachine.New(statemachine.Config{})
+	sm.Start(context.Background())
+	defer sm.Stop()
+	oldConsole := func(c *gin.Context) {
+		if c.Request.URL.Path == "/internal/v1/fetch" {
+			c.AbortWithStatus(http.StatusMethodNotAllowed)
+		}
+	}
+	lh, addr, counts := countedLeader(t, sm, store, oldConsole)
+	follower := startNode(t, "F", sm, store)
+	const shards = 4
+	ledByL(t, sm, store, shards, addr, follower.addr())
+	ctx := context.Background()
+	for i := range shards {
+		require.Eventually(t, func() bool { return len(isrOf(t, store, i)) == 2 }, 10*time.Second, 10*time.Millisecond)
+	}
+	for round := range 5 {
+		for i := range shards {
+			require.Eventually(t, func() bool { return lh.Write(ctx, "d", i, 1, points(round*10, 10)) == nil }, 10*time.Second, 10*time.Millisecond)
+			require.Len(t, isrOf(t, store, i), 2, "shard %d: the follower stays in sync", i)
+		}
+	}
+	for i := range shards {
+		fs, err := follower.eng.Open("d", i)
+		require.NoError(t, err)
+		require.EqualValues(t, 5, fs.LastTxnID(), "shard %d: every acknowledged write is on the follower", i)
+	}
+	require.Positive(t, counts.get("/internal/v1/shards/:db/:shard/log"))
+	asked := counts.get("/internal/v1/fetch")
+	require.Positive(t, asked, "the batched fetch was asked for")
+	require.Never(t, func() bool {
+		for i := range shards {
+			if len(isrOf(t, store, i)) != 2 {
+				return true
+			}
+		}
+		return counts.get("/internal/v1/fetch") != asked
+	}, 5*time.Second, 50*time.Millisecond, "idle, the in-sync sets stay full and the batched fetch is not asked again")
 }
 
 func httpClient() *http.Client { return &http.Client{Timeout: 5 * time.Second} }

@@ -241,8 +241,13 @@ func (s *fetchSession) pollOnce(ctx context.Context) error {
 	ans, err := s.h.peer().Fetch(pctx, s.address, req)
 	answered()
 	if errors.Is(err, client.ErrUnsupported) {
-		// A leader without batched fetches: every shard pulls alone.
-		s.handBackAll(reps, mems, fmt.Errorf("%w: leader has no batched fetch", errSolo))
+		// A leader without batched fetches (another version): every shard
+		// pulls alone from it for a while, then tries again (it may have
+		// been upgraded meanwhile).
+		s.h.refuseBatch(s.address)
+		s.lg.Info("leader has no batched fetch: its shards are pulled one by one", zap.Error(err),
+			zap.Duration("retry_in", noBatchFor))
+		s.handBackAll(reps, mems, fmt.Errorf("%w: %w", errNoBatch, err))
 		return nil
 	}
 	if err != nil {
@@ -262,6 +267,40 @@ func (s *fetchSession) pollOnce(ctx context.Context) error {
 
 // errSolo: the session handed a shard back to its replica.
 var errSolo = errors.New("storage: shard handed back to its own pull")
+
+// errNoBatch: the leader's node refused the batched fetch (a node of
+// another version); its followers pull per shard, parked at the leader
+// (soloWait) as a batched fetch would be.
+var errNoBatch = fmt.Errorf("%w: leader has no batched fetch", errSolo)
+
+// noBatchFor is how long followers of a leader that refused the batched
+// fetch pull per shard before they try it again.
+const noBatchFor = time.Minute
+
+// soloWait is how long a per-shard pull from a leader without batched
+// fetches stays parked there when nothing is new: well inside the
+// leader's catch-up window (a parked per-shard pull does not count as
+// fetching, a batched one does), so an idle follower stays in sync.
+const soloWait = 500 * time.Millisecond
+
+// refuseBatch remembers that address refused the batched fetch.
+func (h *Host) refuseBatch(address string) {
+	h.sessMu.Lock()
+	defer h.sessMu.Unlock()
+	h.noBatch[address] = time.Now().Add(noBatchFor)
+}
+
+// batchRefused says whether address refused the batched fetch lately.
+func (h *Host) batchRefused(address string) bool {
+	h.sessMu.Lock()
+	defer h.sessMu.Unlock()
+	until, ok := h.noBatch[address]
+	if ok && time.Now().After(until) {
+		delete(h.noBatch, address)
+		return false
+	}
+	return ok
+}
 
 // errUnreachable: the leader's address did not answer several polls in a row.
 var errUnreachable = errors.New("storage: leader address unreachable")

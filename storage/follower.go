@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/cairn-db/cairn/internal/backoff"
 	"github.com/cairn-db/cairn/storage/client"
@@ -46,6 +47,10 @@ func (r *replica) follow(ctx context.Context, rr *roleRun, d desired, bo *backof
 			continue
 		}
 		d.address = addr
+		if r.h.batchRefused(addr) {
+			why = errNoBatch
+			continue
+		}
 		joined := d
 		r.h.join(r, addr, d.term, func(why error) {
 			rr.goStep(func(ctx context.Context) { r.follow(ctx, rr, joined, bo, why) })
@@ -63,7 +68,11 @@ func (r *replica) pullAlone(ctx context.Context, d desired, bo *backoff.Backoff,
 		return false
 	}
 	r.lg.Debug("pulling alone", zap.String("leader", d.leader), zap.Error(why))
-	err := r.pullOnce(ctx, d)
+	var wait time.Duration
+	if errors.Is(why, errNoBatch) {
+		wait = soloWait
+	}
+	err := r.pullOnce(ctx, d, wait)
 	if err == nil {
 		bo.Reset()
 		return true
@@ -78,7 +87,9 @@ func (r *replica) pullAlone(ctx context.Context, d desired, bo *backoff.Backoff,
 	return false
 }
 
-func (r *replica) pullOnce(ctx context.Context, d desired) error {
+// pullOnce pulls the shard's log once, parked up to wait at the leader when
+// nothing is new.
+func (r *replica) pullOnce(ctx context.Context, d desired, wait time.Duration) error {
 	last, lastTerm := r.eng.LastEntry()
 	if lastTerm > uint64(d.term) {
 		// Raft's rule: never take a log from a leadership older than the
@@ -87,9 +98,9 @@ func (r *replica) pullOnce(ctx context.Context, d desired) error {
 		// the master to publish a term above ours (it sees our max_term).
 		return fmt.Errorf("%w: leader %s is at term %d, our log holds term %d", ErrStaleTerm, d.leader, d.term, lastTerm)
 	}
-	lctx, answered, cancel := withAnswerDeadline(ctx, 0)
+	lctx, answered, cancel := withAnswerDeadline(ctx, wait)
 	defer cancel(nil)
-	ans, err := r.h.peer().Log(lctx, r.leaderShard(d), client.LogRequest{Term: d.term, Node: r.h.nodeID, After: last, AfterTerm: lastTerm})
+	ans, err := r.h.peer().Log(lctx, r.leaderShard(d), client.LogRequest{Term: d.term, Node: r.h.nodeID, After: last, AfterTerm: lastTerm, Wait: wait})
 	answered()
 	if err != nil {
 		if errors.Is(context.Cause(lctx), errNoAnswer) {

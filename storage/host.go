@@ -101,6 +101,9 @@ type Host struct {
 
 	sessMu   sync.Mutex
 	sessions map[string]*fetchSession // follower side: one batched fetch loop per leader address
+	// noBatch: leader addresses that refused the batched fetch (a node of
+	// an older version), until when their followers pull per shard.
+	noBatch map[string]time.Time
 
 	terms *termBook // the highest term each replica accepted, on disk (terms.go)
 }
@@ -131,7 +134,7 @@ func NewHost(cfg HostConfig) *Host {
 	h := &Host{cfg: cfg, nodeID: cfg.NodeID, cluster: cfg.Cluster, store: cfg.Store, ck: cfg.Keys, state: cfg.State,
 		lg: cfg.Logger.Named("shards"), client: cfg.Client, replicas: map[string]*replica{},
 		unwanted: map[string]time.Time{}, views: map[string]dbView{}, want: map[string]desired{},
-		waiters: map[*replica]map[chan struct{}]int{}, sessions: map[string]*fetchSession{}, peers: map[string]string{}, terms: newTermBook(cfg.Dir)}
+		waiters: map[*replica]map[chan struct{}]int{}, sessions: map[string]*fetchSession{}, noBatch: map[string]time.Time{}, peers: map[string]string{}, terms: newTermBook(cfg.Dir)}
 	if cfg.Registerer != nil {
 		h.metrics = newMetrics(h, cfg.Registerer)
 	}

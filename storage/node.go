@@ -98,7 +98,7 @@ func nodeRecord(cfg NodeConfig) func() []byte {
 	var encoded []byte          // its encoding with last_updated
 	return func() []byte {
 		r := models.StorageNode{NodeID: cfg.NodeID, NodeAddress: cfg.Address, Role: "storage", Cluster: cfg.Cluster,
-			Labels: cfg.Labels, Weight: cfg.Weight}
+			Labels: cfg.Labels, Weight: cfg.Weight, Protocol: models.ProtocolVersion}
 		if cfg.Report != nil {
 			r.Hosted, r.Following = cfg.Report()
 		}

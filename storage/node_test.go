@@ -61,6 +61,7 @@ func TestNodeRecordWrittenOnlyOnChange(t *testing.T) {
 	first, kvp := read()
 	require.Equal(t, map[string]string{"d/0": "L"}, first.Following)
 	require.Equal(t, 1, first.Hosted)
+	require.Equal(t, models.ProtocolVersion, first.Protocol, "the record advertises the protocol the node speaks")
 	require.Equal(t, clock.Load(), first.LastUpdated)
 	require.Empty(t, first.LastTxnID, "last txn ids are asked for at failover, not kept in etcd")
 

@@ -171,6 +171,13 @@ func New(cfg Config) *Server {
 	e.GET("/debug/pprof/*name", s.RequireScope(ScopeAdmin), s.pprof)
 	e.POST("/debug/pprof/symbol", s.RequireScope(ScopeAdmin), gin.WrapF(pprof.Symbol))
 	e.NoRoute(func(c *gin.Context) {
+		if strings.HasPrefix(c.Request.URL.Path, "/internal/") {
+			// A peer of another version: it must learn that this node does
+			// not speak the endpoint (and take the older way), not get the
+			// console's page or a 405 from it.
+			fail(c, fmt.Errorf("%w: %s %s (this node speaks protocol %d)", models.ErrUnknownEndpoint, c.Request.Method, c.Request.URL.Path, models.ProtocolVersion))
+			return
+		}
 		if strings.HasPrefix(c.Request.URL.Path, "/api/") || s.cfg.Console == nil {
 			fail(c, fmt.Errorf("%w: no route %s %s", models.ErrNotFound, c.Request.Method, c.Request.URL.Path))
 			return
@@ -178,6 +185,10 @@ func New(cfg Config) *Server {
 		s.cfg.Console.ServeHTTP(c.Writer, c.Request)
 	})
 	e.NoMethod(func(c *gin.Context) {
+		if strings.HasPrefix(c.Request.URL.Path, "/internal/") {
+			fail(c, fmt.Errorf("%w: %s %s (this node speaks protocol %d)", models.ErrUnknownEndpoint, c.Request.Method, c.Request.URL.Path, models.ProtocolVersion))
+			return
+		}
 		c.AbortWithStatusJSON(http.StatusMethodNotAllowed, models.ErrorBody{Error: models.ErrorDetail{Code: "method_not_allowed",
 			Message: fmt.Sprintf("method %s not allowed on %s", c.Request.Method, c.Request.URL.Path)}})
 	})

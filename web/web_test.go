@@ -97,6 +97,25 @@ func TestStatusEndpoints(t *testing.T) {
 	require.Equal(t, "not_found", body["error"].(map[string]any)["code"])
 }
 
+// TestUnknownInternalEndpoint: a peer of another version asking for an
+// internal endpoint this node does not serve gets 404 unknown_endpoint (its
+// client then takes the older way), whatever the method, never the
+// console's page or its 405.
+func TestUnknownInternalEndpoint(t *testing.T) {
+	console := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+	})
+	h := web.New(web.Config{NodeID: "n1", Roles: []string{"storage"}, State: newState(t), Console: console}).Handler()
+	for _, method := range []string{"GET", "POST"} {
+		code, body := do(t, h, method, "/internal/v1/fetch-next", "")
+		require.Equal(t, 404, code, method)
+		require.Equal(t, "unknown_endpoint", body["error"].(map[string]any)["code"], method)
+		require.Contains(t, body["error"].(map[string]any)["message"], fmt.Sprintf("protocol %d", models.ProtocolVersion))
+	}
+	code, _ := do(t, h, "DELETE", "/internal/v1/history", "")
+	require.Equal(t, 404, code, "a known internal path with an unknown method")
+}
+
 func TestErrorMappingAndStrictBodies(t *testing.T) {
 	cases := []struct {
 		err    error

@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 
 	"github.com/cairn-db/cairn/models"
 )
@@ -26,8 +27,12 @@ var (
 	// ErrBadAnswer: a storage node's answer did not decode or did not match
 	// the question.
 	ErrBadAnswer = errors.New("storage client: bad answer from storage node")
-	// ErrUnsupported: the node has no such endpoint (a plain 404 without an
-	// error envelope: a node of an older version).
+	// ErrUnsupported: the node has no such endpoint: a node of another
+	// version. Any refusal of an unknown endpoint counts: 404 without an
+	// error code or with unknown_endpoint, 405 and 501 (an older node's
+	// console answered POSTs to unknown paths 405), and a web page where an
+	// answer was expected (an older node's console answered GETs of unknown
+	// paths 200 with its page).
 	ErrUnsupported = errors.New("storage client: endpoint not served by this node")
 )
 
@@ -105,6 +110,10 @@ func (c *Client) do(ctx context.Context, method, u, contentType string, body io.
 	}
 	for _, s := range ok {
 		if resp.StatusCode == s {
+			if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") {
+				resp.Body.Close()
+				return nil, &PeerError{Status: resp.StatusCode, Err: fmt.Errorf("%w: %s answered with a web page", ErrUnsupported, u)}
+			}
 			return resp, nil
 		}
 	}
@@ -117,8 +126,16 @@ func refusal(resp *http.Response) error {
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 	err := models.DecodeError(msg)
 	var env models.ErrorBody
-	if resp.StatusCode == http.StatusNotFound && (json.Unmarshal(msg, &env) != nil || env.Error.Code == "") {
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") {
+		return &PeerError{Status: resp.StatusCode, Err: models.Mark(err, ErrUnsupported)}
+	}
+	switch resp.StatusCode {
+	case http.StatusMethodNotAllowed, http.StatusNotImplemented:
 		err = models.Mark(err, ErrUnsupported)
+	case http.StatusNotFound:
+		if json.Unmarshal(msg, &env) != nil || env.Error.Code == "" || errors.Is(err, models.ErrUnknownEndpoint) {
+			err = models.Mark(err, ErrUnsupported)
+		}
 	}
 	return &PeerError{Status: resp.StatusCode, Err: err}
 }

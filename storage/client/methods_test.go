@@ -137,15 +137,39 @@ func TestRefusalsDecodeToSentinels(t *testing.T) {
 				require.NotErrorIs(t, err, client.ErrUnsupported)
 			}
 
-			addr := node(t, http.NotFound) // no route: an older node
-			err := c.run(cl, addr)
-			require.ErrorIs(t, err, client.ErrUnsupported)
-			require.NotErrorIs(t, err, models.ErrNotHosted)
+			// Every way a node of another version refuses an endpoint it
+			// does not serve: a plain 404, this version's unknown_endpoint,
+			// an older console's 405 to a POST and its page (200) to a GET,
+			// a 501.
+			unknown := []http.HandlerFunc{
+				http.NotFound,
+				func(w http.ResponseWriter, r *http.Request) {
+					status, body := models.Envelope(fmt.Errorf("%w: POST /internal/v1/x", models.ErrUnknownEndpoint))
+					w.Header().Set("Content-Type", "application/json")
+					w.WriteHeader(status)
+					_ = json.NewEncoder(w).Encode(body)
+				},
+				func(w http.ResponseWriter, r *http.Request) {
+					http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+				},
+				func(w http.ResponseWriter, r *http.Request) {
+					http.Error(w, "not implemented", http.StatusNotImplemented)
+				},
+				func(w http.ResponseWriter, r *http.Request) {
+					w.Header().Set("Content-Type", "text/html; charset=utf-8")
+					_, _ = w.Write([]byte("<!doctype html><title>Cairn</title>"))
+				},
+			}
+			for i, h := range unknown {
+				err := c.run(cl, node(t, h))
+				require.ErrorIs(t, err, client.ErrUnsupported, "refusal %d", i)
+				require.NotErrorIs(t, err, models.ErrNotHosted, "refusal %d", i)
+			}
 
 			srv := httptest.NewServer(http.NotFoundHandler())
 			gone := strings.TrimPrefix(srv.URL, "http://")
 			srv.Close()
-			err = c.run(cl, gone)
+			err := c.run(cl, gone)
 			require.Error(t, err)
 			var peer *client.PeerError
 			require.False(t, errors.As(err, &peer), "not reaching the node is no refusal")
