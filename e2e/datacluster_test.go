@@ -33,6 +33,10 @@ type dataClusterOpts struct {
 	storageNodes int
 	shards       int
 	rf           int
+	// nodeArgs are extra flags of storage node i (e.g. --node-labels).
+	nodeArgs func(i int) []string
+	// failureDomain is the storage cluster's failure_domain.
+	failureDomain string
 }
 
 // startDataCluster starts the processes, creates the storage cluster and
@@ -57,11 +61,15 @@ func startDataCluster(t testing.TB, o dataClusterOpts) *dataCluster {
 	id := nodeID(t, c.broker)
 	masterIs(t, c.broker, id, 15*time.Second)
 	require.Eventually(t, func() bool {
-		code, _ := c.broker.post("/api/v1/storage-clusters", map[string]any{"name": "default"})
+		code, _ := c.broker.post("/api/v1/storage-clusters", map[string]any{"name": "default", "failure_domain": o.failureDomain})
 		return code == 201 || code == 409
 	}, 10*time.Second, 50*time.Millisecond, "storage cluster never created")
-	for range o.storageNodes {
-		s := startNode(t, "storage", endpoint)
+	for i := range o.storageNodes {
+		var extra []string
+		if o.nodeArgs != nil {
+			extra = o.nodeArgs(i)
+		}
+		s := startNode(t, "storage", endpoint, extra...)
 		c.storage = append(c.storage, s)
 	}
 	for _, s := range c.storage {

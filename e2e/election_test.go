@@ -25,9 +25,9 @@ func startEtcd(t testing.TB) etcdMember {
 }
 
 // startNode starts a node without the etcd role against the given endpoints.
-func startNode(t testing.TB, roles, endpoints string) *Proc {
-	return start(t, "--role", roles, "--data-dir", t.TempDir(), "--http-addr", freeAddr(t),
-		"--etcd-endpoints", endpoints, "--lease-ttl", "2s", "--log-format", "json")
+func startNode(t testing.TB, roles, endpoints string, extra ...string) *Proc {
+	return start(t, append([]string{"--role", roles, "--data-dir", t.TempDir(), "--http-addr", freeAddr(t),
+		"--etcd-endpoints", endpoints, "--lease-ttl", "2s", "--log-format", "json"}, extra...)...)
 }
 
 // nodeID asks a node for its id.
