@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-db/cairn/internal/verify"
 	"github.com/stretchr/testify/require"
 )
 
@@ -41,6 +42,8 @@ func TestMain(m *testing.M) {
 		_ = os.RemoveAll(dir)
 		os.Exit(1)
 	}
+	// Every process the suite starts checks the invariants in-process.
+	_ = os.Setenv(verify.Env, "1")
 	code := m.Run()
 	_ = os.RemoveAll(dir)
 	os.Exit(code)

@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/cairn-db/cairn/coordinator/kv"
+	"github.com/cairn-db/cairn/internal/verify"
 	"github.com/cairn-db/cairn/models"
 )
 
@@ -182,6 +183,7 @@ func (r *replica) persistISR(ctx context.Context, term int64, isr []string, rd *
 	if rev := r.h.recordRev.Load(); rev != 0 {
 		cmps = append(cmps, kv.CreateRevIs(r.h.ck.Node(r.h.nodeID), rev))
 	}
+	verify.LeaderInSync(r.id, r.h.nodeID, term, isr)
 	val, _ := json.Marshal(models.ISR{Leader: r.h.nodeID, Term: term, Replicas: isr, ClusterID: cid})
 	ok, rev, err := r.h.store.Txn(ctx, cmps, []kv.Op{kv.OpPut(key, val, 0)})
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cairn-db/cairn/coordinator/kv"
+	"github.com/cairn-db/cairn/internal/verify"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
 	"go.uber.org/zap"
@@ -372,6 +373,7 @@ func (m *Master) publishStates(ctx context.Context, st *statemachine.State, db s
 		}
 		locked = append(locked, keys...)
 	}
+	verifyStates(st.ShardStates.At(db), next, changed)
 	key := m.cfg.Keys.ShardState(db)
 	ok, err := m.write(ctx, []kv.Cmp{kv.ModRevIs(key, st.ModRev(statemachine.SourceShardState, db))},
 		append([]kv.Op{kv.OpPut(key, mustJSON(next), 0)}, extra...), statemachine.SourceShardState)
@@ -383,4 +385,21 @@ func (m *Master) publishStates(ctx context.Context, st *statemachine.State, db s
 	}
 	m.cfg.Metrics.published(st.ShardStates.At(db), next, changed)
 	return nil
+}
+
+// verifyStates checks, in verify mode, that the changed shards of next keep
+// the invariants over prev, the states they replace: terms only grow, one
+// leader per term. Another incarnation of the database starts afresh.
+func verifyStates(prev, next models.ShardStates, changed []int) {
+	if !verify.On() || prev.UID != next.UID {
+		return
+	}
+	for _, id := range changed {
+		i, j := indexOf(prev, id), indexOf(next, id)
+		if i < 0 || j < 0 {
+			continue
+		}
+		p, n := prev.Shards[i], next.Shards[j]
+		verify.ShardTerm(models.ShardID(next.DB, id), p.Leader, p.Term, n.Leader, n.Term)
+	}
 }

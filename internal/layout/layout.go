@@ -24,7 +24,7 @@ var Layers = [][]string{
 	// Files replaced whole, crash-safe.
 	{"internal/atomicfile"},
 	// Plain data and small mechanisms.
-	{"models", "internal/logrepeat", "internal/backoff", "internal/gopool", "internal/certs",
+	{"models", "internal/verify", "internal/logrepeat", "internal/backoff", "internal/gopool", "internal/certs",
 		"internal/peerauth", "config", "internal/history", "storage/lineproto",
 		"coordinator/placement", "coordinator/kv/embedded", "web/console"},
 	// The replicated entry's encoding, below the engine and the client.
