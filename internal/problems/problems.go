@@ -36,6 +36,7 @@ const (
 	KindLeaderImbalance = "leader_imbalance"
 	KindDiskFull        = "disk_full"
 	KindFlushFailing    = "flush_failing"
+	KindDomainUnmet     = "domain_constraint_unmet"
 )
 
 // Problem is one thing to look at. Link is the console route where it can be
@@ -173,6 +174,7 @@ func Compute(in Input) []Problem {
 	out = append(out, nodeProblems(in, st)...)
 	for _, name := range st.Databases.Keys() {
 		out = append(out, shardProblems(st, st.Databases.At(name))...)
+		out = append(out, domainProblems(st, st.Databases.At(name))...)
 	}
 	out = append(out, leaderProblems(st)...)
 	slices.SortStableFunc(out, func(a, b Problem) int { return rank(a.Severity) - rank(b.Severity) })

@@ -58,6 +58,9 @@ func TestConsoleOverviewAndBanner(t *testing.T) {
 		require.Contains(t, nodes, id)
 	}
 	require.Contains(t, nodes, "Last change", "liveness is the lease: the record's age is its last change, not a heartbeat")
+	// Labels and weights under the address (the fake gives n-2 zone b, rack
+	// r1, weight 2).
+	require.Contains(t, nodes, "10.0.0.2:9000rack=r1 · zone=b · weight 2")
 	// The Shards column is the record's shards_hosted: 6 shards x RF 3 over
 	// the 4 default nodes hold 18 replicas.
 	hosted := browsertest.Eval[int](c.Page, `Array.from(document.querySelectorAll("#storage-nodes tr")).slice(1)

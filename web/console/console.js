@@ -308,7 +308,7 @@
         // says it hosts.
         const hosted = n.replicas !== undefined ? n.replicas : (n.shards_hosted || 0);
         rows += "<tr><td>" + esc(cluster) + "</td><td>" + esc(n.node_id) + "</td><td>" + esc(n.node_address) +
-          "</td><td>" + esc(n.role) + "</td><td class=num>" + ago(n.last_updated / 1000) +
+          nodeLabels(n) + "</td><td>" + esc(n.role) + "</td><td class=num>" + ago(n.last_updated / 1000) +
           "</td><td class=num>" + esc(hosted) + "</td><td class=num>" + esc(n.leads) + "</td><td>" +
           (n.draining ? "<span class='badge drain' data-remaining=" + esc(n.replicas) + ">" +
             (n.replicas ? "draining · " + esc(n.replicas) + " replica" + (n.replicas === 1 ? "" : "s") + " still to move" : "drained") + "</span>" :
@@ -337,9 +337,18 @@
     rows = state.clusters.slice().sort((a, b) => byName(a.name, b.name)).map((c) => "<tr><td>" + esc(c.name) + "</td><td>" +
       esc((c.etcd_endpoints || []).length ? c.etcd_endpoints.join(", ") : "same etcd") + "</td><td>" +
       esc(c.namespace || "(cluster default)") + "</td><td class=num>" + esc(c.live_nodes) + "</td><td class=num>" +
-      esc(c.shards) + "</td></tr>").join("");
+      esc(c.shards) + "</td><td>" + esc(c.failure_domain || "node") + "</td></tr>").join("");
     put("clusters", state.clusters.length ? "<table class=list><tr><th>Name</th><th>etcd</th><th>Namespace</th>" +
-      "<th class=num>Live nodes</th><th class=num>Shards</th></tr>" + rows + "</table>" : "<div class=empty>No storage clusters.</div>");
+      "<th class=num>Live nodes</th><th class=num>Shards</th><th>Replicas spread by</th></tr>" + rows + "</table>" :
+      "<div class=empty>No storage clusters.</div>");
+  }
+
+  // nodeLabels shows a storage node's labels (its failure domains) and a
+  // weight other than 1 under its address.
+  function nodeLabels(n) {
+    const parts = Object.keys(n.labels || {}).sort(byName).map((k) => k + "=" + n.labels[k]);
+    if (n.weight > 1) parts.push("weight " + n.weight);
+    return parts.length ? "<div class='muted labels'>" + esc(parts.join(" · ")) + "</div>" : "";
   }
 
   // health sums up a database's problems in a few words.

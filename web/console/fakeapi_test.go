@@ -250,7 +250,8 @@ func (f *fakeAPI) nodes(w http.ResponseWriter, r *http.Request) {
 			}
 			recs = append(recs, map[string]any{"node_id": id, "node_address": fmt.Sprintf("10.0.0.%d:9000", i+1),
 				"role": "storage", "cluster": cluster, "draining": f.draining[id], "shards_hosted": len(txn), "following": following,
-				"last_updated": now.Add(-time.Duration(300*i) * time.Millisecond).UnixMicro()})
+				"last_updated": now.Add(-time.Duration(300*i) * time.Millisecond).UnixMicro(),
+				"labels":       map[string]string{"zone": string(rune('a' + i%3)), "rack": fmt.Sprintf("r%d", i)}, "weight": 1 + i%2})
 		}
 		storage[cluster] = recs
 	}
