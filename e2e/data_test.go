@@ -34,7 +34,19 @@ func TestKillLeaderLosesNothing(t *testing.T) {
 // killLeaderLosesNothing is TestKillLeaderLosesNothing on a running cluster
 // (the secured clusters of security_test.go run it too).
 func killLeaderLosesNothing(t *testing.T, c *dataCluster) {
-	w := startDataWriter(t, c, dataSeries, dataPerPost, 0, 90*time.Second)
+	killLeaderDuring(t, c, startDataWriter(t, c, dataSeries, dataPerPost, 0, 90*time.Second))
+}
+
+// TestKillLeaderDuringPartialWrites (issue 21): the same with batches
+// holding bad lines: each is acknowledged by its 400 partial write, and no
+// line it stored is lost to the kill.
+func TestKillLeaderDuringPartialWrites(t *testing.T) {
+	c := startRF3(t, false)
+	// About 3 bad lines in each batch of 50.
+	killLeaderDuring(t, c, launchDataWriterOver(t, c, []*Proc{c.broker}, 0, dataSeries, dataPerPost, 0, 90*time.Second, 17))
+}
+
+func killLeaderDuring(t *testing.T, c *dataCluster, w *dataWriter) {
 	w.waitAcked(20, 20*time.Second)
 
 	victim, led := c.busiestLeader()

@@ -46,6 +46,10 @@ type dataWriter struct {
 	first   int64         // sequence number of the first point
 	max     int           // batches; 0: until stopped
 	maxTime time.Duration // 0: until stopped
+	// badEvery > 0 writes point i as a malformed line when i % badEvery
+	// is 0: its batch is acknowledged by a 400 partial write dropping
+	// exactly those lines, and the point is never expected back.
+	badEvery int64
 
 	stopCh chan struct{}
 	done   chan struct{}
@@ -70,18 +74,18 @@ func startDataWriterAt(t testing.TB, c *dataCluster, first int64, max int) *data
 }
 
 func launchDataWriter(t testing.TB, c *dataCluster, first int64, series, perPost, max int, maxTime time.Duration) *dataWriter {
-	return launchDataWriterOver(t, c, []*Proc{c.broker}, first, series, perPost, max, maxTime)
+	return launchDataWriterOver(t, c, []*Proc{c.broker}, first, series, perPost, max, maxTime, 0)
 }
 
 // launchDataWriterOver is launchDataWriter writing through brokers: a
 // batch the current one does not acknowledge is followed by one to the next
 // (a broker restarting does not stall the writer).
-func launchDataWriterOver(t testing.TB, c *dataCluster, brokers []*Proc, first int64, series, perPost, max int, maxTime time.Duration) *dataWriter {
+func launchDataWriterOver(t testing.TB, c *dataCluster, brokers []*Proc, first int64, series, perPost, max int, maxTime time.Duration, badEvery int64) *dataWriter {
 	var urls []string
 	for _, b := range brokers {
 		urls = append(urls, fmt.Sprintf("http://%s/api/v1/write?db=%s", b.addr, c.db))
 	}
-	w := &dataWriter{first: first,
+	w := &dataWriter{first: first, badEvery: badEvery,
 		t: t, urls: urls,
 		// Longer than the broker's own 10 s retry: its 503 is the answer
 		// worth recording, not our timeout.
@@ -94,11 +98,34 @@ func launchDataWriterOver(t testing.TB, c *dataCluster, brokers []*Proc, first i
 	return w
 }
 
+// bad says whether point i is written as a malformed line.
+func (w *dataWriter) bad(i int64) bool { return w.badEvery > 0 && i%w.badEvery == 0 }
+
+// acked says whether the answer to the batch of points first..first+n-1
+// acknowledges it: 204, or with bad lines the partial write dropping them.
+func (w *dataWriter) ackedBy(first int64, n int, status int, msg string) bool {
+	dropped := 0
+	for i := first; i < first+int64(n); i++ {
+		if w.bad(i) {
+			dropped++
+		}
+	}
+	if dropped == 0 {
+		return status == http.StatusNoContent
+	}
+	return status == http.StatusBadRequest && strings.Contains(msg, "partial write: ") &&
+		strings.Contains(msg, fmt.Sprintf(" dropped=%d\"", dropped))
+}
+
 // body is the line protocol of points first..first+n-1.
 func (w *dataWriter) body(first int64, n int) []byte {
 	var b strings.Builder
 	b.Grow(n * 48)
 	for i := first; i < first+int64(n); i++ {
+		if w.bad(i) {
+			fmt.Fprintf(&b, "%s,s=bad value= %d\n", dataMetric, i)
+			continue
+		}
 		b.WriteString(dataMetric)
 		b.WriteString(",s=s")
 		b.WriteString(strconv.FormatInt(i%int64(w.series), 10))
@@ -134,7 +161,8 @@ func (w *dataWriter) run() {
 		status, msg, err := postData(w.client, w.urls[at], body)
 		end := time.Now()
 		w.mu.Lock()
-		if err == nil && status == http.StatusNoContent {
+		ok := err == nil && w.ackedBy(next, w.perPost, status, msg)
+		if ok {
 			w.acked = append(w.acked, dataBatch{first: next, n: w.perPost, start: begin, end: end})
 			close(w.progress)
 			w.progress = make(chan struct{})
@@ -148,7 +176,7 @@ func (w *dataWriter) run() {
 		// Sequence numbers are never reused, acknowledged or not: a failed
 		// batch may have landed on some shards.
 		next += int64(w.perPost)
-		if err != nil || status != http.StatusNoContent {
+		if !ok {
 			at = (at + 1) % len(w.urls)
 			// A short pause so a fast refusal does not spin.
 			pause := time.NewTimer(50 * time.Millisecond)
@@ -279,6 +307,9 @@ func (c *dataCluster) verifyAcked(w *dataWriter) int {
 	var missing []int64
 	for _, b := range acked {
 		for i := b.first; i < b.first+int64(b.n); i++ {
+			if w.bad(i) {
+				continue
+			}
 			checked++
 			v, ok := got["s"+strconv.FormatInt(i%int64(w.series), 10)][dataBase+i]
 			if !ok || v != float64(i) {

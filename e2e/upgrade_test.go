@@ -66,7 +66,7 @@ func TestRollingUpgrade(t *testing.T) {
 	c.waitHealthy(30 * time.Second)
 
 	flaps := watchISRDrops(t, etcdURL, "/cairn/storage/default/isr/")
-	w := launchDataWriterOver(t, c, brokers, 0, dataSeries, dataPerPost, 0, 0)
+	w := launchDataWriterOver(t, c, brokers, 0, dataSeries, dataPerPost, 0, 0, 0)
 	w.waitAcked(10, 20*time.Second)
 
 	var phases []upgradePhase
