@@ -135,7 +135,7 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 				TagValueBytes: cfg.WriteMaxTagValueBytes, NameBytes: cfg.WriteMaxNameBytes, Tags: cfg.WriteMaxTags},
 			QueryMaxSeries: cfg.QueryMaxSeries, QueryMaxPoints: cfg.QueryMaxPoints}
 		if a.host != nil {
-			data.Self, data.Local, data.Prepare, data.LocalSelect = id, a.host.WritePrepared, a.host.Prepare, a.host.Select
+			data.Self, data.Local, data.Prepare, data.LocalSelect = id, a.host.Write, a.host.Prepare, a.host.Select
 		}
 		wcfg.Data = data
 		wcfg.Influx = influx.New(influx.Config{Backend: data, Logger: a.lg, MaxBodyBytes: int64(cfg.WriteMaxBodyBytes),

@@ -39,13 +39,13 @@ type Data struct {
 	// (a standalone node): no HTTP, no re-encoding. Local returns storage
 	// errors (wrapping the models sentinels the internal API answers with).
 	Self  string
-	Local func(ctx context.Context, db string, shard int, term int64, points []lineproto.Point, prepared any) error
+	Local func(ctx context.Context, db string, shard int, term int64, points []lineproto.Point) error
 	// Prepare (optional, with Local) does ahead the first work of a local
-	// write of points; Local's prepared is what it returned, or nil, and
-	// goes to one call only (a retry has nil). It runs for each local shard
+	// write of points and returns that write, which the first attempt calls
+	// instead of Local (a retry calls Local). It runs for each local shard
 	// of a batch in the goroutine that split the batch, just before the
 	// shard's own goroutine starts, while the points are in its caches.
-	Prepare func(points []lineproto.Point) any
+	Prepare func(points []lineproto.Point) PreparedWrite
 	Now     func() time.Time
 	// MaxPoints bounds the points of one write batch (0: no bound): past it
 	// the batch is refused with models.ErrTooLarge before it is decoded in
@@ -218,7 +218,7 @@ func (d *Data) writePoints(ctx context.Context, st *statemachine.State, cfg mode
 		// Each shard starts once prepared: the first are written while
 		// the next are prepared.
 		t := d.target(st, cfg, shard)
-		var prepared any
+		var prepared PreparedWrite
 		if d.Local != nil && d.Prepare != nil && t.online && t.leader == d.Self {
 			prepared = d.Prepare(pts)
 		}
@@ -291,7 +291,7 @@ func (d *Data) writeTimeout() time.Duration {
 // term, leader gone, in-sync set shrinking) until ctx ends (WriteTimeout).
 // A shard none of whose replicas is live fails at once: no failover can
 // come before a node returns.
-func (d *Data) writeShard(ctx context.Context, w *watch, cfg models.Database, first target, pts []lineproto.Point, prepared any) error {
+func (d *Data) writeShard(ctx context.Context, w *watch, cfg models.Database, first target, pts []lineproto.Point, prepared PreparedWrite) error {
 	shard := first.shard
 	changed := d.Changed()
 	var lastErr error
@@ -378,16 +378,24 @@ func noLiveReplica(st *statemachine.State, cfg models.Database, shard int) ([]st
 	return nil, false
 }
 
+// PreparedWrite is a local write of points prepared ahead (Data.Prepare):
+// it writes them to a shard this process leads at term, once.
+type PreparedWrite = func(ctx context.Context, db string, shard int, term int64) error
+
 // attempt sends one batch to t (nil: durable), abandoning it as soon as the published state
 // names another leader or term for the shard (w watches): a frozen or
 // partitioned leader must not hold a write hostage.
-func (d *Data) attempt(ctx context.Context, w *watch, cfg models.Database, t target, pts []lineproto.Point, prepared any) error {
+func (d *Data) attempt(ctx context.Context, w *watch, cfg models.Database, t target, pts []lineproto.Point, prepared PreparedWrite) error {
 	actx, cancel := context.WithCancel(w.base) // ctx's end cancels it through w
 	defer cancel()
 	w.add(t, cancel)
 	defer w.remove(t.shard)
 	if d.Local != nil && t.leader == d.Self {
-		if err := d.Local(actx, cfg.Name, t.shard, t.term, pts, prepared); err != nil {
+		write := func() error { return d.Local(actx, cfg.Name, t.shard, t.term, pts) }
+		if prepared != nil {
+			write = func() error { return prepared(actx, cfg.Name, t.shard, t.term) }
+		}
+		if err := write(); err != nil {
 			status, _ := models.StatusOf(err)
 			return &client.PeerError{Status: status, Err: err}
 		}

@@ -52,35 +52,44 @@ func TestLocalWritesGetTheirPreparedPoints(t *testing.T) {
 	}
 
 	type prepared struct{ points []lineproto.Point }
+	// local is Local's body; a prepared write calls it with what Prepare
+	// made.
+	var local func(db string, shard int, term int64, points []lineproto.Point, p *prepared) error
 	var mu sync.Mutex
 	var preparedCalls int
 	calls := map[int][]bool{} // per shard: whether each Local call had a prepared
 	never := make(chan struct{})
 	d := &broker.Data{State: func() *statemachine.State { return st }, Changed: func() <-chan struct{} { return never },
 		Client: http.DefaultClient, WriteTimeout: 10 * time.Second, Self: "self",
-		Prepare: func(points []lineproto.Point) any {
-			mu.Lock()
-			preparedCalls++
-			mu.Unlock()
-			return &prepared{slices.Clone(points)}
+		Local: func(_ context.Context, db string, shard int, term int64, points []lineproto.Point) error {
+			return local(db, shard, term, points, nil)
 		},
-		Local: func(_ context.Context, db string, shard int, term int64, points []lineproto.Point, p any) error {
-			// assert, not require: this runs in the shard's goroutine.
-			assert.Equal(t, "db", db)
-			assert.Equal(t, int64(5), term)
-			assert.Equal(t, 0, shard%2, "only the shards led here are written here")
-			mu.Lock()
-			first := len(calls[shard]) == 0
-			calls[shard] = append(calls[shard], p != nil)
-			mu.Unlock()
-			if p != nil {
-				assert.Equal(t, p.(*prepared).points, points, "shard %d: prepared of its very points", shard)
-			}
-			if first && shard == 0 {
-				return fmt.Errorf("%w: once", storage.ErrStaleTerm) // retried
-			}
-			return nil
-		},
+	}
+	d.Prepare = func(points []lineproto.Point) broker.PreparedWrite {
+		mu.Lock()
+		preparedCalls++
+		mu.Unlock()
+		p := &prepared{slices.Clone(points)}
+		return func(_ context.Context, db string, shard int, term int64) error {
+			return local(db, shard, term, points, p)
+		}
+	}
+	local = func(db string, shard int, term int64, points []lineproto.Point, p *prepared) error {
+		// assert, not require: this runs in the shard's goroutine.
+		assert.Equal(t, "db", db)
+		assert.Equal(t, int64(5), term)
+		assert.Equal(t, 0, shard%2, "only the shards led here are written here")
+		mu.Lock()
+		first := len(calls[shard]) == 0
+		calls[shard] = append(calls[shard], p != nil)
+		mu.Unlock()
+		if p != nil {
+			assert.Equal(t, p.points, points, "shard %d: prepared of its very points", shard)
+		}
+		if first && shard == 0 {
+			return fmt.Errorf("%w: once", storage.ErrStaleTerm) // retried
+		}
+		return nil
 	}
 	var body strings.Builder
 	for i := range 64 {

@@ -90,21 +90,28 @@ func benchWriteScale(b *testing.B, series, writers, numShards int) {
 		ShardStates: statemachine.MapOf(map[string]models.ShardStates{"w1": {DB: "w1", Shards: states}}),
 		Nodes:       statemachine.NestedMapOf(map[string]map[string]models.StorageNode{"default": {"self": {NodeID: "self", NodeAddress: "127.0.0.1:1"}}}),
 	}
+	// appendTo is what the storage role's write does: number, queue
+	// (applyMu), wait.
+	appendTo := func(shard int, term int64, pts []lineproto.Point, pre *engine.Prepared) error {
+		s := shards[shard]
+		locks[shard].Lock()
+		wait, err := s.Append(engine.Entry{TxnID: s.NextTxnID(), Term: uint64(term), Points: pts, Prepared: pre})
+		locks[shard].Unlock()
+		if err != nil {
+			return err
+		}
+		return wait()
+	}
 	never := make(chan struct{})
 	d := &broker.Data{State: func() *statemachine.State { return st }, Changed: func() <-chan struct{} { return never },
 		Self: "self",
-		Local: func(_ context.Context, _ string, shard int, term int64, pts []lineproto.Point, prepared any) error {
-			s := shards[shard]
-			pre, _ := prepared.(*engine.Prepared)
-			locks[shard].Lock() // what the storage role's applyMu does: number, queue
-			wait, err := s.Append(engine.Entry{TxnID: s.NextTxnID(), Term: uint64(term), Points: pts, Prepared: pre})
-			locks[shard].Unlock()
-			if err != nil {
-				return err
-			}
-			return wait()
+		Local: func(_ context.Context, _ string, shard int, term int64, pts []lineproto.Point) error {
+			return appendTo(shard, term, pts, nil)
 		},
-		Prepare: func(pts []lineproto.Point) any { return engine.Prepare(pts) },
+		Prepare: func(pts []lineproto.Point) broker.PreparedWrite {
+			pre := engine.Prepare(pts)
+			return func(_ context.Context, _ string, shard int, term int64) error { return appendTo(shard, term, pts, pre) }
+		},
 	}
 
 	perWriter := series / writers

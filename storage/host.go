@@ -491,22 +491,25 @@ func (h *Host) get(db string, shard int) *replica {
 // Write appends points to a shard this node leads at term: the in-process
 // path for a broker in the same process as the leader.
 func (h *Host) Write(ctx context.Context, db string, shard int, term int64, points []lineproto.Point) error {
-	return h.WritePrepared(ctx, db, shard, term, points, nil)
+	return h.write(ctx, db, shard, term, points, nil)
 }
 
-// Prepare does ahead what a write of points does first (engine.Prepare),
-// for WritePrepared: a broker in this process calls it in the goroutine
-// that split a batch by shard, while the points are in its CPU's caches.
-func (h *Host) Prepare(points []lineproto.Point) any { return engine.Prepare(points) }
+// Prepare does ahead what a write of points does first (engine.Prepare) and
+// returns that write, to call once: a broker in this process calls it in
+// the goroutine that split a batch by shard, while the points are in its
+// CPU's caches.
+func (h *Host) Prepare(points []lineproto.Point) func(ctx context.Context, db string, shard int, term int64) error {
+	pre := engine.Prepare(points)
+	return func(ctx context.Context, db string, shard int, term int64) error {
+		return h.write(ctx, db, shard, term, points, pre)
+	}
+}
 
-// WritePrepared is Write with what Prepare made of points (nil: nothing),
-// which it uses once.
-func (h *Host) WritePrepared(ctx context.Context, db string, shard int, term int64, points []lineproto.Point, prepared any) error {
+func (h *Host) write(ctx context.Context, db string, shard int, term int64, points []lineproto.Point, pre *engine.Prepared) error {
 	r := h.get(db, shard)
 	if r == nil {
 		return fmt.Errorf("%w: %s on %s", ErrNotHosted, models.ShardID(db, shard), h.nodeID)
 	}
-	pre, _ := prepared.(*engine.Prepared)
 	return r.write(ctx, term, points, pre)
 }
 
