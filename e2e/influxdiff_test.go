@@ -126,6 +126,22 @@ func diffCases() []diffCase {
 			fmt.Sprintf("SELECT %s FROM cpu WHERE host != 'h0' AND %s GROUP BY time(30m), * fill(none)", agg, all),
 		)
 	}
+	// Transformations over a pushed-down aggregate (Grafana's rates), some
+	// starting mid-data so the bucket before the start is read.
+	for _, inner := range []string{"mean(value)", "max(value)", "count(value)", "sum(idle)"} {
+		add("",
+			fmt.Sprintf("SELECT derivative(%s, 1s) FROM cpu WHERE %s GROUP BY time(5m)", inner, all),
+			fmt.Sprintf("SELECT derivative(%s) FROM cpu WHERE host = 'h1' AND %s GROUP BY time(10m)", inner, in(h/2, 2*h)),
+			fmt.Sprintf("SELECT non_negative_derivative(%s, 1m) FROM cpu WHERE %s GROUP BY time(10m), host", inner, in(h/3, 2*h)),
+			fmt.Sprintf("SELECT non_negative_derivative(%s) FROM cpu WHERE host = 'h1' AND %s GROUP BY time(5m) fill(0)", inner, all),
+			fmt.Sprintf("SELECT difference(%s) FROM cpu WHERE %s GROUP BY time(15m)", inner, in(h/4, 2*h)),
+			fmt.Sprintf("SELECT non_negative_difference(%s) FROM cpu WHERE %s GROUP BY time(10m), region fill(previous)", inner, all),
+			fmt.Sprintf("SELECT moving_average(%s, 3) FROM cpu WHERE host = 'h1' AND %s GROUP BY time(10m)", inner, in(h/2, 2*h)),
+			fmt.Sprintf("SELECT cumulative_sum(%s) FROM cpu WHERE %s GROUP BY time(20m), host", inner, all),
+			fmt.Sprintf("SELECT elapsed(%s, 1m) FROM cpu WHERE host = 'h1' AND %s GROUP BY time(10m)", inner, all),
+			fmt.Sprintf("SELECT derivative(%s, 1s) FROM cpu WHERE %s GROUP BY time(10m) LIMIT 3 OFFSET 2", inner, all),
+		)
+	}
 	// Selectors alone report their point's time; several aggregates the
 	// range's start.
 	for _, sel := range []string{"min", "max", "first", "last"} {

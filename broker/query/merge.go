@@ -120,6 +120,15 @@ func (p *Plan) groupRow(g *mergedGroup, columns []string) Row {
 		}
 	}
 	row.Times, row.Cells = p.bucketRows(g)
+	if tr := p.Outputs[0].Transform; tr != nil {
+		from := p.From
+		if p.extra == 0 {
+			from = math.MinInt64
+		}
+		var col []Cell
+		row.Times, col = tr.apply(row.Times, row.Cells[0], from)
+		row.Cells = [][]Cell{col}
+	}
 	if p.Desc {
 		slices.Reverse(row.Times)
 		for _, col := range row.Cells {

@@ -41,6 +41,8 @@ type Output struct {
 	// Tag: a raw column that is a tag (typed ::tag); otherwise a raw column
 	// is a field if any series has that field, else a tag.
 	Tag bool
+	// Transform applied to the aggregate after the merge (derivative...).
+	Transform *Transform
 }
 
 // Plan is a SELECT statement ready to run: the request every shard gets and
@@ -59,6 +61,11 @@ type Plan struct {
 	Desc            bool
 	// Grouped: the result series carry tags (GROUP BY tags or *).
 	Grouped bool
+	// extra buckets a transformation reads before the start; From is the
+	// first bucket answered (the start's) when a transformation moved
+	// Req.Start back.
+	extra int
+	From  int64
 }
 
 // PlanSelect turns a parsed SELECT into a plan; now resolves now() and the
@@ -119,6 +126,13 @@ func PlanSelect(s *influxql.SelectStatement, now time.Time) (*Plan, error) {
 			return nil, fmt.Errorf("%w: GROUP BY time(%s) over that range makes %d buckets per series (at most %d)", ErrTooLarge, time.Duration(p.Req.Interval), n, MaxBuckets)
 		}
 	}
+	if p.extra > 0 {
+		if p.Desc {
+			return nil, unsupported("ORDER BY time DESC with " + p.Outputs[0].Transform.Name + "()")
+		}
+		p.From = BucketOf(start, start, p.Req.Interval, p.Req.Offset)
+		start -= int64(p.extra) * p.Req.Interval
+	}
 	p.Req.Start, p.Req.End = start, end
 	if start > end {
 		p.Req.Start, p.Req.End = 1, 0 // an empty range: every shard answers nothing
@@ -166,6 +180,19 @@ func (p *Plan) planFields(s *influxql.SelectStatement) error {
 			}
 		case *influxql.Call:
 			aggs++
+			if _, ok := transforms[e.Name]; ok {
+				if len(s.Fields) != 1 {
+					return unsupported(e.Name + "() beside other columns")
+				}
+				extra, err := planTransform(e, &out, s)
+				if err != nil {
+					return err
+				}
+				p.extra = extra
+				fields[out.Field] = true
+				p.Req.Stats |= aggregates[out.Func]
+				break
+			}
 			st, ok := aggregates[e.Name]
 			if !ok {
 				return unsupported(e.Name + "()")
