@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -81,6 +82,12 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 	a.reg.MustRegister(a.alarmGauge)
 	for _, typ := range etcdAlarmTypes {
 		a.alarmGauge.WithLabelValues(typ).Set(0)
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	if err := checkDataFormat(cfg.DataDir); err != nil {
+		return nil, err
 	}
 	id, err := config.LoadOrCreateNodeID(cfg.DataDir, cfg.NodeID)
 	if err != nil {

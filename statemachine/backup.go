@@ -72,6 +72,10 @@ func ReadBackupFile(path string) (*BackupFile, error) {
 // not read.
 var ErrBackupVersion = errors.New("unsupported state backup")
 
+// ErrBackupNewer: a local backup of a newer version than this Cairn reads
+// (written by a newer release); it wraps ErrBackupVersion.
+var ErrBackupNewer = fmt.Errorf("%w: newer than this cairn", ErrBackupVersion)
+
 // ParseBackup decodes a local backup of any version this Cairn reads.
 func ParseBackup(data []byte) (*BackupFile, error) {
 	var head struct {
@@ -81,7 +85,11 @@ func ParseBackup(data []byte) (*BackupFile, error) {
 	if err := json.Unmarshal(data, &head); err != nil {
 		return nil, fmt.Errorf("corrupt: %w", err)
 	}
-	if head.Format != BackupFormat || head.Version < minBackupVersion || head.Version > BackupVersion {
+	if head.Format == BackupFormat && head.Version > BackupVersion {
+		return nil, fmt.Errorf("%w: version %d (this cairn reads %q versions %d to %d)",
+			ErrBackupNewer, head.Version, BackupFormat, minBackupVersion, BackupVersion)
+	}
+	if head.Format != BackupFormat || head.Version < minBackupVersion {
 		return nil, fmt.Errorf("%w: format %q version %d (this cairn reads %q versions %d to %d)",
 			ErrBackupVersion, head.Format, head.Version, BackupFormat, minBackupVersion, BackupVersion)
 	}
