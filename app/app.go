@@ -146,7 +146,9 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 		}
 		wcfg.Data = data
 		wcfg.Influx = influx.New(influx.Config{Backend: data, Logger: a.lg, MaxBodyBytes: int64(cfg.WriteMaxBodyBytes),
-			QueryMaxBytes: cfg.QueryMaxBytes, QueryTimeout: cfg.QueryTimeout})
+			QueryMaxBytes: cfg.QueryMaxBytes, QueryTimeout: cfg.QueryTimeout,
+			Admin: wcfg.Admin, Authorize: wcfg.Tokens.AllowStatement,
+			Defaults: influx.Defaults{Shards: cfg.DefaultShards, ReplicaFactor: cfg.DefaultReplicaFactor, StorageCluster: cfg.DefaultStorageCluster}})
 	}
 	if err := a.preflightNodeID(); err != nil {
 		a.shutdown()

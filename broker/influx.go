@@ -27,13 +27,36 @@ func (d *Data) Databases() []string {
 	return names
 }
 
-// ReplicaFactor implements influx.Backend.
-func (d *Data) ReplicaFactor(db string) (int, error) {
-	cfg, err := d.database(d.State(), db)
-	if err != nil {
-		return 0, err
+// Database implements influx.Backend.
+func (d *Data) Database(db string) (models.Database, error) {
+	return d.database(d.State(), db)
+}
+
+// AwaitDatabase implements influx.Backend: it returns once the local state
+// holds db with every shard online, or with ctx's error.
+func (d *Data) AwaitDatabase(ctx context.Context, db string) error {
+	for {
+		// Subscribe before reading the state: a change after the read
+		// closes changed.
+		changed := d.Changed()
+		st := d.State()
+		if cfg, ok := st.Databases.Get(db); ok {
+			online := 0
+			for shard := range cfg.NumShards {
+				if d.target(st, cfg, shard).online {
+					online++
+				}
+			}
+			if online == cfg.NumShards {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-changed:
+		}
 	}
-	return cfg.ReplicaFactor, nil
 }
 
 // Select implements influx.Backend: every shard leader evaluates req over its

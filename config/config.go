@@ -132,6 +132,12 @@ type Config struct {
 	// MinInsyncReplicas is how many in-sync replicas (the leader included)
 	// must hold a write before it is acknowledged.
 	MinInsyncReplicas int
+	// DefaultShards, DefaultReplicaFactor and DefaultStorageCluster shape
+	// the databases InfluxQL's CREATE DATABASE makes (Telegraf sends it on
+	// start); the REST API always says them.
+	DefaultShards         int
+	DefaultReplicaFactor  int
+	DefaultStorageCluster string
 	// RebalanceDelay is how long the master waits after membership changes
 	// before moving replicas, so a restarting node does not trigger moves.
 	RebalanceDelay time.Duration
@@ -205,6 +211,9 @@ func Default() Config {
 		// terminal; Parse switches to console for a terminal.
 		LogFormat:              "json",
 		MinInsyncReplicas:      1,
+		DefaultShards:          4,
+		DefaultReplicaFactor:   1,
+		DefaultStorageCluster:  "default",
 		RebalanceDelay:         30 * time.Second,
 		ShardDropDelay:         5 * time.Minute,
 		WriteMaxBodyBytes:      32 << 20,

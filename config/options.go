@@ -57,8 +57,13 @@ var groups = []string{groupNode, groupCluster, groupSec, groupLimits, groupEtcd,
 
 // limitOpt is a positive whole-number limit.
 func limitOpt(name, help string, field func(*Config) *int) option {
+	return countOpt(name, groupLimits, help, field)
+}
+
+// countOpt is a whole number of at least 1.
+func countOpt(name, group, help string, field func(*Config) *int) option {
 	return option{
-		name: name, kind: kindInt, group: groupLimits, help: help,
+		name: name, kind: kindInt, group: group, help: help,
 		get: func(c *Config) string { return strconv.Itoa(*field(c)) },
 		set: func(c *Config, raw string) error {
 			n, err := strconv.Atoi(raw)
@@ -253,19 +258,14 @@ var options = []option{
 	},
 	durationOpt("lease-ttl", groupCluster, "node liveness and master lease: a dead node is noticed after about this long (min 2s)",
 		2*time.Second, func(c *Config) *time.Duration { return &c.LeaseTTL }, wholeSeconds),
-	{
-		name: "min-insync-replicas", kind: kindInt, group: groupCluster,
-		help: "in-sync replicas (leader included) that must hold a write before it is acknowledged",
-		get:  func(c *Config) string { return strconv.Itoa(c.MinInsyncReplicas) },
-		set: func(c *Config, raw string) error {
-			n, err := strconv.Atoi(raw)
-			if err != nil || n < 1 {
-				return errors.New("want a whole number of at least 1")
-			}
-			c.MinInsyncReplicas = n
-			return nil
-		},
-	},
+	countOpt("min-insync-replicas", groupCluster, "in-sync replicas (leader included) that must hold a write before it is acknowledged",
+		func(c *Config) *int { return &c.MinInsyncReplicas }),
+	countOpt("default-shards", groupCluster, "shards of a database created by InfluxQL's CREATE DATABASE (Telegraf, the influx CLI)",
+		func(c *Config) *int { return &c.DefaultShards }),
+	countOpt("default-replica-factor", groupCluster, "replica factor of a database created by InfluxQL's CREATE DATABASE (unless it says REPLICATION n)",
+		func(c *Config) *int { return &c.DefaultReplicaFactor }),
+	stringOpt("default-storage-cluster", groupCluster, "storage cluster of a database created by InfluxQL's CREATE DATABASE",
+		func(c *Config) *string { return &c.DefaultStorageCluster }, checkName),
 	durationOpt("rebalance-delay", groupCluster, "wait after nodes join or leave before moving replicas or spreading leaders again, so a restart does not shuffle shards",
 		0, func(c *Config) *time.Duration { return &c.RebalanceDelay }, nil),
 	{

@@ -5,8 +5,15 @@ package models
 
 // DatabasePatch is the body of PATCH /databases/{name}; nil fields stay.
 type DatabasePatch struct {
-	NumShards     *int `json:"num_shards"`
-	ReplicaFactor *int `json:"replica_factor"`
+	NumShards     *int      `json:"num_shards"`
+	ReplicaFactor *int      `json:"replica_factor"`
+	Retention     *Duration `json:"retention"`
+	Ahead         *Duration `json:"ahead"`
+	Behead        *Duration `json:"behead"`
+	Partition     *Duration `json:"partition"`
+	// Policy renames the database's retention policy (InfluxQL's CREATE
+	// RETENTION POLICY ... DEFAULT).
+	Policy *string `json:"retention_policy"`
 }
 
 // LeaderTransfer is the body of POST .../shards/{id}/leader.

@@ -102,11 +102,27 @@ type StorageCluster struct {
 
 // Database is the DDL of one database.
 type Database struct {
-	Name           string         `json:"name"`
-	StorageCluster string         `json:"storage_cluster"`
-	NumShards      int            `json:"num_shards"`
-	ReplicaFactor  int            `json:"replica_factor"`
-	Options        map[string]any `json:"options"`
+	Name           string `json:"name"`
+	StorageCluster string `json:"storage_cluster"`
+	NumShards      int    `json:"num_shards"`
+	ReplicaFactor  int    `json:"replica_factor"`
+	// Retention is how long points are kept (0: forever): older ones stop
+	// being answered and their space is reclaimed.
+	Retention Duration `json:"retention,omitempty"`
+	// Ahead and Behead bound the accepted time window around the broker's
+	// clock: a point stamped more than Ahead in the future (0: DefaultAhead)
+	// or more than Behead in the past (0: unbounded unless Retention says
+	// so; see BeheadLimit) is refused.
+	Ahead  Duration `json:"ahead,omitempty"`
+	Behead Duration `json:"behead,omitempty"`
+	// Partition is the time span of one partition of the shards' data (0:
+	// chosen from the retention; see PartitionLength). InfluxQL calls it the
+	// shard duration.
+	Partition Duration `json:"partition,omitempty"`
+	// Policy names the database's one retention policy in InfluxQL (empty:
+	// DefaultPolicy).
+	Policy  string         `json:"retention_policy,omitempty"`
+	Options map[string]any `json:"options"`
 	// UID identifies this incarnation of the database: a database dropped
 	// and created again under the same name gets a new one, so storage
 	// nodes never mistake old shard data for the new database's.

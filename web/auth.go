@@ -113,6 +113,17 @@ func (t Tokens) Allow(r *http.Request, s Scope) error {
 	return nil
 }
 
+// AllowStatement is influx.Config.Authorize over these tokens: /query is
+// mounted with the read scope, and an InfluxQL statement that changes
+// metadata (admin true: CREATE DATABASE, retention policies) needs the
+// admin scope, one that changes data the write scope.
+func (t Tokens) AllowStatement(r *http.Request, admin bool) error {
+	if admin {
+		return t.Allow(r, ScopeAdmin)
+	}
+	return t.Allow(r, ScopeWrite)
+}
+
 // RequireScope is middleware that lets a request through only with a token
 // of scope s or wider (unless s is open; see Tokens). Use it on every route
 // you add:

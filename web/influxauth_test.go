@@ -7,11 +7,13 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"testing"
 	"time"
 
 	"github.com/cairn-db/cairn/broker/influx"
 	"github.com/cairn-db/cairn/broker/query"
+	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/web"
 	influxdb2 "github.com/influxdata/influxdb-client-go/v2"
 	influxhttp "github.com/influxdata/influxdb-client-go/v2/api/http"
@@ -24,7 +26,13 @@ type influxBackend struct{ writes int }
 
 func (b *influxBackend) Write(context.Context, string, string, []byte) error { b.writes++; return nil }
 func (b *influxBackend) Databases() []string                                 { return []string{"db"} }
-func (b *influxBackend) ReplicaFactor(string) (int, error)                   { return 1, nil }
+func (b *influxBackend) Database(name string) (models.Database, error) {
+	if name != "db" {
+		return models.Database{}, models.ErrNotFound
+	}
+	return models.Database{Name: "db", NumShards: 1, ReplicaFactor: 1}, nil
+}
+func (b *influxBackend) AwaitDatabase(context.Context, string) error { return nil }
 func (b *influxBackend) Select(context.Context, string, *query.ShardRequest) ([]*query.ShardResult, error) {
 	return nil, nil
 }
@@ -117,4 +125,51 @@ func TestInfluxRefusalShape(t *testing.T) {
 		require.NotEmpty(t, herr.Message)
 	}
 	require.Zero(t, be.writes, "no refused write reached the backend")
+}
+
+// TestInfluxDDLNeedsAdmin: /query is open to the read scope, but CREATE
+// DATABASE through it needs the admin token (Tokens.AllowStatement, as the
+// app wires it): without a token, or with a narrower one, it is refused in
+// InfluxDB's shape and nothing is created; reads stay open when no read
+// token is set.
+func TestInfluxDDLNeedsAdmin(t *testing.T) {
+	for _, tokens := range []web.Tokens{{Admin: "adm"}, {Admin: "adm", Write: "wri", Read: "rea"}} {
+		admin := &fakeAdmin{}
+		srv := web.New(web.Config{State: stateWithDB(t), Admin: admin, Data: scopeData{}, History: scopeHistory{}, Tokens: tokens,
+			Influx: influx.New(influx.Config{Backend: &influxBackend{}, Admin: admin, Authorize: tokens.AllowStatement,
+				Defaults: influx.Defaults{Shards: 1, ReplicaFactor: 1, StorageCluster: "db"}})})
+		hs := httptest.NewServer(srv.Handler())
+		query := func(token, q string) (int, string) {
+			req, err := http.NewRequest("POST", hs.URL+"/query?q="+url.QueryEscape(q), nil)
+			require.NoError(t, err)
+			if token != "" {
+				req.SetBasicAuth("telegraf", token)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			defer resp.Body.Close()
+			raw, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, string(raw)
+		}
+		code, body := query("", "CREATE DATABASE telegraf")
+		require.Equal(t, 401, code, body)
+		require.Contains(t, body, `"error":"unauthorized: `)
+		for _, narrow := range []string{tokens.Read, tokens.Write} {
+			if narrow != "" {
+				code, body = query(narrow, "CREATE DATABASE telegraf")
+				require.Equal(t, 403, code, body)
+				require.Contains(t, body, "it needs a admin token")
+			}
+		}
+		require.Empty(t, admin.calls, "nothing created")
+		if tokens.Read == "" {
+			code, _ = query("", "SHOW DATABASES")
+			require.Equal(t, 200, code)
+		}
+		code, body = query("adm", "CREATE DATABASE telegraf")
+		require.Equal(t, 200, code, body)
+		require.JSONEq(t, `{"results":[{"statement_id":0}]}`, body)
+		require.Equal(t, []string{"db:telegraf"}, admin.calls)
+		hs.Close()
+	}
 }

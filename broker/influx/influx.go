@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cairn-db/cairn/broker/query"
+	"github.com/cairn-db/cairn/models"
 	"github.com/gin-gonic/gin"
 	"go.uber.org/zap"
 )
@@ -29,8 +30,10 @@ type Backend interface {
 	Write(ctx context.Context, db, precision string, body []byte) error
 	// Databases lists the databases.
 	Databases() []string
-	// ReplicaFactor is db's replica factor; models.ErrNotFound if none.
-	ReplicaFactor(db string) (int, error)
+	// Database is db's definition; models.ErrNotFound if none.
+	Database(db string) (models.Database, error)
+	// AwaitDatabase waits until db is known and every shard of it online.
+	AwaitDatabase(ctx context.Context, db string) error
 	// Select runs req on every shard leader of db.
 	Select(ctx context.Context, db string, req *query.ShardRequest) ([]*query.ShardResult, error)
 	// SeriesKeys lists db's series keys (of measurement only, when not "").
@@ -51,6 +54,15 @@ type Config struct {
 	// QueryTimeout bounds the run of one /query request, its shards' work
 	// included; default DefaultQueryTimeout.
 	QueryTimeout time.Duration
+	// Admin applies CREATE/DROP DATABASE and the retention policy
+	// statements; nil refuses them.
+	Admin Admin
+	// Defaults shape the databases CREATE DATABASE makes.
+	Defaults Defaults
+	// Authorize checks that a request carries the admin (or, with admin
+	// false, the write) scope a statement needs, wrapping
+	// models.ErrUnauthorized or models.ErrForbidden; nil: every scope open.
+	Authorize func(r *http.Request, admin bool) error
 }
 
 // DefaultQueryTimeout is Config.QueryTimeout's default.

@@ -70,12 +70,13 @@ func (f *fakeBackend) Write(_ context.Context, db, precision string, body []byte
 	return nil
 }
 func (f *fakeBackend) Databases() []string { return []string{"db"} }
-func (f *fakeBackend) ReplicaFactor(db string) (int, error) {
+func (f *fakeBackend) Database(db string) (models.Database, error) {
 	if db != "db" {
-		return 0, models.ErrNotFound
+		return models.Database{}, models.ErrNotFound
 	}
-	return 3, nil
+	return models.Database{Name: "db", NumShards: 1, ReplicaFactor: 3}, nil
 }
+func (f *fakeBackend) AwaitDatabase(context.Context, string) error { return nil }
 func (f *fakeBackend) Select(_ context.Context, db string, req *query.ShardRequest) ([]*query.ShardResult, error) {
 	if db != "db" {
 		return nil, models.ErrNotFound

@@ -27,9 +27,8 @@ type statement struct {
 	stmt influxql.Statement
 	sel  *query.Plan
 	show *query.ShowPlan
-	onDB string // SHOW RETENTION POLICIES ON db
-	dbs  bool   // SHOW DATABASES
-	rps  bool   // SHOW RETENTION POLICIES
+	onDB string // SHOW ... ON db
+	ddl  ddl    // databases and retention policies (ddl.go)
 }
 
 // request is a /query request once read and parsed.
@@ -62,6 +61,10 @@ func (h *Handler) query(c *gin.Context) {
 			v1Error(c, http.StatusRequestEntityTooLarge, planErrs[i].Error())
 			return
 		}
+	}
+	if err := h.authorize(c.Request, req.stmts); err != nil {
+		h.Refuse(c, refusal(err), err)
+		return
 	}
 	var out responder = &buffered{c: c, f: req.f}
 	if req.chunked {
@@ -160,10 +163,6 @@ func planStatement(stmt influxql.Statement, now time.Time) (statement, error) {
 	switch s := stmt.(type) {
 	case *influxql.SelectStatement:
 		st.sel, err = query.PlanSelect(s, now)
-	case *influxql.ShowDatabasesStatement:
-		st.dbs = true
-	case *influxql.ShowRetentionPoliciesStatement:
-		st.rps, st.onDB = true, s.Database
 	case *influxql.ShowMeasurementsStatement:
 		st.show, st.onDB, err = showPlan(stmt, s.Database, now)
 	case *influxql.ShowTagKeysStatement:
@@ -175,7 +174,9 @@ func planStatement(stmt influxql.Statement, now time.Time) (statement, error) {
 	case *influxql.ShowSeriesStatement:
 		st.show, st.onDB, err = showPlan(stmt, s.Database, now)
 	default:
-		err = fmt.Errorf("%w: the statement %s", query.ErrUnsupported, firstWords(stmt.String()))
+		if st.ddl, err = planDDL(stmt); st.ddl == nil && err == nil {
+			err = fmt.Errorf("%w: the statement %s", query.ErrUnsupported, firstWords(stmt.String()))
+		}
 	}
 	return st, err
 }
@@ -194,20 +195,8 @@ func firstWords(s string) string {
 
 func (h *Handler) run(ctx context.Context, db string, st statement) ([]query.Row, error) {
 	switch {
-	case st.dbs:
-		return query.ShowDatabases(h.cfg.Backend.Databases()), nil
-	case st.rps:
-		if st.onDB != "" {
-			db = st.onDB
-		}
-		if db == "" {
-			return nil, errDBRequired
-		}
-		rf, err := h.cfg.Backend.ReplicaFactor(db)
-		if err != nil {
-			return nil, err
-		}
-		return query.ShowRetentionPolicies(rf), nil
+	case st.ddl != nil:
+		return st.ddl(ctx, h, db)
 	case st.sel != nil:
 		if st.sel.DB != "" {
 			db = st.sel.DB

@@ -261,10 +261,3 @@ func perMeasurement(series []SeriesInfo, columns []string, limit, offset int, ea
 func ShowDatabases(names []string) []Row {
 	return []Row{{Name: "databases", Columns: []string{"name"}, Values: single(slices.Sorted(slices.Values(names)))}}
 }
-
-// ShowRetentionPolicies answers SHOW RETENTION POLICIES: every database has
-// one policy, autogen, keeping data forever.
-func ShowRetentionPolicies(replicaFactor int) []Row {
-	return []Row{{Name: "", Columns: []string{"name", "duration", "shardGroupDuration", "replicaN", "default"},
-		Values: [][]any{{"autogen", "0s", "168h0m0s", int64(replicaFactor), true}}}}
-}

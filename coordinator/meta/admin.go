@@ -170,7 +170,7 @@ func checkReplicas(st *statemachine.State, cluster string, rf int) error {
 // for (its uid aside: every create draws a new one).
 func sameDatabase(cur, d models.Database) bool {
 	if cur.Name != d.Name || cur.StorageCluster != d.StorageCluster || cur.NumShards != d.NumShards ||
-		cur.ReplicaFactor != d.ReplicaFactor || len(cur.Options) != len(d.Options) {
+		cur.ReplicaFactor != d.ReplicaFactor || len(cur.Options) != len(d.Options) || !sameLifecycle(cur, d) {
 		return false
 	}
 	// Options are compared as JSON (keys sorted), as they were stored.
@@ -203,6 +203,9 @@ func (a *Admin) CreateDatabase(ctx context.Context, d models.Database) (models.D
 	if d.ReplicaFactor < 1 {
 		return d, bad("invalid replica_factor %d: want at least 1", d.ReplicaFactor)
 	}
+	if err := checkLifecycle(&d); err != nil {
+		return d, err
+	}
 	if d.Options == nil {
 		d.Options = map[string]any{}
 	}
@@ -227,7 +230,8 @@ func (a *Admin) CreateDatabase(ctx context.Context, d models.Database) (models.D
 	return create(ctx, a, a.Keys.DatabaseConfig(d.Name), d, fmt.Sprintf("database %q", d.Name), same)
 }
 
-// UpdateDatabase grows num_shards or changes replica_factor. The write is guarded by the config's
+// UpdateDatabase grows num_shards, changes replica_factor or the data
+// lifecycle (retention, ahead, behead, partition, retention_policy). The write is guarded by the config's
 // mod revision so two concurrent PATCHes cannot lose one another.
 func (a *Admin) UpdateDatabase(ctx context.Context, name string, p models.DatabasePatch) (models.Database, error) {
 	kvp, err := a.Store.Get(ctx, a.Keys.DatabaseConfig(name))
@@ -241,8 +245,12 @@ func (a *Admin) UpdateDatabase(ctx context.Context, name string, p models.Databa
 	if err := json.Unmarshal(kvp.Value, &d); err != nil {
 		return d, fmt.Errorf("database %q config unreadable: %w", name, err)
 	}
-	if p.NumShards == nil && p.ReplicaFactor == nil {
-		return d, bad("nothing to change: give num_shards or replica_factor")
+	lifecycle := d.ApplyLifecycle(p)
+	if p.NumShards == nil && p.ReplicaFactor == nil && !lifecycle {
+		return d, bad("nothing to change: give num_shards, replica_factor, retention, ahead, behead, partition or retention_policy")
+	}
+	if err := checkLifecycle(&d); err != nil {
+		return d, err
 	}
 	if p.NumShards != nil {
 		n := *p.NumShards

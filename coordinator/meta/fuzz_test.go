@@ -38,6 +38,10 @@ func FuzzCreateDatabase(f *testing.F) {
 		`{"name":"db","num_shards":1,"storage_cluster":"nope"}`,
 		`{"name":"db","num_shards":1,"bogus":1}`,
 		`{"name":"db","num_shards":1,"options":{"ttl":"7d"}}`,
+		`{"name":"db","num_shards":1,"retention":"2h","partition":"1h","ahead":"1h","behead":"1d"}`,
+		`{"name":"db","num_shards":1,"retention":"2h","partition":"3h"}`,
+		`{"name":"db","num_shards":1,"retention":"30x"}`,
+		`{"name":"db","num_shards":1,"retention":7}`,
 		`{`, `[]`, `null`, `{"name":"db","num_shards":1}{}`,
 	} {
 		f.Add([]byte(s))
