@@ -64,20 +64,6 @@ type Data struct {
 	LocalSelect func(ctx context.Context, db string, shard int, req *query.ShardRequest) (*query.ShardResult, error)
 }
 
-// RouteView is GET /route's answer.
-type RouteView struct {
-	Shard  int       `json:"shard"`
-	Leader LeaderRef `json:"leader"`
-	Term   int64     `json:"term"`
-	Status string    `json:"status"`
-}
-
-// LeaderRef names a shard leader.
-type LeaderRef struct {
-	NodeID  string `json:"node_id"`
-	Address string `json:"address"`
-}
-
 // DefaultWriteTimeout is WriteTimeout's default: under the 5 s timeouts of
 // Telegraf and the Influx Go clients, so they read the cause instead of
 // giving up with "context deadline exceeded".
@@ -124,25 +110,25 @@ func (d *Data) target(st *statemachine.State, cfg models.Database, shard int) ta
 }
 
 // Route serves GET /route.
-func (d *Data) Route(db, series string) (any, error) {
+func (d *Data) Route(db, series string) (models.RouteView, error) {
 	st := d.State()
 	cfg, err := d.database(st, db)
 	if err != nil {
-		return nil, err
+		return models.RouteView{}, err
 	}
 	if series == "" {
-		return nil, bad("missing series parameter")
+		return models.RouteView{}, bad("missing series parameter")
 	}
 	key, err := routeKey(series)
 	if err != nil {
-		return nil, err
+		return models.RouteView{}, err
 	}
 	t := d.target(st, cfg, lineproto.ShardOf(key, cfg.NumShards))
 	status := models.StatusOnline
 	if !t.online {
 		status = models.StatusOffline
 	}
-	return RouteView{Shard: t.shard, Leader: LeaderRef{NodeID: t.leader, Address: t.address}, Term: t.term, Status: status}, nil
+	return models.RouteView{Shard: t.shard, Leader: models.LeaderRef{NodeID: t.leader, Address: t.address}, Term: t.term, Status: status}, nil
 }
 
 // routeKey turns the series a client names (line protocol's

@@ -66,7 +66,7 @@ func TestRouteNamesTheShardWritesGoTo(t *testing.T) {
 		r, err := d.Route("db", tc.series)
 		require.NoError(t, err, tc.series)
 		mu.Lock()
-		require.Equal(t, []int{r.(broker.RouteView).Shard}, got, "series %q, written as %q", tc.series, tc.line)
+		require.Equal(t, []int{r.Shard}, got, "series %q, written as %q", tc.series, tc.line)
 		mu.Unlock()
 	}
 	_, err := d.Route("db", "bad series,")

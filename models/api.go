@@ -44,3 +44,18 @@ type ShardView struct {
 	Progress   map[string]ReplicaTxn `json:"progress,omitempty"`
 	Unanswered []string              `json:"unanswered,omitempty"`
 }
+
+// RouteView is GET /route's answer: the shard a series goes to and its
+// leader.
+type RouteView struct {
+	Shard  int       `json:"shard"`
+	Leader LeaderRef `json:"leader"`
+	Term   int64     `json:"term"`
+	Status string    `json:"status"`
+}
+
+// LeaderRef names a shard leader.
+type LeaderRef struct {
+	NodeID  string `json:"node_id"`
+	Address string `json:"address"`
+}

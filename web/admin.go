@@ -33,7 +33,7 @@ type Admin interface {
 
 // Data is the data plane (writes, queries, routes).
 type Data interface {
-	Route(db, series string) (any, error)
+	Route(db, series string) (models.RouteView, error)
 	Write(ctx context.Context, db, precision string, body []byte) error
 	Query(ctx context.Context, q models.Query) (any, error)
 }

@@ -20,7 +20,7 @@ import (
 
 type scopeData struct{}
 
-func (scopeData) Route(string, string) (any, error)                   { return map[string]any{}, nil }
+func (scopeData) Route(string, string) (models.RouteView, error)      { return models.RouteView{}, nil }
 func (scopeData) Write(context.Context, string, string, []byte) error { return nil }
 func (scopeData) Query(context.Context, models.Query) (any, error)    { return map[string]any{}, nil }
 

@@ -181,7 +181,9 @@ func TestBodyLimit(t *testing.T) {
 // fakeData accepts writes and counts them.
 type fakeData struct{ writes int }
 
-func (f *fakeData) Route(string, string) (any, error) { return nil, nil }
+func (f *fakeData) Route(string, string) (models.RouteView, error) {
+	return models.RouteView{}, nil
+}
 func (f *fakeData) Write(context.Context, string, string, []byte) error {
 	f.writes++
 	return nil
