@@ -58,7 +58,7 @@ func TestWriteRefusalByCode(t *testing.T) {
 			var calls atomic.Int32
 			st := oneShard(refusingLeader(t, tc.refuse, &calls))
 			d := &broker.Data{State: func() *statemachine.State { return st }, Changed: func() <-chan struct{} { return never },
-				Client: http.DefaultClient, WriteTimeout: 300 * time.Millisecond}
+				Client: http.DefaultClient, WriteTimeout: 1500 * time.Millisecond} // long enough for a first answer on a loaded machine
 			err := d.Write(context.Background(), "db", "ns", []byte("cpu v=1 1"))
 			require.ErrorIs(t, err, models.ErrUnavailable)
 			require.NotErrorIs(t, err, models.ErrStaleTerm, "a peer's code is not the client's")

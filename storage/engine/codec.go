@@ -68,9 +68,6 @@ func decodeUndo(data []byte, npoints int) ([]undoOp, error) {
 	return ops, nil
 }
 
-// decoder reads varints with a sticky error (wire.Decoder).
-type decoder = wire.Decoder
-
 // u64Key encodes txn ids and meta values big-endian so bbolt orders them numerically.
 func u64Key(v uint64) []byte { return binary.BigEndian.AppendUint64(make([]byte, 0, 8), v) }
 
