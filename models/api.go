@@ -16,6 +16,12 @@ type DatabasePatch struct {
 	Policy *string `json:"retention_policy"`
 }
 
+// StorageClusterPatch is the body of PATCH /api/v1/storage-clusters/{name}:
+// the failure domain (a node label key; "" spreads over nodes only).
+type StorageClusterPatch struct {
+	FailureDomain *string `json:"failure_domain"`
+}
+
 // LeaderTransfer is the body of POST .../shards/{id}/leader.
 type LeaderTransfer struct {
 	NodeID  string `json:"node_id"`

@@ -23,6 +23,7 @@ import (
 type Admin interface {
 	CreateStorageCluster(ctx context.Context, c models.StorageCluster) (models.StorageCluster, error)
 	DeleteStorageCluster(ctx context.Context, name string) error
+	UpdateStorageCluster(ctx context.Context, name string, p models.StorageClusterPatch) (models.StorageCluster, error)
 	CreateDatabase(ctx context.Context, db models.Database) (models.Database, error)
 	UpdateDatabase(ctx context.Context, name string, p models.DatabasePatch) (models.Database, error)
 	DeleteDatabase(ctx context.Context, name string) error
@@ -81,6 +82,7 @@ func (s *Server) adminRoutes(api *gin.RouterGroup) {
 	mut := api.Group("", s.RequireScope(ScopeAdmin), s.requireAdminService)
 	mut.POST("/storage-clusters", s.createCluster)
 	mut.DELETE("/storage-clusters/:name", s.deleteCluster)
+	mut.PATCH("/storage-clusters/:name", s.patchCluster)
 	mut.POST("/databases", s.createDatabase)
 	mut.PATCH("/databases/:name", s.patchDatabase)
 	mut.DELETE("/databases/:name", s.deleteDatabase)
@@ -147,7 +149,7 @@ func (s *Server) getCluster(c *gin.Context) {
 	}
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].NodeID < nodes[j].NodeID })
 	c.JSON(http.StatusOK, gin.H{"name": v.Name, "etcd_endpoints": v.EtcdEndpoints, "namespace": v.Namespace,
-		"live_nodes": v.LiveNodes, "shards": v.Shards, "nodes": nodes})
+		"failure_domain": v.FailureDomain, "live_nodes": v.LiveNodes, "shards": v.Shards, "nodes": nodes})
 }
 
 func (s *Server) createCluster(c *gin.Context) {
@@ -162,6 +164,20 @@ func (s *Server) createCluster(c *gin.Context) {
 		return
 	}
 	c.JSON(http.StatusCreated, out)
+}
+
+func (s *Server) patchCluster(c *gin.Context) {
+	var body models.StorageClusterPatch
+	if err := decodeStrict(c, &body); err != nil {
+		fail(c, err)
+		return
+	}
+	out, err := s.cfg.Admin.UpdateStorageCluster(c.Request.Context(), c.Param("name"), body)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, out)
 }
 
 func (s *Server) deleteCluster(c *gin.Context) {

@@ -55,6 +55,7 @@ var routeScopes = map[string]web.Scope{
 	"POST /api/v1/write":                             web.ScopeWrite,
 	"POST /api/v1/storage-clusters":                  web.ScopeAdmin,
 	"DELETE /api/v1/storage-clusters/:name":          web.ScopeAdmin,
+	"PATCH /api/v1/storage-clusters/:name":           web.ScopeAdmin,
 	"POST /api/v1/databases":                         web.ScopeAdmin,
 	"PATCH /api/v1/databases/:name":                  web.ScopeAdmin,
 	"DELETE /api/v1/databases/:name":                 web.ScopeAdmin,
@@ -71,6 +72,7 @@ var routeBodies = map[string]string{
 	"POST /api/v1/storage-clusters":                  `{"name":"c1"}`,
 	"POST /api/v1/databases":                         `{"name":"db","num_shards":1,"replica_factor":1}`,
 	"PATCH /api/v1/databases/:name":                  `{"num_shards":2}`,
+	"PATCH /api/v1/storage-clusters/:name":           `{"failure_domain":"zone"}`,
 	"POST /api/v1/databases/:name/shards/:id/leader": `{"node_id":"n1"}`,
 	"POST /api/v1/write":                             "m v=1 1",
 }

@@ -34,6 +34,9 @@ func (f *fakeAdmin) CreateDatabase(_ context.Context, d models.Database) (models
 	f.calls = append(f.calls, "db:"+d.Name)
 	return d, f.err
 }
+func (f *fakeAdmin) UpdateStorageCluster(_ context.Context, name string, p models.StorageClusterPatch) (models.StorageCluster, error) {
+	return models.StorageCluster{Name: name, FailureDomain: *p.FailureDomain}, f.err
+}
 func (f *fakeAdmin) UpdateDatabase(_ context.Context, _ string, _ models.DatabasePatch) (models.Database, error) {
 	return models.Database{}, f.err
 }

@@ -113,6 +113,27 @@ func TestStorageClusterFailureDomain(t *testing.T) {
 	require.Contains(t, string(kvp.Value), `"failure_domain":"zone"`)
 	_, err = a.CreateStorageCluster(ctx, models.StorageCluster{Name: "zoned", FailureDomain: "rack"})
 	require.ErrorIs(t, err, models.ErrConflict)
+
+	// PATCH changes it, and only it.
+	rack, bad, none := "rack", "a rack", ""
+	_, err = a.UpdateStorageCluster(ctx, "zoned", models.StorageClusterPatch{FailureDomain: &bad})
+	require.ErrorContains(t, err, `invalid failure_domain "a rack"`)
+	_, err = a.UpdateStorageCluster(ctx, "zoned", models.StorageClusterPatch{})
+	require.ErrorContains(t, err, "nothing to change")
+	_, err = a.UpdateStorageCluster(ctx, "nope", models.StorageClusterPatch{FailureDomain: &rack})
+	require.ErrorIs(t, err, models.ErrNotFound)
+	kvp, err = store.Get(ctx, a.Keys.StorageConfig("zoned"))
+	require.NoError(t, err)
+	require.Contains(t, string(kvp.Value), `"failure_domain":"zone"`, "refused patches change nothing")
+	c, err = a.UpdateStorageCluster(ctx, "zoned", models.StorageClusterPatch{FailureDomain: &rack})
+	require.NoError(t, err)
+	require.Equal(t, models.StorageCluster{Name: "zoned", EtcdEndpoints: []string{}, FailureDomain: "rack"}, c)
+	kvp, err = store.Get(ctx, a.Keys.StorageConfig("zoned"))
+	require.NoError(t, err)
+	require.Contains(t, string(kvp.Value), `"failure_domain":"rack"`)
+	c, err = a.UpdateStorageCluster(ctx, "zoned", models.StorageClusterPatch{FailureDomain: &none})
+	require.NoError(t, err)
+	require.Empty(t, c.FailureDomain)
 }
 
 // TestDDLUnderNoSpace: etcd's NOSPACE alarm is reported as such, with what to
