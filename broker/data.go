@@ -168,8 +168,9 @@ func (d *Data) write(ctx context.Context, db, precision string, body []byte) (in
 	if d.Now != nil {
 		now = d.Now
 	}
-	batch, err := lineproto.ParseBatch(body, lineproto.Options{Precision: precision, Now: now().UnixNano(),
-		MaxPoints: d.MaxPoints, Limits: d.LineLimits})
+	at := now()
+	batch, err := lineproto.ParseBatch(body, lineproto.Options{Precision: precision, Now: at.UnixNano(),
+		MaxPoints: d.MaxPoints, Limits: d.LineLimits, Check: acceptWindow(cfg, at)})
 	if errors.Is(err, lineproto.ErrTooManyPoints) {
 		return 0, fmt.Errorf("%w: the batch holds more than %d points (--write-max-points); send it in smaller batches", models.ErrTooLarge, d.MaxPoints)
 	}

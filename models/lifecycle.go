@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -177,4 +178,27 @@ func (d *Database) ApplyLifecycle(p DatabasePatch) bool {
 		d.Policy, given = *p.Policy, true
 	}
 	return given
+}
+
+// Window is the accepted time window of d's points at now, in unix
+// nanoseconds, both ends included: unbounded behind when neither Behead
+// nor Retention bounds it.
+func (d Database) Window(now time.Time) (lo, hi int64) {
+	hi = now.Add(d.AheadLimit()).UnixNano()
+	if b := d.BeheadLimit(); b > 0 {
+		return now.Add(-b).UnixNano(), hi
+	}
+	return math.MinInt64, hi
+}
+
+// WindowRule says where Window's ends come from, for error messages.
+func (d Database) WindowRule() string {
+	behead := "no behead"
+	switch b := d.BeheadLimit(); {
+	case b > 0 && d.Behead > 0 && (d.Retention == 0 || d.Behead < d.Retention):
+		behead = "behead " + Duration(b).String()
+	case b > 0:
+		behead = "retention " + Duration(b).String()
+	}
+	return behead + ", ahead " + Duration(d.AheadLimit()).String()
 }
