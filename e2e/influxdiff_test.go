@@ -142,6 +142,21 @@ func diffCases() []diffCase {
 			fmt.Sprintf("SELECT derivative(%s, 1s) FROM cpu WHERE %s GROUP BY time(10m) LIMIT 3 OFFSET 2", inner, all),
 		)
 	}
+	// Math over an aggregate.
+	add("",
+		"SELECT mean(value)*100 FROM cpu WHERE "+all+" GROUP BY time(10m)",
+		"SELECT mean(value) * 100 / 2 FROM cpu WHERE "+all+" GROUP BY time(10m), host",
+		"SELECT (max(value) - 10) / 3 FROM cpu WHERE host = 'h1' AND "+all+" GROUP BY time(5m)",
+		"SELECT count(value) * 2 FROM cpu WHERE "+all+" GROUP BY time(30m)",
+		"SELECT count(value) / 7 FROM cpu WHERE "+all+" GROUP BY time(30m), region",
+		"SELECT 100 - mean(idle) FROM cpu WHERE "+all+" GROUP BY host",
+		"SELECT sum(used) / 1024 FROM mem WHERE "+all+" GROUP BY time(1h), host",
+		"SELECT max(value) * 2 FROM cpu WHERE host = 'h2' AND "+all,
+		"SELECT mean(value) / 0 FROM cpu WHERE "+all,
+		"SELECT mean(value) * 100 AS pct, max(value) FROM cpu WHERE "+all+" GROUP BY time(20m)",
+		"SELECT last(free) + 0.5 FROM disk WHERE "+all+" GROUP BY time(30m), path fill(previous)",
+		"SELECT -1 * min(value) FROM cpu WHERE "+all+" GROUP BY time(30m), host fill(none)",
+	)
 	// Selectors alone report their point's time; several aggregates the
 	// range's start.
 	for _, sel := range []string{"min", "max", "first", "last"} {

@@ -120,6 +120,13 @@ func (p *Plan) groupRow(g *mergedGroup, columns []string) Row {
 		}
 	}
 	row.Times, row.Cells = p.bucketRows(g)
+	for i, o := range p.Outputs {
+		if o.Math != nil {
+			for k, c := range row.Cells[i] {
+				row.Cells[i][k] = evalMath(o.Math, c)
+			}
+		}
+	}
 	if tr := p.Outputs[0].Transform; tr != nil {
 		from := p.From
 		if p.extra == 0 {

@@ -43,6 +43,8 @@ type Output struct {
 	Tag bool
 	// Transform applied to the aggregate after the merge (derivative...).
 	Transform *Transform
+	// Math over the aggregate (mean(value)*100), applied after the merge.
+	Math influxql.Expr
 }
 
 // Plan is a SELECT statement ready to run: the request every shard gets and
@@ -178,6 +180,16 @@ func (p *Plan) planFields(s *influxql.SelectStatement) error {
 			if !out.Tag {
 				fields[e.Val] = true
 			}
+		case *influxql.BinaryExpr, *influxql.ParenExpr:
+			call, err := planMath(e)
+			if err != nil {
+				return err
+			}
+			out.Math = e
+			if err := p.planAggregate(call, &out, fields); err != nil {
+				return err
+			}
+			aggs++
 		case *influxql.Call:
 			aggs++
 			if _, ok := transforms[e.Name]; ok {
@@ -193,38 +205,9 @@ func (p *Plan) planFields(s *influxql.SelectStatement) error {
 				p.Req.Stats |= aggregates[out.Func]
 				break
 			}
-			st, ok := aggregates[e.Name]
-			if !ok {
-				return unsupported(e.Name + "()")
+			if err := p.planAggregate(e, &out, fields); err != nil {
+				return err
 			}
-			out.Func = e.Name
-			want := 1
-			if e.Name == "percentile" {
-				want = 2
-			}
-			if len(e.Args) != want {
-				return fmt.Errorf("%w: %s() takes %d argument(s), got %d", ErrBadQuery, e.Name, want, len(e.Args))
-			}
-			ref, ok := e.Args[0].(*influxql.VarRef)
-			if !ok {
-				return unsupported(fmt.Sprintf("%s(%s) (the argument must be a field key)", e.Name, e.Args[0]))
-			}
-			if e.Name == "percentile" {
-				switch n := e.Args[1].(type) {
-				case *influxql.IntegerLiteral:
-					out.N = float64(n.Val)
-				case *influxql.NumberLiteral:
-					out.N = n.Val
-				default:
-					return fmt.Errorf("%w: percentile's N must be a number, got %s", ErrBadQuery, e.Args[1])
-				}
-				if out.N < 0 || out.N > 100 {
-					return fmt.Errorf("%w: percentile's N must be in [0, 100], got %v", ErrBadQuery, out.N)
-				}
-			}
-			out.Field = ref.Val
-			fields[ref.Val] = true
-			p.Req.Stats |= st
 		default:
 			return unsupported(fmt.Sprintf("the expression %s in SELECT (only field keys, tag keys, * and single aggregate calls)", f.Expr))
 		}
@@ -235,6 +218,43 @@ func (p *Plan) planFields(s *influxql.SelectStatement) error {
 	}
 	p.Req.Raw = aggs == 0
 	p.Req.Fields = slices.Sorted(maps.Keys(fields))
+	return nil
+}
+
+// planAggregate reads one aggregate call into out and the request.
+func (p *Plan) planAggregate(e *influxql.Call, out *Output, fields map[string]bool) error {
+	st, ok := aggregates[e.Name]
+	if !ok {
+		return unsupported(e.Name + "()")
+	}
+	out.Func = e.Name
+	want := 1
+	if e.Name == "percentile" {
+		want = 2
+	}
+	if len(e.Args) != want {
+		return fmt.Errorf("%w: %s() takes %d argument(s), got %d", ErrBadQuery, e.Name, want, len(e.Args))
+	}
+	ref, ok := e.Args[0].(*influxql.VarRef)
+	if !ok {
+		return unsupported(fmt.Sprintf("%s(%s) (the argument must be a field key)", e.Name, e.Args[0]))
+	}
+	if e.Name == "percentile" {
+		switch n := e.Args[1].(type) {
+		case *influxql.IntegerLiteral:
+			out.N = float64(n.Val)
+		case *influxql.NumberLiteral:
+			out.N = n.Val
+		default:
+			return fmt.Errorf("%w: percentile's N must be a number, got %s", ErrBadQuery, e.Args[1])
+		}
+		if out.N < 0 || out.N > 100 {
+			return fmt.Errorf("%w: percentile's N must be in [0, 100], got %v", ErrBadQuery, out.N)
+		}
+	}
+	out.Field = ref.Val
+	fields[ref.Val] = true
+	p.Req.Stats |= st
 	return nil
 }
 

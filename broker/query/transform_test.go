@@ -65,3 +65,20 @@ func TestPlanTransforms(t *testing.T) {
 		require.ErrorIs(t, err, want, q)
 	}
 }
+
+// TestMath: arithmetic over one aggregate as InfluxDB computes it, and the
+// expressions it does not take.
+func TestMath(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	p, err := plan(t, "SELECT (count(v) - 1) * 2, count(v) / 4, mean(v) / 0 FROM m WHERE time > 1699990000s", now)
+	require.NoError(t, err)
+	require.Equal(t, Cell{Kind: CellInt, I: 18}, evalMath(p.Outputs[0].Math, Cell{Kind: CellInt, I: 10}))
+	require.Equal(t, floatCell(2.5), evalMath(p.Outputs[1].Math, Cell{Kind: CellInt, I: 10}))
+	require.Equal(t, floatCell(0), evalMath(p.Outputs[2].Math, floatCell(3)))
+	require.Equal(t, Cell{}, evalMath(p.Outputs[0].Math, Cell{}), "null stays null")
+	require.Equal(t, "count", p.Outputs[0].Func)
+	for _, q := range []string{"SELECT mean(v) + max(v) FROM m", "SELECT v * 2 FROM m", "SELECT mean(v) % 2 FROM m"} {
+		_, err := plan(t, q, now)
+		require.ErrorIs(t, err, ErrUnsupported, q)
+	}
+}
