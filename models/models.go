@@ -179,6 +179,12 @@ type ISR struct {
 	ClusterID uint64 `json:"cluster_id,omitempty"`
 }
 
+// ForeignCluster is the ClusterID a restore gives an in-sync record that
+// names none (written before records carried it): such a copy is as stale
+// as one naming another cluster, and no etcd cluster has this id, so the
+// master's stale-set check re-elects its shard.
+const ForeignCluster = ^uint64(0)
+
 // Drain marks a storage node that must shed its replicas.
 type Drain struct {
 	NodeID string `json:"node_id"`

@@ -149,7 +149,7 @@ func TestMainRestoresNodeStateBackup(t *testing.T) {
 		"database/config/db1":       []byte(`{"name":"db1","num_shards":2}`),
 		"database/assign/db1":       []byte(`{"db":"db1","shards":[{"id":0,"replicas":["n1"]}]}`),
 		"state/shards/db1":          []byte(`{"db":"db1","shards":[{"id":0,"leader":"n1","term":12,"status":"online"}]}`),
-		"storage/default/isr/db1/0": []byte(`{"leader":"n1","term":12,"replicas":["n1"]}`),
+		"storage/default/isr/db1/0": []byte(`{"cluster_id":18446744073709551615,"leader":"n1","replicas":["n1"],"term":12}`),
 	}, dump(t, store, "/cairn"))
 
 	// Restored into another namespace its absolute keys do not fit: refused,

@@ -35,7 +35,7 @@ func seed(t *testing.T, s kv.Store, ns string) map[string][]byte {
 		put("state/shards/"+db, fmt.Sprintf(`{"db":%q,"shards":[{"id":0,"leader":"n1","term":%d,"status":"online"},{"id":1,"leader":"n2","term":7,"status":"online"}]}`, db, 3+i))
 	}
 	for i := range 5 {
-		put(fmt.Sprintf("storage/default/isr/db00/%d", i), `{"leader":"n1","term":4,"replicas":["n1","n2"]}`)
+		put(fmt.Sprintf("storage/default/isr/db00/%d", i), `{"leader":"n1","term":4,"replicas":["n1","n2"],"cluster_id":7}`)
 	}
 	put("drain/n3", `{"node_id":"n3","since":1700000000000}`)
 	put("misc/raw", "\x00\x01\x02not json")

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"regexp"
 	"sort"
 	"strings"
 
@@ -40,6 +41,9 @@ func Restore(ctx context.Context, o Options, r io.Reader, force bool) (Summary, 
 	kvs, err := decode(data, o)
 	if err != nil {
 		return Summary{}, err
+	}
+	if n := markForeignISR(kvs); n > 0 {
+		fmt.Fprintf(o.Progress, "restore: %d in-sync records name no etcd cluster (an older backup): marked foreign, so their shards are re-elected from the replicas' logs\n", n)
 	}
 	prefix := o.Namespace + "/"
 	// Leased keys (the master key, live brokers and storage nodes) and
@@ -77,6 +81,35 @@ func Restore(ctx context.Context, o Options, r io.Reader, force bool) (Summary, 
 		return Summary{}, err
 	}
 	return Summary{Keys: len(kvs), Revision: rev, Bytes: int64(len(data))}, nil
+}
+
+// isrKey matches an in-sync record's key: .../isr/<db>/<shard>.
+var isrKey = regexp.MustCompile(`/isr/[A-Za-z0-9_-]{1,64}/[0-9]+$`)
+
+// markForeignISR gives every in-sync record without a cluster id
+// models.ForeignCluster (its other fields kept as they are) and returns how
+// many it marked: a backup of a release whose records named no cluster
+// would otherwise skip the stale-set check and leave its shards online at
+// their old terms.
+func markForeignISR(kvs []kvp) int {
+	n := 0
+	for i, e := range kvs {
+		if !isrKey.MatchString(e.key) {
+			continue
+		}
+		var rec map[string]json.RawMessage
+		if json.Unmarshal(e.value, &rec) != nil || rec["replicas"] == nil {
+			continue
+		}
+		var id uint64
+		if raw, ok := rec["cluster_id"]; ok && json.Unmarshal(raw, &id) == nil && id != 0 {
+			continue
+		}
+		rec["cluster_id"], _ = json.Marshal(models.ForeignCluster)
+		kvs[i].value, _ = json.Marshal(rec)
+		n++
+	}
+	return n
 }
 
 // decode turns either backup format into absolute keys under o.Namespace.
