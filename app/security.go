@@ -38,7 +38,7 @@ func (a *App) setupSecurity() error {
 		guards = append(guards, peerauth.RequireVerifiedCert)
 	}
 	if cfg.ClusterSecret != "" {
-		guards = append(guards, peerauth.NewVerifier(cfg.ClusterSecret, 0, nil).VerifyRequest)
+		guards = append(guards, peerauth.NewVerifier(cfg.ClusterSecret, 0, nil, cfg.AdvertiseAddr).VerifyRequest)
 	}
 	if len(guards) > 0 {
 		a.guard = func(r *http.Request) error {

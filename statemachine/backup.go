@@ -247,5 +247,7 @@ func WriteFileAtomic(path string, v any) error {
 	if err != nil {
 		return err
 	}
-	return atomicfile.Write(path, data, 0o644)
+	// 0600: the cluster's whole state (node addresses, database layout) is
+	// for this node's operator, not every local user.
+	return atomicfile.Write(path, data, 0o600)
 }

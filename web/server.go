@@ -216,6 +216,7 @@ func (s *Server) Listen() error {
 		WriteTimeout:      60 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    1 << 20,
+		ErrorLog:          newServerErrorLog(s.lg),
 	}
 	go func() {
 		var err error

@@ -125,6 +125,15 @@ type Material struct {
 	Client *tls.Config // for requests to peers
 }
 
+// AEADSuites are the TLS 1.2 cipher suites Cairn speaks: forward secret
+// (ECDHE) and authenticated encryption (GCM, ChaCha20-Poly1305) only, no
+// CBC with SHA-1. TLS 1.3 suites are not configurable and all AEAD.
+var AEADSuites = []uint16{
+	tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384, tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256, tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+}
+
 // Load builds the server and client TLS configurations. The server asks for
 // a client certificate (without requiring one) when a client CA is set, so
 // browsers and API clients need none; the internal API then requires a
@@ -134,7 +143,7 @@ func Load(c Config) (*Material, error) {
 	if err != nil {
 		return nil, err
 	}
-	srv := &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: r.GetCertificate}
+	srv := &tls.Config{MinVersion: tls.VersionTLS12, CipherSuites: AEADSuites, GetCertificate: r.GetCertificate}
 	if c.ClientCAFile != "" {
 		pool, err := LoadPool(c.ClientCAFile)
 		if err != nil {
@@ -142,7 +151,7 @@ func Load(c Config) (*Material, error) {
 		}
 		srv.ClientCAs, srv.ClientAuth = pool, tls.VerifyClientCertIfGiven
 	}
-	cli := &tls.Config{MinVersion: tls.VersionTLS12, GetClientCertificate: r.GetClientCertificate}
+	cli := &tls.Config{MinVersion: tls.VersionTLS12, CipherSuites: AEADSuites, GetClientCertificate: r.GetClientCertificate}
 	if c.CAFile != "" {
 		pool, err := LoadPool(c.CAFile)
 		if err != nil {

@@ -3,50 +3,57 @@
 // sender knows the cluster secret, and checks that proof on the receiving
 // side before the internal API does any work.
 //
-// # Scheme (version 1)
+// # Scheme (version 2)
 //
 // The key is derived once from the secret: key = HMAC-SHA256(secret,
 // "cairn peer auth v1"), so the secret itself never keys a MAC on the wire.
-// The sender adds three headers to the request:
+// The sender adds four headers to the request:
 //
 //	X-Cairn-Date:           signing time, unix milliseconds (decimal)
+//	X-Cairn-Nonce:          16 random bytes, hex: no two requests sign alike
 //	X-Cairn-Content-SHA256: hex SHA-256 of the request body (of no bytes when there is none)
-//	X-Cairn-Signature:      "v1=" + hex HMAC-SHA256(key, canonical)
+//	X-Cairn-Signature:      "v2=" + hex HMAC-SHA256(key, canonical)
 //
-// where canonical is the five lines
+// where canonical is the seven lines
 //
-//	cairn-peer-v1
+//	cairn-peer-v2
 //	<METHOD>
+//	<Host: the target node's address as dialed (its advertised address)>
 //	<request URI as sent on the wire: escaped path, "?", raw query>
 //	<X-Cairn-Date>
+//	<X-Cairn-Nonce>
 //	<X-Cairn-Content-SHA256>
 //
 // joined with "\n". The receiver checks, in this order and before reading the
-// body: all three headers present and well formed; the date within the skew
-// window (default ±5 minutes of the receiver's clock); the signature, in
-// constant time. Only then does it read the body (bounded by the server's body
-// limit) and compare its digest. A refusal is 401 with the cause in
-// X-Cairn-Auth-Error (missing, malformed, stale, bad_signature, body_mismatch,
-// client_cert), which the sending node logs so an operator sees why a node
-// cannot join replication.
+// body: all four headers present and well formed; the Host is this node's
+// own address (a request signed for one node is refused by every other);
+// the date at most DefaultSkew (5 minutes) old and at most MaxFuture (5
+// seconds) ahead of the receiver's clock; the signature, in constant time;
+// that the signature was not seen before (a bounded cache of recent ones:
+// when it is full, requests older than the oldest it remembers are refused
+// as stale, so a replay is never accepted). Only then does it read the body
+// (bounded by the server's body limit) and compare its digest. A refusal is
+// 401 with the cause in X-Cairn-Auth-Error (missing, malformed, stale,
+// wrong_node, bad_signature, replayed, body_mismatch, client_cert), which the
+// sending node logs so an operator sees why a node cannot join replication.
 //
 // Responses are not signed: request bodies are small (a write batch at most),
 // while responses may be long streams (snapshots, log pulls). Use TLS with
 // --tls-ca when the network between nodes is not trusted: the MAC does not
-// hide data, and a request captured on the wire could be replayed within the
-// skew window (every replicated write also carries a term, and a replayed
-// write appends points that were already accepted once).
+// hide data.
 package peerauth
 
 import (
 	"bytes"
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -55,16 +62,24 @@ import (
 // Header names of the proof.
 const (
 	HeaderDate      = "X-Cairn-Date"
+	HeaderNonce     = "X-Cairn-Nonce"
 	HeaderDigest    = "X-Cairn-Content-Sha256"
 	HeaderSignature = "X-Cairn-Signature"
 	// HeaderError carries the cause of a 401 from the internal API.
 	HeaderError = "X-Cairn-Auth-Error"
 )
 
-// DefaultSkew is how far a request's date may be from the receiver's clock.
+// DefaultSkew is how old a request's date may be by the receiver's clock.
 const DefaultSkew = 5 * time.Minute
 
-const sigPrefix = "v1="
+// MaxFuture is how far ahead of the receiver's clock a request's date may
+// be: the nodes' clock difference, not a window to replay in.
+const MaxFuture = 5 * time.Second
+
+const (
+	sigPrefix = "v2="
+	nonceLen  = 16
+)
 
 // Causes of a refused proof; each maps to the X-Cairn-Auth-Error value of
 // its 401.
@@ -72,6 +87,8 @@ var (
 	ErrMissing      = errors.New("missing cluster secret proof")
 	ErrMalformed    = errors.New("malformed cluster secret proof")
 	ErrStale        = errors.New("cluster secret proof outside the clock skew window")
+	ErrWrongNode    = errors.New("cluster secret proof was made for another node")
+	ErrReplayed     = errors.New("cluster secret proof was already used")
 	ErrBadSignature = errors.New("cluster secret proof does not match this node's secret")
 	ErrBodyMismatch = errors.New("request body does not match its signed digest")
 	ErrNoClientCert = errors.New("internal API requires a client certificate verified by --tls-client-ca")
@@ -87,8 +104,12 @@ func Cause(err error) string {
 		return "malformed"
 	case errors.Is(err, ErrStale):
 		return "stale"
+	case errors.Is(err, ErrWrongNode):
+		return "wrong_node"
 	case errors.Is(err, ErrBadSignature):
 		return "bad_signature"
+	case errors.Is(err, ErrReplayed):
+		return "replayed"
 	case errors.Is(err, ErrBodyMismatch):
 		return "body_mismatch"
 	case errors.Is(err, ErrNoClientCert):
@@ -114,9 +135,9 @@ func Digest(body []byte) string {
 }
 
 // Sign computes the X-Cairn-Signature value.
-func Sign(key []byte, method, requestURI, date, digest string) string {
+func Sign(key []byte, method, host, requestURI, date, nonce, digest string) string {
 	m := hmac.New(sha256.New, key)
-	for i, part := range []string{"cairn-peer-v1", method, requestURI, date, digest} {
+	for i, part := range []string{"cairn-peer-v2", method, strings.ToLower(host), requestURI, date, nonce, digest} {
 		if i > 0 {
 			m.Write([]byte{'\n'})
 		}
@@ -126,45 +147,61 @@ func Sign(key []byte, method, requestURI, date, digest string) string {
 }
 
 // SignRequest adds the proof headers to req for body (which must be the
-// bytes req will send) at time now.
+// bytes req will send) at time now, for the host req is sent to.
 func SignRequest(key []byte, req *http.Request, body []byte, now time.Time) {
 	date := strconv.FormatInt(now.UnixMilli(), 10)
+	var raw [nonceLen]byte
+	_, _ = rand.Read(raw[:]) // never fails (crypto/rand)
+	nonce := hex.EncodeToString(raw[:])
 	digest := Digest(body)
+	host := req.Host
+	if host == "" {
+		host = req.URL.Host
+	}
 	req.Header.Set(HeaderDate, date)
+	req.Header.Set(HeaderNonce, nonce)
 	req.Header.Set(HeaderDigest, digest)
-	req.Header.Set(HeaderSignature, Sign(key, req.Method, req.URL.RequestURI(), date, digest))
+	req.Header.Set(HeaderSignature, Sign(key, req.Method, host, req.URL.RequestURI(), date, nonce, digest))
 }
 
 // Verifier checks proofs against one secret.
 type Verifier struct {
-	key  []byte
-	skew time.Duration
-	now  func() time.Time
+	key    []byte
+	skew   time.Duration
+	now    func() time.Time
+	self   []string // this node's addresses; empty: any Host
+	replay *replayCache
 }
 
 // NewVerifier checks proofs made with secret; skew 0 means DefaultSkew, now
-// nil means time.Now.
-func NewVerifier(secret string, skew time.Duration, now func() time.Time) *Verifier {
+// nil means time.Now. self lists the addresses this node is reached at (its
+// advertised address): a proof made for another Host is refused. None: the
+// Host is signed but any is accepted (tests).
+func NewVerifier(secret string, skew time.Duration, now func() time.Time, self ...string) *Verifier {
 	if skew <= 0 {
 		skew = DefaultSkew
 	}
 	if now == nil {
 		now = time.Now
 	}
-	return &Verifier{key: Key(secret), skew: skew, now: now}
+	return &Verifier{key: Key(secret), skew: skew, now: now, self: self, replay: newReplayCache(ReplayCacheSize)}
 }
 
-// CheckHeaders verifies the proof headers of a request (method and request
-// URI as received) without looking at the body; it returns the signed body
-// digest for CheckBody.
-func (v *Verifier) CheckHeaders(method, requestURI string, h http.Header) (string, error) {
-	date, digest, sig := h.Get(HeaderDate), h.Get(HeaderDigest), h.Get(HeaderSignature)
-	if date == "" && digest == "" && sig == "" {
+// CheckHeaders verifies the proof headers of a request (method, Host and
+// request URI as received) without looking at the body; it returns the
+// signed body digest for CheckBody. A good proof is remembered: the same
+// one is refused next time.
+func (v *Verifier) CheckHeaders(method, host, requestURI string, h http.Header) (string, error) {
+	date, nonce, digest, sig := h.Get(HeaderDate), h.Get(HeaderNonce), h.Get(HeaderDigest), h.Get(HeaderSignature)
+	if date == "" && digest == "" && sig == "" && nonce == "" {
 		return "", ErrMissing
 	}
 	ms, err := strconv.ParseInt(date, 10, 64)
 	if err != nil || ms < 0 || len(date) > 19 {
 		return "", fmt.Errorf("%w: bad %s", ErrMalformed, HeaderDate)
+	}
+	if len(nonce) != nonceLen*2 || !isLowerHex(nonce) {
+		return "", fmt.Errorf("%w: bad %s", ErrMalformed, HeaderNonce)
 	}
 	if len(digest) != sha256.Size*2 || !isLowerHex(digest) {
 		return "", fmt.Errorf("%w: bad %s", ErrMalformed, HeaderDigest)
@@ -173,12 +210,18 @@ func (v *Verifier) CheckHeaders(method, requestURI string, h http.Header) (strin
 		return "", fmt.Errorf("%w: bad %s", ErrMalformed, HeaderSignature)
 	}
 	off := v.now().Sub(time.UnixMilli(ms))
-	if off > v.skew || off < -v.skew {
-		return "", fmt.Errorf("%w: request dated %s away from this node's clock (allowed %s)", ErrStale, off.Round(time.Second), v.skew)
+	if off > v.skew || off < -MaxFuture {
+		return "", fmt.Errorf("%w: request dated %s away from this node's clock (allowed %s back, %s ahead)", ErrStale, off.Round(time.Second), v.skew, MaxFuture)
 	}
-	want := Sign(v.key, method, requestURI, date, digest)
+	if len(v.self) > 0 && !slices.ContainsFunc(v.self, func(a string) bool { return strings.EqualFold(a, host) }) {
+		return "", fmt.Errorf("%w: signed for %q, this node is %q", ErrWrongNode, host, v.self[0])
+	}
+	want := Sign(v.key, method, host, requestURI, date, nonce, digest)
 	if !hmac.Equal([]byte(want), []byte(sig)) {
 		return "", ErrBadSignature
+	}
+	if err := v.replay.add(sig, ms, v.now().Add(-v.skew).UnixMilli()); err != nil {
+		return "", err
 	}
 	return digest, nil
 }
@@ -196,7 +239,7 @@ func CheckBody(digest string, body []byte) error {
 // bytes back for the handler. Nothing is read from a request whose headers
 // fail.
 func (v *Verifier) VerifyRequest(r *http.Request) error {
-	digest, err := v.CheckHeaders(r.Method, r.RequestURI, r.Header)
+	digest, err := v.CheckHeaders(r.Method, r.Host, r.RequestURI, r.Header)
 	if err != nil {
 		return err
 	}

@@ -57,7 +57,7 @@ func TestVerifyRequest(t *testing.T) {
 			return signed(t, "s3cret", "GET", "/internal/v1/shards/db/0/query?metric=m", nil, t0.Add(-6*time.Minute))
 		}, want: ErrStale, cause: "stale"},
 		{name: "future", req: func() *http.Request {
-			return signed(t, "s3cret", "GET", "/internal/v1/shards/db/0/query?metric=m", nil, t0.Add(6*time.Minute))
+			return signed(t, "s3cret", "GET", "/internal/v1/shards/db/0/query?metric=m", nil, t0.Add(6*time.Second))
 		}, want: ErrStale},
 		{name: "other method", req: func() *http.Request {
 			r := signed(t, "s3cret", "GET", "/internal/v1/shards/db/0/leave?term=3&node=n1", nil, t0)
@@ -149,13 +149,70 @@ func TestKeyAndSign(t *testing.T) {
 	require.Nil(t, Key(""))
 	require.NotEqual(t, Key("a"), Key("b"))
 	require.Len(t, Key("a"), 32)
-	s := Sign(Key("a"), "GET", "/x?y=1", "1", Digest(nil))
-	require.True(t, strings.HasPrefix(s, "v1="))
-	require.NotEqual(t, s, Sign(Key("a"), "GET", "/x?y=2", "1", Digest(nil)))
-	require.NotEqual(t, s, Sign(Key("a"), "GET", "/x?y=1", "2", Digest(nil)))
+	d := Digest(nil)
+	s := Sign(Key("a"), "GET", "n1:9000", "/x?y=1", "1", "00", d)
+	require.True(t, strings.HasPrefix(s, "v2="))
+	require.NotEqual(t, s, Sign(Key("a"), "GET", "n1:9000", "/x?y=2", "1", "00", d))
+	require.NotEqual(t, s, Sign(Key("a"), "GET", "n1:9000", "/x?y=1", "2", "00", d))
+	require.NotEqual(t, s, Sign(Key("a"), "GET", "n2:9000", "/x?y=1", "1", "00", d))
+	require.NotEqual(t, s, Sign(Key("a"), "GET", "n1:9000", "/x?y=1", "1", "01", d))
 	// Field boundaries are unambiguous: moving a byte between fields changes
 	// the signature.
-	require.NotEqual(t, Sign(Key("a"), "GE", "T/x", "1", Digest(nil)), Sign(Key("a"), "GET", "/x", "1", Digest(nil)))
+	require.NotEqual(t, Sign(Key("a"), "GE", "h", "T/x", "1", "0", d), Sign(Key("a"), "GET", "h", "/x", "1", "0", d))
+}
+
+// TestProofBoundToNodeAndUsedOnce (issue 26 #6): a proof made for one node
+// is refused by another, even with the Host rewritten; a proof is accepted
+// once, its replay is refused; a date more than MaxFuture ahead is stale.
+func TestProofBoundToNodeAndUsedOnce(t *testing.T) {
+	n1 := NewVerifier("s3cret", 0, fixed(t0), "n1:9000")
+	n2 := NewVerifier("s3cret", 0, fixed(t0), "n2:9000")
+	mk := func(at time.Time) *http.Request {
+		r := httptest.NewRequest("POST", "/internal/v1/shards/db/0/write?term=3", strings.NewReader("p"))
+		r.Host = "n1:9000"
+		SignRequest(Key("s3cret"), r, []byte("p"), at)
+		return r
+	}
+	r := mk(t0)
+	replay := r.Clone(r.Context())
+	replay.Body = io.NopCloser(strings.NewReader("p"))
+	require.NoError(t, n1.VerifyRequest(r))
+	err := n1.VerifyRequest(replay)
+	require.ErrorIs(t, err, ErrReplayed)
+	require.Equal(t, "replayed", Cause(err))
+
+	err = n2.VerifyRequest(mk(t0))
+	require.ErrorIs(t, err, ErrWrongNode)
+	require.Equal(t, "wrong_node", Cause(err))
+	moved := mk(t0)
+	moved.Host = "n2:9000"
+	require.ErrorIs(t, n2.VerifyRequest(moved), ErrBadSignature, "the Host is signed")
+
+	require.NoError(t, n1.VerifyRequest(mk(t0.Add(MaxFuture))))
+	require.ErrorIs(t, n1.VerifyRequest(mk(t0.Add(MaxFuture+time.Second))), ErrStale)
+	require.NoError(t, n1.VerifyRequest(mk(t0.Add(-DefaultSkew))))
+	require.ErrorIs(t, n1.VerifyRequest(mk(t0.Add(-DefaultSkew-time.Second))), ErrStale)
+	// Two requests alike in every field but their nonce are both accepted.
+	require.NoError(t, n1.VerifyRequest(mk(t0)))
+	require.NoError(t, n1.VerifyRequest(mk(t0)))
+}
+
+// TestReplayCacheBounded: a full cache forgets its oldest proofs and then
+// refuses anything dated at or before them, so no replay ever gets through
+// and memory stays bounded.
+func TestReplayCacheBounded(t *testing.T) {
+	c := newReplayCache(4)
+	sig := func(i int) string { return Sign(Key("k"), "GET", "h", "/x", strconv.Itoa(i), "00", Digest(nil)) }
+	for i := range 4 {
+		require.NoError(t, c.add(sig(i), int64(100+i), 0))
+	}
+	require.ErrorIs(t, c.add(sig(2), 102, 0), ErrReplayed)
+	require.NoError(t, c.add(sig(4), 104, 0)) // forgets sig(0), dated 100
+	require.Len(t, c.seen, 4)
+	require.ErrorIs(t, c.add(sig(0), 100, 0), ErrStale, "forgotten, but not replayable")
+	require.NoError(t, c.add(sig(5), 103, 0)) // forgets sig(1), dated 101
+	require.ErrorIs(t, c.add(sig(1), 101, 0), ErrStale)
+	require.ErrorIs(t, c.add(sig(2), 102, 0), ErrReplayed)
 }
 
 // The transport signs what the server verifies, keeps the body intact,
@@ -252,24 +309,27 @@ func TestLimiterBounded(t *testing.T) {
 func FuzzVerify(f *testing.F) {
 	key := Key("s3cret")
 	date := strconv.FormatInt(t0.UnixMilli(), 10)
-	good := Sign(key, "POST", "/internal/v1/shards/db/0/write?term=1", date, Digest([]byte("b")))
-	f.Add("POST", "/internal/v1/shards/db/0/write?term=1", date, Digest([]byte("b")), good, []byte("b"))
-	f.Add("GET", "/", "", "", "", []byte(nil))
-	f.Add("GET", "/x", "-1", strings.Repeat("0", 64), "v1="+strings.Repeat("f", 64), []byte{})
-	f.Add("GET", "/x", "99999999999999999999", "zz", "v2=", []byte("x"))
-	v := NewVerifier("s3cret", 0, fixed(t0))
-	f.Fuzz(func(t *testing.T, method, uri, date, digest, sig string, body []byte) {
+	nonce := strings.Repeat("ab", nonceLen)
+	good := Sign(key, "POST", "n1:9000", "/internal/v1/shards/db/0/write?term=1", date, nonce, Digest([]byte("b")))
+	f.Add("POST", "n1:9000", "/internal/v1/shards/db/0/write?term=1", date, nonce, Digest([]byte("b")), good, []byte("b"))
+	f.Add("GET", "", "/", "", "", "", "", []byte(nil))
+	f.Add("GET", "n1:9000", "/x", "-1", nonce, strings.Repeat("0", 64), "v2="+strings.Repeat("f", 64), []byte{})
+	f.Add("GET", "N1:9000", "/x", "99999999999999999999", "00", "zz", "v1=", []byte("x"))
+	v := NewVerifier("s3cret", 0, fixed(t0), "n1:9000")
+	f.Fuzz(func(t *testing.T, method, host, uri, date, nonce, digest, sig string, body []byte) {
 		h := http.Header{}
 		h.Set(HeaderDate, date)
+		h.Set(HeaderNonce, nonce)
 		h.Set(HeaderDigest, digest)
 		h.Set(HeaderSignature, sig)
-		d, err := v.CheckHeaders(method, uri, h)
+		d, err := v.CheckHeaders(method, host, uri, h)
 		if err != nil {
 			require.NotEmpty(t, Cause(err))
 			return
 		}
-		// Accepted headers must be exactly what the secret signs.
-		require.Equal(t, Sign(key, method, uri, h.Get(HeaderDate), h.Get(HeaderDigest)), h.Get(HeaderSignature))
+		// Accepted headers must be exactly what the secret signs, for this node.
+		require.True(t, strings.EqualFold(host, "n1:9000"))
+		require.Equal(t, Sign(key, method, host, uri, h.Get(HeaderDate), h.Get(HeaderNonce), h.Get(HeaderDigest)), h.Get(HeaderSignature))
 		if CheckBody(d, body) == nil {
 			require.Equal(t, Digest(body), d)
 		}

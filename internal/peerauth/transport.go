@@ -111,7 +111,11 @@ func (t *Transport) logRefusal(req *http.Request, cause string) {
 	case "bad_signature":
 		hint = "the peer refused this node's cluster secret proof: the nodes' cluster secrets differ"
 	case "stale":
-		hint = "the peer refused this node's proof as out of date: the nodes' clocks differ by more than the skew window (5m)"
+		hint = "the peer refused this node's proof as out of date: the nodes' clocks differ by more than the skew window (5m back, 5s ahead)"
+	case "wrong_node":
+		hint = "the peer is not the node this request was signed for: its --advertise-addr differs from the address this node dialed"
+	case "replayed":
+		hint = "the peer saw this exact request before (a replay, or a retried request)"
 	case "client_cert":
 		hint = "the peer requires a client certificate signed by its --tls-client-ca: set --tls-cert/--tls-key on this node"
 	case "body_mismatch", "malformed":
