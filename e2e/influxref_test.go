@@ -154,4 +154,30 @@ func TestInfluxCLI(t *testing.T) {
 		require.Equal(t, want, got, "influx %q", args)
 		require.NotEmpty(t, strings.TrimSpace(got))
 	}
+
+	// influx -import of a file with its DDL section (CREATE DATABASE)
+	// imports its points.
+	file := filepath.Join(t.TempDir(), "import.txt")
+	require.NoError(t, os.WriteFile(file, []byte(fmt.Sprintf(`# DDL
+CREATE DATABASE imported
+# DML
+# CONTEXT-DATABASE: imported
+# CONTEXT-RETENTION-POLICY: autogen
+up,host=a value=1 %d
+up,host=b value=2 %d
+up,host=a value=3 %d
+`, dayStart, dayStart, dayStart+60e9)), 0o600))
+	for _, addr := range []string{ref, p.addr} {
+		out, code := runInfluxCLI(t, addr, "-import", "-path", file)
+		require.Equal(t, 0, code, out)
+		require.Contains(t, out, "Processed 3 inserts")
+		require.Contains(t, out, "Failed 0 inserts")
+	}
+	args := []string{"-database", "imported", "-execute", "SELECT sum(value) FROM up GROUP BY host"}
+	want, _ := runInfluxCLI(t, ref, args...)
+	var got string
+	require.Eventually(t, func() bool { // the new database's shards open
+		got, _ = runInfluxCLI(t, p.addr, args...)
+		return got == want
+	}, 20*time.Second, 100*time.Millisecond, "influx %q: want\n%s\ngot\n%s", args, want, got)
 }
