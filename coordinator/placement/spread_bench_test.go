@@ -1,0 +1,37 @@
+package placement
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// benchPlaceNewDB measures placing one more database (32 shards x RF 3) by
+// the spread policy on n nodes in 3 zones already holding n such databases.
+func benchPlaceNewDB(b *testing.B, n int) {
+	c := Cluster{Nodes: zoned(n, 3), Shards: map[ShardKey]ShardPlacement{}, Want: map[ShardKey]int{}}
+	add := map[ShardKey]int{}
+	for d := range n {
+		for s := range 32 {
+			add[ShardKey{fmt.Sprintf("db%05d", d), s}] = 3
+		}
+	}
+	plan, err := PlaceSpreadNew(c, add)
+	require.NoError(b, err)
+	c.Shards = plan.Target
+	for k, r := range add {
+		c.Want[k] = r
+	}
+	one := map[ShardKey]int{}
+	for s := range 32 {
+		one[ShardKey{"new", s}] = 3
+	}
+	for b.Loop() {
+		_, err := PlaceSpreadNew(c, one)
+		require.NoError(b, err)
+	}
+}
+
+func BenchmarkSpreadPlaceNewDB100(b *testing.B)  { benchPlaceNewDB(b, 100) }
+func BenchmarkSpreadPlaceNewDB1000(b *testing.B) { benchPlaceNewDB(b, 1000) }
