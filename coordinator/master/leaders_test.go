@@ -145,6 +145,12 @@ func TestPlanLeaders(t *testing.T) {
 			in: master.ShardInputs{Assign: abc, States: online("b", 4), ClusterID: 2, Live: liveAt(map[string][2]int64{"a": {50, 3}, "b": {52, 3}, "c": {40, 3}}),
 				ISR: statemachine.MapOf(map[string]models.ISR{"db/0": {Leader: "a", Term: 3, Replicas: []string{"a", "b", "c"}, ClusterID: 1}})},
 			leader: "b", term: 4, status: models.StatusOnline},
+		// A restore marks a set that named no cluster (an older backup)
+		// foreign: the same re-election as for another etcd's.
+		{name: "set restored from an older backup (models.ForeignCluster), restored leader live: re-elected",
+			in: master.ShardInputs{Assign: abc, States: online("c", 3), ClusterID: 2, Live: liveAt(map[string][2]int64{"a": {50, 3}, "b": {52, 3}, "c": {40, 3}}),
+				ISR: statemachine.MapOf(map[string]models.ISR{"db/0": {Leader: "a", Term: 3, Replicas: []string{"a", "b", "c"}, ClusterID: models.ForeignCluster}})},
+			leader: "b", term: 4, status: models.StatusOnline, changed: true},
 		{name: "set written in this etcd: the usual rule",
 			in: master.ShardInputs{Assign: abc, States: online("c", 3), ClusterID: 2, Live: liveAt(map[string][2]int64{"c": {40, 3}}),
 				ISR: statemachine.MapOf(map[string]models.ISR{"db/0": {Leader: "a", Term: 3, Replicas: []string{"a", "b", "c"}, ClusterID: 2}})},
