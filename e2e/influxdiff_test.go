@@ -55,20 +55,6 @@ var diffExceptions = map[string]diffException{
 			return tieValues.ReplaceAllString(ref, "$1_]"), tieValues.ReplaceAllString(got, "$1_]")
 		},
 	},
-	"error-wording": {
-		why: "the statement is refused by both, with Cairn's own message (naming what it does not support or why)",
-		normalise: func(ref, got string) (string, string) {
-			strip := func(s string) string {
-				if i := strings.Index(s, `"error":"`); i >= 0 {
-					if j := strings.Index(s[i+9:], `"`); j >= 0 {
-						return s[:i+9] + s[i+9+j:]
-					}
-				}
-				return s
-			}
-			return strip(ref), strip(got)
-		},
-	},
 }
 
 // diffCase is one request of the table: q against the database, with
