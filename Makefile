@@ -8,7 +8,7 @@ LDFLAGS     := -X main.version=$(VERSION)
 # The e2e package includes the 60 s nemesis and its end checks.
 TEST_TIMEOUT ?= 20m
 
-.PHONY: build run test deps chromium influxdb tidy-check fmt-check vet staticcheck unit nemesis upgrade-test bench clean
+.PHONY: build run test deps chromium influxdb tidy-check fmt-check vet staticcheck unit fuzz nemesis upgrade-test bench clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/cairn ./cmd/cairn
@@ -68,9 +68,24 @@ staticcheck: $(STATICCHECK)
 # In-process packages first; then the multi-process end-to-end tests on
 # their own, so their real processes do not compete with other packages for
 # the machine's cores.
-unit:
+unit: fuzz
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v /e2e)
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./e2e/...
+
+# Each parser of outside input fuzzed for a short budget (Go native
+# fuzzing): line protocol, InfluxQL behind the query bounds, the API's JSON
+# bodies and query parameters, the peer proof, backup files. A crasher found
+# is fixed and kept in the package's testdata/fuzz as a regression case
+# (plain `go test` replays it). FUZZTIME=1m for a longer hunt.
+FUZZTIME ?= 4s
+FUZZ_TARGETS := ./storage/lineproto:FuzzParse ./storage/lineproto:FuzzParseWholeBody \
+	./broker/influx:FuzzQueryText ./web:FuzzAPIBodies ./web:FuzzQueryParams \
+	./internal/peerauth:FuzzVerify ./internal/backup:FuzzRestoreNeverPanics
+fuzz:
+	@for t in $(FUZZ_TARGETS); do \
+	  pkg=$${t%%:*}; name=$${t##*:}; \
+	  $(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	done
 
 # The seeded nemesis for as long as you like; prints availability and the
 # longest write gap. `make test` runs it for 60 s with a fixed seed.

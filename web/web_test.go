@@ -47,7 +47,7 @@ func (f *fakeAdmin) TransferLeader(context.Context, string, int, models.LeaderTr
 	return f.err
 }
 
-func newState(t *testing.T) func() *statemachine.State {
+func newState(t testing.TB) func() *statemachine.State {
 	m := statemachine.New(statemachine.Config{})
 	m.Push(statemachine.Event{Source: statemachine.SourceMaster, Kind: statemachine.KindMaster, Type: kv.WatchPut,
 		Value: models.MasterRecord{NodeID: "m1", Address: "127.0.0.1:1", Term: 5}})
