@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+
+	"github.com/cairn-db/cairn/models"
 )
 
 // The bounds of one /query request's text, checked before influxql parses
@@ -18,8 +20,9 @@ const (
 	MaxNesting = 100
 )
 
-// errQueryTooLarge: the query text passes Config.QueryMaxBytes (413).
-var errQueryTooLarge = errors.New("query too large")
+// errQueryTooLarge: the query text passes Config.QueryMaxBytes; it is the
+// one too-large sentinel (models.ErrTooLarge, 413) with the query named.
+var errQueryTooLarge = fmt.Errorf("query %w", models.ErrTooLarge)
 
 // errTooDeep: the query nests parentheses past MaxNesting (400).
 var errTooDeep = errors.New("query nested too deeply")

@@ -20,8 +20,9 @@ var (
 	// ErrUnsupported: valid InfluxQL that Cairn does not run; the message names
 	// the feature.
 	ErrUnsupported = errors.New("not supported by Cairn's InfluxQL")
-	// ErrBadQuery: a statement that cannot run as written.
-	ErrBadQuery = errors.New("bad query")
+	// ErrBadQuery: a statement that cannot run as written (models.ErrBadQuery,
+	// 400: one sentinel for every surface).
+	ErrBadQuery = models.ErrBadQuery
 	// ErrTooLarge: the answer would exceed a bound (points, buckets,
 	// series). It is the one too-large sentinel, models.ErrTooLarge (413).
 	ErrTooLarge = models.ErrTooLarge
