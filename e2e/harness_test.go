@@ -133,7 +133,7 @@ func startWith(t testing.TB, bin string, args ...string) *Proc {
 			p.name += "-" + strings.ReplaceAll(args[i+1], ",", "+")
 		}
 	}
-	p.log = filepath.Join(t.TempDir(), p.name+".log")
+	p.log = filepath.Join(logDir(t), p.name+".log")
 	t.Cleanup(func() {
 		p.kill()
 		if t.Failed() {
@@ -142,6 +142,18 @@ func startWith(t testing.TB, bin string, args ...string) *Proc {
 	})
 	p.launch()
 	return p
+}
+
+// logDir is where a process's log goes: CAIRN_E2E_LOG_DIR when set (kept
+// after the test, for reading a long nemesis run's interleaving), else the
+// test's temporary dir.
+func logDir(t testing.TB) string {
+	if d := os.Getenv("CAIRN_E2E_LOG_DIR"); d != "" {
+		d = filepath.Join(d, strings.ReplaceAll(t.Name(), "/", "_"))
+		require.NoError(t, os.MkdirAll(d, 0o755))
+		return d
+	}
+	return t.TempDir()
 }
 
 func (p *Proc) launch() {

@@ -65,7 +65,7 @@ func (m *Master) failover(ctx context.Context, names []string) map[string]error 
 		in.Answers, in.Leads = answers[i], leads[c]
 		ops := FailoverOps(st, in, m.cfg.Term, m.cfg.Now())
 		if len(ops) == 0 {
-			m.moves.republished(c, in.DB, in.Moved)
+			m.moves.republished(c, in.DB, waitedOut(in, in.States))
 			continue
 		}
 		next, changed := applyFailover(in.DB, st.ShardStates.At(in.DB), ops)
@@ -79,7 +79,7 @@ func (m *Master) failover(ctx context.Context, names []string) map[string]error 
 				mu.Unlock()
 				return
 			}
-			m.moves.republished(c, in.DB, in.Moved)
+			m.moves.republished(c, in.DB, waitedOut(in, next))
 			m.leadersChanged(st, in.DB, next, changed)
 		}()
 	}

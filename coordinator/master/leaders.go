@@ -262,10 +262,13 @@ func PlanLeaders(in ShardInputs) (models.ShardStates, []int) {
 			st = models.ShardState{ID: sh.ID, Status: models.StatusOffline}
 		}
 		cands, missing := candidates(in, sh)
+		cands, movedWait := movedCandidates(in, sh, cands)
 		var best, why string
 		switch {
 		case len(missing) > 0:
 			why = staleReason(in, sh, missing)
+		case movedWait != "":
+			why = movedWait
 		case !isrTrusted(in, sh) && in.Answers != nil && len(unanswered(in, sh.ID, cands)) > 0:
 			// A stale set: every replica's log must be known, so the one
 			// holding the acknowledged writes is not passed over.

@@ -1,6 +1,8 @@
 package master
 
 import (
+	"fmt"
+	"maps"
 	"sync"
 
 	"github.com/cairn-db/cairn/models"
@@ -147,4 +149,79 @@ func (m *Master) noteMoves(st *statemachine.State) {
 				zap.String("cluster", cluster), zap.String("node_id", id), zap.String("address", st.Nodes.At(cluster).At(id).NodeAddress))
 		}
 	}
+}
+
+// movedCandidates keeps, of a shard's leader candidates, the ones whose log
+// can be trusted to hold every acknowledged write. A replica that moved is
+// a new incarnation of its node id: its data dir may be a copy taken at any
+// moment (an operator's cp of a running node, a restored disk image), so its
+// place in the in-sync set proves nothing about its log. It competes only
+// on its answer, compared with every other live candidate's (all answered);
+// when another candidate did not answer, it is left out and they compete.
+// When only moved replicas are live and the in-sync set names others, the
+// shard waits for one of them (wait says why); a set of the moved replicas
+// alone (RF 1, or a shrunk set) keeps them: no other copy exists.
+func movedCandidates(in ShardInputs, sh models.ShardAssignment, cands []string) (out []string, wait string) {
+	if len(in.Moved) == 0 {
+		return cands, ""
+	}
+	var moved, others []string
+	for _, c := range cands {
+		if in.Moved[c] {
+			moved = append(moved, c)
+		} else {
+			others = append(others, c)
+		}
+	}
+	switch {
+	case len(moved) == 0:
+		return cands, ""
+	case len(others) > 0:
+		if in.Answers == nil || len(unanswered(in, sh.ID, others)) > 0 {
+			return others, ""
+		}
+		for _, m := range moved {
+			if _, ok := in.Answers[sh.ID][m]; ok {
+				others = append(others, m)
+			}
+		}
+		return others, ""
+	}
+	var away []string
+	for _, n := range inSync(in, sh) {
+		if !in.Moved[n] {
+			away = append(away, n)
+		}
+	}
+	if len(away) == 0 {
+		return cands, ""
+	}
+	return nil, fmt.Sprintf("only replicas that registered again at another address are live (%v): their data dir may be a copy "+
+		"older than the acknowledged writes; waiting for an in-sync replica of %v; to accept losing the writes only they hold, "+
+		"POST /api/v1/databases/%s/shards/%d/leader with {\"node_id\":\"<live replica>\",\"unclean\":true}", moved, away, in.DB, sh.ID)
+}
+
+// waitedOut is the moved nodes of in whose republication of the database is
+// over in states: none of their shards is offline. An offline shard holding
+// a moved replica may be waiting for an in-sync replica that did not move
+// (movedCandidates); the move stays pending for it, or the next pass would
+// trust the moved replica's log by its place in the in-sync set.
+func waitedOut(in ShardInputs, states models.ShardStates) map[string]bool {
+	if len(in.Moved) == 0 {
+		return nil
+	}
+	out := maps.Clone(in.Moved)
+	replicas := map[int][]string{}
+	for _, sh := range in.Assign.Shards {
+		replicas[sh.ID] = sh.Replicas
+	}
+	for _, s := range states.Shards {
+		if s.Status == models.StatusOnline {
+			continue
+		}
+		for _, n := range replicas[s.ID] {
+			delete(out, n)
+		}
+	}
+	return out
 }
