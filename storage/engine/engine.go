@@ -161,6 +161,8 @@ type options struct {
 	memBytes      int64
 	segmentBytes  int64
 	flushReport   func(db string, shard int, err error)
+	logReport     func(err error)
+	faults        *Faults
 }
 
 // WithFlushReport has f told of every background flush that fails, and of
@@ -279,6 +281,7 @@ func NewBoltEngine(dir string, opts ...Option) (Engine, error) {
 	if err != nil {
 		return nil, err
 	}
+	w.faults, w.report = o.faults, o.logReport
 	return &boltEngine{dir: dir, opts: o, wal: w, lim: lim, mem: &memBudget{}, shards: make(map[shardID]*boltShard)}, nil
 }
 

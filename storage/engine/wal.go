@@ -83,7 +83,7 @@ type wal struct {
 	queue   []*walReq
 	writing bool
 	closed  bool
-	err     error               // sticky: after a failed write nothing more is appended
+	err     error               // after a failed write nothing more is appended until heal
 	scanned map[uint64][]walRec // records found at open, by incarnation, until their shard takes them
 	live    map[uint64]*liveInc
 	buf     []byte
@@ -92,7 +92,9 @@ type wal struct {
 	// is how the writer lets them run (a test's hook).
 	arriving atomic.Int64
 	yield    func()
-	inGroup  int // requests in the group being written
+	inGroup  int         // requests in the group being written
+	faults   *Faults     // the file layer's seam (walheal.go); nil: none
+	report   func(error) // told once per failure (WithLogReport)
 
 	cmu sync.Mutex // one collect at a time
 }
@@ -318,10 +320,7 @@ func (w *wal) writeLoop() {
 		w.mu.Unlock()
 		if err == nil {
 			if err = w.writeGroup(group); err != nil {
-				w.mu.Lock()
-				w.err = fmt.Errorf("engine: write-ahead log failed, restart needed: %w", err)
-				err = w.err
-				w.mu.Unlock()
+				err = w.failed(err)
 			}
 		}
 		for _, r := range group {
@@ -358,10 +357,10 @@ func (w *wal) writeGroup(group []*walReq) error {
 		}
 		data = w.buf
 	}
-	if _, err := seg.f.WriteAt(data, size); err != nil {
+	if _, err := w.faults.writeAt(seg.f, data, size); err != nil {
 		return fmt.Errorf("write %s: %w", seg.path, err)
 	}
-	if err := fdatasync(seg.f); err != nil {
+	if err := w.faults.sync(seg.f); err != nil {
 		return fmt.Errorf("sync %s: %w", seg.path, err)
 	}
 	if cap(w.buf) > 16<<20 {
