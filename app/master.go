@@ -143,7 +143,7 @@ func (s *masterSlot) TransferLeader(ctx context.Context, db string, shard int, t
 	return s.forward.TransferLeader(ctx, db, shard, t)
 }
 
-func (s *masterSlot) Rebalance(ctx context.Context, dryRun bool) (any, error) {
+func (s *masterSlot) Rebalance(ctx context.Context, dryRun bool) (models.PlanView, error) {
 	if m := s.cur.Load(); m != nil {
 		return m.Rebalance(ctx, dryRun)
 	}
@@ -165,15 +165,18 @@ func (a *App) admin() web.Admin {
 
 // operators answers GET /api/v1/operators from etcd: the operators the
 // master persisted, on any node.
-func (a *App) operators(ctx context.Context) (any, error) {
+func (a *App) operators(ctx context.Context) (models.OperatorList, error) {
 	ops, bad, err := master.ListOperators(ctx, a.store, a.keys)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", models.ErrUnavailable, err)
+		return models.OperatorList{}, fmt.Errorf("%w: %w", models.ErrUnavailable, err)
+	}
+	if ops == nil {
+		ops = []models.Operator{}
 	}
 	if bad == nil {
 		bad = []string{}
 	}
-	return map[string]any{"operators": ops, "unreadable": bad}, nil
+	return models.OperatorList{Operators: ops, Unreadable: bad}, nil
 }
 
 // askTxn asks a storage node, at failover, for its replicas' last txn ids.

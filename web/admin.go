@@ -29,7 +29,7 @@ type Admin interface {
 	DeleteDatabase(ctx context.Context, name string) error
 	SetDrain(ctx context.Context, node string, drain bool) error
 	TransferLeader(ctx context.Context, db string, shard int, t models.LeaderTransfer) error
-	Rebalance(ctx context.Context, dryRun bool) (any, error)
+	Rebalance(ctx context.Context, dryRun bool) (models.PlanView, error)
 }
 
 // Data is the data plane (writes, queries, routes).

@@ -98,7 +98,7 @@ func concretePath(p string) string {
 func TestRouteScopes(t *testing.T) {
 	tokens := web.Tokens{Admin: "adm", Write: "wri", Read: "rea"}
 	srv := web.New(web.Config{State: stateWithDB(t), Admin: &fakeAdmin{}, Data: scopeData{}, Tokens: tokens, History: scopeHistory{}, Influx: scopeInflux{},
-		Operators: func(context.Context) (any, error) { return map[string]any{"operators": []any{}}, nil }})
+		Operators: func(context.Context) (models.OperatorList, error) { return models.OperatorList{}, nil }})
 	h := srv.Handler()
 	creds := []struct {
 		name  string

@@ -11,7 +11,7 @@ import (
 
 // Operators lists the master's operators in flight (as persisted in etcd,
 // so any node answers, master or not).
-type Operators func(ctx context.Context) (any, error)
+type Operators func(ctx context.Context) (models.OperatorList, error)
 
 // operators answers GET /api/v1/operators.
 func (s *Server) operators(c *gin.Context) {

@@ -12,15 +12,18 @@ import (
 )
 
 func TestOperatorsRoute(t *testing.T) {
-	list := func(context.Context) (any, error) {
-		return map[string]any{"operators": []any{map[string]any{"db": "d", "shard": 1, "kind": "move"}}}, nil
+	list := func(context.Context) (models.OperatorList, error) {
+		return models.OperatorList{Operators: []models.Operator{{DB: "d", Shard: 1, Kind: models.OpMove}}, Unreadable: []string{}}, nil
 	}
 	h := web.New(web.Config{State: newState(t), Operators: list}).Handler()
 	code, body := do(t, h, http.MethodGet, "/api/v1/operators", "")
 	require.Equal(t, http.StatusOK, code)
 	require.Len(t, body["operators"], 1)
+	require.Equal(t, "move", body["operators"].([]any)[0].(map[string]any)["kind"])
 
-	down := func(context.Context) (any, error) { return nil, fmt.Errorf("%w: etcd down", models.ErrUnavailable) }
+	down := func(context.Context) (models.OperatorList, error) {
+		return models.OperatorList{}, fmt.Errorf("%w: etcd down", models.ErrUnavailable)
+	}
 	h = web.New(web.Config{State: newState(t), Operators: down}).Handler()
 	code, body = do(t, h, http.MethodGet, "/api/v1/operators", "")
 	require.Equal(t, http.StatusServiceUnavailable, code)

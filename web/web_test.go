@@ -42,7 +42,9 @@ func (f *fakeAdmin) UpdateDatabase(_ context.Context, _ string, _ models.Databas
 }
 func (f *fakeAdmin) DeleteDatabase(context.Context, string) error { return f.err }
 func (f *fakeAdmin) SetDrain(context.Context, string, bool) error { return f.err }
-func (f *fakeAdmin) Rebalance(context.Context, bool) (any, error) { return map[string]any{}, f.err }
+func (f *fakeAdmin) Rebalance(context.Context, bool) (models.PlanView, error) {
+	return models.PlanView{}, f.err
+}
 func (f *fakeAdmin) TransferLeader(context.Context, string, int, models.LeaderTransfer) error {
 	return f.err
 }

@@ -212,19 +212,21 @@ func (m *Master) wait(ctx context.Context, changed <-chan struct{}, tick, retry 
 }
 
 // do runs fn on the master's goroutine, so operator requests never race the
-// reconcile loop's writes.
-func (m *Master) do(ctx context.Context, fn func(ctx context.Context, st *statemachine.State) (any, error)) (any, error) {
-	o := op{run: fn, done: make(chan opResult, 1)}
+// reconcile loop's writes, and returns its answer as fn's type.
+func do[T any](ctx context.Context, m *Master, fn func(ctx context.Context, st *statemachine.State) (T, error)) (T, error) {
+	var zero T
+	o := op{run: func(ctx context.Context, st *statemachine.State) (any, error) { return fn(ctx, st) }, done: make(chan opResult, 1)}
 	select {
 	case m.reqs <- o:
 	case <-ctx.Done():
-		return nil, fmt.Errorf("%w: master busy: %v", models.ErrUnavailable, ctx.Err())
+		return zero, fmt.Errorf("%w: master busy: %v", models.ErrUnavailable, ctx.Err())
 	}
 	select {
 	case r := <-o.done:
-		return r.v, r.err
+		v, _ := r.v.(T) // always a T: the op above wraps fn
+		return v, r.err
 	case <-ctx.Done():
-		return nil, fmt.Errorf("%w: master did not answer: %v", models.ErrUnavailable, ctx.Err())
+		return zero, fmt.Errorf("%w: master did not answer: %v", models.ErrUnavailable, ctx.Err())
 	}
 }
 

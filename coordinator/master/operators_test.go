@@ -54,7 +54,7 @@ func TestRebalanceDryRunIsWhatRuns(t *testing.T) {
 
 	v, err := rm.Rebalance(context.Background(), true)
 	require.NoError(t, err)
-	dry := v.(master.PlanView)
+	dry := v
 	require.True(t, dry.DryRun)
 	require.NotEmpty(t, dry.Operators)
 	require.Equal(t, dry.LowerBound, dry.Relocations)
@@ -63,7 +63,7 @@ func TestRebalanceDryRunIsWhatRuns(t *testing.T) {
 	records := h.collect(h.keys.NS + "/operators/")
 	v, err = rm.Rebalance(context.Background(), false)
 	require.NoError(t, err)
-	run := v.(master.PlanView)
+	run := v
 	require.False(t, run.DryRun)
 	require.Equal(t, decided(dry.Operators), decided(run.Operators), "the run differs from its dry run")
 	require.Equal(t, dry.Moves, run.Moves)
@@ -162,7 +162,7 @@ func TestMovesInFlightAreCapped(t *testing.T) {
 	})
 	v, err := rm.Rebalance(context.Background(), false)
 	require.NoError(t, err)
-	require.Len(t, v.(master.PlanView).Operators, 20)
+	require.Len(t, v.Operators, 20)
 	grown := func(st *statemachine.State) int {
 		n := 0
 		for _, sh := range st.Assignments.At("cap").Shards {

@@ -19,10 +19,10 @@ import (
 // operators that run: those already in flight if any (a new plan follows
 // them), else a fresh plan's, which (unless dryRun) are persisted before
 // the call returns and then carried out step by step.
-func (m *Master) Rebalance(ctx context.Context, dryRun bool) (any, error) {
-	return m.do(ctx, func(ctx context.Context, st *statemachine.State) (any, error) {
+func (m *Master) Rebalance(ctx context.Context, dryRun bool) (models.PlanView, error) {
+	return do(ctx, m, func(ctx context.Context, st *statemachine.State) (models.PlanView, error) {
 		if (!Ready(st) || !m.sameCluster(st) || !m.loaded) && !dryRun {
-			return nil, fmt.Errorf("%w: master is still loading state from etcd", models.ErrUnavailable)
+			return models.PlanView{}, fmt.Errorf("%w: master is still loading state from etcd", models.ErrUnavailable)
 		}
 		if len(m.ops) > 0 {
 			if !dryRun {
@@ -36,7 +36,7 @@ func (m *Master) Rebalance(ctx context.Context, dryRun bool) (any, error) {
 		ops, balanced, reloc, lb, err := PlanOps(st, m.cfg.Term, m.cfg.Now())
 		m.trackMembers(st, m.cfg.Now())
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", models.ErrImpossible, err)
+			return models.PlanView{}, fmt.Errorf("%w: %w", models.ErrImpossible, err)
 		}
 		v := planView(ops, reloc, lb)
 		v.DryRun = dryRun
@@ -44,53 +44,28 @@ func (m *Master) Rebalance(ctx context.Context, dryRun bool) (any, error) {
 			return v, nil
 		}
 		if err := m.adopt(ctx, ops, balanced); err != nil {
-			return nil, err
+			return models.PlanView{}, err
 		}
 		return v, nil
 	})
 }
 
-// OperatorView is one operator as the API shows it.
-type OperatorView = Operator
-
-// PlanView is the answer of POST /rebalance.
-type PlanView struct {
-	DryRun bool `json:"dry_run"`
-	// InFlight: operators of an earlier plan still run; they are the ones
-	// listed, and (unless a dry run) a new plan is made after them.
-	InFlight    bool       `json:"in_flight"`
-	Relocations int        `json:"relocations"`
-	LowerBound  int        `json:"lower_bound"`
-	Moves       []MoveView `json:"moves"`
-	Operators   []Operator `json:"operators"`
-}
-
-// MoveView is one replica or leader change of a plan, flattened from its
-// operators: adds, then leader changes, then removes.
-type MoveView struct {
-	Kind  string `json:"kind"`
-	DB    string `json:"db"`
-	Shard int    `json:"shard"`
-	From  string `json:"from,omitempty"`
-	To    string `json:"to,omitempty"`
-}
-
-func planView(ops []Operator, relocations, lowerBound int) PlanView {
-	v := PlanView{Relocations: relocations, LowerBound: lowerBound, Moves: []MoveView{}, Operators: slices.Clone(ops)}
+func planView(ops []Operator, relocations, lowerBound int) models.PlanView {
+	v := models.PlanView{Relocations: relocations, LowerBound: lowerBound, Moves: []models.MoveView{}, Operators: slices.Clone(ops)}
 	if v.Operators == nil {
 		v.Operators = []Operator{}
 	}
-	var adds, leaders, removes []MoveView
+	var adds, leaders, removes []models.MoveView
 	for _, o := range ops {
 		for _, n := range minus(o.To, o.From) {
-			adds = append(adds, MoveView{Kind: string(placement.MoveAdd), DB: o.DB, Shard: o.Shard, To: n})
+			adds = append(adds, models.MoveView{Kind: string(placement.MoveAdd), DB: o.DB, Shard: o.Shard, To: n})
 		}
 		if o.Leader != "" {
-			leaders = append(leaders, MoveView{Kind: string(placement.MoveLeader), DB: o.DB, Shard: o.Shard, From: o.FromLeader, To: o.Leader})
+			leaders = append(leaders, models.MoveView{Kind: string(placement.MoveLeader), DB: o.DB, Shard: o.Shard, From: o.FromLeader, To: o.Leader})
 		}
 		if o.Kind == OpMove {
 			for _, n := range minus(o.From, o.To) {
-				removes = append(removes, MoveView{Kind: string(placement.MoveRemove), DB: o.DB, Shard: o.Shard, From: n})
+				removes = append(removes, models.MoveView{Kind: string(placement.MoveRemove), DB: o.DB, Shard: o.Shard, From: n})
 			}
 		}
 	}
@@ -122,7 +97,7 @@ func (m *Master) loadOperators(ctx context.Context) error {
 			drop = append(drop, kv.OpDelete(kvp.Key))
 			continue
 		}
-		m.ops[o.key()] = o
+		m.ops[keyOf(o)] = o
 	}
 	if err := m.fencedChunks(ctx, drop); err != nil {
 		return err
@@ -167,7 +142,7 @@ func (m *Master) adopt(ctx context.Context, ops []Operator, balanced []string) e
 		return err
 	}
 	for _, o := range ops {
-		m.ops[o.key()] = o
+		m.ops[keyOf(o)] = o
 	}
 	m.forced = false
 	for _, name := range balanced {
@@ -281,7 +256,7 @@ func (m *Master) advance(ctx context.Context, st *statemachine.State) error {
 			o.Step = StepWaitSync
 			setReplicas(assign, st, k, union(assigned(st, k), o.To))
 			records[o.DB] = append(records[o.DB], m.putOp(o))
-			after[o.key()] = o
+			after[keyOf(o)] = o
 		case StepRemove:
 			setReplicas(assign, st, k, slices.Clone(o.To))
 			if o.Leader == "" {
@@ -291,7 +266,7 @@ func (m *Master) advance(ctx context.Context, st *statemachine.State) error {
 				o.Step = StepLeader
 				records[o.DB] = append(records[o.DB], m.putOp(o))
 			}
-			after[o.key()] = o
+			after[keyOf(o)] = o
 		case StepLeaveLeader, StepLeader:
 			o.Step = step
 			leaders = append(leaders, o)
@@ -312,7 +287,7 @@ func (m *Master) advance(ctx context.Context, st *statemachine.State) error {
 			return err
 		}
 		for _, o := range finished {
-			delete(m.ops, o.key())
+			delete(m.ops, keyOf(o))
 		}
 	}
 	if err := m.publishLeaderOps(ctx, st, leaders, "moving leadership"); fatal(ctx, err) {
@@ -399,7 +374,7 @@ func (m *Master) publishLeaderOps(ctx context.Context, st *statemachine.State, o
 			leads[to]++
 			next.Shards[i] = models.ShardState{ID: o.Shard, Leader: to, Term: NextTerm(in, cur), Status: models.StatusOnline}
 			changed = append(changed, o.Shard)
-			if _, tracked := m.ops[o.key()]; tracked {
+			if _, tracked := m.ops[keyOf(o)]; tracked {
 				if o.Step == StepLeaveLeader {
 					o.Step = StepRemove
 					records = append(records, m.putOp(o))
@@ -407,7 +382,7 @@ func (m *Master) publishLeaderOps(ctx context.Context, st *statemachine.State, o
 					o.Step = StepDone
 					records = append(records, m.deleteOp(o))
 				}
-				after[o.key()] = o
+				after[keyOf(o)] = o
 			}
 			m.lg.Info(msg, zap.String("db", db), zap.Int("shard", o.Shard),
 				zap.String("from", cur.Leader), zap.String("to", to), zap.Int64("term", next.Shards[i].Term))

@@ -34,7 +34,7 @@ type waiter struct {
 // leader and deletes the record. It returns once the new leader is
 // published, or with the reason the operator could not finish.
 func (m *Master) TransferLeader(ctx context.Context, db string, shard int, t models.LeaderTransfer) error {
-	v, err := m.do(ctx, func(ctx context.Context, st *statemachine.State) (any, error) {
+	done, err := do(ctx, m, func(ctx context.Context, st *statemachine.State) (chan error, error) {
 		o, err := m.transferOp(st, db, shard, t)
 		if err != nil || o == nil {
 			return nil, err
@@ -42,23 +42,23 @@ func (m *Master) TransferLeader(ctx context.Context, db string, shard int, t mod
 		if err := m.fencedChunks(ctx, []kv.Op{m.putOp(*o)}); err != nil {
 			return nil, err
 		}
-		for _, w := range m.waiters[o.key()] {
+		for _, w := range m.waiters[keyOf(*o)] {
 			w.done <- fmt.Errorf("%w: a newer leader transfer of %s/%d replaced this one", models.ErrConflict, db, shard)
 		}
-		m.ops[o.key()] = *o
+		m.ops[keyOf(*o)] = *o
 		w := waiter{op: *o, done: make(chan error, 1)}
-		m.waiters[o.key()] = []waiter{w}
+		m.waiters[keyOf(*o)] = []waiter{w}
 		m.lg.Info("leader transfer asked", zap.String("db", db), zap.Int("shard", shard),
 			zap.String("from", o.FromLeader), zap.String("to", o.Leader), zap.Bool("unclean", o.Unclean))
 		return w.done, nil
 	})
-	if err != nil || v == nil {
+	if err != nil || done == nil {
 		return err
 	}
 	timer := time.NewTimer(transferWait)
 	defer timer.Stop()
 	select {
-	case err := <-v.(chan error):
+	case err := <-done:
 		return err
 	case <-ctx.Done():
 		return fmt.Errorf("%w: the leader transfer of %s/%d is in flight (GET /api/v1/operators): %w", models.ErrUnavailable, db, shard, ctx.Err())

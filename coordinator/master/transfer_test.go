@@ -71,9 +71,9 @@ func (h *harness) listedOperators() []master.Operator {
 func TestLeaderTransferIsAnOperator(t *testing.T) {
 	h := newHarness(t, "n1", "n2", "n3")
 	h.http = web.New(web.Config{NodeID: "test", State: h.sm.Snapshot, Admin: h.admin, Logger: logger(t),
-		Operators: func(ctx context.Context) (any, error) {
+		Operators: func(ctx context.Context) (models.OperatorList, error) {
 			ops, _, err := master.ListOperators(ctx, h.store, h.keys)
-			return map[string]any{"operators": ops}, err
+			return models.OperatorList{Operators: ops}, err
 		}}).Handler()
 	rm := h.startMaster(masterOpts{})
 	h.admin.Master = rm

@@ -29,7 +29,7 @@ const MaxShards = 4096
 // that is not master forwards them.
 type MasterOps interface {
 	TransferLeader(ctx context.Context, db string, shard int, t models.LeaderTransfer) error
-	Rebalance(ctx context.Context, dryRun bool) (any, error)
+	Rebalance(ctx context.Context, dryRun bool) (models.PlanView, error)
 }
 
 // Admin writes metadata changes to etcd after validating them against the
@@ -340,9 +340,9 @@ func (a *Admin) TransferLeader(ctx context.Context, db string, shard int, t mode
 }
 
 // Rebalance hands a rebalance (or its dry run) to the master.
-func (a *Admin) Rebalance(ctx context.Context, dryRun bool) (any, error) {
+func (a *Admin) Rebalance(ctx context.Context, dryRun bool) (models.PlanView, error) {
 	if a.Master == nil {
-		return nil, fmt.Errorf("%w: no master reachable", models.ErrUnavailable)
+		return models.PlanView{}, fmt.Errorf("%w: no master reachable", models.ErrUnavailable)
 	}
 	out, err := a.Master.Rebalance(ctx, dryRun)
 	return out, masterErr(err)

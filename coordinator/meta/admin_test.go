@@ -157,7 +157,9 @@ type failingMaster struct{ err error }
 func (f failingMaster) TransferLeader(context.Context, string, int, models.LeaderTransfer) error {
 	return f.err
 }
-func (f failingMaster) Rebalance(context.Context, bool) (any, error) { return nil, f.err }
+func (f failingMaster) Rebalance(context.Context, bool) (models.PlanView, error) {
+	return models.PlanView{}, f.err
+}
 
 // TestStoreErrorsLabelled: the etcd layer's failures leave meta labelled with
 // the API's sentinels (the web layer knows only those), their own kept in the

@@ -38,13 +38,17 @@ func (f *Forwarder) TransferLeader(ctx context.Context, db string, shard int, t 
 	return err
 }
 
-// Rebalance forwards POST /rebalance; the master's answer is relayed as is.
-func (f *Forwarder) Rebalance(ctx context.Context, dryRun bool) (any, error) {
+// Rebalance forwards POST /rebalance and decodes the master's plan.
+func (f *Forwarder) Rebalance(ctx context.Context, dryRun bool) (models.PlanView, error) {
+	var v models.PlanView
 	out, err := f.post(ctx, "/api/v1/rebalance?dry_run="+strconv.FormatBool(dryRun), nil)
 	if err != nil {
-		return nil, err
+		return v, err
 	}
-	return json.RawMessage(out), nil
+	if err := json.Unmarshal(out, &v); err != nil {
+		return v, fmt.Errorf("%w: the master's plan is unreadable: %w", models.ErrUnavailable, err)
+	}
+	return v, nil
 }
 
 // maxAnswer bounds the master's answer read into memory.

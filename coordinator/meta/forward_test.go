@@ -50,11 +50,18 @@ func TestForwarderErrors(t *testing.T) {
 
 func TestForwarderRebalance(t *testing.T) {
 	var seen http.Request
-	f := fakeMaster(t, nil, `{"moves":[]}`, &seen)
+	f := fakeMaster(t, nil, `{"dry_run":true,"relocations":1,"lower_bound":1,"moves":[{"kind":"add","db":"db","shard":3,"to":"n2"}],"operators":[]}`, &seen)
 	out, err := f.Rebalance(context.Background(), true)
 	require.NoError(t, err)
-	require.JSONEq(t, `{"moves":[]}`, string(out.(json.RawMessage)))
+	require.Equal(t, models.PlanView{DryRun: true, Relocations: 1, LowerBound: 1,
+		Moves: []models.MoveView{{Kind: "add", DB: "db", Shard: 3, To: "n2"}}, Operators: []models.Operator{}}, out)
 	require.Equal(t, "dry_run=true", seen.URL.RawQuery)
+
+	// An answer that is not a plan is the master's fault, said as such.
+	f = fakeMaster(t, nil, `<html>`, &seen)
+	_, err = f.Rebalance(context.Background(), true)
+	require.ErrorIs(t, err, models.ErrUnavailable)
+	require.Contains(t, err.Error(), "unreadable")
 }
 
 // TestForwarderNoMaster: no master elected, or a record still naming this
