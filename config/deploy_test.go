@@ -1,9 +1,10 @@
 // Package deploy holds the files that package Cairn for operators (the
-// compose file and the systemd unit; the Dockerfile is at the repository's
-// root). Its tests check them without Docker or systemd running: docker
+// compose file, the Kubernetes manifests and the systemd unit; the
+// Dockerfile is at the repository's root). Its tests check them without Docker or systemd running: docker
 // build is not available where the tests run, so the Dockerfile is linted by
 // parsing it, the compose file by parsing it and running every node's
-// command line through Cairn's own config parser, and the unit with
+// command line through Cairn's own config parser, the Kubernetes manifests
+// against the Kubernetes API types (kubernetes_test.go), and the unit with
 // systemd-analyze verify.
 package config_test
 
