@@ -143,6 +143,26 @@ func diffCases() []diffCase {
 		"SELECT last(free) + 0.5 FROM disk WHERE "+all+" GROUP BY time(30m), path fill(previous)",
 		"SELECT -1 * min(value) FROM cpu WHERE "+all+" GROUP BY time(30m), host fill(none)",
 	)
+	// Conditions on field values, alone and mixed with tag conditions.
+	for _, cond := range []string{"value > 50", "value >= 99", "value < 3", "value <= 1", "value = 5", "value != 0",
+		"idle > 40.5", "value > idle", "value::field > 90"} {
+		add("",
+			fmt.Sprintf("SELECT count(value), mean(idle) FROM cpu WHERE %s AND %s GROUP BY time(30m)", cond, all),
+			fmt.Sprintf("SELECT value, idle FROM cpu WHERE host = 'h2' AND %s AND %s", cond, in(0, 10*60e9)),
+		)
+	}
+	add("",
+		"SELECT mean(idle) FROM cpu WHERE (value > 90 OR host = 'h0') AND "+all+" GROUP BY time(30m), host",
+		"SELECT max(value) FROM cpu WHERE value < 50 AND region = 'us' AND "+all+" GROUP BY host",
+		"SELECT sum(used) FROM mem WHERE used > 500000 AND "+all+" GROUP BY time(1h), host fill(0)",
+		"SELECT idle FROM cpu WHERE (value > 95 OR value < 2) AND "+all+" GROUP BY host",
+		"SELECT * FROM cpu WHERE value < 3 AND host = 'h1' AND "+all,
+		"SELECT free FROM disk WHERE free >= 995 AND "+all+" GROUP BY path",
+		"SELECT count(value) FROM cpu WHERE value > 1000 AND "+all,
+		"SELECT median(value) FROM cpu WHERE idle < 10 AND host =~ /h[02]/ AND "+all+" GROUP BY time(20m)",
+		"SELECT derivative(mean(value), 1s) FROM cpu WHERE value > 20 AND "+all+" GROUP BY time(10m)",
+		"SELECT first(idle), last(idle) FROM cpu WHERE value > 50 AND "+all,
+	)
 	// Selectors alone report their point's time; several aggregates the
 	// range's start.
 	for _, sel := range []string{"min", "max", "first", "last"} {

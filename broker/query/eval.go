@@ -59,7 +59,7 @@ func maxCells(st Stats) int {
 // in a reused buffer, into either raw series or dense per-(group, field)
 // bucket arrays, so aggregation costs no allocation per point or bucket.
 func Evaluate(src Source, req *ShardRequest) (*ShardResult, error) {
-	cond, err := ParseTagCond(req.Cond)
+	cond, err := ParseCond(req.Cond)
 	if err != nil {
 		return nil, err
 	}
@@ -70,6 +70,14 @@ func Evaluate(src Source, req *ShardRequest) (*ShardResult, error) {
 		maxPoints: req.MaxPoints, extra: NeedsExtra(req.Stats)}
 	if ev.maxPoints <= 0 {
 		ev.maxPoints = DefaultMaxPoints
+	}
+	if len(CondFields(cond)) > 0 {
+		// The rows the condition keeps, read first; the evaluator then
+		// runs over just them.
+		if src, err = filterRows(src, req, cond, ev.maxPoints); err != nil {
+			return nil, err
+		}
+		ev.cond, cond = nil, nil
 	}
 	if req.Interval > 0 {
 		ev.firstNum, ev.lastNum = ev.num(req.Start), ev.num(req.End)

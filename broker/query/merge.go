@@ -15,6 +15,9 @@ import (
 
 // Merge combines the shards' answers into the statement's result series.
 func (p *Plan) Merge(results []*ShardResult) ([]Row, error) {
+	if p.Local != nil {
+		return p.mergeLocal(results)
+	}
 	var rows []Row
 	var err error
 	if p.Req.Raw {

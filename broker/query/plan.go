@@ -63,6 +63,9 @@ type Plan struct {
 	Desc            bool
 	// Grouped: the result series carry tags (GROUP BY tags or *).
 	Grouped bool
+	// Local is the request the broker evaluates itself over the raw points
+	// Req asks the shards for (a condition on several fields: fieldcond.go).
+	Local *ShardRequest
 	// extra buckets a transformation reads before the start; From is the
 	// first bucket answered (the start's) when a transformation moved
 	// Req.Start back.
@@ -148,6 +151,9 @@ func PlanSelect(s *influxql.SelectStatement, now time.Time) (*Plan, error) {
 		default:
 			return nil, unsupported(fmt.Sprintf("fill(%v)", v))
 		}
+	}
+	if len(CondFields(cond)) > 0 {
+		p.planFieldCond(cond)
 	}
 	return p, nil
 }
@@ -297,7 +303,7 @@ func (p *Plan) planDimensions(s *influxql.SelectStatement) error {
 }
 
 // SplitTime takes the time bounds out of a WHERE condition: what is left is
-// the tag condition. Bounds must sit in the condition's top-level AND; they
+// the tag and field condition. Bounds must sit in the condition's top-level AND; they
 // are inclusive unix ns, math.MinInt64 / MaxInt64 when absent.
 func SplitTime(cond influxql.Expr, now time.Time) (influxql.Expr, int64, int64, error) {
 	start, end := int64(math.MinInt64), int64(math.MaxInt64)
@@ -327,7 +333,7 @@ func SplitTime(cond influxql.Expr, now time.Time) (influxql.Expr, int64, int64, 
 				return walk(be)
 			}
 		}
-		if err := CheckTagCond(e); err != nil {
+		if err := CheckCond(e); err != nil {
 			return err
 		}
 		if rest == nil {

@@ -81,6 +81,9 @@ func PlanShow(stmt influxql.Statement, now time.Time) (*ShowPlan, error) {
 	}
 	// Time bounds are accepted and ignored: the series index has no time.
 	rest, _, _, err := SplitTime(cond, now)
+	if err == nil {
+		err = CheckTagCond(rest)
+	}
 	if err != nil {
 		return nil, err
 	}
