@@ -24,6 +24,7 @@ import (
 	"github.com/cairn-db/cairn/coordinator/kv/embedded"
 	"github.com/cairn-db/cairn/coordinator/meta"
 	"github.com/cairn-db/cairn/internal/certs"
+	"github.com/cairn-db/cairn/internal/problems"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
 	"github.com/cairn-db/cairn/storage"
@@ -50,6 +51,12 @@ type App struct {
 	// etcdAlarms are the alarms etcd reported at the last probe (NOSPACE...).
 	etcdAlarms atomic.Pointer[[]string]
 	alarmGauge *prometheus.GaugeVec
+	// clusterUp, clusterDown, clusterProbed: the storage clusters on an
+	// etcd of their own, as probeClusters last saw them.
+	clusterUp     *prometheus.GaugeVec
+	clusterDownMu sync.Mutex
+	clusterDown   map[string]problems.ClusterEtcd
+	clusterProbed map[string]bool
 
 	masterOps *masterSlot
 	clusters  *clusterStores
@@ -80,6 +87,10 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 	a.alarmGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "cairn_etcd_alarm",
 		Help: "1 while etcd reports this alarm (nospace: etcd refuses metadata changes until an operator frees space and disarms it)"}, []string{"type"})
 	a.reg.MustRegister(a.alarmGauge)
+	a.clusterUp = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "cairn_cluster_etcd_up",
+		Help: "1 while the etcd of a storage cluster with endpoints of its own answers; 0: that cluster's failover is impossible"}, []string{"cluster"})
+	a.reg.MustRegister(a.clusterUp)
+	a.clusterDown, a.clusterProbed = map[string]problems.ClusterEtcd{}, map[string]bool{}
 	for _, typ := range etcdAlarmTypes {
 		a.alarmGauge.WithLabelValues(typ).Set(0)
 	}
@@ -125,7 +136,7 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 		Addr: cfg.HTTPAddr, NodeID: id, Roles: cfg.Roles, Logger: a.lg,
 		Gatherer: a.reg, State: a.sm.Snapshot, EtcdUp: a.etcdUp.Load, IsMaster: a.masterOps.active, Console: consoleHandler(),
 		Waiting: a.waiting, WriteMaxBodyBytes: int64(cfg.WriteMaxBodyBytes), WriteMaxInflightBytes: cfg.InflightWriteBytes(),
-		WriteBodyTimeout: cfg.WriteBodyTimeout, EtcdAlarms: a.currentAlarms,
+		WriteBodyTimeout: cfg.WriteBodyTimeout, EtcdAlarms: a.currentAlarms, ClustersEtcdDown: a.clusterEtcdDown,
 	}
 	a.webSecurity(&wcfg)
 	if cfg.HasRole(config.RoleStorage) {
@@ -188,6 +199,7 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 	a.goRun(runCtx, a.probeEtcd)
 	a.goRun(runCtx, a.history.rec.Run)
 	a.goRun(runCtx, a.watchClusters)
+	a.goRun(runCtx, a.probeClusters)
 	if cfg.Standalone {
 		a.goRun(runCtx, a.ensureDefaultCluster)
 	}

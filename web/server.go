@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/cairn-db/cairn/internal/peerauth"
+	"github.com/cairn-db/cairn/internal/problems"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
 	"github.com/gin-gonic/gin"
@@ -48,6 +49,9 @@ type Config struct {
 	EtcdUp func() bool
 	// EtcdAlarms lists the alarms etcd raised ("nospace"); may be nil.
 	EtcdAlarms func() []string
+	// ClustersEtcdDown lists the storage clusters on an etcd of their own
+	// that does not answer; may be nil.
+	ClustersEtcdDown func() []problems.ClusterEtcd
 	// IsMaster reports whether this node currently holds a master term.
 	IsMaster func() bool
 	// Admin handles metadata changes; nil on nodes without the broker role.

@@ -101,6 +101,9 @@ func (s *Server) problems(c *gin.Context) {
 	if s.cfg.EtcdAlarms != nil {
 		in.EtcdAlarms = s.cfg.EtcdAlarms()
 	}
+	if s.cfg.ClustersEtcdDown != nil {
+		in.ClustersEtcdDown = s.cfg.ClustersEtcdDown()
+	}
 	list := problems.Compute(in)
 	counts := map[string]int{problems.Critical: 0, problems.Warning: 0, problems.Info: 0}
 	for _, p := range list {

@@ -29,6 +29,7 @@ const (
 	KindMasterMissing   = "master_missing"
 	KindEtcdDown        = "etcd_down"
 	KindEtcdAlarm       = "etcd_alarm"
+	KindClusterEtcdDown = "cluster_etcd_down"
 	KindNodeDown        = "node_down"
 	KindShardsOffline   = "shards_offline"
 	KindUnderReplicated = "under_replicated"
@@ -63,12 +64,23 @@ type Input struct {
 	EtcdUp bool
 	// EtcdAlarms are the alarms etcd raised (e.g. "NOSPACE"), if known.
 	EtcdAlarms []string
+	// ClustersEtcdDown are the storage clusters on an etcd of their own
+	// that did not answer this node's last probe.
+	ClustersEtcdDown []ClusterEtcd
 	// DiskWarnPct and DiskCriticalPct are the used-space thresholds of a
 	// storage node's data disk; defaults 90 and 97.
 	DiskWarnPct, DiskCriticalPct int
 	// ForgetAfter is how long a departed node that holds no replica is
 	// still reported; default one hour.
 	ForgetAfter time.Duration
+}
+
+// ClusterEtcd is a storage cluster's own etcd as this node last probed it.
+type ClusterEtcd struct {
+	Cluster   string    `json:"cluster"`
+	Endpoints []string  `json:"etcd_endpoints"`
+	Since     time.Time `json:"since"` // when it stopped answering
+	Err       string    `json:"error,omitempty"`
 }
 
 // DownNode is a storage node that holds replicas or left recently but has no
@@ -161,6 +173,13 @@ func Compute(in Input) []Problem {
 	if !in.EtcdUp {
 		out = append(out, Problem{Severity: Critical, Kind: KindEtcdDown, Link: "#overview",
 			Message: "etcd is unreachable: the cluster runs on its last known state; failover and metadata changes wait for it"})
+	}
+	for _, c := range in.ClustersEtcdDown {
+		out = append(out, Problem{Severity: Critical, Kind: KindClusterEtcdDown, Link: "#overview", Cluster: c.Cluster,
+			Since: c.Since.UnixMilli(),
+			Message: fmt.Sprintf("storage cluster %s's etcd (%s) does not answer (%s): its writes go on from the last known state, "+
+				"but its node liveness and in-sync sets are not seen, so failover in this cluster is impossible until it answers",
+				c.Cluster, strings.Join(c.Endpoints, ","), c.Err)})
 	}
 	for _, a := range in.EtcdAlarms {
 		out = append(out, Problem{Severity: Critical, Kind: KindEtcdAlarm, Link: "#overview",

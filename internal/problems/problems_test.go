@@ -119,6 +119,17 @@ func TestCompute(t *testing.T) {
 			return st
 		}, func(in *Input) { in.EtcdUp = false; in.EtcdAlarms = []string{"NOSPACE"} },
 			[]string{"critical:etcd_down:", "critical:etcd_alarm:", "critical:master_missing:"}, nil},
+		{"a storage cluster's own etcd down: critical, naming the cluster and its endpoints", func() *statemachine.State {
+			return cluster(1, []string{"a"}, []string{"a"})
+		}, func(in *Input) {
+			in.ClustersEtcdDown = []ClusterEtcd{{Cluster: "far", Endpoints: []string{"http://10.0.0.1:2379", "http://10.0.0.2:2379"},
+				Since: now.Add(-time.Minute), Err: "context deadline exceeded"}}
+		}, []string{"critical:cluster_etcd_down:"}, func(t *testing.T, ps []Problem) {
+			require.Equal(t, "far", ps[0].Cluster)
+			require.Equal(t, now.Add(-time.Minute).UnixMilli(), ps[0].Since)
+			require.Contains(t, ps[0].Message, "http://10.0.0.1:2379,http://10.0.0.2:2379")
+			require.Contains(t, ps[0].Message, "failover in this cluster is impossible")
+		}},
 		{"before the first list no master is not a problem", func() *statemachine.State {
 			st := cluster(1, []string{"a"}, []string{"a"})
 			st.Master, st.Synced = nil, map[string]bool{}
