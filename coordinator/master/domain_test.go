@@ -43,7 +43,7 @@ func TestPlacementAcrossFailureDomains(t *testing.T) {
 	}
 
 	// The same nodes under a cluster without a failure domain: nothing
-	// keeps a shard's replicas out of one zone (the minmove policy).
+	// keeps a shard's replicas out of one zone.
 	st.StorageClusters["c"] = models.StorageCluster{Name: "c"}
 	require.Empty(t, clusterView(st, "c").Nodes[0].Domain)
 }

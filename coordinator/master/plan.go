@@ -8,24 +8,18 @@ import (
 	"github.com/cairn-db/cairn/statemachine"
 )
 
-// newSharder is the placement policy of a decision on c: spread (per
-// database, across the failure domain, in proportion to weights) for a
-// cluster with a failure domain or weighted nodes, else minmove (balanced
-// over the cluster total). Spread is not yet everyone's default: placing
-// databases one by one on 10 nodes, it plans one relocation more than
-// minmove when a node dies (TestPlacementDecisionsScaleFrom10To1000Nodes).
-func newSharder(c placement.Cluster) placement.Sharder {
-	for _, n := range c.Nodes {
-		if n.Domain != "" || n.Weight > 1 {
-			return placement.NewSpread()
-		}
-	}
-	return placement.NewMinMove()
+// newSharder is the placement policy of every decision: spread (per
+// database and over the cluster total, across the failure domain when the
+// cluster has one, in proportion to weights). Minmove balances only the
+// totals, which can put all of one database on one node (issue 24's g/x/web,
+// TestRebalanceSpreadsEachDatabase).
+func newSharder() placement.Sharder {
+	return placement.NewSpread()
 }
 
 // planFor is the sharder's plan for c.
 func planFor(c placement.Cluster) (placement.Plan, placement.Sharder, error) {
-	s := newSharder(c)
+	s := newSharder()
 	placement.Load(s, c)
 	p, err := s.Plan()
 	return p, s, err
@@ -34,7 +28,7 @@ func planFor(c placement.Cluster) (placement.Plan, placement.Sharder, error) {
 // placeNew is the plan for c with the shards of add placed (none of them
 // has replicas yet) next to the others, which it does not move.
 func placeNew(c placement.Cluster, add map[placement.ShardKey]int) (placement.Plan, error) {
-	s := newSharder(c)
+	s := newSharder()
 	placement.Load(s, c)
 	return s.PlaceNew(add)
 }

@@ -129,6 +129,11 @@ type spreadPlanner struct {
 	lead    []int
 	leadIdl []float64
 	caps    map[int][]int // per replica factor: the most replicas of one shard per domain
+	strict  bool          // balanceTargets: only swaps that cost no move
+	// fillLead, fillIdl: lead and leadIdl as fill sees them, with the
+	// databases filled so far in this plan (see leadNeed).
+	fillLead []int
+	fillIdl  []float64
 }
 
 type spreadDB struct {
@@ -142,6 +147,9 @@ type spreadDB struct {
 	held   []int     // replicas each node holds now
 	leads  []int     // leaders per node
 	frozen bool      // kept as it is (PlaceSpreadNew)
+	miss   []int     // per shard: replicas it lacks that no node has booked
+	booked map[int32][]int
+	lacks  int // replicas the shards lack in all
 }
 
 func (d *spreadDB) tgt(v int32) int {
@@ -158,6 +166,7 @@ type sshard struct {
 	orig      []int32 // current replicas on non-draining nodes
 	tgt       []int32
 	leader    int32
+	pref      int32 // the replica fill chose to lead a new shard, or -1
 }
 
 func newSpread(c Cluster) (*spreadPlanner, error) {
@@ -210,7 +219,7 @@ func newSpread(c Cluster) (*spreadPlanner, error) {
 			sp.dbs = append(sp.dbs, d)
 		}
 		cur := c.Shards[k]
-		s := sshard{key: k, want: want, curLeader: cur.Leader, leader: -1}
+		s := sshard{key: k, want: want, curLeader: cur.Leader, leader: -1, pref: -1}
 		for _, id := range cur.Replicas {
 			if v, ok := sp.idx[id]; ok && !slices.Contains(s.orig, v) {
 				s.orig = append(s.orig, v)
@@ -283,10 +292,21 @@ func (sp *spreadPlanner) targets() error {
 				cand = append(cand, int32(v))
 			}
 		}
+		sp.bookBase(d)
+		canBook := map[int32]bool{}
+		for _, v := range cand {
+			canBook[v] = d.held[v] > d.base[v] || sp.bookable(d, v) >= 0
+		}
 		slices.SortFunc(cand, func(a, b int32) int {
 			ka, kb := d.held[a] > d.base[a], d.held[b] > d.base[b]
 			if ka != kb {
 				if ka {
+					return -1
+				}
+				return 1
+			}
+			if ba, bb := canBook[a], canBook[b]; ba != bb {
+				if ba {
 					return -1
 				}
 				return 1
@@ -298,14 +318,7 @@ func (sp *spreadPlanner) targets() error {
 			}
 			return cmp.Compare(a, b)
 		})
-		for _, v := range cand {
-			if slots > 0 && d.budget[sp.dom[v]] > 0 {
-				d.plus[v] = true
-				d.budget[sp.dom[v]]--
-				slots--
-			}
-		}
-		if slots != 0 {
+		if slots = sp.pickPlus(d, cand, slots); slots != 0 {
 			return fmt.Errorf("placement: database %s: %d replicas without a node: %w", d.name, slots, ErrUnplaceable)
 		}
 		for v := range n {
@@ -392,23 +405,28 @@ func (sp *spreadPlanner) balanceTargets() {
 	hi := func(v int32) int { return int(math.Ceil(sp.ideal[v] - eps)) }
 	lo := func(v int32) int { return int(math.Floor(sp.ideal[v] + eps)) }
 	// Each swap lowers the total distance to the bounds, so this ends; the
-	// bound on passes is a guard.
-	for range int(n) + 1 {
-		moved := false
-		for o := range n {
-			for sp.load[o] > hi(o) && sp.swapPlus(o, func(u int32) bool { return sp.load[u] < hi(u) }) {
-				moved = true
+	// bound on passes is a guard. The strict passes only make swaps that
+	// cost no move (see canTakePlus).
+	for _, strict := range []bool{true, false} {
+		sp.strict = strict
+		for range int(n) + 1 {
+			moved := false
+			for o := range n {
+				for sp.load[o] > hi(o) && sp.swapPlus(o, func(u int32) bool { return sp.load[u] < hi(u) }) {
+					moved = true
+				}
 			}
-		}
-		for u := range n {
-			for sp.load[u] < lo(u) && sp.swapPlusTo(u, func(o int32) bool { return sp.load[o] > lo(o) }) {
-				moved = true
+			for u := range n {
+				for sp.load[u] < lo(u) && sp.swapPlusTo(u, func(o int32) bool { return sp.load[o] > lo(o) }) {
+					moved = true
+				}
 			}
-		}
-		if !moved {
-			return
+			if !moved {
+				break
+			}
 		}
 	}
+	sp.strict = false
 }
 
 // swapPlus passes one rounded-up count of o, in some database, to a node
@@ -443,10 +461,15 @@ func (sp *spreadPlanner) swapPlusTo(u int32, ok func(int32) bool) bool {
 
 func (sp *spreadPlanner) canTakePlus(d *spreadDB, o, u int32) bool {
 	return u != o && !d.plus[u] && d.x[u]-float64(d.base[u]) > eps &&
-		(sp.dom[u] == sp.dom[o] || d.budget[sp.dom[u]] > 0)
+		(sp.dom[u] == sp.dom[o] || d.budget[sp.dom[u]] > 0) &&
+		(!sp.strict || (d.held[o] <= d.base[o] && (d.held[u] > d.base[u] || sp.bookable(d, u) >= 0)))
 }
 
 func (sp *spreadPlanner) movePlus(d *spreadDB, o, u int32) {
+	if d.held[u] <= d.base[u] {
+		sp.book(d, u)
+	}
+	sp.unbook(d, o)
 	d.plus[o], d.plus[u] = false, true
 	d.budget[sp.dom[o]]++
 	d.budget[sp.dom[u]]--

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 )
 
@@ -96,6 +97,11 @@ func (sp *spreadPlanner) fill(d *spreadDB, cnt map[int32]int) error {
 		cnt[v]++
 		domRoom[sp.dom[v]]--
 	}
+	// A new shard's first replica goes to the node furthest below its share
+	// of leaderships, which then leads it: the replicas a database is given
+	// decide which nodes can lead it, so choosing them blind to leaderships
+	// can leave a node short that no hand-over reaches.
+	need, chosen := sp.leadNeed(d), make([]int, len(sp.ids))
 	for _, i := range order {
 		s := &d.shards[i]
 		caps := sp.domainCaps(s.want)
@@ -105,7 +111,7 @@ func (sp *spreadPlanner) fill(d *spreadDB, cnt map[int32]int) error {
 		}
 		for len(s.tgt) < s.want {
 			best := int32(-1)
-			var bestScore [4]int
+			var bestScore [5]int
 			for _, v := range room {
 				x := sp.dom[v]
 				in := sp.inDomain(s.tgt, x)
@@ -117,12 +123,24 @@ func (sp *spreadPlanner) fill(d *spreadDB, cnt map[int32]int) error {
 				if in < s.want-(sumCaps-caps[x]) {
 					must = 0
 				}
-				score := [4]int{must, in, -domRoom[x], -(d.tgt(v) - cnt[v])}
+				lead := 0
+				if len(s.tgt) == 0 {
+					lead = -need[v]
+					if chosen[v] >= d.leadHi(v) {
+						lead = math.MaxInt // it would lead more than its share of d
+					}
+				}
+				score := [5]int{must, in, lead, -domRoom[x], -(d.tgt(v) - cnt[v])}
 				if best < 0 || slices.Compare(score[:], bestScore[:]) < 0 {
 					best, bestScore = v, score
 				}
 			}
 			if best >= 0 {
+				if len(s.tgt) == 0 {
+					s.pref = best
+					need[best] -= leadUnit
+					chosen[best]++
+				}
 				take(s, best)
 				continue
 			}
@@ -140,6 +158,7 @@ func (sp *spreadPlanner) fill(d *spreadDB, cnt map[int32]int) error {
 			domRoom[sp.dom[u]]--
 		}
 	}
+	sp.filled(d)
 	return nil
 }
 
@@ -208,4 +227,39 @@ func (sp *spreadPlanner) inDomain(tgt []int32, x int32) int {
 		}
 	}
 	return n
+}
+
+// leadUnit is one leadership in the fixed-point units of leadNeed.
+const leadUnit = 1 << 20
+
+// leadNeed is, per node, how far its leaderships fall short of its share
+// once d is placed, counting the databases filled before d in this plan
+// (their leaders are picked after all are filled), in leadUnit units so
+// ties compare exactly.
+func (sp *spreadPlanner) leadNeed(d *spreadDB) []int {
+	if sp.fillLead == nil {
+		sp.fillLead, sp.fillIdl = slices.Clone(sp.lead), slices.Clone(sp.leadIdl)
+	}
+	need := make([]int, len(sp.ids))
+	for v := range need {
+		share := sp.fillIdl[v] + float64(len(d.shards))*d.x[v]/float64(d.total)
+		need[v] = int(math.Round((share - float64(sp.fillLead[v])) * leadUnit))
+	}
+	return need
+}
+
+// filled counts d's likely leaders (the chosen ones, else current leaders
+// that stay) and share in what leadNeed sees of the next databases.
+func (sp *spreadPlanner) filled(d *spreadDB) {
+	for v := range sp.ids {
+		sp.fillIdl[v] += float64(len(d.shards)) * d.x[v] / float64(d.total)
+	}
+	for i := range d.shards {
+		s := &d.shards[i]
+		if s.pref >= 0 {
+			sp.fillLead[s.pref]++
+		} else if v, ok := sp.idx[s.curLeader]; ok && slices.Contains(s.tgt, v) {
+			sp.fillLead[v]++
+		}
+	}
 }

@@ -26,6 +26,12 @@ func (sp *spreadPlanner) leaders() {
 		}
 		for i := range d.shards {
 			s := &d.shards[i]
+			if v := s.pref; s.leader < 0 && v >= 0 && slices.Contains(s.tgt, v) && d.leads[v] < hi(v) {
+				sp.setLeader(d, s, v)
+			}
+		}
+		for i := range d.shards {
+			s := &d.shards[i]
 			if s.leader >= 0 {
 				continue
 			}
