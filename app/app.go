@@ -184,6 +184,10 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 			AdvertiseClientURL: cfg.EtcdAdvertiseClientURL, AdvertisePeerURL: cfg.EtcdAdvertisePeerURL,
 			InitialCluster: cfg.EtcdInitialCluster, ClusterState: cfg.EtcdClusterState, Logger: a.lg,
 			QuotaBackendBytes: cfg.EtcdQuotaBackendBytes,
+			ClientTLS: embedded.TLS{CertFile: cfg.EtcdCertFile, KeyFile: cfg.EtcdKeyFile,
+				TrustedCAFile: cfg.EtcdTrustedCAFile, ClientCertAuth: cfg.EtcdClientCertAuth},
+			PeerTLS: embedded.TLS{CertFile: cfg.EtcdPeerCertFile, KeyFile: cfg.EtcdPeerKeyFile,
+				TrustedCAFile: cfg.EtcdPeerTrustedCAFile, ClientCertAuth: cfg.EtcdPeerClientCertAuth},
 		})
 		if err != nil {
 			_ = a.http.Shutdown(context.Background())
@@ -223,7 +227,7 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 
 func (a *App) etcdConfig(endpoints []string) kv.EtcdConfig {
 	return kv.EtcdConfig{Endpoints: endpoints, CACert: a.cfg.EtcdCACert, Cert: a.cfg.EtcdCert, Key: a.cfg.EtcdKey,
-		Username: a.cfg.EtcdUsername, Password: a.cfg.EtcdPassword, Logger: a.lg, Metrics: a.metrics.etcd}
+		Username: a.cfg.EtcdUsername, Password: a.cfg.EtcdPassword, Namespace: a.cfg.Namespace, Logger: a.lg, Metrics: a.metrics.etcd}
 }
 
 func (a *App) goRun(ctx context.Context, fn func(ctx context.Context)) {

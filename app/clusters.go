@@ -38,13 +38,17 @@ func (c *clusterStores) get(cfg models.StorageCluster) (kv.Store, models.Cluster
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ck := models.ClusterKeys{SNS: c.keys.ClusterNamespace(cfg)}
-	if cs, ok := c.stores[cfg.Name]; ok && slices.Equal(cs.cfg.EtcdEndpoints, cfg.EtcdEndpoints) {
+	if cs, ok := c.stores[cfg.Name]; ok && slices.Equal(cs.cfg.EtcdEndpoints, cfg.EtcdEndpoints) && cs.cfg.Namespace == cfg.Namespace {
 		return cs.store, ck, nil
 	}
 	c.dropLocked(cfg.Name)
 	cs := &clusterStore{cfg: cfg, store: c.main}
 	if len(cfg.EtcdEndpoints) > 0 {
-		s, err := kv.NewEtcdStore(c.mk(cfg.EtcdEndpoints))
+		// Its probe reads inside the cluster's namespace: an etcd user
+		// may be limited to it.
+		ec := c.mk(cfg.EtcdEndpoints)
+		ec.Namespace = ck.SNS
+		s, err := kv.NewEtcdStore(ec)
 		if err != nil {
 			return nil, ck, err
 		}

@@ -122,12 +122,24 @@ type Config struct {
 	// on the internal API.
 	TLSCert, TLSKey, TLSCA, TLSClientCA string
 
-	// Client TLS and authentication for the etcd endpoints.
+	// Client TLS and authentication for the etcd endpoints. On a node with
+	// the etcd role, the CA and certificate default to the member's own
+	// (--etcd-trusted-ca-file, --etcd-cert-file).
 	EtcdCACert   string
 	EtcdCert     string
 	EtcdKey      string
 	EtcdUsername string
 	EtcdPassword string
+	// EtcdPasswordFile names a file holding EtcdPassword.
+	EtcdPasswordFile string
+
+	// TLS of the embedded member: served to clients (and the CA that
+	// verifies their certificates, required with EtcdClientCertAuth) and
+	// to its peers (likewise).
+	EtcdCertFile, EtcdKeyFile, EtcdTrustedCAFile             string
+	EtcdClientCertAuth                                       bool
+	EtcdPeerCertFile, EtcdPeerKeyFile, EtcdPeerTrustedCAFile string
+	EtcdPeerClientCertAuth                                   bool
 
 	// MinInsyncReplicas is how many in-sync replicas (the leader included)
 	// must hold a write before it is acknowledged.

@@ -317,19 +317,8 @@ var options = []option{
 	fileOpt("tls-ca", "CA bundle (PEM) that verifies peer nodes' certificates; the system roots when unset", func(c *Config) *string { return &c.TLSCA }),
 	fileOpt("tls-client-ca", "CA bundle (PEM) that verifies client certificates: the internal API then requires one (mTLS); the public API does not", func(c *Config) *string { return &c.TLSClientCA }),
 
-	{
-		name: "insecure", kind: kindBool, group: groupSec,
-		help: "this node is knowingly open (no tokens, no cluster secret, plaintext or auth-less etcd) on a non-loopback address: silences the start-up warnings about it",
-		get:  func(c *Config) string { return strconv.FormatBool(c.Insecure) },
-		set: func(c *Config, raw string) error {
-			v, err := strconv.ParseBool(raw)
-			if err != nil {
-				return errors.New("want true or false")
-			}
-			c.Insecure = v
-			return nil
-		},
-	},
+	boolOpt("insecure", groupSec, "this node is knowingly open (no tokens, no cluster secret, plaintext or auth-less etcd) on a non-loopback address: silences the start-up warnings about it",
+		func(c *Config) *bool { return &c.Insecure }),
 
 	limitOpt("write-max-body-bytes", "largest write body accepted, in bytes; a larger one gets 413 (send smaller batches)",
 		func(c *Config) *int { return &c.WriteMaxBodyBytes }),
@@ -399,16 +388,35 @@ var options = []option{
 		},
 	}, "0 (etcd's default, 2 GiB)"),
 
+	memberFileOpt("etcd-cert-file", "certificate (PEM) the member serves to clients; needs --etcd-key-file and an https --etcd-listen-client-url",
+		func(c *Config) *string { return &c.EtcdCertFile }),
+	memberFileOpt("etcd-key-file", "private key (PEM) of --etcd-cert-file",
+		func(c *Config) *string { return &c.EtcdKeyFile }),
+	memberFileOpt("etcd-trusted-ca-file", "CA bundle (PEM) that verifies clients' certificates (with --etcd-client-cert-auth)",
+		func(c *Config) *string { return &c.EtcdTrustedCAFile }),
+	boolOpt("etcd-client-cert-auth", groupEtcd, "refuse etcd clients without a certificate signed by --etcd-trusted-ca-file; with etcd auth on, a client without a password logs in as its certificate's common name",
+		func(c *Config) *bool { return &c.EtcdClientCertAuth }),
+	memberFileOpt("etcd-peer-cert-file", "certificate (PEM) the member presents to its peers, as server and as client; needs --etcd-peer-key-file and an https --etcd-listen-peer-url",
+		func(c *Config) *string { return &c.EtcdPeerCertFile }),
+	memberFileOpt("etcd-peer-key-file", "private key (PEM) of --etcd-peer-cert-file",
+		func(c *Config) *string { return &c.EtcdPeerKeyFile }),
+	memberFileOpt("etcd-peer-trusted-ca-file", "CA bundle (PEM) that verifies the peers' certificates",
+		func(c *Config) *string { return &c.EtcdPeerTrustedCAFile }),
+	boolOpt("etcd-peer-client-cert-auth", groupEtcd, "refuse peers without a certificate signed by --etcd-peer-trusted-ca-file (set it on every member of a TLS cluster)",
+		func(c *Config) *bool { return &c.EtcdPeerClientCertAuth }),
+
 	withDefText(stringOpt("etcd-cacert", groupTLS, "CA bundle that verifies the etcd servers (https endpoints)",
-		func(c *Config) *string { return &c.EtcdCACert }, nil), "none"),
-	withDefText(stringOpt("etcd-cert", groupTLS, "client certificate for etcd (needs --etcd-key)",
-		func(c *Config) *string { return &c.EtcdCert }, nil), "none"),
+		func(c *Config) *string { return &c.EtcdCACert }, nil), "none; with the etcd role, --etcd-trusted-ca-file"),
+	withDefText(stringOpt("etcd-cert", groupTLS, "client certificate for etcd (needs --etcd-key); with etcd auth on and no --etcd-username, etcd takes its common name as the user",
+		func(c *Config) *string { return &c.EtcdCert }, nil), "none; with the etcd role, --etcd-cert-file"),
 	withDefText(stringOpt("etcd-key", groupTLS, "client private key for etcd (needs --etcd-cert)",
-		func(c *Config) *string { return &c.EtcdKey }, nil), "none"),
-	withDefText(stringOpt("etcd-username", groupTLS, "etcd user for password authentication",
+		func(c *Config) *string { return &c.EtcdKey }, nil), "none; with the etcd role, --etcd-key-file"),
+	withDefText(stringOpt("etcd-username", groupTLS, "etcd user for password authentication (see cairn etcd-auth-setup)",
 		func(c *Config) *string { return &c.EtcdUsername }, nil), "none"),
-	withSecret(stringOpt("etcd-password", groupTLS, "password of --etcd-username (prefer the env var or file: flags show in ps)",
+	withSecret(stringOpt("etcd-password", groupTLS, "password of --etcd-username (prefer --etcd-password-file or CAIRN_ETCD_PASSWORD: flags show in ps)",
 		func(c *Config) *string { return &c.EtcdPassword }, nil)),
+	withDefText(stringOpt("etcd-password-file", groupTLS, "file holding --etcd-password (trailing newline ignored)",
+		func(c *Config) *string { return &c.EtcdPasswordFile }, nil), "none"),
 
 	stringOpt("log-level", groupLog, "debug, info, warn or error",
 		func(c *Config) *string { return &c.LogLevel }, checkOneOf("debug", "info", "warn", "error")),
@@ -424,6 +432,27 @@ func maxDuration(limit time.Duration) func(time.Duration) error {
 		}
 		return nil
 	}
+}
+
+// boolOpt is a switch: --name alone means true.
+func boolOpt(name, group, help string, field func(*Config) *bool) option {
+	return option{
+		name: name, kind: kindBool, group: group, help: help,
+		get: func(c *Config) string { return strconv.FormatBool(*field(c)) },
+		set: func(c *Config, raw string) error {
+			v, err := strconv.ParseBool(raw)
+			if err != nil {
+				return errors.New("want true or false")
+			}
+			*field(c) = v
+			return nil
+		},
+	}
+}
+
+// memberFileOpt is a TLS file of the embedded etcd member; default none.
+func memberFileOpt(name, help string, field func(*Config) *string) option {
+	return withDefText(stringOpt(name, groupEtcd, help, field, nil), "none")
 }
 
 func withDefText(o option, text string) option {

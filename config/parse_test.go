@@ -306,3 +306,29 @@ func TestParseInsecure(t *testing.T) {
 	_, err = Parse([]string{"--insecure=maybe"}, envOf(nil), false, io.Discard)
 	require.ErrorContains(t, err, "maybe")
 }
+
+// TestParseEtcdMemberTLS: the member's TLS flags are kept, the switches
+// stand alone, and a node with the etcd role trusts and authenticates as
+// its member unless the client flags say otherwise; a node without the
+// role derives nothing.
+func TestParseEtcdMemberTLS(t *testing.T) {
+	member := []string{"--etcd-listen-client-url", "https://127.0.0.1:2379", "--etcd-cert-file", "m.pem", "--etcd-key-file", "m-key.pem",
+		"--etcd-trusted-ca-file", "ca.pem", "--etcd-client-cert-auth",
+		"--etcd-listen-peer-url", "https://127.0.0.1:2380", "--etcd-peer-cert-file", "p.pem", "--etcd-peer-key-file", "p-key.pem",
+		"--etcd-peer-trusted-ca-file", "pca.pem", "--etcd-peer-client-cert-auth"}
+	c, err := Parse(member, envOf(nil), false, io.Discard)
+	require.NoError(t, err)
+	require.True(t, c.EtcdClientCertAuth)
+	require.True(t, c.EtcdPeerClientCertAuth)
+	require.Equal(t, []string{"p.pem", "p-key.pem", "pca.pem"}, []string{c.EtcdPeerCertFile, c.EtcdPeerKeyFile, c.EtcdPeerTrustedCAFile})
+	require.Equal(t, []string{"https://127.0.0.1:2379"}, c.EtcdEndpoints)
+	require.Equal(t, []string{"ca.pem", "m.pem", "m-key.pem"}, []string{c.EtcdCACert, c.EtcdCert, c.EtcdKey}, "the client defaults to the member's files")
+
+	c, err = Parse(append(member, "--etcd-cacert", "other-ca.pem", "--etcd-cert", "n.pem", "--etcd-key", "n-key.pem"), envOf(nil), false, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, []string{"other-ca.pem", "n.pem", "n-key.pem"}, []string{c.EtcdCACert, c.EtcdCert, c.EtcdKey}, "given client flags win")
+
+	c, err = Parse([]string{"--role", "broker", "--etcd-cert-file", "m.pem", "--etcd-key-file", "m-key.pem", "--etcd-trusted-ca-file", "ca.pem"}, envOf(nil), false, io.Discard)
+	require.NoError(t, err, "member flags are not checked without the etcd role")
+	require.Empty(t, c.EtcdCACert+c.EtcdCert+c.EtcdKey, "no member, nothing derived")
+}

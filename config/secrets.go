@@ -22,6 +22,7 @@ func (c *Config) readSecretFiles() error {
 		{"admin-token", c.AdminTokenFile, &c.AdminToken},
 		{"write-token", c.WriteTokenFile, &c.WriteToken},
 		{"read-token", c.ReadTokenFile, &c.ReadToken},
+		{"etcd-password", c.EtcdPasswordFile, &c.EtcdPassword},
 	} {
 		if s.file == "" {
 			continue

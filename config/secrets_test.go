@@ -48,6 +48,9 @@ read-token = "r-toml"`)
 		{name: "flag is recorded", args: []string{"--cluster-secret", "f1", "--read-token", "r1", "--log-level", "debug"},
 			flagged: []string{"cluster-secret", "read-token"},
 			check:   func(t *testing.T, c Config) { require.Equal(t, "f1", c.ClusterSecret) }},
+		{name: "etcd password file", args: []string{"--etcd-username", "cairn", "--etcd-password-file", file},
+			check: func(t *testing.T, c Config) { require.Equal(t, "from-file", c.EtcdPassword) }},
+		{name: "etcd password file without user", env: map[string]string{"CAIRN_ETCD_PASSWORD_FILE": file}, errHas: "it needs --etcd-username"},
 		{name: "both", args: []string{"--admin-token", "x", "--admin-token-file", file}, errHas: "--admin-token is also given"},
 		{name: "missing file", args: []string{"--write-token-file", filepath.Join(dir, "nope")}, errHas: "--write-token-file"},
 		{name: "empty file", args: []string{"--cluster-secret-file", empty}, errHas: "the file is empty"},
@@ -68,7 +71,7 @@ read-token = "r-toml"`)
 			require.Equal(t, tc.flagged, c.SecretFlags)
 			tc.check(t, c)
 			r := c.Redacted()
-			for _, v := range []string{r.ClusterSecret, r.AdminToken, r.WriteToken, r.ReadToken} {
+			for _, v := range []string{r.ClusterSecret, r.AdminToken, r.WriteToken, r.ReadToken, r.EtcdPassword} {
 				require.True(t, v == "" || v == "<redacted>", v)
 			}
 		})

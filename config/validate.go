@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"strings"
 )
 
 // Validate checks every value, then fills the derived defaults (advertise
@@ -54,6 +55,16 @@ func (c *Config) derive() {
 	if c.EtcdInitialCluster == "" {
 		c.EtcdInitialCluster = c.EtcdName + "=" + c.EtcdAdvertisePeerURL
 	}
+	if c.HasRole(RoleEtcd) {
+		// The node's own client trusts and authenticates as the member
+		// (etcd's gateway does the same with its server certificate).
+		if c.EtcdCACert == "" {
+			c.EtcdCACert = c.EtcdTrustedCAFile
+		}
+		if c.EtcdCert == "" && c.EtcdKey == "" {
+			c.EtcdCert, c.EtcdKey = c.EtcdCertFile, c.EtcdKeyFile
+		}
+	}
 	if len(c.EtcdEndpoints) == 0 {
 		if c.HasRole(RoleEtcd) {
 			c.EtcdEndpoints = []string{c.EtcdAdvertiseClientURL}
@@ -72,6 +83,11 @@ func (c *Config) checkCombinations() error {
 		return &UsageError{Msg: fmt.Sprintf("invalid --etcd-initial-cluster %q: must include this member (--etcd-name %q)",
 			c.EtcdInitialCluster, c.EtcdName)}
 	}
+	if c.HasRole(RoleEtcd) {
+		if err := c.checkMemberTLS(); err != nil {
+			return err
+		}
+	}
 	if (c.EtcdCert == "") != (c.EtcdKey == "") {
 		return &UsageError{Msg: "invalid etcd client certificate: --etcd-cert and --etcd-key must be given together"}
 	}
@@ -83,6 +99,41 @@ func (c *Config) checkCombinations() error {
 	}
 	if c.TLSCert == "" && (c.TLSCA != "" || c.TLSClientCA != "") {
 		return &UsageError{Msg: "invalid --tls-ca/--tls-client-ca: they need --tls-cert and --tls-key (a cluster is all HTTPS or all HTTP)"}
+	}
+	return nil
+}
+
+// checkMemberTLS checks the embedded member's TLS flags, for its clients
+// and for its peers: each side's URL scheme agrees with its certificate.
+func (c *Config) checkMemberTLS() error {
+	for _, side := range []struct {
+		flag, listen, cert, key, ca string
+		auth                        bool
+	}{
+		{"etcd-", c.EtcdListenClientURL, c.EtcdCertFile, c.EtcdKeyFile, c.EtcdTrustedCAFile, c.EtcdClientCertAuth},
+		{"etcd-peer-", c.EtcdListenPeerURL, c.EtcdPeerCertFile, c.EtcdPeerKeyFile, c.EtcdPeerTrustedCAFile, c.EtcdPeerClientCertAuth},
+	} {
+		urlFlag := "--etcd-listen-client-url"
+		if side.flag == "etcd-peer-" {
+			urlFlag = "--etcd-listen-peer-url"
+		}
+		https := strings.HasPrefix(side.listen, "https://")
+		var msg string
+		switch {
+		case (side.cert == "") != (side.key == ""):
+			msg = fmt.Sprintf("--%scert-file and --%skey-file must be given together", side.flag, side.flag)
+		case https && side.cert == "":
+			msg = fmt.Sprintf("%s %q is https: it needs --%scert-file and --%skey-file", urlFlag, side.listen, side.flag, side.flag)
+		case !https && side.cert != "":
+			msg = fmt.Sprintf("--%scert-file is set but %s %q is not https", side.flag, urlFlag, side.listen)
+		case side.auth && side.ca == "":
+			msg = fmt.Sprintf("--%sclient-cert-auth needs --%strusted-ca-file, the CA that signs the certificates it accepts", side.flag, side.flag)
+		case side.ca != "" && side.cert == "":
+			msg = fmt.Sprintf("--%strusted-ca-file needs --%scert-file and --%skey-file", side.flag, side.flag, side.flag)
+		}
+		if msg != "" {
+			return &UsageError{Msg: "invalid etcd member TLS: " + msg}
+		}
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -25,7 +26,11 @@ type EtcdConfig struct {
 	RequestTimeout     time.Duration
 	CACert, Cert, Key  string
 	Username, Password string
-	Logger             *zap.Logger
+	// Namespace is the key prefix (e.g. /cairn) this client works under: the
+	// cluster probe reads a key inside it, so an etcd user whose role covers
+	// only the namespace may probe. Empty probes a key of its own.
+	Namespace string
+	Logger    *zap.Logger
 	// Metrics records every request; nil records nothing.
 	Metrics *EtcdMetrics
 }
@@ -36,6 +41,8 @@ type EtcdStore struct {
 	timeout time.Duration
 	metrics *EtcdMetrics
 	probe   HeaderProbe // one cluster check shared by every watcher of this store
+	// probeKey is the (never written) key Header reads.
+	probeKey string
 	// lease serves Grant, KeepAlive and Revoke: the client's own, or a
 	// stream of a LeaseStream view's.
 	lease clientv3.Lease
@@ -68,20 +75,37 @@ func NewEtcdStore(cfg EtcdConfig) (*EtcdStore, error) {
 		}
 		tlsCfg = c
 	}
-	cli, err := clientv3.New(clientv3.Config{
+	ccfg := clientv3.Config{
 		Endpoints:            cfg.Endpoints,
 		DialTimeout:          cfg.DialTimeout,
 		DialKeepAliveTime:    2 * time.Second,
 		DialKeepAliveTimeout: 2 * time.Second,
 		TLS:                  tlsCfg,
-		Username:             cfg.Username,
-		Password:             cfg.Password,
 		Logger:               lg.Named("etcd-client").WithOptions(zap.IncreaseLevel(zap.WarnLevel)),
-	})
+	}
+	// clientv3.New logs in with a password before it returns, so it fails
+	// while etcd is down, and a node's own embedded member starts after its
+	// client. The client is made with a placeholder token instead and logs
+	// in at its first call: etcd (with auth on) answers the placeholder
+	// "invalid auth token", on which the client logs in with the user and
+	// password and retries; with auth off etcd ignores tokens.
+	login := cfg.Username != "" && cfg.Password != ""
+	if login {
+		ccfg.Token = "cairn-login-on-first-call"
+	}
+	cli, err := clientv3.New(ccfg)
 	if err != nil {
 		return nil, fmt.Errorf("kv: etcd client: %w", err)
 	}
-	return &EtcdStore{cli: cli, timeout: cfg.RequestTimeout, metrics: cfg.Metrics}, nil
+	if login {
+		// No call has run yet: nothing reads these concurrently.
+		cli.Token, cli.Username, cli.Password = "", cfg.Username, cfg.Password
+	}
+	probeKey := "\x00cairn-cluster-probe"
+	if ns := strings.TrimRight(cfg.Namespace, "/"); ns != "" {
+		probeKey = ns + "/\x00probe"
+	}
+	return &EtcdStore{cli: cli, timeout: cfg.RequestTimeout, metrics: cfg.Metrics, probeKey: probeKey}, nil
 }
 
 func (s *EtcdStore) ctx(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -105,6 +129,9 @@ func mapErr(err error) error {
 		return fmt.Errorf("%w: %w", ErrNoSpace, err)
 	case errors.Is(err, context.Canceled):
 		return err
+	case errors.Is(err, rpctypes.ErrPermissionDenied), errors.Is(err, rpctypes.ErrAuthFailed),
+		errors.Is(err, rpctypes.ErrUserEmpty):
+		return fmt.Errorf("%w: %w", ErrAccessDenied, err)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, rpctypes.ErrNoLeader),
 		errors.Is(err, rpctypes.ErrTimeout), errors.Is(err, rpctypes.ErrTimeoutDueToLeaderFail),
 		errors.Is(err, rpctypes.ErrTimeoutDueToConnectionLost), errors.Is(err, rpctypes.ErrTooManyRequests):
@@ -421,7 +448,7 @@ func (s *EtcdStore) ClusterID(ctx context.Context) (uint64, error) {
 func (s *EtcdStore) Header(ctx context.Context) (uint64, int64, error) {
 	var resp *clientv3.GetResponse
 	if err := s.call(ctx, opHeader, func(ctx context.Context) (err error) {
-		resp, err = s.cli.Get(ctx, "\x00cairn-cluster-probe", clientv3.WithCountOnly())
+		resp, err = s.cli.Get(ctx, s.probeKey, clientv3.WithCountOnly())
 		return err
 	}); err != nil {
 		return 0, 0, err
@@ -480,5 +507,5 @@ func (s *EtcdStore) leases() clientv3.Lease {
 // cluster`'s agents) each take one. Close ends that stream only; close s
 // after its views.
 func (s *EtcdStore) LeaseStream() *EtcdStore {
-	return &EtcdStore{cli: s.cli, timeout: s.timeout, metrics: s.metrics, lease: clientv3.NewLease(s.cli), view: true}
+	return &EtcdStore{cli: s.cli, timeout: s.timeout, metrics: s.metrics, lease: clientv3.NewLease(s.cli), view: true, probeKey: s.probeKey}
 }

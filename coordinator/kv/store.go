@@ -29,6 +29,10 @@ var (
 	// whose answer did not come back (a timeout, a lost connection): it may
 	// or may not have been applied. Such errors also match ErrUnavailable.
 	ErrOutcomeUnknown = errors.New("kv: write outcome unknown")
+	// ErrAccessDenied means etcd refused the client's credentials: a wrong
+	// user or password, no credentials while etcd's auth is on, or a user
+	// whose roles do not cover the key. Retrying does not help.
+	ErrAccessDenied = errors.New("kv: etcd refused access")
 )
 
 // LeaseID identifies a lease; 0 means none.

@@ -5,6 +5,7 @@ package embedded
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/url"
@@ -15,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 )
@@ -35,6 +37,48 @@ type Config struct {
 	// QuotaBackendBytes is the space the member's database may use before
 	// etcd raises its NOSPACE alarm; 0 keeps etcd's default (2 GiB).
 	QuotaBackendBytes int64
+	// ClientTLS is served on an https ListenClientURL, PeerTLS on an https
+	// ListenPeerURL; a URL's scheme and its TLS settings must agree.
+	ClientTLS, PeerTLS TLS
+	// BcryptCost hashes the passwords of etcd's users (etcd auth); 0 keeps
+	// etcd's default (10). Each password login costs about 2^cost work.
+	BcryptCost uint
+}
+
+// TLS is a member's certificate for one side: its clients or its peers.
+type TLS struct {
+	CertFile, KeyFile string
+	// TrustedCAFile verifies the other side's certificates.
+	TrustedCAFile string
+	// ClientCertAuth refuses connections without a certificate signed by
+	// TrustedCAFile.
+	ClientCertAuth bool
+}
+
+// enabled reports whether the side serves TLS.
+func (t TLS) enabled() bool { return t.CertFile != "" }
+
+// check catches a URL scheme that disagrees with the side's TLS: etcd
+// would refuse an https URL without a certificate with its own flag names,
+// and silently serve plaintext on an http URL with one.
+func (t TLS) check(listen string) error {
+	https := strings.HasPrefix(listen, "https://")
+	if https != t.enabled() {
+		return fmt.Errorf("embedded: %s: an https URL needs a certificate and key, and a certificate needs an https URL", listen)
+	}
+	return nil
+}
+
+func (t TLS) info() transport.TLSInfo {
+	return transport.TLSInfo{CertFile: t.CertFile, KeyFile: t.KeyFile, TrustedCAFile: t.TrustedCAFile, ClientCertAuth: t.ClientCertAuth}
+}
+
+// aeadSuites are the TLS 1.2 suites the member accepts (TLS 1.3's are all
+// AEAD): no CBC or SHA-1 MAC suites.
+var aeadSuites = []uint16{
+	tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384, tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256, tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
 }
 
 // Validate fills defaults and checks URLs.
@@ -71,7 +115,10 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("embedded: bad url %q", u)
 		}
 	}
-	return nil
+	if err := c.ClientTLS.check(c.ListenClientURL); err != nil {
+		return err
+	}
+	return c.PeerTLS.check(c.ListenPeerURL)
 }
 
 // Server is a running member.
@@ -116,6 +163,13 @@ func Start(cfg Config) (*Server, error) {
 	ec.AutoCompactionMode = embed.CompactorModePeriodic
 	ec.AutoCompactionRetention = cfg.CompactionRetention
 	ec.QuotaBackendBytes = cfg.QuotaBackendBytes
+	ec.ClientTLSInfo, ec.PeerTLSInfo = cfg.ClientTLS.info(), cfg.PeerTLS.info()
+	for _, id := range aeadSuites {
+		ec.CipherSuites = append(ec.CipherSuites, tls.CipherSuiteName(id))
+	}
+	if cfg.BcryptCost != 0 {
+		ec.BcryptCost = cfg.BcryptCost
+	}
 	ec.Logger = "zap"
 	elg, closing := wrapLogger(cfg.Logger.Named("etcd"))
 	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(elg)
