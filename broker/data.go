@@ -178,9 +178,16 @@ func (d *Data) write(ctx context.Context, db, precision string, body []byte) (in
 		return 0, fmt.Errorf("%w: %w", models.ErrBadInput, err)
 	}
 	n, err := d.writePoints(ctx, st, cfg, batch.Points)
-	if err == nil && batch.First != nil {
+	var pw *models.PartialWriteError
+	switch {
+	case batch.First == nil:
+	case err == nil:
 		// Only now: the good lines are as durable as a 204's.
 		err = &models.PartialWriteError{Reason: batch.First.Reason(), Dropped: batch.Dropped}
+	case errors.As(err, &pw):
+		// Shards refused points too (field type conflicts): the parser's
+		// first bad line comes first.
+		err = &models.PartialWriteError{Reason: batch.First.Reason(), Dropped: batch.Dropped + pw.Dropped}
 	}
 	return n, err
 }
@@ -219,7 +226,29 @@ func (d *Data) writePoints(ctx context.Context, st *statemachine.State, cfg mode
 	}
 	wg.Wait()
 	close(errs)
-	return len(points), <-errs // nil when every shard succeeded
+	return len(points), firstError(errs)
+}
+
+// firstError is nil when every shard succeeded; else the first failure,
+// or, when every shard that refused something stored the rest (a
+// *models.PartialWriteError each), one partial write counting what they
+// all dropped, named by the first.
+func firstError(errs <-chan error) error {
+	var partial *models.PartialWriteError
+	for err := range errs {
+		var pw *models.PartialWriteError
+		if !errors.As(err, &pw) {
+			return err
+		}
+		if partial == nil {
+			partial = &models.PartialWriteError{Reason: pw.Reason}
+		}
+		partial.Dropped += pw.Dropped
+	}
+	if partial == nil {
+		return nil
+	}
+	return partial
 }
 
 // shardWriters run the writes of a batch to its shards, one goroutine each,
@@ -292,9 +321,13 @@ func (d *Data) writeShard(ctx context.Context, w *watch, cfg models.Database, fi
 			err := d.attempt(ctx, w, cfg, t, pts, prepared)
 			prepared = nil // used once
 			var peer *client.PeerError
+			var pw *models.PartialWriteError
 			switch {
 			case err == nil:
 				return nil
+			case errors.As(err, &pw):
+				// The leader stored the shard's other points.
+				return pw
 			case ctx.Err() != nil && context.Cause(ctx) == errWriteTimeout:
 				return d.timedOut(cfg, shard, fmt.Errorf("leader %s did not answer in time", t.leader))
 			case errors.Is(err, models.ErrBadInput):

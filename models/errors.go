@@ -101,16 +101,25 @@ type ErrorBody struct {
 	Error ErrorDetail `json:"error"`
 }
 
-// ErrorDetail is the envelope's content.
+// ErrorDetail is the envelope's content. A partial write (a
+// *PartialWriteError) also carries its reason and count, so the broker
+// that sent a shard's points learns them as a value.
 type ErrorDetail struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	Reason  string `json:"partial_reason,omitempty"`
+	Dropped int    `json:"partial_dropped,omitempty"`
 }
 
 // Envelope is the status and body err answers with.
 func Envelope(err error) (int, ErrorBody) {
 	status, code := StatusOf(err)
-	return status, ErrorBody{Error: ErrorDetail{Code: code, Message: err.Error()}}
+	d := ErrorDetail{Code: code, Message: err.Error()}
+	var pw *PartialWriteError
+	if errors.As(err, &pw) {
+		d.Reason, d.Dropped = pw.Reason, pw.Dropped
+	}
+	return status, ErrorBody{Error: d}
 }
 
 // SentinelOf is the sentinel an envelope code names; a code this binary does
@@ -133,6 +142,9 @@ func DecodeError(body []byte) error {
 	var env ErrorBody
 	if json.Unmarshal(body, &env) != nil || (env.Error.Code == "" && env.Error.Message == "") {
 		env.Error.Message = string(body[:min(len(body), maxPeerMessage)])
+	}
+	if env.Error.Dropped > 0 && env.Error.Code == "bad_request" {
+		return &PartialWriteError{Reason: env.Error.Reason, Dropped: env.Error.Dropped}
 	}
 	return Mark(errors.New(env.Error.Message), SentinelOf(env.Error.Code))
 }

@@ -79,3 +79,27 @@ func TestMark(t *testing.T) {
 	already := fmt.Errorf("%w: x", models.ErrConflict)
 	require.Same(t, already, models.Mark(already, models.ErrConflict))
 }
+
+// TestPartialWriteCrossesTheWire: a shard leader's partial write (points
+// refused for their field's type, the others stored) reaches the broker
+// that sent them as a *models.PartialWriteError with its reason and count, so the
+// broker adds them to its own.
+func TestPartialWriteCrossesTheWire(t *testing.T) {
+	sent := fmt.Errorf("shard 3: %w", &models.PartialWriteError{Reason: `field type conflict: input field "x" on measurement "m" is type integer, already exists as type float`, Dropped: 2})
+	status, body := models.Envelope(sent)
+	require.Equal(t, http.StatusBadRequest, status)
+	raw, err := json.Marshal(body)
+	require.NoError(t, err)
+	got := models.DecodeError(raw)
+	var pw *models.PartialWriteError
+	require.True(t, errors.As(got, &pw), "%v", got)
+	require.Equal(t, 2, pw.Dropped)
+	require.ErrorIs(t, got, models.ErrBadInput)
+	require.Equal(t, `partial write: field type conflict: input field "x" on measurement "m" is type integer, already exists as type float dropped=2`, got.Error())
+
+	// Any other refusal stays what it was.
+	_, body = models.Envelope(fmt.Errorf("%w: nope", models.ErrBadInput))
+	raw, _ = json.Marshal(body)
+	require.False(t, errors.As(models.DecodeError(raw), &pw))
+	require.NotContains(t, string(raw), "partial")
+}

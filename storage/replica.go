@@ -370,6 +370,15 @@ func (r *replica) write(ctx context.Context, term int64, points []lineproto.Poin
 	// Only the numbering and the queueing are serialised: the engine's
 	// group commit makes the batches queued meanwhile durable together,
 	// with one fsync, outside this lock.
+	// A point of a field the shard holds with another type is refused
+	// (InfluxDB's field type conflict), the others are written.
+	points, refused, conflict := r.eng.AdmitTypes(points)
+	if refused > 0 {
+		pre = nil // it encodes the whole batch
+		if len(points) == 0 {
+			return &models.PartialWriteError{Reason: conflict.Error(), Dropped: refused}
+		}
+	}
 	r.applyMu.Lock()
 	txn := r.eng.NextTxnID()
 	wait, err := r.eng.Append(engine.Entry{TxnID: txn, Term: uint64(term), Points: points, Prepared: pre})
@@ -389,7 +398,14 @@ func (r *replica) write(ctx context.Context, term int64, points []lineproto.Poin
 	r.broadcastLocked()
 	r.mu.Unlock()
 	r.h.signalAppend(r)
-	return r.awaitAcks(ctx, term, txn)
+	if err := r.awaitAcks(ctx, term, txn); err != nil {
+		return err
+	}
+	if refused > 0 {
+		// Only now: the admitted points are as durable as a 204's.
+		return &models.PartialWriteError{Reason: conflict.Error(), Dropped: refused}
+	}
+	return nil
 }
 
 func (r *replica) awaitAcks(ctx context.Context, term int64, txn uint64) error {

@@ -25,8 +25,10 @@ var Layers = [][]string{
 	{"internal/atomicfile"},
 	// Plain data and small mechanisms.
 	{"models", "internal/verify", "internal/logrepeat", "internal/backoff", "internal/gopool", "internal/certs",
-		"internal/peerauth", "config", "internal/history", "storage/lineproto",
+		"internal/peerauth", "config", "internal/history",
 		"coordinator/placement", "coordinator/kv/embedded", "web/console"},
+	// Line protocol, whose points carry models' field types.
+	{"storage/lineproto"},
 	// The replicated entry's encoding, below the engine and the client.
 	{"storage/wire"},
 	// The etcd key-value layer and the shard engine.

@@ -6,7 +6,9 @@ import (
 	"io"
 	"sync"
 
+	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/storage/engine"
+	"github.com/cairn-db/cairn/storage/lineproto"
 )
 
 // memEngine is an in-memory engine.Engine for simulated storage agents: a
@@ -137,6 +139,13 @@ func (s *memShard) QueryLimited(string, map[string]string, int64, int64, engine.
 
 // SeriesKeys visits nothing: the simulation's agents keep no points.
 func (s *memShard) SeriesKeys(func(key string) error) error { return nil }
+
+// AdmitTypes admits every point: the simulation keeps no field types.
+func (s *memShard) AdmitTypes(points []lineproto.Point) ([]lineproto.Point, int, error) {
+	return points, 0, nil
+}
+
+func (s *memShard) FieldTypes(string) map[string]models.FieldType { return nil }
 
 func (s *memShard) Snapshot(w io.Writer) error {
 	s.mu.Lock()

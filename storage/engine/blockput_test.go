@@ -3,6 +3,7 @@ package engine
 import (
 	"encoding/binary"
 	"fmt"
+	"github.com/cairn-db/cairn/models"
 	"math/rand/v2"
 	"path/filepath"
 	"runtime"
@@ -41,7 +42,7 @@ func TestBlockPutManySeriesInOneTransaction(t *testing.T) {
 		}
 		bp := newBlockPut(tx, 42)
 		for id := uint64(1); id <= 3000; id++ {
-			if err := bp.put(id, want[id]); err != nil {
+			if err := bp.put(id, want[id], models.FieldFloat); err != nil {
 				return err
 			}
 		}
@@ -55,7 +56,7 @@ func TestBlockPutManySeriesInOneTransaction(t *testing.T) {
 			blocks++
 			require.Equal(t, u64Key(42), recent.Get(k), "block %x recorded as rebuildable from txn 42", k)
 			id := binary.BigEndian.Uint64(k)
-			pts, err := decodeBlock(nil, v)
+			pts, _, err := decodeBlock(nil, v)
 			require.NoError(t, err, "block %x", k)
 			require.Equal(t, pts[0].ts, tsFromKey(k[8:]))
 			got[id] = append(got[id], pts...)

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/storage/lineproto"
 	bolt "go.etcd.io/bbolt"
 )
@@ -36,7 +37,7 @@ var (
 	keyNextSID    = []byte("next_sid")
 	keyRecentFrom = []byte("recent_from")
 
-	allBuckets = [][]byte{bucketMeta, bucketLog, bucketUndo, bucketSKey, bucketPost, bucketBlocks, bucketRecent}
+	allBuckets = [][]byte{bucketMeta, bucketLog, bucketUndo, bucketSKey, bucketPost, bucketBlocks, bucketRecent, bucketFTypes, bucketStrs}
 )
 
 // blockFill packs block pages full: a series' new blocks go after its older
@@ -266,7 +267,7 @@ func prevOf(c *bolt.Cursor, k []byte) ([]byte, []byte) {
 
 // readSeries decodes series id's points in [start, end] into a slice with
 // room for extra more (the memtable's points, merged in after).
-func readSeries(b *bolt.Bucket, id uint64, start, end int64, extra int) ([]SeriesPoint, error) {
+func readSeries(b *bolt.Bucket, res *strResolver, id uint64, start, end int64, extra int) ([]SeriesPoint, error) {
 	type hit struct {
 		v []byte
 		h blockHeader
@@ -288,7 +289,8 @@ func readSeries(b *bolt.Bucket, id uint64, start, end int64, extra int) ([]Serie
 	var scratch []memPoint
 	for _, x := range hits {
 		blockReads.Add(1)
-		if scratch, err = decodeBlock(scratch[:0], x.v); err != nil {
+		var typ models.FieldType
+		if scratch, typ, err = decodeBlock(scratch[:0], x.v); err != nil {
 			return nil, err
 		}
 		pts := scratch
@@ -305,7 +307,11 @@ func readSeries(b *bolt.Bucket, id uint64, start, end int64, extra int) ([]Serie
 			pts = pts[:i]
 		}
 		for _, p := range pts {
-			out = append(out, SeriesPoint{TS: p.ts, Value: math.Float64frombits(p.bits)})
+			sp, err := res.point(p, typ)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, sp)
 		}
 	}
 	return out, nil
@@ -330,7 +336,7 @@ func newBlockPut(tx *bolt.Tx, fromTxn uint64) *blockPut {
 	return bp
 }
 
-func (bp *blockPut) put(id uint64, pts []memPoint) error {
+func (bp *blockPut) put(id uint64, pts []memPoint, typ models.FieldType) error {
 	var k [16]byte // bbolt copies keys, not values
 	for len(pts) > 0 {
 		n := min(len(pts), maxBlockPoints)
@@ -339,7 +345,7 @@ func (bp *blockPut) put(id uint64, pts []memPoint) error {
 		// Encoded in scratch, then copied: how many bytes a block takes is
 		// only known after, and room for the worst case wasted most of
 		// every chunk on well-compressed blocks.
-		bp.scratch = encodeBlock(bp.scratch[:0], pts[:n])
+		bp.scratch = encodeBlock(bp.scratch[:0], pts[:n], typ)
 		if err := bp.blocks.Put(k[:], bp.vals.add(bp.scratch)); err != nil {
 			return err
 		}
@@ -364,15 +370,19 @@ func deleteBlock(tx *bolt.Tx, k []byte) error {
 // result of edit, which gets their points (sorted) and returns the new ones,
 // written with bp: one per transaction, whose arena holds the values of all
 // its blocks (an arena per call took a chunk for each series a flush merged).
-func rewriteRange(tx *bolt.Tx, bp *blockPut, id uint64, lo, hi int64, edit func([]memPoint) []memPoint) error {
+// typ is the series' type, which its blocks must have.
+func rewriteRange(tx *bolt.Tx, bp *blockPut, id uint64, typ models.FieldType, lo, hi int64, edit func([]memPoint) []memPoint) error {
 	var old []memPoint
 	var keys [][]byte
 	err := seriesBlocks(tx.Bucket(bucketBlocks), id, lo, func(k, v []byte, h blockHeader) (bool, error) {
 		if h.minTS > hi {
 			return false, nil
 		}
+		if h.typ != typ {
+			return false, fmt.Errorf("%w: series %d holds %s blocks, not %s", ErrCorrupt, id, h.typ, typ)
+		}
 		var err error
-		old, err = decodeBlock(old, v)
+		old, _, err = decodeBlock(old, v)
 		keys = append(keys, slices.Clone(k))
 		return true, err
 	})
@@ -384,7 +394,7 @@ func rewriteRange(tx *bolt.Tx, bp *blockPut, id uint64, lo, hi int64, edit func(
 			return err
 		}
 	}
-	return bp.put(id, edit(old))
+	return bp.put(id, edit(old), typ)
 }
 
 // lastBlockMax returns the newest flushed ts of series id (ok false: none).
@@ -455,13 +465,13 @@ func writeMemtable(tx *bolt.Tx, ix *seriesIndex, mt *memtable, fromTxn uint64) (
 			newest[len(newest)-1].ts = max(last, ms.pts[len(ms.pts)-1].ts)
 		}
 		if !any || ms.pts[0].ts > last {
-			if err := bp.put(id, ms.pts); err != nil {
+			if err := bp.put(id, ms.pts, ms.typ); err != nil {
 				return nil, nil, false, err
 			}
 			continue
 		}
 		merged = true
-		err = rewriteRange(tx, rw, id, ms.pts[0].ts, ms.pts[len(ms.pts)-1].ts, func(old []memPoint) []memPoint {
+		err = rewriteRange(tx, rw, id, ms.typ, ms.pts[0].ts, ms.pts[len(ms.pts)-1].ts, func(old []memPoint) []memPoint {
 			return mergeMem(old, ms.pts, func(ts int64, bits uint64) { prev[memSlot{idx, ts}] = bits })
 		})
 		if err != nil {
@@ -469,6 +479,12 @@ func writeMemtable(tx *bolt.Tx, ix *seriesIndex, mt *memtable, fromTxn uint64) (
 		}
 	}
 	if err := ns.finish(); err != nil {
+		return nil, nil, false, err
+	}
+	if err := saveStrs(tx, mt); err != nil {
+		return nil, nil, false, err
+	}
+	if err := ix.ft.save(tx); err != nil {
 		return nil, nil, false, err
 	}
 	// Recorded before the commit: if it fails, the bound is only higher
@@ -522,6 +538,7 @@ func undoEntries(tx *bolt.Tx, ix *seriesIndex, to uint64, entries []Entry) error
 		ts      int64
 		hadPrev bool
 		prev    uint64
+		typ     models.FieldType
 	}
 	bySeries := make(map[string][]op)
 	for i, e := range slices.Backward(entries) {
@@ -538,7 +555,7 @@ func undoEntries(tx *bolt.Tx, ix *seriesIndex, to uint64, entries []Entry) error
 		for _, u := range slices.Backward(ops) {
 			p := &e.Points[u.point]
 			key = lineproto.AppendSeriesKey(key[:0], p.Metric, p.Tags, p.Field)
-			bySeries[string(key)] = append(bySeries[string(key)], op{p.TS, u.hadPrev, u.prev})
+			bySeries[string(key)] = append(bySeries[string(key)], op{p.TS, u.hadPrev, u.prev, p.Type})
 		}
 		if err := undoB.Delete(k); err != nil {
 			return err
@@ -554,7 +571,7 @@ func undoEntries(tx *bolt.Tx, ix *seriesIndex, to uint64, entries []Entry) error
 		for _, o := range ops {
 			lo, hi = min(lo, o.ts), max(hi, o.ts)
 		}
-		err := rewriteRange(tx, rw, id, lo, hi, func(old []memPoint) []memPoint {
+		err := rewriteRange(tx, rw, id, ops[0].typ, lo, hi, func(old []memPoint) []memPoint {
 			state := make(map[int64]uint64, len(old))
 			for _, p := range old {
 				state[p.ts] = p.bits

@@ -17,7 +17,7 @@ func (e Entry) MarshalBinary() ([]byte, error) {
 }
 
 func (e Entry) appendBinary(b []byte) []byte {
-	return wire.AppendPoints(wire.AppendHead(b, e.TxnID, e.Term), e.Points, nil)
+	return wire.AppendPoints(wire.AppendHead(b, e.TxnID, e.Term, wire.Version(e.Points)), e.Points, nil)
 }
 
 // UnmarshalBinary decodes what MarshalBinary produced. It never panics on bad

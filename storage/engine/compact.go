@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cairn-db/cairn/models"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -61,6 +62,7 @@ func (l *rateLimiter) delay(n int, now time.Time) time.Duration {
 type compactRun struct {
 	keys [][]byte
 	pts  []memPoint
+	typ  models.FieldType
 }
 
 // compactStep merges runs of at least minRun consecutive small blocks of one
@@ -102,11 +104,11 @@ func (s *boltShard) compactStep(budget, minRun int) (int, bool, error) {
 			// One look-up in recent a block: a pass reads every block
 			// header of the shard, and bbolt allocates for each.
 			isRecent := recent.Get(k) != nil
-			if err != nil || isRecent || id != curID || curPoints+h.count > maxBlockPoints {
+			if err != nil || isRecent || id != curID || curPoints+h.count > maxBlockPoints || h.typ != cur.typ && len(cur.keys) > 0 {
 				end()
 			}
 			if err == nil && !isRecent && h.count < maxBlockPoints {
-				if cur.pts, err = decodeBlock(cur.pts, v); err != nil {
+				if cur.pts, cur.typ, err = decodeBlock(cur.pts, v); err != nil {
 					return err
 				}
 				cur.keys = append(cur.keys, append([]byte(nil), k...))
@@ -128,7 +130,7 @@ func (s *boltShard) compactStep(budget, minRun int) (int, bool, error) {
 					return err
 				}
 			}
-			if err := bp.put(beUint64(r.keys[0]), r.pts); err != nil {
+			if err := bp.put(beUint64(r.keys[0]), r.pts, r.typ); err != nil {
 				return err
 			}
 		}

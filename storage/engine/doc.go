@@ -28,6 +28,30 @@
 // which grow with the series a node holds and which the node's soft memory
 // limit follows (app.derivedLimit) rather than sitting under them.
 //
+// # Field types
+//
+// A field keeps one type per (measurement, field) in a shard, InfluxDB's
+// five: float, integer, unsigned, boolean, string (types.go). The leader
+// admits a point only of its field's type, or of a field new to the shard,
+// whose type the point claims (AdmitTypes): a point of another type is
+// refused with InfluxDB's "field type conflict" and the batch's other
+// points are written (a partial write, like a bad line's). Followers take
+// what their leader logged. The types are saved by flushes (the ftype
+// bucket); a field with postings and no saved type is a float, the only
+// type of the files written before types were kept.
+//
+// Entries carry each point's type (storage/wire, entry version 2; an
+// all-float entry stays version 1, readable by the release before). In the
+// memtable and in blocks every value is 64 bits: a float's float64 bits,
+// an integer's int64, an unsigned's uint64, a boolean's 0 or 1, and a
+// string's id in the shard's string heap (the strs bucket: id -> bytes,
+// ids drawn in order by the active memtable and saved by its flush), so
+// the undo records, truncation, merges and compaction handle every type
+// alike. Float blocks are the version 1 Gorilla blocks, unchanged; the
+// other types' blocks are version 2 with their type in the header and
+// their values as delta-of-delta integers (gorilla.go). A string
+// overwritten or truncated stays in the heap until the shard is dropped.
+//
 // # High cardinality: what the layout still costs, and where it goes next
 //
 // A flush costs a bbolt put per series it holds, at the series' place in the

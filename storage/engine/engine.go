@@ -116,6 +116,14 @@ type Shard interface {
 	// lineproto series key, in no promised order, reading no points; a visit
 	// error ends the walk and is returned. InfluxQL's SHOW statements use it.
 	SeriesKeys(visit func(key string) error) error
+	// AdmitTypes is what a leader asks before it logs points: those whose
+	// field is new to the shard (its type is claimed for it) or of the
+	// type the shard holds, in order (points itself when all are), and how
+	// many others it refused with the first refusal (a *Conflict,
+	// ErrFieldTypeConflict). Followers take what their leader logged.
+	AdmitTypes(points []lineproto.Point) (kept []lineproto.Point, refused int, first error)
+	// FieldTypes is the type of every field of metric the shard holds.
+	FieldTypes(metric string) map[string]models.FieldType
 	// Snapshot writes a consistent full copy, for a full sync.
 	Snapshot(w io.Writer) error
 	// Restore replaces the content with a snapshot, log and txn id included.

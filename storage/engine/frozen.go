@@ -51,17 +51,18 @@ func (m *memtables) collect(metric string, match map[string]string, start, end i
 	}), nil
 }
 
-// scanCopy is memtable.scanCopy over both memtables, the active one winning.
-func (m *memtables) scanCopy(metric string, start, end int64, keep func(string) bool) []memRun {
-	runs := m.active.scanCopy(metric, start, end, keep)
+// scanCopy is memtable.scanCopy over both memtables, the active one
+// winning, with the strings of both.
+func (m *memtables) scanCopy(metric string, start, end int64, keep func(string) bool) ([]memRun, []strView) {
+	runs, view := m.active.scanCopy(metric, start, end, keep)
 	if m.frozen == nil {
-		return runs
+		return runs, []strView{view}
 	}
-	older := m.frozen.scanCopy(metric, start, end, keep)
+	older, frozen := m.frozen.scanCopy(metric, start, end, keep)
 	return mergeByKey(older, runs, func(r memRun) string { return r.key }, func(o, n memRun) memRun {
 		n.pts = mergeSorted(o.pts, n.pts, func(p memPoint) int64 { return p.ts }, nil)
 		return n
-	})
+	}), []strView{view, frozen}
 }
 
 // mergeByKey merges two lists sorted by key; on the same key, both merges

@@ -3,11 +3,13 @@ package engine
 import (
 	"encoding/binary"
 	"fmt"
-	"github.com/cairn-db/cairn/storage/wire"
 	"hash/crc32"
 	"math"
 	"math/bits"
 	"slices"
+
+	"github.com/cairn-db/cairn/models"
+	"github.com/cairn-db/cairn/storage/wire"
 )
 
 // A block holds one series' points over a time range, compressed the way
@@ -21,9 +23,26 @@ import (
 //	crc32c(rest) u32 LE | version 1 | count | minTS varint | maxTS-minTS |
 //	value mode (0: XOR; 1+k: decimals with k digits) | bit stream
 //
+// That is a float series' block, the only kind before field types were
+// kept. The blocks of the other types (integer, unsigned, boolean, string)
+// are version 2, with their type after the version:
+//
+//	crc32c(rest) u32 LE | version 2 | type | count | minTS varint |
+//	maxTS-minTS | value mode (intMode) | bit stream
+//
+// and their values, 64-bit integers (the int64, the uint64, 0 or 1, and a
+// string's id in the shard's string heap, strs.go), as the delta-of-delta
+// of the integers after the timestamps, like the decimal mode's: a steady
+// counter, an unchanged boolean and the consecutive ids of a string series
+// cost one bit a point, and every value round-trips exactly.
+//
 // The checksum covers everything after it, so a torn or truncated block never
 // decodes to wrong points: it fails with ErrCorrupt.
-const blockVersion = 1
+const (
+	blockVersion      = 1
+	blockVersionTyped = 2
+	intMode           = 0x80 // values as delta-of-delta integers (version 2)
+)
 
 // maxBlockPoints bounds one block, so decoding a block for a short range stays
 // cheap and compaction has a target size.
@@ -139,11 +158,15 @@ func (r *bitReader) readBits(n int) uint64 {
 	return hi<<(n-32) | r.readBits(n-32)
 }
 
-// encodeBlock compresses points, which must be sorted by ts and unique, and
-// appends the block to dst.
-func encodeBlock(dst []byte, pts []memPoint) []byte {
+// encodeBlock compresses points of type typ, which must be sorted by ts and
+// unique, and appends the block to dst.
+func encodeBlock(dst []byte, pts []memPoint, typ models.FieldType) []byte {
 	start := len(dst)
-	dst = append(dst, 0, 0, 0, 0, blockVersion)
+	if typ == models.FieldFloat {
+		dst = append(dst, 0, 0, 0, 0, blockVersion)
+	} else {
+		dst = append(dst, 0, 0, 0, 0, blockVersionTyped, byte(typ))
+	}
 	dst = binary.AppendUvarint(dst, uint64(len(pts)))
 	if len(pts) == 0 {
 		return sealBlock(dst, start)
@@ -151,10 +174,15 @@ func encodeBlock(dst []byte, pts []memPoint) []byte {
 	minTS, maxTS := pts[0].ts, pts[len(pts)-1].ts
 	dst = binary.AppendVarint(dst, minTS)
 	dst = binary.AppendUvarint(dst, uint64(maxTS)-uint64(minTS))
-	scale, decimal := decimalScale(pts)
-	mode := byte(0)
-	if decimal {
-		mode = 1 + byte(scale)
+	var scale int
+	decimal, ints := false, typ != models.FieldFloat
+	mode := byte(intMode)
+	if !ints {
+		scale, decimal = decimalScale(pts)
+		mode = 0
+		if decimal {
+			mode = 1 + byte(scale)
+		}
 	}
 	dst = append(dst, mode)
 	w := bitWriter{b: dst}
@@ -162,7 +190,7 @@ func encodeBlock(dst []byte, pts []memPoint) []byte {
 	// int64 range round-trips.
 	var prevTS, prevDelta uint64 = uint64(minTS), 0
 	prevVal := pts[0].bits
-	if !decimal {
+	if !decimal && !ints {
 		w.writeBits(prevVal, 64)
 	}
 	lead, trail := -1, 0 // the current XOR window; -1: none yet
@@ -170,7 +198,7 @@ func encodeBlock(dst []byte, pts []memPoint) []byte {
 		delta := uint64(p.ts) - prevTS
 		w.writeDoD(int64(delta - prevDelta))
 		prevTS, prevDelta = uint64(p.ts), delta
-		if decimal {
+		if decimal || ints {
 			continue
 		}
 		x := p.bits ^ prevVal
@@ -195,22 +223,31 @@ func encodeBlock(dst []byte, pts []memPoint) []byte {
 		w.writeBits(uint64(n-1), 6)
 		w.writeBits(x>>uint(t), n)
 	}
-	if decimal {
+	switch {
+	case decimal:
 		// Exact decimals (integers, counters, two-decimal gauges) go as the
 		// delta-of-delta of their scaled integers, after the timestamps:
 		// steady counters and unchanged gauges cost one bit a point.
 		pow := decimalPow[scale]
-		prev := uint64(int64(math.Round(math.Float64frombits(pts[0].bits) * pow)))
-		w.writeBits(prev, 64)
-		var prevD uint64
-		for _, p := range pts[1:] {
-			v := uint64(int64(math.Round(math.Float64frombits(p.bits) * pow)))
-			d := v - prev
-			w.writeDoD(int64(d - prevD))
-			prev, prevD = v, d
-		}
+		w.writeIntDoDs(pts, func(bits uint64) uint64 { return uint64(int64(math.Round(math.Float64frombits(bits) * pow))) })
+	case ints:
+		w.writeIntDoDs(pts, func(bits uint64) uint64 { return bits })
 	}
 	return sealBlock(w.b, start)
+}
+
+// writeIntDoDs writes the first point's integer (of(bits)) in 64 bits, then
+// the delta-of-delta of every next one.
+func (w *bitWriter) writeIntDoDs(pts []memPoint, of func(uint64) uint64) {
+	prev := of(pts[0].bits)
+	w.writeBits(prev, 64)
+	var prevD uint64
+	for _, p := range pts[1:] {
+		v := of(p.bits)
+		d := v - prev
+		w.writeDoD(int64(d - prevD))
+		prev, prevD = v, d
+	}
 }
 
 // writeDoD writes a delta-of-delta in Gorilla's variable-length buckets,
@@ -313,6 +350,7 @@ func sealBlock(b []byte, start int) []byte {
 type blockHeader struct {
 	count        int
 	minTS, maxTS int64
+	typ          models.FieldType
 }
 
 // parseBlock checks the block's checksum and reads its header; it returns the
@@ -325,11 +363,18 @@ func parseBlock(b []byte) (blockHeader, []byte, error) {
 		return blockHeader{}, nil, fmt.Errorf("%w: checksum mismatch", ErrBlockCorrupt)
 	}
 	d := wire.NewDecoder(b[4:])
-	if d.Byte() != blockVersion {
+	var h blockHeader
+	switch d.Byte() {
+	case blockVersion:
+	case blockVersionTyped:
+		h.typ = models.FieldType(d.Byte())
+		if h.typ == models.FieldFloat || !h.typ.Valid() {
+			return blockHeader{}, nil, fmt.Errorf("%w: unknown type %d", ErrBlockCorrupt, h.typ)
+		}
+	default:
 		return blockHeader{}, nil, fmt.Errorf("%w: unknown version", ErrBlockCorrupt)
 	}
 	n := d.Uvarint()
-	var h blockHeader
 	if n > 0 {
 		h.minTS = d.Varint()
 		h.maxTS = int64(uint64(h.minTS) + d.Uvarint())
@@ -371,38 +416,43 @@ func decodeXOR(r *bitReader, dst []memPoint, base, count int, prevTS, prevVal ui
 // decodeDecimals reads the values of a decimal-mode stream into pts, whose
 // timestamps are decoded.
 func decodeDecimals(r *bitReader, pts []memPoint, pow float64) {
+	decodeIntDoDs(r, pts, func(v uint64) uint64 { return math.Float64bits(float64(int64(v)) / pow) })
+}
+
+// decodeIntDoDs reads the values writeIntDoDs wrote into pts, as bits(v).
+func decodeIntDoDs(r *bitReader, pts []memPoint, bits func(uint64) uint64) {
 	v := r.readBits(64)
 	var d uint64
-	pts[0].bits = math.Float64bits(float64(int64(v)) / pow)
+	pts[0].bits = bits(v)
 	for i := 1; i < len(pts) && !r.err; {
 		z, w := r.zeros(len(pts) - i)
 		if z > 0 {
 			for k := range z {
 				v += d
-				pts[i+k].bits = math.Float64bits(float64(int64(v)) / pow)
+				pts[i+k].bits = bits(v)
 			}
 			i += z
 			continue
 		}
 		d += r.readDoDAt(w)
 		v += d
-		pts[i].bits = math.Float64bits(float64(int64(v)) / pow)
+		pts[i].bits = bits(v)
 		i++
 	}
 }
 
-// decodeBlock appends the block's points to dst.
-func decodeBlock(dst []memPoint, b []byte) ([]memPoint, error) {
+// decodeBlock appends the block's points to dst and says their type.
+func decodeBlock(dst []memPoint, b []byte) ([]memPoint, models.FieldType, error) {
 	h, stream, err := parseBlock(b)
 	if err != nil {
-		return dst, err
+		return dst, 0, err
 	}
 	if h.count == 0 {
-		return dst, nil
+		return dst, h.typ, nil
 	}
 	mode := stream[0]
-	if mode > byte(len(decimalPow)) {
-		return dst, fmt.Errorf("%w: unknown value mode %d", ErrBlockCorrupt, mode)
+	if h.typ == models.FieldFloat && mode > byte(len(decimalPow)) || h.typ != models.FieldFloat && mode != intMode {
+		return dst, 0, fmt.Errorf("%w: unknown value mode %d", ErrBlockCorrupt, mode)
 	}
 	decimal := mode > 0
 	// Room for the block at once (a header is checksummed, but cap what it
@@ -434,7 +484,11 @@ func decodeBlock(dst []memPoint, b []byte) ([]memPoint, error) {
 			dst = append(dst, memPoint{int64(prevTS), 0})
 			i++
 		}
-		if !r.err {
+		switch {
+		case r.err:
+		case mode == intMode:
+			decodeIntDoDs(&r, dst[base:], func(v uint64) uint64 { return v })
+		default:
 			decodeDecimals(&r, dst[base:], decimalPow[mode-1])
 		}
 	} else {
@@ -442,7 +496,14 @@ func decodeBlock(dst []memPoint, b []byte) ([]memPoint, error) {
 		decodeXOR(&r, dst, base, h.count, prevTS, prevVal)
 	}
 	if r.err || dst[len(dst)-1].ts != h.maxTS {
-		return dst[:base], fmt.Errorf("%w: bad bit stream", ErrBlockCorrupt)
+		return dst[:base], 0, fmt.Errorf("%w: bad bit stream", ErrBlockCorrupt)
 	}
-	return dst, nil
+	if h.typ == models.FieldBoolean {
+		for _, p := range dst[base:] {
+			if p.bits > 1 {
+				return dst[:base], 0, fmt.Errorf("%w: boolean %d", ErrBlockCorrupt, p.bits)
+			}
+		}
+	}
+	return dst, h.typ, nil
 }

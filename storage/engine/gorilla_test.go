@@ -2,6 +2,7 @@ package engine
 
 import (
 	"encoding/binary"
+	"github.com/cairn-db/cairn/models"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -53,13 +54,13 @@ func TestBlockRoundTripProperty(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	for i := 0; i < 3000; i++ {
 		pts := randomSeries(rng, rng.IntN(maxBlockPoints)+1)
-		enc := encodeBlock(nil, pts)
-		got, err := decodeBlock(nil, enc)
+		enc := encodeBlock(nil, pts, models.FieldFloat)
+		got, _, err := decodeBlock(nil, enc)
 		require.NoError(t, err, "case %d", i)
 		require.Equal(t, pts, got, "case %d", i)
 		h, _, err := parseBlock(enc)
 		require.NoError(t, err)
-		require.Equal(t, blockHeader{len(pts), pts[0].ts, pts[len(pts)-1].ts}, h)
+		require.Equal(t, blockHeader{len(pts), pts[0].ts, pts[len(pts)-1].ts, models.FieldFloat}, h)
 	}
 }
 
@@ -71,7 +72,7 @@ func TestBlockExtremeTimestamps(t *testing.T) {
 		{{42, math.Float64bits(math.NaN())}},
 		{},
 	} {
-		got, err := decodeBlock(nil, encodeBlock(nil, pts))
+		got, _, err := decodeBlock(nil, encodeBlock(nil, pts, models.FieldFloat))
 		require.NoError(t, err)
 		require.Equal(t, len(pts), len(got))
 		if len(pts) > 0 {
@@ -92,7 +93,7 @@ func TestBlockCompressesRegularSeries(t *testing.T) {
 		}
 		pts[i] = memPoint{int64(1.7e18) + int64(i)*10e9, math.Float64bits(v)}
 	}
-	enc := encodeBlock(nil, pts)
+	enc := encodeBlock(nil, pts, models.FieldFloat)
 	require.Less(t, float64(len(enc))/float64(len(pts)), 1.5, "bytes per point")
 }
 
@@ -100,18 +101,18 @@ func TestBlockCompressesRegularSeries(t *testing.T) {
 // flips one bit at every offset: each must fail with ErrBlockCorrupt.
 func TestBlockDetectsEveryTornWrite(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
-	enc := encodeBlock(nil, randomSeries(rng, 300))
+	enc := encodeBlock(nil, randomSeries(rng, 300), models.FieldFloat)
 	for k := 0; k < len(enc); k++ {
-		_, err := decodeBlock(nil, enc[:k])
+		_, _, err := decodeBlock(nil, enc[:k])
 		require.ErrorIs(t, err, ErrBlockCorrupt, "cut at %d", k)
 		zeroed := append(slices.Clone(enc[:k]), make([]byte, len(enc)-k)...)
 		if !slices.Equal(zeroed, enc) {
-			_, err = decodeBlock(nil, zeroed)
+			_, _, err = decodeBlock(nil, zeroed)
 			require.ErrorIs(t, err, ErrBlockCorrupt, "zeroed from %d", k)
 		}
 		flipped := slices.Clone(enc)
 		flipped[k] ^= 1 << (k % 8)
-		_, err = decodeBlock(nil, flipped)
+		_, _, err = decodeBlock(nil, flipped)
 		require.ErrorIs(t, err, ErrBlockCorrupt, "bit flip at %d", k)
 	}
 }
@@ -120,13 +121,13 @@ func TestBlockDetectsEveryTornWrite(t *testing.T) {
 // is exercised) never panic and never yield more points than the header says.
 func FuzzBlockDecode(f *testing.F) {
 	rng := rand.New(rand.NewPCG(5, 6))
-	f.Add(encodeBlock(nil, randomSeries(rng, 10))[4:])
+	f.Add(encodeBlock(nil, randomSeries(rng, 10), models.FieldFloat)[4:])
 	f.Add([]byte{1, 3, 0, 0})
 	f.Fuzz(func(t *testing.T, body []byte) {
 		b := binary.LittleEndian.AppendUint32(nil, 0)
 		b = append(b, body...)
 		sealBlock(b, 0)
-		pts, err := decodeBlock(nil, b)
+		pts, _, err := decodeBlock(nil, b)
 		if err == nil {
 			h, _, _ := parseBlock(b)
 			require.Len(t, pts, h.count)
@@ -145,7 +146,7 @@ func FuzzBlockRoundTrip(f *testing.F) {
 		}
 		slices.SortFunc(pts, func(a, b memPoint) int { return cmpPointTS(a, b.ts) })
 		pts = slices.CompactFunc(pts, func(a, b memPoint) bool { return a.ts == b.ts })
-		got, err := decodeBlock(nil, encodeBlock(nil, pts))
+		got, _, err := decodeBlock(nil, encodeBlock(nil, pts, models.FieldFloat))
 		require.NoError(t, err)
 		if len(pts) == 0 {
 			require.Empty(t, got)

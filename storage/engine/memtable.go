@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/storage/lineproto"
 )
 
@@ -47,6 +48,10 @@ type memtable struct {
 	// keys holds the keys of series never flushed (the shard's index keeps
 	// them once flushed), many to an allocation, for the same reason.
 	keys strings.Builder
+	// strs holds the values of the string points, with ids strBase, ...:
+	// a string series' memPoint bits are its string's id (types.go).
+	strs    []string
+	strBase uint64
 
 	// under is the frozen memtable being flushed while this one fills, until
 	// its flush ends (see intern).
@@ -56,6 +61,7 @@ type memtable struct {
 // memSeries is one series' points, sorted by ts and unique.
 type memSeries struct {
 	key string
+	typ models.FieldType // of every point of the series
 	// next is 1 + the series looked up after this one last time (0: none).
 	// Writers send their series in much the same order batch after batch,
 	// so it names the next series without hashing its key into an index
@@ -159,8 +165,16 @@ func (mt *memtable) insert(e Entry, keys *pointKeys, now time.Time) {
 			idx = mt.seriesOf(key, p)
 		}
 		ms := &mt.series[idx]
+		if p.Type != ms.typ {
+			// The leader admits a point only of its field's type
+			// (fieldTypes.check); a series never holds two.
+			continue
+		}
 		u := memUndo{ts: p.TS, series: idx, point: int32(i), fromDisk: true}
-		bits := math.Float64bits(p.Value)
+		bits := p.Bits()
+		if p.Type == models.FieldString {
+			bits = mt.addString(p.Str)
+		}
 		if len(ms.pts) == 0 || p.TS > ms.last {
 			ms.pts = append(ms.pts, memPoint{p.TS, bits})
 			ms.last = p.TS
@@ -203,6 +217,21 @@ func (mt *memtable) insert(e Entry, keys *pointKeys, now time.Time) {
 
 func cmpPointTS(p memPoint, ts int64) int { return cmp.Compare(p.ts, ts) }
 
+// addString keeps s and returns its id.
+func (mt *memtable) addString(s string) uint64 {
+	id := mt.ix.nextStr.Add(1) - 1
+	if len(mt.strs) == 0 {
+		mt.strBase = id
+	}
+	// Clone: s may point into a whole request body.
+	mt.strs = append(mt.strs, strings.Clone(s))
+	mt.bytes += int64(len(s)) + 16
+	return id
+}
+
+// strView is the memtable's strings, for readers (under mu).
+func (mt *memtable) strView() strView { return strView{base: mt.strBase, strs: mt.strs} }
+
 // seriesOf returns the series of p, whose key is key, creating it on first
 // sight. It tries the series that followed the previous one last time first
 // (see memSeries.next).
@@ -232,7 +261,12 @@ func (mt *memtable) lookup(key []byte, p *lineproto.Point) int32 {
 		k, diskMax = mt.newKey(key), math.MinInt64 // a series never flushed
 	}
 	idx := int32(len(mt.series))
-	ms := memSeries{key: k, diskMax: diskMax}
+	ms := memSeries{key: k, diskMax: diskMax, typ: p.Type}
+	if t, known := mt.ix.ft.typeOf(p.Metric, p.Field); known {
+		ms.typ = t // a point of another type is not kept (insert)
+	} else {
+		mt.ix.ft.claim(p.Metric, p.Field, p.Type)
+	}
 	if h := mt.ptsHint; h > 0 {
 		if len(mt.arena)+h > cap(mt.arena) {
 			mt.arena = make([]memPoint, 0, max(arenaPoints, h))
@@ -323,6 +357,7 @@ func (mt *memtable) collect(metric string, match map[string]string, start, end i
 	mt.mu.RLock()
 	defer mt.mu.RUnlock()
 	var hits []memHit
+	res := strResolver{mems: []strView{mt.strView()}}
 	b := budget{lim: lim} // each hit is a series of the answer (a point also flushed counts twice: conservative)
 	for _, idx := range mt.byMetric[metric] {
 		ms := &mt.series[idx]
@@ -346,7 +381,9 @@ func (mt *memtable) collect(metric string, match map[string]string, start, end i
 		}
 		points := make([]SeriesPoint, hi-lo)
 		for i, p := range ms.pts[lo:hi] {
-			points[i] = SeriesPoint{TS: p.ts, Value: math.Float64frombits(p.bits)}
+			if points[i], err = res.point(p, ms.typ); err != nil {
+				return nil, err
+			}
 		}
 		hits = append(hits, memHit{key: ms.key, header: header, points: points})
 	}

@@ -37,7 +37,7 @@ func TestPreparedEntryMatchesItsEncodingAndKeys(t *testing.T) {
 		pr := Prepare(e.Points)
 		want, err := e.MarshalBinary()
 		require.NoError(t, err)
-		require.Equal(t, want, append(wire.AppendHead(nil, e.TxnID, e.Term), pr.points...), "txn %d", e.TxnID)
+		require.Equal(t, want, append(wire.AppendHead(nil, e.TxnID, e.Term, wire.Version(e.Points)), pr.points...), "txn %d", e.TxnID)
 		require.Len(t, pr.keys.ends, len(e.Points))
 		for i := range e.Points {
 			p := &e.Points[i]

@@ -74,6 +74,7 @@ func (s *boltShard) QueryLimited(metric string, match map[string]string, start, 
 			return err
 		}
 		blocks := tx.Bucket(bucketBlocks)
+		res := &strResolver{bucket: tx.Bucket(bucketStrs)}
 		for _, fs := range flushed {
 			for len(hits) > 0 && hits[0].key < fs.key {
 				if err := emit(hits[0].series()); err != nil {
@@ -94,7 +95,7 @@ func (s *boltShard) QueryLimited(metric string, match map[string]string, start, 
 					continue
 				}
 			}
-			pts, err := readSeries(blocks, fs.id, start, end, len(mem))
+			pts, err := readSeries(blocks, res, fs.id, start, end, len(mem))
 			if err != nil {
 				return fmt.Errorf("series %q: %w", fs.key, err)
 			}

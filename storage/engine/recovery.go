@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 
+	"github.com/cairn-db/cairn/models"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -98,7 +99,7 @@ func convertLegacy(tx *bolt.Tx) error {
 		if err != nil {
 			return err
 		}
-		return bp.put(id, pts)
+		return bp.put(id, pts, models.FieldFloat) // they stored floats only
 	})
 	if err == nil {
 		err = ns.finish()

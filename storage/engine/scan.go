@@ -3,10 +3,10 @@ package engine
 import (
 	"bytes"
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 
+	"github.com/cairn-db/cairn/models"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -36,6 +36,7 @@ func BlockReads() uint64 { return blockReads.Load() }
 type memRun struct {
 	key string
 	pts []memPoint
+	typ models.FieldType
 }
 
 func (s *boltShard) Scan(metric string, match map[string]string, start, end int64, keep func(string) bool, visit func(string, []SeriesPoint) error) error {
@@ -44,7 +45,7 @@ func (s *boltShard) Scan(metric string, match map[string]string, start, end int6
 	}
 	err := s.viewMems(func(tx *bolt.Tx, m *memtables) error {
 		// s.ix is stable while viewMems holds mu (see QueryLimited).
-		runs := m.scanCopy(metric, start, end, keep)
+		runs, views := m.scanCopy(metric, start, end, keep)
 		ids, err := candidateIDs(tx, metric, match)
 		if err != nil {
 			return err
@@ -63,32 +64,41 @@ func (s *boltShard) Scan(metric string, match map[string]string, start, end int6
 			flushed = append(flushed, flushedRef{id, key})
 		}
 		slices.SortFunc(flushed, func(a, b flushedRef) int { return strings.Compare(a.key, b.key) })
-		sc := scanner{blocks: tx.Bucket(bucketBlocks), start: start, end: end}
+		sc := scanner{blocks: tx.Bucket(bucketBlocks), start: start, end: end,
+			res: strResolver{mems: views, bucket: tx.Bucket(bucketStrs)}}
 		for _, fs := range flushed {
 			for len(runs) > 0 && runs[0].key < fs.key {
-				if err := visit(runs[0].key, sc.points(nil, runs[0].pts)); err != nil {
+				if err := sc.visitRun(runs[0], visit); err != nil {
 					return err
 				}
 				runs = runs[1:]
 			}
 			var mem []memPoint
-			if len(runs) > 0 && runs[0].key == fs.key {
+			inMem := len(runs) > 0 && runs[0].key == fs.key
+			if inMem {
 				mem = runs[0].pts
-				runs = runs[1:]
 			} else if !keep(fs.key) {
 				continue
 			}
 			if err := sc.read(fs.id); err != nil {
 				return fmt.Errorf("series %q: %w", fs.key, err)
 			}
-			if pts := sc.points(sc.disk, mem); len(pts) > 0 {
+			if inMem {
+				sc.typ = runs[0].typ // the same as its blocks'
+				runs = runs[1:]
+			}
+			pts, err := sc.points(sc.disk, mem)
+			if err != nil {
+				return fmt.Errorf("series %q: %w", fs.key, err)
+			}
+			if len(pts) > 0 {
 				if err := visit(fs.key, pts); err != nil {
 					return err
 				}
 			}
 		}
 		for _, r := range runs {
-			if err := visit(r.key, sc.points(nil, r.pts)); err != nil {
+			if err := sc.visitRun(r, visit); err != nil {
 				return err
 			}
 		}
@@ -148,7 +158,7 @@ func intersectSorted(a, b []uint64) []uint64 {
 // scanCopy copies out the points in [start, end] of the memtable series of
 // metric that keep accepts, sorted by key; one allocation holds them all.
 // keep runs under the memtable's read lock.
-func (mt *memtable) scanCopy(metric string, start, end int64, keep func(string) bool) []memRun {
+func (mt *memtable) scanCopy(metric string, start, end int64, keep func(string) bool) ([]memRun, strView) {
 	mt.mu.RLock()
 	defer mt.mu.RUnlock()
 	type span struct {
@@ -175,10 +185,10 @@ func (mt *memtable) scanCopy(metric string, start, end int64, keep func(string) 
 	for i, sp := range spans {
 		n := len(buf)
 		buf = append(buf, sp.ms.pts[sp.lo:sp.hi]...)
-		runs[i] = memRun{key: sp.ms.key, pts: buf[n:len(buf):len(buf)]}
+		runs[i] = memRun{key: sp.ms.key, pts: buf[n:len(buf):len(buf)], typ: sp.ms.typ}
 	}
 	slices.SortFunc(runs, func(a, b memRun) int { return strings.Compare(a.key, b.key) })
-	return runs
+	return runs, mt.strView()
 }
 
 // scanner reads series blocks into buffers it reuses from series to series.
@@ -187,7 +197,19 @@ type scanner struct {
 	start, end int64
 	scratch    []memPoint // one decoded block
 	disk       []memPoint // the series' flushed points in range
+	typ        models.FieldType
 	out        []SeriesPoint
+	res        strResolver
+}
+
+// visitRun visits a series only the memtables hold.
+func (sc *scanner) visitRun(r memRun, visit func(string, []SeriesPoint) error) error {
+	sc.typ = r.typ
+	pts, err := sc.points(nil, r.pts)
+	if err != nil {
+		return fmt.Errorf("series %q: %w", r.key, err)
+	}
+	return visit(r.key, pts)
 }
 
 // read decodes series id's flushed points in [start, end] into sc.disk,
@@ -195,7 +217,7 @@ type scanner struct {
 // first ts and its header its last, so the walk starts at the block before
 // the first one at or after start and stops at the first starting past end.
 func (sc *scanner) read(id uint64) error {
-	sc.disk = sc.disk[:0]
+	sc.disk, sc.typ = sc.disk[:0], models.FieldFloat
 	prefix := u64Key(id)
 	c := sc.blocks.Cursor()
 	seek := blockKey(id, sc.start)
@@ -227,7 +249,7 @@ func (sc *scanner) block(k, v []byte) error {
 		return nil
 	}
 	blockReads.Add(1)
-	if sc.scratch, err = decodeBlock(sc.scratch[:0], v); err != nil {
+	if sc.scratch, sc.typ, err = decodeBlock(sc.scratch[:0], v); err != nil {
 		return fmt.Errorf("block %x: %w", k, err)
 	}
 	pts := sc.scratch
@@ -248,7 +270,7 @@ func (sc *scanner) block(k, v []byte) error {
 
 // points merges flushed and memtable points (both sorted; the memtable wins
 // on the same ts) into the reused output buffer.
-func (sc *scanner) points(disk, mem []memPoint) []SeriesPoint {
+func (sc *scanner) points(disk, mem []memPoint) ([]SeriesPoint, error) {
 	out := sc.out[:0]
 	i, j := 0, 0
 	for i < len(disk) || j < len(mem) {
@@ -265,8 +287,12 @@ func (sc *scanner) points(disk, mem []memPoint) []SeriesPoint {
 			i++
 			j++
 		}
-		out = append(out, SeriesPoint{TS: p.ts, Value: math.Float64frombits(p.bits)})
+		sp, err := sc.res.point(p, sc.typ)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, sp)
 	}
 	sc.out = out
-	return out
+	return out, nil
 }

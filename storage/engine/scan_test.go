@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"github.com/cairn-db/cairn/models"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -157,13 +158,13 @@ func BenchmarkDecodeBlock(b *testing.B) {
 			}
 			pts[i] = memPoint{int64(i) * 60e9, math.Float64bits(v)}
 		}
-		block := encodeBlock(nil, pts)
+		block := encodeBlock(nil, pts, models.FieldFloat)
 		b.Run(kind, func(b *testing.B) {
 			var dst []memPoint
 			b.SetBytes(int64(len(block)))
 			for range b.N {
 				var err error
-				if dst, err = decodeBlock(dst[:0], block); err != nil {
+				if dst, _, err = decodeBlock(dst[:0], block); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -201,8 +202,8 @@ func TestBlockRunsRoundTrip(t *testing.T) {
 			}
 			pts[i] = memPoint{ts, bitsV}
 		}
-		block := encodeBlock(nil, pts)
-		got, err := decodeBlock([]memPoint{{1, 1}}, block)
+		block := encodeBlock(nil, pts, models.FieldFloat)
+		got, _, err := decodeBlock([]memPoint{{1, 1}}, block)
 		require.NoError(t, err, "trial %d", trial)
 		require.Equal(t, pts, got[1:], "trial %d", trial)
 	}

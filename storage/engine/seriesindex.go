@@ -35,6 +35,10 @@ type seriesIndex struct {
 	lastSeries, lastPerSeries atomic.Int64
 	// size is bytes() as of the last change, for the engine's account.
 	size atomic.Int64
+	// ft is the shard's field types, nextStr the id of its next string
+	// (types.go).
+	ft      fieldTypes
+	nextStr atomic.Uint64
 }
 
 // maxSeriesID bounds the series ids an index holds in its slices: an id
@@ -47,11 +51,17 @@ const maxSeriesID = 1 << 32
 const indexSeriesBytes = 64 + 2*(16+8)
 
 func newSeriesIndex() *seriesIndex {
-	return &seriesIndex{ids: make(map[string]uint64), keys: []string{""}, newest: []int64{math.MaxInt64}}
+	ix := &seriesIndex{ids: make(map[string]uint64), keys: []string{""}, newest: []int64{math.MaxInt64}}
+	ix.nextStr.Store(1)
+	return ix
 }
 
 func loadIndex(tx *bolt.Tx) (*seriesIndex, error) {
 	ix := newSeriesIndex()
+	ix.nextStr.Store(loadNextStr(tx))
+	if err := loadTypes(tx, &ix.ft); err != nil {
+		return nil, err
+	}
 	b := tx.Bucket(bucketSKey)
 	if b == nil {
 		return ix, nil // a read-only look at a file of an older version

@@ -162,7 +162,9 @@ func frameEntries(dst []byte, id shardID, inc uint64, prevTerm uint64, entries [
 		r := walRec{kind: recEntry, inc: inc, db: id.db, shard: id.shard, txn: e.TxnID, term: e.Term, prevTerm: prevTerm}
 		start := len(data)
 		var off int
-		data, off = appendRecord(data, r, func(b []byte) []byte { return append(wire.AppendHead(b, e.TxnID, e.Term), points[i]...) })
+		data, off = appendRecord(data, r, func(b []byte) []byte {
+			return append(wire.AppendHead(b, e.TxnID, e.Term, wire.Version(e.Points)), points[i]...)
+		})
 		r.pos = walPos{off: int64(start + off), n: len(data) - start - off}
 		recs[i] = r
 		prevTerm = e.Term

@@ -5,15 +5,45 @@ package lineproto
 import (
 	"errors"
 	"fmt"
+	"math"
+
+	"github.com/cairn-db/cairn/models"
 )
 
 // Point is one field value of one line: a line with three fields yields three points.
+//
+// Value is a float's value; the other types keep theirs exactly in Int
+// (integer; unsigned as uint64 bits; boolean 1 or 0) or Str, with Value set
+// to the number they stand for (a string's 0) so that whatever adds values
+// up reads one field.
 type Point struct {
 	Metric string
 	Tags   []Tag // sorted by key; points parsed from the same line share this slice
 	Field  string
 	Value  float64
 	TS     int64 // unix nanoseconds
+	Int    int64
+	Str    string
+	Type   models.FieldType
+}
+
+// Bits is the point's exact value in 64 bits (float64 bits for a float,
+// Int otherwise; 0 for a string), as models.TypedPoint takes it back.
+func (p *Point) Bits() uint64 {
+	switch p.Type {
+	case models.FieldFloat:
+		return math.Float64bits(p.Value)
+	case models.FieldString:
+		return 0
+	}
+	return uint64(p.Int)
+}
+
+// SetBits sets the value of type t from its exact bits (and s for a
+// string): Bits' inverse.
+func (p *Point) SetBits(t models.FieldType, bits uint64, s string) {
+	sp := models.TypedPoint(0, t, bits, s)
+	p.Type, p.Value, p.Int, p.Str = t, sp.Value, sp.Int, sp.Str
 }
 
 // Tag is one key=value pair of a series.

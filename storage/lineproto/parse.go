@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/cairn-db/cairn/models"
 	"github.com/influxdata/line-protocol/v2/lineprotocol"
 )
 
@@ -22,8 +23,9 @@ const tagSlab = 512
 // is "ns" (also ""), "us", "ms", "s", "m" or "h"; lines without a timestamp
 // get now (unix ns). Writes use ParseBatch, which drops bad lines instead.
 //
-// Integer, unsigned and float fields become float64, booleans 1 or 0; string
-// fields are refused because Cairn stores numbers only.
+// Every field keeps its type (Point.Type): float, integer (1i), unsigned
+// (1u), boolean (t, true, F, ...) and string ("...", with its escapes
+// undone).
 func Parse(body []byte, precision string, now int64) ([]Point, error) {
 	b, err := ParseBatch(body, Options{Precision: precision, Now: now})
 	if err != nil {
@@ -78,21 +80,17 @@ func ParseBatch(body []byte, o Options) (Batch, error) {
 	return Batch{Points: p.points, Dropped: p.dropped, First: p.first}, nil
 }
 
-// parseLines splits body on '\n' by hand, one decoder per line, because the
-// decoder does not expose the line it is on and our own errors (string
-// field, bad timestamp) must name it. An entry can only span lines inside a
-// quoted string field, which is refused anyway, at the line where it starts.
-// A bad line's points are taken back and the line counted as dropped.
+// parseLines splits body into entries by hand, one decoder per entry,
+// because the decoder does not expose the line it is on and our own errors
+// (bad timestamp, a refused line) must name it. An entry ends at a newline
+// outside a quoted string field (nextEntry), and is named by the line it
+// starts on. A bad entry's points are taken back and it is counted as
+// dropped.
 func (p *parser) parseLines(body []byte) error {
-	lineNo := 0
+	lineNo := 1
 	for len(body) > 0 {
-		lineNo++
-		line := body
-		if i := bytes.IndexByte(body, '\n'); i >= 0 {
-			line, body = body[:i], body[i+1:]
-		} else {
-			body = nil
-		}
+		line, rest := nextEntry(body)
+		body = rest
 		n := len(p.points)
 		if err := p.parseLine(line); err != nil {
 			if errors.Is(err, ErrTooManyPoints) {
@@ -101,15 +99,41 @@ func (p *parser) parseLines(body []byte) error {
 			p.points = p.points[:n]
 			p.drop(lineNo, line, err)
 		}
+		lineNo += 1 + bytes.Count(line, []byte{'\n'})
 	}
 	return nil
 }
 
+// nextEntry cuts body's first entry off: up to the first newline that is
+// not inside a string field's quotes (a string opens with '"' right after
+// a field's '=', past the line's first unescaped space, and closes at the
+// next unescaped '"'). A backslash escapes the byte after it.
+func nextEntry(body []byte) (entry, rest []byte) {
+	fields, inString := false, false
+	for i := 0; i < len(body); i++ {
+		switch c := body[i]; {
+		case c == '\\':
+			if i+1 < len(body) && body[i+1] != '\n' {
+				i++
+			}
+		case inString:
+			inString = c != '"'
+		case c == '\n':
+			return body[:i], body[i+1:]
+		case c == ' ':
+			fields = true
+		case c == '"' && fields && i > 0 && body[i-1] == '=':
+			inString = true
+		}
+	}
+	return body, nil
+}
+
 // wholeBodySafe says whether one decoder over the whole body reads the same
-// entries as one decoder per line: true unless an entry could span lines (a
-// quoted string, or an escaped newline).
+// entries as one decoder per entry: true unless an escaped newline could
+// join two lines.
 func wholeBodySafe(body []byte) bool {
-	return bytes.IndexByte(body, '"') < 0 && !bytes.Contains(body, []byte("\\\n"))
+	return !bytes.Contains(body, []byte("\\\n"))
 }
 
 // parseBody parses every entry of body with one decoder (a decoder per line
@@ -253,20 +277,23 @@ func (p *parser) parseEntry(d *lineprotocol.Decoder) error {
 		if k == nil {
 			break
 		}
-		var f float64
+		pt := Point{Metric: metric, Tags: tags}
 		switch v.Kind() {
 		case lineprotocol.Float:
-			f = v.FloatV()
+			pt.Value = v.FloatV()
 		case lineprotocol.Int:
-			f = float64(v.IntV())
+			pt.Type, pt.Int, pt.Value = models.FieldInteger, v.IntV(), float64(v.IntV())
 		case lineprotocol.Uint:
-			f = float64(v.UintV())
+			pt.Type, pt.Int, pt.Value = models.FieldUnsigned, int64(v.UintV()), float64(v.UintV())
 		case lineprotocol.Bool:
+			pt.Type = models.FieldBoolean
 			if v.BoolV() {
-				f = 1
+				pt.Int, pt.Value = 1, 1
 			}
+		case lineprotocol.String:
+			pt.Type, pt.Str = models.FieldString, p.inBody(v.BytesV())
 		default:
-			return fmt.Errorf("field %q is a %s; only numeric and boolean fields are stored", k, v.Kind())
+			return fmt.Errorf("field %q: unknown value kind %s", k, v.Kind())
 		}
 		if p.max > 0 && len(p.points) >= p.max {
 			return fmt.Errorf("%w: more than %d points in one batch", ErrTooManyPoints, p.max)
@@ -275,7 +302,8 @@ func (p *parser) parseEntry(d *lineprotocol.Decoder) error {
 		if err := p.lim.checkField(metric, tags, field, base); err != nil {
 			return err
 		}
-		p.points = append(p.points, Point{Metric: metric, Tags: tags, Field: field, Value: f})
+		pt.Field = field
+		p.points = append(p.points, pt)
 	}
 	if len(p.points) == first {
 		return errors.New("no fields")

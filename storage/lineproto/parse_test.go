@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cairn-db/cairn/models"
 	"github.com/stretchr/testify/require"
 )
 
@@ -30,11 +31,31 @@ func TestParseGood(t *testing.T) {
 			name: "tags sorted, all numeric kinds, bools",
 			body: "m,z=1,a=2 i=-3i,u=4u,f=1e3,t=true,F=F 5",
 			want: []Point{
-				{Metric: "m", Tags: []Tag{{"a", "2"}, {"z", "1"}}, Field: "i", Value: -3, TS: 5},
-				{Metric: "m", Tags: []Tag{{"a", "2"}, {"z", "1"}}, Field: "u", Value: 4, TS: 5},
+				{Metric: "m", Tags: []Tag{{"a", "2"}, {"z", "1"}}, Field: "i", Value: -3, Int: -3, Type: models.FieldInteger, TS: 5},
+				{Metric: "m", Tags: []Tag{{"a", "2"}, {"z", "1"}}, Field: "u", Value: 4, Int: 4, Type: models.FieldUnsigned, TS: 5},
 				{Metric: "m", Tags: []Tag{{"a", "2"}, {"z", "1"}}, Field: "f", Value: 1000, TS: 5},
-				{Metric: "m", Tags: []Tag{{"a", "2"}, {"z", "1"}}, Field: "t", Value: 1, TS: 5},
-				{Metric: "m", Tags: []Tag{{"a", "2"}, {"z", "1"}}, Field: "F", Value: 0, TS: 5},
+				{Metric: "m", Tags: []Tag{{"a", "2"}, {"z", "1"}}, Field: "t", Value: 1, Int: 1, Type: models.FieldBoolean, TS: 5},
+				{Metric: "m", Tags: []Tag{{"a", "2"}, {"z", "1"}}, Field: "F", Value: 0, Type: models.FieldBoolean, TS: 5},
+			},
+		},
+		{
+			name: "integers and unsigned past 2^53 stay exact",
+			body: "m big=9007199254740993i,neg=-9223372036854775808i,u=18446744073709551615u 1",
+			want: []Point{
+				{Metric: "m", Field: "big", Value: 9007199254740992, Int: 9007199254740993, Type: models.FieldInteger, TS: 1},
+				{Metric: "m", Field: "neg", Value: -9223372036854775808, Int: math.MinInt64, Type: models.FieldInteger, TS: 1},
+				{Metric: "m", Field: "u", Value: 18446744073709551615, Int: -1, Type: models.FieldUnsigned, TS: 1},
+			},
+		},
+		{
+			name: "strings with escapes, spaces, commas and a newline",
+			body: "system,host=a uptime_format=\"1 day,  2:33\",load1=0.5,q=\"say \\\"hi\\\" \\\\ x=1\" 1\nm s=\"a\nb\" 2\nm e=\"\" 3",
+			want: []Point{
+				{Metric: "system", Tags: hostA, Field: "uptime_format", Str: "1 day,  2:33", Type: models.FieldString, TS: 1},
+				{Metric: "system", Tags: hostA, Field: "load1", Value: 0.5, TS: 1},
+				{Metric: "system", Tags: hostA, Field: "q", Str: `say "hi" \ x=1`, Type: models.FieldString, TS: 1},
+				{Metric: "m", Field: "s", Str: "a\nb", Type: models.FieldString, TS: 2},
+				{Metric: "m", Field: "e", Type: models.FieldString, TS: 3},
 			},
 		},
 		{
@@ -97,8 +118,8 @@ func TestParseBad(t *testing.T) {
 		{"no fields after space", "cpu 123", 1, ""},
 		{"bad number", "ok v=1\ncpu v=1.2.3 1", 2, "cannot parse"},
 		{"bad int", "cpu v=12xi", 1, ""},
-		{"string field", "cpu v=1\n\n# c\ncpu v=\"hi\"", 4, "string"},
-		{"multi-line string field", "cpu v=1\ncpu s=\"a\nb\" 1", 2, ""},
+		{"unterminated string", "cpu v=1\n\n# c\ncpu v=\"hi", 4, ""},
+		{"bad line after a multi-line string", "cpu v=1\ncpu s=\"a\nb\" 1\ncpu v=x", 4, ""},
 		{"bad timestamp", "cpu v=1 12a", 1, "timestamp"},
 		{"timestamp overflow", "cpu v=1 99999999999999999999", 1, "timestamp"},
 		{"timestamp overflow at precision", "cpu v=1 9999999999999999", 1, "precision"},

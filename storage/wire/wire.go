@@ -11,12 +11,34 @@ import (
 	"math"
 	"sync"
 
+	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/storage/lineproto"
 )
 
-// entryVersion leads every encoded entry so the format can evolve without
-// misreading logs written by older binaries.
-const entryVersion = 1
+// An entry's first byte is its format version, so the format can evolve
+// without misreading logs written by older binaries. Version 1 holds float
+// values only (every value an 8-byte float64); version 2 adds each point's
+// field type (models.FieldType, one byte) before its value: a float as in
+// version 1, an integer as a varint, an unsigned as a uvarint, a boolean as
+// one byte 0 or 1, a string as a uvarint length and its bytes. An entry
+// whose points are all floats is written as version 1, byte for byte what
+// release 0.1.0 writes, so a node of that release (protocol 2) reads it;
+// only an entry holding another type needs a reader of protocol 3.
+const (
+	entryV1 = 1
+	entryV2 = 2
+)
+
+// Version is the format version an entry of points is written in: 1 when
+// every point is a float, else 2.
+func Version(points []lineproto.Point) byte {
+	for i := range points {
+		if points[i].Type != models.FieldFloat {
+			return entryV2
+		}
+	}
+	return entryV1
+}
 
 // ErrCorrupt means an encoded entry (or another record read with a
 // Decoder) could not be decoded.
@@ -33,20 +55,23 @@ type Entry struct {
 // MarshalBinary encodes e compactly: varints, and a string table so that the
 // metric, tag and field names repeated across a batch are written once.
 func (e Entry) MarshalBinary() ([]byte, error) {
-	return AppendPoints(AppendHead(make([]byte, 0, 64+len(e.Points)*24), e.TxnID, e.Term), e.Points, nil), nil
+	return AppendPoints(AppendHead(make([]byte, 0, 64+len(e.Points)*24), e.TxnID, e.Term, Version(e.Points)), e.Points, nil), nil
 }
 
-// AppendHead appends what an encoded entry holds before its points.
-func AppendHead(b []byte, txn, term uint64) []byte {
-	b = append(b, entryVersion)
+// AppendHead appends what an encoded entry holds before its points;
+// version must be Version of the points AppendPoints appends after it.
+func AppendHead(b []byte, txn, term uint64, version byte) []byte {
+	b = append(b, version)
 	b = binary.AppendUvarint(b, txn)
 	return binary.AppendUvarint(b, term)
 }
 
-// AppendPoints appends the points part of an encoded entry, calling each
+// AppendPoints appends the points part of an encoded entry (in the format
+// of Version(points)), calling each
 // (when not nil) with the index of every point once it is encoded, while the
 // point is in the caches (the engine's Prepare builds its series key there).
 func AppendPoints(b []byte, points []lineproto.Point, each func(i int)) []byte {
+	typed := Version(points) == entryV2
 	b = binary.AppendUvarint(b, uint64(len(points)))
 	table := getStringTable(len(points))
 	defer putStringTable(table)
@@ -87,12 +112,57 @@ func AppendPoints(b []byte, points []lineproto.Point, each func(i int)) []byte {
 		}
 		str(1, p.Field)
 		b = binary.AppendVarint(b, p.TS)
-		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(p.Value))
+		if typed {
+			b = appendTyped(b, p)
+		} else {
+			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(p.Value))
+		}
 		if each != nil {
 			each(i)
 		}
 	}
 	return b
+}
+
+// appendTyped appends a version 2 point's type and value.
+func appendTyped(b []byte, p *lineproto.Point) []byte {
+	b = append(b, byte(p.Type))
+	switch p.Type {
+	case models.FieldInteger:
+		return binary.AppendVarint(b, p.Int)
+	case models.FieldUnsigned:
+		return binary.AppendUvarint(b, uint64(p.Int))
+	case models.FieldBoolean:
+		return append(b, byte(p.Int&1))
+	case models.FieldString:
+		b = binary.AppendUvarint(b, uint64(len(p.Str)))
+		return append(b, p.Str...)
+	}
+	return binary.LittleEndian.AppendUint64(b, math.Float64bits(p.Value))
+}
+
+// readTyped reads a version 2 point's type and value into p.
+func readTyped(d *Decoder, p *lineproto.Point) {
+	t := models.FieldType(d.Byte())
+	switch t {
+	case models.FieldFloat:
+		p.Value = math.Float64frombits(d.Uint64())
+		return
+	case models.FieldInteger:
+		p.SetBits(t, uint64(d.Varint()), "")
+	case models.FieldUnsigned:
+		p.SetBits(t, d.Uvarint(), "")
+	case models.FieldBoolean:
+		v := d.Byte()
+		if v > 1 {
+			d.Fail()
+		}
+		p.SetBits(t, uint64(v), "")
+	case models.FieldString:
+		p.SetBits(t, 0, string(d.Bytes(d.Uvarint())))
+	default:
+		d.Fail()
+	}
 }
 
 // String tables are kept between encodings. An entry of a high-cardinality
@@ -124,14 +194,20 @@ func putStringTable(t map[string]uint64) {
 // input (entries arrive over the network) and returns ErrCorrupt instead.
 func (e *Entry) UnmarshalBinary(data []byte) error {
 	d := NewDecoder(data)
-	if d.Byte() != entryVersion {
-		return fmt.Errorf("%w: unknown entry version", ErrCorrupt)
+	version := d.Byte()
+	if version != entryV1 && version != entryV2 {
+		return fmt.Errorf("%w: unknown entry version %d", ErrCorrupt, version)
 	}
 	e.TxnID = d.Uvarint()
 	e.Term = d.Uvarint()
 	n := d.Uvarint()
-	// Each point takes at least 12 bytes, which bounds n before allocating.
-	if d.err != nil || n > uint64(len(d.b))/12 {
+	// Each point takes at least 12 bytes (6 in version 2), which bounds n
+	// before allocating.
+	minPoint := uint64(12)
+	if version == entryV2 {
+		minPoint = 6
+	}
+	if d.err != nil || n > uint64(len(d.b))/minPoint {
 		return fmt.Errorf("%w: bad entry header", ErrCorrupt)
 	}
 	e.Points = make([]lineproto.Point, n)
@@ -168,7 +244,11 @@ func (e *Entry) UnmarshalBinary(data []byte) error {
 		}
 		p.Field = str()
 		p.TS = d.Varint()
-		p.Value = math.Float64frombits(d.Uint64())
+		if version == entryV2 {
+			readTyped(&d, p)
+		} else {
+			p.Value = math.Float64frombits(d.Uint64())
+		}
 		if d.err != nil {
 			break
 		}

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/storage/lineproto"
 	"github.com/stretchr/testify/require"
 )
@@ -101,7 +102,7 @@ func TestEntryEncodingRemembersRepeats(t *testing.T) {
 		e.Points = append(e.Points, pt([]string{"cpu", "mem"}[i%9/8], tags, []string{"value", "idle"}[i%2], int64(i), float64(i)))
 	}
 	plain := func(e Entry) []byte {
-		b := []byte{entryVersion}
+		b := []byte{entryV1}
 		b = binary.AppendUvarint(b, e.TxnID)
 		b = binary.AppendUvarint(b, e.Term)
 		b = binary.AppendUvarint(b, uint64(len(e.Points)))
@@ -181,4 +182,52 @@ func pt(metric, tags, field string, ts int64, v float64) lineproto.Point {
 		}
 	}
 	return p
+}
+
+// TestEntryCodecTyped: an entry holding integers, unsigned, booleans and
+// strings is written as version 2 and decodes to the same typed points
+// (integers past 2^53 exact); an all-float entry stays version 1, which
+// release 0.1.0 reads (TestEntryEncodingRemembersRepeats pins its bytes).
+func TestEntryCodecTyped(t *testing.T) {
+	typed := func(p lineproto.Point, typ models.FieldType, bits uint64, s string) lineproto.Point {
+		p.SetBits(typ, bits, s)
+		return p
+	}
+	e := Entry{TxnID: 9, Term: 2, Points: []lineproto.Point{
+		pt("system", "host=a", "load1", 1, 0.5),
+		typed(pt("system", "host=a", "uptime", 1, 0), models.FieldInteger, 1<<53+1, ""),
+		typed(pt("system", "host=a", "n_users", 1, 0), models.FieldInteger, uint64(math.MaxUint64), ""), // -1
+		typed(pt("system", "host=a", "uptime_format", 1, 0), models.FieldString, 0, "1 day,  2:33"),
+		typed(pt("system", "host=a", "empty", 1, 0), models.FieldString, 0, ""),
+		typed(pt("disk", "host=a", "free", 1, 0), models.FieldUnsigned, math.MaxUint64, ""),
+		typed(pt("net", "host=a", "up", 1, 0), models.FieldBoolean, 1, ""),
+		typed(pt("net", "host=a", "down", 1, 0), models.FieldBoolean, 0, ""),
+	}}
+	b, err := e.MarshalBinary()
+	require.NoError(t, err)
+	require.Equal(t, byte(entryV2), b[0])
+	var back Entry
+	require.NoError(t, back.UnmarshalBinary(b))
+	require.Equal(t, e, back)
+	require.Equal(t, int64(1<<53+1), back.Points[1].Int)
+	require.Equal(t, uint64(math.MaxUint64), uint64(back.Points[5].Int))
+	for i := range b {
+		require.ErrorIs(t, new(Entry).UnmarshalBinary(b[:i]), ErrCorrupt, "prefix %d", i)
+	}
+
+	floats, err := Entry{TxnID: 1, Term: 1, Points: e.Points[:1]}.MarshalBinary()
+	require.NoError(t, err)
+	require.Equal(t, byte(entryV1), floats[0])
+
+	// A type byte or a boolean this version does not know is corrupt.
+	one := Entry{TxnID: 1, Term: 1, Points: []lineproto.Point{e.Points[6]}}
+	b, _ = one.MarshalBinary()
+	bad := append([]byte(nil), b...)
+	bad[len(bad)-1] = 2 // the boolean's byte
+	require.ErrorIs(t, new(Entry).UnmarshalBinary(bad), ErrCorrupt)
+	bad[len(bad)-2], bad[len(bad)-1] = 9, 0 // the type byte
+	require.ErrorIs(t, new(Entry).UnmarshalBinary(bad), ErrCorrupt)
+	bad[0] = 3
+	require.ErrorIs(t, new(Entry).UnmarshalBinary(b[:0:0]), ErrCorrupt)
+	require.ErrorIs(t, new(Entry).UnmarshalBinary(bad), ErrCorrupt)
 }
