@@ -163,6 +163,22 @@ func diffCases() []diffCase {
 		"SELECT derivative(mean(value), 1s) FROM cpu WHERE value > 20 AND "+all+" GROUP BY time(10m)",
 		"SELECT first(idle), last(idle) FROM cpu WHERE value > 50 AND "+all,
 	)
+	// Several measurements: FROM a, b and FROM /regex/.
+	add("",
+		"SELECT mean(value) FROM mem, cpu WHERE "+all+" GROUP BY time(1h)",
+		"SELECT max(used), max(value) FROM cpu, mem WHERE "+all,
+		"SELECT count(free) FROM /d.*/ WHERE "+all,
+		"SELECT count(value) FROM /^c/ WHERE "+all+" GROUP BY host",
+		"SELECT mean(used), mean(free) FROM /m|d/ WHERE "+all+" GROUP BY time(30m), host",
+		"SELECT * FROM cpu, disk WHERE host = 'h0' AND "+in(0, 20e9),
+		"SELECT value FROM /c.*|w.*/ WHERE "+in(0, 20e9)+" GROUP BY host",
+		"SELECT mean(value) FROM cpu, mem WHERE "+all+" GROUP BY time(1h) SLIMIT 1",
+		"SELECT max(used), min(value) FROM cpu, mem WHERE "+all+" GROUP BY host SLIMIT 3 SOFFSET 2",
+		"SELECT mean(value), mean(used) FROM cpu, mem, nope WHERE "+all+" GROUP BY time(1h) ORDER BY time DESC",
+		"SELECT last(used) FROM /nothing/ WHERE "+all,
+		"SELECT used, free FROM mem, disk WHERE host = 'h0' AND "+in(0, 30e9)+" GROUP BY *",
+		`SELECT max(value) FROM "diff"."autogen"./cpu|mem/ WHERE `+all,
+	)
 	// Selectors alone report their point's time; several aggregates the
 	// range's start.
 	for _, sel := range []string{"min", "max", "first", "last"} {

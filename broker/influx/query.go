@@ -204,11 +204,7 @@ func (h *Handler) run(ctx context.Context, db string, st statement) ([]query.Row
 		if db == "" {
 			return nil, errDBRequired
 		}
-		parts, err := h.cfg.Backend.Select(ctx, db, &st.sel.Req)
-		if err != nil {
-			return nil, err
-		}
-		return st.sel.Merge(parts)
+		return h.selectRows(ctx, db, st.sel)
 	default:
 		if st.onDB != "" {
 			db = st.onDB
@@ -226,6 +222,44 @@ func (h *Handler) run(ctx context.Context, db string, st statement) ([]query.Row
 		}
 		return st.show.Run(series), nil
 	}
+}
+
+// selectRows runs a SELECT over each measurement it reads.
+func (h *Handler) selectRows(ctx context.Context, db string, p *query.Plan) ([]query.Row, error) {
+	var existing []string
+	if p.NeedsMeasurements() {
+		keys, err := h.cfg.Backend.SeriesKeys(ctx, db, "")
+		if err != nil {
+			return nil, err
+		}
+		series, err := query.ParseSeries(keys)
+		if err != nil {
+			return nil, err
+		}
+		for i, s := range series {
+			if i == 0 || s.Measurement != series[i-1].Measurement {
+				existing = append(existing, s.Measurement)
+			}
+		}
+	}
+	names, err := p.Measurements(existing)
+	if err != nil {
+		return nil, err
+	}
+	per := make([][]query.Row, 0, len(names))
+	for _, m := range names {
+		one := p.For(m)
+		parts, err := h.cfg.Backend.Select(ctx, db, &one.Req)
+		if err != nil {
+			return nil, err
+		}
+		rows, err := one.Merge(parts)
+		if err != nil {
+			return nil, err
+		}
+		per = append(per, rows)
+	}
+	return p.Combine(per), nil
 }
 
 var errDBRequired = errors.New("database name required")

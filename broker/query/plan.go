@@ -63,6 +63,9 @@ type Plan struct {
 	Desc            bool
 	// Grouped: the result series carry tags (GROUP BY tags or *).
 	Grouped bool
+	// sources: FROM when it names several measurements or a regex
+	// (sources.go); nil when Req.Measurement is the one.
+	sources []*influxql.Measurement
 	// Local is the request the broker evaluates itself over the raw points
 	// Req asks the shards for (a condition on several fields: fieldcond.go).
 	Local *ShardRequest
@@ -82,25 +85,17 @@ func PlanSelect(s *influxql.SelectStatement, now time.Time) (*Plan, error) {
 		return nil, unsupported("SELECT ... INTO")
 	case s.Location != nil:
 		return nil, unsupported("tz()")
-	case len(s.Sources) != 1:
-		return nil, unsupported("selecting from several measurements")
-	}
-	m, ok := s.Sources[0].(*influxql.Measurement)
-	if !ok {
-		return nil, unsupported("subqueries")
-	}
-	if m.Regex != nil {
-		return nil, unsupported("a regex in FROM")
 	}
 	p := &Plan{
-		DB:     m.Database,
 		Limit:  s.Limit,
 		Offset: s.Offset,
 		SLimit: s.SLimit, SOffset: s.SOffset,
 		Fill:      s.Fill,
 		FillValue: s.FillValue,
 	}
-	p.Req.Measurement = m.Name
+	if err := p.planSources(s.Sources); err != nil {
+		return nil, err
+	}
 	for _, f := range s.SortFields {
 		if f.Name != "time" && f.Name != "" {
 			return nil, unsupported("ORDER BY " + f.Name + " (only ORDER BY time)")
