@@ -526,7 +526,7 @@ func (d *Data) peers() *client.Client { return client.New(d.Client) }
 // answer is {"series":[...]} with the shards' series in shard order (each
 // shard's sorted by series), relayed without decoding: a query can return
 // millions of points.
-func (d *Data) query(ctx context.Context, q models.Query) (any, error) {
+func (d *Data) query(ctx context.Context, q models.Query) (json.RawMessage, error) {
 	st := d.State()
 	cfg, err := d.database(st, q.DB)
 	if err != nil {

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"strconv"
 	"time"
@@ -55,7 +56,7 @@ func (d *Data) Write(ctx context.Context, db, precision string, body []byte) err
 
 // Query fans a query out to the database's shard leaders, recording the
 // request.
-func (d *Data) Query(ctx context.Context, q models.Query) (any, error) {
+func (d *Data) Query(ctx context.Context, q models.Query) (json.RawMessage, error) {
 	start := time.Now()
 	out, err := d.query(ctx, q)
 	d.recordQuery(q.DB, start, err)

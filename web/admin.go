@@ -36,7 +36,7 @@ type Admin interface {
 type Data interface {
 	Route(db, series string) (models.RouteView, error)
 	Write(ctx context.Context, db, precision string, body []byte) error
-	Query(ctx context.Context, q models.Query) (any, error)
+	Query(ctx context.Context, q models.Query) (json.RawMessage, error)
 }
 
 // decodeStrict reads a JSON body, refusing unknown fields and trailing data.

@@ -3,6 +3,7 @@ package web_test
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -22,7 +23,9 @@ type scopeData struct{}
 
 func (scopeData) Route(string, string) (models.RouteView, error)      { return models.RouteView{}, nil }
 func (scopeData) Write(context.Context, string, string, []byte) error { return nil }
-func (scopeData) Query(context.Context, models.Query) (any, error)    { return map[string]any{}, nil }
+func (scopeData) Query(context.Context, models.Query) (json.RawMessage, error) {
+	return json.RawMessage(`{"series":[]}`), nil
+}
 
 // routeScopes is the scope of every public route; 0 means open. The table
 // test below fails for a route missing here, so a new route must pick one.

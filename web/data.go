@@ -1,7 +1,6 @@
 package web
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -99,11 +98,7 @@ func (s *Server) query(c *gin.Context) {
 		fail(c, err)
 		return
 	}
-	if raw, ok := out.(json.RawMessage); ok {
-		c.Data(http.StatusOK, "application/json; charset=utf-8", raw)
-		return
-	}
-	c.JSON(http.StatusOK, out)
+	c.Data(http.StatusOK, "application/json; charset=utf-8", out)
 }
 
 // writePath is the route of data writes: its bodies have their own limit.

@@ -193,7 +193,9 @@ func (f *fakeData) Write(context.Context, string, string, []byte) error {
 	f.writes++
 	return nil
 }
-func (f *fakeData) Query(context.Context, models.Query) (any, error) { return nil, nil }
+func (f *fakeData) Query(context.Context, models.Query) (json.RawMessage, error) {
+	return json.RawMessage(`{"series":[]}`), nil
+}
 
 // TestWriteBodyLimit: write bodies have their own limit, answered with 413
 // naming it; other bodies keep theirs.

@@ -110,6 +110,17 @@ func parse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer, synopsis, 
 	return 0, false
 }
 
+// startErr says why a node did not start: exit 2 for a usage error (a flag
+// or setting that is wrong), 1 otherwise.
+func startErr(stderr io.Writer, err error) int {
+	fmt.Fprintf(stderr, "cairn: %v\n", err)
+	var ue *config.UsageError
+	if errors.As(err, &ue) {
+		return 2
+	}
+	return 1
+}
+
 func runNode(args []string, stdout, stderr io.Writer) int {
 	fi, _ := os.Stderr.Stat()
 	isTTY := fi != nil && fi.Mode()&os.ModeCharDevice != 0
@@ -118,12 +129,7 @@ func runNode(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "cairn: %v\n", err)
-		var ue *config.UsageError
-		if errors.As(err, &ue) {
-			return 2
-		}
-		return 1
+		return startErr(stderr, err)
 	}
 	lg, err := config.NewLogger(cfg.LogLevel, cfg.LogFormat)
 	if err != nil {
@@ -139,12 +145,7 @@ func runNode(args []string, stdout, stderr io.Writer) int {
 	derivedLimit := app.ApplyMemoryLimit(cfg, lg)
 	a, err := app.Start(cfg, lg)
 	if err != nil {
-		fmt.Fprintf(stderr, "cairn: %v\n", err)
-		var ue *config.UsageError
-		if errors.As(err, &ue) {
-			return 2
-		}
-		return 1
+		return startErr(stderr, err)
 	}
 	if derivedLimit {
 		a.GovernMemoryLimit()
