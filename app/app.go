@@ -338,9 +338,12 @@ func (a *App) probeEtcd(ctx context.Context) {
 			return
 		}
 		if up := err == nil; up != a.etcdUp.Swap(up) {
-			if up {
+			switch {
+			case up:
 				a.lg.Info("etcd reachable again")
-			} else {
+			case errors.Is(err, kv.ErrAccessDenied):
+				a.lg.Error("etcd refused this node's credentials (--etcd-username and --etcd-password[-file], or --etcd-cert's common name; see cairn etcd-auth-setup): serving from the local state copy; metadata changes are refused", zap.Error(err))
+			default:
 				a.lg.Warn("etcd unreachable: serving from the local state copy; metadata changes are refused", zap.Error(err))
 			}
 		}

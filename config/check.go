@@ -140,7 +140,7 @@ func checkNamespace(s string) error {
 // member names.
 func parseInitialCluster(s string) ([]string, error) {
 	var names []string
-	for _, m := range splitList(s) {
+	for _, m := range SplitList(s) {
 		name, u, ok := strings.Cut(m, "=")
 		if !ok {
 			return nil, fmt.Errorf("member %q: want name=peer-url", m)
@@ -173,9 +173,9 @@ func parseDuration(s string, minimum time.Duration) (time.Duration, error) {
 	return d, nil
 }
 
-// splitList splits a comma list, trimming blanks and dropping empty items so
+// SplitList splits a comma list, trimming blanks and dropping empty items so
 // a trailing comma is harmless.
-func splitList(s string) []string {
+func SplitList(s string) []string {
 	var out []string
 	for _, p := range strings.Split(s, ",") {
 		if p = strings.TrimSpace(p); p != "" {

@@ -47,7 +47,7 @@ func tomlValue(o option, text string) string {
 		return text
 	case kindList:
 		if strings.Contains(text, ",") {
-			items := splitList(text)
+			items := SplitList(text)
 			for i, it := range items {
 				items[i] = tomlString(it)
 			}

@@ -143,7 +143,7 @@ func durationOpt(name, group, help string, minimum time.Duration, field func(*Co
 var roleReason = "want standalone or a comma list of " + strings.Join(AllRoles, ",")
 
 func setRoles(c *Config, raw string) error {
-	parts := splitList(strings.ToLower(raw))
+	parts := SplitList(strings.ToLower(raw))
 	if len(parts) == 1 && parts[0] == RoleStandalone {
 		c.Roles = append([]string(nil), AllRoles...)
 		c.Standalone = true
@@ -216,7 +216,7 @@ var options = []option{
 		defText: "the embedded member when the role has etcd, else http://127.0.0.1:2379",
 		get:     func(c *Config) string { return strings.Join(c.EtcdEndpoints, ",") },
 		set: func(c *Config, raw string) error {
-			list := splitList(raw)
+			list := SplitList(raw)
 			if raw != "" {
 				if err := checkURLList(list); err != nil {
 					return err

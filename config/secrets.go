@@ -1,6 +1,7 @@
 package config
 
 import (
+	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -27,25 +28,55 @@ func (c *Config) readSecretFiles() error {
 		if s.file == "" {
 			continue
 		}
-		fi, err := os.Stat(s.file)
+		v, err := ReadSecretFile("--"+s.name+"-file", s.file)
 		if err != nil {
-			return &UsageError{Msg: fmt.Sprintf("invalid --%s-file %q: %v", s.name, s.file, err)}
-		}
-		if fi.Size() > maxSecretFile {
-			return &UsageError{Msg: fmt.Sprintf("invalid --%s-file %q: larger than %d bytes", s.name, s.file, maxSecretFile)}
-		}
-		data, err := os.ReadFile(s.file)
-		if err != nil {
-			return &UsageError{Msg: fmt.Sprintf("invalid --%s-file %q: %v", s.name, s.file, err)}
-		}
-		v := strings.TrimRight(string(data), "\r\n \t")
-		if v == "" {
-			return &UsageError{Msg: fmt.Sprintf("invalid --%s-file %q: the file is empty", s.name, s.file)}
+			return err
 		}
 		if *s.value != "" && *s.value != v {
 			return &UsageError{Msg: fmt.Sprintf("invalid --%s-file %q: --%s is also given; use one of them", s.name, s.file, s.name)}
 		}
 		*s.value = v
+	}
+	return nil
+}
+
+// ReadSecretFile reads a secret (a password, a token) from a file named by
+// flag: trailing newlines and blanks are dropped; a missing, empty or
+// oversized file is a *UsageError naming flag and path, never the content.
+func ReadSecretFile(flag, path string) (string, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return "", &UsageError{Msg: fmt.Sprintf("invalid %s %q: %v", flag, path, err)}
+	}
+	if fi.Size() > maxSecretFile {
+		return "", &UsageError{Msg: fmt.Sprintf("invalid %s %q: larger than %d bytes", flag, path, maxSecretFile)}
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", &UsageError{Msg: fmt.Sprintf("invalid %s %q: %v", flag, path, err)}
+	}
+	v := strings.TrimRight(string(data), "\r\n \t")
+	if v == "" {
+		return "", &UsageError{Msg: fmt.Sprintf("invalid %s %q: the file is empty", flag, path)}
+	}
+	return v, nil
+}
+
+// FlagsFromEnv sets each named flag of a subcommand that the command line
+// did not give from its CAIRN_<FLAG> environment variable, as a node's
+// flags are: the command line beats the environment, and an empty variable
+// counts as unset.
+func FlagsFromEnv(fs *flag.FlagSet, names ...string) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	for _, name := range names {
+		v, ok := os.LookupEnv(envName(name))
+		if given[name] || !ok || v == "" {
+			continue
+		}
+		if err := fs.Set(name, v); err != nil {
+			return fmt.Errorf("%s=%q: %v", envName(name), v, err)
+		}
 	}
 	return nil
 }

@@ -20,6 +20,9 @@ Usage:
   cairn backup  --out FILE  [conn]       logical backup of the namespace (versioned JSON)
   cairn restore --in FILE   [conn]       restore into an empty namespace (--force to
                                          overwrite); also accepts a node's local backup file
+  cairn etcd-auth-setup --etcd-root-password-file FILE [conn]
+                                         turn etcd's auth on: root, and a user and role
+                                         limited to the namespace (see its --help)
   cairn simulate [--nodes N --shards P --replicas R --add-nodes K --remove-nodes K]
                                          placement what-if, prints one JSON object
   cairn config init [--out FILE]         write an example config file (every key,

@@ -1,6 +1,6 @@
 // Command cairn runs a Cairn node (any mix of the etcd, master, broker and
 // storage roles; standalone runs all four) and its operator tools: backup,
-// restore, simulate, bench write, config init, health and version. Run `cairn --help` for
+// restore, etcd-auth-setup, simulate, bench write, config init, health and version. Run `cairn --help` for
 // the flags.
 package main
 
@@ -42,6 +42,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runNode(args, stdout, stderr)
 	case "backup", "restore":
 		return backup.Main(cmd, args, stdout, stderr)
+	case "etcd-auth-setup":
+		return etcdAuthSetup(args, os.LookupEnv, stdout, stderr)
 	case "simulate":
 		return simulate(args, stdout, stderr)
 	case "config":
@@ -56,7 +58,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		config.Usage(stdout)
 		return 0
 	}
-	fmt.Fprintf(stderr, "cairn: unknown command %q: want run, backup, restore, simulate, bench, config, health, version or help (see cairn --help)\n", cmd)
+	fmt.Fprintf(stderr, "cairn: unknown command %q: want run, backup, restore, etcd-auth-setup, simulate, bench, config, health, version or help (see cairn --help)\n", cmd)
 	return 2
 }
 

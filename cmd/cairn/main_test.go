@@ -36,7 +36,7 @@ func TestSubcommandHelp(t *testing.T) {
 	code, main, _ := runArgs("--help")
 	require.Equal(t, 0, code)
 	require.Contains(t, main, "\nUsage:\n  cairn [run]")
-	for _, cmd := range [][]string{{"backup"}, {"restore"}, {"simulate"}, {"bench", "write"}, {"health"}, {"config", "init"}, {"version"}} {
+	for _, cmd := range [][]string{{"backup"}, {"restore"}, {"etcd-auth-setup"}, {"simulate"}, {"bench", "write"}, {"health"}, {"config", "init"}, {"version"}} {
 		code, out, errOut := runArgs(append(cmd, "--help")...)
 		name := strings.Join(cmd, " ")
 		require.Equal(t, 0, code, name)
@@ -104,4 +104,26 @@ func TestHealthProbe(t *testing.T) {
 	code, _, errOut = runArgs("health", "--addr", "nonsense")
 	require.Equal(t, 2, code)
 	require.Contains(t, errOut, `"nonsense"`)
+}
+
+// etcd-auth-setup refuses bad input before it connects: no root password,
+// an empty or missing password file, half a client certificate.
+func TestEtcdAuthSetupBadInput(t *testing.T) {
+	empty := filepath.Join(t.TempDir(), "empty")
+	require.NoError(t, os.WriteFile(empty, []byte("\n"), 0o600))
+	for _, tc := range []struct {
+		rootEnv string
+		args    []string
+		want    string
+	}{
+		{"", nil, "--etcd-root-password-file (or CAIRN_ETCD_ROOT_PASSWORD) is required"},
+		{"", []string{"--etcd-root-password-file", empty}, `invalid --etcd-root-password-file "` + empty + `": the file is empty`},
+		{"", []string{"--etcd-root-password-file", "/no/such/file"}, "--etcd-root-password-file"},
+		{"pw", []string{"--etcd-cert", "c.pem"}, "--etcd-cert and --etcd-key must be given together"},
+	} {
+		t.Setenv("CAIRN_ETCD_ROOT_PASSWORD", tc.rootEnv)
+		code, _, errOut := runArgs(append([]string{"etcd-auth-setup", "--etcd-endpoints", "http://127.0.0.1:1"}, tc.args...)...)
+		require.Equal(t, 2, code, tc.args)
+		require.Contains(t, errOut, tc.want, tc.args)
+	}
 }

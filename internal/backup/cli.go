@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
@@ -28,7 +27,7 @@ const (
 // environment, like a node's. --out, --in and --force are deliberately not
 // among them: a destructive restore should never hide in the environment.
 var connFlags = []string{"etcd-endpoints", "namespace", "etcd-cacert", "etcd-cert", "etcd-key",
-	"etcd-username", "etcd-password", "timeout"}
+	"etcd-username", "etcd-password", "etcd-password-file", "timeout"}
 
 type cliFlags struct {
 	out, in   string
@@ -39,6 +38,7 @@ type cliFlags struct {
 	cert, key string
 	username  string
 	password  string
+	pwFile    string
 	timeout   time.Duration
 }
 
@@ -63,8 +63,8 @@ func Main(cmd string, args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	store, err := kv.NewEtcdStore(kv.EtcdConfig{
-		Endpoints: splitList(f.endpoints), DialTimeout: f.timeout, RequestTimeout: f.timeout,
-		CACert: f.cacert, Cert: f.cert, Key: f.key, Username: f.username, Password: f.password,
+		Endpoints: config.SplitList(f.endpoints), DialTimeout: f.timeout, RequestTimeout: f.timeout,
+		CACert: f.cacert, Cert: f.cert, Key: f.key, Username: f.username, Password: f.password, Namespace: f.namespace,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "cairn %s: --etcd-endpoints %q: %v\n", cmd, f.endpoints, err)
@@ -123,7 +123,8 @@ func parseFlags(cmd string, args []string, stdout io.Writer) (cliFlags, error) {
 	fs.StringVar(&f.cert, "etcd-cert", "", "client certificate for etcd")
 	fs.StringVar(&f.key, "etcd-key", "", "client key for etcd")
 	fs.StringVar(&f.username, "etcd-username", "", "etcd user")
-	fs.StringVar(&f.password, "etcd-password", "", "etcd password")
+	fs.StringVar(&f.password, "etcd-password", "", "etcd password (prefer --etcd-password-file or CAIRN_ETCD_PASSWORD: flags show in ps)")
+	fs.StringVar(&f.pwFile, "etcd-password-file", "", "file holding the etcd password")
 	fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "bound on each etcd request")
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
 		config.CommandUsage(stdout, fs, usage[cmd][0], usage[cmd][1], connFlags...)
@@ -134,17 +135,18 @@ func parseFlags(cmd string, args []string, stdout io.Writer) (cliFlags, error) {
 	if fs.NArg() > 0 {
 		return f, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	set := map[string]bool{}
-	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
-	for _, name := range connFlags {
-		env := "CAIRN_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
-		v, ok := os.LookupEnv(env)
-		if set[name] || !ok {
-			continue
+	if err := config.FlagsFromEnv(fs, connFlags...); err != nil {
+		return f, err
+	}
+	if f.pwFile != "" {
+		if f.password != "" {
+			return f, errors.New("--etcd-password and --etcd-password-file are both given; use one of them")
 		}
-		if err := fs.Set(name, v); err != nil {
-			return f, fmt.Errorf("%s=%q: %v", env, v, err)
+		pw, err := config.ReadSecretFile("--etcd-password-file", f.pwFile)
+		if err != nil {
+			return f, err
 		}
+		f.password = pw
 	}
 	switch {
 	case cmd == "backup" && f.out == "":
@@ -153,20 +155,10 @@ func parseFlags(cmd string, args []string, stdout io.Writer) (cliFlags, error) {
 		return f, errors.New("--in FILE is required")
 	case f.timeout <= 0:
 		return f, fmt.Errorf("--timeout %v: must be positive", f.timeout)
-	case len(splitList(f.endpoints)) == 0:
+	case len(config.SplitList(f.endpoints)) == 0:
 		return f, fmt.Errorf("--etcd-endpoints %q: no endpoint", f.endpoints)
 	}
 	return f, nil
-}
-
-func splitList(s string) []string {
-	var out []string
-	for p := range strings.SplitSeq(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }
 
 // errBadPath marks an --in or --out path that cannot be used (exit 2).
