@@ -82,6 +82,91 @@ type App struct {
 // Start brings the node up: it returns once the HTTP server listens and the
 // embedded etcd member, if any, serves. Wait then blocks until the end.
 func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
+	a, err := prepare(cfg, lg)
+	if err != nil {
+		return nil, err
+	}
+	roles := a.roles()
+	wcfg := a.webConfig()
+	for _, r := range roles {
+		if r.open == nil {
+			continue
+		}
+		if err := r.open(&wcfg); err != nil {
+			a.shutdown()
+			return nil, fmt.Errorf("%s role: %w", r.name, err)
+		}
+	}
+	if err := a.preflightNodeID(); err != nil {
+		a.shutdown()
+		return nil, err
+	}
+	a.history = a.newHistory()
+	wcfg.History = a.history
+	a.http = web.New(wcfg)
+	if err := a.http.Listen(); err != nil {
+		a.shutdown()
+		return nil, err
+	}
+	if cfg.HasRole(config.RoleEtcd) {
+		// A member of a new multi-member cluster waits here for quorum.
+		if err := a.startEtcdMember(); err != nil {
+			_ = a.http.Shutdown(context.Background())
+			a.shutdown()
+			return nil, err
+		}
+	}
+	// Watch only now: with an embedded member the first list then succeeds
+	// at once instead of backing off while the member starts.
+	for _, src := range a.watched(statemachine.MainSources(a.store, a.keys)) {
+		a.sm.AddSource(src)
+	}
+	for _, run := range []func(context.Context){a.probeEtcd, a.history.rec.Run, a.watchClusters, a.probeClusters} {
+		a.goRun(a.runCtx, run)
+	}
+	if cfg.Standalone {
+		a.goRun(a.runCtx, a.ensureDefaultCluster)
+	}
+	for _, r := range roles {
+		if r.run != nil {
+			a.goRun(a.runCtx, r.run)
+		}
+	}
+	return a, nil
+}
+
+// nodeRole is one role of the node as Start wires it: open adds what the
+// role serves to the HTTP server's config before it listens; run is the
+// role's background work, started once the node watches etcd.
+type nodeRole struct {
+	name string
+	open func(w *web.Config) error
+	run  func(ctx context.Context)
+}
+
+// roles lists the node's roles in the order they open: storage before the
+// broker (a broker on a storage node writes to its local shards directly).
+// The etcd role is the embedded member, started by Start once the HTTP
+// server listens.
+func (a *App) roles() []nodeRole {
+	var out []nodeRole
+	if a.cfg.HasRole(config.RoleStorage) {
+		out = append(out, nodeRole{name: config.RoleStorage, open: a.openStorageRole, run: a.runStorage})
+	}
+	if a.cfg.HasRole(config.RoleBroker) {
+		out = append(out, nodeRole{name: config.RoleBroker, open: a.openBrokerRole, run: a.runBroker})
+	}
+	if a.cfg.HasRole(config.RoleMaster) {
+		out = append(out, nodeRole{name: config.RoleMaster, run: a.runMasterCandidate})
+	}
+	return out
+}
+
+// prepare builds what every role shares: metrics, the data dir and its node
+// id, security, the etcd client (it connects lazily, so everything up to
+// the HTTP server works before etcd answers: /health needs no etcd) and the
+// state manager, started from the local backup.
+func prepare(cfg config.Config, lg *zap.Logger) (*App, error) {
 	a := &App{cfg: cfg, lg: lg, keys: models.Keys{NS: cfg.Namespace}, reg: prometheus.NewRegistry(), masterOps: &masterSlot{},
 		fatal: make(chan error, 1)}
 	a.alarmGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "cairn_etcd_alarm",
@@ -115,8 +200,6 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 	a.askClient = a.peerClient(0) // each question carries its own short deadline
 
 	a.metrics.etcd = kv.NewEtcdMetrics(a.reg)
-	// The client connects lazily, so everything up to the HTTP server works
-	// before etcd answers: /health needs no etcd.
 	a.store, err = kv.NewEtcdStore(a.etcdConfig(cfg.EtcdEndpoints))
 	if err != nil {
 		return nil, err
@@ -128,101 +211,84 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 	if _, err := a.sm.LoadBackup(); err != nil {
 		a.lg.Warn("local state backup unusable; starting empty", zap.Error(err))
 	}
-	runCtx, cancel := context.WithCancel(context.Background())
-	a.runCtx, a.cancel = runCtx, cancel
-	a.sm.Start(runCtx)
+	a.runCtx, a.cancel = context.WithCancel(context.Background())
+	a.sm.Start(a.runCtx)
+	return a, nil
+}
 
-	wcfg := web.Config{
-		Addr: cfg.HTTPAddr, NodeID: id, Roles: cfg.Roles, Logger: a.lg,
+// webConfig is the HTTP server's config every node has: state, health,
+// metrics, the console, the operators list and security; the roles add
+// their parts.
+func (a *App) webConfig() web.Config {
+	cfg := a.cfg
+	w := web.Config{
+		Addr: cfg.HTTPAddr, NodeID: a.nodeID, Roles: cfg.Roles, Logger: a.lg,
 		Gatherer: a.reg, State: a.sm.Snapshot, EtcdUp: a.etcdUp.Load, IsMaster: a.masterOps.active, Console: consoleHandler(),
 		Waiting: a.waiting, WriteMaxBodyBytes: int64(cfg.WriteMaxBodyBytes), WriteMaxInflightBytes: cfg.InflightWriteBytes(),
 		WriteBodyTimeout: cfg.WriteBodyTimeout, EtcdAlarms: a.currentAlarms, ClustersEtcdDown: a.clusterEtcdDown,
+		Operators: a.operators,
 	}
-	a.webSecurity(&wcfg)
-	if cfg.HasRole(config.RoleStorage) {
-		if err := a.openStorage(); err != nil {
-			a.shutdown()
-			return nil, err
-		}
-		wcfg.Mount = a.host.Routes
+	a.webSecurity(&w)
+	return w
+}
+
+// openStorageRole opens the engine and the shard host; the replication
+// endpoints join the HTTP server.
+func (a *App) openStorageRole(w *web.Config) error {
+	if err := a.openStorage(); err != nil {
+		return err
 	}
-	if cfg.HasRole(config.RoleBroker) {
-		wcfg.Admin = a.admin()
-		data := &broker.Data{State: a.sm.Snapshot, Changed: a.sm.Changed, Client: a.peerClient(0), Metrics: a.metrics.broker,
-			WriteTimeout: cfg.WriteTimeout, MaxPoints: cfg.WriteMaxPoints, LineLimits: lineproto.Limits{SeriesKeyBytes: cfg.WriteMaxSeriesKeyBytes,
-				TagValueBytes: cfg.WriteMaxTagValueBytes, NameBytes: cfg.WriteMaxNameBytes, Tags: cfg.WriteMaxTags},
-			QueryMaxSeries: cfg.QueryMaxSeries, QueryMaxPoints: cfg.QueryMaxPoints}
-		if a.host != nil {
-			data.Self, data.Local, data.Prepare, data.LocalSelect = id, a.host.Write, a.host.Prepare, a.host.Select
-		}
-		wcfg.Data = data
-		wcfg.Influx = influx.New(influx.Config{Backend: data, Logger: a.lg, MaxBodyBytes: int64(cfg.WriteMaxBodyBytes),
-			QueryMaxBytes: cfg.QueryMaxBytes, QueryTimeout: cfg.QueryTimeout,
-			Admin: wcfg.Admin, Authorize: wcfg.Tokens.AllowStatement,
-			Defaults: influx.Defaults{Shards: cfg.DefaultShards, ReplicaFactor: cfg.DefaultReplicaFactor, StorageCluster: cfg.DefaultStorageCluster}})
+	w.Mount = a.host.Routes
+	return nil
+}
+
+// openBrokerRole wires the admin API, the data path (local shards directly
+// when this node stores them) and the Influx endpoints.
+func (a *App) openBrokerRole(w *web.Config) error {
+	cfg := a.cfg
+	w.Admin = a.admin()
+	data := &broker.Data{State: a.sm.Snapshot, Changed: a.sm.Changed, Client: a.peerClient(0), Metrics: a.metrics.broker,
+		WriteTimeout: cfg.WriteTimeout, MaxPoints: cfg.WriteMaxPoints, LineLimits: lineproto.Limits{SeriesKeyBytes: cfg.WriteMaxSeriesKeyBytes,
+			TagValueBytes: cfg.WriteMaxTagValueBytes, NameBytes: cfg.WriteMaxNameBytes, Tags: cfg.WriteMaxTags},
+		QueryMaxSeries: cfg.QueryMaxSeries, QueryMaxPoints: cfg.QueryMaxPoints}
+	if a.host != nil {
+		data.Self, data.Local, data.Prepare, data.LocalSelect = a.nodeID, a.host.Write, a.host.Prepare, a.host.Select
 	}
-	if err := a.preflightNodeID(); err != nil {
-		a.shutdown()
-		return nil, err
+	w.Data = data
+	w.Influx = influx.New(influx.Config{Backend: data, Logger: a.lg, MaxBodyBytes: int64(cfg.WriteMaxBodyBytes),
+		QueryMaxBytes: cfg.QueryMaxBytes, QueryTimeout: cfg.QueryTimeout,
+		Admin: w.Admin, Authorize: w.Tokens.AllowStatement,
+		Defaults: influx.Defaults{Shards: cfg.DefaultShards, ReplicaFactor: cfg.DefaultReplicaFactor, StorageCluster: cfg.DefaultStorageCluster}})
+	w.AskTxn = a.askTxn
+	return nil
+}
+
+// runBroker keeps the broker's leased record registered; another live
+// process holding the node id stops this one.
+func (a *App) runBroker(ctx context.Context) {
+	reg := kv.Registration{Key: a.keys.Broker(a.nodeID), TTL: a.cfg.LeaseTTL,
+		Value: broker.BrokerRecord(a.nodeID, a.cfg.AdvertiseAddr, time.Now()), Owner: broker.BrokerOwner(a.cfg.AdvertiseAddr)}
+	if err := kv.KeepRegistered(ctx, a.store, reg, a.lg.Named("broker")); err != nil {
+		a.failOn(fmt.Errorf("broker node id %q is in use by another live process: %w", a.nodeID, err))
 	}
-	a.history = a.newHistory()
-	if cfg.HasRole(config.RoleBroker) {
-		wcfg.AskTxn = a.askTxn
-	}
-	wcfg.History = a.history
-	wcfg.Operators = a.operators
-	a.http = web.New(wcfg)
-	if err := a.http.Listen(); err != nil {
-		a.shutdown()
-		return nil, err
-	}
-	if cfg.HasRole(config.RoleEtcd) {
-		// A member of a new multi-member cluster waits here for quorum.
-		a.etcd, err = embedded.Start(embedded.Config{
-			Name: cfg.EtcdName, Dir: filepath.Join(cfg.DataDir, "etcd"),
-			ListenClientURL: cfg.EtcdListenClientURL, ListenPeerURL: cfg.EtcdListenPeerURL,
-			AdvertiseClientURL: cfg.EtcdAdvertiseClientURL, AdvertisePeerURL: cfg.EtcdAdvertisePeerURL,
-			InitialCluster: cfg.EtcdInitialCluster, ClusterState: cfg.EtcdClusterState, Logger: a.lg,
-			QuotaBackendBytes: cfg.EtcdQuotaBackendBytes,
-			ClientTLS: embedded.TLS{CertFile: cfg.EtcdCertFile, KeyFile: cfg.EtcdKeyFile,
-				TrustedCAFile: cfg.EtcdTrustedCAFile, ClientCertAuth: cfg.EtcdClientCertAuth},
-			PeerTLS: embedded.TLS{CertFile: cfg.EtcdPeerCertFile, KeyFile: cfg.EtcdPeerKeyFile,
-				TrustedCAFile: cfg.EtcdPeerTrustedCAFile, ClientCertAuth: cfg.EtcdPeerClientCertAuth},
-		})
-		if err != nil {
-			_ = a.http.Shutdown(context.Background())
-			a.shutdown()
-			return nil, err
-		}
-	}
-	// Watch only now: with an embedded member the first list then succeeds
-	// at once instead of backing off while the member starts.
-	for _, src := range a.watched(statemachine.MainSources(a.store, a.keys)) {
-		a.sm.AddSource(src)
-	}
-	a.goRun(runCtx, a.probeEtcd)
-	a.goRun(runCtx, a.history.rec.Run)
-	a.goRun(runCtx, a.watchClusters)
-	a.goRun(runCtx, a.probeClusters)
-	if cfg.Standalone {
-		a.goRun(runCtx, a.ensureDefaultCluster)
-	}
-	if cfg.HasRole(config.RoleBroker) {
-		a.goRun(runCtx, func(ctx context.Context) {
-			reg := kv.Registration{Key: a.keys.Broker(id), TTL: cfg.LeaseTTL,
-				Value: broker.BrokerRecord(id, cfg.AdvertiseAddr, time.Now()), Owner: broker.BrokerOwner(cfg.AdvertiseAddr)}
-			if err := kv.KeepRegistered(ctx, a.store, reg, a.lg.Named("broker")); err != nil {
-				a.failOn(fmt.Errorf("broker node id %q is in use by another live process: %w", id, err))
-			}
-		})
-	}
-	if cfg.HasRole(config.RoleMaster) {
-		a.goRun(runCtx, a.runMasterCandidate)
-	}
-	if cfg.HasRole(config.RoleStorage) {
-		a.goRun(runCtx, a.runStorage)
-	}
-	return a, nil
+}
+
+// startEtcdMember starts the embedded etcd member.
+func (a *App) startEtcdMember() error {
+	cfg := a.cfg
+	var err error
+	a.etcd, err = embedded.Start(embedded.Config{
+		Name: cfg.EtcdName, Dir: filepath.Join(cfg.DataDir, "etcd"),
+		ListenClientURL: cfg.EtcdListenClientURL, ListenPeerURL: cfg.EtcdListenPeerURL,
+		AdvertiseClientURL: cfg.EtcdAdvertiseClientURL, AdvertisePeerURL: cfg.EtcdAdvertisePeerURL,
+		InitialCluster: cfg.EtcdInitialCluster, ClusterState: cfg.EtcdClusterState, Logger: a.lg,
+		QuotaBackendBytes: cfg.EtcdQuotaBackendBytes,
+		ClientTLS: embedded.TLS{CertFile: cfg.EtcdCertFile, KeyFile: cfg.EtcdKeyFile,
+			TrustedCAFile: cfg.EtcdTrustedCAFile, ClientCertAuth: cfg.EtcdClientCertAuth},
+		PeerTLS: embedded.TLS{CertFile: cfg.EtcdPeerCertFile, KeyFile: cfg.EtcdPeerKeyFile,
+			TrustedCAFile: cfg.EtcdPeerTrustedCAFile, ClientCertAuth: cfg.EtcdPeerClientCertAuth},
+	})
+	return err
 }
 
 func (a *App) etcdConfig(endpoints []string) kv.EtcdConfig {
