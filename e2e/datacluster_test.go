@@ -37,6 +37,9 @@ type dataClusterOpts struct {
 	nodeArgs func(i int) []string
 	// failureDomain is the storage cluster's failure_domain.
 	failureDomain string
+	// etcd, when set, starts the separate etcd process instead of
+	// startEtcd (separateEtcd is then implied).
+	etcd func() etcdMember
 }
 
 // startDataCluster starts the processes, creates the storage cluster and
@@ -46,8 +49,13 @@ func startDataCluster(t testing.TB, o dataClusterOpts) *dataCluster {
 	t.Helper()
 	c := &dataCluster{t: t, db: "db", rf: o.rf, shards: o.shards}
 	var endpoint string
-	if o.separateEtcd {
-		e := startEtcd(t)
+	if o.separateEtcd || o.etcd != nil {
+		var e etcdMember
+		if o.etcd != nil {
+			e = o.etcd()
+		} else {
+			e = startEtcd(t)
+		}
 		e.waitStatus("/api/v1/health", 200, 15*time.Second)
 		c.etcd, endpoint = e.Proc, e.clientURL
 		c.broker = startNode(t, "master,broker", endpoint)
