@@ -63,6 +63,8 @@ type App struct {
 	engine    engine.Engine
 	host      *storage.Host
 	flushes   *storage.FlushFailures // shards whose background flush fails
+	fence     *storage.DiskFence     // refuses writes while the log is failed
+	faults    *engine.Faults         // --fault-injection: the log's injected faults
 	holding   atomic.Bool            // the storage role holds its node record (registered)
 	askClient *http.Client           // the master's questions to storage nodes at failover
 
@@ -239,6 +241,10 @@ func (a *App) openStorageRole(w *web.Config) error {
 		return err
 	}
 	w.Mount = a.host.Routes
+	w.WriteFence = a.fence.Err
+	if a.cfg.FaultInjection {
+		w.Faults = a.injectFault
+	}
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/cairn-db/cairn/config"
@@ -20,7 +21,12 @@ import (
 func (a *App) openStorage() error {
 	dir := filepath.Join(a.cfg.DataDir, "shards")
 	a.flushes = storage.NewFlushFailures(a.lg.Named("storage"))
-	opts := []engine.Option{engine.WithFlushReport(a.flushes.Report)}
+	a.fence = storage.NewDiskFence(a.lg.Named("storage"), a.reg)
+	opts := []engine.Option{engine.WithFlushReport(a.flushes.Report), engine.WithLogReport(a.fence.Report)}
+	if a.cfg.FaultInjection {
+		a.faults = &engine.Faults{}
+		opts = append(opts, engine.WithFaults(a.faults))
+	}
 	if a.cfg.MemtableMaxBytes > 0 {
 		opts = append(opts, engine.WithMemtableBytes(a.cfg.MemtableMaxBytes))
 	}
@@ -35,9 +41,24 @@ func (a *App) openStorage() error {
 		Changed: a.sm.Changed, Logger: a.lg, MinInsync: a.cfg.MinInsyncReplicas,
 		DropDelay: a.cfg.ShardDropDelay, Dir: dir, Registerer: a.reg, Client: a.peerClient(0),
 		QueryLimits: engine.Limits{MaxSeries: a.cfg.QueryMaxSeries, MaxPoints: a.cfg.QueryMaxPoints},
-		StateStore:  a.store, StateKeys: a.keys,
+		StateStore:  a.store, StateKeys: a.keys, WriteFence: a.fence.Err,
 	})
 	return nil
+}
+
+// injectFault makes the engine's log writes fail as a full disk ("full")
+// or a failing one ("error") would, or lets them through again (""): POST
+// /api/v1/debug/faults on a node started with --fault-injection.
+func (a *App) injectFault(disk string) {
+	var err error
+	switch disk {
+	case "full":
+		err = syscall.ENOSPC
+	case "error":
+		err = syscall.EIO
+	}
+	a.faults.Set(err)
+	a.lg.Warn("disk fault injection", zap.String("disk", disk))
 }
 
 // watched filters the sources this node watches. A storage node that is
@@ -79,6 +100,9 @@ func (a *App) transferLeader(ctx context.Context, db string, shard int, node str
 // runStorage waits for this node's storage cluster to be configured, then
 // hosts its shards and keeps the node registered in it.
 func (a *App) runStorage(ctx context.Context) {
+	if log, ok := a.engine.(engine.LogHealer); ok {
+		a.goRun(ctx, func(ctx context.Context) { a.fence.Run(ctx, log) })
+	}
 	warned := false
 	unreachable := logrepeat.New(a.lg, 30*time.Second, nil)
 	for {
@@ -98,7 +122,7 @@ func (a *App) runStorage(ctx context.Context) {
 					once.Do(func() { go func() { defer close(done); a.host.Run(hctx) }() })
 				}
 				err := storage.RunNode(ctx, storage.NodeConfig{Store: store, Keys: ck, NodeID: a.nodeID, Address: a.cfg.AdvertiseAddr,
-					Cluster: cfg.Name, Labels: a.cfg.NodeLabels, Weight: a.cfg.NodeWeight, TTL: a.cfg.LeaseTTL, Report: a.host.Following, DataDir: a.cfg.DataDir, MaxTerm: a.host.MaxTerms, SeenTerm: a.host.SeenTerms, FlushFailing: a.flushes.Failing, Logger: a.lg.Named("storage"), Registered: registered, Held: a.host.SetRecordRev})
+					Cluster: cfg.Name, Labels: a.cfg.NodeLabels, Weight: a.cfg.NodeWeight, TTL: a.cfg.LeaseTTL, Report: a.host.Following, DataDir: a.cfg.DataDir, MaxTerm: a.host.MaxTerms, SeenTerm: a.host.SeenTerms, FlushFailing: a.flushes.Failing, DiskFault: a.fence.Fault, Logger: a.lg.Named("storage"), Registered: registered, Held: a.host.SetRecordRev})
 				cancel()
 				once.Do(func() { close(done) })
 				<-done

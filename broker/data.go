@@ -337,6 +337,10 @@ func (d *Data) writeShard(ctx context.Context, w *watch, cfg models.Database, fi
 				// Final for this batch: the leader itself counted too few
 				// in-sync replicas, and retrying cannot add any.
 				return fmt.Errorf("%w: %s", models.ErrUnavailable, err)
+			case errors.Is(err, models.ErrInsufficientStorage) && noWritableReplica(st, cfg, shard, t.leader):
+				// Final: the leader's disk refuses writes and no replica
+				// that takes them can lead instead.
+				return fmt.Errorf("%w: shard %d of %q: %s", models.ErrInsufficientStorage, shard, cfg.Name, err)
 			case errors.As(err, &peer):
 				// The leader's answer is about the broker's request, not the
 				// client's: its code is not passed on (%s).

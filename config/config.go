@@ -193,6 +193,9 @@ type Config struct {
 	// Insecure silences the start-up warnings about surfaces left open on
 	// a non-loopback address.
 	Insecure bool
+	// FaultInjection serves POST /internal/v1/faults, which makes the
+	// storage role's log writes fail on demand (drills and tests only).
+	FaultInjection bool
 
 	// ConfigFile is the config file Parse loaded, if any.
 	ConfigFile string

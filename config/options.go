@@ -319,6 +319,8 @@ var options = []option{
 
 	boolOpt("insecure", groupSec, "this node is knowingly open (no tokens, no cluster secret, plaintext or auth-less etcd) on a non-loopback address: silences the start-up warnings about it",
 		func(c *Config) *bool { return &c.Insecure }),
+	boolOpt("fault-injection", groupNode, "drills and tests only: serve POST /api/v1/debug/faults (admin scope), which makes this storage node's write-ahead log writes fail on demand ({\"disk\":\"full\"|\"error\"|\"\"}) to exercise fencing and failover; off: the endpoint answers 404",
+		func(c *Config) *bool { return &c.FaultInjection }),
 
 	limitOpt("write-max-body-bytes", "largest write body accepted, in bytes; a larger one gets 413 (send smaller batches)",
 		func(c *Config) *int { return &c.WriteMaxBodyBytes }),

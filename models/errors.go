@@ -22,6 +22,10 @@ var (
 	// ErrNoSpace: etcd is out of space and refuses metadata changes until an
 	// operator frees space and disarms the alarm.
 	ErrNoSpace = errors.New("etcd out of space")
+	// ErrInsufficientStorage: the storage node that must take a write has
+	// fenced itself off writes (its disk is full or failing) and no other
+	// replica can take it.
+	ErrInsufficientStorage = errors.New("insufficient storage") // 507
 	// ErrOutcomeUnknown: a change may or may not have been applied.
 	ErrOutcomeUnknown = errors.New("outcome unknown")
 )
@@ -67,6 +71,7 @@ var Codes = []ErrorCode{
 	// (an operator has to act) or that its change may have been applied.
 	{ErrNoSpace, http.StatusServiceUnavailable, "etcd_nospace"},
 	{ErrOutcomeUnknown, http.StatusServiceUnavailable, "outcome_unknown"},
+	{ErrInsufficientStorage, http.StatusInsufficientStorage, "insufficient_storage"},
 	{ErrUnavailable, http.StatusServiceUnavailable, "unavailable"},
 	// The internal replication API's, after the API's own: an error that
 	// wraps both answers with the API's. A write refused for too few in-sync

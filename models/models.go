@@ -87,6 +87,29 @@ type StorageNode struct {
 	// Protocol is the node-to-node protocol the node speaks
 	// (ProtocolVersion; 0: version 1, a node of release 0.1.0).
 	Protocol int `json:"protocol,omitempty"`
+	// DiskFault, when set, says the node cannot accept writes (its
+	// write-ahead log failed): it is no leader candidate, the master hands
+	// its leaderships to in-sync replicas, and it clears the fault itself
+	// once a write succeeds again. Records without it (older nodes too)
+	// take writes.
+	DiskFault *DiskFault `json:"disk_fault,omitempty"`
+}
+
+// Writable reports whether the node can accept writes (no DiskFault).
+func (n StorageNode) Writable() bool { return n.DiskFault == nil }
+
+// Kinds of DiskFault.
+const (
+	DiskFull  = "disk_full"  // no space left on the device (ENOSPC)
+	DiskError = "disk_error" // any other failed write or sync
+)
+
+// DiskFault is why a storage node fenced itself off writes.
+type DiskFault struct {
+	Kind  string `json:"kind"`  // DiskFull or DiskError
+	Path  string `json:"path"`  // the file whose write failed
+	Error string `json:"error"` // the error, cut short
+	Since int64  `json:"since"` // unix milliseconds
 }
 
 // StorageCluster is a configured storage cluster. Empty EtcdEndpoints means the

@@ -67,6 +67,9 @@ type HostConfig struct {
 	// (isrwrite.go).
 	StateStore kv.Store
 	StateKeys  models.Keys
+	// WriteFence, when set, is checked first by every write this node
+	// leads: an error (DiskFence.Err) refuses it at once.
+	WriteFence func() error
 }
 
 // Host opens and closes shard replicas as assignments change and serves the

@@ -42,8 +42,10 @@ type NodeConfig struct {
 	Report     ShardReport // may be nil; looked at every MinRewrite
 	// FlushFailing gives the record's flush_failing; may be nil.
 	FlushFailing func() map[string]string
-	MaxTerm      func() map[string]int64 // may be nil: last log term per shard
-	SeenTerm     func() map[string]int64 // may be nil: highest term accepted per shard
+	// DiskFault gives the record's disk_fault (DiskFence.Fault); may be nil.
+	DiskFault func() *models.DiskFault
+	MaxTerm   func() map[string]int64 // may be nil: last log term per shard
+	SeenTerm  func() map[string]int64 // may be nil: highest term accepted per shard
 	// DataDir is statfs'ed for the record's disk_used_pct; "" leaves it out.
 	DataDir string
 	Logger  *zap.Logger
@@ -107,6 +109,9 @@ func nodeRecord(cfg NodeConfig) func() []byte {
 		}
 		if cfg.FlushFailing != nil {
 			r.FlushFailing = cfg.FlushFailing()
+		}
+		if cfg.DiskFault != nil {
+			r.DiskFault = cfg.DiskFault()
 		}
 		if cfg.MaxTerm != nil {
 			r.MaxTerm = cfg.MaxTerm()

@@ -339,6 +339,11 @@ func (r *replica) maintainISR(ctx context.Context, d desired) {
 // replica has it durably.
 func (r *replica) write(ctx context.Context, term int64, points []lineproto.Point, pre *engine.Prepared) (err error) {
 	defer r.h.metrics.observeWrite(time.Now(), len(points), &err)
+	if fence := r.h.cfg.WriteFence; fence != nil {
+		if err := fence(); err != nil {
+			return fmt.Errorf("shard %s: %w", r.id, err)
+		}
+	}
 	r.mu.Lock()
 	if err := r.supersededLocked(0); err != nil {
 		r.mu.Unlock()
@@ -390,6 +395,11 @@ func (r *replica) write(ctx context.Context, term int64, points []lineproto.Poin
 		// The client's to fix: the write path's line limits let through
 		// a key the engine cannot hold.
 		return models.Mark(fmt.Errorf("shard %s: %w", r.id, err), models.ErrBadInput)
+	}
+	if errors.Is(err, engine.ErrLogFailed) {
+		// The node fences itself (DiskFence): no write lands here until
+		// the log heals.
+		return models.Mark(fmt.Errorf("apply %s txn %d: %w", r.id, txn, err), models.ErrInsufficientStorage)
 	}
 	if err != nil {
 		return fmt.Errorf("apply %s txn %d: %w", r.id, txn, err)

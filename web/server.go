@@ -87,6 +87,13 @@ type Config struct {
 	// ids and terms (GET /internal/v1/txn): the shards API's ?progress=true.
 	// Nil: progress is not offered (400).
 	AskTxn func(ctx context.Context, address, db string, shards []int) (map[int]models.ReplicaTxn, error)
+	// WriteFence, when set, says why the storage role refuses writes (nil
+	// while it takes them): /api/v1/health then answers 503 with it.
+	WriteFence func() error
+	// Faults, when set (--fault-injection), serves POST
+	// /api/v1/debug/faults (admin scope): it injects a disk fault ("full",
+	// "error") into the storage role's log, or clears it (""). Nil: 404.
+	Faults func(disk string)
 	// Influx mounts the InfluxDB-compatible endpoints (/write, /api/v2/write,
 	// /query, /ping); nil on nodes without the broker role.
 	Influx InfluxRoutes
@@ -158,6 +165,9 @@ func New(cfg Config) *Server {
 	// internal route, so the cluster secret (not a user token) guards it.
 	e.GET("/internal/v1/history", s.historyNode)
 	s.adminRoutes(api)
+	if cfg.Faults != nil {
+		api.POST("/debug/faults", s.RequireScope(ScopeAdmin), s.injectFault)
+	}
 	if cfg.Influx != nil {
 		// InfluxDB clients send tokens as `Token x`, basic auth or p=, which
 		// RequireScope accepts; /ping stays open, as clients ping before

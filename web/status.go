@@ -13,11 +13,6 @@ import (
 	"github.com/gin-gonic/gin"
 )
 
-func (s *Server) health(c *gin.Context) {
-	c.JSON(http.StatusOK, gin.H{"status": "ok", "node_id": s.cfg.NodeID, "roles": s.cfg.Roles,
-		"is_master": s.cfg.IsMaster != nil && s.cfg.IsMaster()})
-}
-
 // waiting says what keeps the node from ready ("" when ready): the state
 // must come from etcd (every source listed once) or from the backup, and
 // every role must serve (Config.Waiting).

@@ -75,8 +75,27 @@ func ClusterLeads(st statemachine.Map[models.ShardStates], assign statemachine.M
 // needsLeader reports whether shard sh (current state st, ok when it has
 // one) must get a new leader or stay offline: its leader is not an online,
 // live replica, or it is published at a term below one a live replica
-// already holds in its log (restored state).
+// already holds in its log (restored state), or it cannot accept writes
+// (fencedLeader).
 func needsLeader(in ShardInputs, sh models.ShardAssignment, st models.ShardState, ok bool) bool {
+	return mustReplace(in, sh, st, ok) || (ok && fencedLeader(in, sh, st))
+}
+
+// fencedLeader: the shard's live leader fenced itself off writes (a disk
+// fault in its record) and a live in-sync replica that takes writes can
+// lead instead. With none (RF 1, or every replica fenced) the leader stays:
+// it answers 507 at once and takes writes again once its disk does, where
+// an offline shard would only answer 503 after the write timeout.
+func fencedLeader(in ShardInputs, sh models.ShardAssignment, st models.ShardState) bool {
+	if n, live := in.Live.Get(st.Leader); !live || n.Writable() {
+		return false
+	}
+	cands, _ := candidates(in, sh)
+	return slices.ContainsFunc(cands, func(c string) bool { return in.Live.At(c).Writable() })
+}
+
+// mustReplace is needsLeader but for a fenced leader.
+func mustReplace(in ShardInputs, sh models.ShardAssignment, st models.ShardState, ok bool) bool {
 	if !ok {
 		return true
 	}
@@ -278,6 +297,13 @@ func PlanLeaders(in ShardInputs) (models.ShardStates, []int) {
 			if best == "" {
 				why = fmt.Sprintf("no live in-sync replica; last in-sync set %v", inSync(in, sh))
 			}
+			if best != "" && !mustReplace(in, sh, st, ok) && !in.Live.At(best).Writable() {
+				// Only fenced, and no replica that takes writes answered:
+				// the leadership stays as it is (no new term, no move to
+				// another fenced node).
+				next.Shards = append(next.Shards, st)
+				continue
+			}
 		}
 		ns := st
 		if best == "" {
@@ -333,15 +359,27 @@ func pickLeader(in ShardInputs, shard int, cands []string, leads map[string]int)
 		}
 		return a < b
 	})
-	best := cands[0]
-	// A draining node leads only when nothing else can.
-	for _, c := range cands {
-		if _, d := in.Drains[c]; !d {
-			best = c
-			break
+	best := preferred(in, cands)
+	return best, failoverReason(in, shard, all, best, answered)
+}
+
+// preferred is the first of the ranked candidates that takes writes and is
+// not draining; else the first that takes writes (a draining node leads only
+// when nothing else can); else the first not draining, else the first (a
+// node that cannot accept writes leads only when none can: it answers 507
+// until its disk heals).
+func preferred(in ShardInputs, ranked []string) string {
+	writable := func(c string) bool { return in.Live.At(c).Writable() }
+	for _, ok := range []func(string) bool{
+		func(c string) bool { _, d := in.Drains[c]; return writable(c) && !d },
+		writable,
+		func(c string) bool { _, d := in.Drains[c]; return !d },
+	} {
+		if i := slices.IndexFunc(ranked, ok); i >= 0 {
+			return ranked[i]
 		}
 	}
-	return best, failoverReason(in, shard, all, best, answered)
+	return ranked[0]
 }
 
 // failoverReason says how a leader was chosen: each candidate's answer (or

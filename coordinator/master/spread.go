@@ -26,7 +26,7 @@ type SpreadInput struct {
 // in-sync sets allow), with the fewest transfers: a returning node otherwise
 // leads nothing until the next failover. It moves nothing until membership
 // has been stable for Delay. Only online shards with a live leader move, and
-// only to a live, non-draining replica in the shard's in-sync set, each at
+// only to a live, non-draining replica that takes writes in the shard's in-sync set, each at
 // NextTerm. It returns the new states and the shards that changed.
 func SpreadLeaders(in SpreadInput) (models.ShardStates, []int) {
 	if in.Now.Sub(in.StableSince) < in.Delay {
@@ -47,16 +47,16 @@ func SpreadLeaders(in SpreadInput) (models.ShardStates, []int) {
 	}
 	for i, s := range next.Shards {
 		sh, ok := assigned[s.ID]
-		_, leaderLive := in.Live.Get(s.Leader)
+		leader, leaderLive := in.Live.Get(s.Leader)
 		_, leaderDraining := in.Drains[s.Leader]
-		if !ok || s.Status != models.StatusOnline || !leaderLive || leaderDraining || !slices.Contains(sh.Replicas, s.Leader) {
+		if !ok || s.Status != models.StatusOnline || !leaderLive || leaderDraining || !leader.Writable() || !slices.Contains(sh.Replicas, s.Leader) {
 			continue // failover's or the drain's business
 		}
 		var cands []string
 		for _, n := range inSync(in.ShardInputs, sh) {
-			_, live := in.Live.Get(n)
+			node, live := in.Live.Get(n)
 			_, draining := in.Drains[n]
-			if live && !draining && slices.Contains(sh.Replicas, n) {
+			if live && !draining && node.Writable() && slices.Contains(sh.Replicas, n) {
 				cands = append(cands, n)
 				if _, seen := count[n]; !seen {
 					count[n] = 0

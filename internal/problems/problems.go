@@ -35,7 +35,8 @@ const (
 	KindUnderReplicated = "under_replicated"
 	KindFollowersLag    = "followers_lagging"
 	KindLeaderImbalance = "leader_imbalance"
-	KindDiskFull        = "disk_full"
+	KindDiskFull        = "disk_full"  // nearly full, or full: the node refuses writes
+	KindDiskError       = "disk_error" // the node refuses writes: its disk failed a write
 	KindFlushFailing    = "flush_failing"
 	KindDomainUnmet     = "domain_constraint_unmet"
 )
@@ -248,6 +249,9 @@ func nodeProblems(in Input, st *statemachine.State) []Problem {
 		}
 		for _, id := range nodes.Keys() {
 			out = append(out, flushProblems(cluster, id, nodes.At(id).FlushFailing)...)
+			if f := nodes.At(id).DiskFault; f != nil {
+				out = append(out, faultProblem(cluster, id, *f))
+			}
 		}
 	}
 	return out
@@ -377,4 +381,17 @@ func flushProblems(cluster, node string, failing map[string]string) []Problem {
 				node, shard, failing[shard])})
 	}
 	return out
+}
+
+// faultProblem reports a storage node that fenced itself off writes: its
+// write-ahead log failed (models.DiskFault).
+func faultProblem(cluster, node string, f models.DiskFault) Problem {
+	kind, what := KindDiskError, "its disk failed a write"
+	if f.Kind == models.DiskFull {
+		kind, what = KindDiskFull, "its disk is full"
+	}
+	return Problem{Severity: Critical, Kind: kind, Link: "#overview", Cluster: cluster, Node: node, Since: f.Since,
+		Message: fmt.Sprintf("storage node %s refuses writes: %s (write-ahead log at %s: %s); its shard leaderships went to in-sync replicas "+
+			"and its RF 1 shards answer 507: free space or fix the disk, it retries and rejoins its in-sync sets by itself",
+			node, what, f.Path, f.Error)}
 }

@@ -150,6 +150,19 @@ func TestCompute(t *testing.T) {
 		}, nil, []string{"critical:flush_failing:a"}, func(t *testing.T, ps []Problem) {
 			require.Contains(t, ps[0].Message, "shard db/0 cannot flush (engine: flush up to txn 1: disk full)")
 		}},
+		{"nodes fenced off writes by a full and a failing disk", func() *statemachine.State {
+			st := cluster(1, []string{"a", "b"}, []string{"a"}, []string{"b"})
+			st.Nodes = statemachine.SetIn(st.Nodes, "c", "a", models.StorageNode{NodeID: "a", DiskFault: &models.DiskFault{
+				Kind: models.DiskFull, Path: "/data/shards/log.d/0000000000000001.wal", Error: "write: no space left on device", Since: 7}})
+			st.Nodes = statemachine.SetIn(st.Nodes, "c", "b", models.StorageNode{NodeID: "b", DiskFault: &models.DiskFault{
+				Kind: models.DiskError, Path: "/data/x.wal", Error: "input/output error"}})
+			return st
+		}, nil, []string{"critical:disk_full:a", "critical:disk_error:b"}, func(t *testing.T, ps []Problem) {
+			require.Contains(t, ps[0].Message, "storage node a refuses writes: its disk is full (write-ahead log at /data/shards/log.d/0000000000000001.wal: write: no space left on device)")
+			require.EqualValues(t, 7, ps[0].Since)
+			require.Equal(t, "c", ps[0].Cluster)
+			require.Contains(t, ps[1].Message, "its disk failed a write")
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
