@@ -179,6 +179,24 @@ func diffCases() []diffCase {
 		"SELECT used, free FROM mem, disk WHERE host = 'h0' AND "+in(0, 30e9)+" GROUP BY *",
 		`SELECT max(value) FROM "diff"."autogen"./cpu|mem/ WHERE `+all,
 	)
+	// Aggregates over every field, and count(distinct()).
+	add("",
+		"SELECT count(*) FROM cpu WHERE "+all,
+		"SELECT mean(*), max(*) FROM cpu WHERE "+all+" GROUP BY time(1h)",
+		"SELECT count(*), mean(value) FROM cpu WHERE "+all,
+		"SELECT count(*) FROM cpu WHERE "+all+" GROUP BY time(1h), host fill(0)",
+		"SELECT count(*) FROM cpu WHERE host = 'h1' AND "+all+" GROUP BY time(10m)",
+		"SELECT percentile(*, 50) FROM cpu WHERE "+all,
+		"SELECT count(/v.*/) FROM cpu WHERE "+all,
+		"SELECT sum(/^(used|free)$/) FROM mem, disk WHERE "+all+" GROUP BY time(1h)",
+		"SELECT mean(*) FROM mem, cpu WHERE "+all,
+		"SELECT max(*) FROM disk WHERE "+all+" GROUP BY path",
+		"SELECT spread(*) FROM cpu WHERE value > 50 AND "+all,
+		"SELECT count(distinct(value)) FROM cpu WHERE "+all+" GROUP BY time(30m)",
+		"SELECT count(distinct(value)) AS n FROM cpu WHERE "+all+" GROUP BY host",
+		"SELECT count(distinct(idle)) FROM cpu WHERE host = 'h1' AND "+all+" GROUP BY time(10m)",
+		"SELECT count(distinct(free)), count(free) FROM disk WHERE "+all+" GROUP BY path",
+	)
 	// Selectors alone report their point's time; several aggregates the
 	// range's start.
 	for _, sel := range []string{"min", "max", "first", "last"} {

@@ -68,6 +68,15 @@ func (p *Plan) mergeAggregates(results []*ShardResult) ([]Row, error) {
 			}
 		}
 	}
+	if p.wildcardFuncs() {
+		fields := map[string]bool{}
+		for _, g := range groups {
+			for f := range g.fields {
+				fields[f] = true
+			}
+		}
+		p = p.expandFields(fields)
+	}
 	buckets := int64(1)
 	if p.Req.Interval > 0 {
 		buckets = (BucketOf(p.Req.End, p.Req.Start, p.Req.Interval, p.Req.Offset)-BucketOf(p.Req.Start, p.Req.Start, p.Req.Interval, p.Req.Offset))/p.Req.Interval + 1
@@ -297,7 +306,7 @@ func (p *Plan) bucketRows(g *mergedGroup) ([]int64, [][]Cell) {
 		// InfluxDB's count() reports 0, not null, for an empty interval
 		// (fill replaces that 0, which the cases above did).
 		for i, o := range p.Outputs {
-			if o.Func != "count" {
+			if o.Func != "count" && o.Func != "count_distinct" {
 				continue
 			}
 			for k := range cols[i] {
@@ -382,6 +391,8 @@ func finalize(p *Partial, o Output) Cell {
 			return Cell{}
 		}
 		return floatCell(math.Sqrt(x.M2 / float64(p.Count-1)))
+	case "count_distinct":
+		return Cell{Kind: CellInt, I: countDistinct(x.Values)}
 	case "median":
 		v := slices.Clone(x.Values)
 		slices.Sort(v)

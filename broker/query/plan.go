@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"regexp"
 	"slices"
 	"time"
 
@@ -35,8 +36,10 @@ var selectors = map[string]bool{"min": true, "max": true, "first": true, "last":
 // Output is one column of a SELECT after time.
 type Output struct {
 	Name  string
-	Func  string  // aggregate; "" for a raw field or tag
-	Field string  // the field read (aggregate argument or raw column)
+	Func  string // aggregate; "" for a raw field or tag
+	Field string // the field read (aggregate argument or raw column); "*" every field (count(*))
+	// Match: the fields a "*" argument reads (count(/regex/)); nil for all.
+	Match *regexp.Regexp
 	N     float64 // percentile's N
 	// Tag: a raw column that is a tag (typed ::tag); otherwise a raw column
 	// is a field if any series has that field, else a tag.
@@ -236,9 +239,12 @@ func (p *Plan) planAggregate(e *influxql.Call, out *Output, fields map[string]bo
 	if len(e.Args) != want {
 		return fmt.Errorf("%w: %s() takes %d argument(s), got %d", ErrBadQuery, e.Name, want, len(e.Args))
 	}
-	ref, ok := e.Args[0].(*influxql.VarRef)
-	if !ok {
-		return unsupported(fmt.Sprintf("%s(%s) (the argument must be a field key)", e.Name, e.Args[0]))
+	ref, err := p.planArgument(e, out)
+	if err != nil {
+		return err
+	}
+	if out.Func == "count_distinct" {
+		st = StatValues
 	}
 	if e.Name == "percentile" {
 		switch n := e.Args[1].(type) {
@@ -253,8 +259,10 @@ func (p *Plan) planAggregate(e *influxql.Call, out *Output, fields map[string]bo
 			return fmt.Errorf("%w: percentile's N must be in [0, 100], got %v", ErrBadQuery, out.N)
 		}
 	}
-	out.Field = ref.Val
-	fields[ref.Val] = true
+	if ref != nil {
+		out.Field = ref.Val
+		fields[ref.Val] = true
+	}
 	p.Req.Stats |= st
 	return nil
 }

@@ -99,8 +99,11 @@ func (p *Plan) Combine(per [][]Row) []Row {
 	for _, r := range per {
 		rows = append(rows, r...)
 	}
-	if p.Wildcard || p.wildcardFuncs() {
-		unionColumns(rows)
+	switch {
+	case p.Wildcard:
+		unionColumns(rows, nil)
+	case p.wildcardFuncs():
+		unionColumns(rows, p.wildcardColumns(rows))
 	}
 	if p.Req.GroupAll {
 		unionTags(rows)
@@ -126,25 +129,18 @@ func unionTags(rows []Row) {
 	}
 }
 
-func (p *Plan) wildcardFuncs() bool {
-	for _, o := range p.Outputs {
-		if o.Field == "*" {
-			return true
+// unionColumns gives every row the columns given, or else those of all,
+// sorted after time, with nulls where a row had none.
+func unionColumns(rows []Row, columns []string) {
+	if columns == nil {
+		set := map[string]bool{}
+		for _, r := range rows {
+			for _, c := range r.Columns[1:] {
+				set[c] = true
+			}
 		}
+		columns = append([]string{"time"}, slices.Sorted(maps.Keys(set))...)
 	}
-	return false
-}
-
-// unionColumns gives every row the columns of all, sorted after time, with
-// nulls where a row had none.
-func unionColumns(rows []Row) {
-	set := map[string]bool{}
-	for _, r := range rows {
-		for _, c := range r.Columns[1:] {
-			set[c] = true
-		}
-	}
-	columns := append([]string{"time"}, slices.Sorted(maps.Keys(set))...)
 	for i := range rows {
 		r := &rows[i]
 		if slices.Equal(r.Columns, columns) {
