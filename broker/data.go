@@ -164,11 +164,7 @@ func (d *Data) write(ctx context.Context, db, precision string, body []byte) (in
 	if err != nil {
 		return 0, err
 	}
-	now := time.Now
-	if d.Now != nil {
-		now = d.Now
-	}
-	at := now()
+	at := d.clock()
 	batch, err := lineproto.ParseBatch(body, lineproto.Options{Precision: precision, Now: at.UnixNano(),
 		MaxPoints: d.MaxPoints, Limits: d.LineLimits, Check: acceptWindow(cfg, at)})
 	if errors.Is(err, lineproto.ErrTooManyPoints) {
@@ -541,6 +537,12 @@ func (d *Data) query(ctx context.Context, q models.Query) (json.RawMessage, erro
 	}
 	if q.End < q.Start {
 		return nil, bad("end %d is before start %d", q.End, q.Start)
+	}
+	if from, ok := retainedFrom(cfg, d.clock()); ok && q.Start < from {
+		q.Start = from
+	}
+	if q.End < q.Start {
+		return json.RawMessage(`{"series":[]}`), nil // all of it past the retention
 	}
 	req := client.QueryRequest{Metric: q.Metric, Start: q.Start, End: q.End, Tags: q.Tags,
 		MaxSeries: d.QueryMaxSeries, MaxPoints: d.QueryMaxPoints}

@@ -64,13 +64,48 @@ func (d *Data) AwaitDatabase(ctx context.Context, db string) error {
 // Each call is one InfluxQL statement: it is recorded as a query.
 func (d *Data) Select(ctx context.Context, db string, req *query.ShardRequest) (_ []*query.ShardResult, err error) {
 	defer func(start time.Time) { d.recordQuery(db, start, err) }(time.Now())
-	return fanOut(ctx, d, db, func(ctx context.Context, t target, s client.Shard) (*query.ShardResult, error) {
+	asked := req
+	req = d.retained(db, req)
+	if req.Start > req.End {
+		return nil, nil // all of the range is past the retention
+	}
+	out, err := fanOut(ctx, d, db, func(ctx context.Context, t target, s client.Shard) (*query.ShardResult, error) {
 		if d.LocalSelect != nil && t.leader == d.Self {
 			return d.LocalSelect(ctx, db, t.shard, req)
 		}
 		r, err := d.peers().Select(ctx, s, req)
 		return r, statementErr(err)
 	})
+	if err == nil && req != asked && req.Interval == 0 {
+		// Without GROUP BY time the one bucket is the range the query
+		// named, wherever the retention made the shards start reading.
+		for _, r := range out {
+			for i := range r.Groups {
+				for j := range r.Groups[i].Fields {
+					r.Groups[i].Fields[j].First = asked.Start
+				}
+			}
+		}
+	}
+	return out, err
+}
+
+// retained is req as the shards of db get it: with a retention, its start
+// is no older than the retention at this moment (the plan keeps its own
+// range, so a GROUP BY time still lays out its buckets from the start the
+// query named: the expired ones are empty).
+func (d *Data) retained(db string, req *query.ShardRequest) *query.ShardRequest {
+	cfg, ok := d.State().Databases.Get(db)
+	if !ok {
+		return req
+	}
+	from, ok := retainedFrom(cfg, d.clock())
+	if !ok || req.Start >= from {
+		return req
+	}
+	r := *req
+	r.Start = from
+	return &r
 }
 
 // SeriesKeys implements influx.Backend; each call (a SHOW statement) is

@@ -1,0 +1,91 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestRetentionStopsAnsweringAtOnce: points written before a retention was
+// set (6 hours of them) stop being answered the moment the database gets
+// `retention: 2h`, through InfluxQL (raw, count, GROUP BY time) and the
+// REST query API; lifting the retention (0) answers them again, since the
+// shards have not reclaimed them.
+func TestRetentionStopsAnsweringAtOnce(t *testing.T) {
+	p := start(t, standaloneArgs(t)...)
+	p.waitStatus("/api/v1/ready", 200, 15*time.Second)
+	code, out := p.post("/api/v1/databases", map[string]any{"name": "ret", "num_shards": 2, "replica_factor": 1})
+	require.Equal(t, http.StatusCreated, code, out)
+
+	now := time.Now().Truncate(time.Minute)
+	var lines strings.Builder
+	for i := range 36 { // every 10 minutes over 6 hours
+		fmt.Fprintf(&lines, "cpu,host=h%d value=%d %d\n", i%3, i, now.Add(-time.Duration(i)*10*time.Minute).UnixNano())
+	}
+	resp, err := http.Post("http://"+p.addr+"/write?db=ret", "text/plain", bytes.NewBufferString(lines.String()))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusNoContent, resp.StatusCode)
+
+	count := func() string {
+		res := influxQuery(t, p.addr, "ret", "", `SELECT count("value") FROM "cpu" WHERE time > now() - 7h`)
+		require.Empty(t, res.Results[0].Error)
+		if len(res.Results[0].Series) == 0 {
+			return "0"
+		}
+		return fmt.Sprint(res.Results[0].Series[0].Values[0][1])
+	}
+	require.Equal(t, "36", count())
+
+	code, out = p.send(http.MethodPatch, "/api/v1/databases/ret", map[string]any{"retention": "2h"}, "")
+	require.Equal(t, http.StatusOK, code, out)
+	require.Equal(t, "2h", out["retention"], "%v", out)
+	// Points at now-0 .. now-110 min are inside 2 h: 12 of them.
+	got := ""
+	assert.Eventually(t, func() bool { got = count(); return got == "12" }, 10*time.Second, 50*time.Millisecond,
+		"only the last 2 hours are answered once the retention is set")
+	require.Equal(t, "12", got)
+	raw := influxQuery(t, p.addr, "ret", "", `SELECT "value" FROM "cpu" WHERE time > now() - 7h`)
+	require.Len(t, raw.Results[0].Series[0].Values, 12)
+	cutoff := now.Add(-2 * time.Hour)
+	for _, v := range raw.Results[0].Series[0].Values {
+		ns, err := v[0].(json.Number).Int64() // epoch=ns
+		require.NoError(t, err)
+		require.Greater(t, ns, cutoff.UnixNano(), "%s is older than the retention", time.Unix(0, ns).UTC())
+	}
+	grouped := influxQuery(t, p.addr, "ret", "", `SELECT count("value") FROM "cpu" WHERE time > now() - 7h GROUP BY time(1h) fill(none)`)
+	var total float64
+	for _, v := range grouped.Results[0].Series[0].Values {
+		n, err := v[1].(json.Number).Float64()
+		require.NoError(t, err)
+		total += n
+	}
+	require.Equal(t, 12.0, total)
+
+	// The REST query API answers the same range.
+	var rest dataQueryResult
+	require.Equal(t, http.StatusOK, getDataJSON(p, fmt.Sprintf("/api/v1/query?db=ret&metric=cpu&start=%d&end=%d",
+		now.Add(-7*time.Hour).UnixNano(), now.Add(time.Minute).UnixNano()), &rest))
+	n := 0
+	for _, s := range rest.Series {
+		n += len(s.Points)
+		for _, pt := range s.Points {
+			ts, err := pt[0].Int64()
+			require.NoError(t, err)
+			require.Greater(t, ts, cutoff.UnixNano(), "the REST API answered a point older than the retention")
+		}
+	}
+	require.Equal(t, 12, n)
+
+	// Lifted: the shards still hold the rest, so it is answered again.
+	code, out = p.send(http.MethodPatch, "/api/v1/databases/ret", map[string]any{"retention": "0"}, "")
+	require.Equal(t, http.StatusOK, code, out)
+	require.Eventually(t, func() bool { return count() == "36" }, 10*time.Second, 50*time.Millisecond)
+}
