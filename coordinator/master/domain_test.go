@@ -25,7 +25,7 @@ func TestPlacementAcrossFailureDomains(t *testing.T) {
 			Labels: map[string]string{"zone": zone[id], "rack": fmt.Sprintf("r%d", i)}})
 	}
 	db := models.Database{Name: "db", StorageCluster: "c", NumShards: 16, ReplicaFactor: 3}
-	p, err := placeBatch(clusterView(st, "c"), []growth{{db: db}})
+	p, err := placeBatch(loaded(clusterView(st, "c")), []growth{{db: db}})
 	require.NoError(t, err)
 	as, ss := p[0].assign.Shards, p[0].states.Shards
 	perNode := map[string]int{}

@@ -98,6 +98,8 @@ type Master struct {
 	// placed: databases this term placed whose writes the local state has
 	// not shown yet (pipelined placement, see placeNew).
 	placed map[string]ownPlacement
+	// caches: per storage cluster, the placement placeNew decides on.
+	caches map[string]*placeCache
 	// lastPlaced is when the newest placement batch was written (see
 	// placeNew's coalescing).
 	lastPlaced time.Time
@@ -145,7 +147,7 @@ func New(cfg Config) *Master {
 	lg := cfg.Logger.Named("master").With(zap.Int64("master_term", cfg.Term))
 	return &Master{cfg: cfg, lg: lg,
 		reqs: make(chan op), ops: map[shardKey]Operator{}, waiters: map[shardKey][]waiter{}, members: map[string]Membership{},
-		spreadClean: map[string]string{}, moves: cfg.Moves, placed: map[string]ownPlacement{},
+		spreadClean: map[string]string{}, moves: cfg.Moves, placed: map[string]ownPlacement{}, caches: map[string]*placeCache{},
 		queue: newWorkQueue(cfg.RetryBase, cfg.RetryMax, rand.Float64), warn: logrepeat.New(lg, cfg.ErrorLogInterval, cfg.Now)}
 }
 

@@ -3,7 +3,6 @@ package master
 import (
 	"time"
 
-	"github.com/cairn-db/cairn/coordinator/placement"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
 )
@@ -66,28 +65,6 @@ func (m *Master) prunePlaced(st *statemachine.State) {
 			delete(m.placed, name)
 		}
 	}
-}
-
-// placeView is the placement view of one cluster with this term's own
-// placements the state does not show yet, so that a batch is balanced with
-// the batches written before it.
-func (m *Master) placeView(st *statemachine.State, cluster string) placement.Cluster {
-	c := clusterView(st, cluster)
-	for name, p := range m.placed {
-		if p.assign.Cluster != cluster {
-			continue
-		}
-		leaders := map[int]string{}
-		for _, s := range p.states.Shards {
-			leaders[s.ID] = s.Leader
-		}
-		for _, sh := range p.assign.Shards {
-			k := placement.ShardKey{DB: name, Shard: sh.ID}
-			c.Shards[k] = placement.ShardPlacement{Replicas: append([]string(nil), sh.Replicas...), Leader: leaders[sh.ID]}
-			c.Want[k] = p.db.ReplicaFactor
-		}
-	}
-	return c
 }
 
 // withoutPending drops from names the databases whose placement by this term the

@@ -97,7 +97,12 @@ func (m *Master) placeNew(ctx context.Context, names []string) (map[string]error
 // take it (said, when alone, as a warning: waiting for storage nodes is not
 // a failure of the database).
 func (m *Master) place(ctx context.Context, st *statemachine.State, cluster string, batch []growth, failed map[string]error, alone bool) (bool, error) {
-	next, err := placeBatch(m.placeView(st, cluster), batch)
+	pc, ok := m.caches[cluster]
+	if !ok {
+		pc = newPlaceCache()
+		m.caches[cluster] = pc
+	}
+	next, err := placeBatch(pc.sync(st, cluster, m.placed), batch)
 	if err != nil {
 		if alone {
 			m.warn.Warn("place/"+batch[0].db.Name, "cannot place database yet", zap.String("db", batch[0].db.Name), zap.Error(err))
@@ -108,17 +113,17 @@ func (m *Master) place(ctx context.Context, st *statemachine.State, cluster stri
 	return true, m.writePlaced(ctx, st, batch, next, failed)
 }
 
-// placeBatch places the missing shards of every database of batch on the
-// view c of their cluster in one decision, balanced with everything already
-// there, and returns each database's next assignment and states.
-func placeBatch(c placement.Cluster, batch []growth) ([]ownPlacement, error) {
+// placeBatch places the missing shards of every database of batch with s,
+// which holds their cluster, in one decision, balanced with everything
+// already there, and returns each database's next assignment and states.
+func placeBatch(s placement.Sharder, batch []growth) ([]ownPlacement, error) {
 	add := map[placement.ShardKey]int{}
 	for _, g := range batch {
 		for i := len(g.assign.Shards); i < g.db.NumShards; i++ {
 			add[placement.ShardKey{DB: g.db.Name, Shard: i}] = g.db.ReplicaFactor
 		}
 	}
-	plan, err := placeNew(c, add)
+	plan, err := s.PlaceNew(add)
 	if err != nil {
 		return nil, err
 	}

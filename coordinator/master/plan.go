@@ -19,26 +19,41 @@ func newSharder() placement.Sharder {
 
 // planFor is the sharder's plan for c.
 func planFor(c placement.Cluster) (placement.Plan, placement.Sharder, error) {
-	s := newSharder()
-	placement.Load(s, c)
+	s := loaded(c)
 	p, err := s.Plan()
 	return p, s, err
 }
 
-// placeNew is the plan for c with the shards of add placed (none of them
-// has replicas yet) next to the others, which it does not move.
-func placeNew(c placement.Cluster, add map[placement.ShardKey]int) (placement.Plan, error) {
+// loaded is a sharder holding c.
+func loaded(c placement.Cluster) placement.Sharder {
 	s := newSharder()
 	placement.Load(s, c)
-	return s.PlaceNew(add)
+	return s
 }
 
 // clusterView builds placement's picture of one storage cluster: its live
-// nodes (draining ones flagged, with their failure domain, the value of the
-// cluster's failure_domain label, and weight), the current replicas of every
-// shard placed on it and the replica count each shard wants.
+// nodes (clusterNodes), the current replicas of every shard placed on it and
+// the replica count each shard wants.
 func clusterView(st *statemachine.State, cluster string) placement.Cluster {
-	c := placement.Cluster{Shards: map[placement.ShardKey]placement.ShardPlacement{}, Want: map[placement.ShardKey]int{}}
+	c := placement.Cluster{Nodes: clusterNodes(st, cluster), Shards: map[placement.ShardKey]placement.ShardPlacement{}, Want: map[placement.ShardKey]int{}}
+	for name, a := range st.Assignments.All() {
+		db, ok := st.Databases.Get(name)
+		if !ok || a.Cluster != cluster {
+			continue
+		}
+		for _, p := range dbShards(name, a, st.ShardStates.At(name)) {
+			c.Shards[p.key] = p.at
+			c.Want[p.key] = db.ReplicaFactor
+		}
+	}
+	return c
+}
+
+// clusterNodes are the live nodes of cluster as placement sees them:
+// draining ones flagged, with their failure domain (the value of the
+// cluster's failure_domain label) and weight.
+func clusterNodes(st *statemachine.State, cluster string) []placement.Node {
+	var out []placement.Node
 	live := st.Nodes.At(cluster)
 	domain := st.StorageClusters[cluster].FailureDomain
 	for _, id := range live.Keys() {
@@ -50,26 +65,31 @@ func clusterView(st *statemachine.State, cluster string) placement.Cluster {
 				n.Domain = rec.Labels[domain]
 			}
 		}
-		c.Nodes = append(c.Nodes, n)
+		out = append(out, n)
 	}
-	for name, a := range st.Assignments.All() {
-		db, ok := st.Databases.Get(name)
-		if !ok || a.Cluster != cluster {
-			continue
-		}
-		leaders := map[int]string{}
-		for _, s := range st.ShardStates.At(name).Shards {
-			if s.Status == models.StatusOnline {
-				leaders[s.ID] = s.Leader
-			}
-		}
-		for _, sh := range a.Shards {
-			k := placement.ShardKey{DB: name, Shard: sh.ID}
-			c.Shards[k] = placement.ShardPlacement{Replicas: slices.Clone(sh.Replicas), Leader: leaders[sh.ID]}
-			c.Want[k] = db.ReplicaFactor
+	return out
+}
+
+type keyedShard struct {
+	key placement.ShardKey
+	at  placement.ShardPlacement
+}
+
+// dbShards is where the shards of database db (assignment a, states ss)
+// are: their replicas, and their leader when the shard is online.
+func dbShards(db string, a models.Assignment, ss models.ShardStates) []keyedShard {
+	leaders := map[int]string{}
+	for _, s := range ss.Shards {
+		if s.Status == models.StatusOnline {
+			leaders[s.ID] = s.Leader
 		}
 	}
-	return c
+	out := make([]keyedShard, 0, len(a.Shards))
+	for _, sh := range a.Shards {
+		out = append(out, keyedShard{placement.ShardKey{DB: db, Shard: sh.ID},
+			placement.ShardPlacement{Replicas: slices.Clone(sh.Replicas), Leader: leaders[sh.ID]}})
+	}
+	return out
 }
 
 // shardInSync reports whether every replica in want is in the shard's in-sync

@@ -52,13 +52,13 @@ func runScaled(t testing.TB, nodes int, together bool) decisions {
 			}
 			continue
 		}
-		p, err := placeBatch(clusterView(st, "c"), []growth{{db: db}})
+		p, err := placeBatch(loaded(clusterView(st, "c")), []growth{{db: db}})
 		require.NoError(t, err)
 		st.Assignments = st.Assignments.Set(db.Name, p[0].assign)
 		st.ShardStates = st.ShardStates.Set(db.Name, p[0].states)
 	}
 	if together {
-		plan, err := placeNew(clusterView(st, "c"), add)
+		plan, err := loaded(clusterView(st, "c")).PlaceNew(add)
 		require.NoError(t, err)
 		for name := range st.Databases.All() {
 			a, ss := models.Assignment{DB: name, Cluster: "c"}, models.ShardStates{DB: name}

@@ -29,9 +29,10 @@ type Sharder interface {
 	Plan() (Plan, error)
 	// Rebalance plans and adopts the plan's target as the current placement.
 	Rebalance() (Plan, error)
-	// PlaceNew registers the partitions of add (they have no replicas yet)
-	// and plans them next to the others, which it does not move; it adopts
-	// nothing (Rebalance does).
+	// PlaceNew plans the partitions of add (they have no replicas yet)
+	// next to the others, which it does not move; it adopts nothing
+	// (Rebalance does). The plan's target holds at least the partitions of
+	// add's databases.
 	PlaceNew(add map[ShardKey]int) (Plan, error)
 	// LowerBound is the fewest relocations a plan valid under the policy
 	// needs from the current placement, as far as the policy can tell.
@@ -107,11 +108,19 @@ type table struct {
 	policy   string
 	place    func(Cluster) (Plan, error)
 	placeNew func(Cluster, map[ShardKey]int) (Plan, error)
+	// placeSub, when set, is PlaceNew given only the partitions of the new
+	// ones' databases and the others' counts per node (placeSpreadSub).
+	placeSub func(sub Cluster, others counts, add map[ShardKey]int) (Plan, error)
 	bound    func(Cluster) int
 	nodes    map[string]Node
 	want     map[ShardKey]int
 	current  map[ShardKey]ShardPlacement
 	byNode   map[string][]ShardKey // built on demand, nil when stale
+	// Kept as partitions come and go, so PlaceNew need not read them all:
+	// the wanted partitions by database, and their replicas and leaders
+	// per node.
+	byDB  map[string]map[ShardKey]bool
+	total counts
 }
 
 func (t *table) init() {
@@ -119,7 +128,29 @@ func (t *table) init() {
 		t.nodes = map[string]Node{}
 		t.want = map[ShardKey]int{}
 		t.current = map[ShardKey]ShardPlacement{}
+		t.byDB = map[string]map[ShardKey]bool{}
 	}
+}
+
+// forget takes k out of the per-database index and the counts.
+func (t *table) forget(k ShardKey) {
+	if _, ok := t.want[k]; !ok {
+		return
+	}
+	t.total.add(t.current[k], -1)
+	delete(t.byDB[k.DB], k)
+	if len(t.byDB[k.DB]) == 0 {
+		delete(t.byDB, k.DB)
+	}
+}
+
+// remember puts wanted k into the per-database index and the counts.
+func (t *table) remember(k ShardKey) {
+	t.total.add(t.current[k], 1)
+	if t.byDB[k.DB] == nil {
+		t.byDB[k.DB] = map[ShardKey]bool{}
+	}
+	t.byDB[k.DB][k] = true
 }
 
 func (t *table) Policy() string { return t.policy }
@@ -136,16 +167,20 @@ func (t *table) UnregisterNode(id string) {
 
 func (t *table) RegisterPartition(k ShardKey, replicas int, current ShardPlacement) {
 	t.init()
+	t.forget(k)
 	t.want[k] = replicas
 	if len(current.Replicas) > 0 || current.Leader != "" {
 		t.current[k] = ShardPlacement{Replicas: slices.Clone(current.Replicas), Leader: current.Leader}
 	}
+	t.remember(k)
 	t.byNode = nil
 }
 
 func (t *table) UnregisterPartition(k ShardKey) {
 	t.init()
+	t.forget(k)
 	delete(t.want, k)
+	t.byNode = nil
 }
 
 func (t *table) cluster() Cluster {
@@ -164,13 +199,41 @@ func (t *table) Rebalance() (Plan, error) {
 	if err != nil {
 		return Plan{}, err
 	}
+	for k := range t.want {
+		t.forget(k)
+	}
 	t.current = maps.Clone(p.Target)
+	for k := range t.want {
+		t.remember(k)
+	}
 	t.byNode = nil
 	return p, nil
 }
 
 func (t *table) PlaceNew(add map[ShardKey]int) (Plan, error) {
-	return t.placeNew(t.cluster(), add)
+	if t.placeSub == nil {
+		return t.placeNew(t.cluster(), add)
+	}
+	t.init()
+	sub := Cluster{Shards: map[ShardKey]ShardPlacement{}, Want: map[ShardKey]int{}}
+	for _, id := range slices.Sorted(maps.Keys(t.nodes)) {
+		sub.Nodes = append(sub.Nodes, t.nodes[id])
+	}
+	others := counts{replicas: maps.Clone(t.total.replicas), leaders: maps.Clone(t.total.leaders)}
+	dbs := map[string]bool{}
+	for k := range add {
+		dbs[k.DB] = true
+	}
+	for db := range dbs {
+		for k := range t.byDB[db] {
+			sub.Want[k] = t.want[k]
+			if cur, ok := t.current[k]; ok {
+				sub.Shards[k] = cur
+			}
+			others.add(t.current[k], -1)
+		}
+	}
+	return t.placeSub(sub, others, add)
 }
 
 func (t *table) LowerBound() int { return t.bound(t.cluster()) }

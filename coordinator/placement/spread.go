@@ -26,11 +26,16 @@ import (
 // over its target for the shard's database or breaks the domain rule, and
 // the nodes that get a database's rounded-up counts are first those that
 // already hold that many (see SpreadLowerBound).
-func PlaceSpread(c Cluster) (Plan, error) {
+func PlaceSpread(c Cluster) (Plan, error) { return spreadPlan(c, counts{}) }
+
+// spreadPlan is PlaceSpread of c next to shards outside c that stay where
+// they are and only count: others are their replicas and leaders per node.
+func spreadPlan(c Cluster, others counts) (Plan, error) {
 	sp, err := newSpread(c)
 	if err != nil {
 		return Plan{}, err
 	}
+	sp.count(others)
 	if err := sp.targets(); err != nil {
 		return Plan{}, err
 	}
@@ -42,77 +47,6 @@ func PlaceSpread(c Cluster) (Plan, error) {
 	}
 	sp.leaders()
 	return planFor(c, sp.target()), nil
-}
-
-// PlaceSpreadNew places the shards of add (none may have replicas yet) as
-// PlaceSpread would, next to the others, which stay where they are: their
-// replicas and leaders count towards every node's total, and only the
-// databases of add are planned.
-func PlaceSpreadNew(c Cluster, add map[ShardKey]int) (Plan, error) {
-	ext, err := extend(c, add)
-	if err != nil {
-		return Plan{}, err
-	}
-	sp, err := newSpread(ext)
-	if err != nil {
-		return Plan{}, err
-	}
-	dbs := map[string]bool{}
-	for k := range add {
-		dbs[k.DB] = true
-	}
-	sp.freeze(func(db string) bool { return !dbs[db] })
-	if err := sp.targets(); err != nil {
-		return Plan{}, err
-	}
-	sp.balanceTargets()
-	for _, d := range sp.dbs {
-		if !d.frozen {
-			if err := sp.assign(d); err != nil {
-				return Plan{}, err
-			}
-		}
-	}
-	sp.leaders()
-	return planFor(ext, sp.target()), nil
-}
-
-// NewSpread is the sharder of PlaceSpread.
-func NewSpread() Sharder {
-	return &table{policy: "spread", place: PlaceSpread, placeNew: PlaceSpreadNew, bound: SpreadLowerBound}
-}
-
-// freeze keeps the databases named by keep where they are: their replicas
-// and leaders count in the nodes' totals, and each node's share of them is
-// taken as its weight's share of all of them.
-func (sp *spreadPlanner) freeze(keep func(db string) bool) {
-	replicas, shards, weight := 0, 0, 0.0
-	for _, d := range sp.dbs {
-		if !keep(d.name) {
-			continue
-		}
-		d.frozen = true
-		for i := range d.shards {
-			s := &d.shards[i]
-			s.tgt = s.orig
-			for _, v := range s.orig {
-				sp.load[v]++
-				replicas++
-			}
-			if v, ok := sp.idx[s.curLeader]; ok && slices.Contains(s.orig, v) {
-				s.leader = v
-				sp.lead[v]++
-				shards++
-			}
-		}
-	}
-	for _, w := range sp.w {
-		weight += w
-	}
-	for v, w := range sp.w {
-		sp.ideal[v] += float64(replicas) * w / weight
-		sp.leadIdl[v] += float64(shards) * w / weight
-	}
 }
 
 const eps = 1e-9
@@ -146,7 +80,6 @@ type spreadDB struct {
 	budget []int     // rounded-up counts each domain may still take
 	held   []int     // replicas each node holds now
 	leads  []int     // leaders per node
-	frozen bool      // kept as it is (PlaceSpreadNew)
 	miss   []int     // per shard: replicas it lacks that no node has booked
 	booked map[int32][]int
 	lacks  int // replicas the shards lack in all
@@ -261,7 +194,7 @@ func (sp *spreadPlanner) domainCaps(r int) []int {
 // many already (no move), then to the nodes furthest below their total share.
 func (sp *spreadPlanner) targets() error {
 	n := len(sp.ids)
-	for _, d := range sp.active() {
+	for _, d := range sp.dbs {
 		domCap := make([]float64, len(sp.domSize))
 		domMin := make([]float64, len(sp.domSize))
 		for _, s := range d.shards {
@@ -293,7 +226,7 @@ func (sp *spreadPlanner) targets() error {
 			}
 		}
 		sp.bookBase(d)
-		canBook := map[int32]bool{}
+		canBook := make([]bool, n)
 		for _, v := range cand {
 			canBook[v] = d.held[v] > d.base[v] || sp.bookable(d, v) >= 0
 		}
@@ -432,7 +365,7 @@ func (sp *spreadPlanner) balanceTargets() {
 // swapPlus passes one rounded-up count of o, in some database, to a node
 // accepted by ok.
 func (sp *spreadPlanner) swapPlus(o int32, ok func(int32) bool) bool {
-	for _, d := range sp.active() {
+	for _, d := range sp.dbs {
 		if !d.plus[o] {
 			continue
 		}
@@ -448,7 +381,7 @@ func (sp *spreadPlanner) swapPlus(o int32, ok func(int32) bool) bool {
 
 // swapPlusTo takes one rounded-up count for u from a node accepted by ok.
 func (sp *spreadPlanner) swapPlusTo(u int32, ok func(int32) bool) bool {
-	for _, d := range sp.active() {
+	for _, d := range sp.dbs {
 		for o := range int32(len(sp.ids)) {
 			if d.plus[o] && sp.canTakePlus(d, o, u) && ok(o) {
 				sp.movePlus(d, o, u)
@@ -475,17 +408,6 @@ func (sp *spreadPlanner) movePlus(d *spreadDB, o, u int32) {
 	d.budget[sp.dom[u]]--
 	sp.load[o]--
 	sp.load[u]++
-}
-
-// active lists the databases being planned (not frozen).
-func (sp *spreadPlanner) active() []*spreadDB {
-	out := make([]*spreadDB, 0, len(sp.dbs))
-	for _, d := range sp.dbs {
-		if !d.frozen {
-			out = append(out, d)
-		}
-	}
-	return out
 }
 
 // target is the planned placement by node ids.

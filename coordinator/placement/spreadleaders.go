@@ -10,7 +10,7 @@ import (
 // rounded down or up, and likewise over all databases. A current leader that
 // stays a replica keeps leading while its node is under its ceiling.
 func (sp *spreadPlanner) leaders() {
-	dbs := sp.active()
+	dbs := sp.dbs
 	for _, d := range dbs {
 		// The total's share follows the unrounded replica shares, so the
 		// roundings of many databases do not add up on one node.

@@ -1,0 +1,120 @@
+package master
+
+import (
+	"fmt"
+	"math/rand"
+	"testing"
+
+	"github.com/cairn-db/cairn/coordinator/placement"
+	"github.com/cairn-db/cairn/models"
+	"github.com/cairn-db/cairn/statemachine"
+	"github.com/stretchr/testify/require"
+)
+
+// The cache a term places with, moved along random changes of the state
+// (databases created, re-placed, re-led, dropped, moved to another
+// cluster; nodes joining, leaving, draining; this term's own placements not
+// shown yet), holds what a view read afresh holds and places a new
+// database exactly as it would.
+func TestPlaceCacheFollowsTheState(t *testing.T) {
+	rng := rand.New(rand.NewSource(7))
+	st := &statemachine.State{Nodes: statemachine.NestedMapOf(map[string]map[string]models.StorageNode{"c": {}}),
+		Databases: statemachine.MapOf(map[string]models.Database{}), Assignments: statemachine.MapOf(map[string]models.Assignment{}),
+		ShardStates: statemachine.MapOf(map[string]models.ShardStates{}), Drains: map[string]models.Drain{},
+		StorageClusters: map[string]models.StorageCluster{"c": {Name: "c"}}, ModRevs: map[string]statemachine.Map[int64]{}}
+	rev := int64(0)
+	bump := func(source, name string) {
+		rev++
+		st.ModRevs[source] = st.ModRevs[source].Set(name, rev)
+	}
+	addNode := func(i int) {
+		id := fmt.Sprintf("n%02d", i)
+		st.Nodes = statemachine.SetIn(st.Nodes, "c", id, models.StorageNode{NodeID: id, Cluster: "c"})
+	}
+	for i := range 6 {
+		addNode(i)
+	}
+	put := func(db models.Database, p []ownPlacement) {
+		st.Databases = st.Databases.Set(db.Name, db)
+		st.Assignments = st.Assignments.Set(db.Name, p[0].assign)
+		st.ShardStates = st.ShardStates.Set(db.Name, p[0].states)
+		bump(statemachine.SourceDatabaseConfig, db.Name)
+		bump(statemachine.SourceAssign, db.Name)
+		bump(statemachine.SourceShardState, db.Name)
+	}
+	pc := newPlaceCache()
+	placed := map[string]ownPlacement{}
+	next := 0
+	for step := range 60 {
+		names := st.Assignments.Keys()
+		switch op := rng.Intn(8); {
+		case op <= 2 || len(names) == 0: // a new database, placed through the cache
+			db := models.Database{Name: fmt.Sprintf("db%02d", next), StorageCluster: "c", NumShards: 1 + rng.Intn(6), ReplicaFactor: 1 + rng.Intn(3)}
+			next++
+			p, err := placeBatch(pc.sync(st, "c", placed), []growth{{db: db}})
+			require.NoError(t, err)
+			if rng.Intn(3) == 0 { // written, not shown yet
+				p[0].rev, p[0].db = rev+1000, db
+				placed[db.Name] = p[0]
+				break
+			}
+			put(db, p)
+		case op == 3: // a leader moves within its shard
+			name := names[rng.Intn(len(names))]
+			ss := st.ShardStates.At(name)
+			ss.Shards = append([]models.ShardState(nil), ss.Shards...)
+			s := &ss.Shards[rng.Intn(len(ss.Shards))]
+			s.Leader = st.Assignments.At(name).Shards[s.ID].Replicas[0]
+			st.ShardStates = st.ShardStates.Set(name, ss)
+			bump(statemachine.SourceShardState, name)
+		case op == 4: // dropped, or moved to another cluster
+			name := names[rng.Intn(len(names))]
+			if rng.Intn(2) == 0 {
+				st.Assignments = st.Assignments.Delete(name)
+			} else {
+				a := st.Assignments.At(name)
+				a.Cluster = "other"
+				st.Assignments = st.Assignments.Set(name, a)
+			}
+			bump(statemachine.SourceAssign, name)
+		case op == 5:
+			addNode(6 + rng.Intn(4))
+		case op == 6:
+			ids := st.Nodes.At("c").Keys()
+			if len(ids) > 4 {
+				st.Nodes = statemachine.DeleteIn(st.Nodes, "c", ids[rng.Intn(len(ids))])
+			}
+		default:
+			ids := st.Nodes.At("c").Keys()
+			st.Drains = map[string]models.Drain{ids[rng.Intn(len(ids))]: {}}
+		}
+		for name, p := range placed { // the state catches up
+			if rng.Intn(2) == 0 {
+				put(p.db, []ownPlacement{p})
+				delete(placed, name)
+			}
+		}
+		view := clusterView(st, "c")
+		for name, p := range placed {
+			for _, sh := range dbShards(name, p.assign, p.states) {
+				view.Shards[sh.key], view.Want[sh.key] = sh.at, p.db.ReplicaFactor
+			}
+		}
+		fresh, cached := loaded(view), pc.sync(st, "c", placed)
+		for k := range view.Want {
+			require.ElementsMatch(t, fresh.Nodes(k), cached.Nodes(k), "step %d: %s", step, k)
+			require.Equal(t, fresh.Leader(k), cached.Leader(k), "step %d: %s", step, k)
+		}
+		for _, n := range view.Nodes {
+			require.Equal(t, fresh.Partitions(n.ID), cached.Partitions(n.ID), "step %d: %s", step, n.ID)
+		}
+		add := map[placement.ShardKey]int{{DB: "probe", Shard: 0}: 1, {DB: "probe", Shard: 1}: 1}
+		want, err := fresh.PlaceNew(add)
+		require.NoError(t, err)
+		got, err := cached.PlaceNew(add)
+		require.NoError(t, err)
+		for k := range add {
+			require.Equal(t, want.Target[k], got.Target[k], "step %d", step)
+		}
+	}
+}
