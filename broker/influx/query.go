@@ -173,6 +173,10 @@ func planStatement(stmt influxql.Statement, now time.Time) (statement, error) {
 		st.show, st.onDB, err = showPlan(stmt, s.Database, now)
 	case *influxql.ShowSeriesStatement:
 		st.show, st.onDB, err = showPlan(stmt, s.Database, now)
+	case *influxql.ShowSeriesCardinalityStatement:
+		st.show, st.onDB, err = showPlan(stmt, s.Database, now)
+	case *influxql.ShowMeasurementCardinalityStatement:
+		st.show, st.onDB, err = showPlan(stmt, s.Database, now)
 	default:
 		if st.ddl, err = planDDL(stmt); st.ddl == nil && err == nil {
 			err = fmt.Errorf("%w: the statement %s", query.ErrUnsupported, firstWords(stmt.String()))

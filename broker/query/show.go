@@ -69,6 +69,16 @@ func PlanShow(stmt influxql.Statement, now time.Time) (*ShowPlan, error) {
 		sources = s.Sources
 	case *influxql.ShowSeriesStatement:
 		cond, sources = s.Condition, s.Sources
+	case *influxql.ShowSeriesCardinalityStatement:
+		cond, sources = s.Condition, s.Sources
+		if len(s.Dimensions) > 0 {
+			return nil, unsupported("SHOW SERIES CARDINALITY ... GROUP BY")
+		}
+	case *influxql.ShowMeasurementCardinalityStatement:
+		cond, sources = s.Condition, s.Sources
+		if len(s.Dimensions) > 0 {
+			return nil, unsupported("SHOW MEASUREMENT CARDINALITY ... GROUP BY")
+		}
 	default:
 		return nil, unsupported(stmt.String())
 	}
@@ -164,8 +174,56 @@ func (p *ShowPlan) Run(series []SeriesInfo) []Row {
 		}
 		rows := oneRow("", []string{"key"}, page(single(slices.Sorted(maps.Keys(set))), s.Limit, s.Offset))
 		return rows
+	case *influxql.ShowSeriesCardinalityStatement:
+		return seriesCardinality(kept, s.Exact || len(s.Sources) > 0 || s.Condition != nil)
+	case *influxql.ShowMeasurementCardinalityStatement:
+		return measurementCardinality(kept, s.Exact || len(s.Sources) > 0 || s.Condition != nil)
 	}
 	return nil
+}
+
+// seriesCardinality answers SHOW SERIES CARDINALITY: over the whole
+// database InfluxDB answers its estimate (exact here), otherwise (EXACT, FROM
+// or WHERE) a count per measurement.
+func seriesCardinality(kept []SeriesInfo, perMeasurement bool) []Row {
+	counts := map[string]map[string]bool{}
+	total := 0
+	for _, si := range kept {
+		set := counts[si.Measurement]
+		if set == nil {
+			set = map[string]bool{}
+			counts[si.Measurement] = set
+		}
+		if k := seriesKeyText(si); !set[k] {
+			set[k] = true
+			total++
+		}
+	}
+	if !perMeasurement {
+		return []Row{{Columns: []string{"cardinality estimation"}, Values: [][]any{{int64(total)}}}}
+	}
+	var rows []Row
+	for _, m := range slices.Sorted(maps.Keys(counts)) {
+		rows = append(rows, Row{Name: m, Columns: []string{"count"}, Values: [][]any{{int64(len(counts[m]))}}})
+	}
+	return rows
+}
+
+// measurementCardinality answers SHOW MEASUREMENT CARDINALITY: the estimate
+// (exact here) over the whole database, else the count of those matching,
+// no answer when none does.
+func measurementCardinality(kept []SeriesInfo, exact bool) []Row {
+	set := map[string]bool{}
+	for _, si := range kept {
+		set[si.Measurement] = true
+	}
+	if !exact {
+		return []Row{{Columns: []string{"cardinality estimation"}, Values: [][]any{{int64(len(set))}}}}
+	}
+	if len(set) == 0 {
+		return nil
+	}
+	return []Row{{Columns: []string{"count"}, Values: [][]any{{int64(len(set))}}}}
 }
 
 // seriesKeyText is SHOW SERIES' key: measurement,tag=value,... escaped as in
