@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
@@ -50,12 +51,8 @@ func newEtcdAuthFixture(t *testing.T) *etcdAuthFixture {
 // namespace /cairn, from the environment the test set).
 func (f *etcdAuthFixture) startMember(t *testing.T) etcdMember {
 	endpoint := "https://" + freeAddr(t)
-	p := start(t, "--role", "etcd", "--data-dir", t.TempDir(), "--http-addr", freeAddr(t), "--log-format", "json",
-		"--etcd-listen-client-url", endpoint, "--etcd-listen-peer-url", "https://"+freeAddr(t),
-		"--etcd-cert-file", f.member.Cert, "--etcd-key-file", f.member.Key,
-		"--etcd-trusted-ca-file", f.member.CA, "--etcd-client-cert-auth",
-		"--etcd-peer-cert-file", f.member.Cert, "--etcd-peer-key-file", f.member.Key,
-		"--etcd-peer-trusted-ca-file", f.member.CA, "--etcd-peer-client-cert-auth")
+	p := start(t, append([]string{"--role", "etcd", "--data-dir", t.TempDir(), "--http-addr", freeAddr(t), "--log-format", "json"},
+		f.memberTLSArgs(endpoint, "https://"+freeAddr(t))...)...)
 	p.waitStatus("/api/v1/health", 200, 15*time.Second)
 	var out, errOut string
 	require.Eventually(t, func() bool {
@@ -191,4 +188,57 @@ func TestEtcdMutualTLSAndAuth(t *testing.T) {
 	for _, s := range f.secrets {
 		require.NotContains(t, readLog(t, c.etcd), s, "a password in the etcd member's log")
 	}
+}
+
+// memberTLSArgs are the flags of an embedded member serving clients and
+// peers over mTLS with the fixture's member certificate.
+func (f *etcdAuthFixture) memberTLSArgs(clientURL, peerURL string) []string {
+	return []string{"--etcd-listen-client-url", clientURL, "--etcd-listen-peer-url", peerURL,
+		"--etcd-cert-file", f.member.Cert, "--etcd-key-file", f.member.Key,
+		"--etcd-trusted-ca-file", f.member.CA, "--etcd-client-cert-auth",
+		"--etcd-peer-cert-file", f.member.Cert, "--etcd-peer-key-file", f.member.Key,
+		"--etcd-peer-trusted-ca-file", f.member.CA, "--etcd-peer-client-cert-auth"}
+}
+
+// TestStandaloneEtcdAuthTurnedOnWhileRunning: a standalone node whose
+// embedded member serves mTLS, started with the user's password before
+// etcd's auth exists, keeps working when `cairn etcd-auth-setup` turns it on
+// under it (its client, by default its member's certificate, which names no
+// etcd user, logs in by password): DDL and writes succeed after the setup.
+// Restarted with auth on (its client is made before its member starts and
+// logs in at its first call), it is ready again and answers the point
+// written before. A client with a certificate but no password is refused.
+func TestStandaloneEtcdAuthTurnedOnWhileRunning(t *testing.T) {
+	f := newEtcdAuthFixture(t)
+	t.Setenv("CAIRN_ETCD_USERNAME", "cairn")
+	t.Setenv("CAIRN_ETCD_PASSWORD_FILE", f.userPW)
+	endpoint := "https://" + freeAddr(t)
+	p := start(t, append([]string{"--data-dir", t.TempDir(), "--http-addr", freeAddr(t), "--log-format", "json"},
+		f.memberTLSArgs(endpoint, "https://"+freeAddr(t))...)...)
+	p.waitStatus("/api/v1/ready", 200, 20*time.Second)
+
+	code, out, stderr := runCLI(t, "etcd-auth-setup", "--etcd-endpoints", endpoint, "--etcd-cacert", f.member.CA,
+		"--etcd-cert", f.node.Cert, "--etcd-key", f.node.Key, "--etcd-root-password-file", f.rootPW)
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, "ok: enable authentication")
+
+	code, body := p.post("/api/v1/databases", map[string]any{"name": "db", "num_shards": 2, "replica_factor": 1})
+	require.Equal(t, 201, code, "DDL after auth was turned on: %v", body)
+	c := &dataCluster{t: t, broker: p, db: "db"}
+	require.Eventually(t, func() bool {
+		code, _, _ := postData(p.client, "http://"+p.addr+"/api/v1/write?db=db", []byte("m,s=a value=7 1000000000\n"))
+		return code == 204
+	}, 20*time.Second, 50*time.Millisecond, "write after auth was turned on")
+
+	p.term()
+	p.restart()
+	p.waitStatus("/api/v1/ready", 200, 20*time.Second)
+	res := c.queryAll("m", 20*time.Second)
+	require.Len(t, res.Series, 1)
+	require.Equal(t, [][2]json.Number{{"1000000000", "7"}}, res.Series[0].Points)
+	require.NotContains(t, readLog(t, p), "etcd refused this node's credentials")
+
+	noPassword := f.client(t, endpoint, kv.EtcdConfig{CACert: f.node.CA, Cert: f.node.Cert, Key: f.node.Key})
+	_, err := noPassword.Get(context.Background(), "/cairn/database/config/db")
+	require.ErrorIs(t, err, kv.ErrAccessDenied)
 }

@@ -43,6 +43,8 @@ type EtcdStore struct {
 	probe   HeaderProbe // one cluster check shared by every watcher of this store
 	// probeKey is the (never written) key Header reads.
 	probeKey string
+	// login: the client logs in with a user and password (see relogin).
+	login bool
 	// lease serves Grant, KeepAlive and Revoke: the client's own, or a
 	// stream of a LeaseStream view's.
 	lease clientv3.Lease
@@ -105,7 +107,26 @@ func NewEtcdStore(cfg EtcdConfig) (*EtcdStore, error) {
 	if ns := strings.TrimRight(cfg.Namespace, "/"); ns != "" {
 		probeKey = ns + "/\x00probe"
 	}
-	return &EtcdStore{cli: cli, timeout: cfg.RequestTimeout, metrics: cfg.Metrics, probeKey: probeKey}, nil
+	return &EtcdStore{cli: cli, timeout: cfg.RequestTimeout, metrics: cfg.Metrics, probeKey: probeKey, login: login}, nil
+}
+
+// relogin makes the client log in again with its user and password. A
+// client that logged in while etcd's auth was off holds no token; once an
+// operator turns auth on, etcd takes its calls as coming from the user its
+// client certificate names (with --client-cert-auth), answering "permission
+// denied", which clientv3 does not take as a reason to log in. clientv3
+// logs in whenever it opens a gRPC stream, so opening one (a watch of the
+// probe key, until etcd confirms it) does it.
+func (s *EtcdStore) relogin(ctx context.Context) error {
+	w := clientv3.NewWatcher(s.cli)
+	defer w.Close()
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	resp, ok := <-w.Watch(wctx, s.probeKey, clientv3.WithCreatedNotify())
+	if !ok {
+		return fmt.Errorf("%w: no watch to log in with", ErrUnavailable)
+	}
+	return resp.Err()
 }
 
 func (s *EtcdStore) ctx(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -507,5 +528,5 @@ func (s *EtcdStore) leases() clientv3.Lease {
 // cluster`'s agents) each take one. Close ends that stream only; close s
 // after its views.
 func (s *EtcdStore) LeaseStream() *EtcdStore {
-	return &EtcdStore{cli: s.cli, timeout: s.timeout, metrics: s.metrics, lease: clientv3.NewLease(s.cli), view: true, probeKey: s.probeKey}
+	return &EtcdStore{cli: s.cli, timeout: s.timeout, metrics: s.metrics, lease: clientv3.NewLease(s.cli), view: true, probeKey: s.probeKey, login: s.login}
 }

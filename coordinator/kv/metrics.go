@@ -90,6 +90,10 @@ func (s *EtcdStore) observed(ctx context.Context, op string, mapper func(error) 
 	defer cancel()
 	start := time.Now()
 	err := fn(ctx)
+	// etcd refuses before proposing, so even a write is safe to retry.
+	if err != nil && s.login && errors.Is(mapErr(err), ErrAccessDenied) && s.relogin(ctx) == nil {
+		err = fn(ctx)
+	}
 	if err != nil {
 		err = mapper(err)
 	}
