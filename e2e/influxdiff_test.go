@@ -128,6 +128,21 @@ func diffCases() []diffCase {
 			fmt.Sprintf("SELECT derivative(%s, 1s) FROM cpu WHERE %s GROUP BY time(10m) LIMIT 3 OFFSET 2", inner, all),
 		)
 	}
+	// Transformations over raw points, per series.
+	add("",
+		"SELECT derivative(value) FROM cpu WHERE host = 'h0' AND "+in(0, 10*60e9),
+		"SELECT derivative(value, 1m) FROM cpu WHERE host = 'h1' AND "+in(1000e9, 2400e9),
+		"SELECT non_negative_derivative(value, 1s) FROM cpu WHERE "+in(0, 5*60e9)+" GROUP BY host",
+		"SELECT difference(idle) FROM cpu WHERE host = 'h2' AND "+in(0, 5*60e9),
+		"SELECT non_negative_difference(free) FROM disk WHERE "+in(0, 5*60e9)+" GROUP BY path",
+		"SELECT cumulative_sum(value) FROM cpu WHERE host = 'h1' AND "+in(0, 5*60e9),
+		"SELECT moving_average(value, 3) FROM cpu WHERE host = 'h1' AND "+in(0, 5*60e9),
+		"SELECT elapsed(value, 1s) FROM cpu WHERE host = 'h1' AND "+in(1900e9, 3300e9),
+		"SELECT difference(value) FROM cpu WHERE host = 'h1' AND "+in(0, 60e9)+" ORDER BY time DESC",
+		"SELECT non_negative_difference(value) FROM cpu WHERE host = 'h1' AND "+in(0, 5*60e9)+" LIMIT 4 OFFSET 2",
+		"SELECT derivative(used) FROM mem WHERE used > 500000 AND "+in(0, 10*60e9)+" GROUP BY host",
+		"SELECT non_negative_derivative(idle, 10s) FROM cpu WHERE "+in(0, 3*60e9)+" GROUP BY *",
+	)
 	// Math over an aggregate.
 	add("",
 		"SELECT mean(value)*100 FROM cpu WHERE "+all+" GROUP BY time(10m)",

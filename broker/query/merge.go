@@ -529,6 +529,9 @@ func (p *Plan) mergeRaw(results []*ShardResult) ([]Row, error) {
 			}
 			values = append(values, v)
 		}
+		if len(p.Outputs) == 1 && p.Outputs[0].Transform != nil {
+			values = p.Outputs[0].Transform.applyRaw(values)
+		}
 		values = p.page(values)
 		if len(values) == 0 {
 			continue

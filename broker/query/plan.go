@@ -195,7 +195,6 @@ func (p *Plan) planFields(s *influxql.SelectStatement) error {
 			}
 			aggs++
 		case *influxql.Call:
-			aggs++
 			if _, ok := transforms[e.Name]; ok {
 				if len(s.Fields) != 1 {
 					return unsupported(e.Name + "() beside other columns")
@@ -207,8 +206,14 @@ func (p *Plan) planFields(s *influxql.SelectStatement) error {
 				p.extra = extra
 				fields[out.Field] = true
 				p.Req.Stats |= aggregates[out.Func]
+				if out.Func == "" { // over raw points
+					raws++
+				} else {
+					aggs++
+				}
 				break
 			}
+			aggs++
 			if err := p.planAggregate(e, &out, fields); err != nil {
 				return err
 			}

@@ -23,7 +23,7 @@ func plan(t *testing.T, q string, now time.Time) (*Plan, error) {
 func TestPlanRefusesUnsupported(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
 	for q, want := range map[string]error{
-		"SELECT derivative(v) FROM m":                             ErrUnsupported,
+		"SELECT derivative(v + 1) FROM m":                         ErrUnsupported,
 		"SELECT v FROM m WHERE v + 1 > 3":                         ErrUnsupported,
 		"SELECT v FROM m WHERE host = 'a' OR time > now() - 1h":   ErrUnsupported,
 		"SELECT mean(v) FROM m GROUP BY time(1m)":                 ErrBadQuery,

@@ -2,6 +2,8 @@ package query
 
 import (
 	"fmt"
+	"math"
+	"time"
 
 	"github.com/influxdata/influxql"
 )
@@ -40,8 +42,23 @@ func planTransform(e *influxql.Call, out *Output, s *influxql.SelectStatement) (
 		return 0, fmt.Errorf("%w: invalid number of arguments for %s, expected 1 or 2, got %d", ErrBadQuery, e.Name, len(e.Args))
 	}
 	inner, ok := e.Args[0].(*influxql.Call)
+	iv, err := s.GroupByInterval()
 	if !ok {
-		return 0, unsupported(fmt.Sprintf("%s over raw points (use it over an aggregate with GROUP BY time)", e.Name))
+		// Over raw points: each series' points in time order, a
+		// derivative's unit 1s by default (InfluxDB's).
+		ref, ok := e.Args[0].(*influxql.VarRef)
+		if !ok {
+			return 0, unsupported(fmt.Sprintf("%s(%s) (the argument must be a field key or an aggregate)", e.Name, e.Args[0]))
+		}
+		if err != nil || iv > 0 {
+			return 0, fmt.Errorf("%w: aggregate function required inside the call to %s", ErrBadQuery, e.Name)
+		}
+		tr, err := transformArgs(e, int64(time.Second))
+		if err != nil {
+			return 0, err
+		}
+		out.Field, out.Transform = ref.Val, tr
+		return 0, nil
 	}
 	if _, ok := aggregates[inner.Name]; !ok || inner.Name == "percentile" {
 		return 0, unsupported(fmt.Sprintf("%s(%s(...))", e.Name, inner.Name))
@@ -53,37 +70,46 @@ func planTransform(e *influxql.Call, out *Output, s *influxql.SelectStatement) (
 	if !ok {
 		return 0, unsupported(fmt.Sprintf("%s(%s) (the argument must be a field key)", inner.Name, inner.Args[0]))
 	}
-	iv, err := s.GroupByInterval()
 	if err != nil || iv <= 0 {
 		return 0, fmt.Errorf("%w: %s aggregate requires a GROUP BY interval", ErrBadQuery, e.Name)
 	}
+	tr, err := transformArgs(e, int64(iv))
+	if err != nil {
+		return 0, err
+	}
+	out.Func, out.Field, out.Transform = inner.Name, ref.Val, tr
+	return extra, nil
+}
+
+// transformArgs reads a transformation's arguments after the first; unit
+// is a derivative's default unit.
+func transformArgs(e *influxql.Call, unit int64) (*Transform, error) {
 	tr := &Transform{Name: e.Name}
 	switch e.Name {
 	case "derivative", "non_negative_derivative", "elapsed":
-		tr.Unit = int64(iv)
+		tr.Unit = unit
 		if e.Name == "elapsed" {
 			tr.Unit = 1
 		}
 		if len(e.Args) == 2 {
 			d, ok := e.Args[1].(*influxql.DurationLiteral)
 			if !ok || d.Val <= 0 {
-				return 0, fmt.Errorf("%w: second argument to %s must be a positive duration, got %s", ErrBadQuery, e.Name, e.Args[1])
+				return nil, fmt.Errorf("%w: second argument to %s must be a positive duration, got %s", ErrBadQuery, e.Name, e.Args[1])
 			}
 			tr.Unit = int64(d.Val)
 		}
 	case "moving_average":
 		n, ok := e.Args[len(e.Args)-1].(*influxql.IntegerLiteral)
 		if len(e.Args) != 2 || !ok || n.Val < 2 {
-			return 0, fmt.Errorf("%w: moving_average window must be an integer greater than 1", ErrBadQuery)
+			return nil, fmt.Errorf("%w: moving_average window must be an integer greater than 1", ErrBadQuery)
 		}
 		tr.N = int(n.Val)
 	default:
 		if len(e.Args) != 1 {
-			return 0, fmt.Errorf("%w: %s takes 1 argument, got %d", ErrBadQuery, e.Name, len(e.Args))
+			return nil, fmt.Errorf("%w: %s takes 1 argument, got %d", ErrBadQuery, e.Name, len(e.Args))
 		}
 	}
-	out.Func, out.Field, out.Transform = inner.Name, ref.Val, tr
-	return extra, nil
+	return tr, nil
 }
 
 // transform applies o's transformation to one filled column over times
@@ -152,6 +178,25 @@ func (tr *Transform) apply(times []int64, col []Cell, from int64) ([]int64, []Ce
 		prev = k
 	}
 	return outT, outC
+}
+
+// applyRaw applies the transformation to raw rows [time, value] in the
+// order given (ORDER BY time DESC walks them backwards, as InfluxDB does).
+func (tr *Transform) applyRaw(values [][]any) [][]any {
+	times := make([]int64, len(values))
+	col := make([]Cell, len(values))
+	for i, v := range values {
+		times[i] = v[0].(int64)
+		if f, ok := v[1].(float64); ok {
+			col[i] = floatCell(f)
+		}
+	}
+	times, col = tr.apply(times, col, math.MinInt64)
+	out := make([][]any, len(times))
+	for i, t := range times {
+		out[i] = []any{t, col[i].Any()}
+	}
+	return out
 }
 
 // sub is a - b: an integer when both are, else a float.

@@ -54,7 +54,8 @@ func TestPlanTransforms(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(300e9), p.Outputs[0].Transform.Unit, "the GROUP BY interval by default")
 	for q, want := range map[string]error{
-		"SELECT derivative(v) FROM m":                                                                     ErrUnsupported,
+		"SELECT derivative(v) FROM m WHERE time > 0 GROUP BY time(1m)":                                    ErrBadQuery,
+		"SELECT derivative(v + 1) FROM m":                                                                 ErrUnsupported,
 		"SELECT derivative(mean(v)) FROM m WHERE time > 0":                                                ErrBadQuery,
 		"SELECT derivative(mean(v), 5) FROM m WHERE time > 1699990000s GROUP BY time(1m)":                 ErrBadQuery,
 		"SELECT moving_average(mean(v), 1) FROM m WHERE time > 1699990000s GROUP BY time(1m)":             ErrBadQuery,
@@ -80,5 +81,26 @@ func TestMath(t *testing.T) {
 	for _, q := range []string{"SELECT mean(v) + max(v) FROM m", "SELECT v * 2 FROM m", "SELECT mean(v) % 2 FROM m"} {
 		_, err := plan(t, q, now)
 		require.ErrorIs(t, err, ErrUnsupported, q)
+	}
+}
+
+// TestRawTransforms: a transformation over a raw field runs over each
+// series' points in time order (a derivative's unit 1s by default), before
+// LIMIT.
+func TestRawTransforms(t *testing.T) {
+	src := twoFields()
+	const span = " WHERE host = 'a' AND time >= 0 AND time < 10s"
+	for q, want := range map[string][][]any{
+		"SELECT derivative(v) FROM m" + span:                                     {{int64(2e9), 10.0}, {int64(3e9), 10.0}, {int64(4e9), 10.0}, {int64(5e9), 10.0}, {int64(6e9), 10.0}},
+		"SELECT difference(w) FROM m" + span + " LIMIT 2":                        {{int64(2e9), -1.0}, {int64(4e9), -2.0}},
+		"SELECT non_negative_derivative(w, 2s) FROM m" + span:                    nil,
+		"SELECT cumulative_sum(v) FROM m" + span + " ORDER BY time DESC LIMIT 2": {{int64(6e9), 60.0}, {int64(5e9), 110.0}},
+		"SELECT elapsed(w, 1s) FROM m" + span:                                    {{int64(2e9), int64(1)}, {int64(4e9), int64(2)}, {int64(5e9), int64(1)}, {int64(6e9), int64(1)}},
+	} {
+		var got [][]any
+		for _, r := range runOne(t, src, q) {
+			got = append(got, r.AnyValues()...)
+		}
+		require.Equal(t, want, got, q)
 	}
 }
