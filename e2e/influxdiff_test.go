@@ -143,6 +143,21 @@ func diffCases() []diffCase {
 		"SELECT derivative(used) FROM mem WHERE used > 500000 AND "+in(0, 10*60e9)+" GROUP BY host",
 		"SELECT non_negative_derivative(idle, 10s) FROM cpu WHERE "+in(0, 3*60e9)+" GROUP BY *",
 	)
+	// top and bottom.
+	add("",
+		"SELECT top(value, 3) FROM cpu WHERE host = 'h0' AND "+in(0, 5*60e9),
+		"SELECT bottom(value, 3) FROM cpu WHERE host = 'h0' AND "+in(0, 5*60e9),
+		"SELECT top(value, host, 2) FROM cpu WHERE "+in(0, 5*60e9),
+		"SELECT bottom(idle, host, 3) FROM cpu WHERE "+in(0, 5*60e9),
+		"SELECT top(value, 2) FROM cpu WHERE host = 'h0' AND "+all+" GROUP BY time(30m)",
+		"SELECT bottom(value, 1) FROM cpu WHERE host = 'h1' AND "+all+" GROUP BY time(20m)",
+		"SELECT top(value, 2) FROM cpu WHERE "+in(0, 5*60e9)+" GROUP BY host",
+		"SELECT top(free, 3) FROM disk WHERE path = '/' AND "+all,
+		"SELECT bottom(free, path, 2) FROM disk WHERE "+all,
+		"SELECT top(used, 2) FROM mem WHERE host = 'h2' AND "+all+" GROUP BY time(1h)",
+		"SELECT top(value, 3) FROM cpu WHERE host = 'h3' AND value < 50 AND "+all,
+		"SELECT top(value, region, 1) FROM cpu WHERE "+in(0, 5*60e9)+" GROUP BY host",
+	)
 	// Math over an aggregate.
 	add("",
 		"SELECT mean(value)*100 FROM cpu WHERE "+all+" GROUP BY time(10m)",

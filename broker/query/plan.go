@@ -46,6 +46,8 @@ type Output struct {
 	Tag bool
 	// Transform applied to the aggregate after the merge (derivative...).
 	Transform *Transform
+	// Top: top() or bottom() over the raw points of Field (topn.go).
+	Top *topSpec
 	// Math over the aggregate (mean(value)*100), applied after the merge.
 	Math influxql.Expr
 }
@@ -213,6 +215,23 @@ func (p *Plan) planFields(s *influxql.SelectStatement) error {
 				}
 				break
 			}
+			if e.Name == "top" || e.Name == "bottom" {
+				if len(s.Fields) != 1 {
+					return unsupported(e.Name + "() beside other columns")
+				}
+				tags, err := planTop(e, &out)
+				if err != nil {
+					return err
+				}
+				if s.Limit > 0 && out.Top.n > s.Limit {
+					return fmt.Errorf("%w: limit (%d) in %s function can not be larger than the LIMIT (%d) in the select statement", ErrBadQuery, out.Top.n, e.Name, s.Limit)
+				}
+				fields[out.Field] = true
+				p.Outputs = append(p.Outputs, out)
+				p.Outputs = append(p.Outputs, tags...)
+				raws++
+				continue
+			}
 			aggs++
 			if err := p.planAggregate(e, &out, fields); err != nil {
 				return err
@@ -280,7 +299,7 @@ func (p *Plan) planDimensions(s *influxql.SelectStatement) error {
 			if e.Name != "time" {
 				return unsupported("GROUP BY " + e.String())
 			}
-			if p.Req.Raw {
+			if p.Req.Raw && (len(p.Outputs) == 0 || p.Outputs[0].Top == nil) {
 				return fmt.Errorf("%w: GROUP BY requires at least one aggregate function", ErrBadQuery)
 			}
 			iv, err := s.GroupByInterval()
