@@ -123,7 +123,7 @@ func Start(cfg config.Config, lg *zap.Logger) (*App, error) {
 	for _, src := range a.watched(statemachine.MainSources(a.store, a.keys)) {
 		a.sm.AddSource(src)
 	}
-	for _, run := range []func(context.Context){a.probeEtcd, a.history.rec.Run, a.watchClusters, a.probeClusters} {
+	for _, run := range []func(context.Context){a.probeEtcd, a.warnEtcdAuthOff, a.history.rec.Run, a.watchClusters, a.probeClusters} {
 		a.goRun(a.runCtx, run)
 	}
 	if cfg.Standalone {

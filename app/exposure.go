@@ -1,11 +1,16 @@
 package app
 
 import (
+	"context"
+	"errors"
 	"net"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/cairn-db/cairn/config"
+	"github.com/cairn-db/cairn/coordinator/kv"
+	"github.com/cairn-db/cairn/internal/backoff"
 	"go.uber.org/zap"
 )
 
@@ -91,4 +96,31 @@ func loopbackURL(raw string) bool {
 		return false
 	}
 	return loopbackAddr(u.Host)
+}
+
+// warnEtcdAuthOff checks once, when etcd first answers, that a member
+// serving clients beyond loopback has etcd's authentication on: without it
+// any client that gets through (no --etcd-client-cert-auth, or a
+// certificate of the CA) reads and deletes every key.
+func (a *App) warnEtcdAuthOff(ctx context.Context) {
+	if a.cfg.Insecure || !a.cfg.HasRole(config.RoleEtcd) || loopbackURL(a.cfg.EtcdListenClientURL) {
+		return
+	}
+	b := backoff.New(time.Second, 10*time.Second)
+	for {
+		on, err := a.store.AuthEnabled(ctx)
+		if err == nil {
+			if !on {
+				a.lg.Warn("OPEN TO THE NETWORK: etcd's authentication is off: any client that reaches "+a.cfg.EtcdListenClientURL+
+					" can read and delete every key; run cairn etcd-auth-setup (or --insecure to accept it)", zap.String("surface", "etcd_auth_off"))
+			}
+			return
+		}
+		if errors.Is(err, kv.ErrAccessDenied) {
+			return // etcd refused us: its auth is on (probeEtcd reports the credentials)
+		}
+		if !b.Wait(ctx) {
+			return
+		}
+	}
 }

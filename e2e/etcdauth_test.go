@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -208,14 +209,23 @@ func (f *etcdAuthFixture) memberTLSArgs(clientURL, peerURL string) []string {
 // Restarted with auth on (its client is made before its member starts and
 // logs in at its first call), it is ready again and answers the point
 // written before. A client with a certificate but no password is refused.
+// The member listens on every interface: the node warns that etcd's auth is
+// off before the setup, and not after.
 func TestStandaloneEtcdAuthTurnedOnWhileRunning(t *testing.T) {
 	f := newEtcdAuthFixture(t)
 	t.Setenv("CAIRN_ETCD_USERNAME", "cairn")
 	t.Setenv("CAIRN_ETCD_PASSWORD_FILE", f.userPW)
-	endpoint := "https://" + freeAddr(t)
-	p := start(t, append([]string{"--data-dir", t.TempDir(), "--http-addr", freeAddr(t), "--log-format", "json"},
-		f.memberTLSArgs(endpoint, "https://"+freeAddr(t))...)...)
+	// The member serves clients on every interface, so the node checks
+	// etcd's auth at start.
+	port := freePort(t)
+	endpoint := fmt.Sprintf("https://127.0.0.1:%d", port)
+	args := append([]string{"--data-dir", t.TempDir(), "--http-addr", freeAddr(t), "--log-format", "json"},
+		f.memberTLSArgs(fmt.Sprintf("https://0.0.0.0:%d", port), "https://"+freeAddr(t))...)
+	p := start(t, append(args, "--etcd-advertise-client-url", endpoint)...)
 	p.waitStatus("/api/v1/ready", 200, 20*time.Second)
+	const authOff = `"surface":"etcd_auth_off"`
+	require.Eventually(t, func() bool { return strings.Contains(readLog(t, p), authOff) }, 15*time.Second, 50*time.Millisecond,
+		"a member on every interface without etcd auth warns")
 
 	code, out, stderr := runCLI(t, "etcd-auth-setup", "--etcd-endpoints", endpoint, "--etcd-cacert", f.member.CA,
 		"--etcd-cert", f.node.Cert, "--etcd-key", f.node.Key, "--etcd-root-password-file", f.rootPW)
@@ -237,6 +247,7 @@ func TestStandaloneEtcdAuthTurnedOnWhileRunning(t *testing.T) {
 	require.Len(t, res.Series, 1)
 	require.Equal(t, [][2]json.Number{{"1000000000", "7"}}, res.Series[0].Points)
 	require.NotContains(t, readLog(t, p), "etcd refused this node's credentials")
+	require.Equal(t, 1, strings.Count(readLog(t, p), authOff), "no warning once auth is on")
 
 	noPassword := f.client(t, endpoint, kv.EtcdConfig{CACert: f.node.CA, Cert: f.node.Cert, Key: f.node.Key})
 	_, err := noPassword.Get(context.Background(), "/cairn/database/config/db")

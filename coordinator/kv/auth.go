@@ -140,3 +140,15 @@ func roleAdd(ctx context.Context, cli *clientv3.Client, name string) error {
 	_, err := cli.RoleAdd(ctx, name)
 	return err
 }
+
+// AuthEnabled reports whether etcd's authentication is on (any client may
+// ask).
+func (s *EtcdStore) AuthEnabled(ctx context.Context) (bool, error) {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	resp, err := s.cli.AuthStatus(ctx)
+	if err != nil {
+		return false, mapErr(err)
+	}
+	return resp.Enabled, nil
+}
