@@ -41,7 +41,7 @@ func (a *App) openStorage() error {
 		Changed: a.sm.Changed, Logger: a.lg, MinInsync: a.cfg.MinInsyncReplicas,
 		DropDelay: a.cfg.ShardDropDelay, Dir: dir, Registerer: a.reg, Client: a.peerClient(0),
 		QueryLimits: engine.Limits{MaxSeries: a.cfg.QueryMaxSeries, MaxPoints: a.cfg.QueryMaxPoints},
-		StateStore:  a.store, StateKeys: a.keys, WriteFence: a.fence.Err,
+		StateStore:  a.store, StateKeys: a.keys, WriteFence: a.fence.Err, ExpireEvery: a.cfg.RetentionCheckInterval,
 	})
 	return nil
 }

@@ -156,6 +156,9 @@ type Config struct {
 	// ShardDropDelay is how long unassigned shard data is kept before it is
 	// deleted.
 	ShardDropDelay time.Duration
+	// RetentionCheckInterval is how often a storage node drops the points
+	// its databases' retentions expired.
+	RetentionCheckInterval time.Duration
 	// HistoryInterval is how often a node samples its metrics for the
 	// console's charts.
 	HistoryInterval time.Duration
@@ -231,6 +234,7 @@ func Default() Config {
 		DefaultStorageCluster:  "default",
 		RebalanceDelay:         30 * time.Second,
 		ShardDropDelay:         5 * time.Minute,
+		RetentionCheckInterval: time.Minute,
 		WriteMaxBodyBytes:      32 << 20,
 		WriteMaxPoints:         200_000,
 		WriteMaxSeriesKeyBytes: 16 << 10,

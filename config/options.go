@@ -296,6 +296,8 @@ var options = []option{
 	},
 	durationOpt("shard-drop-delay", groupCluster, "how long a storage node keeps the data of a shard no longer assigned to it before deleting it (guards against an emptied or replaced etcd)",
 		0, func(c *Config) *time.Duration { return &c.ShardDropDelay }, nil),
+	durationOpt("retention-check-interval", groupCluster, "how often a storage node deletes the blocks its databases' retentions expired and gives their space back (reads stop answering expired points at once)",
+		time.Second, func(c *Config) *time.Duration { return &c.RetentionCheckInterval }, maxDuration(24*time.Hour)),
 	durationOpt("write-timeout", groupCluster, "longest a write waits for its shards (an offline shard, a failover) before it answers 503 with the cause; keep it under your clients' timeouts (Telegraf and the Influx Go clients: 5s)",
 		100*time.Millisecond, func(c *Config) *time.Duration { return &c.WriteTimeout }, maxDuration(5*time.Minute)),
 	durationOpt("history-interval", groupNode, "sampling interval of the console's charts; each node keeps the last hour in memory (at most 3600 samples)",

@@ -4,7 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io/fs"
+	"math/rand/v2"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -88,4 +92,117 @@ func TestRetentionStopsAnsweringAtOnce(t *testing.T) {
 	code, out = p.send(http.MethodPatch, "/api/v1/databases/ret", map[string]any{"retention": "0"}, "")
 	require.Equal(t, http.StatusOK, code, out)
 	require.Eventually(t, func() bool { return count() == "36" }, 10*time.Second, 50*time.Millisecond)
+}
+
+// TestRetentionGivesSpaceBack: 6 hours of points that do not compress,
+// then `retention: 2h`: within a few expiry passes (--retention-check-interval
+// 1s here) the shard files shrink by most of the expired share, the node
+// logs what it expired, and the last 2 hours are all still answered.
+func TestRetentionGivesSpaceBack(t *testing.T) {
+	dataDir := t.TempDir()
+	args := standaloneArgs(t)
+	for i := range args {
+		if args[i] == "--data-dir" {
+			args[i+1] = dataDir
+		}
+	}
+	p := start(t, append(args, "--retention-check-interval", "1s")...)
+	p.waitStatus("/api/v1/ready", 200, 15*time.Second)
+	code, out := p.post("/api/v1/databases", map[string]any{"name": "big", "num_shards": 1, "replica_factor": 1})
+	require.Equal(t, http.StatusCreated, code, out)
+
+	now := time.Now().Truncate(time.Second)
+	rnd := rand.New(rand.NewPCG(3, 4))
+	const series, step = 20, time.Second
+	var lines strings.Builder
+	flush := func() {
+		resp, err := http.Post("http://"+p.addr+"/write?db=big", "text/plain", strings.NewReader(lines.String()))
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusNoContent, resp.StatusCode)
+		lines.Reset()
+	}
+	n := 0
+	for ts := now.Add(-6 * time.Hour); !ts.After(now); ts = ts.Add(step) {
+		for s := range series {
+			fmt.Fprintf(&lines, "m,s=%d v=%v %d\n", s, rnd.Float64(), ts.UnixNano())
+			n++
+		}
+		if n%50_000 == 0 {
+			flush()
+		}
+	}
+	flush()
+
+	shardBytes := func() int64 {
+		var total int64
+		require.NoError(t, filepath.WalkDir(filepath.Join(dataDir, "shards"), func(_ string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(d.Name(), ".db") {
+				return err
+			}
+			fi, err := d.Info()
+			if err == nil {
+				total += fi.Size()
+			}
+			return err
+		}))
+		return total
+	}
+	count := func() int64 {
+		res := influxQuery(t, p.addr, "big", "", `SELECT count("v") FROM "m" WHERE time > now() - 7h`)
+		require.Empty(t, res.Results[0].Error)
+		if len(res.Results[0].Series) == 0 {
+			return 0
+		}
+		c, err := res.Results[0].Series[0].Values[0][1].(json.Number).Int64()
+		require.NoError(t, err)
+		return c
+	}
+	require.Equal(t, int64(n), count())
+	// The points reach blocks at the memtable's next flush (10 s idle).
+	before := int64(0)
+	require.Eventually(t, func() bool { before = shardBytes(); return before > 3<<20 }, 30*time.Second, 200*time.Millisecond,
+		"the points never reached the shard file (%d bytes)", before)
+
+	code, out = p.send(http.MethodPatch, "/api/v1/databases/big", map[string]any{"retention": "2h"}, "")
+	require.Equal(t, http.StatusOK, code, out)
+	kept := int64(0)
+	for ts := now.Add(-6 * time.Hour); !ts.After(now); ts = ts.Add(step) {
+		if ts.After(now.Add(-2 * time.Hour)) {
+			kept += series
+		}
+	}
+	require.Eventually(t, func() bool { return count() <= kept }, 10*time.Second, 50*time.Millisecond)
+	// The node logs each expiry with the block bytes it dropped; the files
+	// shrink by at least that much once the file is rewritten.
+	expired := func() (total int64) {
+		logged, err := os.ReadFile(p.log)
+		require.NoError(t, err)
+		for _, line := range strings.Split(string(logged), "\n") {
+			var rec struct {
+				Msg   string `json:"msg"`
+				Bytes int64  `json:"bytes"`
+			}
+			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "expired points past the retention" {
+				total += rec.Bytes
+			}
+		}
+		return total
+	}
+	var after int64
+	assert.Eventually(t, func() bool {
+		after = shardBytes()
+		return expired() > 0 && before-after >= expired()
+	}, 60*time.Second, 200*time.Millisecond)
+	require.Positive(t, expired(), "no expiry logged")
+	require.GreaterOrEqual(t, before-after, expired(), "the shard files shrank less than the expired blocks")
+	t.Logf("shard files: %d bytes before the expiry, %d after; %d bytes of blocks expired; %d points kept of %d", before, after, expired(), kept, n)
+	keptNow := int64(0) // the retention's cutoff moved on since
+	cut := time.Now().Add(-2 * time.Hour)
+	for ts := now.Add(-6 * time.Hour); !ts.After(now); ts = ts.Add(step) {
+		if ts.After(cut) {
+			keptNow += series
+		}
+	}
+	require.InDelta(t, keptNow, count(), 2*series, "the last 2 hours are all answered")
 }

@@ -70,6 +70,9 @@ type HostConfig struct {
 	// WriteFence, when set, is checked first by every write this node
 	// leads: an error (DiskFence.Err) refuses it at once.
 	WriteFence func() error
+	// ExpireEvery is how often the blocks a database's retention expired
+	// are deleted from this node's replicas (expire.go); default 1m.
+	ExpireEvery time.Duration
 }
 
 // Host opens and closes shard replicas as assignments change and serves the
@@ -190,6 +193,9 @@ func (h *Host) Run(ctx context.Context) {
 	peersDone := make(chan struct{})
 	go func() { defer close(peersDone); h.watchPeers(pctx) }()
 	defer func() { stopPeers(); <-peersDone }()
+	expireDone := make(chan struct{})
+	go func() { defer close(expireDone); h.expireLoop(pctx) }()
+	defer func() { stopPeers(); <-expireDone }()
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	full, lastFull := true, time.Now()

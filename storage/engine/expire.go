@@ -1,0 +1,100 @@
+package engine
+
+import (
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Expirer is implemented by shards that can drop the points a retention
+// expired.
+type Expirer interface {
+	// ExpireBefore deletes every block whose points are all older than
+	// cutoff (unix ns) and returns how many blocks and bytes it dropped;
+	// when they were a large part of the file, it rewrites the file so the
+	// space goes back to the file system. A block that straddles cutoff
+	// stays until all of it is older (reads of a database with a retention
+	// never ask for the expired part); points still in the memtable wait
+	// for a pass after their flush.
+	ExpireBefore(cutoff int64) (blocks int, bytes int64, err error)
+}
+
+// expireBudget is how many blocks one expiry step looks at, as compaction's
+// steps: a bound on how long it holds bbolt's writer.
+const expireBudget = 4096
+
+// rewriteShare: the file is rewritten when the expired bytes reach this
+// share (1/rewriteShare) of the blocks' bytes: bbolt reuses freed pages but
+// never shrinks its file by itself.
+const rewriteShare = 4
+
+func (s *boltShard) ExpireBefore(cutoff int64) (int, int64, error) {
+	// The last flush's blocks are checked first, as a compaction does, so
+	// an idle shard's newest flush expires too.
+	if err := s.settleRecent(); err != nil {
+		return 0, 0, fmt.Errorf("engine: expire: %w", err)
+	}
+	var blocks int
+	var bytes, total int64
+	var at []byte
+	for {
+		n, b, seen, next, err := s.expireStep(cutoff, at)
+		blocks, bytes, total = blocks+n, bytes+b, total+seen
+		if err != nil {
+			return blocks, bytes, fmt.Errorf("engine: expire: %w", err)
+		}
+		if next == nil {
+			break
+		}
+		at = next
+	}
+	if blocks == 0 {
+		return 0, 0, nil
+	}
+	s.dropMapped()
+	if bytes*rewriteShare >= total {
+		if err := s.rewriteFile(); err != nil {
+			return blocks, bytes, err
+		}
+	}
+	return blocks, bytes, nil
+}
+
+// expireStep deletes the expired blocks among up to expireBudget blocks
+// from at (nil: the first); seen is the bytes of the blocks it looked at,
+// next where the following step starts, nil at the end.
+func (s *boltShard) expireStep(cutoff int64, at []byte) (n int, bytes, seen int64, next []byte, err error) {
+	s.cmu.Lock() // not beside a compaction step: both rewrite blocks
+	defer s.cmu.Unlock()
+	if s.closed() {
+		return 0, 0, 0, nil, ErrClosed
+	}
+	err = s.update(func(tx *bolt.Tx) error {
+		blocks, recent := tx.Bucket(bucketBlocks), tx.Bucket(bucketRecent)
+		c := blocks.Cursor()
+		k, v := c.First()
+		if at != nil {
+			k, v = c.Seek(at)
+		}
+		var drop [][]byte
+		for i := 0; k != nil && i < expireBudget; i++ {
+			seen += int64(len(k) + len(v))
+			if h, _, perr := parseBlock(v); perr == nil && h.maxTS < cutoff && recent.Get(k) == nil {
+				drop = append(drop, append([]byte(nil), k...))
+				bytes += int64(len(k) + len(v))
+			}
+			k, v = c.Next()
+		}
+		if k != nil {
+			next = append([]byte(nil), k...)
+		}
+		for _, key := range drop {
+			if err := deleteBlock(tx, key); err != nil {
+				return err
+			}
+		}
+		n = len(drop)
+		return nil
+	})
+	return n, bytes, seen, next, err
+}
