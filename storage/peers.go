@@ -60,12 +60,19 @@ func (h *Host) liveNodes() (statemachine.Map[models.StorageNode], bool) {
 	return st.Nodes.At(h.cluster), st.Synced[statemachine.ClusterNodesSource(h.cluster)]
 }
 
-// peerLive says whether node id is live: from the watched live nodes when
-// this process watches them, else assumed (a dead follower then leaves an
-// in-sync set by not fetching within the window).
-func (h *Host) peerLive(id string) bool {
+// peerCanSync says whether node id may be in an in-sync set: live, and not
+// fenced off writes by a disk fault in its record (a follower that cannot
+// write holds no new entry: waiting for it would stall every write for the
+// lag bound), from the watched live nodes when this process watches them,
+// else assumed (a dead follower then leaves an in-sync set by not fetching
+// within the window, a fenced one by not catching up).
+func (h *Host) peerCanSync(id string) bool {
 	nodes, watched := h.liveNodes()
-	return !watched || nodes.Has(id)
+	if !watched {
+		return true
+	}
+	n, ok := nodes.Get(id)
+	return ok && n.Writable()
 }
 
 // peerAddress is the address of node id: from the watched live nodes, else

@@ -258,7 +258,7 @@ func (r *replica) initialISR(ctx context.Context, d desired) ([]string, *isrRead
 		if ok && !slices.Contains(set.Replicas, n) {
 			continue
 		}
-		live := r.h.peerLive(n)
+		live := r.h.peerCanSync(n)
 		if ask != nil {
 			p, err := r.h.peerOf(n, rd.peers[n])
 			if err != nil {
@@ -301,9 +301,10 @@ func (r *replica) maintainISR(ctx context.Context, d desired) {
 	drop, add, join := decideISR(time.Now(), isrView{
 		self: r.h.nodeID, isr: isr, replicas: r.want.replicas, last: last, committed: r.committed,
 		acked: r.acked, caught: r.caught, fetched: r.fetched, parked: r.parked, window: r.h.cfg.LagBound,
-		// A follower whose lease is gone leaves at once when this process
-		// watches the live nodes; otherwise by not fetching within the window.
-		live: r.h.peerLive,
+		// A follower whose lease is gone, or whose disk fails, leaves at
+		// once when this process watches the live nodes; otherwise by not
+		// fetching (or catching up) within the window.
+		live: r.h.peerCanSync,
 	})
 	if !slices.Equal(join, r.joining) {
 		r.joining = join // acknowledgements wait for them from now on
