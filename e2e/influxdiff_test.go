@@ -158,6 +158,16 @@ func diffCases() []diffCase {
 		"SELECT top(value, 3) FROM cpu WHERE host = 'h3' AND value < 50 AND "+all,
 		"SELECT top(value, region, 1) FROM cpu WHERE "+in(0, 5*60e9)+" GROUP BY host",
 	)
+	// percentile() alone reports its point's time.
+	add("",
+		"SELECT percentile(value, 50) FROM cpu WHERE host = 'h0' AND "+all,
+		"SELECT percentile(value, 90) FROM cpu WHERE "+all+" GROUP BY host",
+		"SELECT percentile(idle, 25) FROM cpu WHERE host = 'h1' AND "+all,
+		"SELECT percentile(free, 99.9) FROM disk WHERE "+all+" GROUP BY path",
+		"SELECT percentile(value, 0) FROM cpu WHERE host = 'h0' AND "+all,
+		"SELECT percentile(used, 75) FROM mem WHERE used > 100000 AND "+all+" GROUP BY host",
+	)
+	add("selector-ties", "SELECT percentile(value, 99.9) FROM cpu WHERE "+all)
 	// Math over an aggregate.
 	add("",
 		"SELECT mean(value)*100 FROM cpu WHERE "+all+" GROUP BY time(10m)",

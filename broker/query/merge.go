@@ -535,6 +535,9 @@ func (p *Plan) mergeRaw(results []*ShardResult) ([]Row, error) {
 		if len(p.Outputs) > 0 && p.Outputs[0].Top != nil {
 			values = p.selectTop(values)
 		}
+		if len(p.Outputs) == 1 && p.Outputs[0].Func == "percentile" {
+			values = p.rawPercentile(values)
+		}
 		values = p.page(values)
 		if len(values) == 0 {
 			continue

@@ -113,6 +113,7 @@ func PlanSelect(s *influxql.SelectStatement, now time.Time) (*Plan, error) {
 	if err := p.planDimensions(s); err != nil {
 		return nil, err
 	}
+	p.planRawPercentile()
 	cond, start, end, err := SplitTime(s.Condition, now)
 	if err != nil {
 		return nil, err

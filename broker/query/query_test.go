@@ -142,7 +142,7 @@ func TestShardSplitInvariance(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	var series []engine.Series
 	for h := range 12 {
-		s := engine.Series{Metric: "m", Tags: map[string]string{"host": fmt.Sprintf("h%d", h%6), "dc": fmt.Sprintf("d%d", h%2), engine.FieldTag: "v"}}
+		s := engine.Series{Metric: "m", Tags: map[string]string{"host": fmt.Sprintf("h%d", h), "dc": fmt.Sprintf("d%d", h%2), engine.FieldTag: "v"}}
 		ts := int64(0)
 		for range 300 {
 			ts += int64(rng.IntN(40)+1) * 1e9

@@ -37,3 +37,22 @@ func TestTopBottom(t *testing.T) {
 		require.ErrorIs(t, err, want, q)
 	}
 }
+
+// TestPercentileTime: percentile() alone without GROUP BY time reports the
+// selected point's time; with GROUP BY time, the interval's.
+func TestPercentileTime(t *testing.T) {
+	src := twoFields()
+	const span = " AND time >= 0 AND time < 10s"
+	for q, want := range map[string][][]any{
+		"SELECT percentile(v, 50) FROM m WHERE host = 'a'" + span:                        {{int64(3e9), 30.0}},
+		"SELECT percentile(w, 100) FROM m WHERE host = 'b'" + span:                       {{int64(1e9), 99.0}},
+		"SELECT percentile(w, 0) FROM m WHERE host = 'b'" + span:                         nil,
+		"SELECT percentile(v, 50) FROM m WHERE host = 'a'" + span + " GROUP BY time(1m)": {{int64(0), 30.0}},
+	} {
+		var got [][]any
+		for _, r := range runOne(t, src, q) {
+			got = append(got, r.AnyValues()...)
+		}
+		require.Equal(t, want, got, q)
+	}
+}
