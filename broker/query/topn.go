@@ -108,4 +108,3 @@ func (s *topSpec) pick(rows [][]any, desc bool) [][]any {
 	})
 	return cands
 }
-
