@@ -1,37 +1,39 @@
 package master
 
 import (
-	"slices"
-
 	"github.com/cairn-db/cairn/coordinator/placement"
+	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
 )
 
 // placeCache is one storage cluster's placement as this term last read it,
 // registered in a sharder that outlives the decision: a database is read
-// again only when its assignment, states or config changed (their mod
-// revisions), so placing a new database costs the nodes and that database,
-// not every shard of the cluster (clusterView's cost, once per decision).
+// again only when its assignment, states or config changed since the
+// snapshot last read (statemachine.Changed skips what two snapshots
+// share), so placing a new database costs the nodes, the changes and that
+// database, not every shard of the cluster (clusterView's cost).
 type placeCache struct {
 	s     placement.Sharder
 	nodes map[string]placement.Node
-	dbs   map[string]placeMark
+	dbs   map[string][]placement.ShardKey // the partitions registered per database
+	// pending: the databases registered from this term's own placements
+	// (not shown by the state yet), by the revision of their write.
+	pending map[string]int64
+	// seen: the maps of the snapshot last read (read yet: whether there was
+	// one).
+	seen struct {
+		read      bool
+		assign    statemachine.Map[models.Assignment]
+		states    statemachine.Map[models.ShardStates]
+		databases statemachine.Map[models.Database]
+	}
 	// registered: partitions registered now; dropped: unregistered since
 	// the cache started.
 	registered, dropped int
 }
 
-// placeMark is what a database was registered from: the mod revisions of
-// its assignment, states and config (a pending placement of this term: the
-// negated revision of its write; 0, unknown, is read again every time),
-// and the partitions registered.
-type placeMark struct {
-	revs [3]int64
-	keys []placement.ShardKey
-}
-
 func newPlaceCache() *placeCache {
-	return &placeCache{s: newSharder(), nodes: map[string]placement.Node{}, dbs: map[string]placeMark{}}
+	return &placeCache{s: newSharder(), nodes: map[string]placement.Node{}, dbs: map[string][]placement.ShardKey{}, pending: map[string]int64{}}
 }
 
 // maxDropped bounds the partitions of dropped databases a cache's sharder
@@ -48,33 +50,30 @@ func (pc *placeCache) sync(st *statemachine.State, cluster string, placed map[st
 		*pc = *newPlaceCache()
 	}
 	pc.syncNodes(clusterNodes(st, cluster))
-	present := map[string]bool{}
+	dirty := map[string]bool{}
+	mark := func(name string) { dirty[name] = true }
+	if !pc.seen.read {
+		for name := range st.Assignments.All() {
+			mark(name)
+		}
+	} else {
+		statemachine.Changed(pc.seen.assign, st.Assignments, mark)
+		statemachine.Changed(pc.seen.states, st.ShardStates, mark)
+		statemachine.Changed(pc.seen.databases, st.Databases, mark)
+	}
+	pc.seen.read, pc.seen.assign, pc.seen.states, pc.seen.databases = true, st.Assignments, st.ShardStates, st.Databases
+	for name, rev := range pc.pending {
+		if p, ok := placed[name]; !ok || p.rev != rev || p.assign.Cluster != cluster {
+			mark(name)
+		}
+	}
 	for name, p := range placed {
-		if p.assign.Cluster == cluster {
-			present[name] = true
-			rev := -p.rev
-			pc.syncDB(name, [3]int64{rev, rev, rev}, p.db.ReplicaFactor, func() []keyedShard { return dbShards(name, p.assign, p.states) })
+		if rev, ok := pc.pending[name]; p.assign.Cluster == cluster && (!ok || rev != p.rev) {
+			mark(name)
 		}
 	}
-	for name, a := range st.Assignments.All() {
-		db, ok := st.Databases.Get(name)
-		if !ok || a.Cluster != cluster || present[name] {
-			continue
-		}
-		present[name] = true
-		revs := [3]int64{st.ModRev(statemachine.SourceAssign, name), st.ModRev(statemachine.SourceShardState, name),
-			st.ModRev(statemachine.SourceDatabaseConfig, name)}
-		pc.syncDB(name, revs, db.ReplicaFactor, func() []keyedShard { return dbShards(name, a, st.ShardStates.At(name)) })
-	}
-	for name, mark := range pc.dbs {
-		if !present[name] {
-			for _, k := range mark.keys {
-				pc.s.UnregisterPartition(k)
-			}
-			pc.registered -= len(mark.keys)
-			pc.dropped += len(mark.keys)
-			delete(pc.dbs, name)
-		}
+	for name := range dirty {
+		pc.syncDB(st, cluster, placed, name)
 	}
 	return pc.s
 }
@@ -96,27 +95,39 @@ func (pc *placeCache) syncNodes(nodes []placement.Node) {
 	}
 }
 
-// syncDB registers a database's shards (read) again unless they were
-// registered at revs already.
-func (pc *placeCache) syncDB(name string, revs [3]int64, rf int, read func() []keyedShard) {
-	old, ok := pc.dbs[name]
-	if ok && old.revs == revs && !slices.Contains(revs[:], 0) {
-		return
+// syncDB registers database name's shards on cluster again: this term's
+// placement of it if the state does not show that yet, else the state's;
+// none if it is not on cluster (any more).
+func (pc *placeCache) syncDB(st *statemachine.State, cluster string, placed map[string]ownPlacement, name string) {
+	var shards []keyedShard
+	rf := 0
+	delete(pc.pending, name)
+	if p, ok := placed[name]; ok && p.assign.Cluster == cluster {
+		shards, rf = dbShards(name, p.assign, p.states), p.db.ReplicaFactor
+		pc.pending[name] = p.rev
+	} else if a, ok := st.Assignments.Get(name); ok && a.Cluster == cluster {
+		if db, ok := st.Databases.Get(name); ok {
+			shards, rf = dbShards(name, a, st.ShardStates.At(name)), db.ReplicaFactor
+		}
 	}
-	shards := read()
-	mark := placeMark{revs: revs, keys: make([]placement.ShardKey, 0, len(shards))}
+	old := pc.dbs[name]
+	keys := make([]placement.ShardKey, 0, len(shards))
 	now := make(map[placement.ShardKey]bool, len(shards))
 	for _, sh := range shards {
 		pc.s.RegisterPartition(sh.key, rf, sh.at)
-		mark.keys = append(mark.keys, sh.key)
+		keys = append(keys, sh.key)
 		now[sh.key] = true
 	}
-	for _, k := range old.keys {
+	for _, k := range old {
 		if !now[k] {
 			pc.s.UnregisterPartition(k)
 			pc.dropped++
 		}
 	}
-	pc.registered += len(mark.keys) - len(old.keys)
-	pc.dbs[name] = mark
+	pc.registered += len(keys) - len(old)
+	if len(keys) == 0 {
+		delete(pc.dbs, name)
+		return
+	}
+	pc.dbs[name] = keys
 }

@@ -21,12 +21,8 @@ func TestPlaceCacheFollowsTheState(t *testing.T) {
 	st := &statemachine.State{Nodes: statemachine.NestedMapOf(map[string]map[string]models.StorageNode{"c": {}}),
 		Databases: statemachine.MapOf(map[string]models.Database{}), Assignments: statemachine.MapOf(map[string]models.Assignment{}),
 		ShardStates: statemachine.MapOf(map[string]models.ShardStates{}), Drains: map[string]models.Drain{},
-		StorageClusters: map[string]models.StorageCluster{"c": {Name: "c"}}, ModRevs: map[string]statemachine.Map[int64]{}}
-	rev := int64(0)
-	bump := func(source, name string) {
-		rev++
-		st.ModRevs[source] = st.ModRevs[source].Set(name, rev)
-	}
+		StorageClusters: map[string]models.StorageCluster{"c": {Name: "c"}}}
+	rev := int64(0) // the revision of this term's last write
 	addNode := func(i int) {
 		id := fmt.Sprintf("n%02d", i)
 		st.Nodes = statemachine.SetIn(st.Nodes, "c", id, models.StorageNode{NodeID: id, Cluster: "c"})
@@ -38,9 +34,6 @@ func TestPlaceCacheFollowsTheState(t *testing.T) {
 		st.Databases = st.Databases.Set(db.Name, db)
 		st.Assignments = st.Assignments.Set(db.Name, p[0].assign)
 		st.ShardStates = st.ShardStates.Set(db.Name, p[0].states)
-		bump(statemachine.SourceDatabaseConfig, db.Name)
-		bump(statemachine.SourceAssign, db.Name)
-		bump(statemachine.SourceShardState, db.Name)
 	}
 	pc := newPlaceCache()
 	placed := map[string]ownPlacement{}
@@ -54,7 +47,8 @@ func TestPlaceCacheFollowsTheState(t *testing.T) {
 			p, err := placeBatch(pc.sync(st, "c", placed), []growth{{db: db}})
 			require.NoError(t, err)
 			if rng.Intn(3) == 0 { // written, not shown yet
-				p[0].rev, p[0].db = rev+1000, db
+				rev++
+				p[0].rev, p[0].db = rev, db
 				placed[db.Name] = p[0]
 				break
 			}
@@ -66,7 +60,6 @@ func TestPlaceCacheFollowsTheState(t *testing.T) {
 			s := &ss.Shards[rng.Intn(len(ss.Shards))]
 			s.Leader = st.Assignments.At(name).Shards[s.ID].Replicas[0]
 			st.ShardStates = st.ShardStates.Set(name, ss)
-			bump(statemachine.SourceShardState, name)
 		case op == 4: // dropped, or moved to another cluster
 			name := names[rng.Intn(len(names))]
 			if rng.Intn(2) == 0 {
@@ -76,7 +69,6 @@ func TestPlaceCacheFollowsTheState(t *testing.T) {
 				a.Cluster = "other"
 				st.Assignments = st.Assignments.Set(name, a)
 			}
-			bump(statemachine.SourceAssign, name)
 		case op == 5:
 			addNode(6 + rng.Intn(4))
 		case op == 6:
@@ -118,3 +110,34 @@ func TestPlaceCacheFollowsTheState(t *testing.T) {
 		}
 	}
 }
+
+// benchPlaceOne measures one placement decision of the master for one new
+// database (32 shards x RF 3) on n nodes holding n such databases, placed
+// one by one through the same cache: sync with the state, then place.
+func benchPlaceOne(b *testing.B, n int) {
+	st := &statemachine.State{Nodes: statemachine.NestedMapOf(map[string]map[string]models.StorageNode{"c": {}}),
+		Databases: statemachine.MapOf(map[string]models.Database{}), Assignments: statemachine.MapOf(map[string]models.Assignment{}),
+		ShardStates: statemachine.MapOf(map[string]models.ShardStates{}), Drains: map[string]models.Drain{},
+		StorageClusters: map[string]models.StorageCluster{"c": {Name: "c"}}}
+	for i := range n {
+		id := fmt.Sprintf("n%05d", i)
+		st.Nodes = statemachine.SetIn(st.Nodes, "c", id, models.StorageNode{NodeID: id, Cluster: "c"})
+	}
+	pc := newPlaceCache()
+	for i := range n {
+		db := models.Database{Name: fmt.Sprintf("db%05d", i), StorageCluster: "c", NumShards: 32, ReplicaFactor: 3}
+		p, err := placeBatch(pc.sync(st, "c", nil), []growth{{db: db}})
+		require.NoError(b, err)
+		st.Databases = st.Databases.Set(db.Name, db)
+		st.Assignments = st.Assignments.Set(db.Name, p[0].assign)
+		st.ShardStates = st.ShardStates.Set(db.Name, p[0].states)
+	}
+	next := models.Database{Name: "next", StorageCluster: "c", NumShards: 32, ReplicaFactor: 3}
+	for b.Loop() {
+		_, err := placeBatch(pc.sync(st, "c", nil), []growth{{db: next}})
+		require.NoError(b, err)
+	}
+}
+
+func BenchmarkPlaceOneDatabase100(b *testing.B)  { benchPlaceOne(b, 100) }
+func BenchmarkPlaceOneDatabase1000(b *testing.B) { benchPlaceOne(b, 1000) }
