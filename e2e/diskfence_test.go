@@ -81,9 +81,13 @@ func TestDiskFailureFencesTheNode(t *testing.T) {
 		})
 	}, 10*time.Second, 50*time.Millisecond, "no critical disk_full problem naming %s and its log file: %+v", victim, probs)
 	require.Contains(t, metricsText(p), `cairn_storage_disk_fault{kind="disk_full"} 1`)
-	errs := errorLines(t, p, "write-ahead log failed")
+	errs := logLines(t, p, "error", "write-ahead log failed")
 	require.Len(t, errs, 1, "one ERROR per failure: %v", errs)
 	require.Contains(t, errs[0], "no space left on device")
+	for _, q := range []*Proc{p, c.broker} {
+		require.Empty(t, logLines(t, q, "warn", `"status":507`), "each refused write is no news in the log")
+		require.Empty(t, logLines(t, q, "warn", `"status":503`), "nor is the fenced node's health")
+	}
 
 	// The disk takes writes again: the node heals and rejoins every
 	// in-sync set, no restart.
@@ -140,8 +144,8 @@ func seriesLedBy(t *testing.T, c *dataCluster, db, node string) string {
 	return found
 }
 
-// errorLines are p's ERROR log lines containing what.
-func errorLines(t *testing.T, p *Proc, what string) []string {
+// logLines are p's log lines of level containing what.
+func logLines(t *testing.T, p *Proc, level, what string) []string {
 	t.Helper()
 	f, err := os.Open(p.log)
 	require.NoError(t, err)
@@ -150,7 +154,7 @@ func errorLines(t *testing.T, p *Proc, what string) []string {
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
-		if l := sc.Text(); strings.Contains(l, `"level":"error"`) && strings.Contains(l, what) {
+		if l := sc.Text(); strings.Contains(l, `"level":"`+level+`"`) && strings.Contains(l, what) {
 			out = append(out, l)
 		}
 	}

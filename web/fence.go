@@ -47,3 +47,17 @@ func (s *Server) injectFault(c *gin.Context) {
 	s.cfg.Faults(req.Disk)
 	c.Status(http.StatusNoContent)
 }
+
+// expectedRefusal: an answer above 499 that is no news in the log. A node
+// fenced off writes logged its cause once at ERROR; the 507s of the writes
+// it refuses meanwhile (a broker retries each until the failover) and its
+// health's 503 (probed every few seconds) would bury it in WARN lines.
+func expectedRefusal(c *gin.Context) bool {
+	switch c.Writer.Status() {
+	case http.StatusInsufficientStorage:
+		return true
+	case http.StatusServiceUnavailable:
+		return c.FullPath() == "/api/v1/health"
+	}
+	return false
+}

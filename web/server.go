@@ -276,7 +276,7 @@ func (s *Server) logRequests(c *gin.Context) {
 	start := time.Now()
 	c.Next()
 	lvl := zap.DebugLevel
-	if c.Writer.Status() >= 500 {
+	if c.Writer.Status() >= 500 && !expectedRefusal(c) {
 		lvl = zap.WarnLevel
 	}
 	if ce := s.lg.Check(lvl, "request"); ce != nil {

@@ -358,7 +358,7 @@ func (w *wal) writeGroup(group []*walReq) error {
 		data = w.buf
 	}
 	if _, err := w.faults.writeAt(seg.f, data, size); err != nil {
-		return fmt.Errorf("write %s: %w", seg.path, err)
+		return err // an *os.PathError: it names the file
 	}
 	if err := w.faults.sync(seg.f); err != nil {
 		return fmt.Errorf("sync %s: %w", seg.path, err)
