@@ -168,6 +168,17 @@ func diffCases() []diffCase {
 		"SELECT percentile(used, 75) FROM mem WHERE used > 100000 AND "+all+" GROUP BY host",
 	)
 	add("selector-ties", "SELECT percentile(value, 99.9) FROM cpu WHERE "+all)
+	// Subqueries, one level.
+	add("",
+		"SELECT max(m) FROM (SELECT mean(value) AS m FROM cpu WHERE "+all+" GROUP BY time(10m))",
+		"SELECT max(m) FROM (SELECT mean(value) AS m FROM cpu WHERE "+all+" GROUP BY time(10m), host) GROUP BY host",
+		"SELECT mean(m) FROM (SELECT max(value) AS m FROM cpu WHERE "+all+" GROUP BY time(10m), host) WHERE "+all+" GROUP BY time(1h)",
+		"SELECT sum(m) FROM (SELECT last(value) AS m FROM cpu WHERE "+all+" GROUP BY host)",
+		"SELECT count(value) FROM (SELECT value FROM cpu WHERE host = 'h2' AND "+in(0, 10*60e9)+")",
+		"SELECT min(s) FROM (SELECT sum(used) AS s FROM mem WHERE "+all+" GROUP BY time(30m), host) WHERE host = 'h1'",
+		"SELECT max(c) FROM (SELECT count(value) AS c FROM cpu WHERE "+all+" GROUP BY time(5m), host) WHERE c < 30 GROUP BY host",
+		"SELECT spread(m) FROM (SELECT mean(free) AS m FROM disk WHERE "+all+" GROUP BY time(10m), path) GROUP BY path",
+	)
 	// Math over an aggregate.
 	add("",
 		"SELECT mean(value)*100 FROM cpu WHERE "+all+" GROUP BY time(10m)",

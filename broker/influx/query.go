@@ -230,6 +230,13 @@ func (h *Handler) run(ctx context.Context, db string, st statement) ([]query.Row
 
 // selectRows runs a SELECT over each measurement it reads.
 func (h *Handler) selectRows(ctx context.Context, db string, p *query.Plan) ([]query.Row, error) {
+	if p.Sub != nil {
+		inner, err := h.selectRows(ctx, db, p.Sub)
+		if err != nil {
+			return nil, err
+		}
+		return p.MergeSubquery(inner)
+	}
 	var existing []string
 	if p.NeedsMeasurements() {
 		keys, err := h.cfg.Backend.SeriesKeys(ctx, db, "")

@@ -71,6 +71,9 @@ type Plan struct {
 	// sources: FROM when it names several measurements or a regex
 	// (sources.go); nil when Req.Measurement is the one.
 	sources []*influxql.Measurement
+	// Sub is the subquery p reads (FROM (SELECT ...)), run first; p then
+	// runs on the broker over its rows (subquery.go).
+	Sub *Plan
 	// Local is the request the broker evaluates itself over the raw points
 	// Req asks the shards for (a condition on several fields: fieldcond.go).
 	Local *ShardRequest
@@ -98,7 +101,7 @@ func PlanSelect(s *influxql.SelectStatement, now time.Time) (*Plan, error) {
 		Fill:      s.Fill,
 		FillValue: s.FillValue,
 	}
-	if err := p.planSources(s.Sources); err != nil {
+	if err := p.planSources(s.Sources, now); err != nil {
 		return nil, err
 	}
 	for _, f := range s.SortFields {

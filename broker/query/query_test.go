@@ -30,7 +30,7 @@ func TestPlanRefusesUnsupported(t *testing.T) {
 		"SELECT mean(v), v FROM m":                                ErrUnsupported,
 		"SELECT distinct(v) FROM m":                               ErrUnsupported,
 		"SELECT percentile(v, 101) FROM m":                        ErrBadQuery,
-		"SELECT mean(v) FROM (SELECT v FROM m)":                   ErrUnsupported,
+		"SELECT mean(v) FROM (SELECT v FROM (SELECT v FROM m))":   ErrUnsupported,
 		"SELECT v INTO x FROM m":                                  ErrUnsupported,
 		"SELECT mean(v) FROM m WHERE time > 0 GROUP BY time(1ns)": ErrTooLarge,
 		"SELECT v FROM m GROUP BY time(1m)":                       ErrBadQuery,

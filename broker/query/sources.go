@@ -2,6 +2,7 @@ package query
 
 import (
 	"fmt"
+	"time"
 	"maps"
 	"slices"
 
@@ -19,11 +20,14 @@ import (
 const MaxSources = 1000
 
 // planSources reads FROM into p.
-func (p *Plan) planSources(sources influxql.Sources) error {
+func (p *Plan) planSources(sources influxql.Sources, now time.Time) error {
+	if sub, ok := sources[0].(*influxql.SubQuery); ok && len(sources) == 1 {
+		return p.planSubquery(sub, now)
+	}
 	for _, src := range sources {
 		m, ok := src.(*influxql.Measurement)
 		if !ok {
-			return unsupported("subqueries")
+			return unsupported("a subquery beside other sources")
 		}
 		if m.Database != p.DB && len(p.sources) > 0 {
 			return unsupported("measurements of several databases in one FROM")
