@@ -2,9 +2,9 @@ package query
 
 import (
 	"fmt"
-	"time"
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/influxdata/influxql"
 )
