@@ -14,6 +14,8 @@ import (
 	"github.com/cairn-db/cairn/coordinator/kv"
 	"github.com/cairn-db/cairn/internal/certs/certstest"
 	"github.com/stretchr/testify/require"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // etcdAuthFixture is the TLS material and passwords of TestEtcdMutualTLSAndAuth.
@@ -252,4 +254,76 @@ func TestStandaloneEtcdAuthTurnedOnWhileRunning(t *testing.T) {
 	noPassword := f.client(t, endpoint, kv.EtcdConfig{CACert: f.node.CA, Cert: f.node.Cert, Key: f.node.Key})
 	_, err := noPassword.Get(context.Background(), "/cairn/database/config/db")
 	require.ErrorIs(t, err, kv.ErrAccessDenied)
+}
+
+// TestEtcdClusterMutualTLS: three `--role etcd` members found one cluster
+// over peer mTLS (the README's production set-up), serve clients over mTLS
+// and get etcd's auth from `cairn etcd-auth-setup`; a master+broker logging
+// in by password keeps taking DDL after the etcd leader is killed.
+func TestEtcdClusterMutualTLS(t *testing.T) {
+	f := newEtcdAuthFixture(t)
+	const n = 3
+	peers, clients, initial := make([]string, n), make([]string, n), make([]string, n)
+	for i := range n {
+		peers[i], clients[i] = "https://"+freeAddr(t), "https://"+freeAddr(t)
+		initial[i] = fmt.Sprintf("e%d=%s", i, peers[i])
+	}
+	// Every process, the members too, gets the client settings: a member's
+	// own client logs in as cairn once auth is on.
+	t.Setenv("CAIRN_ETCD_CACERT", f.node.CA)
+	t.Setenv("CAIRN_ETCD_CERT", f.node.Cert)
+	t.Setenv("CAIRN_ETCD_KEY", f.node.Key)
+	t.Setenv("CAIRN_ETCD_USERNAME", "cairn")
+	t.Setenv("CAIRN_ETCD_PASSWORD_FILE", f.userPW)
+	members := make([]*Proc, n)
+	for i := range n { // started together: each waits for a quorum of the others
+		members[i] = start(t, append([]string{"--role", "etcd", "--data-dir", t.TempDir(), "--http-addr", freeAddr(t),
+			"--etcd-name", fmt.Sprintf("e%d", i), "--etcd-initial-cluster", strings.Join(initial, ","), "--log-format", "json"},
+			f.memberTLSArgs(clients[i], peers[i])...)...)
+	}
+	for _, m := range members {
+		m.waitStatus("/api/v1/health", 200, 30*time.Second)
+	}
+	endpoints := strings.Join(clients, ",")
+	var errOut string
+	require.Eventually(t, func() bool {
+		var code int
+		code, _, errOut = runCLI(t, "etcd-auth-setup", "--etcd-endpoints", endpoints, "--etcd-root-password-file", f.rootPW, "--timeout", "5s")
+		return code == 0
+	}, 45*time.Second, 200*time.Millisecond, "etcd-auth-setup never succeeded: %s", errOut)
+
+	b := startNode(t, "master,broker", endpoints)
+	id := nodeID(t, b)
+	b.waitStatus("/api/v1/ready", 200, 20*time.Second)
+	masterIs(t, b, id, 20*time.Second)
+
+	tlsCfg, err := transport.TLSInfo{TrustedCAFile: f.node.CA, CertFile: f.node.Cert, KeyFile: f.node.Key}.ClientConfig()
+	require.NoError(t, err)
+	root, err := clientv3.New(clientv3.Config{Endpoints: clients, DialTimeout: 5 * time.Second, TLS: tlsCfg,
+		Username: kv.RootUser, Password: readSecret(t, f.rootPW)})
+	require.NoError(t, err)
+	defer root.Close()
+	leader := -1
+	for i, u := range clients {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		st, err := root.Status(ctx, u)
+		cancel()
+		require.NoError(t, err)
+		if st.Leader == st.Header.MemberId {
+			leader = i
+		}
+	}
+	require.GreaterOrEqual(t, leader, 0, "no etcd leader")
+	members[leader].kill9()
+	require.Eventually(t, func() bool {
+		code, _ := b.post("/api/v1/storage-clusters", map[string]any{"name": "c2"})
+		return code == 201 || code == 409 // 409: an earlier attempt was written but its answer was lost
+	}, 20*time.Second, 100*time.Millisecond, "DDL never succeeded with the etcd leader down")
+	masterIs(t, b, id, 10*time.Second)
+	for i, m := range members {
+		if i != leader {
+			m.waitStatus("/api/v1/ready", 200, 10*time.Second)
+			require.NotContains(t, readLog(t, m), "refused this node's credentials", "member e%d", i)
+		}
+	}
 }
