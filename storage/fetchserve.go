@@ -87,7 +87,7 @@ func (h *Host) fetchAll(c *gin.Context, req client.FetchRequest, out []byte) []b
 			out = client.AppendFetchRecord(out, i, client.FetchError, http.StatusNotFound, nil)
 			continue
 		}
-		res, err := r.fetch(c.Request.Context(), s.Term, req.Node, s.After, s.AfterTerm, 64, 0)
+		res, err := r.fetch(c.Request.Context(), fetchReq{term: s.Term, node: req.Node, after: s.After, afterTerm: s.AfterTerm, max: 64})
 		switch {
 		case err != nil:
 			status, _ := models.StatusOf(err)

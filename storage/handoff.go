@@ -52,9 +52,9 @@ func (h *Host) Handoff(ctx context.Context, transfer TransferFunc) {
 		w := r.want
 		target, best := "", uint64(0)
 		if w.role == roleLeader {
-			for _, n := range r.isr {
-				if n != h.nodeID && (target == "" || r.acked[n] > best) {
-					target, best = n, r.acked[n]
+			for _, n := range r.ls.isr {
+				if n != h.nodeID && (target == "" || r.ls.acked[n] > best) {
+					target, best = n, r.ls.acked[n]
 				}
 			}
 		}

@@ -108,7 +108,7 @@ func (h *Host) handleLog(c *gin.Context) {
 	after, _ := strconv.ParseUint(c.Query("after"), 10, 64)
 	afterTerm, _ := strconv.ParseUint(c.Query("after_term"), 10, 64)
 	wait := time.Duration(min(queryInt(c, "wait_ms"), 5000)) * time.Millisecond
-	res, err := r.fetch(c.Request.Context(), queryInt(c, "term"), c.Query("node"), after, afterTerm, 64, wait)
+	res, err := r.fetch(c.Request.Context(), fetchReq{term: queryInt(c, "term"), node: c.Query("node"), after: after, afterTerm: afterTerm, max: 64, wait: wait})
 	if err != nil {
 		replyErr(c, err)
 		return

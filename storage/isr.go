@@ -76,9 +76,9 @@ func (r *replica) upkeepDelay() time.Duration {
 	last := r.eng.LastTxnID()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	quiet := len(r.isr) == len(r.want.replicas) && !r.fenced
-	for _, n := range r.isr {
-		if n != r.h.nodeID && (r.parked[n] == 0 || r.acked[n] < last) {
+	quiet := len(r.ls.isr) == len(r.want.replicas) && !r.ls.fenced
+	for _, n := range r.ls.isr {
+		if n != r.h.nodeID && (r.ls.parked[n] == 0 || r.ls.acked[n] < last) {
 			quiet = false
 		}
 	}

@@ -128,7 +128,7 @@ func (r *replica) readISR(ctx context.Context, peers []string) (*isrReads, error
 func (r *replica) persistISR(ctx context.Context, term int64, isr []string, rd *isrReads) error {
 	key := r.h.ck.ISR(r.db, r.shard)
 	r.mu.Lock()
-	wrote := r.isrTerm == term && r.isrRev != 0
+	wrote := r.ls.isrTerm == term && r.ls.isrRev != 0
 	r.mu.Unlock()
 	if rd == nil {
 		var err error
@@ -167,7 +167,7 @@ func (r *replica) persistISR(ctx context.Context, term int64, isr []string, rd *
 			// follower fetching at that newer term fences it (ErrSuperseded).
 			if cur.Leader == r.h.nodeID && cur.Term == term && cid != 0 && cur.ClusterID == cid && sameMembers(cur.Replicas, isr) && r.holdsRecord(rd) {
 				r.mu.Lock()
-				r.isrTerm, r.isrRev = term, kvp.ModRev
+				r.ls.isrTerm, r.ls.isrRev = term, kvp.ModRev
 				r.mu.Unlock()
 				return nil
 			}
@@ -198,7 +198,7 @@ func (r *replica) persistISR(ctx context.Context, term int64, isr []string, rd *
 		return fmt.Errorf("in-sync set or state of %s changed concurrently", r.id)
 	}
 	r.mu.Lock()
-	r.isrTerm, r.isrRev = term, rev
+	r.ls.isrTerm, r.ls.isrRev = term, rev
 	r.mu.Unlock()
 	return nil
 }

@@ -87,13 +87,13 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 				if n == m.h.nodeID {
 					continue
 				}
-				if !slices.Contains(r.isr, n) {
+				if !slices.Contains(r.ls.isr, n) {
 					missing++
 				}
 				l := lags[n]
-				if acked := r.acked[n]; acked < last {
+				if acked := r.ls.acked[n]; acked < last {
 					l.entries = max(l.entries, last-acked)
-					since := r.caught[n]
+					since := r.ls.caught[n]
 					if since.IsZero() {
 						since = r.since // never caught up in this term
 					}

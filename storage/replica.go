@@ -69,28 +69,47 @@ type replica struct {
 	want  desired
 	since time.Time // when want last changed role or term
 	run   *roleRun  // the current role's work; nil when idle or stopped
-	isr   []string  // leader: the in-sync set, as persisted
-	// joining (leader) are followers caught up but missing acknowledged
-	// entries: acknowledgements wait for them too, they join isr once they
-	// hold every one (see decideISR).
-	joining []string
-	// committed (leader) is the highest txn id acknowledged to a writer in
-	// this leadership, or the log's last when it began if higher.
-	committed uint64
-	acked     map[string]uint64    // leader: highest txn each follower confirmed
-	caught    map[string]time.Time // leader: when each follower last had everything we had when it last fetched
-	sentEnd   map[string]uint64    // leader: our last txn when each follower last fetched
-	fetched   map[string]time.Time // leader: when each follower last fetched
-	parked    map[string]int       // leader: batched fetches of each follower parked here now
-	changed   chan struct{}        // closed and replaced on every append, ack or ISR change
-	isrTerm   int64                // leader: the term of isrRev
-	isrRev    int64                // leader: mod revision of the in-sync set this leader last wrote
-	fenced    bool                 // leader: see ErrFenced; cleared when the term or role changes
-	// superseded is a newer term a peer named while this replica led
-	// (ErrSuperseded); 0 when none. Cleared when the term or role changes.
-	superseded int64
+	// ls is what only a leadership keeps; replaced whole (newLeaderState)
+	// on every change of role or term, so nothing of one leadership leaks
+	// into the next.
+	ls leaderState
+	// changed is closed and replaced on every append, ack or in-sync set
+	// change.
+	changed chan struct{}
 
 	refused int64 // reconcile only: the term last refused (ErrTermBehind), -1 unreadable, to log once
+}
+
+// leaderState is a replica's state of one leadership term. A follower's is
+// empty (newLeaderState at its role change) and unused.
+type leaderState struct {
+	isr []string // the in-sync set, as persisted
+	// joining are followers caught up but missing acknowledged entries:
+	// acknowledgements wait for them too, they join isr once they hold
+	// every one (see decideISR).
+	joining []string
+	// committed is the highest txn id acknowledged to a writer in this
+	// leadership, or the log's last when it began if higher.
+	committed uint64
+	acked     map[string]uint64    // highest txn each follower confirmed
+	caught    map[string]time.Time // when each follower last had everything we had when it last fetched
+	sentEnd   map[string]uint64    // our last txn when each follower last fetched
+	fetched   map[string]time.Time // when each follower last fetched
+	parked    map[string]int       // batched fetches of each follower parked here now
+	isrTerm   int64                // the term of isrRev
+	isrRev    int64                // mod revision of the in-sync set this leader last wrote
+	fenced    bool                 // see ErrFenced
+	// superseded is a newer term a peer named while this replica led
+	// (ErrSuperseded); 0 when none.
+	superseded int64
+}
+
+// newLeaderState is the state a leadership starts from: no in-sync set
+// yet, and everything in the log (last) counted as acknowledged, since an
+// earlier leader may have acknowledged it.
+func newLeaderState(last uint64) leaderState {
+	return leaderState{committed: last, acked: map[string]uint64{}, caught: map[string]time.Time{},
+		sentEnd: map[string]uint64{}, fetched: map[string]time.Time{}, parked: map[string]int{}}
 }
 
 func newReplica(h *Host, db string, shard int, eng engine.Shard) *replica {
@@ -125,11 +144,7 @@ func (r *replica) setDesired(d desired) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.want, r.since = d, time.Now()
-	r.isr, r.acked, r.caught, r.sentEnd = nil, map[string]uint64{}, map[string]time.Time{}, map[string]uint64{}
-	// Anything in our log may have been acknowledged by an earlier leader.
-	r.joining, r.committed = nil, r.eng.LastTxnID()
-	r.fetched, r.parked = map[string]time.Time{}, map[string]int{}
-	r.fenced, r.superseded = false, 0
+	r.ls = newLeaderState(r.eng.LastTxnID())
 	r.broadcastLocked()
 	r.setTrimFloorLocked(time.Now()) // not leading (yet): the retention bounds alone
 	switch d.role {
@@ -185,8 +200,8 @@ func (r *replica) lead(ctx context.Context, rr *roleRun, d desired) {
 	now := time.Now()
 	r.mu.Lock()
 	for _, n := range initial {
-		r.caught[n] = now // members of the last set get one lag bound to show up
-		r.fetched[n] = now
+		r.ls.caught[n] = now // members of the last set get one lag bound to show up
+		r.ls.fetched[n] = now
 	}
 	r.mu.Unlock()
 	// Backed off: a first write fails together with many others when etcd
@@ -208,7 +223,7 @@ func (r *replica) lead(ctx context.Context, rr *roleRun, d desired) {
 		r.sleep(ctx, bo.Next())
 	}
 	r.mu.Lock()
-	r.isr = initial
+	r.ls.isr = initial
 	r.setTrimFloorLocked(time.Now())
 	r.broadcastLocked()
 	r.mu.Unlock()
@@ -288,32 +303,32 @@ func staleISR(set models.ISR, ok bool, lastTerm, lastTxn, cid uint64) bool {
 func (r *replica) maintainISR(ctx context.Context, d desired) {
 	last := r.eng.LastTxnID()
 	r.mu.Lock()
-	if r.fenced || r.superseded > 0 {
+	if r.ls.fenced || r.ls.superseded > 0 {
 		r.mu.Unlock()
 		return
 	}
-	isr := r.isr                     // replaced, never changed in place within its length
+	isr := r.ls.isr                  // replaced, never changed in place within its length
 	r.setTrimFloorLocked(time.Now()) // followers that stopped fetching stop holding the log
 	// Kafka's rule: a follower is in sync while it keeps catching up with
 	// where the leader was at its previous fetch; under a steady write load
 	// it is never exactly at the leader's last txn. Its fetches count too,
 	// so a dead follower leaves without writes.
 	drop, add, join := decideISR(time.Now(), isrView{
-		self: r.h.nodeID, isr: isr, replicas: r.want.replicas, last: last, committed: r.committed,
-		acked: r.acked, caught: r.caught, fetched: r.fetched, parked: r.parked, window: r.h.cfg.LagBound,
+		self: r.h.nodeID, isr: isr, replicas: r.want.replicas, last: last, committed: r.ls.committed,
+		acked: r.ls.acked, caught: r.ls.caught, fetched: r.ls.fetched, parked: r.ls.parked, window: r.h.cfg.LagBound,
 		// A follower whose lease is gone, or whose disk fails, leaves at
 		// once when this process watches the live nodes; otherwise by not
 		// fetching (or catching up) within the window.
 		live: r.h.peerCanSync,
 	})
-	if !slices.Equal(join, r.joining) {
-		r.joining = join // acknowledgements wait for them from now on
+	if !slices.Equal(join, r.ls.joining) {
+		r.ls.joining = join // acknowledgements wait for them from now on
 		r.broadcastLocked()
 	}
 	// Additions count for acknowledgements at once, under the lock the
 	// decision was taken in: no write is acknowledged between the check that
 	// they hold every acknowledged entry and their counting.
-	r.isr = append(r.isr, add...)
+	r.ls.isr = append(r.ls.isr, add...)
 	r.mu.Unlock()
 	if len(drop) == 0 && len(add) == 0 {
 		return
@@ -324,12 +339,12 @@ func (r *replica) maintainISR(ctx context.Context, d desired) {
 		r.lg.Warn("in-sync set not updated", zap.Error(err))
 		// Undo the additions, so that the next pass decides them again.
 		r.mu.Lock()
-		r.isr = slices.DeleteFunc(slices.Clone(r.isr), func(n string) bool { return slices.Contains(add, n) })
+		r.ls.isr = slices.DeleteFunc(slices.Clone(r.ls.isr), func(n string) bool { return slices.Contains(add, n) })
 		r.mu.Unlock()
 		return
 	}
 	r.mu.Lock()
-	r.isr = next
+	r.ls.isr = next
 	r.setTrimFloorLocked(time.Now())
 	r.broadcastLocked()
 	r.mu.Unlock()
@@ -358,16 +373,16 @@ func (r *replica) write(ctx context.Context, term int64, points []lineproto.Poin
 		}
 		return fmt.Errorf("%w: shard %s is at term %d here, request has %d", ErrStaleTerm, r.id, cur, term)
 	}
-	if r.isr == nil {
+	if r.ls.isr == nil {
 		r.mu.Unlock()
 		return fmt.Errorf("%w: shard %s is still publishing its in-sync set", ErrStaleTerm, r.id)
 	}
-	if r.fenced {
+	if r.ls.fenced {
 		r.mu.Unlock()
 		return fmt.Errorf("%w: shard %s term %d", ErrFenced, r.id, term)
 	}
-	if len(r.isr) < r.h.cfg.MinInsync {
-		n := len(r.isr)
+	if len(r.ls.isr) < r.h.cfg.MinInsync {
+		n := len(r.ls.isr)
 		r.mu.Unlock()
 		return fmt.Errorf("%w: shard %s has %d in-sync replicas, minimum is %d", ErrNotEnoughISR, r.id, n, r.h.cfg.MinInsync)
 	}
@@ -434,22 +449,22 @@ func (r *replica) awaitAcks(ctx context.Context, term int64, txn uint64) error {
 			r.mu.Unlock()
 			return fmt.Errorf("%w: leadership of %s changed while writing", ErrStaleTerm, r.id)
 		}
-		if r.fenced {
+		if r.ls.fenced {
 			r.mu.Unlock()
 			return fmt.Errorf("%w: shard %s term %d, txn %d not acknowledged", ErrFenced, r.id, term, txn)
 		}
-		if r.superseded > 0 {
+		if r.ls.superseded > 0 {
 			r.mu.Unlock()
-			return fmt.Errorf("%w: shard %s term %d (a peer is at term %d), txn %d not acknowledged", ErrSuperseded, r.id, term, r.superseded, txn)
+			return fmt.Errorf("%w: shard %s term %d (a peer is at term %d), txn %d not acknowledged", ErrSuperseded, r.id, term, r.ls.superseded, txn)
 		}
-		if len(r.isr) < r.h.cfg.MinInsync {
-			n := len(r.isr)
+		if len(r.ls.isr) < r.h.cfg.MinInsync {
+			n := len(r.ls.isr)
 			r.mu.Unlock()
 			return fmt.Errorf("%w: shard %s has %d in-sync replicas, minimum is %d", ErrNotEnoughISR, r.id, n, r.h.cfg.MinInsync)
 		}
-		ok := r.ackedLocked(r.isr, txn) && r.ackedLocked(r.joining, txn)
-		if ok && txn > r.committed {
-			r.committed = txn
+		ok := r.ackedLocked(r.ls.isr, txn) && r.ackedLocked(r.ls.joining, txn)
+		if ok && txn > r.ls.committed {
+			r.ls.committed = txn
 		}
 		ch := r.changed
 		r.mu.Unlock()
@@ -473,7 +488,7 @@ func (r *replica) awaitAcks(ctx context.Context, term int64, txn uint64) error {
 // txn; the caller holds mu.
 func (r *replica) ackedLocked(nodes []string, txn uint64) bool {
 	for _, n := range nodes {
-		if n != r.h.nodeID && r.acked[n] < txn {
+		if n != r.h.nodeID && r.ls.acked[n] < txn {
 			return false
 		}
 	}
@@ -490,64 +505,41 @@ type fetchResult struct {
 // fetch serves a follower: it checks that the follower's log matches ours at
 // `after`, records the acknowledgement, and returns the next entries, waiting
 // up to wait for new ones.
-func (r *replica) fetch(ctx context.Context, term int64, node string, after, afterTerm uint64, max int, wait time.Duration) (fetchResult, error) {
-	r.mu.Lock()
-	if err := r.supersededLocked(term); err != nil {
-		r.mu.Unlock()
+func (r *replica) fetch(ctx context.Context, q fetchReq) (fetchResult, error) {
+	if err := r.servesTerm(q.term); err != nil {
 		return fetchResult{}, err
 	}
-	if r.want.role != roleLeader || r.want.term != term {
-		r.mu.Unlock()
-		return fetchResult{}, fmt.Errorf("%w: shard %s", ErrStaleTerm, r.id)
-	}
-	r.mu.Unlock()
 	// The follower's entry at after is of our own term (or a later one) and
 	// our log does not have it: see ErrFenced. Truncating it could destroy
 	// acknowledged data. (The engine serves followers only entries counted
 	// in LastTxnID, so an entry still in a group commit cannot be one; the
 	// case is looked at again with appends excluded before it fences all
 	// the same.)
-	fence := afterTerm >= uint64(term) && term > 0
-	last, res, diverged, err := r.compareLog(after, afterTerm)
+	fence := q.afterTerm >= uint64(q.term) && q.term > 0
+	last, res, diverged, err := r.compareLog(q.after, q.afterTerm)
 	if diverged && fence {
 		r.applyMu.Lock()
-		last, res, diverged, err = r.compareLog(after, afterTerm)
+		last, res, diverged, err = r.compareLog(q.after, q.afterTerm)
 		r.applyMu.Unlock()
 		if diverged {
-			return fetchResult{}, r.fence(term, node, after, afterTerm, last)
+			return fetchResult{}, r.fence(q.term, q.node, q.after, q.afterTerm, last)
 		}
 	}
 	if err != nil || res != nil {
 		return *res, err
 	}
-	r.mu.Lock()
-	fenced := r.fenced
-	r.mu.Unlock()
-	if fenced {
-		return fetchResult{}, fmt.Errorf("%w: shard %s term %d", ErrFenced, r.id, term)
+	ch, err := r.noteFetch(q, last)
+	if err != nil {
+		return fetchResult{}, err
 	}
-	r.mu.Lock()
-	if after > r.acked[node] {
-		r.acked[node] = after
-	}
-	if end, ok := r.sentEnd[node]; ok && after >= end {
-		r.caught[node] = time.Now()
-	}
-	r.sentEnd[node] = last
-	r.fetched[node] = time.Now()
-	r.setTrimFloorLocked(r.fetched[node])
-	r.broadcastLocked()
-	ch := r.changed
-	r.mu.Unlock()
-
-	entries, err := r.eng.Entries(after, max)
+	entries, err := r.eng.Entries(q.after, q.max)
 	if errors.Is(err, engine.ErrCompacted) {
 		return fetchResult{fullSync: true}, nil
 	}
-	if err != nil || len(entries) > 0 || wait <= 0 {
+	if err != nil || len(entries) > 0 || q.wait <= 0 {
 		return fetchResult{entries: entries}, err
 	}
-	t := time.NewTimer(wait)
+	t := time.NewTimer(q.wait)
 	defer t.Stop()
 	for {
 		select {
@@ -557,12 +549,12 @@ func (r *replica) fetch(ctx context.Context, term int64, node string, after, aft
 			return fetchResult{}, nil
 		case <-ch:
 		}
-		if r.eng.LastTxnID() > after {
-			entries, err := r.eng.Entries(after, max)
+		if r.eng.LastTxnID() > q.after {
+			entries, err := r.eng.Entries(q.after, q.max)
 			return fetchResult{entries: entries}, err
 		}
 		r.mu.Lock()
-		if r.want.role != roleLeader || r.want.term != term {
+		if r.want.role != roleLeader || r.want.term != q.term {
 			r.mu.Unlock()
 			return fetchResult{}, fmt.Errorf("%w: shard %s", ErrStaleTerm, r.id)
 		}
@@ -571,15 +563,62 @@ func (r *replica) fetch(ctx context.Context, term int64, node string, after, aft
 	}
 }
 
+// fetchReq is one follower's pull: the term it follows, its node id, its
+// last entry (after, of term afterTerm), how many entries it takes at most
+// and how long it waits at the leader when there is nothing new.
+type fetchReq struct {
+	term             int64
+	node             string
+	after, afterTerm uint64
+	max              int
+	wait             time.Duration
+}
+
+// servesTerm: this replica leads at term and no peer named a newer one.
+func (r *replica) servesTerm(term int64) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.supersededLocked(term); err != nil {
+		return err
+	}
+	if r.want.role != roleLeader || r.want.term != term {
+		return fmt.Errorf("%w: shard %s", ErrStaleTerm, r.id)
+	}
+	return nil
+}
+
+// noteFetch records the follower's progress (q.after confirmed; caught up
+// if it holds what we had at its last fetch, last now) and returns the
+// channel that closes at the next change; ErrFenced when this leadership
+// is fenced.
+func (r *replica) noteFetch(q fetchReq, last uint64) (<-chan struct{}, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ls.fenced {
+		return nil, fmt.Errorf("%w: shard %s term %d", ErrFenced, r.id, q.term)
+	}
+	if q.after > r.ls.acked[q.node] {
+		r.ls.acked[q.node] = q.after
+	}
+	if end, ok := r.ls.sentEnd[q.node]; ok && q.after >= end {
+		r.ls.caught[q.node] = time.Now()
+	}
+	r.ls.sentEnd[q.node] = last
+	r.ls.fetched[q.node] = time.Now()
+	r.setTrimFloorLocked(r.ls.fetched[q.node])
+	r.broadcastLocked()
+	return r.changed, nil
+}
+
 // park notes that a batched fetch of node is parked on this replica (+1) or
 // has left (-1).
 func (r *replica) park(node string, d int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.parked == nil {
+	if r.ls.parked == nil {
 		return // never led
 	}
-	r.parked[node] += d
+	r.ls.parked[node] += d
 	if d < 0 {
 		// The fetch was parked here until now: the follower was fetching.
 		// A parked fetch that ends with an answer records its fetch; one
@@ -587,10 +626,10 @@ func (r *replica) park(node string, d int) {
 		// session) must count too, or a poll parked past the lag bound
 		// would drop the follower from the in-sync set at the upkeep this
 		// wakes, to be added back by its next poll.
-		r.fetched[node] = time.Now()
+		r.ls.fetched[node] = time.Now()
 	}
-	if r.parked[node] <= 0 {
-		delete(r.parked, node)
+	if r.ls.parked[node] <= 0 {
+		delete(r.ls.parked, node)
 		if r.run != nil {
 			r.run.kick() // the upkeep's next deadline moved (upkeepDelay)
 		}
@@ -625,9 +664,9 @@ func (r *replica) compareLog(after, afterTerm uint64) (last uint64, res *fetchRe
 // fence stops this leadership (ErrFenced) and says why, once.
 func (r *replica) fence(term int64, node string, after, afterTerm, last uint64) error {
 	r.mu.Lock()
-	first := !r.fenced && r.want.term == term
+	first := !r.ls.fenced && r.want.term == term
 	if first {
-		r.fenced = true
+		r.ls.fenced = true
 		r.setTrimFloorLocked(time.Now())
 		r.broadcastLocked() // writes waiting for acknowledgements fail now
 	}
@@ -652,16 +691,16 @@ func (r *replica) supersededLocked(peer int64) error {
 	if r.want.role != roleLeader {
 		return nil
 	}
-	if term := peer; term > r.want.term && term > r.superseded {
-		if r.superseded == 0 {
+	if term := peer; term > r.want.term && term > r.ls.superseded {
+		if r.ls.superseded == 0 {
 			r.lg.Warn("a peer is at a newer term of this shard; this leadership stops writing until its term changes",
 				zap.Int64("term", r.want.term), zap.Int64("peer_term", term))
 		}
-		r.superseded = term
+		r.ls.superseded = term
 		r.broadcastLocked() // writes waiting for acknowledgements fail now
 	}
-	if r.superseded > 0 {
-		return fmt.Errorf("%w: shard %s leads at term %d here, a peer is at term %d", ErrSuperseded, r.id, r.want.term, r.superseded)
+	if r.ls.superseded > 0 {
+		return fmt.Errorf("%w: shard %s leads at term %d here, a peer is at term %d", ErrSuperseded, r.id, r.want.term, r.ls.superseded)
 	}
 	return nil
 }
@@ -674,33 +713,33 @@ func (r *replica) leave(ctx context.Context, term int64, node string) error {
 		r.mu.Unlock()
 		return fmt.Errorf("%w: shard %s", ErrStaleTerm, r.id)
 	}
-	if r.isr == nil {
+	if r.ls.isr == nil {
 		r.mu.Unlock()
 		return fmt.Errorf("%w: shard %s is still publishing its in-sync set", ErrStaleTerm, r.id)
 	}
-	if r.fenced {
+	if r.ls.fenced {
 		r.mu.Unlock()
 		return fmt.Errorf("%w: shard %s term %d", ErrFenced, r.id, term)
 	}
-	if r.superseded > 0 {
+	if r.ls.superseded > 0 {
 		r.mu.Unlock()
 		return fmt.Errorf("%w: shard %s term %d", ErrSuperseded, r.id, term)
 	}
-	if !slices.Contains(r.isr, node) {
+	if !slices.Contains(r.ls.isr, node) {
 		r.mu.Unlock()
 		return nil
 	}
-	next := slices.DeleteFunc(slices.Clone(r.isr), func(n string) bool { return n == node })
+	next := slices.DeleteFunc(slices.Clone(r.ls.isr), func(n string) bool { return n == node })
 	r.mu.Unlock()
 	if err := r.persistISR(ctx, term, next, nil); err != nil {
 		return err
 	}
 	r.mu.Lock()
-	r.isr = next
-	r.acked[node] = 0
-	delete(r.caught, node)
-	delete(r.sentEnd, node)
-	delete(r.fetched, node)
+	r.ls.isr = next
+	r.ls.acked[node] = 0
+	delete(r.ls.caught, node)
+	delete(r.ls.sentEnd, node)
+	delete(r.ls.fetched, node)
 	r.setTrimFloorLocked(time.Now())
 	r.broadcastLocked()
 	r.mu.Unlock()
@@ -714,12 +753,12 @@ func (r *replica) leave(ctx context.Context, term int64, node string) error {
 // bounds alone decide, since the log may have to serve a leadership to come
 // or cut a divergent tail. Call with r.mu held.
 func (r *replica) setTrimFloorLocked(now time.Time) {
-	if r.want.role != roleLeader || r.isr == nil || r.fenced {
+	if r.want.role != roleLeader || r.ls.isr == nil || r.ls.fenced {
 		r.eng.SetTrimFloor(0)
 		return
 	}
-	r.eng.SetTrimFloor(trimFloor(now, isrView{self: r.h.nodeID, isr: r.isr, replicas: r.want.replicas,
-		acked: r.acked, fetched: r.fetched, parked: r.parked, window: r.h.cfg.LagBound}))
+	r.eng.SetTrimFloor(trimFloor(now, isrView{self: r.h.nodeID, isr: r.ls.isr, replicas: r.want.replicas,
+		acked: r.ls.acked, fetched: r.ls.fetched, parked: r.ls.parked, window: r.h.cfg.LagBound}))
 }
 
 func (r *replica) sleep(ctx context.Context, d time.Duration) {
