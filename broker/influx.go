@@ -110,23 +110,24 @@ func (d *Data) retained(db string, req *query.ShardRequest) *query.ShardRequest 
 
 // SeriesKeys implements influx.Backend; each call (a SHOW statement) is
 // recorded as a query.
-func (d *Data) SeriesKeys(ctx context.Context, db, measurement string) (_ []string, err error) {
+func (d *Data) SeriesKeys(ctx context.Context, db, measurement string) (_ models.SeriesList, err error) {
 	defer func(start time.Time) { d.recordQuery(db, start, err) }(time.Now())
-	parts, err := fanOut(ctx, d, db, func(ctx context.Context, _ target, s client.Shard) ([]string, error) {
-		keys, err := d.peers().Series(ctx, s, measurement, d.QueryMaxPoints)
-		return keys, statementErr(err)
+	parts, err := fanOut(ctx, d, db, func(ctx context.Context, _ target, s client.Shard) (models.SeriesList, error) {
+		list, err := d.peers().Series(ctx, s, measurement, d.QueryMaxPoints)
+		return list, statementErr(err)
 	})
 	if err != nil {
-		return nil, err
+		return models.SeriesList{}, err
 	}
-	var keys []string
+	out := models.SeriesList{Types: models.FieldTypes{}}
 	for _, p := range parts {
-		if d.QueryMaxPoints > 0 && len(keys)+len(p) > d.QueryMaxPoints {
-			return nil, fmt.Errorf("%w: the SHOW reads more than %d series (--query-max-points); name a measurement (FROM) or filter on tags (WHERE)", query.ErrTooLarge, d.QueryMaxPoints)
+		if d.QueryMaxPoints > 0 && len(out.Keys)+len(p.Keys) > d.QueryMaxPoints {
+			return models.SeriesList{}, fmt.Errorf("%w: the SHOW reads more than %d series (--query-max-points); name a measurement (FROM) or filter on tags (WHERE)", query.ErrTooLarge, d.QueryMaxPoints)
 		}
-		keys = append(keys, p...)
+		out.Keys = append(out.Keys, p.Keys...)
+		out.Types.Add(p.Types)
 	}
-	return keys, nil
+	return out, nil
 }
 
 // fanOut calls each shard leader of db, in parallel.

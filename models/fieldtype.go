@@ -31,6 +31,54 @@ func (t FieldType) String() string {
 // Valid says whether t is one of the five types.
 func (t FieldType) Valid() bool { return t < numFieldTypes }
 
+// MarshalText writes the type's name, so JSON maps and values read
+// "integer", not 1.
+func (t FieldType) MarshalText() ([]byte, error) {
+	if !t.Valid() {
+		return nil, fmt.Errorf("field type %d", uint8(t))
+	}
+	return []byte(t.String()), nil
+}
+
+// UnmarshalText reads a type's name.
+func (t *FieldType) UnmarshalText(b []byte) error {
+	for i, name := range fieldTypeNames {
+		if string(b) == name {
+			*t = FieldType(i)
+			return nil
+		}
+	}
+	return fmt.Errorf("unknown field type %q", b)
+}
+
+// FieldTypes is the type of each field, by measurement and field.
+type FieldTypes map[string]map[string]FieldType
+
+// Add adds o's types to ft; a field typed differently by two shards (each
+// keeps its own) is a float when both are numbers, else it keeps the first
+// seen.
+func (ft FieldTypes) Add(o FieldTypes) {
+	for m, fields := range o {
+		if ft[m] == nil {
+			ft[m] = make(map[string]FieldType, len(fields))
+		}
+		for f, t := range fields {
+			if old, ok := ft[m][f]; !ok {
+				ft[m][f] = t
+			} else if old != t && old.Numeric() && t.Numeric() {
+				ft[m][f] = FieldFloat
+			}
+		}
+	}
+}
+
+// SeriesList is a shard's series keys with the types of their
+// measurements' fields (the internal API's series list, types=1).
+type SeriesList struct {
+	Keys  []string   `json:"keys"`
+	Types FieldTypes `json:"field_types"`
+}
+
 // Numeric says whether the values add up (sum, mean, ...): float, integer
 // and unsigned.
 func (t FieldType) Numeric() bool { return t <= FieldUnsigned }

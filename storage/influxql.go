@@ -21,7 +21,8 @@ import (
 //   POST .../select   body: JSON query.ShardRequest; 200 query.MarshalResult bytes
 //                     (partial aggregates per group and bucket, or raw points);
 //                     400 {"error":{"code":"bad_query"|"too_large"|"bad_request","message"}}
-//   GET  .../series?measurement=M   JSON array of the shard's series keys (of M only when given)
+//   GET  .../series?measurement=M   JSON array of the shard's series keys (of M only when given);
+//                     with types=1, a models.SeriesList: the keys and their fields' types
 
 // maxSelectBody bounds a ShardRequest: it is a few hundred bytes in practice.
 const maxSelectBody = 1 << 20
@@ -100,7 +101,18 @@ func (h *Host) handleSeries(c *gin.Context) {
 		replyErr(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, keys)
+	if c.Query("types") == "" {
+		c.JSON(http.StatusOK, keys)
+		return
+	}
+	types := models.FieldTypes{}
+	for _, k := range keys {
+		m, _, _, err := lineproto.ParseSeriesKey(k)
+		if err == nil && types[m] == nil {
+			types[m] = r.eng.FieldTypes(m)
+		}
+	}
+	c.JSON(http.StatusOK, models.SeriesList{Keys: keys, Types: types})
 }
 
 // replyBadQuery answers a statement's refusal with err's code from

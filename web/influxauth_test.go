@@ -36,8 +36,8 @@ func (b *influxBackend) AwaitDatabase(context.Context, string) error { return ni
 func (b *influxBackend) Select(context.Context, string, *query.ShardRequest) ([]*query.ShardResult, error) {
 	return nil, nil
 }
-func (b *influxBackend) SeriesKeys(context.Context, string, string) ([]string, error) {
-	return nil, nil
+func (b *influxBackend) SeriesKeys(context.Context, string, string) (models.SeriesList, error) {
+	return models.SeriesList{}, nil
 }
 
 // TestInfluxRefusalShape: the InfluxDB endpoints refuse a missing, wrong or

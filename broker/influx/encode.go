@@ -161,8 +161,10 @@ func appendCells(b []byte, row query.Row, unit int64, tt *timeTexts) []byte {
 				}
 			case query.CellInt:
 				b = strconv.AppendInt(b, c.I, 10)
-			default:
+			case query.CellNull:
 				b = append(b, "null"...)
+			default:
+				b = appendValue(b, c.Any())
 			}
 		}
 		b = append(b, ']')
@@ -321,6 +323,8 @@ func appendValue(b []byte, v any) []byte {
 		return appendFloat(b, x)
 	case int64:
 		return strconv.AppendInt(b, x, 10)
+	case uint64:
+		return strconv.AppendUint(b, x, 10)
 	case string:
 		return appendString(b, x)
 	case bool:

@@ -36,8 +36,9 @@ type Backend interface {
 	AwaitDatabase(ctx context.Context, db string) error
 	// Select runs req on every shard leader of db.
 	Select(ctx context.Context, db string, req *query.ShardRequest) ([]*query.ShardResult, error)
-	// SeriesKeys lists db's series keys (of measurement only, when not "").
-	SeriesKeys(ctx context.Context, db, measurement string) ([]string, error)
+	// SeriesKeys lists db's series keys (of measurement only, when not ""),
+	// with the types of their fields.
+	SeriesKeys(ctx context.Context, db, measurement string) (models.SeriesList, error)
 }
 
 // Config of the handlers.

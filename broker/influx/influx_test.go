@@ -83,8 +83,8 @@ func (f *fakeBackend) Select(_ context.Context, db string, req *query.ShardReque
 	}
 	return []*query.ShardResult{{Raw: []query.RawSeries{{Field: "v", TS: []int64{1_500_000_000_123_000_000}, Values: []float64{2.5}}}}}, nil
 }
-func (f *fakeBackend) SeriesKeys(context.Context, string, string) ([]string, error) {
-	return []string{"m,host=a#v"}, nil
+func (f *fakeBackend) SeriesKeys(context.Context, string, string) (models.SeriesList, error) {
+	return models.SeriesList{Keys: []string{"m,host=a#v"}}, nil
 }
 
 func serve(t *testing.T, b Backend) http.Handler {

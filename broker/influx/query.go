@@ -216,15 +216,15 @@ func (h *Handler) run(ctx context.Context, db string, st statement) ([]query.Row
 		if db == "" {
 			return nil, errDBRequired
 		}
-		keys, err := h.cfg.Backend.SeriesKeys(ctx, db, st.show.Measurement())
+		list, err := h.cfg.Backend.SeriesKeys(ctx, db, st.show.Measurement())
 		if err != nil {
 			return nil, err
 		}
-		series, err := query.ParseSeries(keys)
+		series, err := query.ParseSeries(list.Keys)
 		if err != nil {
 			return nil, err
 		}
-		return st.show.Run(series), nil
+		return st.show.Run(series, list.Types), nil
 	}
 }
 
@@ -239,11 +239,11 @@ func (h *Handler) selectRows(ctx context.Context, db string, p *query.Plan) ([]q
 	}
 	var existing []string
 	if p.NeedsMeasurements() {
-		keys, err := h.cfg.Backend.SeriesKeys(ctx, db, "")
+		list, err := h.cfg.Backend.SeriesKeys(ctx, db, "")
 		if err != nil {
 			return nil, err
 		}
-		series, err := query.ParseSeries(keys)
+		series, err := query.ParseSeries(list.Keys)
 		if err != nil {
 			return nil, err
 		}

@@ -140,6 +140,7 @@ type groupAcc struct {
 // group's points have reached, so a group costs its time span, not its
 // points.
 type fieldAcc struct {
+	typ    models.FieldType
 	lo     int64
 	parts  []Partial
 	extras []Extra // backs parts[i].X when the request needs more than count and sum
@@ -195,15 +196,14 @@ func (ev *evaluator) visit(key string, pts []models.SeriesPoint) error {
 		}
 	}
 	if req.Raw {
-		rs := RawSeries{Tags: si.tags, Field: si.field, TS: make([]int64, len(pts)), Values: make([]float64, len(pts))}
-		for i, p := range pts {
-			rs.TS[i], rs.Values[i] = p.TS, p.Value
-		}
-		ev.raw = append(ev.raw, rs)
+		ev.raw = append(ev.raw, NewRawSeries(si.tags, si.field, pts))
 		return nil
 	}
 	if si.acc == nil {
 		si.acc = ev.groupOf(si).fieldAcc(si.field)
+		if len(pts) > 0 {
+			si.acc.typ = pts[0].Type // one per field in a shard
+		}
 	}
 	if err := ev.add(si.acc, pts); err != nil {
 		ev.err = err
@@ -291,6 +291,12 @@ func (ev *evaluator) add(fa *fieldAcc, pts []models.SeriesPoint) error {
 // fold adds pts into the one partial in slot.
 func (ev *evaluator) fold(slot []Partial, pts []models.SeriesPoint) {
 	p := &slot[0]
+	if ev.extra && len(pts) > 0 && pts[0].Type == models.FieldString {
+		for _, pt := range pts {
+			p.AddString(pt.TS, pt.Str, ev.req.Stats)
+		}
+		return
+	}
 	if !ev.extra {
 		sum := p.Sum
 		for _, pt := range pts {
@@ -369,9 +375,9 @@ func (ev *evaluator) result() *ShardResult {
 // buckets is fa as the shard's answer: its slots, shared, not copied.
 func (ev *evaluator) buckets(field string, fa *fieldAcc) FieldBuckets {
 	if ev.req.Interval <= 0 {
-		return FieldBuckets{Field: field, First: ev.req.Start, Parts: fa.parts}
+		return FieldBuckets{Field: field, Type: fa.typ, First: ev.req.Start, Parts: fa.parts}
 	}
-	return FieldBuckets{Field: field, First: fa.lo*ev.req.Interval + ev.req.Offset, Step: ev.req.Interval, Parts: fa.parts}
+	return FieldBuckets{Field: field, Type: fa.typ, First: fa.lo*ev.req.Interval + ev.req.Offset, Step: ev.req.Interval, Parts: fa.parts}
 }
 
 // BucketOf is the start of the time bucket holding ts; with interval 0 the

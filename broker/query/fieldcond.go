@@ -82,8 +82,8 @@ func (p *Plan) mergeLocal(results []*ShardResult) ([]Row, error) {
 				ltags[i] = lineproto.Tag{Key: t.Key, Value: t.Value}
 			}
 			pts := make([]models.SeriesPoint, len(rs.TS))
-			for i, ts := range rs.TS {
-				pts[i] = models.SeriesPoint{TS: ts, Value: rs.Values[i]}
+			for i := range rs.TS {
+				pts[i] = rs.Point(i)
 			}
 			key := string(lineproto.AppendSeriesKey(nil, p.Local.Measurement, ltags, rs.Field))
 			src.series = append(src.series, memSeries{key: key, tags: rs.Tags, field: rs.Field, pts: pts})

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/cairn-db/cairn/models"
 	"github.com/influxdata/influxql"
 )
 
@@ -70,12 +71,20 @@ func (p *Plan) mergeAggregates(results []*ShardResult) ([]Row, error) {
 	}
 	if p.wildcardFuncs() {
 		fields := map[string]bool{}
+		types := map[string]models.FieldType{}
 		for _, g := range groups {
-			for f := range g.fields {
-				fields[f] = true
+			for f, fb := range g.fields {
+				fields[f], types[f] = true, fb.Type
 			}
 		}
-		p = p.expandFields(fields)
+		p = p.expandFields(fields, types)
+	}
+	for _, mg := range groups {
+		for _, o := range p.Outputs {
+			if err := unsupportedFor(o.Func, mg.fields[o.Field].Type); err != nil {
+				return nil, err
+			}
+		}
 	}
 	buckets := int64(1)
 	if p.Req.Interval > 0 {
@@ -207,7 +216,7 @@ func (p *Plan) bucketRows(g *mergedGroup) ([]int64, [][]Cell) {
 		times := []int64{t}
 		for i, o := range p.Outputs {
 			pt := at(i, req.Start)
-			cols[i] = []Cell{finalize(pt, o)}
+			cols[i] = []Cell{finalize(pt, o, lists[i].Type)}
 			if len(p.Outputs) == 1 && selectors[o.Func] && pt != nil && pt.X != nil {
 				times[0] = selectorTime(pt, o.Func)
 			}
@@ -228,7 +237,7 @@ func (p *Plan) bucketRows(g *mergedGroup) ([]int64, [][]Cell) {
 		l := lists[i]
 		if l.Step != req.Interval || (l.First-first)%req.Interval != 0 {
 			for r, t := range times { // not on the rows' grid: look up by time
-				col[r] = finalize(l.At(t), o)
+				col[r] = finalize(l.At(t), o, l.Type)
 			}
 			continue
 		}
@@ -247,12 +256,10 @@ func (p *Plan) bucketRows(g *mergedGroup) ([]int64, [][]Cell) {
 			switch o.Func { // the common ones without finalize's switch
 			case "mean":
 				col[r] = floatCell(pt.Sum / float64(pt.Count))
-			case "sum":
-				col[r] = floatCell(pt.Sum)
 			case "count":
 				col[r] = Cell{Kind: CellInt, I: pt.Count}
 			default:
-				col[r] = finalize(pt, o)
+				col[r] = finalize(pt, o, l.Type)
 			}
 		}
 	}
@@ -357,9 +364,68 @@ func selectorTime(p *Partial, fn string) int64 {
 	return p.X.LastTS
 }
 
-// finalize turns a merged partial into the value of one aggregate; null for
-// an empty bucket.
-func finalize(p *Partial, o Output) Cell {
+// finalize turns a merged partial of a field of type t into the value of
+// one aggregate, in InfluxDB's type (typedCell); null for an empty bucket.
+func finalize(p *Partial, o Output, t models.FieldType) Cell {
+	c := finalizeFloat(p, o)
+	if c.Kind != CellFloat || t == models.FieldFloat {
+		return c
+	}
+	return typedCell(c.F, p.X, o.Func, t)
+}
+
+// typedCell is the value f of aggregate fn over a field of type t as
+// InfluxDB answers it: what picks or adds integers stays an integer
+// (sum, min, max, first, last, spread, percentile; mean, median and
+// stddev are floats), a boolean picked is a boolean, a string picked (first,
+// last) its string. Integers past 2^53 went through a float on the way.
+func typedCell(f float64, x *Extra, fn string, t models.FieldType) Cell {
+	switch fn {
+	case "mean", "median", "stddev":
+		return floatCell(f)
+	}
+	switch t {
+	case models.FieldInteger:
+		return Cell{Kind: CellInt, I: int64(f)}
+	case models.FieldUnsigned:
+		return Cell{Kind: CellUint, I: int64(uint64(f))}
+	case models.FieldBoolean:
+		c := Cell{Kind: CellBool}
+		if f != 0 {
+			c.I = 1
+		}
+		return c
+	case models.FieldString:
+		switch {
+		case x == nil:
+			return Cell{}
+		case fn == "first":
+			return Cell{Kind: CellString, S: x.FirstS}
+		case fn == "last":
+			return Cell{Kind: CellString, S: x.LastS}
+		}
+	}
+	return floatCell(f)
+}
+
+// unsupportedFor is InfluxDB's refusal of an aggregate over a field type
+// it does not take: strings only count and pick first or last, booleans
+// also min and max.
+func unsupportedFor(fn string, t models.FieldType) error {
+	var it string
+	switch {
+	case t == models.FieldString && fn != "count" && fn != "first" && fn != "last":
+		it = "string"
+	case t == models.FieldBoolean && fn != "count" && fn != "first" && fn != "last" && fn != "min" && fn != "max":
+		it = "boolean"
+	default:
+		return nil
+	}
+	return models.Mark(fmt.Errorf("unsupported %s iterator type: *query.%sInterruptIterator", fn, it), ErrBadQuery)
+}
+
+// finalizeFloat is finalize's value as a float (or count's integer).
+func finalizeFloat(p *Partial, o Output) Cell {
 	if p == nil || p.Count == 0 {
 		return Cell{}
 	}
@@ -422,7 +488,7 @@ type rawRow struct {
 	ts     int64
 	series string
 	tags   []Tag
-	fields map[string]float64
+	fields map[string]any
 }
 
 func (p *Plan) mergeRaw(results []*ShardResult) ([]Row, error) {
@@ -469,10 +535,10 @@ func (p *Plan) mergeRaw(results []*ShardResult) ([]Row, error) {
 				rk := fmt.Sprintf("%s\x01%d", sk, ts)
 				row := g.rows[rk]
 				if row == nil {
-					row = &rawRow{ts: ts, series: sk, tags: s.Tags, fields: map[string]float64{}}
+					row = &rawRow{ts: ts, series: sk, tags: s.Tags, fields: map[string]any{}}
 					g.rows[rk] = row
 				}
-				row.fields[s.Field] = s.Values[i]
+				row.fields[s.Field] = s.Point(i).Any()
 			}
 		}
 	}

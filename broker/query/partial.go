@@ -1,6 +1,10 @@
 package query
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/cairn-db/cairn/models"
+)
 
 // Partial is the running state of one aggregate bucket; two Partials of the
 // same bucket merge (Merge) into the state of their union. Count and sum are
@@ -19,8 +23,11 @@ type Extra struct {
 	MinTS, MaxTS    int64
 	First, Last     float64
 	FirstTS, LastTS int64
-	M2              float64 // Σ(x-mean)², with mean = Sum/Count
-	Values          []float64
+	// FirstS and LastS are first and last of a string field (First and
+	// Last are 0 there).
+	FirstS, LastS string
+	M2            float64 // Σ(x-mean)², with mean = Sum/Count
+	Values        []float64
 }
 
 // NeedsExtra says whether partials for st keep an Extra.
@@ -29,7 +36,13 @@ func NeedsExtra(st Stats) bool { return st&^StatSum != 0 }
 // Add folds one point in; p.X must be set when NeedsExtra(st) (it is
 // allocated otherwise). Ties on time keep the larger value, for first and
 // last alike, so the answer does not depend on which shard saw which point.
-func (p *Partial) Add(ts int64, v float64, st Stats) {
+func (p *Partial) Add(ts int64, v float64, st Stats) { p.add(ts, v, "", st) }
+
+// AddString folds one point of a string field in: it counts, and is first
+// and last (ties keep the larger string); what adds numbers up sees 0.
+func (p *Partial) AddString(ts int64, s string, st Stats) { p.add(ts, 0, s, st) }
+
+func (p *Partial) add(ts int64, v float64, s string, st Stats) {
 	if !NeedsExtra(st) {
 		p.Count++
 		p.Sum += v
@@ -43,6 +56,7 @@ func (p *Partial) Add(ts int64, v float64, st Stats) {
 		p.Count, p.Sum = 1, v
 		x.Min, x.Max, x.MinTS, x.MaxTS = v, v, ts, ts
 		x.First, x.Last, x.FirstTS, x.LastTS = v, v, ts, ts
+		x.FirstS, x.LastS = s, s
 		if st&StatValues != 0 {
 			x.Values = append(x.Values, v)
 		}
@@ -60,7 +74,7 @@ func (p *Partial) Add(ts int64, v float64, st Stats) {
 		x.addMinMax(v, ts, v, ts)
 	}
 	if st&(StatFirst|StatLast) != 0 {
-		x.addFirstLast(v, ts, v, ts)
+		x.addFirstLast(v, s, ts, v, s, ts)
 	}
 	if st&StatValues != 0 {
 		x.Values = append(x.Values, v)
@@ -76,12 +90,12 @@ func (x *Extra) addMinMax(min float64, minTS int64, max float64, maxTS int64) {
 	}
 }
 
-func (x *Extra) addFirstLast(first float64, firstTS int64, last float64, lastTS int64) {
-	if firstTS < x.FirstTS || firstTS == x.FirstTS && first > x.First {
-		x.First, x.FirstTS = first, firstTS
+func (x *Extra) addFirstLast(first float64, firstS string, firstTS int64, last float64, lastS string, lastTS int64) {
+	if firstTS < x.FirstTS || firstTS == x.FirstTS && (first > x.First || first == x.First && firstS > x.FirstS) {
+		x.First, x.FirstS, x.FirstTS = first, firstS, firstTS
 	}
-	if lastTS > x.LastTS || lastTS == x.LastTS && last > x.Last {
-		x.Last, x.LastTS = last, lastTS
+	if lastTS > x.LastTS || lastTS == x.LastTS && (last > x.Last || last == x.Last && lastS > x.LastS) {
+		x.Last, x.LastS, x.LastTS = last, lastS, lastTS
 	}
 }
 
@@ -116,7 +130,7 @@ func (p *Partial) Merge(o *Partial) {
 	x := p.X
 	x.M2 += o.X.M2 + delta*delta*na*nb/(na+nb)
 	x.addMinMax(o.X.Min, o.X.MinTS, o.X.Max, o.X.MaxTS)
-	x.addFirstLast(o.X.First, o.X.FirstTS, o.X.Last, o.X.LastTS)
+	x.addFirstLast(o.X.First, o.X.FirstS, o.X.FirstTS, o.X.Last, o.X.LastS, o.X.LastTS)
 	x.Values = append(x.Values, o.X.Values...)
 }
 
@@ -126,6 +140,7 @@ func (p *Partial) Merge(o *Partial) {
 // cover the span its points reached; the broker merges them slot by slot.
 type FieldBuckets struct {
 	Field string
+	Type  models.FieldType // of the field's points
 	First int64
 	Step  int64
 	Parts []Partial
@@ -168,6 +183,14 @@ func MergeFieldBuckets(a, b FieldBuckets) (FieldBuckets, error) {
 	case a.Step != b.Step || a.Step == 0 && a.First != b.First || a.Step > 0 && (b.First-a.First)%a.Step != 0:
 		return a, fmt.Errorf("%w: buckets of field %q on different time grids", ErrBadWire, a.Field)
 	}
+	if a.Type != b.Type {
+		// Shards keep their own types: integers beside floats add up as
+		// floats (InfluxDB's cast); anything else keeps a's.
+		if a.Type.Numeric() && b.Type.Numeric() {
+			a.Type, b.Type = models.FieldFloat, models.FieldFloat
+		}
+		b.Type = a.Type
+	}
 	if b.First < a.First || b.Start(len(b.Parts)) > a.Start(len(a.Parts)) {
 		a, b = grow(a, b), a
 	}
@@ -188,7 +211,7 @@ func MergeFieldBuckets(a, b FieldBuckets) (FieldBuckets, error) {
 func grow(a, b FieldBuckets) FieldBuckets {
 	first := min(a.First, b.First)
 	last := max(a.Start(len(a.Parts)-1), b.Start(len(b.Parts)-1))
-	out := FieldBuckets{Field: b.Field, First: first, Step: b.Step, Parts: make([]Partial, (last-first)/b.Step+1)}
+	out := FieldBuckets{Field: b.Field, Type: b.Type, First: first, Step: b.Step, Parts: make([]Partial, (last-first)/b.Step+1)}
 	copy(out.Parts[(b.First-first)/b.Step:], b.Parts)
 	return out
 }

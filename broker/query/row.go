@@ -48,22 +48,35 @@ const (
 	CellNull CellKind = iota
 	CellFloat
 	CellInt
+	CellUint   // I holds the uint64's bits
+	CellBool   // I is 1 or 0
+	CellString // S
 )
 
-// Cell is one aggregate value: null, a float, or an integer (count).
+// Cell is one aggregate value: null, a float, an integer (count, or an
+// integer field's sum, min, ...), an unsigned, a boolean or a string (an
+// aggregate that picks one value of such a field).
 type Cell struct {
 	Kind CellKind
 	F    float64
 	I    int64
+	S    string
 }
 
-// Any is the cell as Values would hold it: nil, float64 or int64.
+// Any is the cell as Values would hold it: nil, float64, int64, uint64,
+// bool or string.
 func (c Cell) Any() any {
 	switch c.Kind {
 	case CellFloat:
 		return c.F
 	case CellInt:
 		return c.I
+	case CellUint:
+		return uint64(c.I)
+	case CellBool:
+		return c.I != 0
+	case CellString:
+		return c.S
 	}
 	return nil
 }
@@ -71,8 +84,11 @@ func (c Cell) Any() any {
 func floatCell(f float64) Cell { return Cell{Kind: CellFloat, F: f} }
 
 func (c Cell) float() float64 {
-	if c.Kind == CellInt {
+	switch c.Kind {
+	case CellInt, CellBool:
 		return float64(c.I)
+	case CellUint:
+		return float64(uint64(c.I))
 	}
 	return c.F
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/storage/lineproto"
 	"github.com/influxdata/influxql"
 )
@@ -134,7 +135,7 @@ func tagOf(tags []lineproto.Tag) func(string) string {
 }
 
 // Run answers the statement from the database's series.
-func (p *ShowPlan) Run(series []SeriesInfo) []Row {
+func (p *ShowPlan) Run(series []SeriesInfo, types models.FieldTypes) []Row {
 	var kept []SeriesInfo
 	for _, s := range series {
 		if p.wants(s.Measurement) && MatchTags(p.cond, tagOf(s.Tags)) {
@@ -165,7 +166,7 @@ func (p *ShowPlan) Run(series []SeriesInfo) []Row {
 		})
 	case *influxql.ShowFieldKeysStatement:
 		return perMeasurement(kept, []string{"fieldKey", "fieldType"}, s.Limit, s.Offset, func(si SeriesInfo, add func(...string)) {
-			add(si.Field, "float")
+			add(si.Field, types[si.Measurement][si.Field].String())
 		})
 	case *influxql.ShowSeriesStatement:
 		set := map[string]bool{}

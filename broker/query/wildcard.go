@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/cairn-db/cairn/models"
 	"github.com/influxdata/influxql"
 )
 
@@ -43,7 +44,7 @@ func (p *Plan) planArgument(e *influxql.Call, out *Output) (*influxql.VarRef, er
 
 // expandFields is p with every "*" output replaced by one output per field
 // of fields it matches.
-func (p *Plan) expandFields(fields map[string]bool) *Plan {
+func (p *Plan) expandFields(fields map[string]bool, types map[string]models.FieldType) *Plan {
 	if !p.wildcardFuncs() {
 		return p
 	}
@@ -56,7 +57,9 @@ func (p *Plan) expandFields(fields map[string]bool) *Plan {
 			continue
 		}
 		for _, f := range names {
-			if o.Match == nil || o.Match.MatchString(f) {
+			// A field of a type the function does not take (mean of
+			// strings) is skipped, as InfluxDB does.
+			if (o.Match == nil || o.Match.MatchString(f)) && unsupportedFor(o.Func, types[f]) == nil {
 				e := o
 				e.Name, e.Field, e.Match = o.Name+"_"+f, f, nil
 				q.Outputs = append(q.Outputs, e)
@@ -90,7 +93,7 @@ func (p *Plan) wildcardColumns(rows []Row) []string {
 		}
 	}
 	cols := []string{"time"}
-	for _, o := range p.expandFields(fields).Outputs {
+	for _, o := range p.expandFields(fields, nil).Outputs {
 		cols = append(cols, o.Name)
 	}
 	return cols

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 
 	"github.com/cairn-db/cairn/models"
 )
@@ -77,12 +78,72 @@ type Group struct {
 // Tag is one key=value pair.
 type Tag struct{ Key, Value string }
 
-// RawSeries is one stored series' matching points (Raw requests).
+// RawSeries is one stored series' matching points (Raw requests). Values
+// holds every point as a number (models.SeriesPoint.Value); a series of
+// integers, unsigned or booleans also holds their exact values in Ints, one
+// of strings its strings in Strs.
 type RawSeries struct {
 	Tags   []Tag // every tag of the series, sorted by key
 	Field  string
+	Type   models.FieldType
 	TS     []int64
 	Values []float64
+	Ints   []int64
+	Strs   []string
+}
+
+// NewRawSeries holds pts, a series' points of one type.
+func NewRawSeries(tags []Tag, field string, pts []models.SeriesPoint) RawSeries {
+	rs := RawSeries{Tags: tags, Field: field, TS: make([]int64, len(pts)), Values: make([]float64, len(pts))}
+	if len(pts) > 0 {
+		rs.Type = pts[0].Type
+	}
+	switch rs.Type {
+	case models.FieldFloat:
+	case models.FieldString:
+		rs.Strs = make([]string, len(pts))
+	default:
+		rs.Ints = make([]int64, len(pts))
+	}
+	for i, p := range pts {
+		rs.TS[i], rs.Values[i] = p.TS, p.Value
+		if rs.Strs != nil {
+			rs.Strs[i] = p.Str
+		} else if rs.Ints != nil {
+			rs.Ints[i] = p.Int
+		}
+	}
+	return rs
+}
+
+// Point is point i.
+func (s *RawSeries) Point(i int) models.SeriesPoint {
+	p := models.SeriesPoint{TS: s.TS[i], Value: s.Values[i], Type: s.Type}
+	switch {
+	case s.Strs != nil:
+		p.Str = s.Strs[i]
+	case s.Ints != nil:
+		p.Int = s.Ints[i]
+	}
+	return p
+}
+
+// typed says whether r holds anything but floats, which only the wire
+// format's version 3 carries.
+func (r *ShardResult) typed() bool {
+	for _, g := range r.Groups {
+		for _, f := range g.Fields {
+			if f.Type != models.FieldFloat {
+				return true
+			}
+		}
+	}
+	for _, s := range r.Raw {
+		if s.Type != models.FieldFloat {
+			return true
+		}
+	}
+	return false
 }
 
 // ShardResult is one shard's answer.
@@ -102,18 +163,37 @@ type ShardResult struct {
 //	  min, minTS, max, maxTS | first, firstTS | last, lastTS | m2 |
 //	  #values, values*
 //	#raw, each: #tags, (key, value)*, field, #points, (ts delta, value)*
-const wireVersion = 2
+//
+// Version 3 adds the field type (models.FieldType, a byte) after each
+// field's name, in groups and raw series alike; a string field's first and
+// last are strings, and a raw series' values are in their type (integer
+// varint, unsigned uvarint, boolean a byte, string length + bytes). An
+// answer holding floats only is written as version 2, which brokers of the
+// release before read.
+const (
+	wireV2 = 2
+	wireV3 = 3
+)
 
 // MarshalResult encodes r for the broker; st must be the request's Stats.
 func MarshalResult(r *ShardResult, st Stats) []byte {
 	b := make([]byte, 0, marshalSize(r, st))
-	b = append(b, wireVersion, byte(st))
+	v3 := r.typed()
+	version := byte(wireV2)
+	if v3 {
+		version = wireV3
+	}
+	b = append(b, version, byte(st))
 	b = binary.AppendUvarint(b, uint64(len(r.Groups)))
 	for _, g := range r.Groups {
 		b = appendTags(b, g.Tags)
 		b = binary.AppendUvarint(b, uint64(len(g.Fields)))
 		for _, f := range g.Fields {
 			b = appendString(b, f.Field)
+			if v3 {
+				b = append(b, byte(f.Type))
+			}
+			strs := f.Type == models.FieldString
 			b = binary.AppendVarint(b, f.First)
 			b = binary.AppendUvarint(b, uint64(f.Step))
 			b = binary.AppendUvarint(b, uint64(len(f.Parts)))
@@ -150,11 +230,11 @@ func MarshalResult(r *ShardResult, st Stats) []byte {
 					b = binary.AppendVarint(b, x.MaxTS)
 				}
 				if st&StatFirst != 0 {
-					b = appendFloat(b, x.First)
+					b = appendFirstLast(b, strs, x.First, x.FirstS)
 					b = binary.AppendVarint(b, x.FirstTS)
 				}
 				if st&StatLast != 0 {
-					b = appendFloat(b, x.Last)
+					b = appendFirstLast(b, strs, x.Last, x.LastS)
 					b = binary.AppendVarint(b, x.LastTS)
 				}
 				if st&StatM2 != 0 {
@@ -173,15 +253,64 @@ func MarshalResult(r *ShardResult, st Stats) []byte {
 	for _, s := range r.Raw {
 		b = appendTags(b, s.Tags)
 		b = appendString(b, s.Field)
+		if v3 {
+			b = append(b, byte(s.Type))
+		}
 		b = binary.AppendUvarint(b, uint64(len(s.TS)))
 		prev := int64(0)
 		for i, ts := range s.TS {
 			b = binary.AppendVarint(b, ts-prev)
 			prev = ts
-			b = appendFloat(b, s.Values[i])
+			b = appendRawValue(b, &s, i)
 		}
 	}
 	return b
+}
+
+func appendFirstLast(b []byte, strs bool, f float64, s string) []byte {
+	if strs {
+		return appendString(b, s)
+	}
+	return appendFloat(b, f)
+}
+
+// appendRawValue appends raw point i of s in its type's encoding.
+func appendRawValue(b []byte, s *RawSeries, i int) []byte {
+	switch s.Type {
+	case models.FieldInteger:
+		return binary.AppendVarint(b, s.Ints[i])
+	case models.FieldUnsigned:
+		return binary.AppendUvarint(b, uint64(s.Ints[i]))
+	case models.FieldBoolean:
+		return append(b, byte(s.Ints[i]&1))
+	case models.FieldString:
+		return appendString(b, s.Strs[i])
+	}
+	return appendFloat(b, s.Values[i])
+}
+
+// rawValue reads raw point i of s, which has room for it.
+func (d *decoder) rawValue(s *RawSeries, i int) {
+	var sp models.SeriesPoint
+	switch s.Type {
+	case models.FieldFloat:
+		s.Values[i] = d.float()
+		return
+	case models.FieldInteger:
+		sp = models.TypedPoint(0, s.Type, uint64(d.varint()), "")
+	case models.FieldUnsigned:
+		sp = models.TypedPoint(0, s.Type, d.uvarint(), "")
+	case models.FieldBoolean:
+		v := d.byte()
+		if v > 1 {
+			d.fail("boolean")
+		}
+		sp = models.TypedPoint(0, s.Type, uint64(v), "")
+	case models.FieldString:
+		s.Strs[i] = d.string()
+		return
+	}
+	s.Values[i], s.Ints[i] = sp.Value, sp.Int
 }
 
 // marshalSize estimates MarshalResult's output, so it is written without
@@ -226,9 +355,11 @@ func appendFloat(b []byte, f float64) []byte {
 // checked against the bytes left, so a corrupt answer cannot allocate wildly.
 func UnmarshalResult(data []byte) (*ShardResult, error) {
 	d := decoder{b: data}
-	if v := d.byte(); v != wireVersion {
-		return nil, fmt.Errorf("%w: version %d", ErrBadWire, v)
+	version := d.byte()
+	if version != wireV2 && version != wireV3 {
+		return nil, fmt.Errorf("%w: version %d", ErrBadWire, version)
 	}
+	v3 := version == wireV3
 	st := Stats(d.byte())
 	r := &ShardResult{}
 	ng := d.count(2)
@@ -236,8 +367,17 @@ func UnmarshalResult(data []byte) (*ShardResult, error) {
 		g := Group{Tags: d.tags()}
 		nf := d.count(2)
 		for j := 0; j < nf && d.err == nil; j++ {
-			f := FieldBuckets{Field: d.string(), First: d.varint(), Step: int64(d.uvarint())}
-			slots, nb := d.uvarint(), d.count(minBucketBytes(st))
+			f := FieldBuckets{Field: d.string()}
+			if v3 {
+				f.Type = d.fieldType()
+			}
+			strs := f.Type == models.FieldString
+			f.First, f.Step = d.varint(), int64(d.uvarint())
+			minBytes := minBucketBytes(st)
+			if strs { // a string's first and last take a byte at least, not 8
+				minBytes -= 7 * bits.OnesCount8(uint8(st&(StatFirst|StatLast)))
+			}
+			slots, nb := d.uvarint(), d.count(minBytes)
 			if d.slots += slots; d.err == nil && (f.Step < 0 || f.Step == 0 && slots > 1 || slots > MaxBuckets || d.slots > uint64(maxCells(st)) || uint64(nb) > slots) {
 				d.fail("bucket slots")
 			}
@@ -276,10 +416,12 @@ func UnmarshalResult(data []byte) (*ShardResult, error) {
 					x.Min, x.MinTS, x.Max, x.MaxTS = d.float(), d.varint(), d.float(), d.varint()
 				}
 				if st&StatFirst != 0 {
-					x.First, x.FirstTS = d.float(), d.varint()
+					x.First, x.FirstS = d.firstLast(strs)
+					x.FirstTS = d.varint()
 				}
 				if st&StatLast != 0 {
-					x.Last, x.LastTS = d.float(), d.varint()
+					x.Last, x.LastS = d.firstLast(strs)
+					x.LastTS = d.varint()
 				}
 				if st&StatM2 != 0 {
 					x.M2 = d.float()
@@ -299,13 +441,27 @@ func UnmarshalResult(data []byte) (*ShardResult, error) {
 	nr := d.count(3)
 	for i := 0; i < nr && d.err == nil; i++ {
 		s := RawSeries{Tags: d.tags(), Field: d.string()}
-		np := d.count(9)
+		if v3 {
+			s.Type = d.fieldType()
+		}
+		minPoint := 9
+		if s.Type != models.FieldFloat {
+			minPoint = 2
+		}
+		np := d.count(minPoint)
 		s.TS, s.Values = make([]int64, np), make([]float64, np)
+		switch s.Type {
+		case models.FieldFloat:
+		case models.FieldString:
+			s.Strs = make([]string, np)
+		default:
+			s.Ints = make([]int64, np)
+		}
 		prev := int64(0)
 		for j := 0; j < np && d.err == nil; j++ {
 			s.TS[j] = prev + d.varint()
 			prev = s.TS[j]
-			s.Values[j] = d.float()
+			d.rawValue(&s, j)
 		}
 		r.Raw = append(r.Raw, s)
 	}
@@ -316,6 +472,24 @@ func UnmarshalResult(data []byte) (*ShardResult, error) {
 		return nil, d.err
 	}
 	return r, nil
+}
+
+// fieldType reads a field type byte.
+func (d *decoder) fieldType() models.FieldType {
+	t := models.FieldType(d.byte())
+	if !t.Valid() {
+		d.fail("field type")
+	}
+	return t
+}
+
+// firstLast reads a first or last value: a string of a string field, else
+// a float.
+func (d *decoder) firstLast(strs bool) (float64, string) {
+	if strs {
+		return 0, d.string()
+	}
+	return d.float(), ""
 }
 
 // minBucketBytes is the smallest encoding of a bucket with statistics st,

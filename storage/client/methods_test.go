@@ -305,7 +305,8 @@ func TestSelectAndSeries(t *testing.T) {
 		case strings.HasSuffix(r.URL.Path, "/series"):
 			require.Equal(t, "mem", r.URL.Query().Get("measurement"))
 			require.Equal(t, "10", r.URL.Query().Get("limit"))
-			_, _ = w.Write([]byte(`["mem,host=a#v","mem,host=b#v"]`))
+			require.Equal(t, "1", r.URL.Query().Get("types"))
+			_, _ = w.Write([]byte(`{"keys":["mem,host=a#v","mem,host=b#v"],"field_types":{"mem":{"v":"integer"}}}`))
 		}
 	})
 	cl := client.New(http.DefaultClient)
@@ -313,9 +314,16 @@ func TestSelectAndSeries(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, want.Raw, res.Raw)
 	require.Equal(t, query.ShardRequest{Measurement: "cpu", Raw: true, Start: 1, End: 2}, req)
-	keys, err := cl.Series(context.Background(), shardAt(addr), "mem", 10)
+	list, err := cl.Series(context.Background(), shardAt(addr), "mem", 10)
 	require.NoError(t, err)
-	require.Equal(t, []string{"mem,host=a#v", "mem,host=b#v"}, keys)
+	require.Equal(t, models.SeriesList{Keys: []string{"mem,host=a#v", "mem,host=b#v"},
+		Types: models.FieldTypes{"mem": {"v": models.FieldInteger}}}, list)
+
+	// A node of the release before answers the keys alone: floats.
+	old := node(t, func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(`["mem,host=a#v"]`)) })
+	list, err = cl.Series(context.Background(), shardAt(old), "mem", 10)
+	require.NoError(t, err)
+	require.Equal(t, models.SeriesList{Keys: []string{"mem,host=a#v"}}, list)
 
 	// The InfluxQL side answers a too-large statement 400 (as it always
 	// did): the code, not the status, names it.

@@ -11,6 +11,7 @@ import (
 	"strconv"
 
 	"github.com/cairn-db/cairn/broker/query"
+	"github.com/cairn-db/cairn/models"
 )
 
 // QueryRequest is one shard's part of GET /api/v1/query.
@@ -98,28 +99,35 @@ func (c *Client) Select(ctx context.Context, s Shard, r *query.ShardRequest) (*q
 }
 
 // Series lists the shard's series keys, of measurement only when it is not
-// "" (GET .../series): SHOW statements. A shard holding more than limit
-// (when > 0) answers models.ErrTooLarge.
-func (c *Client) Series(ctx context.Context, s Shard, measurement string, limit int) ([]string, error) {
-	q := url.Values{}
+// "" (GET .../series), with the types of their fields: SHOW statements. A
+// shard holding more than limit (when > 0) answers models.ErrTooLarge. A
+// node of the release before answers the keys alone: its fields are
+// floats, the only type it stores.
+func (c *Client) Series(ctx context.Context, s Shard, measurement string, limit int) (models.SeriesList, error) {
+	q := url.Values{"types": {"1"}}
 	if measurement != "" {
 		q.Set("measurement", measurement)
 	}
 	if limit > 0 {
 		q.Set("limit", strconv.Itoa(limit))
 	}
+	var list models.SeriesList
 	resp, err := c.do(ctx, http.MethodGet, s.url("series", q), "", nil, http.StatusOK)
 	if err != nil {
-		return nil, err
+		return list, err
 	}
 	defer resp.Body.Close()
 	data, err := readAll(resp.Body, maxAnswer)
 	if err != nil {
-		return nil, fmt.Errorf("series answer of %s: %w", s, err)
+		return list, fmt.Errorf("series answer of %s: %w", s, err)
 	}
-	var keys []string
-	if err := json.Unmarshal(data, &keys); err != nil {
-		return nil, fmt.Errorf("%w: series answer of %s: %w", ErrBadAnswer, s, err)
+	if trimmed := bytes.TrimSpace(data); len(trimmed) > 0 && trimmed[0] == '[' {
+		err = json.Unmarshal(data, &list.Keys)
+	} else {
+		err = json.Unmarshal(data, &list)
 	}
-	return keys, nil
+	if err != nil {
+		return models.SeriesList{}, fmt.Errorf("%w: series answer of %s: %w", ErrBadAnswer, s, err)
+	}
+	return list, nil
 }
