@@ -97,6 +97,12 @@ func TestTypedQueries(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, got, []any{int64(2e9), "a 2:00", int64(2)})
 
+	// mean(*) skips the strings and booleans, count(*) counts them too.
+	got, err = query(t, shards, "SELECT mean(*), count(*) FROM system"+span)
+	require.NoError(t, err)
+	require.Len(t, got[0], 1+4+6)
+	require.Equal(t, []any{int64(8), int64(8), int64(8), int64(8), int64(8), int64(8)}, got[0][5:])
+
 	for q, msg := range map[string]string{
 		"SELECT sum(uptime_format) FROM system":  "unsupported sum iterator type: *query.stringInterruptIterator",
 		"SELECT max(uptime_format) FROM system":  "unsupported max iterator type: *query.stringInterruptIterator",
