@@ -27,7 +27,7 @@ func TestCardinality(t *testing.T) {
 		require.NoError(t, err, q)
 		p, err := PlanShow(stmt, time.Unix(0, 0))
 		require.NoError(t, err, q)
-		require.Equal(t, want, p.Run(series), q)
+		require.Equal(t, want, p.Run(series, nil), q)
 	}
 	stmt, err := influxql.ParseStatement("SHOW SERIES CARDINALITY GROUP BY host")
 	require.NoError(t, err)
