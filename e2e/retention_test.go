@@ -206,3 +206,88 @@ func TestRetentionGivesSpaceBack(t *testing.T) {
 	}
 	require.InDelta(t, keptNow, count(), 2*series, "the last 2 hours are all answered")
 }
+
+// TestRetentionFollowerAwayExpiresOnReturn: RF 3; a follower is down while
+// a retention of 2h is set and the others expire 6 hours of points; it
+// returns, expires the same points by its own clock, and once it leads,
+// lifting the retention brings back none of what expired (only the points
+// of blocks that straddled the cutoff, at most one block per series).
+func TestRetentionFollowerAwayExpiresOnReturn(t *testing.T) {
+	c := startDataCluster(t, dataClusterOpts{storageNodes: 3, shards: 1, rf: 3,
+		nodeArgs: func(int) []string { return []string{"--retention-check-interval", "1s"} }})
+	now := time.Now().Truncate(time.Second)
+	const series = 2
+	var lines strings.Builder
+	total := 0
+	for ts := now.Add(-6 * time.Hour); !ts.After(now); ts = ts.Add(time.Second) {
+		for s := range series {
+			fmt.Fprintf(&lines, "m,s=%d v=%d %d\n", s, ts.Unix(), ts.UnixNano())
+			total++
+		}
+	}
+	resp, err := http.Post("http://"+c.broker.addr+"/write?db=db", "text/plain", strings.NewReader(lines.String()))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusNoContent, resp.StatusCode)
+
+	count := func() int64 {
+		res := influxQuery(t, c.broker.addr, "db", "", `SELECT count("v") FROM "m" WHERE time > now() - 7h`)
+		if res.Results[0].Error != "" || len(res.Results[0].Series) == 0 {
+			return -1
+		}
+		n, err := res.Results[0].Series[0].Values[0][1].(json.Number).Int64()
+		require.NoError(t, err)
+		return n
+	}
+	require.Equal(t, int64(total), count())
+	expiries := func(p *Proc) int {
+		logged, err := os.ReadFile(p.log)
+		require.NoError(t, err)
+		return strings.Count(string(logged), "expired points past the retention")
+	}
+
+	shard := c.shardsOf()[0]
+	var away *Proc
+	var awayID string
+	for i, id := range c.ids {
+		if id != shard.Leader {
+			away, awayID = c.storage[i], id
+			break
+		}
+	}
+	away.kill9()
+	code, out := c.broker.send(http.MethodPatch, "/api/v1/databases/db", map[string]any{"retention": "2h"}, "")
+	require.Equal(t, http.StatusOK, code, out)
+	// The others flush (10 s idle) and expire.
+	for i, id := range c.ids {
+		if id != awayID {
+			p := c.storage[i]
+			require.Eventually(t, func() bool { return expiries(p) > 0 }, 60*time.Second, 200*time.Millisecond, "%s never expired", id)
+		}
+	}
+
+	before := expiries(away)
+	away.restart()
+	c.waitHealthy(60 * time.Second)
+	require.Eventually(t, func() bool { return expiries(away) > before }, 60*time.Second, 200*time.Millisecond,
+		"the returning follower never expired its own copy")
+	for _, s := range c.shardsOf() {
+		if s.Leader != awayID {
+			code, body := c.broker.post(fmt.Sprintf("/api/v1/databases/db/shards/%d/leader", s.ID), map[string]any{"node_id": awayID})
+			require.Equal(t, http.StatusAccepted, code, "%v", body)
+		}
+	}
+	require.Eventually(t, func() bool { return c.shardsOf()[0].Leader == awayID }, 30*time.Second, 50*time.Millisecond)
+
+	// Lifted: what the returning follower (now the leader) answers is what
+	// it kept; the expired hours do not come back.
+	code, out = c.broker.send(http.MethodPatch, "/api/v1/databases/db", map[string]any{"retention": "0"}, "")
+	require.Equal(t, http.StatusOK, code, out)
+	kept := 2 * 3600 * series
+	straddle := 1024 * series // at most one block per series holds points on both sides
+	var got int64
+	require.Eventually(t, func() bool { got = count(); return got >= 0 }, 10*time.Second, 50*time.Millisecond)
+	require.LessOrEqual(t, got, int64(kept+straddle+series*120), "expired points came back after the follower returned")
+	require.GreaterOrEqual(t, got, int64(kept-series*120), "kept points are missing")
+	t.Logf("%d points written over 6 h; the returning follower leads and answers %d with the retention lifted (2 h = %d)", total, got, kept)
+}
