@@ -167,7 +167,7 @@ func openBolt(path string) (*bolt.DB, error) {
 				return err
 			}
 		}
-		return nil
+		return checkFormat(tx, path)
 	})
 	if err != nil {
 		_ = db.Close()

@@ -177,6 +177,9 @@ func prepareSnapshot(path string, l snapshotLog, legacy bool, inc uint64) (snaps
 				return fmt.Errorf("%w: bucket %q missing", ErrBadSnapshot, name)
 			}
 		}
+		if err := checkFormat(tx, "the snapshot"); err != nil {
+			return fmt.Errorf("%w: %w", ErrBadSnapshot, err)
+		}
 		m, err := readMeta(tx)
 		if err != nil {
 			return fmt.Errorf("%w: %v", ErrBadSnapshot, err)
