@@ -82,6 +82,13 @@ func diffDataset() []string {
 		for k, path := range []string{"/", "/var"} {
 			lines = append(lines, fmt.Sprintf("disk,host=h0,path=%s free=%d %d", path, (i+k*500)%1000, ts))
 		}
+		if i%6 == 0 { // Telegraf's system input, typed, once a minute
+			for h := range 2 {
+				up := 86400*h + i*10
+				lines = append(lines, fmt.Sprintf(`system,host=h%d load1=%d.25,n_users=%di,uptime=%di,uptime_format="%d days, %2d:%02d",online=%t %d`,
+					h, (i+h)%7, (i/60+h)%4, up, up/86400, up%86400/3600, up%3600/60, (i/6+h)%3 != 0, ts))
+			}
+		}
 	}
 	return lines
 }
@@ -336,6 +343,23 @@ func diffCases() []diffCase {
 		"SHOW MEASUREMENT CARDINALITY ON diff",
 		"SHOW MEASUREMENTS; SHOW TAG KEYS FROM mem; SELECT max(value) FROM cpu WHERE "+all,
 	)
+	// Typed fields (issue 21): integers, a string, a boolean.
+	add("",
+		"SELECT * FROM system WHERE host = 'h0' AND "+in(0, 300e9),
+		"SELECT uptime, uptime_format, online FROM system WHERE "+in(0, 180e9)+" GROUP BY host",
+		"SELECT last(uptime_format), first(uptime_format), count(uptime_format) FROM system WHERE "+all,
+		"SELECT last(uptime_format) FROM system WHERE host = 'h1' AND "+all,
+		"SELECT last(uptime_format) FROM system WHERE "+all+" GROUP BY time(30m), host",
+		"SELECT sum(uptime), max(uptime), min(n_users), spread(uptime), mean(uptime), first(n_users) FROM system WHERE "+all,
+		"SELECT max(uptime), sum(n_users) FROM system WHERE "+all+" GROUP BY time(20m) fill(none)",
+		"SELECT min(online), max(online), last(online), count(online) FROM system WHERE "+all+" GROUP BY host",
+		"SELECT percentile(uptime, 50), median(uptime) FROM system WHERE "+all,
+		"SELECT count(*) FROM system WHERE "+all,
+		"SELECT mean(*) FROM system WHERE "+all,
+		"SELECT sum(uptime_format) FROM system WHERE "+all,
+		"SELECT median(online) FROM system WHERE "+all,
+		"SHOW FIELD KEYS FROM system",
+	)
 	// Grafana's panels send their queries as one request.
 	add("stop-at-first-error",
 		"SELECT mean(value) FROM cpu WHERE "+all+" GROUP BY time(30m); SELECT mean(value) FROM cpu GROUP BY time(blah); SELECT max(value) FROM cpu WHERE "+all,
@@ -384,6 +408,12 @@ func TestInfluxQLDifferential(t *testing.T) {
 		if refCode != code || refBody != body {
 			t.Errorf("%s (epoch %q):\n  influxdb %d: %s\n  cairn    %d: %s", c.q, c.epoch, refCode, clip(refBody), code, clip(body))
 		}
+	}
+	// The typed cases compare data, not two empty answers: both stored
+	// every system point (2 hosts, one a minute for 2 hours).
+	for _, addr := range []string{ref, p.addr} {
+		_, body := queryBody(t, addr, "diff", diffCase{q: "SELECT count(uptime_format), count(online) FROM system"})
+		require.Contains(t, body, `,240,240]`, addr)
 	}
 	t.Logf("%d queries compared with InfluxDB %s; %d under %d documented exceptions", len(cases), "1.x", exceptions, len(diffExceptions))
 	require.GreaterOrEqual(t, len(cases), 300)
