@@ -48,7 +48,11 @@ type Params struct {
 	// RebalanceDelay is the master's (0: its default, 30s); idle is
 	// measured only after it passed, as the master spreads leaderships then.
 	RebalanceDelay time.Duration
-	Logger         *zap.Logger // the etcd,master,broker app's; agents log nothing
+	// Domains spreads the agents over this many failure domains,
+	// round-robin (label zone=zN, the storage cluster's failure_domain);
+	// 0: none.
+	Domains int
+	Logger  *zap.Logger // the etcd,master,broker app's; agents log nothing
 	// Progress, when set, receives one line per phase.
 	Progress io.Writer
 }
@@ -75,6 +79,8 @@ func (p Params) Validate() error {
 		return bad("--lease-ttl %s must be at least 2s", p.LeaseTTL)
 	case p.RebalanceDelay < 0 || p.RebalanceDelay > time.Hour:
 		return bad("--rebalance-delay %s must be 0 to 1h", p.RebalanceDelay)
+	case p.Domains < 0 || p.Domains > p.Nodes:
+		return bad("--domains %d must be 0 to --nodes (%d)", p.Domains, p.Nodes)
 	}
 	return nil
 }
@@ -93,6 +99,15 @@ type Result struct {
 	Goroutines     int     `json:"goroutines"`
 	FailoverMS     float64 `json:"failover_ms"`
 	FailoverShards int     `json:"failover_shards"`
+	// DomainsPerShard: the fewest and most failure domains a shard's
+	// replicas span once placed (with --domains).
+	DomainsPerShard *MinMax `json:"domains_per_shard,omitempty"`
+}
+
+// MinMax is the smallest and largest of some counts.
+type MinMax struct {
+	Min int `json:"min"`
+	Max int `json:"max"`
 }
 
 // cluster is a running simulation.
@@ -195,7 +210,11 @@ func (c *cluster) start(ctx context.Context, dir string) error {
 	if err != nil {
 		return err
 	}
-	if err := c.post(ctx, "/api/v1/storage-clusters", map[string]any{"name": "default"}); err != nil {
+	sc := map[string]any{"name": "default"}
+	if c.p.Domains > 0 {
+		sc["failure_domain"] = "zone"
+	}
+	if err := c.post(ctx, "/api/v1/storage-clusters", sc); err != nil {
 		return err
 	}
 	// What a storage-only process watches (app.watched): no live nodes,
@@ -235,7 +254,11 @@ func (c *cluster) start(ctx context.Context, dir string) error {
 			shared := c.stores[i/agentsPerClient]
 			c.views = append(c.views, &countingStore{EtcdStore: shared.EtcdStore.LeaseStream(), keys: c.keys, ck: c.ck, c: c.counts})
 		}
-		a, err := c.startAgent(fmt.Sprintf("s%04d", i), c.views[len(c.views)-1])
+		var labels map[string]string
+		if c.p.Domains > 0 {
+			labels = map[string]string{"zone": fmt.Sprintf("z%d", i%c.p.Domains)}
+		}
+		a, err := c.startAgent(fmt.Sprintf("s%04d", i), labels, c.views[len(c.views)-1])
 		if err != nil {
 			return err
 		}
@@ -368,6 +391,9 @@ func (c *cluster) measure(ctx context.Context) (Result, error) {
 		return res, err
 	}
 	res.PlaceMS = float64(time.Since(start).Microseconds()) / 1000
+	if c.p.Domains > 0 {
+		res.DomainsPerShard = domainsPerShard(c.app.State())
+	}
 	// The CPU time the placement took: what a run on a busy machine, which
 	// gets less of it per second, still compares with another.
 	fmt.Fprintf(c.p.Progress, "placed %d replicas in %.0f ms (%.1f s of CPU); settling\n  agents' etcd requests: %s\n",
@@ -603,7 +629,7 @@ const (
 	agentsPerStream = 5
 )
 
-func (c *cluster) startAgent(id string, store *countingStore) (*agent, error) {
+func (c *cluster) startAgent(id string, labels map[string]string, store *countingStore) (*agent, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -624,7 +650,7 @@ func (c *cluster) startAgent(id string, store *countingStore) (*agent, error) {
 	go func() {
 		defer close(a.regDone)
 		err := storage.RunNode(rctx, storage.NodeConfig{Store: store, Keys: c.ck, NodeID: id, Address: addr, Cluster: "default",
-			TTL: c.p.LeaseTTL, Report: h.Following, Logger: c.lg, Held: h.SetRecordRev,
+			Labels: labels, TTL: c.p.LeaseTTL, Report: h.Following, Logger: c.lg, Held: h.SetRecordRev,
 			Registered: func() { started.Do(func() { go func() { defer close(a.done); h.Run(hctx) }() }) }})
 		if err != nil {
 			c.lg.Error("agent registration failed", zap.String("node_id", id), zap.Error(err))
@@ -654,4 +680,24 @@ func (a *agent) stop() {
 	a.freeze()
 	a.revoke()
 	<-a.done
+}
+
+// domainsPerShard is the fewest and most zones the replicas of a shard span.
+func domainsPerShard(st *statemachine.State) *MinMax {
+	live := st.Nodes.At("default")
+	var mm *MinMax
+	for _, a := range st.Assignments.All() {
+		for _, sh := range a.Shards {
+			zones := map[string]bool{}
+			for _, id := range sh.Replicas {
+				rec, _ := live.Get(id)
+				zones[rec.Labels["zone"]] = true
+			}
+			if mm == nil {
+				mm = &MinMax{Min: len(zones), Max: len(zones)}
+			}
+			mm.Min, mm.Max = min(mm.Min, len(zones)), max(mm.Max, len(zones))
+		}
+	}
+	return mm
 }

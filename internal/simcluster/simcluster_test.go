@@ -50,3 +50,14 @@ func TestIdleReplicasHoldNoGoroutine(t *testing.T) {
 	require.Equal(t, 1152, res.Replicas)
 	require.Less(t, res.Goroutines, res.Replicas/2, "goroutines at idle, with %d replicas hosted", res.Replicas)
 }
+
+// With --domains, the agents carry zone labels, the cluster places across
+// them, and every shard of RF 2 spans both zones (5 agents: z0 has 3).
+func TestSimulateDomains(t *testing.T) {
+	res, err := simcluster.Run(context.Background(), simcluster.Params{Nodes: 5, Databases: 3, Shards: 8, Replicas: 2,
+		Domains: 2, Idle: time.Second, RebalanceDelay: time.Second})
+	require.NoError(t, err)
+	require.Equal(t, &simcluster.MinMax{Min: 2, Max: 2}, res.DomainsPerShard)
+	_, err = simcluster.Run(context.Background(), simcluster.Params{Nodes: 3, Shards: 1, Replicas: 1, Domains: 4})
+	require.ErrorIs(t, err, simcluster.ErrInvalidParams)
+}
