@@ -242,6 +242,19 @@ func TestStandaloneEtcdAuthTurnedOnWhileRunning(t *testing.T) {
 		return code == 204
 	}, 20*time.Second, 50*time.Millisecond, "write after auth was turned on")
 
+	// Watches opened before the setup carried no token: etcd refuses new
+	// ones on those streams until the node opens fresh ones, which it does
+	// at the first refusal. The embedded member logs each refusal.
+	const noUser = "cannot find a user for permission check"
+	refusals := func() int { return strings.Count(readLog(t, p), noUser) }
+	last, changed := refusals(), time.Now()
+	require.Eventually(t, func() bool {
+		if n := refusals(); n != last {
+			last, changed = n, time.Now()
+		}
+		return time.Since(changed) > 3*time.Second
+	}, 30*time.Second, 100*time.Millisecond, "etcd keeps refusing this node's calls after auth was turned on (%d refusals so far)", last)
+
 	p.term()
 	p.restart()
 	p.waitStatus("/api/v1/ready", 200, 20*time.Second)
@@ -326,4 +339,23 @@ func TestEtcdClusterMutualTLS(t *testing.T) {
 			require.NotContains(t, readLog(t, m), "refused this node's credentials", "member e%d", i)
 		}
 	}
+	// The members' own watch streams opened before the setup, without a
+	// token: etcd refused new watches on them until each member opened
+	// fresh ones (it does at the first refusal), and logs each refusal.
+	refusals := func() (n int) {
+		for i, m := range members {
+			if i != leader {
+				n += strings.Count(readLog(t, m), "cannot find a user for permission check")
+			}
+		}
+		return n
+	}
+	last, changed := refusals(), time.Now()
+	require.Eventually(t, func() bool {
+		if n := refusals(); n != last {
+			last, changed = n, time.Now()
+		}
+		return time.Since(changed) > 3*time.Second
+	}, 30*time.Second, 100*time.Millisecond,
+		"etcd keeps refusing the members' own watches after auth was turned on (%d refusals so far)", last)
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -45,6 +46,9 @@ type EtcdStore struct {
 	probeKey string
 	// login: the client logs in with a user and password (see relogin).
 	login bool
+	// watcher serves Watch when set (else the client's own): a login store
+	// replaces it when etcd refuses a watch (see renewWatcher).
+	watcher atomic.Pointer[ownWatcher]
 	// lease serves Grant, KeepAlive and Revoke: the client's own, or a
 	// stream of a LeaseStream view's.
 	lease clientv3.Lease
@@ -401,7 +405,8 @@ func (s *EtcdStore) Revoke(ctx context.Context, id LeaseID) error {
 func (s *EtcdStore) Watch(ctx context.Context, prefix string, fromRev int64) <-chan RawWatchResponse {
 	out := make(chan RawWatchResponse, 16)
 	wctx := clientv3.WithRequireLeader(ctx)
-	wch := s.cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(fromRev),
+	w, own := s.currentWatcher()
+	wch := w.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(fromRev),
 		clientv3.WithPrevKV(), clientv3.WithProgressNotify())
 	go func() {
 		defer close(out)
@@ -411,6 +416,11 @@ func (s *EtcdStore) Watch(ctx context.Context, prefix string, fromRev int64) <-c
 				if resp.CompactRevision != 0 {
 					err = fmt.Errorf("%w: compacted at %d", ErrCompacted, resp.CompactRevision)
 				} else {
+					// etcd cancels a refused watch with its error as text
+					// under another code, which mapErr cannot tell.
+					if s.login && strings.Contains(err.Error(), rpctypes.ErrPermissionDenied.Error()) {
+						s.renewWatcher(own)
+					}
 					err = mapErr(err)
 					if !errors.Is(err, ErrCompacted) {
 						err = fmt.Errorf("%w: %w", ErrUnavailable, err)
@@ -506,10 +516,39 @@ func (s *EtcdStore) SharedHeader(ctx context.Context, maxAge time.Duration) (uin
 
 // Close implements Store.
 func (s *EtcdStore) Close() error {
+	if w := s.watcher.Load(); w != nil {
+		_ = w.Close()
+	}
 	if s.view {
 		return s.lease.Close()
 	}
 	return s.cli.Close()
+}
+
+// ownWatcher is a watcher (a gRPC watch stream) a store made itself.
+type ownWatcher struct{ clientv3.Watcher }
+
+func (s *EtcdStore) currentWatcher() (clientv3.Watcher, *ownWatcher) {
+	if w := s.watcher.Load(); w != nil {
+		return w.Watcher, w
+	}
+	return s.cli.Watcher, nil
+}
+
+// renewWatcher replaces the watcher old with a new one. A watch stream
+// carries the token its client held when the stream opened: one opened
+// while etcd's auth was off has none, and once auth is on etcd refuses
+// every watch started on it (with --client-cert-auth, as the user its
+// certificate names). A new stream logs in as it opens (see relogin).
+func (s *EtcdStore) renewWatcher(old *ownWatcher) {
+	nw := &ownWatcher{clientv3.NewWatcher(s.cli)}
+	if !s.watcher.CompareAndSwap(old, nw) {
+		_ = nw.Close() // another watch renewed it first
+		return
+	}
+	if old != nil {
+		_ = old.Close() // its other watches end and are started again on nw
+	}
 }
 
 func (s *EtcdStore) leases() clientv3.Lease {
