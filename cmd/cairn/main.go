@@ -208,10 +208,11 @@ func simulateCluster(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&p.LeaseTTL, "lease-ttl", 3*time.Second, "the agents' and the master's lease TTL")
 	fs.DurationVar(&p.RebalanceDelay, "rebalance-delay", 30*time.Second, "the master's rebalance delay; idle is measured after it (leaderships are spread then)")
 	fs.IntVar(&p.Domains, "domains", 0, "failure domains the agents are spread over, round-robin (label zone, the cluster's failure_domain; 0: none)")
+	fs.BoolVar(&p.KillDomain, "kill-domain", false, "kill every agent of the first domain (instead of --kill) to time the failover of a whole domain's leaders")
 	verbose := fs.Bool("v", false, "print progress to stderr")
 	logLevel := fs.String("log-level", "", "log the master's and broker's work to stderr at this level (debug, info, warn, error)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: cairn simulate cluster --nodes N --databases D --shards P --replicas R [--idle DUR --kill K --domains D]")
+		fmt.Fprintln(stderr, "usage: cairn simulate cluster --nodes N --databases D --shards P --replicas R [--idle DUR --kill K --domains D --kill-domain]")
 		fmt.Fprintln(stderr, "Runs an embedded etcd, the master, a broker and N in-process storage agents, and prints one JSON object:")
 		fmt.Fprintln(stderr, `{"nodes","replicas","place_ms","idle_etcd_revisions_per_s","idle_cpu_cores","idle_cpu_ms_per_node_per_s","rss_mib","goroutines","failover_ms","failover_shards","domains_per_shard"} (domains_per_shard with --domains)`)
 		fs.PrintDefaults()

@@ -52,7 +52,10 @@ type Params struct {
 	// round-robin (label zone=zN, the storage cluster's failure_domain);
 	// 0: none.
 	Domains int
-	Logger  *zap.Logger // the etcd,master,broker app's; agents log nothing
+	// KillDomain kills every agent of zone z0 (instead of Kill agents) to
+	// time the failover of a whole domain's leaders.
+	KillDomain bool
+	Logger     *zap.Logger // the etcd,master,broker app's; agents log nothing
 	// Progress, when set, receives one line per phase.
 	Progress io.Writer
 }
@@ -81,6 +84,8 @@ func (p Params) Validate() error {
 		return bad("--rebalance-delay %s must be 0 to 1h", p.RebalanceDelay)
 	case p.Domains < 0 || p.Domains > p.Nodes:
 		return bad("--domains %d must be 0 to --nodes (%d)", p.Domains, p.Nodes)
+	case p.KillDomain && (p.Domains < 2 || p.Replicas < 2):
+		return bad("--kill-domain needs --domains and --replicas of 2 or more")
 	}
 	return nil
 }
@@ -102,12 +107,6 @@ type Result struct {
 	// DomainsPerShard: the fewest and most failure domains a shard's
 	// replicas span once placed (with --domains).
 	DomainsPerShard *MinMax `json:"domains_per_shard,omitempty"`
-}
-
-// MinMax is the smallest and largest of some counts.
-type MinMax struct {
-	Min int `json:"min"`
-	Max int `json:"max"`
 }
 
 // cluster is a running simulation.
@@ -449,7 +448,7 @@ func (c *cluster) measure(ctx context.Context) (Result, error) {
 	}
 	res.RSSMiB = rssMiB()
 	res.Goroutines = runtime.NumGoroutine()
-	if c.p.Kill > 0 {
+	if c.p.Kill > 0 || c.p.KillDomain {
 		ms, shards, err := c.kill(ctx)
 		if err != nil {
 			return res, err
@@ -541,8 +540,8 @@ func (c *cluster) kill(ctx context.Context) (float64, int, error) {
 		}
 	}
 	var victims []*agent
-	for _, a := range c.agents {
-		if len(victims) < c.p.Kill && len(leads[a.id]) > 0 {
+	for i, a := range c.agents {
+		if (c.p.KillDomain && i%c.p.Domains == 0) || (!c.p.KillDomain && len(victims) < c.p.Kill && len(leads[a.id]) > 0) {
 			victims = append(victims, a)
 		}
 	}
@@ -680,24 +679,4 @@ func (a *agent) stop() {
 	a.freeze()
 	a.revoke()
 	<-a.done
-}
-
-// domainsPerShard is the fewest and most zones the replicas of a shard span.
-func domainsPerShard(st *statemachine.State) *MinMax {
-	live := st.Nodes.At("default")
-	var mm *MinMax
-	for _, a := range st.Assignments.All() {
-		for _, sh := range a.Shards {
-			zones := map[string]bool{}
-			for _, id := range sh.Replicas {
-				rec, _ := live.Get(id)
-				zones[rec.Labels["zone"]] = true
-			}
-			if mm == nil {
-				mm = &MinMax{Min: len(zones), Max: len(zones)}
-			}
-			mm.Min, mm.Max = min(mm.Min, len(zones)), max(mm.Max, len(zones))
-		}
-	}
-	return mm
 }

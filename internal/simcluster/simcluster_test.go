@@ -52,12 +52,21 @@ func TestIdleReplicasHoldNoGoroutine(t *testing.T) {
 }
 
 // With --domains, the agents carry zone labels, the cluster places across
-// them, and every shard of RF 2 spans both zones (5 agents: z0 has 3).
+// them, and every shard of RF 2 spans both zones (5 agents: z0 has 3); with
+// --kill-domain all of z0 dies and every shard it led is led from z1.
 func TestSimulateDomains(t *testing.T) {
 	res, err := simcluster.Run(context.Background(), simcluster.Params{Nodes: 5, Databases: 3, Shards: 8, Replicas: 2,
-		Domains: 2, Idle: time.Second, RebalanceDelay: time.Second})
+		Domains: 2, KillDomain: true, Idle: time.Second, RebalanceDelay: time.Second})
 	require.NoError(t, err)
 	require.Equal(t, &simcluster.MinMax{Min: 2, Max: 2}, res.DomainsPerShard)
-	_, err = simcluster.Run(context.Background(), simcluster.Params{Nodes: 3, Shards: 1, Replicas: 1, Domains: 4})
-	require.ErrorIs(t, err, simcluster.ErrInvalidParams)
+	require.Positive(t, res.FailoverShards, "zone z0 led shards")
+	require.Positive(t, res.FailoverMS)
+	for _, p := range []simcluster.Params{
+		{Nodes: 3, Shards: 1, Replicas: 1, Domains: 4},
+		{Nodes: 3, Shards: 1, Replicas: 2, KillDomain: true},
+		{Nodes: 3, Shards: 1, Replicas: 1, Domains: 2, KillDomain: true},
+	} {
+		_, err = simcluster.Run(context.Background(), p)
+		require.ErrorIs(t, err, simcluster.ErrInvalidParams, "%+v", p)
+	}
 }
