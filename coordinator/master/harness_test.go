@@ -125,6 +125,27 @@ func (h *harness) register(id string, txn map[string]uint64) {
 	h.mu.Unlock()
 }
 
+// moveNode replaces a live node's record by one at address, under a new
+// lease, in one write: its id registered again elsewhere (the old holder's
+// lease gone) without the master seeing a gap.
+func (h *harness) moveNode(id, address string) {
+	h.t.Helper()
+	ctx := context.Background()
+	lease, err := h.store.Grant(ctx, nodeTTL)
+	require.NoError(h.t, err)
+	kctx, cancel := context.WithCancel(ctx)
+	h.t.Cleanup(cancel)
+	_, err = h.store.KeepAlive(kctx, lease)
+	require.NoError(h.t, err)
+	h.mu.Lock()
+	rec := h.recs[id]
+	rec.NodeAddress = address
+	h.recs[id], h.nodes[id] = rec, lease
+	h.mu.Unlock()
+	_, err = h.store.Put(ctx, h.ck.Node(id), mustJSON(h.t, rec), lease)
+	require.NoError(h.t, err)
+}
+
 // setTxn sets the last txn ids a node answers the master with at failover.
 func (h *harness) setTxn(id string, txn map[string]uint64) {
 	h.mu.Lock()

@@ -1,7 +1,6 @@
 package master_test
 
 import (
-	"context"
 	"testing"
 
 	"github.com/cairn-db/cairn/coordinator/master"
@@ -108,20 +107,7 @@ func TestShardWaitingOnMovedReplicaKeepsWaiting(t *testing.T) {
 	h.kill(others[0])
 	h.kill(others[1])
 	h.setTxn(movedID, map[string]uint64{sid: 5})
-	ctx := context.Background()
-	lease, err := h.store.Grant(ctx, nodeTTL)
-	require.NoError(t, err)
-	kctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	_, err = h.store.KeepAlive(kctx, lease)
-	require.NoError(t, err)
-	h.mu.Lock()
-	rec := h.recs[movedID]
-	rec.NodeAddress = movedID + ".test:2"
-	h.recs[movedID], h.nodes[movedID] = rec, lease
-	h.mu.Unlock()
-	_, err = h.store.Put(ctx, h.ck.Node(movedID), mustJSON(t, rec), lease)
-	require.NoError(t, err)
+	h.moveNode(movedID, movedID+".test:2")
 
 	s := h.waitShard("mw", 0, "offline, waiting for a replica that did not move", func(s models.ShardState) bool {
 		return s.Status == models.StatusOffline

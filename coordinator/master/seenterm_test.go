@@ -131,20 +131,7 @@ func TestMovedNodeShardsRepublishedAtNewTerm(t *testing.T) {
 
 	// The id's record is replaced by one at another address, under a new
 	// lease, in one write.
-	ctx := context.Background()
-	lease, err := h.store.Grant(ctx, nodeTTL)
-	require.NoError(t, err)
-	kctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	_, err = h.store.KeepAlive(kctx, lease)
-	require.NoError(t, err)
-	h.mu.Lock()
-	rec := h.recs[moved]
-	rec.NodeAddress = moved + ".test:2"
-	h.recs[moved], h.nodes[moved] = rec, lease
-	h.mu.Unlock()
-	_, err = h.store.Put(ctx, h.ck.Node(moved), mustJSON(t, rec), lease)
-	require.NoError(t, err)
+	h.moveNode(moved, moved+".test:2")
 
 	for _, id := range holds {
 		s := h.waitShard("mv", id, "republished one term up", func(s models.ShardState) bool { return s.Term > before.Shards[id].Term })

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"os"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -23,9 +24,9 @@ type Expirer interface {
 // steps: a bound on how long it holds bbolt's writer.
 const expireBudget = 4096
 
-// rewriteShare: the file is rewritten when the expired bytes reach this
-// share (1/rewriteShare) of the blocks' bytes: bbolt reuses freed pages but
-// never shrinks its file by itself.
+// rewriteShare: the file is rewritten when its free pages reach this share
+// (1/rewriteShare) of it: bbolt reuses freed pages but never shrinks its
+// file by itself.
 const rewriteShare = 4
 
 func (s *boltShard) ExpireBefore(cutoff int64) (int, int64, error) {
@@ -35,11 +36,11 @@ func (s *boltShard) ExpireBefore(cutoff int64) (int, int64, error) {
 		return 0, 0, fmt.Errorf("engine: expire: %w", err)
 	}
 	var blocks int
-	var bytes, total int64
+	var bytes int64
 	var at []byte
 	for {
-		n, b, seen, next, err := s.expireStep(cutoff, at)
-		blocks, bytes, total = blocks+n, bytes+b, total+seen
+		n, b, next, err := s.expireStep(cutoff, at)
+		blocks, bytes = blocks+n, bytes+b
 		if err != nil {
 			return blocks, bytes, fmt.Errorf("engine: expire: %w", err)
 		}
@@ -52,7 +53,7 @@ func (s *boltShard) ExpireBefore(cutoff int64) (int, int64, error) {
 		return 0, 0, nil
 	}
 	s.dropMapped()
-	if bytes*rewriteShare >= total {
+	if s.mostlyFree() {
 		if err := s.rewriteFile(); err != nil {
 			return blocks, bytes, err
 		}
@@ -60,14 +61,33 @@ func (s *boltShard) ExpireBefore(cutoff int64) (int, int64, error) {
 	return blocks, bytes, nil
 }
 
+// mostlyFree: a share of the file (1/rewriteShare or more) is free pages.
+func (s *boltShard) mostlyFree() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.db == nil {
+		return false
+	}
+	st, info := s.db.Stats(), s.db.Info()
+	fi, err := os.Stat(s.path)
+	if err != nil || fi.Size() == 0 {
+		return false
+	}
+	free := int64(st.FreePageN+st.PendingPageN) * int64(info.PageSize)
+	return free*rewriteShare >= fi.Size()
+}
+
 // expireStep deletes the expired blocks among up to expireBudget blocks
-// from at (nil: the first); seen is the bytes of the blocks it looked at,
-// next where the following step starts, nil at the end.
-func (s *boltShard) expireStep(cutoff int64, at []byte) (n int, bytes, seen int64, next []byte, err error) {
+// from at (nil: the first) and returns where the following step starts
+// (nil at the end). A series' blocks are keyed by their first time, so past
+// its first block that starts at or after cutoff none is older: the step
+// seeks to the next series, and a pass costs the series and the expired
+// blocks, not every block of the shard.
+func (s *boltShard) expireStep(cutoff int64, at []byte) (n int, bytes int64, next []byte, err error) {
 	s.cmu.Lock() // not beside a compaction step: both rewrite blocks
 	defer s.cmu.Unlock()
 	if s.closed() {
-		return 0, 0, 0, nil, ErrClosed
+		return 0, 0, nil, ErrClosed
 	}
 	err = s.update(func(tx *bolt.Tx) error {
 		blocks, recent := tx.Bucket(bucketBlocks), tx.Bucket(bucketRecent)
@@ -78,7 +98,10 @@ func (s *boltShard) expireStep(cutoff int64, at []byte) (n int, bytes, seen int6
 		}
 		var drop [][]byte
 		for i := 0; k != nil && i < expireBudget; i++ {
-			seen += int64(len(k) + len(v))
+			if tsFromKey(k[8:]) >= cutoff {
+				k, v = c.Seek(u64Key(beUint64(k) + 1))
+				continue
+			}
 			if h, _, perr := parseBlock(v); perr == nil && h.maxTS < cutoff && recent.Get(k) == nil {
 				drop = append(drop, append([]byte(nil), k...))
 				bytes += int64(len(k) + len(v))
@@ -96,5 +119,5 @@ func (s *boltShard) expireStep(cutoff int64, at []byte) (n int, bytes, seen int6
 		n = len(drop)
 		return nil
 	})
-	return n, bytes, seen, next, err
+	return n, bytes, next, err
 }
