@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -60,38 +61,92 @@ func (l *rateLimiter) delay(n int, now time.Time) time.Duration {
 }
 
 type compactRun struct {
-	keys [][]byte
-	pts  []memPoint
-	typ  models.FieldType
+	keys   [][]byte
+	counts []int // points of each block, in keys' order
+	pts    []memPoint
+	typ    models.FieldType
 }
 
-// compactStep merges runs of at least minRun consecutive small blocks of one
-// series, looking at up to budget blocks from where the last step stopped.
-// It returns the block bytes it read and whether it reached the end.
+// A compaction policy: how many small consecutive blocks of a series make a
+// run worth merging, and whether runs are tiered.
+//
+// Tiered (the background pass): a run's leading block that holds more
+// points than the blocks after it together is left as it is. A series that
+// gets a point or two per flush (many series, each flush holding few points
+// of each) would otherwise have its growing newest merged block rewritten
+// with every few flushes, every point of it each time, until the block is
+// full: up to maxBlockPoints/minRun rewrites of each point. Tiered, blocks
+// of like sizes merge, and a point is rewritten about log2 of its block's
+// final size times.
+type compactPolicy struct {
+	minRun int
+	tiered bool
+}
+
+var (
+	backgroundCompact = compactPolicy{minRun: backgroundMinRun, tiered: true}
+	fullCompact       = compactPolicy{minRun: 2}
+)
+
+// add appends a block's points to the run.
+func (r *compactRun) add(k, v []byte, count int) error {
+	var err error
+	if r.pts, r.typ, err = decodeBlock(r.pts, v); err != nil {
+		return err
+	}
+	r.keys = append(r.keys, append([]byte(nil), k...))
+	r.counts = append(r.counts, count)
+	return nil
+}
+
+// trim drops the leading blocks the policy leaves as they are (see
+// compactPolicy) and says whether what is left is worth merging.
+func (r *compactRun) trim(p compactPolicy) bool {
+	if p.tiered {
+		rest := len(r.pts)
+		for len(r.keys) > 1 {
+			rest -= r.counts[0]
+			if r.counts[0] <= rest {
+				break
+			}
+			r.pts = r.pts[r.counts[0]:]
+			r.keys, r.counts = r.keys[1:], r.counts[1:]
+		}
+	}
+	return len(r.keys) >= p.minRun
+}
+
+// compactStep merges runs of small consecutive blocks of one series (see
+// compactPolicy), looking at up to budget blocks from where the last step
+// stopped. It returns the block bytes it read and whether it reached the end.
 //
 // It does not take wmu: commits write only the write-ahead log, so they never
 // wait for a compaction step; bbolt's single writer orders it with flushes.
-func (s *boltShard) compactStep(budget, minRun int) (int, bool, error) {
+func (s *boltShard) compactStep(budget int, pol compactPolicy) (int, bool, error) {
 	s.cmu.Lock()
 	defer s.cmu.Unlock()
 	if s.closed() {
 		return 0, true, ErrClosed
 	}
-	var bytes int
+	var read int
 	done := false
 	err := s.update(func(tx *bolt.Tx) error {
-		blocks, recent := tx.Bucket(bucketBlocks), tx.Bucket(bucketRecent)
-		c := blocks.Cursor()
+		c := tx.Bucket(bucketBlocks).Cursor()
 		k, v := c.First()
 		if s.compactAt != nil {
 			k, v = c.Seek(s.compactAt)
 		}
+		// The last flush's blocks, walked beside the blocks (both in key
+		// order): a look-up in recent for each block was a seek from the
+		// root, and a pass reads every block header of the shard.
+		rc := tx.Bucket(bucketRecent).Cursor()
+		rk, _ := rc.Seek(k)
 		var runs []compactRun
 		var cur compactRun
 		var curID uint64
 		var curPoints int
 		end := func() {
-			if len(cur.keys) >= minRun {
+			if cur.trim(pol) {
 				runs = append(runs, cur)
 			}
 			cur, curPoints = compactRun{}, 0
@@ -99,22 +154,22 @@ func (s *boltShard) compactStep(budget, minRun int) (int, bool, error) {
 		for n := 0; k != nil && n < budget; n++ {
 			h, _, err := parseBlock(v)
 			id := beUint64(k)
+			for rk != nil && bytes.Compare(rk, k) < 0 {
+				rk, _ = rc.Next()
+			}
 			// Corrupt blocks are left for reads to report, and the last
 			// flush's blocks for repairTorn to check at the next open.
-			// One look-up in recent a block: a pass reads every block
-			// header of the shard, and bbolt allocates for each.
-			isRecent := recent.Get(k) != nil
+			isRecent := rk != nil && bytes.Equal(rk, k)
 			if err != nil || isRecent || id != curID || curPoints+h.count > maxBlockPoints || h.typ != cur.typ && len(cur.keys) > 0 {
 				end()
 			}
 			if err == nil && !isRecent && h.count < maxBlockPoints {
-				if cur.pts, cur.typ, err = decodeBlock(cur.pts, v); err != nil {
+				if err := cur.add(k, v, h.count); err != nil {
 					return err
 				}
-				cur.keys = append(cur.keys, append([]byte(nil), k...))
 				curID, curPoints = id, curPoints+h.count
 			}
-			bytes += len(v) // what is checked counts too: it is read and checksummed
+			read += len(v) // what is checked counts too: it is read and checksummed
 			k, v = c.Next()
 		}
 		end()
@@ -140,7 +195,7 @@ func (s *boltShard) compactStep(budget, minRun int) (int, bool, error) {
 		return 0, false, fmt.Errorf("engine: compact: %w", err)
 	}
 	s.dropMapped()
-	return bytes, done, nil
+	return read, done, nil
 }
 
 // compactLoop runs background compaction passes, one every interval, paced
@@ -161,7 +216,7 @@ func (s *boltShard) compactLoop(interval time.Duration, lim *rateLimiter) {
 			continue
 		}
 		for done := false; !done; {
-			n, d, err := s.compactStep(compactBudget, backgroundMinRun)
+			n, d, err := s.compactStep(compactBudget, backgroundCompact)
 			if err != nil {
 				break // closed, or retried at the next tick
 			}
@@ -193,7 +248,7 @@ func (s *boltShard) Compact() error {
 	}
 	for done := false; !done; {
 		var err error
-		if _, done, err = s.compactStep(1<<30, 2); err != nil {
+		if _, done, err = s.compactStep(1<<30, fullCompact); err != nil {
 			return err
 		}
 	}

@@ -68,7 +68,7 @@ func TestFlushAndCompactionReleaseMappedPages(t *testing.T) {
 
 	read()
 	require.Greater(t, mappedKiB(t, path), 256)
-	_, _, err := s.(*boltShard).compactStep(compactBudget, backgroundMinRun)
+	_, _, err := s.(*boltShard).compactStep(compactBudget, backgroundCompact)
 	require.NoError(t, err)
 	require.Less(t, mappedKiB(t, path), 64, "so did the compaction step")
 	read()
