@@ -50,6 +50,9 @@ type dataWriter struct {
 	// is 0: its batch is acknowledged by a 400 partial write dropping
 	// exactly those lines, and the point is never expected back.
 	badEvery int64
+	// every > 0 paces the loop: a batch starts no sooner than every after
+	// the one before it started. A stall is not caught up afterwards.
+	every time.Duration
 
 	stopCh chan struct{}
 	done   chan struct{}
@@ -81,11 +84,19 @@ func launchDataWriter(t testing.TB, c *dataCluster, first int64, series, perPost
 // batch the current one does not acknowledge is followed by one to the next
 // (a broker restarting does not stall the writer).
 func launchDataWriterOver(t testing.TB, c *dataCluster, brokers []*Proc, first int64, series, perPost, max int, maxTime time.Duration, badEvery int64) *dataWriter {
+	return launchPacedWriter(t, c, brokers, first, series, perPost, max, maxTime, badEvery, 0)
+}
+
+// launchPacedWriter is launchDataWriterOver sending at most one batch per
+// every (0: as fast as answers come). A paced writer measures whether
+// writes stall; an unpaced one on a shared machine measures mostly how
+// busy its CPUs are.
+func launchPacedWriter(t testing.TB, c *dataCluster, brokers []*Proc, first int64, series, perPost, max int, maxTime time.Duration, badEvery int64, every time.Duration) *dataWriter {
 	var urls []string
 	for _, b := range brokers {
 		urls = append(urls, fmt.Sprintf("http://%s/api/v1/write?db=%s", b.addr, c.db))
 	}
-	w := &dataWriter{first: first, badEvery: badEvery,
+	w := &dataWriter{first: first, badEvery: badEvery, every: every,
 		t: t, urls: urls,
 		// Longer than the broker's own 10 s retry: its 503 is the answer
 		// worth recording, not our timeout.
@@ -176,17 +187,27 @@ func (w *dataWriter) run() {
 		// Sequence numbers are never reused, acknowledged or not: a failed
 		// batch may have landed on some shards.
 		next += int64(w.perPost)
+		pause := time.Until(begin.Add(w.every))
 		if !ok {
 			at = (at + 1) % len(w.urls)
 			// A short pause so a fast refusal does not spin.
-			pause := time.NewTimer(50 * time.Millisecond)
-			select {
-			case <-w.stopCh:
-				pause.Stop()
-				return
-			case <-pause.C:
-			}
+			pause = 50 * time.Millisecond
 		}
+		if pause > 0 && !w.pause(pause) {
+			return
+		}
+	}
+}
+
+// pause waits d, false when the writer was stopped meanwhile.
+func (w *dataWriter) pause(d time.Duration) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-w.stopCh:
+		return false
+	case <-timer.C:
+		return true
 	}
 }
 

@@ -29,6 +29,9 @@ import (
 // change, the cluster healthy again, then writing on).
 const upgradeWindow = 15 * time.Second
 
+// upgradePace is the writer's pace: one batch per upgradePace.
+const upgradePace = 25 * time.Millisecond
+
 // TestRollingUpgrade: an RF 3 cluster of the previous release (one etcd, two
 // master+broker nodes, three storage nodes, eight shards) under a steady
 // writer is rolled to this tree one node at a time — the storage nodes, then
@@ -66,7 +69,10 @@ func TestRollingUpgrade(t *testing.T) {
 	c.waitHealthy(30 * time.Second)
 
 	flaps := watchISRDrops(t, etcdURL, "/cairn/storage/default/isr/")
-	w := launchDataWriterOver(t, c, brokers, 0, dataSeries, dataPerPost, 0, 0, 0)
+	// Paced at 40 batches/s, under what one writer gets from the cluster
+	// on a loaded 2-core machine (90-160/s): a phase's rate then falls only
+	// when writes stall, not when a neighbouring build takes the CPUs.
+	w := launchPacedWriter(t, c, brokers, 0, dataSeries, dataPerPost, 0, 0, 0, upgradePace)
 	w.waitAcked(10, 20*time.Second)
 
 	var phases []upgradePhase
@@ -79,14 +85,27 @@ func TestRollingUpgrade(t *testing.T) {
 			"%s: the cluster never became healthy again: %+v", name, c.shardsOf())
 		t1 := time.Now()
 		acked, _ := w.snapshot()
-		n := 0
+		n, last, gap, slow := 0, t0, time.Duration(0), time.Duration(0)
+		var took []time.Duration
 		for _, b := range acked {
 			if !b.end.Before(t0) && b.end.Before(t1) {
 				n++
+				gap = max(gap, b.end.Sub(last))
+				last = b.end
+				took = append(took, b.end.Sub(b.start))
+				if took[len(took)-1] > 100*time.Millisecond {
+					slow += took[len(took)-1]
+				}
 			}
 		}
+		slices.Sort(took)
+		p99 := time.Duration(0)
+		if len(took) > 0 {
+			p99 = took[len(took)*99/100]
+		}
 		drops, writes := flaps.counts()
-		phases = append(phases, upgradePhase{name: name, rate: float64(n) / t1.Sub(t0).Seconds(), took: t1.Sub(t0), flaps: drops, isrWrites: writes})
+		phases = append(phases, upgradePhase{name: name, rate: float64(n) / t1.Sub(t0).Seconds(), took: t1.Sub(t0),
+			gap: gap, slow: slow, p99: p99, flaps: drops, isrWrites: writes})
 	}
 	replace := func(p *Proc, bin string) {
 		t.Helper()
@@ -122,8 +141,8 @@ func TestRollingUpgrade(t *testing.T) {
 	var report strings.Builder
 	fmt.Fprintf(&report, "rolling upgrade from %s:\n", oldCommit)
 	for _, p := range phases {
-		fmt.Fprintf(&report, "  %-24s %5.1f acked batches/s (%.2fx all-old) over %5.1fs; in-sync set writes %3d, drops per node (its own restart aside) %v\n",
-			p.name, p.rate, p.rate/all, p.took.Seconds(), p.isrWrites, p.flaps)
+		fmt.Fprintf(&report, "  %-24s %5.1f acked batches/s (%.2fx all-old) over %5.1fs, p99 %4.0f ms, longest gap %4.0f ms, %5.0f ms in batches over 100 ms; in-sync set writes %3d, drops per node (its own restart aside) %v\n",
+			p.name, p.rate, p.rate/all, p.took.Seconds(), ms(p.p99), ms(p.gap), ms(p.slow), p.isrWrites, p.flaps)
 	}
 	fmt.Fprintf(&report, "  %d acknowledged points read back, 0 lost; unacknowledged batches: %s", n, describeDataFailures(fails))
 	t.Log(report.String())
@@ -139,10 +158,14 @@ func TestRollingUpgrade(t *testing.T) {
 }
 
 type upgradePhase struct {
-	name  string
-	rate  float64
-	took  time.Duration
-	flaps map[string]int
+	name string
+	rate float64
+	took time.Duration
+	// gap is the longest time without an acknowledgement; slow the time
+	// spent in batches that took over 100 ms.
+	gap, slow time.Duration
+	p99       time.Duration // of the acknowledged batches' latency
+	flaps     map[string]int
 	// isrWrites counts the in-sync set writes the phase saw (a restarted
 	// storage node leaves and rejoins its sets: the watch sees them).
 	isrWrites int
@@ -281,3 +304,5 @@ func (d *isrDrops) include(id string) {
 	defer d.mu.Unlock()
 	delete(d.excluded, id)
 }
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
