@@ -13,10 +13,13 @@ var ErrCorrupt = wire.ErrCorrupt
 // MarshalBinary encodes e as package wire does. It is the on-disk log format
 // and the replication wire format.
 func (e Entry) MarshalBinary() ([]byte, error) {
-	return wire.Entry{TxnID: e.TxnID, Term: e.Term, Points: e.Points}.MarshalBinary()
+	return wire.Entry{TxnID: e.TxnID, Term: e.Term, Points: e.Points, Delete: e.Delete}.MarshalBinary()
 }
 
 func (e Entry) appendBinary(b []byte) []byte {
+	if e.Delete != nil {
+		return wire.AppendDeleteEntry(b, e.TxnID, e.Term, e.Delete)
+	}
 	return wire.AppendPoints(wire.AppendHead(b, e.TxnID, e.Term, wire.Version(e.Points)), e.Points, nil)
 }
 
@@ -27,7 +30,7 @@ func (e *Entry) UnmarshalBinary(data []byte) error {
 	if err := w.UnmarshalBinary(data); err != nil {
 		return err
 	}
-	*e = Entry{TxnID: w.TxnID, Term: w.Term, Points: w.Points}
+	*e = Entry{TxnID: w.TxnID, Term: w.Term, Points: w.Points, Delete: w.Delete}
 	return nil
 }
 

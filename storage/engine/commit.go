@@ -67,6 +67,9 @@ func (s *boltShard) Append(e Entry) (func() error, error) {
 	// A key no flush could write is refused here, before it is numbered,
 	// logged or in a memtable: nothing of the entry is kept.
 	err := pre.keys.check()
+	if err == nil {
+		err = checkEntry(&e)
+	}
 	q := &s.q
 	q.mu.Lock()
 	defer q.mu.Unlock()

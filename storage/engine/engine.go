@@ -16,6 +16,7 @@ import (
 
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/storage/lineproto"
+	"github.com/cairn-db/cairn/storage/wire"
 )
 
 // Sentinel errors, checked with errors.Is.
@@ -43,6 +44,9 @@ type Entry struct {
 	TxnID  uint64
 	Term   uint64
 	Points []lineproto.Point
+	// Delete, when not nil, makes the entry a delete (delete.go): it holds
+	// no points.
+	Delete *wire.Delete
 	// Prepared, when not nil, is Prepare(Points), made ahead (see
 	// Prepared). It is not part of the entry's encoding.
 	Prepared *Prepared

@@ -169,6 +169,10 @@ func (s *boltShard) flushFrozenLocked() error {
 		if err := resetRecent(tx); err != nil {
 			return err
 		}
+		deleted, err := applyDeletes(tx, mt.dels)
+		if err != nil {
+			return err
+		}
 		prev, c, merged, err := writeMemtable(tx, s.ix, mt, mt.entries[0].txn)
 		if err != nil {
 			return err
@@ -177,8 +181,13 @@ func (s *boltShard) flushFrozenLocked() error {
 		// Only a flush that merged nothing into older blocks can be redone
 		// from the log alone if one of its blocks turns out torn.
 		from := mt.entries[0].txn
-		if merged {
+		if merged || deleted {
 			from = 0
+		}
+		if deleted {
+			if err := raiseUndoFloor(tx, upto); err != nil {
+				return err
+			}
 		}
 		if err := tx.Bucket(bucketMeta).Put(keyRecentFrom, u64Key(from)); err != nil {
 			return err

@@ -35,8 +35,9 @@ func (s *boltShard) viewMems(fn func(*bolt.Tx, *memtables) error) error {
 	return s.db.View(func(tx *bolt.Tx) error { return fn(tx, m) })
 }
 
-// collect is memtable.collect over both memtables, the active one winning.
-func (m *memtables) collect(metric string, match map[string]string, start, end int64, lim Limits) ([]memHit, error) {
+// collect is memtable.collect over both memtables, the active one winning;
+// the frozen one's points that hide (the active one's deletes) are left out.
+func (m *memtables) collect(metric string, match map[string]string, start, end int64, lim Limits, hide tombs) ([]memHit, error) {
 	hits, err := m.active.collect(metric, match, start, end, lim)
 	if err != nil || m.frozen == nil {
 		return hits, err
@@ -45,6 +46,19 @@ func (m *memtables) collect(metric string, match map[string]string, start, end i
 	if err != nil {
 		return nil, err
 	}
+	if len(hide) > 0 {
+		kept := older[:0]
+		for _, h := range older {
+			r, err := hide.ranges(h.key)
+			if err != nil {
+				return nil, err
+			}
+			if h.points = hidePoints(h.points, r); len(h.points) > 0 {
+				kept = append(kept, h)
+			}
+		}
+		older = kept
+	}
 	return mergeByKey(older, hits, func(h memHit) string { return h.key }, func(o, n memHit) memHit {
 		n.points = mergePoints(o.points, n.points)
 		return n
@@ -52,17 +66,31 @@ func (m *memtables) collect(metric string, match map[string]string, start, end i
 }
 
 // scanCopy is memtable.scanCopy over both memtables, the active one
-// winning, with the strings of both.
-func (m *memtables) scanCopy(metric string, start, end int64, keep func(string) bool) ([]memRun, []strView) {
+// winning, with the strings of both; the frozen one's points that hide
+// (the active one's deletes) are left out.
+func (m *memtables) scanCopy(metric string, start, end int64, keep func(string) bool, hide tombs) ([]memRun, []strView, error) {
 	runs, view := m.active.scanCopy(metric, start, end, keep)
 	if m.frozen == nil {
-		return runs, []strView{view}
+		return runs, []strView{view}, nil
 	}
 	older, frozen := m.frozen.scanCopy(metric, start, end, keep)
+	if len(hide) > 0 {
+		kept := older[:0]
+		for _, r := range older {
+			rs, err := hide.ranges(r.key)
+			if err != nil {
+				return nil, nil, err
+			}
+			if r.pts = hideMem(r.pts, rs); len(r.pts) > 0 {
+				kept = append(kept, r)
+			}
+		}
+		older = kept
+	}
 	return mergeByKey(older, runs, func(r memRun) string { return r.key }, func(o, n memRun) memRun {
 		n.pts = mergeSorted(o.pts, n.pts, func(p memPoint) int64 { return p.ts }, nil)
 		return n
-	}), []strView{view, frozen}
+	}), []strView{view, frozen}, nil
 }
 
 // mergeByKey merges two lists sorted by key; on the same key, both merges

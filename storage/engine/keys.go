@@ -14,7 +14,9 @@ func (s *boltShard) SeriesKeys(visit func(key string) error) error {
 		for _, mt := range m.all() {
 			mt.mu.RLock()
 			for _, ms := range mt.series {
-				pending[ms.key] = struct{}{}
+				if len(ms.pts) > 0 { // none: a delete emptied it
+					pending[ms.key] = struct{}{}
+				}
 			}
 			mt.mu.RUnlock()
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/storage/lineproto"
+	"github.com/cairn-db/cairn/storage/wire"
 )
 
 // memtable holds the points of the entries applied since the last flush. Those
@@ -52,6 +53,9 @@ type memtable struct {
 	// a string series' memPoint bits are its string's id (types.go).
 	strs    []string
 	strBase uint64
+	// dels are the deletes among entries, in order, applied to the
+	// memtable's points already and to the blocks by its flush (delete.go).
+	dels []*wire.Delete
 
 	// under is the frozen memtable being flushed while this one fills, until
 	// its flush ends (see intern).
@@ -147,6 +151,16 @@ func (mt *memtable) sizeBytes() int64 { return mt.bytes }
 // same series and ts, within the entry and across entries. keys are the
 // points' series keys (nil: made here).
 func (mt *memtable) insert(e Entry, keys *pointKeys, now time.Time) {
+	if e.Delete != nil {
+		mt.mu.Lock()
+		defer mt.mu.Unlock()
+		if mt.empty() {
+			mt.since = now
+		}
+		mt.applyDelete(e.Delete)
+		mt.entries = append(mt.entries, memEntry{txn: e.TxnID})
+		return
+	}
 	if keys == nil {
 		keys = new(pointKeys)
 		keys.build(e.Points)

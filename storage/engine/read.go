@@ -65,7 +65,8 @@ func (s *boltShard) QueryLimited(metric string, match map[string]string, start, 
 	}
 	err := s.viewMems(func(tx *bolt.Tx, m *memtables) error {
 		// See flush.go for why these memtables and this transaction agree.
-		hits, err := m.collect(metric, match, start, end, lim)
+		hideBlocks, hideFrozen := m.pending()
+		hits, err := m.collect(metric, match, start, end, lim, hideFrozen)
 		if err != nil {
 			return err
 		}
@@ -98,6 +99,13 @@ func (s *boltShard) QueryLimited(metric string, match map[string]string, start, 
 			pts, err := readSeries(blocks, res, fs.id, start, end, len(mem))
 			if err != nil {
 				return fmt.Errorf("series %q: %w", fs.key, err)
+			}
+			if len(hideBlocks) > 0 {
+				r, err := hideBlocks.ranges(fs.key)
+				if err != nil {
+					return err
+				}
+				pts = hidePoints(pts, r)
 			}
 			if room := b.room(); room >= 0 && len(pts) > room {
 				return b.overPoints() // one series alone is over: stop before merging it

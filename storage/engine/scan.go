@@ -45,7 +45,11 @@ func (s *boltShard) Scan(metric string, match map[string]string, start, end int6
 	}
 	err := s.viewMems(func(tx *bolt.Tx, m *memtables) error {
 		// s.ix is stable while viewMems holds mu (see QueryLimited).
-		runs, views := m.scanCopy(metric, start, end, keep)
+		hideBlocks, hideFrozen := m.pending()
+		runs, views, err := m.scanCopy(metric, start, end, keep, hideFrozen)
+		if err != nil {
+			return err
+		}
 		ids, err := candidateIDs(tx, metric, match)
 		if err != nil {
 			return err
@@ -82,6 +86,13 @@ func (s *boltShard) Scan(metric string, match map[string]string, start, end int6
 			}
 			if err := sc.read(fs.id); err != nil {
 				return fmt.Errorf("series %q: %w", fs.key, err)
+			}
+			if len(hideBlocks) > 0 {
+				r, err := hideBlocks.ranges(fs.key)
+				if err != nil {
+					return err
+				}
+				sc.disk = hideMem(sc.disk, r)
 			}
 			if inMem {
 				sc.typ = runs[0].typ // the same as its blocks'

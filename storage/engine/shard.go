@@ -404,6 +404,9 @@ func (s *boltShard) TruncateAfter(txnID uint64) error {
 		undone, err := s.readLog(txnID, s.flushedTxn.Load(), 0)
 		if err == nil {
 			err = s.db.Update(func(tx *bolt.Tx) error {
+				if floor := undoFloor(tx); txnID < floor {
+					return fmt.Errorf("%w: a delete flushed with the entries up to %d has no undo record", ErrCompacted, floor)
+				}
 				m, err := readMeta(tx)
 				if err != nil {
 					return err

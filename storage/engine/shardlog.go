@@ -143,14 +143,17 @@ func newIncarnation() uint64 {
 func encodeEntries(id shardID, inc uint64, prevTerm uint64, entries []Entry) ([]byte, []walRec) {
 	points := make([][]byte, len(entries))
 	for i, e := range entries {
-		points[i] = wire.AppendPoints(make([]byte, 0, pointBytesHint*len(e.Points)), e.Points, nil)
+		if e.Delete == nil {
+			points[i] = wire.AppendPoints(make([]byte, 0, pointBytesHint*len(e.Points)), e.Points, nil)
+		}
 	}
 	return frameEntries(nil, id, inc, prevTerm, entries, points)
 }
 
 // frameEntries is encodeEntries appending to dst[:0], with the points part
 // of each entry's payload (appendPointsEach) given: the payload is
-// Entry.appendBinary, its head written here.
+// Entry.appendBinary, its head written here. A delete entry's payload is
+// all written here (its points part is empty).
 func frameEntries(dst []byte, id shardID, inc uint64, prevTerm uint64, entries []Entry, points [][]byte) ([]byte, []walRec) {
 	n := 0
 	for _, p := range points {
@@ -163,6 +166,9 @@ func frameEntries(dst []byte, id shardID, inc uint64, prevTerm uint64, entries [
 		start := len(data)
 		var off int
 		data, off = appendRecord(data, r, func(b []byte) []byte {
+			if e.Delete != nil {
+				return e.appendBinary(b)
+			}
 			return append(wire.AppendHead(b, e.TxnID, e.Term, wire.Version(e.Points)), points[i]...)
 		})
 		r.pos = walPos{off: int64(start + off), n: len(data) - start - off}

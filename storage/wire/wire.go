@@ -24,6 +24,7 @@ import (
 // whose points are all floats is written as version 1, byte for byte what
 // release 0.1.0 writes, so a node of that release (protocol 2) reads it;
 // only an entry holding another type needs a reader of protocol 3.
+// Version 3 is a delete (delete.go).
 const (
 	entryV1 = 1
 	entryV2 = 2
@@ -44,17 +45,32 @@ func Version(points []lineproto.Point) byte {
 // Decoder) could not be decoded.
 var ErrCorrupt = errors.New("corrupt encoding")
 
+// ErrBadDelete means a delete that cannot be applied (Delete.Validate).
+var ErrBadDelete = errors.New("bad delete")
+
 // Entry is one replicated batch as it is logged and sent. Point tags are
 // sorted by key, as lineproto.Parse returns them.
 type Entry struct {
 	TxnID  uint64
 	Term   uint64
 	Points []lineproto.Point
+	// Delete, when not nil, makes the entry a delete (version 3): it
+	// holds no points.
+	Delete *Delete
 }
 
 // MarshalBinary encodes e compactly: varints, and a string table so that the
 // metric, tag and field names repeated across a batch are written once.
 func (e Entry) MarshalBinary() ([]byte, error) {
+	if e.Delete != nil {
+		if len(e.Points) > 0 {
+			return nil, fmt.Errorf("%w: a delete entry holds points", ErrBadDelete)
+		}
+		if err := e.Delete.Validate(); err != nil {
+			return nil, err
+		}
+		return AppendDeleteEntry(nil, e.TxnID, e.Term, e.Delete), nil
+	}
 	return AppendPoints(AppendHead(make([]byte, 0, 64+len(e.Points)*24), e.TxnID, e.Term, Version(e.Points)), e.Points, nil), nil
 }
 
@@ -195,11 +211,17 @@ func putStringTable(t map[string]uint64) {
 func (e *Entry) UnmarshalBinary(data []byte) error {
 	d := NewDecoder(data)
 	version := d.Byte()
-	if version != entryV1 && version != entryV2 {
+	if version != entryV1 && version != entryV2 && version != entryV3 {
 		return fmt.Errorf("%w: unknown entry version %d", ErrCorrupt, version)
 	}
 	e.TxnID = d.Uvarint()
 	e.Term = d.Uvarint()
+	e.Points, e.Delete = nil, nil
+	if version == entryV3 {
+		var err error
+		e.Delete, err = readDelete(&d)
+		return err
+	}
 	n := d.Uvarint()
 	// Each point takes at least 12 bytes (6 in version 2), which bounds n
 	// before allocating.
