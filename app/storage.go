@@ -22,7 +22,11 @@ func (a *App) openStorage() error {
 	dir := filepath.Join(a.cfg.DataDir, "shards")
 	a.flushes = storage.NewFlushFailures(a.lg.Named("storage"))
 	a.fence = storage.NewDiskFence(a.lg.Named("storage"), a.reg)
-	opts := []engine.Option{engine.WithFlushReport(a.flushes.Report), engine.WithLogReport(a.fence.Report)}
+	flushReport := func(db string, shard int, err error) {
+		a.flushes.Report(db, shard, err)
+		a.fence.ReportFlush(db, shard, err)
+	}
+	opts := []engine.Option{engine.WithFlushReport(flushReport), engine.WithLogReport(a.fence.Report)}
 	if a.cfg.FaultInjection {
 		a.faults = &engine.Faults{}
 		opts = append(opts, engine.WithFaults(a.faults))

@@ -55,8 +55,11 @@ func TestStorageNodeWatchesOnlyWhatItHosts(t *testing.T) {
 		}
 		return n == 4 && c.peer.host.Hosted() == 4
 	}, 30*time.Second, 20*time.Millisecond)
+	// Its copy of the live nodes follows the watch (a record rewritten
+	// under load is seen a moment later).
+	require.Eventually(t, func() bool { return c.peer.State().Nodes.At("default").Len() == 2 }, 10*time.Second, 20*time.Millisecond,
+		"a storage-only node sees its cluster's live nodes")
 	st := c.peer.State()
-	require.Equal(t, 2, st.Nodes.At("default").Len(), "a storage-only node sees its cluster's live nodes")
 	require.Zero(t, st.ISR.Len(), "but no in-sync sets")
 	require.Len(t, st.Assignments.At("w").Shards, 4)
 	c.write("w", "cpu,host=a v=1 1700000000000000000\ncpu,host=b v=2 1700000000000000000\n")

@@ -16,22 +16,26 @@ import (
 	"go.uber.org/zap"
 )
 
-// DiskFence fences a storage node off writes while its write-ahead log is
-// failed (a full or failing disk). The engine reports the failure
-// (engine.WithLogReport); the fence logs it once at ERROR, answers every
-// write with models.ErrInsufficientStorage at once, and puts the fault in
-// the node record, from which the master hands the node's leaderships to
-// in-sync replicas and the problems list names it. Run retries the log with
-// backoff and lifts the fence once a probe write succeeds: the replicas
-// then catch up as followers and rejoin their in-sync sets, no restart.
+// DiskFence fences a storage node off writes while its disk fails: its
+// write-ahead log failed, or a shard's flush into its file failed for lack
+// of space or an I/O error. The engine reports the failures
+// (engine.WithLogReport, engine.WithFlushReport); the fence logs each at
+// ERROR once, answers every write with models.ErrInsufficientStorage at
+// once, and puts the fault in the node record, from which the master hands
+// the node's leaderships to in-sync replicas and the problems list names it.
+// Run retries the log with backoff until a probe write succeeds; a failed
+// flush is retried by its shard's flusher, which reports its first success.
+// The fence lifts when neither is left: the replicas then catch up as
+// followers and rejoin their in-sync sets, no restart.
 type DiskFence struct {
 	lg    *zap.Logger
 	now   func() time.Time
 	wake  chan struct{}
 	gauge *prometheus.GaugeVec
 
-	mu    sync.Mutex
-	fault *models.DiskFault
+	mu      sync.Mutex
+	fault   *models.DiskFault            // the log's
+	flushes map[string]*models.DiskFault // by shard id, of failing flushes
 }
 
 // maxFaultError bounds the error text kept in the node record.
@@ -40,34 +44,34 @@ const maxFaultError = 256
 // NewDiskFence reports to lg; reg, when set, gets the gauge
 // cairn_storage_disk_fault{kind}.
 func NewDiskFence(lg *zap.Logger, reg prometheus.Registerer) *DiskFence {
-	f := &DiskFence{lg: lg, now: time.Now, wake: make(chan struct{}, 1)}
+	f := &DiskFence{lg: lg, now: time.Now, wake: make(chan struct{}, 1), flushes: map[string]*models.DiskFault{}}
 	if reg != nil {
 		f.gauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "cairn_storage_disk_fault",
-			Help: "1 while this storage node refuses writes because its write-ahead log failed (disk_full: no space left; disk_error: another I/O error)"},
+			Help: "1 while this storage node refuses writes because its disk failed (disk_full: no space left; disk_error: another I/O error), in its write-ahead log or a shard file's flush"},
 			[]string{"kind"})
 		reg.MustRegister(f.gauge)
-		f.setGauge("")
+		f.setGauge(nil)
 	}
 	return f
 }
 
-func (f *DiskFence) setGauge(kind string) {
+func (f *DiskFence) setGauge(fault *models.DiskFault) {
 	if f.gauge == nil {
 		return
 	}
 	for _, k := range []string{models.DiskFull, models.DiskError} {
 		v := 0.0
-		if k == kind {
+		if fault != nil && k == fault.Kind {
 			v = 1
 		}
 		f.gauge.WithLabelValues(k).Set(v)
 	}
 }
 
-// Report is the engine's log report: the log stopped with err.
-func (f *DiskFence) Report(err error) {
+// diskFault describes err, a failed write to the disk.
+func (f *DiskFence) diskFault(err error) *models.DiskFault {
 	fault := &models.DiskFault{Kind: models.DiskError, Error: err.Error(), Since: f.now().UnixMilli()}
-	if errors.Is(err, syscall.ENOSPC) {
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
 		fault.Kind = models.DiskFull
 	}
 	if pe := (*os.PathError)(nil); errors.As(err, &pe) {
@@ -76,10 +80,27 @@ func (f *DiskFence) Report(err error) {
 	if len(fault.Error) > maxFaultError {
 		fault.Error = fault.Error[:maxFaultError] + "..."
 	}
+	return fault
+}
+
+// isDiskFailure: err is the disk's refusal (no space, quota, read-only, an
+// I/O error), not a refusal of what was written (a key too large).
+func isDiskFailure(err error) bool {
+	for _, errno := range []error{syscall.ENOSPC, syscall.EDQUOT, syscall.EROFS, syscall.EIO} {
+		if errors.Is(err, errno) {
+			return true
+		}
+	}
+	return false
+}
+
+// Report is the engine's log report: the log stopped with err.
+func (f *DiskFence) Report(err error) {
+	fault := f.diskFault(err)
 	f.mu.Lock()
 	f.fault = fault
 	f.mu.Unlock()
-	f.setGauge(fault.Kind)
+	f.setGauge(fault)
 	f.lg.Error("write-ahead log failed: this node takes no writes, hands its shard leaderships to in-sync replicas and retries by itself",
 		zap.String("kind", fault.Kind), zap.String("path", fault.Path), zap.Error(err))
 	select {
@@ -88,14 +109,55 @@ func (f *DiskFence) Report(err error) {
 	}
 }
 
+// ReportFlush is the engine's flush report: a shard's background flush
+// failed with err, or flushes again (err nil). A disk failure fences the
+// node as a failed log does; other failures are FlushFailures' alone.
+func (f *DiskFence) ReportFlush(db string, shard int, err error) {
+	id := models.ShardID(db, shard)
+	f.mu.Lock()
+	_, had := f.flushes[id]
+	switch {
+	case err == nil:
+		delete(f.flushes, id)
+	case isDiskFailure(err) && !had:
+		f.flushes[id] = f.diskFault(err)
+	}
+	fault := f.faultLocked()
+	f.mu.Unlock()
+	f.setGauge(fault)
+	switch {
+	case err != nil && !had && isDiskFailure(err):
+		f.lg.Error("shard flush failed on the disk: this node takes no writes, hands its shard leaderships to in-sync replicas and retries by itself",
+			zap.String("db", db), zap.Int("shard", shard), zap.Error(err))
+	case err == nil && had && fault == nil:
+		f.lg.Info("shard files take writes again: this node rejoins its in-sync sets once caught up", zap.String("db", db), zap.Int("shard", shard))
+	}
+}
+
+// faultLocked is the fault shown: the log's, else the first failing
+// flush's. The caller holds mu.
+func (f *DiskFence) faultLocked() *models.DiskFault {
+	if f.fault != nil {
+		return f.fault
+	}
+	var first string
+	for id := range f.flushes {
+		if first == "" || id < first {
+			first = id
+		}
+	}
+	return f.flushes[first]
+}
+
 // Fault is the node record's disk_fault: nil while the node takes writes.
 func (f *DiskFence) Fault() *models.DiskFault {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.fault == nil {
+	fault := f.faultLocked()
+	if fault == nil {
 		return nil
 	}
-	c := *f.fault
+	c := *fault
 	return &c
 }
 
@@ -145,10 +207,15 @@ func (f *DiskFence) Run(ctx context.Context, log engine.LogHealer) {
 		if lifted {
 			f.fault = nil
 		}
+		now := f.faultLocked()
 		f.mu.Unlock()
 		if lifted {
-			f.setGauge("")
-			f.lg.Info("write-ahead log takes writes again: this node rejoins its in-sync sets once caught up",
+			f.setGauge(now)
+			msg := "write-ahead log takes writes again: this node rejoins its in-sync sets once caught up"
+			if now != nil {
+				msg = "write-ahead log takes writes again; a shard's flush still fails, so the node stays fenced"
+			}
+			f.lg.Info(msg,
 				zap.String("kind", fault.Kind), zap.String("path", fault.Path),
 				zap.Duration("fenced_for", f.now().Sub(time.UnixMilli(fault.Since)).Round(time.Millisecond)))
 		}

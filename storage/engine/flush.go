@@ -150,6 +150,9 @@ func (s *boltShard) flushFrozenLocked() error {
 		return nil
 	}
 	defer s.flushSlot()()
+	if err := s.wal.faults.flushFault(s.path); err != nil {
+		return fmt.Errorf("engine: flush up to txn %d: %w", mt.entries[len(mt.entries)-1].txn, err)
+	}
 	if s.flushHook != nil {
 		if err := s.flushHook(false); err != nil {
 			return fmt.Errorf("engine: flush up to txn %d: %w", mt.entries[len(mt.entries)-1].txn, err)

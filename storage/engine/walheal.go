@@ -43,7 +43,8 @@ func WithLogReport(f func(err error)) Option {
 // failing write first writes half its bytes, as a disk that runs out of
 // space mid-write does. The zero value (and nil) injects nothing.
 type Faults struct {
-	err atomic.Pointer[error]
+	err   atomic.Pointer[error]
+	flush atomic.Pointer[error] // SetFlush's
 }
 
 // WithFaults has the engine's log writes go through f.
@@ -59,6 +60,29 @@ func (f *Faults) Set(err error) {
 		return
 	}
 	f.err.Store(&err)
+}
+
+// SetFlush makes every following flush of a memtable into a shard file fail
+// with err as the file's write would (the log is untouched); nil lets them
+// through again.
+func (f *Faults) SetFlush(err error) {
+	if err == nil {
+		f.flush.Store(nil)
+		return
+	}
+	f.flush.Store(&err)
+}
+
+// flushFault is the error a flush into the file at path meets, nil when
+// none is injected.
+func (f *Faults) flushFault(path string) error {
+	if f == nil {
+		return nil
+	}
+	if p := f.flush.Load(); p != nil {
+		return &os.PathError{Op: "write", Path: path, Err: *p}
+	}
+	return nil
 }
 
 // Injected is the error being injected, nil when none.
