@@ -34,18 +34,20 @@ func memtableBudget(cfg config.Config) int64 {
 	return engine.DefaultMemtableBytes()
 }
 
-// derivedLimit is a storage node's soft memory limit: three times its
-// memtable budget plus 128 MiB (the memtables, the frozen ones being
-// flushed beside them, the writes in flight and the garbage between
-// collections), plus twice the series indexes. The memtables are bounded
-// by the budget, past which writers wait for flushes: that is what pushes
-// back on writers. The indexes are not: they grow with the series a node
-// holds, and a fixed limit that a million series' index reaches left the
-// collector running nonstop (issue 21). So the limit follows them, and the
-// heap keeps as much room for garbage above them as GOGC would give. The
-// limit is soft: past it the collector runs more often, nothing fails.
+// derivedLimit is a storage node's soft memory limit: three times what
+// its active memtables may hold plus 128 MiB (the memtables, the frozen
+// ones being flushed beside them, the writes in flight and the garbage
+// between collections), plus twice the series indexes. The memtables are
+// bounded by the budget plus the indexes (room for each indexed series
+// once, engine.MemoryUse), past which writers wait for flushes: that is
+// what pushes back on writers. The indexes are not: they grow with the
+// series a node holds, and a fixed limit that a million series' index
+// reaches left the collector running nonstop (issue 21). So the limit
+// follows them, and the heap keeps as much room for garbage above them as
+// GOGC would give. The limit is soft: past it the collector runs more
+// often, nothing fails.
 func derivedLimit(budget int64, use engine.MemoryUse) int64 {
-	return 3*budget + 2*use.Index + 128<<20
+	return 3*(budget+use.Index) + 2*use.Index + 128<<20
 }
 
 // ApplyMemoryLimit sets the runtime's soft memory limit for cfg, if any

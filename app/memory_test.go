@@ -46,15 +46,16 @@ func TestMemoryLimit(t *testing.T) {
 }
 
 // TestDerivedLimitFollowsIndex: a storage node's derived soft limit keeps
-// room above its series indexes (twice them) besides the memtables' three
-// budgets and 128 MiB, so that a node holding a million series is not held
-// under a limit its live heap passes.
+// room above its series indexes (twice them) besides three times what the
+// active memtables may hold (the budget plus the indexes) and 128 MiB, so
+// that a node holding a million series is not held under a limit its live
+// heap passes.
 func TestDerivedLimitFollowsIndex(t *testing.T) {
 	const budget = 64 << 20
 	require.Equal(t, int64(320<<20), derivedLimit(budget, engine.MemoryUse{}))
-	big := engine.MemoryUse{Memtables: budget, Frozen: budget, Index: 400 << 20}
+	big := engine.MemoryUse{Memtables: budget + 400<<20, Frozen: budget + 400<<20, Index: 400 << 20}
 	got := derivedLimit(budget, big)
-	require.Equal(t, int64(320<<20+800<<20), got)
+	require.Equal(t, int64(320<<20+5*400<<20), got)
 	live := big.Memtables + big.Frozen + big.Index
 	require.GreaterOrEqual(t, got, 2*live-big.Memtables-big.Frozen, "room for as much garbage as the index and the budget")
 }

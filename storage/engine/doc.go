@@ -20,9 +20,11 @@
 // the commits, at most flushSlots at once per engine.
 //
 // Memory is accounted by kind (MemoryUse): the active memtables, bounded by
-// the engine's budget (past it a shard holding a fair share freezes its
-// memtable, and a commit that would freeze a second one waits for the first
-// flush: that is how writers are pushed back, with a bound); the frozen
+// the engine's budget plus room for each indexed series once (past it a
+// shard holding a fair share freezes its memtable, and a commit that would
+// freeze a second one waits for the first flush: that is how writers are
+// pushed back, with a bound; the room keeps a memtable's fixed cost per
+// series from leaving the budget a point or two per series); the frozen
 // memtables being flushed (one per shard at most); and the series indexes,
 // one map entry and slots in slices by id per series (seriesindex.go),
 // which grow with the series a node holds and which the node's soft memory

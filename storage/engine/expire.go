@@ -112,7 +112,7 @@ func (s *boltShard) expireStep(cutoff int64, at []byte) (n int, bytes int64, nex
 			next = append([]byte(nil), k...)
 		}
 		for _, key := range drop {
-			if err := deleteBlock(tx, key); err != nil {
+			if err := blocks.Delete(key); err != nil { // not in recent (above)
 				return err
 			}
 		}

@@ -26,8 +26,20 @@ func (s *boltShard) flushDue(txn uint64) bool {
 		return false
 	}
 	total, shards := s.memAcct.load()
-	return total > s.memLimit && s.memCharged >= s.memLimit/(2*max(shards, 1))
+	limit := s.memAcct.activeLimit(s.memLimit)
+	return total > limit && s.memCharged >= limit/(2*max(shards, 1))
 }
+
+// activeLimit is what the active memtables may hold together: the budget,
+// plus as much as the series indexes hold. A memtable pays a fixed cost per
+// series it holds (memSeriesBytes, about what the index pays per series)
+// besides its points; with a budget alone, a node holding a million series
+// froze its memtables when they held a point or two per series, and every
+// flush then cost a block put per series for as many points (issue 21).
+// With room for each indexed series once, the budget goes to points, and a
+// flush writes several points per series however many series there are.
+// The soft memory limit counts this room (app.derivedLimit).
+func (b *memBudget) activeLimit(budget int64) int64 { return budget + b.index.Load() }
 
 // accountMem brings the engine's account of this shard's active memtable up
 // to date; the caller holds wmu.

@@ -10,10 +10,11 @@ type MemoryReporter interface {
 // MemoryUse is an engine's accounted heap, in bytes.
 type MemoryUse struct {
 	// Memtables is the active memtables' estimate, which the memtable
-	// budget bounds (reaching it flushes, and writers wait for flushes).
+	// budget plus Index bounds (reaching it flushes, and writers wait for
+	// flushes): room for every indexed series once beside the budget.
 	Memtables int64
 	// Frozen is the memtables being flushed: at most one per shard, each
-	// within the budget when it froze.
+	// within the bound when it froze.
 	Frozen int64
 	// Index is the series indexes: it grows with the series a node holds,
 	// not with the write rate, and no budget bounds it.
