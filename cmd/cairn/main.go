@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -211,6 +212,7 @@ func simulateCluster(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&p.KillDomain, "kill-domain", false, "kill every agent of the first domain (instead of --kill) to time the failover of a whole domain's leaders")
 	verbose := fs.Bool("v", false, "print progress to stderr")
 	logLevel := fs.String("log-level", "", "log the master's and broker's work to stderr at this level (debug, info, warn, error)")
+	cpuProfile := fs.String("cpu-profile", "", "write a CPU profile of the whole run to this file (go tool pprof reads it)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: cairn simulate cluster --nodes N --databases D --shards P --replicas R [--idle DUR --kill K --domains D --kill-domain]")
 		fmt.Fprintln(stderr, "Runs an embedded etcd, the master, a broker and N in-process storage agents, and prints one JSON object:")
@@ -241,6 +243,19 @@ func simulateCluster(args []string, stdout, stderr io.Writer) int {
 	if err := p.Validate(); err != nil {
 		fmt.Fprintf(stderr, "cairn %v\n", err)
 		return 2
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintf(stderr, "cairn simulate cluster: --cpu-profile: %v\n", err)
+			return 2
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintf(stderr, "cairn simulate cluster: --cpu-profile: %v\n", err)
+			return 2
+		}
+		defer pprof.StopCPUProfile()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
