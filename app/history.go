@@ -17,8 +17,11 @@ type nodeHistory struct {
 
 func (a *App) newHistory() *nodeHistory {
 	rec := history.New(history.Config{NodeID: a.nodeID, Gatherer: a.reg, Interval: a.cfg.HistoryInterval})
-	return &nodeHistory{rec: rec, cluster: &history.Cluster{Self: rec, Peers: a.historyPeers,
-		Fetch: client.New(a.peerClient(5 * time.Second)).History}}
+	peers := client.New(a.peerClient(5 * time.Second))
+	fetch := func(ctx context.Context, p history.Peer, limit int64) ([]byte, error) {
+		return peers.History(ctx, client.Peer{ID: p.NodeID, Address: p.Address}, limit)
+	}
+	return &nodeHistory{rec: rec, cluster: &history.Cluster{Self: rec, Peers: a.historyPeers, Fetch: fetch}}
 }
 
 // historyPeers lists the live brokers and storage nodes other than this one.

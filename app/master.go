@@ -180,6 +180,6 @@ func (a *App) operators(ctx context.Context) (models.OperatorList, error) {
 }
 
 // askTxn asks a storage node, at failover, for its replicas' last txn ids.
-func (a *App) askTxn(ctx context.Context, address, db string, shards []int) (map[int]models.ReplicaTxn, error) {
-	return client.New(a.askClient).Txn(ctx, address, db, shards)
+func (a *App) askTxn(ctx context.Context, node models.NodeRef, db string, shards []int) (map[int]models.ReplicaTxn, error) {
+	return client.New(a.askClient).Txn(ctx, client.Peer{ID: node.NodeID, Address: node.Address}, db, shards)
 }

@@ -31,14 +31,16 @@ func (a *App) setupSecurity() error {
 		base.TLSClientConfig = m.Client
 	}
 	a.peer = peerauth.NewTransport(peerauth.TransportConfig{Base: base, Secret: cfg.ClusterSecret, HTTPS: tcfg.Enabled(),
-		Logger: a.lg.Named("peer")})
+		Logger: a.lg.Named("peer"), ProofVersion: a.proofVersion})
 
 	var guards []func(*http.Request) error
 	if cfg.TLSClientCA != "" {
 		guards = append(guards, peerauth.RequireVerifiedCert)
 	}
 	if cfg.ClusterSecret != "" {
-		guards = append(guards, peerauth.NewVerifier(cfg.ClusterSecret, 0, nil, cfg.AdvertiseAddr).VerifyRequest)
+		v := peerauth.NewVerifier(peerauth.VerifierConfig{Secret: cfg.ClusterSecret, Node: a.nodeID,
+			Addresses: []string{cfg.AdvertiseAddr}, AcceptV2: a.rollFromV2, Logger: a.lg.Named("peer")})
+		guards = append(guards, v.VerifyRequest)
 	}
 	if len(guards) > 0 {
 		a.guard = func(r *http.Request) error {

@@ -421,7 +421,7 @@ func (d *Data) attempt(ctx context.Context, w *watch, cfg models.Database, t tar
 		}
 		return nil
 	}
-	return d.peers().Write(actx, client.Shard{Address: t.address, DB: cfg.Name, Shard: t.shard}, t.term, pts)
+	return d.peers().Write(actx, client.Shard{Peer: client.Peer{ID: t.leader, Address: t.address}, DB: cfg.Name, Shard: t.shard}, t.term, pts)
 }
 
 // A watch abandons the attempts of one batch whose shard's leader or term

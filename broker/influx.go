@@ -174,7 +174,7 @@ func (d *Data) leaderOf(t target, cfg models.Database) (client.Shard, error) {
 	if !t.online {
 		return client.Shard{}, fmt.Errorf("%w: shard %d of %q is offline", models.ErrUnavailable, t.shard, cfg.Name)
 	}
-	return client.Shard{Address: t.address, DB: cfg.Name, Shard: t.shard}, nil
+	return client.Shard{Peer: client.Peer{ID: t.leader, Address: t.address}, DB: cfg.Name, Shard: t.shard}, nil
 }
 
 // statementErr maps a shard's refusal of an InfluxQL statement: a statement

@@ -81,8 +81,42 @@ func probe(t testing.TB, client *http.Client, addr string, p internalProbe, sign
 	return resp.StatusCode, resp.Header.Get(peerauth.HeaderError)
 }
 
-func signWith(secret string, at time.Time) func(*http.Request, []byte) {
-	return func(r *http.Request, body []byte) { peerauth.SignRequest(peerauth.Key(secret), r, body, at) }
+// signWith signs for the node id node (empty: a version 2 proof, bound to
+// the address only).
+func signWith(secret, node string, at time.Time) func(*http.Request, []byte) {
+	return func(r *http.Request, body []byte) { peerauth.SignRequest(peerauth.Key(secret), r, node, body, at) }
+}
+
+// requireCapturedRefused: a request signed for storage node 0 and accepted
+// there, captured and sent again, is refused by node 0 (replayed) and by
+// every other node (wrong_node), also with its Host rewritten to theirs.
+func requireCapturedRefused(t *testing.T, c *dataCluster, secret string, client *http.Client, p internalProbe) {
+	t.Helper()
+	var captured http.Header
+	capture := func(r *http.Request, body []byte) {
+		signWith(secret, c.ids[0], time.Now())(r, body)
+		captured = r.Header.Clone()
+	}
+	code, _ := probe(t, client, c.storage[0].addr, p, capture)
+	require.Equal(t, http.StatusOK, code)
+	replay := func(host string) func(*http.Request, []byte) {
+		return func(r *http.Request, _ []byte) {
+			r.Header = captured.Clone()
+			if host != "" {
+				r.Host = host
+			}
+		}
+	}
+	code, cause := probe(t, client, c.storage[0].addr, p, replay(""))
+	require.Equal(t, http.StatusUnauthorized, code)
+	require.Equal(t, "replayed", cause)
+	for _, s := range c.storage[1:] {
+		for _, host := range []string{c.storage[0].addr, s.addr} {
+			code, cause = probe(t, client, s.addr, p, replay(host))
+			require.Equal(t, http.StatusUnauthorized, code, "captured request sent to %s as %s", s.addr, host)
+			require.Equal(t, "wrong_node", cause)
+		}
+	}
 }
 
 // isrState is the part of the shards that a refused request must not change.
@@ -97,13 +131,17 @@ func isrState(shards []dataShard) string {
 }
 
 // requireInternalClosed: every internal endpoint of every storage node
-// refuses requests without proof, with a wrong secret's proof and with a
-// stale proof (401 and the cause, never 404 or 2xx), and nothing changes.
+// refuses requests without proof, with a wrong secret's proof, with a stale
+// proof, with a proof dated more than 5 s ahead, with the right secret's
+// proof made for another node id (a rogue peer) and with a version 2 proof
+// (bound to the address only; no node of protocol 2 is live) — 401 and the
+// cause, never 404 or 2xx — and nothing changes.
 func requireInternalClosed(t *testing.T, c *dataCluster, secret string, client *http.Client) {
 	t.Helper()
 	before := isrState(c.shardsOf())
 	probes := c.internalProbes(t)
-	for _, s := range c.storage {
+	for i, s := range c.storage {
+		other := c.ids[(i+1)%len(c.ids)]
 		for _, p := range probes {
 			for _, tc := range []struct {
 				name  string
@@ -111,8 +149,11 @@ func requireInternalClosed(t *testing.T, c *dataCluster, secret string, client *
 				cause string
 			}{
 				{"no proof", nil, "missing"},
-				{"wrong secret", signWith("not-"+secret, time.Now()), "bad_signature"},
-				{"stale", signWith(secret, time.Now().Add(-10*time.Minute)), "stale"},
+				{"wrong secret", signWith("not-"+secret, c.ids[i], time.Now()), "bad_signature"},
+				{"stale", signWith(secret, c.ids[i], time.Now().Add(-10*time.Minute)), "stale"},
+				{"future", signWith(secret, c.ids[i], time.Now().Add(time.Minute)), "stale"},
+				{"for another node", signWith(secret, other, time.Now()), "wrong_node"},
+				{"version 2", signWith(secret, "", time.Now()), "unbound"},
 			} {
 				code, cause := probe(t, client, s.addr, p, tc.sign)
 				require.Equal(t, http.StatusUnauthorized, code, "%s %s %s on %s", tc.name, p.method, p.path, s.name)
@@ -122,8 +163,9 @@ func requireInternalClosed(t *testing.T, c *dataCluster, secret string, client *
 	}
 	// Control: the same client with the right secret gets through, so the
 	// 401s above are the proof's doing.
-	code, _ := probe(t, client, c.storage[0].addr, probes[1], signWith(secret, time.Now()))
+	code, _ := probe(t, client, c.storage[0].addr, probes[1], signWith(secret, c.ids[0], time.Now()))
 	require.Equal(t, http.StatusOK, code)
+	requireCapturedRefused(t, c, secret, client, probes[1])
 
 	// Nothing changed: the in-sync sets are intact and no point was
 	// injected (a write through the broker goes through meanwhile).
@@ -217,14 +259,14 @@ func TestClusterTLS(t *testing.T) {
 		base: &http.Transport{TLSClientConfig: ca.ClientTLS(t, "")}}}
 	plain := &http.Client{Timeout: 5 * time.Second}
 	q := c.internalProbes(t)[1]
-	for _, s := range c.storage {
-		code, cause := probe(t, noCert, s.addr, q, signWith(secret, time.Now()))
+	for i, s := range c.storage {
+		code, cause := probe(t, noCert, s.addr, q, signWith(secret, c.ids[i], time.Now()))
 		require.Equal(t, http.StatusUnauthorized, code, "no client certificate, valid proof")
 		require.Equal(t, "client_cert", cause)
 		code, cause = probe(t, withCert, s.addr, q, nil)
 		require.Equal(t, http.StatusUnauthorized, code, "client certificate, no proof")
 		require.Equal(t, "missing", cause)
-		code, _ = probe(t, withCert, s.addr, q, signWith(secret, time.Now()))
+		code, _ = probe(t, withCert, s.addr, q, signWith(secret, c.ids[i], time.Now()))
 		require.Equal(t, http.StatusOK, code, "client certificate and proof")
 
 		resp, err := noCert.Get("https://" + s.addr + "/api/v1/health")
@@ -335,7 +377,7 @@ func TestSecurityDefaults(t *testing.T) {
 	require.Equal(t, 201, code)
 	require.Eventually(t, func() bool {
 		code, _ := probe(t, &http.Client{Timeout: 5 * time.Second}, s.addr, internalProbe{"GET", "/internal/v1/shards/x/0/query", nil},
-			signWith("file-secret-value", time.Now()))
+			signWith("file-secret-value", nodeID(t, s), time.Now()))
 		return code == 404 // the proof passes; the shard is not hosted
 	}, 10*time.Second, 50*time.Millisecond)
 	require.NotContains(t, readLog(t, s), "file-secret-value")

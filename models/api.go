@@ -60,6 +60,13 @@ type RouteView struct {
 	Status string    `json:"status"`
 }
 
+// NodeRef names a node to call: its id (node-to-node requests are signed
+// for it, and no other node accepts them) and its address.
+type NodeRef struct {
+	NodeID  string
+	Address string
+}
+
 // LeaderRef names a shard leader.
 type LeaderRef struct {
 	NodeID  string `json:"node_id"`

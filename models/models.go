@@ -22,7 +22,7 @@ func ValidName(s string) bool { return NameRE.MatchString(s) }
 // version and of the one before (COMPATIBILITY.md): it never assumes a newer
 // endpoint exists, and treats any refusal of an unknown endpoint as "not
 // spoken here" and takes the older way.
-const ProtocolVersion = 2
+const ProtocolVersion = 3
 
 // MasterRecord is the value of the election key. Term is the key's create
 // revision, filled in when the record is read back.

@@ -95,7 +95,7 @@ func TestBatchedFetchCoversEveryShardOfALeader(t *testing.T) {
 	require.Equal(t, solo, counts.get("/internal/v1/shards/:db/:shard/log"))
 
 	// The follower's own progress report through the txn question agrees.
-	got, err := client.New(httpClient()).Txn(ctx, follower.addr(), "d", []int{0, 5})
+	got, err := client.New(httpClient()).Txn(ctx, follower.peer(), "d", []int{0, 5})
 	require.NoError(t, err)
 	require.EqualValues(t, 4, got[0].LastTxnID)
 	require.EqualValues(t, 4, got[5].LastTxnID)

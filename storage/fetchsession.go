@@ -47,9 +47,9 @@ func withAnswerDeadline(ctx context.Context, park time.Duration) (context.Contex
 // back to its replica, which deals with it through the per-shard API and
 // then joins again.
 type fetchSession struct {
-	h       *Host
-	address string
-	lg      *zap.Logger
+	h    *Host
+	peer client.Peer // the leader node: its id is signed into every fetch
+	lg   *zap.Logger
 
 	// applyMu is held while an answer is applied: a replica leaving the
 	// session waits on it, so nothing is applied to it after it left (it
@@ -70,18 +70,18 @@ type member struct {
 	back func(why error) // the session hands the shard back to its replica: called once, at most
 }
 
-// join adds r (following at term) to the session of its leader's address;
+// join adds r (following at term) to the session of its leader node p;
 // the session calls back when it hands the shard back (never after r left
 // with part). back must not block.
-func (h *Host) join(r *replica, address string, term int64, back func(why error)) {
+func (h *Host) join(r *replica, p client.Peer, term int64, back func(why error)) {
 	h.sessMu.Lock()
 	defer h.sessMu.Unlock()
-	s := h.sessions[address]
+	s := h.sessions[p]
 	if s == nil {
 		ctx, cancel := context.WithCancel(context.Background())
-		s = &fetchSession{h: h, address: address, lg: h.lg.With(zap.String("leader_address", address)),
+		s = &fetchSession{h: h, peer: p, lg: h.lg.With(zap.String("leader", p.ID), zap.String("leader_address", p.Address)),
 			members: map[*replica]*member{}, changed: make(chan struct{}), cancel: cancel, done: make(chan struct{})}
-		h.sessions[address] = s
+		h.sessions[p] = s
 		go func() { defer close(s.done); s.run(ctx) }()
 	}
 	m := &member{term: term, back: back}
@@ -91,17 +91,17 @@ func (h *Host) join(r *replica, address string, term int64, back func(why error)
 	s.mu.Unlock()
 }
 
-// errLeaderGone: no live node has the session's address any more; its
-// replicas look their leader up again.
-var errLeaderGone = errors.New("storage: no live node at the leader's address")
+// errLeaderGone: the session's leader node is no longer live at its
+// address; its replicas look their leader up again.
+var errLeaderGone = errors.New("storage: the leader node is no longer live at its address")
 
-// endSessionsExcept hands every member of the sessions whose address is not
-// in live back to its replica (errLeaderGone).
-func (h *Host) endSessionsExcept(live map[string]bool) {
+// endSessionsExcept hands every member of the sessions whose leader (id and
+// address) is not in live back to its replica (errLeaderGone).
+func (h *Host) endSessionsExcept(live map[client.Peer]bool) {
 	var gone []*fetchSession
 	h.sessMu.Lock()
-	for addr, s := range h.sessions {
-		if !live[addr] {
+	for p, s := range h.sessions {
+		if !live[p] {
 			gone = append(gone, s)
 		}
 	}
@@ -114,25 +114,25 @@ func (h *Host) endSessionsExcept(live map[string]bool) {
 
 // partAll removes r from every session it is in (see part).
 func (h *Host) partAll(r *replica) {
-	var addrs []string
+	var peers []client.Peer
 	h.sessMu.Lock()
-	for addr, s := range h.sessions {
+	for p, s := range h.sessions {
 		s.mu.Lock()
 		if _, ok := s.members[r]; ok {
-			addrs = append(addrs, addr)
+			peers = append(peers, p)
 		}
 		s.mu.Unlock()
 	}
 	h.sessMu.Unlock()
-	for _, addr := range addrs {
-		h.part(r, addr)
+	for _, p := range peers {
+		h.part(r, p)
 	}
 }
 
 // part removes r from its session; the last member's leaving ends the session.
-func (h *Host) part(r *replica, address string) {
+func (h *Host) part(r *replica, p client.Peer) {
 	h.sessMu.Lock()
-	s := h.sessions[address]
+	s := h.sessions[p]
 	if s == nil {
 		h.sessMu.Unlock()
 		return
@@ -143,7 +143,7 @@ func (h *Host) part(r *replica, address string) {
 	empty := len(s.members) == 0
 	s.mu.Unlock()
 	if empty {
-		delete(h.sessions, address)
+		delete(h.sessions, p)
 	}
 	h.sessMu.Unlock()
 	if empty {
@@ -238,13 +238,13 @@ func (s *fetchSession) pollOnce(ctx context.Context) error {
 		case <-pctx.Done():
 		}
 	}()
-	ans, err := s.h.peer().Fetch(pctx, s.address, req)
+	ans, err := s.h.peer().Fetch(pctx, s.peer, req)
 	answered()
 	if errors.Is(err, client.ErrUnsupported) {
 		// A leader without batched fetches (another version): every shard
 		// pulls alone from it for a while, then tries again (it may have
 		// been upgraded meanwhile).
-		s.h.refuseBatch(s.address)
+		s.h.refuseBatch(s.peer.Address)
 		s.lg.Info("leader has no batched fetch: its shards are pulled one by one", zap.Error(err),
 			zap.Duration("retry_in", noBatchFor))
 		s.handBackAll(reps, mems, fmt.Errorf("%w: %w", errNoBatch, err))
@@ -252,7 +252,7 @@ func (s *fetchSession) pollOnce(ctx context.Context) error {
 	}
 	if err != nil {
 		if cause := context.Cause(pctx); errors.Is(cause, errNoAnswer) {
-			return fmt.Errorf("%w: %s", errNoAnswer, s.address)
+			return fmt.Errorf("%w: %s", errNoAnswer, s.peer)
 		}
 		if errors.Is(pctx.Err(), context.Canceled) && ctx.Err() == nil {
 			return nil // members changed: poll again with them

@@ -52,7 +52,7 @@ func (r *replica) follow(ctx context.Context, rr *roleRun, d desired, bo *backof
 			continue
 		}
 		joined := d
-		r.h.join(r, addr, d.term, func(why error) {
+		r.h.join(r, d.leaderPeer(), d.term, func(why error) {
 			rr.goStep(func(ctx context.Context) { r.follow(ctx, rr, joined, bo, why) })
 		})
 		return
@@ -63,7 +63,7 @@ func (r *replica) follow(ctx context.Context, rr *roleRun, d desired, bo *backof
 // joined at d.address: false when the next join should back off first.
 func (r *replica) pullAlone(ctx context.Context, d desired, bo *backoff.Backoff, why error) bool {
 	if errors.Is(why, errLeaderGone) {
-		r.h.part(r, d.address)
+		r.h.part(r, d.leaderPeer())
 		r.h.forgetPeer(d.leader, d.address)
 		return false
 	}
@@ -129,7 +129,7 @@ func (r *replica) pullOnce(ctx context.Context, d desired, wait time.Duration) e
 
 // leaderShard addresses this replica's shard on the leader of d.
 func (r *replica) leaderShard(d desired) client.Shard {
-	return client.Shard{Address: d.address, DB: r.db, Shard: r.shard}
+	return client.Shard{Peer: d.leaderPeer(), DB: r.db, Shard: r.shard}
 }
 
 // applyLog applies a log answer's entries in order: they are queued as they

@@ -24,7 +24,7 @@ func (h *Host) leave(ctx context.Context, r *replica) bool {
 	if err != nil {
 		return false
 	}
-	err = h.peer().Leave(ctx, client.Shard{Address: addr, DB: r.db, Shard: r.shard}, w.term, h.nodeID)
+	err = h.peer().Leave(ctx, client.Shard{Peer: client.Peer{ID: w.leader, Address: addr}, DB: r.db, Shard: r.shard}, w.term, h.nodeID)
 	if err != nil {
 		h.lg.Debug("leaving the in-sync set failed", zap.String("shard", r.id), zap.String("leader", w.leader), zap.Error(err))
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/cairn-db/cairn/coordinator/kv"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
+	"github.com/cairn-db/cairn/storage/client"
 	"github.com/cairn-db/cairn/storage/engine"
 	"github.com/cairn-db/cairn/storage/lineproto"
 	"github.com/prometheus/client_golang/prometheus"
@@ -106,7 +107,7 @@ type Host struct {
 	waiters map[*replica]map[chan struct{}]int // parked batched fetches to wake at an append or role change of a replica
 
 	sessMu   sync.Mutex
-	sessions map[string]*fetchSession // follower side: one batched fetch loop per leader address
+	sessions map[client.Peer]*fetchSession // follower side: one batched fetch loop per leader node
 	// noBatch: leader addresses that refused the batched fetch (a node of
 	// an older version), until when their followers pull per shard.
 	noBatch map[string]time.Time
@@ -140,7 +141,7 @@ func NewHost(cfg HostConfig) *Host {
 	h := &Host{cfg: cfg, nodeID: cfg.NodeID, cluster: cfg.Cluster, store: cfg.Store, ck: cfg.Keys, state: cfg.State,
 		lg: cfg.Logger.Named("shards"), client: cfg.Client, replicas: map[string]*replica{},
 		unwanted: map[string]time.Time{}, views: map[string]dbView{}, want: map[string]desired{},
-		waiters: map[*replica]map[chan struct{}]int{}, sessions: map[string]*fetchSession{}, noBatch: map[string]time.Time{}, peers: map[string]string{}, terms: newTermBook(cfg.Dir)}
+		waiters: map[*replica]map[chan struct{}]int{}, sessions: map[client.Peer]*fetchSession{}, noBatch: map[string]time.Time{}, peers: map[string]string{}, terms: newTermBook(cfg.Dir)}
 	if cfg.Registerer != nil {
 		h.metrics = newMetrics(h, cfg.Registerer)
 	}

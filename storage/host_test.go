@@ -31,6 +31,9 @@ type node struct {
 	srv  *httptest.Server
 }
 
+// peer is n as a caller knows it from its record.
+func (n *node) peer() client.Peer { return client.Peer{ID: n.id, Address: n.addr()} }
+
 func startNode(t *testing.T, id string, sm *statemachine.Manager, store kv.Store, opts ...engine.Option) *node {
 	eng, err := engine.NewBoltEngine(t.TempDir(), opts...)
 	require.NoError(t, err)
@@ -151,10 +154,10 @@ func TestFollowerFullSyncThenInSync(t *testing.T) {
 
 	// The master's failover question, through the follower's internal API:
 	// its last txn id and terms, hosted shards only.
-	got, err := client.New(http.DefaultClient).Txn(ctx, follower.addr(), "d", []int{0, 7})
+	got, err := client.New(http.DefaultClient).Txn(ctx, follower.peer(), "d", []int{0, 7})
 	require.NoError(t, err)
 	require.Equal(t, map[int]models.ReplicaTxn{0: {LastTxnID: 21, LastTerm: 1, Term: 1, SeenTerm: 1}}, got)
-	_, err = client.New(http.DefaultClient).Txn(ctx, follower.addr(), "bad name!", []int{0})
+	_, err = client.New(http.DefaultClient).Txn(ctx, follower.peer(), "bad name!", []int{0})
 	require.ErrorIs(t, err, models.ErrBadInput, "a bad question is refused with bad_request")
 }
 

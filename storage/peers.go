@@ -9,6 +9,7 @@ import (
 	"github.com/cairn-db/cairn/coordinator/kv"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
+	"github.com/cairn-db/cairn/storage/client"
 )
 
 // Where a storage node finds its peers. A real storage process watches its
@@ -140,11 +141,11 @@ func (h *Host) watchPeers(ctx context.Context) {
 		changed := h.cfg.Changed()
 		if nodes, watched := h.liveNodes(); watched && (first || !nodes.Same(seen)) {
 			seen, first = nodes, false
-			addrs := make(map[string]bool, nodes.Len())
-			for _, n := range nodes.All() {
-				addrs[n.NodeAddress] = true
+			live := make(map[client.Peer]bool, nodes.Len())
+			for id, n := range nodes.All() {
+				live[client.Peer{ID: id, Address: n.NodeAddress}] = true
 			}
-			h.endSessionsExcept(addrs)
+			h.endSessionsExcept(live)
 		}
 		select {
 		case <-ctx.Done():

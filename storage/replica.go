@@ -11,6 +11,7 @@ import (
 
 	"github.com/cairn-db/cairn/internal/backoff"
 	"github.com/cairn-db/cairn/models"
+	"github.com/cairn-db/cairn/storage/client"
 	"github.com/cairn-db/cairn/storage/engine"
 	"github.com/cairn-db/cairn/storage/lineproto"
 	"go.uber.org/zap"
@@ -52,6 +53,9 @@ type desired struct {
 	address  string // leader address (followers)
 	replicas []string
 }
+
+// leaderPeer is the leader node a follower pulls from.
+func (d desired) leaderPeer() client.Peer { return client.Peer{ID: d.leader, Address: d.address} }
 
 // replica is one shard replica on this node.
 type replica struct {

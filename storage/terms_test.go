@@ -55,7 +55,7 @@ func setLeaderOf(sm *statemachine.Manager, uid, leader string, term int64) {
 // askSeen asks the node's failover endpoint what it knows of shard d/0.
 func askSeen(t *testing.T, n *node) models.ReplicaTxn {
 	t.Helper()
-	ans, err := client.New(http.DefaultClient).Txn(context.Background(), n.addr(), "d", []int{0})
+	ans, err := client.New(http.DefaultClient).Txn(context.Background(), n.peer(), "d", []int{0})
 	require.NoError(t, err)
 	return ans[0]
 }
@@ -116,7 +116,7 @@ func TestSeenTermPersistedAndLowerTermsRefused(t *testing.T) {
 	put(sm, statemachine.SourceDatabaseConfig, statemachine.KindDatabaseConfig, "", "d",
 		models.Database{Name: "d", StorageCluster: "default", NumShards: 1, ReplicaFactor: 1, UID: "u2"})
 	require.Eventually(t, func() bool {
-		ans, err := client.New(http.DefaultClient).Txn(ctx, n.addr(), "d", []int{0})
+		ans, err := client.New(http.DefaultClient).Txn(ctx, n.peer(), "d", []int{0})
 		return err == nil && ans[0].LastTxnID == 0 && n.host.SeenTerms()["d/0"] == 0 &&
 			errors.Is(n.host.Write(ctx, "d", 0, 5, points(30, 1)), models.ErrStaleTerm)
 	}, 5*time.Second, 10*time.Millisecond, "the old incarnation's replica and entries dropped, a new one open")

@@ -220,7 +220,7 @@ func TestTokensAllow(t *testing.T) {
 func TestInternalGuard(t *testing.T) {
 	reached := false
 	srv := web.New(web.Config{State: newState(t),
-		InternalGuard: peerauth.NewVerifier("s3cret", 0, nil).VerifyRequest,
+		InternalGuard: peerauth.NewVerifier(peerauth.VerifierConfig{Secret: "s3cret", Node: "n1"}).VerifyRequest,
 		Mount: func(r gin.IRouter) {
 			r.POST("/internal/v1/shards/:db/:shard/write", func(c *gin.Context) { reached = true; c.Status(204) })
 		}})
@@ -232,7 +232,7 @@ func TestInternalGuard(t *testing.T) {
 	}
 	require.False(t, reached)
 	req := httptest.NewRequest("POST", "/internal/v1/shards/db/0/write", strings.NewReader("points"))
-	peerauth.SignRequest(peerauth.Key("s3cret"), req, []byte("points"), time.Now())
+	peerauth.SignRequest(peerauth.Key("s3cret"), req, "n1", []byte("points"), time.Now())
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, req)
 	require.Equal(t, 204, w.Code)

@@ -18,7 +18,7 @@ const progressTimeout = 2 * time.Second
 // Nothing about it is kept in etcd, so a cluster at rest writes nothing for
 // it. A replica whose node is not live, failed or did not answer in time is
 // listed in Unanswered.
-func AddProgress(ctx context.Context, ask func(ctx context.Context, address, db string, shards []int) (map[int]models.ReplicaTxn, error),
+func AddProgress(ctx context.Context, ask func(ctx context.Context, node models.NodeRef, db string, shards []int) (map[int]models.ReplicaTxn, error),
 	timeout time.Duration, db string, views []models.ShardView, live statemachine.Map[models.StorageNode]) {
 	byNode := map[string][]int{}
 	for _, v := range views {
@@ -39,7 +39,7 @@ func AddProgress(ctx context.Context, ask func(ctx context.Context, address, db 
 			defer wg.Done()
 			actx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
-			got, err := ask(actx, rec.NodeAddress, db, shards)
+			got, err := ask(actx, models.NodeRef{NodeID: node, Address: rec.NodeAddress}, db, shards)
 			if err != nil {
 				return
 			}

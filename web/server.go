@@ -83,10 +83,10 @@ type Config struct {
 	History History
 	// Operators serves GET /api/v1/operators; nil answers 404.
 	Operators Operators
-	// AskTxn asks the storage node at address for its replicas' last txn
+	// AskTxn asks a storage node for its replicas' last txn
 	// ids and terms (GET /internal/v1/txn): the shards API's ?progress=true.
 	// Nil: progress is not offered (400).
-	AskTxn func(ctx context.Context, address, db string, shards []int) (map[int]models.ReplicaTxn, error)
+	AskTxn func(ctx context.Context, node models.NodeRef, db string, shards []int) (map[int]models.ReplicaTxn, error)
 	// WriteFence, when set, says why the storage role refuses writes (nil
 	// while it takes them): /api/v1/health then answers 503 with it.
 	WriteFence func() error

@@ -153,12 +153,15 @@ func (h *harness) setTxn(id string, txn map[string]uint64) {
 	h.txn[id] = txn
 }
 
-// askTxn answers the master's failover question as the node at address
-// would: the harness's live nodes answer, dead ones fail.
-func (h *harness) askTxn(_ context.Context, address, db string, shards []int) (map[int]models.ReplicaTxn, error) {
+// askTxn answers the master's failover question as the node would: the
+// harness's live nodes answer, dead ones fail.
+func (h *harness) askTxn(_ context.Context, node models.NodeRef, db string, shards []int) (map[int]models.ReplicaTxn, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	id, _, _ := strings.Cut(address, ".test:")
+	id, _, _ := strings.Cut(node.Address, ".test:")
+	if id != node.NodeID {
+		return nil, fmt.Errorf("asked node %s at %s, the address of %s", node.NodeID, node.Address, id)
+	}
 	if _, ok := h.recs[id]; !ok || h.silent[id] {
 		return nil, fmt.Errorf("node %s does not answer", id)
 	}

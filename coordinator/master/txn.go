@@ -11,9 +11,9 @@ import (
 	"go.uber.org/zap"
 )
 
-// AskTxnFunc asks the storage node at address for the last txn ids of its
+// AskTxnFunc asks the storage node node for the last txn ids of its
 // replicas of db's shards (one request for all of them).
-type AskTxnFunc func(ctx context.Context, address, db string, shards []int) (map[int]models.ReplicaTxn, error)
+type AskTxnFunc func(ctx context.Context, node models.NodeRef, db string, shards []int) (map[int]models.ReplicaTxn, error)
 
 // maxAskers bounds the requests of one failover in flight at once.
 const maxAskers = 64
@@ -87,7 +87,7 @@ func gatherTxn(ctx context.Context, ask AskTxnFunc, timeout time.Duration, in Sh
 			case <-actx.Done():
 				return
 			}
-			got, err := ask(actx, in.Live.At(node).NodeAddress, in.DB, shards)
+			got, err := ask(actx, models.NodeRef{NodeID: node, Address: in.Live.At(node).NodeAddress}, in.DB, shards)
 			if err != nil {
 				lg.Warn("replica did not answer the last txn id question; skipped", zap.String("db", in.DB),
 					zap.String("node_id", node), zap.Ints("shards", shards), zap.Error(err))

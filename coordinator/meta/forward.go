@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strconv"
 
+	"github.com/cairn-db/cairn/internal/peerauth"
 	"github.com/cairn-db/cairn/models"
 )
 
@@ -59,7 +60,8 @@ func (f *Forwarder) post(ctx context.Context, path string, body []byte) ([]byte,
 	if rec == nil || rec.NodeID == f.Self {
 		return nil, fmt.Errorf("%w: no master elected", models.ErrUnavailable)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+rec.Address+path, bytes.NewReader(body))
+	// The request is signed for the master's node id (its election value).
+	req, err := http.NewRequestWithContext(peerauth.ToNode(ctx, rec.NodeID), http.MethodPost, "http://"+rec.Address+path, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}

@@ -24,9 +24,9 @@ type Peer struct {
 type Cluster struct {
 	Self  *Recorder
 	Peers func() []Peer // live nodes other than this one
-	// Fetch gets the ring of the node at address as JSON of at most limit
-	// bytes (storage/client's History); each fetch is bounded by Timeout.
-	Fetch   func(ctx context.Context, address string, limit int64) ([]byte, error)
+	// Fetch gets the ring of the node p as JSON of at most limit bytes
+	// (storage/client's History); each fetch is bounded by Timeout.
+	Fetch   func(ctx context.Context, p Peer, limit int64) ([]byte, error)
 	Timeout time.Duration // default 2s
 	// MaxPeers bounds the fan-out; default 64. Nodes beyond it are left out
 	// and the answer says so.
@@ -94,7 +94,7 @@ func (c *Cluster) Collect(ctx context.Context) ClusterSeries {
 }
 
 func (c *Cluster) fetch(ctx context.Context, p Peer) (Series, error) {
-	body, err := c.Fetch(ctx, p.Address, maxPeerBody)
+	body, err := c.Fetch(ctx, p, maxPeerBody)
 	if err != nil {
 		return Series{}, fmt.Errorf("node %s: %w", p.NodeID, err)
 	}

@@ -128,7 +128,10 @@ func TestClusterCollect(t *testing.T) {
 	dead.Close()
 	addr := func(s *httptest.Server) string { return strings.TrimPrefix(s.URL, "http://") }
 
-	c := &Cluster{Self: self, Fetch: client.New(http.DefaultClient).History, Peers: func() []Peer {
+	fetch := func(ctx context.Context, p Peer, limit int64) ([]byte, error) {
+		return client.New(http.DefaultClient).History(ctx, client.Peer{ID: p.NodeID, Address: p.Address}, limit)
+	}
+	c := &Cluster{Self: self, Fetch: fetch, Peers: func() []Peer {
 		return []Peer{{"e", addr(dead)}, {"b", addr(good)}, {"c", addr(liar)}, {"d", addr(ragged)}}
 	}}
 	out := c.Collect(context.Background())

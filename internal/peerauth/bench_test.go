@@ -12,13 +12,13 @@ import (
 // batch) and verifying it, body digest included.
 func BenchmarkSignAndVerify(b *testing.B) {
 	body := bytes.Repeat([]byte("cpu,host=a value=1 1\n"), 32<<10/21)
-	v := NewVerifier("s3cret", 0, nil)
+	v := NewVerifier(VerifierConfig{Secret: "s3cret", Node: "n1"})
 	key := Key("s3cret")
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	for b.Loop() {
 		req := httptest.NewRequest("POST", "/internal/v1/shards/db/0/write?term=3", bytes.NewReader(body))
-		SignRequest(key, req, body, time.Now())
+		SignRequest(key, req, "n1", body, time.Now())
 		if err := v.VerifyRequest(req); err != nil {
 			b.Fatal(err)
 		}

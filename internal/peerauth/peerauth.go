@@ -1,22 +1,27 @@
 // Package peerauth proves, on every request one Cairn node sends another
-// (broker to shard leader, follower to leader, leave, handoff), that the
-// sender knows the cluster secret, and checks that proof on the receiving
-// side before the internal API does any work.
+// (broker to shard leader, follower to leader, leave, handoff, the master's
+// questions), that the sender knows the cluster secret and meant the request
+// for the node that receives it, and checks that proof on the receiving side
+// before the internal API does any work.
 //
-// # Scheme (version 2)
+// # Scheme (version 3)
 //
 // The key is derived once from the secret: key = HMAC-SHA256(secret,
 // "cairn peer auth v1"), so the secret itself never keys a MAC on the wire.
-// The sender adds four headers to the request:
+// The caller names the target node (ToNode: the id from the node's record or
+// the master's election value; every caller addresses a node it knows by
+// id, never a bare address). The sender adds five headers to the request:
 //
+//	X-Cairn-Node:           the target's node id
 //	X-Cairn-Date:           signing time, unix milliseconds (decimal)
 //	X-Cairn-Nonce:          16 random bytes, hex: no two requests sign alike
 //	X-Cairn-Content-SHA256: hex SHA-256 of the request body (of no bytes when there is none)
-//	X-Cairn-Signature:      "v2=" + hex HMAC-SHA256(key, canonical)
+//	X-Cairn-Signature:      "v3=" + hex HMAC-SHA256(key, canonical)
 //
-// where canonical is the seven lines
+// where canonical is the eight lines
 //
-//	cairn-peer-v2
+//	cairn-peer-v3
+//	<X-Cairn-Node>
 //	<METHOD>
 //	<Host: the target node's address as dialed (its advertised address)>
 //	<request URI as sent on the wire: escaped path, "?", raw query>
@@ -25,17 +30,28 @@
 //	<X-Cairn-Content-SHA256>
 //
 // joined with "\n". The receiver checks, in this order and before reading the
-// body: all four headers present and well formed; the Host is this node's
-// own address (a request signed for one node is refused by every other);
-// the date at most DefaultSkew (5 minutes) old and at most MaxFuture (5
-// seconds) ahead of the receiver's clock; the signature, in constant time;
-// that the signature was not seen before (a bounded cache of recent ones:
-// when it is full, requests older than the oldest it remembers are refused
-// as stale, so a replay is never accepted). Only then does it read the body
-// (bounded by the server's body limit) and compare its digest. A refusal is
-// 401 with the cause in X-Cairn-Auth-Error (missing, malformed, stale,
-// wrong_node, bad_signature, replayed, body_mismatch, client_cert), which the
+// body: all headers present and well formed; the node id is this node's own
+// and the Host one of its addresses (a request signed for one node is
+// refused by every other, also by a node that later takes its address); the
+// date at most DefaultSkew (5 minutes) old and at most MaxFuture (5 seconds)
+// ahead of the receiver's clock; the signature, in constant time; that the
+// signature was not seen before (a bounded cache of recent ones: when it is
+// full, requests older than the oldest it remembers are refused as stale, so
+// a replay is never accepted). Only then does it read the body (bounded by
+// the server's body limit) and compare its digest. A refusal is 401 with the
+// cause in X-Cairn-Auth-Error (missing, malformed, stale, wrong_node,
+// bad_signature, replayed, unbound, body_mismatch, client_cert), which the
 // sending node logs so an operator sees why a node cannot join replication.
+//
+// # Version 2, during a roll
+//
+// The previous release (protocol 2) signs and accepts version 2: the same
+// without the node line and header ("cairn-peer-v2", signature "v2="), bound
+// to the target's address only. A sender picks the version from the target's
+// advertised protocol (TransportConfig.ProofVersion). A receiver refuses
+// version 2 (cause unbound) unless VerifierConfig.AcceptV2 says a roll is
+// under way (a live node advertises protocol 2), and then logs a warning
+// once a minute for as long as it accepts them.
 //
 // Responses are not signed: request bodies are small (a write batch at most),
 // while responses may be long streams (snapshots, log pulls). Use TLS with
@@ -45,6 +61,7 @@ package peerauth
 
 import (
 	"bytes"
+	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -57,10 +74,13 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"go.uber.org/zap"
 )
 
 // Header names of the proof.
 const (
+	HeaderNode      = "X-Cairn-Node"
 	HeaderDate      = "X-Cairn-Date"
 	HeaderNonce     = "X-Cairn-Nonce"
 	HeaderDigest    = "X-Cairn-Content-Sha256"
@@ -76,9 +96,20 @@ const DefaultSkew = 5 * time.Minute
 // be: the nodes' clock difference, not a window to replay in.
 const MaxFuture = 5 * time.Second
 
+// Proof versions (see the package comment).
 const (
-	sigPrefix = "v2="
-	nonceLen  = 16
+	// V2 binds the target's address only: protocol 2 (the previous release).
+	V2 = 2
+	// V3 binds the target's node id and address: protocol 3 and later.
+	V3 = 3
+)
+
+const (
+	sigPrefixV2 = "v2="
+	sigPrefixV3 = "v3="
+	sigPrefix   = sigPrefixV3 // both prefixes have this length
+	nonceLen    = 16
+	maxNodeLen  = 256
 )
 
 // Causes of a refused proof; each maps to the X-Cairn-Auth-Error value of
@@ -89,6 +120,7 @@ var (
 	ErrStale        = errors.New("cluster secret proof outside the clock skew window")
 	ErrWrongNode    = errors.New("cluster secret proof was made for another node")
 	ErrReplayed     = errors.New("cluster secret proof was already used")
+	ErrUnbound      = errors.New("cluster secret proof is not bound to a node id (version 2), and no node of the previous release is live")
 	ErrBadSignature = errors.New("cluster secret proof does not match this node's secret")
 	ErrBodyMismatch = errors.New("request body does not match its signed digest")
 	ErrNoClientCert = errors.New("internal API requires a client certificate verified by --tls-client-ca")
@@ -110,6 +142,8 @@ func Cause(err error) string {
 		return "bad_signature"
 	case errors.Is(err, ErrReplayed):
 		return "replayed"
+	case errors.Is(err, ErrUnbound):
+		return "unbound"
 	case errors.Is(err, ErrBodyMismatch):
 		return "body_mismatch"
 	case errors.Is(err, ErrNoClientCert):
@@ -134,21 +168,36 @@ func Digest(body []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// Sign computes the X-Cairn-Signature value.
-func Sign(key []byte, method, host, requestURI, date, nonce, digest string) string {
+// Proof is what a signature covers. Node is the target's node id; empty
+// makes a version 2 proof (bound to Host only), for a peer of the previous
+// release.
+type Proof struct {
+	Node, Method, Host, RequestURI, Date, Nonce, Digest string
+}
+
+// Sign computes the X-Cairn-Signature value of p.
+func Sign(key []byte, p Proof) string {
 	m := hmac.New(sha256.New, key)
-	for i, part := range []string{"cairn-peer-v2", method, strings.ToLower(host), requestURI, date, nonce, digest} {
+	parts := []string{"cairn-peer-v3", p.Node, p.Method, strings.ToLower(p.Host), p.RequestURI, p.Date, p.Nonce, p.Digest}
+	prefix := sigPrefixV3
+	if p.Node == "" {
+		parts = append([]string{"cairn-peer-v2"}, parts[2:]...)
+		prefix = sigPrefixV2
+	}
+	for i, part := range parts {
 		if i > 0 {
 			m.Write([]byte{'\n'})
 		}
 		m.Write([]byte(part))
 	}
-	return sigPrefix + hex.EncodeToString(m.Sum(nil))
+	return prefix + hex.EncodeToString(m.Sum(nil))
 }
 
 // SignRequest adds the proof headers to req for body (which must be the
-// bytes req will send) at time now, for the host req is sent to.
-func SignRequest(key []byte, req *http.Request, body []byte, now time.Time) {
+// bytes req will send) at time now, for the node id node at the host req is
+// sent to. An empty node signs version 2, which only a node of the previous
+// release (or one in a roll from it) accepts.
+func SignRequest(key []byte, req *http.Request, node string, body []byte, now time.Time) {
 	date := strconv.FormatInt(now.UnixMilli(), 10)
 	var raw [nonceLen]byte
 	_, _ = rand.Read(raw[:]) // never fails (crypto/rand)
@@ -158,10 +207,50 @@ func SignRequest(key []byte, req *http.Request, body []byte, now time.Time) {
 	if host == "" {
 		host = req.URL.Host
 	}
+	req.Header.Del(HeaderNode)
+	if node != "" {
+		req.Header.Set(HeaderNode, node)
+	}
 	req.Header.Set(HeaderDate, date)
 	req.Header.Set(HeaderNonce, nonce)
 	req.Header.Set(HeaderDigest, digest)
-	req.Header.Set(HeaderSignature, Sign(key, req.Method, host, req.URL.RequestURI(), date, nonce, digest))
+	req.Header.Set(HeaderSignature, Sign(key, Proof{Node: node, Method: req.Method, Host: host,
+		RequestURI: req.URL.RequestURI(), Date: date, Nonce: nonce, Digest: digest}))
+}
+
+type targetKey struct{}
+
+// ToNode returns ctx naming the node id a request made with it is meant
+// for: the Transport signs it into the proof, and refuses to send a request
+// without one when it signs.
+func ToNode(ctx context.Context, node string) context.Context {
+	return context.WithValue(ctx, targetKey{}, node)
+}
+
+func targetOf(ctx context.Context) string {
+	s, _ := ctx.Value(targetKey{}).(string)
+	return s
+}
+
+// VerifierConfig configures the check of proofs.
+type VerifierConfig struct {
+	Secret string
+	// Node is this node's id: a version 3 proof made for another id is
+	// refused. Empty: the id is signed but any is accepted (tests).
+	Node string
+	// Addresses this node is reached at (its advertised address): a proof
+	// made for another Host is refused. None: any Host (tests).
+	Addresses []string
+	// Skew is how old a proof may be; DefaultSkew when 0.
+	Skew time.Duration
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+	// AcceptV2 says whether a version 2 proof (bound to the address only)
+	// is accepted now: true only while a node of the previous release is
+	// live. nil: never.
+	AcceptV2 func() bool
+	// Logger warns, once a minute, while version 2 proofs are accepted.
+	Logger *zap.Logger
 }
 
 // Verifier checks proofs against one secret.
@@ -169,22 +258,27 @@ type Verifier struct {
 	key    []byte
 	skew   time.Duration
 	now    func() time.Time
+	node   string
 	self   []string // this node's addresses; empty: any Host
+	v2     func() bool
+	lg     *zap.Logger
+	warn   *Limiter
 	replay *replayCache
 }
 
-// NewVerifier checks proofs made with secret; skew 0 means DefaultSkew, now
-// nil means time.Now. self lists the addresses this node is reached at (its
-// advertised address): a proof made for another Host is refused. None: the
-// Host is signed but any is accepted (tests).
-func NewVerifier(secret string, skew time.Duration, now func() time.Time, self ...string) *Verifier {
-	if skew <= 0 {
-		skew = DefaultSkew
+// NewVerifier checks proofs as cfg says.
+func NewVerifier(cfg VerifierConfig) *Verifier {
+	if cfg.Skew <= 0 {
+		cfg.Skew = DefaultSkew
 	}
-	if now == nil {
-		now = time.Now
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
-	return &Verifier{key: Key(secret), skew: skew, now: now, self: self, replay: newReplayCache(ReplayCacheSize)}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	return &Verifier{key: Key(cfg.Secret), skew: cfg.Skew, now: cfg.Now, node: cfg.Node, self: cfg.Addresses,
+		v2: cfg.AcceptV2, lg: cfg.Logger, warn: NewLimiter(time.Minute, cfg.Now), replay: newReplayCache(ReplayCacheSize)}
 }
 
 // CheckHeaders verifies the proof headers of a request (method, Host and
@@ -192,38 +286,67 @@ func NewVerifier(secret string, skew time.Duration, now func() time.Time, self .
 // signed body digest for CheckBody. A good proof is remembered: the same
 // one is refused next time.
 func (v *Verifier) CheckHeaders(method, host, requestURI string, h http.Header) (string, error) {
-	date, nonce, digest, sig := h.Get(HeaderDate), h.Get(HeaderNonce), h.Get(HeaderDigest), h.Get(HeaderSignature)
-	if date == "" && digest == "" && sig == "" && nonce == "" {
+	p := Proof{Node: h.Get(HeaderNode), Method: method, Host: host, RequestURI: requestURI,
+		Date: h.Get(HeaderDate), Nonce: h.Get(HeaderNonce), Digest: h.Get(HeaderDigest)}
+	sig := h.Get(HeaderSignature)
+	if p.Date == "" && p.Digest == "" && sig == "" && p.Nonce == "" {
 		return "", ErrMissing
 	}
-	ms, err := strconv.ParseInt(date, 10, 64)
-	if err != nil || ms < 0 || len(date) > 19 {
-		return "", fmt.Errorf("%w: bad %s", ErrMalformed, HeaderDate)
-	}
-	if len(nonce) != nonceLen*2 || !isLowerHex(nonce) {
-		return "", fmt.Errorf("%w: bad %s", ErrMalformed, HeaderNonce)
-	}
-	if len(digest) != sha256.Size*2 || !isLowerHex(digest) {
-		return "", fmt.Errorf("%w: bad %s", ErrMalformed, HeaderDigest)
-	}
-	if len(sig) != len(sigPrefix)+sha256.Size*2 || !strings.HasPrefix(sig, sigPrefix) || !isLowerHex(sig[len(sigPrefix):]) {
-		return "", fmt.Errorf("%w: bad %s", ErrMalformed, HeaderSignature)
+	ms, err := checkForm(p, sig)
+	if err != nil {
+		return "", err
 	}
 	off := v.now().Sub(time.UnixMilli(ms))
 	if off > v.skew || off < -MaxFuture {
 		return "", fmt.Errorf("%w: request dated %s away from this node's clock (allowed %s back, %s ahead)", ErrStale, off.Round(time.Second), v.skew, MaxFuture)
 	}
+	if p.Node != "" && v.node != "" && p.Node != v.node {
+		return "", fmt.Errorf("%w: signed for node %q, this node is %q", ErrWrongNode, p.Node, v.node)
+	}
 	if len(v.self) > 0 && !slices.ContainsFunc(v.self, func(a string) bool { return strings.EqualFold(a, host) }) {
 		return "", fmt.Errorf("%w: signed for %q, this node is %q", ErrWrongNode, host, v.self[0])
 	}
-	want := Sign(v.key, method, host, requestURI, date, nonce, digest)
-	if !hmac.Equal([]byte(want), []byte(sig)) {
+	if !hmac.Equal([]byte(Sign(v.key, p)), []byte(sig)) {
 		return "", ErrBadSignature
+	}
+	if p.Node == "" {
+		if v.v2 == nil || !v.v2() {
+			return "", ErrUnbound
+		}
+		if v.warn.Allow("v2") {
+			v.lg.Warn("accepting version 2 cluster secret proofs (bound to this node's address, not its id) while nodes of the previous release are live; they are refused once every node advertises protocol 3")
+		}
 	}
 	if err := v.replay.add(sig, ms, v.now().Add(-v.skew).UnixMilli()); err != nil {
 		return "", err
 	}
-	return digest, nil
+	return p.Digest, nil
+}
+
+// checkForm checks that every part of a proof is well formed, and that the
+// signature's version matches the presence of a node id; it returns the date.
+func checkForm(p Proof, sig string) (int64, error) {
+	ms, err := strconv.ParseInt(p.Date, 10, 64)
+	if err != nil || ms < 0 || len(p.Date) > 19 {
+		return 0, fmt.Errorf("%w: bad %s", ErrMalformed, HeaderDate)
+	}
+	if len(p.Nonce) != nonceLen*2 || !isLowerHex(p.Nonce) {
+		return 0, fmt.Errorf("%w: bad %s", ErrMalformed, HeaderNonce)
+	}
+	if len(p.Digest) != sha256.Size*2 || !isLowerHex(p.Digest) {
+		return 0, fmt.Errorf("%w: bad %s", ErrMalformed, HeaderDigest)
+	}
+	want := sigPrefixV3
+	if p.Node == "" {
+		want = sigPrefixV2
+	}
+	if len(sig) != len(sigPrefix)+sha256.Size*2 || !strings.HasPrefix(sig, want) || !isLowerHex(sig[len(sigPrefix):]) {
+		return 0, fmt.Errorf("%w: bad %s (or a version 3 proof without %s)", ErrMalformed, HeaderSignature, HeaderNode)
+	}
+	if len(p.Node) > maxNodeLen {
+		return 0, fmt.Errorf("%w: bad %s", ErrMalformed, HeaderNode)
+	}
+	return ms, nil
 }
 
 // CheckBody compares body with the signed digest, in constant time.

@@ -2,6 +2,7 @@ package peerauth
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -24,12 +25,12 @@ func fixed(at time.Time) func() time.Time { return func() time.Time { return at 
 func signed(t *testing.T, secret, method, target string, body []byte, at time.Time) *http.Request {
 	t.Helper()
 	req := httptest.NewRequest(method, target, bytes.NewReader(body))
-	SignRequest(Key(secret), req, body, at)
+	SignRequest(Key(secret), req, "n1", body, at)
 	return req
 }
 
 func TestVerifyRequest(t *testing.T) {
-	v := NewVerifier("s3cret", 0, fixed(t0))
+	v := NewVerifier(VerifierConfig{Secret: "s3cret", Node: "n1", Now: fixed(t0)})
 	body := []byte("entry bytes")
 	cases := []struct {
 		name   string
@@ -126,7 +127,7 @@ func TestVerifyRequest(t *testing.T) {
 
 // A request whose headers fail is refused without its body being read.
 func TestVerifyRequestReadsNoBodyBeforeHeaders(t *testing.T) {
-	v := NewVerifier("s3cret", 0, fixed(t0))
+	v := NewVerifier(VerifierConfig{Secret: "s3cret", Node: "n1", Now: fixed(t0)})
 	r := signed(t, "other", "POST", "/internal/v1/shards/db/0/write", []byte("abc"), t0)
 	rd := &countingReader{r: strings.NewReader("abc")}
 	r.Body = io.NopCloser(rd)
@@ -149,30 +150,50 @@ func TestKeyAndSign(t *testing.T) {
 	require.Nil(t, Key(""))
 	require.NotEqual(t, Key("a"), Key("b"))
 	require.Len(t, Key("a"), 32)
-	d := Digest(nil)
-	s := Sign(Key("a"), "GET", "n1:9000", "/x?y=1", "1", "00", d)
-	require.True(t, strings.HasPrefix(s, "v2="))
-	require.NotEqual(t, s, Sign(Key("a"), "GET", "n1:9000", "/x?y=2", "1", "00", d))
-	require.NotEqual(t, s, Sign(Key("a"), "GET", "n1:9000", "/x?y=1", "2", "00", d))
-	require.NotEqual(t, s, Sign(Key("a"), "GET", "n2:9000", "/x?y=1", "1", "00", d))
-	require.NotEqual(t, s, Sign(Key("a"), "GET", "n1:9000", "/x?y=1", "1", "01", d))
+	p := Proof{Node: "n1", Method: "GET", Host: "n1:9000", RequestURI: "/x?y=1", Date: "1", Nonce: "00", Digest: Digest(nil)}
+	s := Sign(Key("a"), p)
+	require.True(t, strings.HasPrefix(s, "v3="))
+	for _, change := range []func(*Proof){
+		func(p *Proof) { p.Node = "n2" },
+		func(p *Proof) { p.Method = "POST" },
+		func(p *Proof) { p.Host = "n2:9000" },
+		func(p *Proof) { p.RequestURI = "/x?y=2" },
+		func(p *Proof) { p.Date = "2" },
+		func(p *Proof) { p.Nonce = "01" },
+		func(p *Proof) { p.Digest = Digest([]byte("b")) },
+	} {
+		q := p
+		change(&q)
+		require.NotEqual(t, s, Sign(Key("a"), q))
+	}
+	v2 := p
+	v2.Node = ""
+	require.True(t, strings.HasPrefix(Sign(Key("a"), v2), "v2="), "no node id: version 2")
 	// Field boundaries are unambiguous: moving a byte between fields changes
 	// the signature.
-	require.NotEqual(t, Sign(Key("a"), "GE", "h", "T/x", "1", "0", d), Sign(Key("a"), "GET", "h", "/x", "1", "0", d))
+	require.NotEqual(t, Sign(Key("a"), Proof{Node: "n", Method: "GE", Host: "h", RequestURI: "T/x"}),
+		Sign(Key("a"), Proof{Node: "n", Method: "GET", Host: "h", RequestURI: "/x"}))
+	require.NotEqual(t, Sign(Key("a"), Proof{Node: "n1G", Method: "ET", Host: "h"}),
+		Sign(Key("a"), Proof{Node: "n1", Method: "GET", Host: "h"}))
 }
 
 // TestProofBoundToNodeAndUsedOnce (issue 26 #6): a proof made for one node
-// is refused by another, even with the Host rewritten; a proof is accepted
-// once, its replay is refused; a date more than MaxFuture ahead is stale.
+// is refused by another, by its id and by its address, also when the other
+// node takes its address or the Host or node header is rewritten; a proof is
+// accepted once, its replay is refused; a date more than MaxFuture ahead is
+// stale.
 func TestProofBoundToNodeAndUsedOnce(t *testing.T) {
-	n1 := NewVerifier("s3cret", 0, fixed(t0), "n1:9000")
-	n2 := NewVerifier("s3cret", 0, fixed(t0), "n2:9000")
-	mk := func(at time.Time) *http.Request {
+	verifier := func(id, addr string) *Verifier {
+		return NewVerifier(VerifierConfig{Secret: "s3cret", Node: id, Addresses: []string{addr}, Now: fixed(t0)})
+	}
+	n1, n2 := verifier("n1", "n1:9000"), verifier("n2", "n2:9000")
+	mkFor := func(node, host string, at time.Time) *http.Request {
 		r := httptest.NewRequest("POST", "/internal/v1/shards/db/0/write?term=3", strings.NewReader("p"))
-		r.Host = "n1:9000"
-		SignRequest(Key("s3cret"), r, []byte("p"), at)
+		r.Host = host
+		SignRequest(Key("s3cret"), r, node, []byte("p"), at)
 		return r
 	}
+	mk := func(at time.Time) *http.Request { return mkFor("n1", "n1:9000", at) }
 	r := mk(t0)
 	replay := r.Clone(r.Context())
 	replay.Body = io.NopCloser(strings.NewReader("p"))
@@ -186,10 +207,23 @@ func TestProofBoundToNodeAndUsedOnce(t *testing.T) {
 	require.Equal(t, "wrong_node", Cause(err))
 	moved := mk(t0)
 	moved.Host = "n2:9000"
-	require.ErrorIs(t, n2.VerifyRequest(moved), ErrBadSignature, "the Host is signed")
+	require.ErrorIs(t, n2.VerifyRequest(moved), ErrWrongNode, "the node id names n1")
+	renamed := mk(t0)
+	renamed.Header.Set(HeaderNode, "n2")
+	require.ErrorIs(t, verifier("n2", "n1:9000").VerifyRequest(renamed), ErrBadSignature, "the node id is signed")
+	rehosted := mkFor("n2", "n1:9000", t0)
+	rehosted.Host = "n2:9000"
+	require.ErrorIs(t, n2.VerifyRequest(rehosted), ErrBadSignature, "the Host is signed")
+
+	// n2 takes n1's address: a request made for n1 is still refused by n2,
+	// and one made for n2 by n1 (the id, not only the address, is bound).
+	n2there := verifier("n2", "n1:9000")
+	require.ErrorIs(t, n2there.VerifyRequest(mk(t0)), ErrWrongNode)
+	require.ErrorIs(t, n1.VerifyRequest(mkFor("n2", "n1:9000", t0)), ErrWrongNode)
+	require.NoError(t, n2there.VerifyRequest(mkFor("n2", "n1:9000", t0)))
 
 	require.NoError(t, n1.VerifyRequest(mk(t0.Add(MaxFuture))))
-	require.ErrorIs(t, n1.VerifyRequest(mk(t0.Add(MaxFuture+time.Second))), ErrStale)
+	require.ErrorIs(t, n1.VerifyRequest(mk(t0.Add(MaxFuture+time.Millisecond))), ErrStale, "more than 5 s ahead")
 	require.NoError(t, n1.VerifyRequest(mk(t0.Add(-DefaultSkew))))
 	require.ErrorIs(t, n1.VerifyRequest(mk(t0.Add(-DefaultSkew-time.Second))), ErrStale)
 	// Two requests alike in every field but their nonce are both accepted.
@@ -197,12 +231,53 @@ func TestProofBoundToNodeAndUsedOnce(t *testing.T) {
 	require.NoError(t, n1.VerifyRequest(mk(t0)))
 }
 
+// TestVersion2OnlyDuringARoll: a proof without a node id (version 2, what
+// the previous release signs) is refused unless the node is told a node of
+// that release is live; accepted then, with a warning once a minute; a
+// version 3 signature stripped of its node header is malformed, never taken
+// for version 2.
+func TestVersion2OnlyDuringARoll(t *testing.T) {
+	roll := false
+	core, logs := observer.New(zap.WarnLevel)
+	v := NewVerifier(VerifierConfig{Secret: "s3cret", Node: "n1", Addresses: []string{"n1:9000"}, Now: fixed(t0),
+		AcceptV2: func() bool { return roll }, Logger: zap.New(core)})
+	mk := func(node string) *http.Request {
+		r := httptest.NewRequest("GET", "/internal/v1/txn?db=d&shard=0", nil)
+		r.Host = "n1:9000"
+		SignRequest(Key("s3cret"), r, node, nil, t0)
+		return r
+	}
+	err := v.VerifyRequest(mk(""))
+	require.ErrorIs(t, err, ErrUnbound)
+	require.Equal(t, "unbound", Cause(err))
+	never := NewVerifier(VerifierConfig{Secret: "s3cret", Node: "n1", Now: fixed(t0)})
+	require.ErrorIs(t, never.VerifyRequest(mk("")), ErrUnbound, "no AcceptV2: never")
+
+	roll = true
+	require.NoError(t, v.VerifyRequest(mk("")))
+	require.NoError(t, v.VerifyRequest(mk("")))
+	require.Len(t, logs.FilterMessageSnippet("version 2").All(), 1, "warned, once a minute")
+	forged := mk("")
+	forged.Host = "n2:9000"
+	require.ErrorIs(t, v.VerifyRequest(forged), ErrWrongNode, "version 2 is still bound to the address")
+
+	stripped := mk("n1")
+	stripped.Header.Del(HeaderNode)
+	require.ErrorIs(t, v.VerifyRequest(stripped), ErrMalformed)
+	relabelled := mk("n1")
+	relabelled.Header.Del(HeaderNode)
+	relabelled.Header.Set(HeaderSignature, "v2="+relabelled.Header.Get(HeaderSignature)[3:])
+	require.ErrorIs(t, v.VerifyRequest(relabelled), ErrBadSignature)
+}
+
 // TestReplayCacheBounded: a full cache forgets its oldest proofs and then
 // refuses anything dated at or before them, so no replay ever gets through
 // and memory stays bounded.
 func TestReplayCacheBounded(t *testing.T) {
 	c := newReplayCache(4)
-	sig := func(i int) string { return Sign(Key("k"), "GET", "h", "/x", strconv.Itoa(i), "00", Digest(nil)) }
+	sig := func(i int) string {
+		return Sign(Key("k"), Proof{Node: "n1", Method: "GET", Host: "h", RequestURI: "/x", Date: strconv.Itoa(i), Nonce: "00", Digest: Digest(nil)})
+	}
 	for i := range 4 {
 		require.NoError(t, c.add(sig(i), int64(100+i), 0))
 	}
@@ -220,7 +295,7 @@ func TestReplayCacheBounded(t *testing.T) {
 func TestTransport(t *testing.T) {
 	now := t0
 	clock := func() time.Time { return now }
-	v := NewVerifier("s3cret", 0, clock)
+	v := NewVerifier(VerifierConfig{Secret: "s3cret", Node: "n1", Now: clock})
 	var gotBody []byte
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if err := v.VerifyRequest(r); err != nil {
@@ -233,9 +308,18 @@ func TestTransport(t *testing.T) {
 	}))
 	defer srv.Close()
 
+	toN1 := ToNode(context.Background(), "n1")
+	get := func(c *http.Client, url string) *http.Response {
+		req, err := http.NewRequestWithContext(toN1, "GET", url, nil)
+		require.NoError(t, err)
+		resp, err := c.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp
+	}
 	core, logs := observer.New(zap.InfoLevel)
 	good := &http.Client{Transport: NewTransport(TransportConfig{Secret: "s3cret", Now: clock, Logger: zap.New(core)})}
-	req, err := http.NewRequest("POST", srv.URL+"/internal/v1/shards/db/0/write?term=2", bytes.NewReader([]byte("points")))
+	req, err := http.NewRequestWithContext(toN1, "POST", srv.URL+"/internal/v1/shards/db/0/write?term=2", bytes.NewReader([]byte("points")))
 	require.NoError(t, err)
 	resp, err := good.Do(req)
 	require.NoError(t, err)
@@ -244,7 +328,7 @@ func TestTransport(t *testing.T) {
 	require.Equal(t, "points", string(gotBody))
 
 	// A body without GetBody is read once and still sent whole.
-	req, err = http.NewRequest("POST", srv.URL+"/internal/v1/shards/db/0/write?term=2", io.NopCloser(strings.NewReader("stream")))
+	req, err = http.NewRequestWithContext(toN1, "POST", srv.URL+"/internal/v1/shards/db/0/write?term=2", io.NopCloser(strings.NewReader("stream")))
 	require.NoError(t, err)
 	resp, err = good.Do(req)
 	require.NoError(t, err)
@@ -254,10 +338,7 @@ func TestTransport(t *testing.T) {
 
 	bad := &http.Client{Transport: NewTransport(TransportConfig{Secret: "wrong", Now: clock, Logger: zap.New(core)})}
 	for range 3 {
-		resp, err = bad.Get(srv.URL + "/internal/v1/shards/db/0/log?term=2")
-		require.NoError(t, err)
-		resp.Body.Close()
-		require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+		require.Equal(t, http.StatusUnauthorized, get(bad, srv.URL+"/internal/v1/shards/db/0/log?term=2").StatusCode)
 	}
 	refusals := logs.FilterMessageSnippet("cannot authenticate to peer").All()
 	require.Len(t, refusals, 1, "rate limited to one line per minute")
@@ -266,17 +347,34 @@ func TestTransport(t *testing.T) {
 	require.NotContains(t, logs.All()[0].Message+refusals[0].ContextMap()["hint"].(string), "wrong")
 
 	now = now.Add(61 * time.Second)
-	resp, err = bad.Get(srv.URL + "/internal/v1/shards/db/0/log?term=2")
-	require.NoError(t, err)
-	resp.Body.Close()
+	get(bad, srv.URL+"/internal/v1/shards/db/0/log?term=2")
 	require.Len(t, logs.FilterMessageSnippet("cannot authenticate to peer").All(), 2)
 
 	none := &http.Client{Transport: NewTransport(TransportConfig{Now: clock})}
-	resp, err = none.Get(srv.URL + "/x")
-	require.NoError(t, err)
-	resp.Body.Close()
+	resp = get(none, srv.URL+"/x")
 	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
 	require.Equal(t, "missing", resp.Header.Get(HeaderError))
+
+	// Signing, a request that names no target node is not sent.
+	sent := false
+	untargeted := NewTransport(TransportConfig{Secret: "s3cret", Base: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		sent = true
+		return nil, errors.New("stop")
+	})})
+	req, err = http.NewRequest("POST", srv.URL+"/internal/v1/x", strings.NewReader("b"))
+	require.NoError(t, err)
+	_, err = untargeted.RoundTrip(req)
+	require.ErrorIs(t, err, ErrNoTarget)
+	require.False(t, sent)
+
+	// The version follows the target's advertised protocol: a node of the
+	// previous release gets version 2 (no node header), which this verifier
+	// refuses as unbound: it sees no roll.
+	old := &http.Client{Transport: NewTransport(TransportConfig{Secret: "s3cret", Now: clock,
+		ProofVersion: func(node string) int { return map[string]int{"n1": V2}[node] }})}
+	resp = get(old, srv.URL+"/internal/v1/shards/db/0/log?term=2")
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	require.Equal(t, "unbound", resp.Header.Get(HeaderError))
 
 	// HTTPS: the transport asks for https on an http:// URL.
 	var seen string
@@ -305,19 +403,23 @@ func TestLimiterBounded(t *testing.T) {
 }
 
 // FuzzVerify: no header or body combination panics, and nothing but a proof
-// made with the secret passes.
+// made with the secret for this node passes.
 func FuzzVerify(f *testing.F) {
 	key := Key("s3cret")
 	date := strconv.FormatInt(t0.UnixMilli(), 10)
 	nonce := strings.Repeat("ab", nonceLen)
-	good := Sign(key, "POST", "n1:9000", "/internal/v1/shards/db/0/write?term=1", date, nonce, Digest([]byte("b")))
-	f.Add("POST", "n1:9000", "/internal/v1/shards/db/0/write?term=1", date, nonce, Digest([]byte("b")), good, []byte("b"))
-	f.Add("GET", "", "/", "", "", "", "", []byte(nil))
-	f.Add("GET", "n1:9000", "/x", "-1", nonce, strings.Repeat("0", 64), "v2="+strings.Repeat("f", 64), []byte{})
-	f.Add("GET", "N1:9000", "/x", "99999999999999999999", "00", "zz", "v1=", []byte("x"))
-	v := NewVerifier("s3cret", 0, fixed(t0), "n1:9000")
-	f.Fuzz(func(t *testing.T, method, host, uri, date, nonce, digest, sig string, body []byte) {
+	good := Proof{Node: "n1", Method: "POST", Host: "n1:9000", RequestURI: "/internal/v1/shards/db/0/write?term=1", Date: date, Nonce: nonce, Digest: Digest([]byte("b"))}
+	f.Add("n1", good.Method, good.Host, good.RequestURI, date, nonce, good.Digest, Sign(key, good), []byte("b"))
+	old := good
+	old.Node = ""
+	f.Add("", old.Method, old.Host, old.RequestURI, date, nonce, old.Digest, Sign(key, old), []byte("b"))
+	f.Add("n2", "GET", "", "/", "", "", "", "", []byte(nil))
+	f.Add("n1", "GET", "n1:9000", "/x", "-1", nonce, strings.Repeat("0", 64), "v3="+strings.Repeat("f", 64), []byte{})
+	f.Add("", "GET", "N1:9000", "/x", "99999999999999999999", "00", "zz", "v1=", []byte("x"))
+	v := NewVerifier(VerifierConfig{Secret: "s3cret", Node: "n1", Addresses: []string{"n1:9000"}, Now: fixed(t0)})
+	f.Fuzz(func(t *testing.T, node, method, host, uri, date, nonce, digest, sig string, body []byte) {
 		h := http.Header{}
+		h.Set(HeaderNode, node)
 		h.Set(HeaderDate, date)
 		h.Set(HeaderNonce, nonce)
 		h.Set(HeaderDigest, digest)
@@ -327,9 +429,12 @@ func FuzzVerify(f *testing.F) {
 			require.NotEmpty(t, Cause(err))
 			return
 		}
-		// Accepted headers must be exactly what the secret signs, for this node.
+		// Accepted headers must be exactly what the secret signs, for this
+		// node's id and address; version 2 is never accepted here.
 		require.True(t, strings.EqualFold(host, "n1:9000"))
-		require.Equal(t, Sign(key, method, host, uri, h.Get(HeaderDate), h.Get(HeaderNonce), h.Get(HeaderDigest)), h.Get(HeaderSignature))
+		require.Equal(t, "n1", h.Get(HeaderNode))
+		require.Equal(t, Sign(key, Proof{Node: h.Get(HeaderNode), Method: method, Host: host, RequestURI: uri, Date: h.Get(HeaderDate),
+			Nonce: h.Get(HeaderNonce), Digest: h.Get(HeaderDigest)}), h.Get(HeaderSignature))
 		if CheckBody(d, body) == nil {
 			require.Equal(t, Digest(body), d)
 		}

@@ -2,6 +2,7 @@ package peerauth
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"net/http"
 	"sync"
@@ -23,7 +24,16 @@ type TransportConfig struct {
 	Logger *zap.Logger
 	// Now is the signing clock; time.Now when nil.
 	Now func() time.Time
+	// ProofVersion is the proof version node accepts, from the protocol
+	// its record advertises: V2 for a node of the previous release, V3 (or
+	// 0: unknown) otherwise. nil: V3 always.
+	ProofVersion func(node string) int
 }
+
+// ErrNoTarget: a request to sign names no target node (ToNode). Every
+// node-to-node call addresses a node it knows by id; a request without one
+// is a wiring mistake and is not sent.
+var ErrNoTarget = errors.New("peerauth: node-to-node request names no target node id")
 
 // Transport is an http.RoundTripper for node-to-node requests: it signs each
 // request with the cluster secret, picks the scheme, and logs (at most once a
@@ -35,6 +45,7 @@ type Transport struct {
 	lg    *zap.Logger
 	now   func() time.Time
 	limit *Limiter
+	vers  func(node string) int
 }
 
 // NewTransport builds the signing transport.
@@ -49,7 +60,7 @@ func NewTransport(cfg TransportConfig) *Transport {
 		cfg.Now = time.Now
 	}
 	return &Transport{base: cfg.Base, key: Key(cfg.Secret), https: cfg.HTTPS, lg: cfg.Logger,
-		now: cfg.Now, limit: NewLimiter(time.Minute, cfg.Now)}
+		now: cfg.Now, limit: NewLimiter(time.Minute, cfg.Now), vers: cfg.ProofVersion}
 }
 
 // RoundTrip implements http.RoundTripper. It never modifies req.
@@ -59,6 +70,16 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		out.URL.Scheme = "https"
 	}
 	if t.key != nil {
+		node := targetOf(req.Context())
+		if node == "" {
+			if req.Body != nil {
+				_ = req.Body.Close()
+			}
+			return nil, ErrNoTarget
+		}
+		if t.vers != nil && t.vers(node) == V2 {
+			node = "" // the peer's release signs and checks version 2
+		}
 		body, err := t.readBody(req)
 		if req.Body != nil {
 			// RoundTrip owns the caller's body; out sends a copy.
@@ -72,7 +93,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 			out.ContentLength = int64(len(body))
 		}
-		SignRequest(t.key, out, body, t.now())
+		SignRequest(t.key, out, node, body, t.now())
 	}
 	resp, err := t.base.RoundTrip(out)
 	if err == nil && resp.StatusCode == http.StatusUnauthorized {
@@ -113,7 +134,9 @@ func (t *Transport) logRefusal(req *http.Request, cause string) {
 	case "stale":
 		hint = "the peer refused this node's proof as out of date: the nodes' clocks differ by more than the skew window (5m back, 5s ahead)"
 	case "wrong_node":
-		hint = "the peer is not the node this request was signed for: its --advertise-addr differs from the address this node dialed"
+		hint = "the peer is not the node this request was signed for: its node id differs from the one in its record, or its --advertise-addr from the address this node dialed"
+	case "unbound":
+		hint = "the peer refused a version 2 proof (not bound to its node id): this node took the peer for a node of the previous release, or the peer sees none of them live any more"
 	case "replayed":
 		hint = "the peer saw this exact request before (a replay, or a retried request)"
 	case "client_cert":

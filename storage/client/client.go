@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/cairn-db/cairn/internal/peerauth"
 	"github.com/cairn-db/cairn/models"
 )
 
@@ -36,18 +37,29 @@ var (
 	ErrUnsupported = errors.New("storage client: endpoint not served by this node")
 )
 
-// Shard addresses one shard replica on one storage node.
-type Shard struct {
-	Address string // host:port of the node's HTTP listener
-	DB      string
-	Shard   int
+// Peer is a node as the caller knows it from its record or the master's
+// election value: its id, signed into every request so that no other node
+// accepts it (peerauth), and its address (host:port of its HTTP listener).
+// There is no call by address alone.
+type Peer struct {
+	ID      string
+	Address string
 }
 
-func (s Shard) String() string { return fmt.Sprintf("%s/%d at %s", s.DB, s.Shard, s.Address) }
+func (p Peer) String() string { return p.ID + " at " + p.Address }
 
-// url is the internal API's address of op on s.
-func (s Shard) url(op string, q url.Values) string {
-	u := fmt.Sprintf("http://%s/internal/v1/shards/%s/%d/%s", s.Address, url.PathEscape(s.DB), s.Shard, op)
+// Shard addresses one shard replica on one storage node.
+type Shard struct {
+	Peer
+	DB    string
+	Shard int
+}
+
+func (s Shard) String() string { return fmt.Sprintf("%s/%d on %s", s.DB, s.Shard, s.Peer) }
+
+// path is the internal API's path (and query) of op on s.
+func (s Shard) path(op string, q url.Values) string {
+	u := fmt.Sprintf("/internal/v1/shards/%s/%d/%s", url.PathEscape(s.DB), s.Shard, op)
 	if len(q) > 0 {
 		u += "?" + q.Encode()
 	}
@@ -94,10 +106,12 @@ type Client struct {
 // New returns a client over hc.
 func New(hc *http.Client) *Client { return &Client{HTTP: hc} }
 
-// do sends one request and returns the answer when its status is one of ok
-// (the caller closes its body); any other status is a *PeerError.
-func (c *Client) do(ctx context.Context, method, u, contentType string, body io.Reader, ok ...int) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, method, u, body)
+// do sends one request to path on node p and returns the answer when its
+// status is one of ok (the caller closes its body); any other status is a
+// *PeerError.
+func (c *Client) do(ctx context.Context, p Peer, method, path, contentType string, body io.Reader, ok ...int) (*http.Response, error) {
+	u := "http://" + p.Address + path
+	req, err := http.NewRequestWithContext(peerauth.ToNode(ctx, p.ID), method, u, body)
 	if err != nil {
 		return nil, err
 	}
@@ -155,7 +169,7 @@ func readAll(r io.Reader, limit int64) ([]byte, error) {
 // Leave asks the shard's leader at term to drop node from the in-sync set.
 func (c *Client) Leave(ctx context.Context, s Shard, term int64, node string) error {
 	q := url.Values{"term": {strconv.FormatInt(term, 10)}, "node": {node}}
-	resp, err := c.do(ctx, http.MethodPost, s.url("leave", q), "", nil, http.StatusNoContent)
+	resp, err := c.do(ctx, s.Peer, http.MethodPost, s.path("leave", q), "", nil, http.StatusNoContent)
 	if err != nil {
 		return err
 	}
@@ -171,43 +185,43 @@ type TxnAnswer struct {
 // maxTxnAnswer bounds a last-txn answer (a few thousand shards).
 const maxTxnAnswer = 1 << 20
 
-// Txn asks the storage node at address for the last txn id and terms of its
+// Txn asks the storage node p for the last txn id and terms of its
 // replicas of db's shards: one request for all of them (the master's
 // question at failover). Shards the node does not host are absent.
-func (c *Client) Txn(ctx context.Context, address, db string, shards []int) (map[int]models.ReplicaTxn, error) {
+func (c *Client) Txn(ctx context.Context, p Peer, db string, shards []int) (map[int]models.ReplicaTxn, error) {
 	q := url.Values{"db": {db}}
 	for _, s := range shards {
 		q.Add("shard", strconv.Itoa(s))
 	}
-	resp, err := c.do(ctx, http.MethodGet, "http://"+address+"/internal/v1/txn?"+q.Encode(), "", nil, http.StatusOK)
+	resp, err := c.do(ctx, p, http.MethodGet, "/internal/v1/txn?"+q.Encode(), "", nil, http.StatusOK)
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
 	body, err := readAll(resp.Body, maxTxnAnswer)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrBadAnswer, address, err)
+		return nil, fmt.Errorf("%w: %s: %w", ErrBadAnswer, p, err)
 	}
 	var a TxnAnswer
 	if err := json.Unmarshal(body, &a); err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrBadAnswer, address, err)
+		return nil, fmt.Errorf("%w: %s: %w", ErrBadAnswer, p, err)
 	}
 	out := make(map[int]models.ReplicaTxn, len(a.Shards))
 	for s, v := range a.Shards {
 		n, err := strconv.Atoi(s)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s: shard %q", ErrBadAnswer, address, s)
+			return nil, fmt.Errorf("%w: %s: shard %q", ErrBadAnswer, p, s)
 		}
 		out[n] = v
 	}
 	return out, nil
 }
 
-// History fetches GET /internal/v1/history from the node at address: its
+// History fetches GET /internal/v1/history from the node p: its
 // own metrics ring, as JSON of at most limit bytes (the caller validates
 // it).
-func (c *Client) History(ctx context.Context, address string, limit int64) ([]byte, error) {
-	resp, err := c.do(ctx, http.MethodGet, "http://"+address+"/internal/v1/history", "", nil, http.StatusOK)
+func (c *Client) History(ctx context.Context, p Peer, limit int64) ([]byte, error) {
+	resp, err := c.do(ctx, p, http.MethodGet, "/internal/v1/history", "", nil, http.StatusOK)
 	if err != nil {
 		return nil, err
 	}

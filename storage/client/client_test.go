@@ -45,7 +45,7 @@ func TestWriteEncodesTheBatch(t *testing.T) {
 	pts, err := lineproto.Parse([]byte("cpu,host=a v=1 10\ncpu,host=b v=2 20"), "ns", 0)
 	require.NoError(t, err)
 	c := &client.Client{HTTP: http.DefaultClient}
-	require.NoError(t, c.Write(context.Background(), client.Shard{Address: addr, DB: "db", Shard: 3}, 7, pts))
+	require.NoError(t, c.Write(context.Background(), client.Shard{Peer: client.Peer{ID: "n1", Address: addr}, DB: "db", Shard: 3}, 7, pts))
 	require.Equal(t, "/internal/v1/shards/db/3/write?term=7", path)
 	require.Equal(t, uint64(7), got.Term)
 	require.Equal(t, pts, got.Points)
@@ -69,7 +69,7 @@ func TestWriteRefusalsTyped(t *testing.T) {
 		var path string
 		addr := leader(t, tc.refuse, nil, &path)
 		c := &client.Client{HTTP: http.DefaultClient}
-		err := c.Write(context.Background(), client.Shard{Address: addr, DB: "db"}, 1, nil)
+		err := c.Write(context.Background(), client.Shard{Peer: client.Peer{ID: "n1", Address: addr}, DB: "db"}, 1, nil)
 		var peer *client.PeerError
 		require.ErrorAs(t, err, &peer)
 		require.Equal(t, tc.status, peer.Status)

@@ -52,7 +52,9 @@ type call struct {
 	run  func(c *client.Client, addr string) error
 }
 
-var shardAt = func(addr string) client.Shard { return client.Shard{Address: addr, DB: "db", Shard: 1} }
+var shardAt = func(addr string) client.Shard {
+	return client.Shard{Peer: client.Peer{ID: "n1", Address: addr}, DB: "db", Shard: 1}
+}
 
 // calls lists every method of the client.
 var calls = []call{
@@ -88,11 +90,11 @@ var calls = []call{
 		return err
 	}},
 	{"txn", func(c *client.Client, a string) error {
-		_, err := c.Txn(context.Background(), a, "db", []int{1})
+		_, err := c.Txn(context.Background(), client.Peer{ID: "n1", Address: a}, "db", []int{1})
 		return err
 	}},
 	{"fetch", func(c *client.Client, a string) error {
-		ans, err := c.Fetch(context.Background(), a, client.FetchRequest{Node: "f", Shards: []client.FetchShard{{DB: "db"}}})
+		ans, err := c.Fetch(context.Background(), client.Peer{ID: "n1", Address: a}, client.FetchRequest{Node: "f", Shards: []client.FetchShard{{DB: "db"}}})
 		if err == nil {
 			ans.Close()
 		}
@@ -348,13 +350,13 @@ func TestTxn(t *testing.T) {
 		_, _ = w.Write([]byte(`{"shards":{"3":{"last_txn_id":9,"last_term":2,"term":3}}}`))
 	})
 	cl := client.New(http.DefaultClient)
-	ans, err := cl.Txn(context.Background(), addr, "db", []int{3, 4})
+	ans, err := cl.Txn(context.Background(), client.Peer{ID: "n1", Address: addr}, "db", []int{3, 4})
 	require.NoError(t, err)
 	require.Equal(t, "/internal/v1/txn?db=db&shard=3&shard=4", got)
 	require.Equal(t, map[int]models.ReplicaTxn{3: {LastTxnID: 9, LastTerm: 2, Term: 3}}, ans)
 
 	addr = node(t, func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(`{"shards":{"x":{}}}`)) })
-	_, err = cl.Txn(context.Background(), addr, "db", []int{3})
+	_, err = cl.Txn(context.Background(), client.Peer{ID: "n1", Address: addr}, "db", []int{3})
 	require.ErrorIs(t, err, client.ErrBadAnswer)
 }
 
@@ -375,7 +377,7 @@ func TestFetchRecords(t *testing.T) {
 		_, _ = w.Write(out)
 	})
 	sent := client.FetchRequest{Node: "f", WaitMS: 100, Shards: []client.FetchShard{{DB: "a", Shard: 0, Term: 2, After: 1, AfterTerm: 1}, {DB: "a", Shard: 1}, {DB: "b"}}}
-	ans, err := client.New(http.DefaultClient).Fetch(context.Background(), addr, sent)
+	ans, err := client.New(http.DefaultClient).Fetch(context.Background(), client.Peer{ID: "n1", Address: addr}, sent)
 	require.NoError(t, err)
 	defer ans.Close()
 	require.Equal(t, sent, req)
@@ -411,7 +413,7 @@ func TestFetchRecords(t *testing.T) {
 	addr = node(t, func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write(client.AppendFetchRecord(nil, 5, client.FetchFullSync, 0, nil))
 	})
-	ans, err = client.New(http.DefaultClient).Fetch(context.Background(), addr, sent)
+	ans, err = client.New(http.DefaultClient).Fetch(context.Background(), client.Peer{ID: "n1", Address: addr}, sent)
 	require.NoError(t, err)
 	defer ans.Close()
 	_, err = ans.Next()

@@ -47,7 +47,7 @@ func (c *Client) Query(ctx context.Context, s Shard, r QueryRequest) (*QueryAnsw
 	if r.MaxPoints > 0 {
 		q.Set("max_points", strconv.Itoa(r.MaxPoints))
 	}
-	resp, err := c.do(ctx, http.MethodGet, s.url("query", q), "", nil, http.StatusOK)
+	resp, err := c.do(ctx, s.Peer, http.MethodGet, s.path("query", q), "", nil, http.StatusOK)
 	if err != nil {
 		return nil, err
 	}
@@ -82,7 +82,7 @@ func (c *Client) Select(ctx context.Context, s Shard, r *query.ShardRequest) (*q
 	if err != nil {
 		return nil, err
 	}
-	resp, err := c.do(ctx, http.MethodPost, s.url("select", nil), "application/json", bytes.NewReader(body), http.StatusOK)
+	resp, err := c.do(ctx, s.Peer, http.MethodPost, s.path("select", nil), "application/json", bytes.NewReader(body), http.StatusOK)
 	if err != nil {
 		return nil, err
 	}
@@ -112,7 +112,7 @@ func (c *Client) Series(ctx context.Context, s Shard, measurement string, limit 
 		q.Set("limit", strconv.Itoa(limit))
 	}
 	var list models.SeriesList
-	resp, err := c.do(ctx, http.MethodGet, s.url("series", q), "", nil, http.StatusOK)
+	resp, err := c.do(ctx, s.Peer, http.MethodGet, s.path("series", q), "", nil, http.StatusOK)
 	if err != nil {
 		return list, err
 	}

@@ -26,7 +26,7 @@ func (c *Client) Write(ctx context.Context, s Shard, term int64, points []linepr
 	if err != nil {
 		return err
 	}
-	resp, err := c.do(ctx, http.MethodPost, s.url("write", url.Values{"term": {strconv.FormatInt(term, 10)}}),
+	resp, err := c.do(ctx, s.Peer, http.MethodPost, s.path("write", url.Values{"term": {strconv.FormatInt(term, 10)}}),
 		"application/octet-stream", bytes.NewReader(body), http.StatusNoContent)
 	if err != nil {
 		return err
@@ -92,7 +92,7 @@ func (c *Client) Log(ctx context.Context, s Shard, r LogRequest) (*LogAnswer, er
 	q.Set("after", strconv.FormatUint(r.After, 10))
 	q.Set("after_term", strconv.FormatUint(r.AfterTerm, 10))
 	q.Set("wait_ms", strconv.FormatInt(r.Wait.Milliseconds(), 10))
-	resp, err := c.do(ctx, http.MethodGet, s.url("log", q), "", nil, http.StatusOK, http.StatusResetContent, http.StatusGone)
+	resp, err := c.do(ctx, s.Peer, http.MethodGet, s.path("log", q), "", nil, http.StatusOK, http.StatusResetContent, http.StatusGone)
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +114,7 @@ func (c *Client) Log(ctx context.Context, s Shard, r LogRequest) (*LogAnswer, er
 // Snapshot streams the shard's full replica from its leader at term (GET
 // .../snapshot), for the engine's Restore. The caller closes it.
 func (c *Client) Snapshot(ctx context.Context, s Shard, term int64) (io.ReadCloser, error) {
-	resp, err := c.do(ctx, http.MethodGet, s.url("snapshot", url.Values{"term": {strconv.FormatInt(term, 10)}}), "", nil, http.StatusOK)
+	resp, err := c.do(ctx, s.Peer, http.MethodGet, s.path("snapshot", url.Values{"term": {strconv.FormatInt(term, 10)}}), "", nil, http.StatusOK)
 	if err != nil {
 		return nil, err
 	}
@@ -229,15 +229,15 @@ type FetchAnswer struct {
 // still readable past it.
 var ErrBadEntry = errors.New("storage client: undecodable entry")
 
-// Fetch sends a batched fetch to the leader node at address; the caller
+// Fetch sends a batched fetch to the leader node p; the caller
 // reads the answer's records and closes it. A leader of an older version
 // without batched fetches answers ErrUnsupported.
-func (c *Client) Fetch(ctx context.Context, address string, r FetchRequest) (*FetchAnswer, error) {
+func (c *Client) Fetch(ctx context.Context, p Peer, r FetchRequest) (*FetchAnswer, error) {
 	body, err := json.Marshal(r)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := c.do(ctx, http.MethodPost, "http://"+address+"/internal/v1/fetch", "application/json", bytes.NewReader(body), http.StatusOK)
+	resp, err := c.do(ctx, p, http.MethodPost, "/internal/v1/fetch", "application/json", bytes.NewReader(body), http.StatusOK)
 	if err != nil {
 		return nil, err
 	}
