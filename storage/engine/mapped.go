@@ -26,10 +26,13 @@ func (s *boltShard) dropMapped() {
 }
 
 // flushSlots bounds how many shards of an engine flush at once:
-// GOMAXPROCS/2, 1 to 4. A flush holds the blocks it writes and every leaf
+// GOMAXPROCS/2, 2 to 4. A flush holds the blocks it writes and every leaf
 // page it rewrites in memory until its commit; flushing the shards of a
-// node one or two at a time bounds that transient memory, and on a node
-// whose cores are busy with writes anyway costs no throughput.
+// node a few at a time bounds that transient memory. Not one at a time:
+// a commit that must freeze a memtable while the shard's last one is still
+// frozen waits for that flush, which with one slot queued behind the other
+// shards' flushes (with a million series, each a second or more: batches
+// waited 15 s on 2 cores, 1.9 s with two slots; issue 21).
 type flushSlots struct {
 	once sync.Once
 	ch   chan struct{}
@@ -38,7 +41,7 @@ type flushSlots struct {
 func (f *flushSlots) take() func() {
 	f.once.Do(func() {
 		if f.ch == nil {
-			f.ch = make(chan struct{}, min(max(runtime.GOMAXPROCS(0)/2, 1), 4))
+			f.ch = make(chan struct{}, min(max(runtime.GOMAXPROCS(0)/2, 2), 4))
 		}
 	})
 	f.ch <- struct{}{}
