@@ -142,7 +142,11 @@ func evaluate(ctx context.Context, eng engine.Shard, req *query.ShardRequest) (*
 	if !ok {
 		return nil, fmt.Errorf("%w: this shard's engine has no streaming scan", query.ErrUnsupported)
 	}
-	res, err := query.Evaluate(ctxScanner{src, ctx}, req)
+	var qs query.Source = ctxScanner{src, ctx}
+	if b, ok := eng.(engine.Bounder); ok {
+		qs = ctxBounder{ctxScanner{src, ctx}, b}
+	}
+	res, err := query.Evaluate(qs, req)
 	if ctx.Err() != nil {
 		return nil, fmt.Errorf("shard query stopped: %w", context.Cause(ctx))
 	}
@@ -160,4 +164,17 @@ func (s ctxScanner) Scan(metric string, match map[string]string, start, end int6
 	return s.Scanner.Scan(metric, match, start, end, func(key string) bool {
 		return s.ctx.Err() == nil && keep(key)
 	}, visit)
+}
+
+// ctxBounder is a ctxScanner whose engine knows its series' time spans
+// (a streamed select's Bounds requests).
+type ctxBounder struct {
+	ctxScanner
+	b engine.Bounder
+}
+
+func (s ctxBounder) Bounds(metric string, match map[string]string, keep func(string) bool) (int64, int64, bool, error) {
+	return s.b.Bounds(metric, match, func(key string) bool {
+		return s.ctx.Err() == nil && keep(key)
+	})
 }

@@ -71,6 +71,39 @@ func appendRow(b []byte, row query.Row, unit int64) []byte {
 
 // appendRowTimes is appendRow sharing time texts with the rows written before.
 func appendRowTimes(b []byte, row query.Row, unit int64, tt *timeTexts) []byte {
+	b = appendHead(b, &row)
+	if row.Times != nil {
+		return append(appendCells(b, row, unit, tt), "]}"...)
+	}
+	timed := len(row.Columns) > 0 && row.Columns[0] == "time"
+	for i, vals := range row.Values {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendValues(b, vals, timed, unit)
+	}
+	return append(b, "]}"...)
+}
+
+// appendValues writes one row of values; timed: the first is the time.
+func appendValues(b []byte, vals []any, timed bool, unit int64) []byte {
+	b = append(b, '[')
+	for j, v := range vals {
+		if j > 0 {
+			b = append(b, ',')
+		}
+		if ts, ok := v.(int64); ok && j == 0 && timed {
+			b = appendTime(b, ts, unit)
+			continue
+		}
+		b = appendValue(b, v)
+	}
+	return append(b, ']')
+}
+
+// appendHead writes a series' object up to its first value: name, tags
+// and columns.
+func appendHead(b []byte, row *query.Row) []byte {
 	b = append(b, '{')
 	if row.Name != "" {
 		b = append(b, `"name":`...)
@@ -96,29 +129,7 @@ func appendRowTimes(b []byte, row query.Row, unit int64, tt *timeTexts) []byte {
 		}
 		b = appendString(b, c)
 	}
-	b = append(b, `],"values":[`...)
-	if row.Times != nil {
-		return append(appendCells(b, row, unit, tt), "]}"...)
-	}
-	timed := len(row.Columns) > 0 && row.Columns[0] == "time"
-	for i, vals := range row.Values {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, '[')
-		for j, v := range vals {
-			if j > 0 {
-				b = append(b, ',')
-			}
-			if ts, ok := v.(int64); ok && j == 0 && timed {
-				b = appendTime(b, ts, unit)
-				continue
-			}
-			b = appendValue(b, v)
-		}
-		b = append(b, ']')
-	}
-	return append(b, "]}"...)
+	return append(b, `],"values":[`...)
 }
 
 // timeTexts remembers the text of the times of the last row written by

@@ -64,6 +64,9 @@ type Config struct {
 	// false, the write) scope a statement needs, wrapping
 	// models.ErrUnauthorized or models.ErrForbidden; nil: every scope open.
 	Authorize func(r *http.Request, admin bool) error
+	// PagePoints is about how many points a streamed raw select reads at a
+	// time (chunked=true); default PagePoints.
+	PagePoints int
 }
 
 // DefaultQueryTimeout is Config.QueryTimeout's default.
@@ -91,6 +94,9 @@ func New(cfg Config) *Handler {
 	}
 	if cfg.QueryTimeout <= 0 {
 		cfg.QueryTimeout = DefaultQueryTimeout
+	}
+	if cfg.PagePoints <= 0 {
+		cfg.PagePoints = PagePoints
 	}
 	return &Handler{cfg: cfg, lg: cfg.Logger.Named("influx")}
 }

@@ -67,8 +67,10 @@ func (h *Handler) query(c *gin.Context) {
 		return
 	}
 	var out responder = &buffered{c: c, f: req.f}
+	var ch *chunked
 	if req.chunked {
-		out = &chunked{c: c, f: req.f, size: req.chunkSize}
+		ch = &chunked{c: c, f: req.f, size: req.chunkSize}
+		out = ch
 	}
 	// The budget covers every statement of the request and every shard's
 	// part of it: the shards' requests carry this context.
@@ -77,7 +79,14 @@ func (h *Handler) query(c *gin.Context) {
 	for i, st := range plans {
 		err := planErrs[i]
 		var rows []query.Row
-		if err == nil {
+		var w *seriesStream
+		switch {
+		case err != nil:
+		case ch != nil && !req.f.pretty && st.sel != nil && st.sel.Streamable():
+			// Page by page, not bounded by --query-max-points (stream.go).
+			w = ch.series(i)
+			err = h.stream(ctx, req.db, st.sel, w)
+		default:
 			rows, err = h.run(ctx, req.db, st)
 		}
 		if errors.Is(err, query.ErrTooLarge) && !out.started() {
@@ -87,6 +96,10 @@ func (h *Handler) query(c *gin.Context) {
 		errText := ""
 		if err != nil {
 			errText = h.statementErr(ctx, err, req.db)
+		}
+		if w != nil {
+			w.end(errText)
+			continue
 		}
 		out.statement(i, rows, errText)
 	}

@@ -123,14 +123,24 @@ func (ch *chunked) statement(id int, rows []query.Row, errText string) {
 
 func (ch *chunked) emit(b []byte) {
 	ch.buf = b
+	_ = ch.write(b, true) // a client gone shows in the request's context
+}
+
+// write sends b, after the status and headers the first time; flush
+// pushes it to the client now.
+func (ch *chunked) write(b []byte, flush bool) error {
 	if !ch.sent {
 		ch.c.Header("Content-Type", "application/json")
 		ch.c.Status(http.StatusOK)
 		ch.sent = true
 	}
-	if ch.f.write(ch.c, b) == nil {
+	if err := ch.f.write(ch.c, b); err != nil {
+		return err
+	}
+	if flush {
 		ch.c.Writer.Flush()
 	}
+	return nil
 }
 
 func (ch *chunked) finish() {

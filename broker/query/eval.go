@@ -71,6 +71,9 @@ func Evaluate(src Source, req *ShardRequest) (*ShardResult, error) {
 	if ev.maxPoints <= 0 {
 		ev.maxPoints = DefaultMaxPoints
 	}
+	if b, ok := src.(Bounder); ok && req.Bounds {
+		return ev.bounds(b)
+	}
 	if len(CondFields(cond)) > 0 {
 		// The rows the condition keeps, read first; the evaluator then
 		// runs over just them.
@@ -82,10 +85,23 @@ func Evaluate(src Source, req *ShardRequest) (*ShardResult, error) {
 	if req.Interval > 0 {
 		ev.firstNum, ev.lastNum = ev.num(req.Start), ev.num(req.End)
 	}
+	err = ev.eachField(func(match map[string]string) error {
+		return src.Scan(req.Measurement, match, req.Start, req.End, ev.keep, ev.visit)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return ev.result(), nil
+}
+
+// eachField runs read once per field the request reads (once for every
+// field with AllFields), with the match terms of the tag condition and the
+// field; visit's or keep's own error comes back unwrapped.
+func (ev *evaluator) eachField(read func(match map[string]string) error) error {
 	match := map[string]string{}
-	equalities(cond, match)
-	fields := req.Fields
-	if req.AllFields {
+	equalities(ev.cond, match)
+	fields := ev.req.Fields
+	if ev.req.AllFields {
 		fields = []string{""}
 	}
 	for _, field := range fields {
@@ -95,15 +111,15 @@ func Evaluate(src Source, req *ShardRequest) (*ShardResult, error) {
 		}
 		ev.field = field
 		clear(ev.series)
-		err := src.Scan(req.Measurement, m, req.Start, req.End, ev.keep, ev.visit)
+		err := read(m)
 		if ev.err != nil {
-			return nil, ev.err // visit's or keep's own, unwrapped
+			return ev.err
 		}
 		if err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return ev.result(), nil
+	return nil
 }
 
 type evaluator struct {

@@ -17,6 +17,13 @@ type rawRow struct {
 }
 
 func (p *Plan) mergeRaw(results []*ShardResult) ([]Row, error) {
+	return p.mergeRawAs(results, nil)
+}
+
+// mergeRawAs is mergeRaw with the columns fixed when fixed is not nil (a
+// streamed answer's pages share the columns of its first), else the
+// outputs found in the answer.
+func (p *Plan) mergeRawAs(results []*ShardResult, fixed []Output) ([]Row, error) {
 	type group struct {
 		tags []Tag
 		rows map[string]*rawRow // series key + ts
@@ -68,7 +75,10 @@ func (p *Plan) mergeRaw(results []*ShardResult) ([]Row, error) {
 		}
 	}
 	outputs := p.Outputs
-	if p.Wildcard {
+	switch {
+	case fixed != nil:
+		outputs = fixed
+	case p.Wildcard:
 		outputs = nil
 		names := map[string]bool{}
 		for f := range fieldsSeen {
@@ -80,7 +90,7 @@ func (p *Plan) mergeRaw(results []*ShardResult) ([]Row, error) {
 		for _, n := range slices.Sorted(maps.Keys(names)) {
 			outputs = append(outputs, Output{Name: n, Field: n, Tag: !fieldsSeen[n]})
 		}
-	} else {
+	default:
 		outputs = slices.Clone(outputs)
 		for i := range outputs {
 			outputs[i].Tag = outputs[i].Tag || !fieldsSeen[outputs[i].Field]

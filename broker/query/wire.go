@@ -67,6 +67,12 @@ type ShardRequest struct {
 	// MaxPoints bounds the raw points (Raw) or values kept (StatValues) a
 	// shard returns; past it the shard answers ErrTooLarge.
 	MaxPoints int
+	// Bounds asks only for the time span of the points the request matches
+	// (a streamed raw select lays its time windows out from it): one group
+	// whose one field's one bucket holds the span in its FirstTS and LastTS.
+	// Stats asks for first and last with it, which a node of the release
+	// before answers by reading the points: the same span, the same way.
+	Bounds bool `json:",omitempty"`
 }
 
 // Group is one series group: its group-by tag values and per-field buckets.

@@ -57,13 +57,9 @@ func (s *boltShard) Scan(metric string, match map[string]string, start, end int6
 		flushed := make([]flushedRef, 0, len(ids))
 		skey := tx.Bucket(bucketSKey)
 		for _, id := range ids {
-			key, ok := s.ix.keyOf(id)
-			if !ok {
-				v := skey.Get(u64Key(id))
-				if v == nil {
-					return fmt.Errorf("%w: posting for unknown series %d", ErrCorrupt, id)
-				}
-				key = string(v)
+			key, err := s.seriesKey(skey, id)
+			if err != nil {
+				return err
 			}
 			flushed = append(flushed, flushedRef{id, key})
 		}
@@ -119,6 +115,19 @@ func (s *boltShard) Scan(metric string, match map[string]string, start, end int6
 		return fmt.Errorf("engine: scan %q: %w", metric, err)
 	}
 	return nil
+}
+
+// seriesKey is series id's key, from the index or else the shard file's
+// bucket of keys (skey).
+func (s *boltShard) seriesKey(skey *bolt.Bucket, id uint64) (string, error) {
+	if key, ok := s.ix.keyOf(id); ok {
+		return key, nil
+	}
+	v := skey.Get(u64Key(id))
+	if v == nil {
+		return "", fmt.Errorf("%w: posting for unknown series %d", ErrCorrupt, id)
+	}
+	return string(v), nil
 }
 
 // candidateIDs intersects the posting lists of metric and of every term of
