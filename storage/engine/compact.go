@@ -60,10 +60,14 @@ func (l *rateLimiter) delay(n int, now time.Time) time.Duration {
 	return l.next.Sub(now)
 }
 
+// compactRun is a run of one series' consecutive small blocks, as found:
+// their values stay in the step's transaction and are decoded only if the
+// run is merged (at high cardinality most runs a pass meets are not).
 type compactRun struct {
 	keys   [][]byte
+	vals   [][]byte
 	counts []int // points of each block, in keys' order
-	pts    []memPoint
+	points int
 	typ    models.FieldType
 }
 
@@ -88,29 +92,39 @@ var (
 	fullCompact       = compactPolicy{minRun: 2}
 )
 
-// add appends a block's points to the run.
-func (r *compactRun) add(k, v []byte, count int) error {
-	var err error
-	if r.pts, r.typ, err = decodeBlock(r.pts, v); err != nil {
-		return err
+// add appends a block to the run; k is copied into keys, a step's arena.
+func (r *compactRun) add(keys *[]byte, k, v []byte, h blockHeader) {
+	if len(*keys)+len(k) > cap(*keys) {
+		*keys = make([]byte, 0, max(64<<10, len(k)))
 	}
-	r.keys = append(r.keys, append([]byte(nil), k...))
-	r.counts = append(r.counts, count)
-	return nil
+	start := len(*keys)
+	*keys = append(*keys, k...)
+	r.keys = append(r.keys, (*keys)[start:len(*keys):len(*keys)])
+	r.vals = append(r.vals, v)
+	r.counts = append(r.counts, h.count)
+	r.points += h.count
+	r.typ = h.typ
+}
+
+// decode decodes the run's blocks into buf (reused).
+func (r *compactRun) decode(buf []memPoint) ([]memPoint, error) {
+	buf = buf[:0]
+	for _, v := range r.vals {
+		var err error
+		if buf, _, err = decodeBlock(buf, v); err != nil {
+			return nil, err
+		}
+	}
+	return buf, nil
 }
 
 // trim drops the leading blocks the policy leaves as they are (see
 // compactPolicy) and says whether what is left is worth merging.
 func (r *compactRun) trim(p compactPolicy) bool {
 	if p.tiered {
-		rest := len(r.pts)
-		for len(r.keys) > 1 {
-			rest -= r.counts[0]
-			if r.counts[0] <= rest {
-				break
-			}
-			r.pts = r.pts[r.counts[0]:]
-			r.keys, r.counts = r.keys[1:], r.counts[1:]
+		for len(r.keys) > 1 && r.counts[0] > r.points-r.counts[0] {
+			r.points -= r.counts[0]
+			r.keys, r.vals, r.counts = r.keys[1:], r.vals[1:], r.counts[1:]
 		}
 	}
 	return len(r.keys) >= p.minRun
@@ -143,6 +157,7 @@ func (s *boltShard) compactStep(budget int, pol compactPolicy) (int, bool, error
 		rk, _ := rc.Seek(k)
 		var runs []compactRun
 		var cur compactRun
+		var keys []byte
 		var curID uint64
 		var curPoints int
 		end := func() {
@@ -164,9 +179,7 @@ func (s *boltShard) compactStep(budget int, pol compactPolicy) (int, bool, error
 				end()
 			}
 			if err == nil && !isRecent && h.count < maxBlockPoints {
-				if err := cur.add(k, v, h.count); err != nil {
-					return err
-				}
+				cur.add(&keys, k, v, h)
 				curID, curPoints = id, curPoints+h.count
 			}
 			read += len(v) // what is checked counts too: it is read and checksummed
@@ -179,7 +192,14 @@ func (s *boltShard) compactStep(budget int, pol compactPolicy) (int, bool, error
 			s.compactAt = append(s.compactAt[:0], k...)
 		}
 		bp := newBlockPut(tx, 0)
+		var pts []memPoint
 		for _, r := range runs {
+			// Decoded before its blocks are deleted: bbolt keeps the
+			// values of a transaction's reads until it ends.
+			var err error
+			if pts, err = r.decode(pts); err != nil {
+				return err
+			}
 			for _, key := range r.keys {
 				// Not the last flush's: no record in recent to drop (a
 				// look-up there per block merged was a seek for nothing).
@@ -187,7 +207,7 @@ func (s *boltShard) compactStep(budget int, pol compactPolicy) (int, bool, error
 					return err
 				}
 			}
-			if err := bp.put(beUint64(r.keys[0]), r.pts, r.typ); err != nil {
+			if err := bp.put(beUint64(r.keys[0]), pts, r.typ); err != nil {
 				return err
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/cairn-db/cairn/models"
 	"github.com/stretchr/testify/require"
 	bolt "go.etcd.io/bbolt"
 )
@@ -25,12 +26,16 @@ func TestCompactRunTrim(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var r compactRun
+			var keys []byte
 			for i, n := range tc.counts {
-				r.keys = append(r.keys, blockKey(1, int64(i)))
-				r.counts = append(r.counts, n)
-				for range n {
-					r.pts = append(r.pts, memPoint{ts: int64(len(r.pts))})
+				pts := make([]memPoint, n)
+				for j := range pts {
+					pts[j] = memPoint{ts: int64(100*i + j)}
 				}
+				v := encodeBlock(nil, pts, models.FieldFloat)
+				h, _, err := parseBlock(v)
+				require.NoError(t, err)
+				r.add(&keys, blockKey(1, int64(100*i)), v, h)
 			}
 			ok := r.trim(tc.pol)
 			if tc.keep == nil {
@@ -40,12 +45,12 @@ func TestCompactRunTrim(t *testing.T) {
 			require.True(t, ok)
 			require.Equal(t, tc.keep, r.counts)
 			require.Len(t, r.keys, len(tc.keep))
-			total := 0
-			for _, n := range tc.keep {
-				total += n
-			}
-			require.Len(t, r.pts, total)
-			require.Equal(t, int64(sum(tc.counts)-total), r.pts[0].ts, "the points of the blocks kept")
+			first := len(tc.counts) - len(tc.keep)
+			require.Equal(t, blockKey(1, int64(100*first)), r.keys[0], "the blocks kept are the last ones")
+			pts, err := r.decode(nil)
+			require.NoError(t, err)
+			require.Len(t, pts, sum(tc.keep))
+			require.Equal(t, int64(100*first), pts[0].ts)
 		})
 	}
 }
