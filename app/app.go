@@ -207,6 +207,7 @@ func prepare(cfg config.Config, lg *zap.Logger) (*App, error) {
 		return nil, err
 	}
 	a.clusters = newClusterStores(a.store, a.etcdConfig, a.keys)
+	a.masterOps.store, a.masterOps.keys = a.store, a.keys
 
 	a.sm = statemachine.New(statemachine.Config{Logger: a.lg, BackupPath: filepath.Join(cfg.DataDir, "state.backup"), Registerer: a.reg})
 	a.registerMetrics()
@@ -225,10 +226,9 @@ func (a *App) webConfig() web.Config {
 	cfg := a.cfg
 	w := web.Config{
 		Addr: cfg.HTTPAddr, NodeID: a.nodeID, Roles: cfg.Roles, Logger: a.lg,
-		Gatherer: a.reg, State: a.sm.Snapshot, EtcdUp: a.etcdUp.Load, IsMaster: a.masterOps.active, Console: consoleHandler(),
-		Waiting: a.waiting, WriteMaxBodyBytes: int64(cfg.WriteMaxBodyBytes), WriteMaxInflightBytes: cfg.InflightWriteBytes(),
-		WriteBodyTimeout: cfg.WriteBodyTimeout, EtcdAlarms: a.currentAlarms, ClustersEtcdDown: a.clusterEtcdDown,
-		Operators: a.operators,
+		Gatherer: a.reg, State: a.sm.Snapshot, Health: nodeHealth{a}, Master: a.masterOps, Console: consoleHandler(),
+		WriteMaxBodyBytes: int64(cfg.WriteMaxBodyBytes), WriteMaxInflightBytes: cfg.InflightWriteBytes(),
+		WriteBodyTimeout: cfg.WriteBodyTimeout,
 	}
 	a.webSecurity(&w)
 	return w
@@ -240,11 +240,7 @@ func (a *App) openStorageRole(w *web.Config) error {
 	if err := a.openStorage(); err != nil {
 		return err
 	}
-	w.Mount = a.host.Routes
-	w.WriteFence = a.fence.Err
-	if a.cfg.FaultInjection {
-		w.Faults = a.injectFault
-	}
+	w.Storage = &storageRole{host: a.host, fence: a.fence, faults: a.faults, lg: a.lg}
 	return nil
 }
 
@@ -252,7 +248,7 @@ func (a *App) openStorageRole(w *web.Config) error {
 // when this node stores them) and the Influx endpoints.
 func (a *App) openBrokerRole(w *web.Config) error {
 	cfg := a.cfg
-	w.Admin = a.admin()
+	admin := a.admin()
 	data := &broker.Data{State: a.sm.Snapshot, Changed: a.sm.Changed, Client: a.peerClient(0), Metrics: a.metrics.broker,
 		WriteTimeout: cfg.WriteTimeout, MaxPoints: cfg.WriteMaxPoints, LineLimits: lineproto.Limits{SeriesKeyBytes: cfg.WriteMaxSeriesKeyBytes,
 			TagValueBytes: cfg.WriteMaxTagValueBytes, NameBytes: cfg.WriteMaxNameBytes, Tags: cfg.WriteMaxTags},
@@ -260,12 +256,11 @@ func (a *App) openBrokerRole(w *web.Config) error {
 	if a.host != nil {
 		data.Self, data.Local, data.Prepare, data.LocalSelect = a.nodeID, a.host.Write, a.host.Prepare, a.host.Select
 	}
-	w.Data = data
-	w.Influx = influx.New(influx.Config{Backend: data, Logger: a.lg, MaxBodyBytes: int64(cfg.WriteMaxBodyBytes),
-		QueryMaxBytes: cfg.QueryMaxBytes, QueryTimeout: cfg.QueryTimeout,
-		Admin: w.Admin, Authorize: w.Tokens.AllowStatement,
-		Defaults: influx.Defaults{Shards: cfg.DefaultShards, ReplicaFactor: cfg.DefaultReplicaFactor, StorageCluster: cfg.DefaultStorageCluster}})
-	w.AskTxn = a.askTxn
+	w.Broker = &brokerRole{admin: admin, data: data, ask: a.askTxn,
+		influx: influx.New(influx.Config{Backend: data, Logger: a.lg, MaxBodyBytes: int64(cfg.WriteMaxBodyBytes),
+			QueryMaxBytes: cfg.QueryMaxBytes, QueryTimeout: cfg.QueryTimeout,
+			Admin: admin, Authorize: w.Tokens.AllowStatement,
+			Defaults: influx.Defaults{Shards: cfg.DefaultShards, ReplicaFactor: cfg.DefaultReplicaFactor, StorageCluster: cfg.DefaultStorageCluster}})}
 	return nil
 }
 

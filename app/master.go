@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"sync/atomic"
 	"time"
@@ -128,13 +127,13 @@ func (a *App) oneTerm(ctx context.Context, el *kv.Election, lg *zap.Logger, move
 type masterSlot struct {
 	cur     atomic.Pointer[master.Master]
 	forward meta.Forwarder
+	store   kv.Store // where the master persists its operators
+	keys    models.Keys
 }
 
 var _ meta.MasterOps = (*masterSlot)(nil)
 
 func (s *masterSlot) set(m *master.Master) { s.cur.Store(m) }
-
-func (s *masterSlot) active() bool { return s.cur.Load() != nil }
 
 func (s *masterSlot) TransferLeader(ctx context.Context, db string, shard int, t models.LeaderTransfer) error {
 	if m := s.cur.Load(); m != nil {
@@ -161,22 +160,6 @@ func (s *masterSlot) init(a *App) {
 
 func (a *App) admin() web.Admin {
 	return &meta.Admin{Store: a.store, Keys: a.keys, State: a.sm.Snapshot, Master: a.masterOps}
-}
-
-// operators answers GET /api/v1/operators from etcd: the operators the
-// master persisted, on any node.
-func (a *App) operators(ctx context.Context) (models.OperatorList, error) {
-	ops, bad, err := master.ListOperators(ctx, a.store, a.keys)
-	if err != nil {
-		return models.OperatorList{}, fmt.Errorf("%w: %w", models.ErrUnavailable, err)
-	}
-	if ops == nil {
-		ops = []models.Operator{}
-	}
-	if bad == nil {
-		bad = []string{}
-	}
-	return models.OperatorList{Operators: ops, Unreadable: bad}, nil
 }
 
 // askTxn asks a storage node, at failover, for its replicas' last txn ids.

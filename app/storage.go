@@ -14,6 +14,8 @@ import (
 	"github.com/cairn-db/cairn/statemachine"
 	"github.com/cairn-db/cairn/storage"
 	"github.com/cairn-db/cairn/storage/engine"
+	"github.com/cairn-db/cairn/web"
+	"github.com/gin-gonic/gin"
 	"go.uber.org/zap"
 )
 
@@ -50,10 +52,25 @@ func (a *App) openStorage() error {
 	return nil
 }
 
-// injectFault makes the engine's log writes fail as a full disk ("full")
+// storageRole is the storage role's part of the HTTP surface
+// (web.StorageAPI).
+type storageRole struct {
+	host   *storage.Host
+	fence  *storage.DiskFence
+	faults *engine.Faults // nil without --fault-injection
+	lg     *zap.Logger
+}
+
+var _ web.StorageAPI = (*storageRole)(nil)
+
+func (r *storageRole) Routes(g gin.IRouter) { r.host.Routes(g) }
+func (r *storageRole) WriteFence() error    { return r.fence.Err() }
+func (r *storageRole) FaultInjection() bool { return r.faults != nil }
+
+// InjectFault makes the engine's log writes fail as a full disk ("full")
 // or a failing one ("error") would, or lets them through again (""): POST
 // /api/v1/debug/faults on a node started with --fault-injection.
-func (a *App) injectFault(disk string) {
+func (r *storageRole) InjectFault(disk string) {
 	var err error
 	switch disk {
 	case "full":
@@ -61,8 +78,8 @@ func (a *App) injectFault(disk string) {
 	case "error":
 		err = syscall.EIO
 	}
-	a.faults.Set(err)
-	a.lg.Warn("disk fault injection", zap.String("disk", disk))
+	r.faults.Set(err)
+	r.lg.Warn("disk fault injection", zap.String("disk", disk))
 }
 
 // watched filters the sources this node watches. A storage node that is

@@ -94,7 +94,7 @@ func (s *Server) adminRoutes(api *gin.RouterGroup) {
 }
 
 func (s *Server) requireAdminService(c *gin.Context) {
-	if s.cfg.Admin == nil {
+	if s.admin == nil {
 		fail(c, fmt.Errorf("%w: this node has no broker role; send metadata changes to a broker", models.ErrUnavailable))
 		return
 	}
@@ -158,7 +158,7 @@ func (s *Server) createCluster(c *gin.Context) {
 		fail(c, err)
 		return
 	}
-	out, err := s.cfg.Admin.CreateStorageCluster(c.Request.Context(), body)
+	out, err := s.admin.CreateStorageCluster(c.Request.Context(), body)
 	if err != nil {
 		fail(c, err)
 		return
@@ -172,7 +172,7 @@ func (s *Server) patchCluster(c *gin.Context) {
 		fail(c, err)
 		return
 	}
-	out, err := s.cfg.Admin.UpdateStorageCluster(c.Request.Context(), c.Param("name"), body)
+	out, err := s.admin.UpdateStorageCluster(c.Request.Context(), c.Param("name"), body)
 	if err != nil {
 		fail(c, err)
 		return
@@ -181,7 +181,7 @@ func (s *Server) patchCluster(c *gin.Context) {
 }
 
 func (s *Server) deleteCluster(c *gin.Context) {
-	if err := s.cfg.Admin.DeleteStorageCluster(c.Request.Context(), c.Param("name")); err != nil {
+	if err := s.admin.DeleteStorageCluster(c.Request.Context(), c.Param("name")); err != nil {
 		fail(c, err)
 		return
 	}
@@ -220,7 +220,7 @@ func (s *Server) createDatabase(c *gin.Context) {
 		fail(c, err)
 		return
 	}
-	out, err := s.cfg.Admin.CreateDatabase(c.Request.Context(), body)
+	out, err := s.admin.CreateDatabase(c.Request.Context(), body)
 	if err != nil {
 		fail(c, err)
 		return
@@ -234,7 +234,7 @@ func (s *Server) patchDatabase(c *gin.Context) {
 		fail(c, err)
 		return
 	}
-	out, err := s.cfg.Admin.UpdateDatabase(c.Request.Context(), c.Param("name"), body)
+	out, err := s.admin.UpdateDatabase(c.Request.Context(), c.Param("name"), body)
 	if err != nil {
 		fail(c, err)
 		return
@@ -243,7 +243,7 @@ func (s *Server) patchDatabase(c *gin.Context) {
 }
 
 func (s *Server) deleteDatabase(c *gin.Context) {
-	if err := s.cfg.Admin.DeleteDatabase(c.Request.Context(), c.Param("name")); err != nil {
+	if err := s.admin.DeleteDatabase(c.Request.Context(), c.Param("name")); err != nil {
 		fail(c, err)
 		return
 	}
@@ -262,11 +262,11 @@ func (s *Server) getShards(c *gin.Context) {
 	switch c.Query("progress") {
 	case "", "false":
 	case "true":
-		if s.cfg.AskTxn == nil {
+		if s.cfg.Broker == nil {
 			fail(c, fmt.Errorf("%w: progress is asked of the storage nodes by brokers only", models.ErrBadInput))
 			return
 		}
-		AddProgress(c.Request.Context(), s.cfg.AskTxn, progressTimeout, name, views, st.Nodes.At(d.StorageCluster))
+		AddProgress(c.Request.Context(), s.cfg.Broker.ReplicaTxn, progressTimeout, name, views, st.Nodes.At(d.StorageCluster))
 	default:
 		fail(c, fmt.Errorf("%w: progress must be true or false, not %q", models.ErrBadInput, c.Query("progress")))
 		return
@@ -305,7 +305,7 @@ func ShardViews(a models.Assignment, ss models.ShardStates, isr statemachine.Map
 }
 
 func (s *Server) drain(c *gin.Context, on bool) {
-	if err := s.cfg.Admin.SetDrain(c.Request.Context(), c.Param("id"), on); err != nil {
+	if err := s.admin.SetDrain(c.Request.Context(), c.Param("id"), on); err != nil {
 		fail(c, err)
 		return
 	}
@@ -323,7 +323,7 @@ func (s *Server) transferLeader(c *gin.Context) {
 		fail(c, err)
 		return
 	}
-	if err := s.cfg.Admin.TransferLeader(c.Request.Context(), c.Param("name"), id, body); err != nil {
+	if err := s.admin.TransferLeader(c.Request.Context(), c.Param("name"), id, body); err != nil {
 		fail(c, err)
 		return
 	}
@@ -340,7 +340,7 @@ func (s *Server) rebalance(c *gin.Context) {
 		}
 		dry = b
 	}
-	plan, err := s.cfg.Admin.Rebalance(c.Request.Context(), dry)
+	plan, err := s.admin.Rebalance(c.Request.Context(), dry)
 	if err != nil {
 		fail(c, err)
 		return

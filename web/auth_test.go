@@ -100,8 +100,8 @@ func concretePath(p string) string {
 // handler (2xx) with the right or a wider one.
 func TestRouteScopes(t *testing.T) {
 	tokens := web.Tokens{Admin: "adm", Write: "wri", Read: "rea"}
-	srv := web.New(web.Config{State: stateWithDB(t), Admin: &fakeAdmin{}, Data: scopeData{}, Tokens: tokens, History: scopeHistory{}, Influx: scopeInflux{},
-		Operators: func(context.Context) (models.OperatorList, error) { return models.OperatorList{}, nil }})
+	srv := web.New(web.Config{State: stateWithDB(t), Broker: testBroker{admin: &fakeAdmin{}, data: scopeData{}, influx: scopeInflux{}}, Tokens: tokens, History: scopeHistory{},
+		Master: testMaster{ops: func(context.Context) (models.OperatorList, error) { return models.OperatorList{}, nil }}})
 	h := srv.Handler()
 	creds := []struct {
 		name  string
@@ -221,9 +221,9 @@ func TestInternalGuard(t *testing.T) {
 	reached := false
 	srv := web.New(web.Config{State: newState(t),
 		InternalGuard: peerauth.NewVerifier(peerauth.VerifierConfig{Secret: "s3cret", Node: "n1"}).VerifyRequest,
-		Mount: func(r gin.IRouter) {
+		Storage: testStorage{routes: func(r gin.IRouter) {
 			r.POST("/internal/v1/shards/:db/:shard/write", func(c *gin.Context) { reached = true; c.Status(204) })
-		}})
+		}}})
 	h := srv.Handler()
 	for _, p := range []string{"/internal/v1/shards/db/0/write", "/internal/v1/nope"} {
 		code, body := do(t, h, "POST", p, "points")

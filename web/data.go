@@ -14,7 +14,7 @@ import (
 )
 
 func (s *Server) requireData(c *gin.Context) bool {
-	if s.cfg.Data == nil {
+	if s.data == nil {
 		fail(c, fmt.Errorf("%w: this node has no data path (broker role)", models.ErrUnavailable))
 		return false
 	}
@@ -25,7 +25,7 @@ func (s *Server) route(c *gin.Context) {
 	if !s.requireData(c) {
 		return
 	}
-	out, err := s.cfg.Data.Route(c.Query("db"), c.Query("series"))
+	out, err := s.data.Route(c.Query("db"), c.Query("series"))
 	if err != nil {
 		fail(c, err)
 		return
@@ -49,7 +49,7 @@ func (s *Server) write(c *gin.Context) {
 		fail(c, err) // a body that waited too long for the in-flight budget: 503
 		return
 	}
-	if err := s.cfg.Data.Write(c.Request.Context(), c.Query("db"), c.Query("precision"), body); err != nil {
+	if err := s.data.Write(c.Request.Context(), c.Query("db"), c.Query("precision"), body); err != nil {
 		fail(c, err)
 		return
 	}
@@ -93,7 +93,7 @@ func (s *Server) query(c *gin.Context) {
 		}
 		q.Tags[k] = v
 	}
-	out, err := s.cfg.Data.Query(c.Request.Context(), q)
+	out, err := s.data.Query(c.Request.Context(), q)
 	if err != nil {
 		fail(c, err)
 		return

@@ -13,9 +13,9 @@ import (
 // and heals by itself, but an operator must see why it takes no writes.
 func (s *Server) health(c *gin.Context) {
 	body := gin.H{"status": "ok", "node_id": s.cfg.NodeID, "roles": s.cfg.Roles,
-		"is_master": s.cfg.IsMaster != nil && s.cfg.IsMaster()}
-	if s.cfg.WriteFence != nil {
-		if err := s.cfg.WriteFence(); err != nil {
+		"is_master": s.cfg.Master.IsMaster()}
+	if s.cfg.Storage != nil {
+		if err := s.cfg.Storage.WriteFence(); err != nil {
 			body["status"], body["cause"] = "unhealthy", err.Error()
 			c.JSON(http.StatusServiceUnavailable, body)
 			return
@@ -44,7 +44,7 @@ func (s *Server) injectFault(c *gin.Context) {
 		fail(c, fmt.Errorf("%w: disk must be \"full\", \"error\" or \"\", not %q", models.ErrBadInput, req.Disk))
 		return
 	}
-	s.cfg.Faults(req.Disk)
+	s.cfg.Storage.InjectFault(req.Disk)
 	c.Status(http.StatusNoContent)
 }
 

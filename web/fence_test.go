@@ -13,7 +13,7 @@ import (
 // while the storage role refuses writes, and 200 again once it takes them.
 func TestHealthNamesTheWriteFence(t *testing.T) {
 	var fenced error
-	h := web.New(web.Config{NodeID: "n1", State: newState(t), WriteFence: func() error { return fenced }}).Handler()
+	h := web.New(web.Config{NodeID: "n1", State: newState(t), Storage: testStorage{fence: func() error { return fenced }}}).Handler()
 	code, body := do(t, h, "GET", "/api/v1/health", "")
 	require.Equal(t, 200, code)
 	require.Equal(t, "ok", body["status"])
@@ -38,7 +38,7 @@ func TestFaultInjectionOnlyWhenEnabled(t *testing.T) {
 
 	var got []string
 	h = web.New(web.Config{State: newState(t), Tokens: web.Tokens{Admin: "s3cret"},
-		Faults: func(disk string) { got = append(got, disk) }}).Handler()
+		Storage: testStorage{faults: func(disk string) { got = append(got, disk) }}}).Handler()
 	code, _ = do(t, h, "POST", "/api/v1/debug/faults", `{"disk":"full"}`)
 	require.Equal(t, 401, code)
 	code, body := do(t, h, "POST", "/api/v1/debug/faults", `{"disk":"melted"}`, "Authorization", "Bearer s3cret")

@@ -24,7 +24,7 @@ func FuzzAPIBodies(f *testing.F) {
 		{"POST", "/api/v1/databases"}, {"POST", "/api/v1/storage-clusters"}, {"PATCH", "/api/v1/databases/db"},
 		{"POST", "/api/v1/databases/db/shards/0/leader"}, {"POST", "/api/v1/rebalance"},
 	}
-	h := web.New(web.Config{State: newState(f), Admin: &fakeAdmin{}, Data: &fakeData{}, MaxBodyBytes: 1 << 16}).Handler()
+	h := web.New(web.Config{State: newState(f), Broker: testBroker{admin: &fakeAdmin{}, data: &fakeData{}}, MaxBodyBytes: 1 << 16}).Handler()
 	f.Fuzz(func(t *testing.T, body string, route uint8) {
 		p := paths[int(route)%len(paths)]
 		req := httptest.NewRequest(p.method, p.path, strings.NewReader(body))
@@ -49,7 +49,7 @@ func FuzzQueryParams(f *testing.F) {
 		f.Add(q, uint8(0))
 	}
 	paths := []string{"/api/v1/query", "/api/v1/route", "/api/v1/databases/db/shards", "/api/v1/explore", "/api/v1/history"}
-	h := web.New(web.Config{State: newState(f), Admin: &fakeAdmin{}, Data: &fakeData{}}).Handler()
+	h := web.New(web.Config{State: newState(f), Broker: testBroker{admin: &fakeAdmin{}, data: &fakeData{}}}).Handler()
 	f.Fuzz(func(t *testing.T, query string, route uint8) {
 		u := paths[int(route)%len(paths)] + "?" + query
 		req, err := http.NewRequest("GET", "http://node"+strings.ReplaceAll(u, " ", "%20"), nil)

@@ -16,7 +16,7 @@ import (
 // and non-browser clients keep working.
 func TestCrossSiteRequestsRefused(t *testing.T) {
 	admin, data := &fakeAdmin{}, &fakeData{}
-	h := web.New(web.Config{State: newState(t), Admin: admin, Data: data}).Handler()
+	h := web.New(web.Config{State: newState(t), Broker: testBroker{admin: admin, data: data}}).Handler()
 	const db = `{"name":"x","num_shards":1,"replica_factor":1}`
 	send := func(method, path, body string, hdr ...string) (int, http.Header) {
 		req := httptest.NewRequest(method, path, strings.NewReader(body))
@@ -71,7 +71,7 @@ func TestCrossSiteRequestsRefused(t *testing.T) {
 // TestSecurityHeadersOnEveryAnswer: API answers, errors, the console and
 // unknown paths all carry the CSP, anti-framing and no-sniff headers.
 func TestSecurityHeadersOnEveryAnswer(t *testing.T) {
-	h := web.New(web.Config{State: newState(t), Admin: &fakeAdmin{}, Tokens: web.Tokens{Admin: "adm"},
+	h := web.New(web.Config{State: newState(t), Broker: testBroker{admin: &fakeAdmin{}}, Tokens: web.Tokens{Admin: "adm"},
 		Console: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(200) })}).Handler()
 	for _, path := range []string{"/api/v1/health", "/api/v1/databases", "/api/v1/nope", "/", "/console/console.js", "/metrics"} {
 		w := httptest.NewRecorder()

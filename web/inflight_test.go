@@ -37,7 +37,7 @@ func (b *blockingData) Write(context.Context, string, string, []byte) error {
 // without reaching the data path; once the first is done, writes go on.
 func TestWritesInFlightBounded(t *testing.T) {
 	d := &blockingData{entered: make(chan struct{}, 4), release: make(chan struct{})}
-	h := web.New(web.Config{State: newState(t), Admin: &fakeAdmin{}, Data: d, WriteMaxBodyBytes: 1 << 10,
+	h := web.New(web.Config{State: newState(t), Broker: testBroker{admin: &fakeAdmin{}, data: d}, WriteMaxBodyBytes: 1 << 10,
 		WriteMaxInflightBytes: 100, WriteInflightWait: 100 * time.Millisecond}).Handler()
 	body := strings.Repeat("m value=1 1\n", 6) // 72 bytes
 	first := make(chan int)
@@ -89,7 +89,7 @@ func TestWritesInFlightBounded(t *testing.T) {
 // through as soon as the write ahead of it is done.
 func TestWriteWaitsForRoomInFlight(t *testing.T) {
 	d := &blockingData{entered: make(chan struct{}, 4), release: make(chan struct{})}
-	h := web.New(web.Config{State: newState(t), Admin: &fakeAdmin{}, Data: d, WriteMaxBodyBytes: 1 << 10,
+	h := web.New(web.Config{State: newState(t), Broker: testBroker{admin: &fakeAdmin{}, data: d}, WriteMaxBodyBytes: 1 << 10,
 		WriteMaxInflightBytes: 100, WriteInflightWait: time.Minute}).Handler()
 	body := strings.Repeat("m value=1 1\n", 6)
 	codes := make(chan int, 2)

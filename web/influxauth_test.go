@@ -46,8 +46,8 @@ func (b *influxBackend) SeriesKeys(context.Context, string, string) (models.Seri
 // "message"} on /api/v2/write (influxdb-client-go). Nothing is written.
 func TestInfluxRefusalShape(t *testing.T) {
 	be := &influxBackend{}
-	srv := web.New(web.Config{State: stateWithDB(t), Admin: &fakeAdmin{}, Data: scopeData{}, History: scopeHistory{},
-		Tokens: web.Tokens{Admin: "adm", Write: "wri", Read: "rea"}, Influx: influx.New(influx.Config{Backend: be})})
+	srv := web.New(web.Config{State: stateWithDB(t), Broker: testBroker{admin: &fakeAdmin{}, data: scopeData{}, influx: influx.New(influx.Config{Backend: be})},
+		History: scopeHistory{}, Tokens: web.Tokens{Admin: "adm", Write: "wri", Read: "rea"}})
 	hs := httptest.NewServer(srv.Handler())
 	defer hs.Close()
 
@@ -135,9 +135,9 @@ func TestInfluxRefusalShape(t *testing.T) {
 func TestInfluxDDLNeedsAdmin(t *testing.T) {
 	for _, tokens := range []web.Tokens{{Admin: "adm"}, {Admin: "adm", Write: "wri", Read: "rea"}} {
 		admin := &fakeAdmin{}
-		srv := web.New(web.Config{State: stateWithDB(t), Admin: admin, Data: scopeData{}, History: scopeHistory{}, Tokens: tokens,
-			Influx: influx.New(influx.Config{Backend: &influxBackend{}, Admin: admin, Authorize: tokens.AllowStatement,
-				Defaults: influx.Defaults{Shards: 1, ReplicaFactor: 1, StorageCluster: "db"}})})
+		srv := web.New(web.Config{State: stateWithDB(t), History: scopeHistory{}, Tokens: tokens,
+			Broker: testBroker{admin: admin, data: scopeData{}, influx: influx.New(influx.Config{Backend: &influxBackend{}, Admin: admin,
+				Authorize: tokens.AllowStatement, Defaults: influx.Defaults{Shards: 1, ReplicaFactor: 1, StorageCluster: "db"}})}})
 		hs := httptest.NewServer(srv.Handler())
 		query := func(token, q string) (int, string) {
 			req, err := http.NewRequest("POST", hs.URL+"/query?q="+url.QueryEscape(q), nil)

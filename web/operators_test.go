@@ -15,7 +15,7 @@ func TestOperatorsRoute(t *testing.T) {
 	list := func(context.Context) (models.OperatorList, error) {
 		return models.OperatorList{Operators: []models.Operator{{DB: "d", Shard: 1, Kind: models.OpMove}}, Unreadable: []string{}}, nil
 	}
-	h := web.New(web.Config{State: newState(t), Operators: list}).Handler()
+	h := web.New(web.Config{State: newState(t), Master: testMaster{ops: list}}).Handler()
 	code, body := do(t, h, http.MethodGet, "/api/v1/operators", "")
 	require.Equal(t, http.StatusOK, code)
 	require.Len(t, body["operators"], 1)
@@ -24,7 +24,7 @@ func TestOperatorsRoute(t *testing.T) {
 	down := func(context.Context) (models.OperatorList, error) {
 		return models.OperatorList{}, fmt.Errorf("%w: etcd down", models.ErrUnavailable)
 	}
-	h = web.New(web.Config{State: newState(t), Operators: down}).Handler()
+	h = web.New(web.Config{State: newState(t), Master: testMaster{ops: down}}).Handler()
 	code, body = do(t, h, http.MethodGet, "/api/v1/operators", "")
 	require.Equal(t, http.StatusServiceUnavailable, code)
 	require.Equal(t, "unavailable", body["error"].(map[string]any)["code"])

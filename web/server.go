@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/cairn-db/cairn/internal/peerauth"
-	"github.com/cairn-db/cairn/internal/problems"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
 	"github.com/gin-gonic/gin"
@@ -45,24 +44,20 @@ type Config struct {
 	Cmdline []string
 	// State returns the node's current snapshot.
 	State func() *statemachine.State
-	// EtcdUp reports whether etcd answered recently.
-	EtcdUp func() bool
-	// EtcdAlarms lists the alarms etcd raised ("nospace"); may be nil.
-	EtcdAlarms func() []string
-	// ClustersEtcdDown lists the storage clusters on an etcd of their own
-	// that does not answer; may be nil.
-	ClustersEtcdDown func() []problems.ClusterEtcd
-	// IsMaster reports whether this node currently holds a master term.
-	IsMaster func() bool
-	// Admin handles metadata changes; nil on nodes without the broker role.
-	Admin Admin
-	// Data handles writes and queries; nil until the data path exists.
-	Data Data
+	// Health reports the node's links (etcd) and what its roles wait for;
+	// nil: etcd up, nothing to wait for.
+	Health ClusterHealth
+	// Master is the node's view of the master; nil: never master, no
+	// operators list.
+	Master MasterView
+	// Broker is the broker role (admin API, data plane, Influx); nil on
+	// nodes without it.
+	Broker BrokerAPI
+	// Storage is the storage role (replication endpoints, write fence);
+	// nil on nodes without it.
+	Storage StorageAPI
 	// Console serves the web console for paths outside the API; may be nil.
 	Console http.Handler
-	// Mount adds routes outside the public API (the storage node's
-	// replication endpoints).
-	Mount func(gin.IRouter)
 	// MaxBodyBytes caps request bodies; default 32 MiB.
 	MaxBodyBytes int64
 	// WriteMaxBodyBytes caps write bodies instead; default MaxBodyBytes.
@@ -76,27 +71,8 @@ type Config struct {
 	// body (0: only the server's read timeout): a slow sender loses its
 	// request, not the fast ones their slots.
 	WriteBodyTimeout time.Duration
-	// Waiting names what the node's roles still wait for before they serve
-	// ("" when nothing); /ready answers 503 with it until then. Nil: nothing.
-	Waiting func() string
 	// History serves GET /api/v1/history; nil answers 404.
 	History History
-	// Operators serves GET /api/v1/operators; nil answers 404.
-	Operators Operators
-	// AskTxn asks a storage node for its replicas' last txn
-	// ids and terms (GET /internal/v1/txn): the shards API's ?progress=true.
-	// Nil: progress is not offered (400).
-	AskTxn func(ctx context.Context, node models.NodeRef, db string, shards []int) (map[int]models.ReplicaTxn, error)
-	// WriteFence, when set, says why the storage role refuses writes (nil
-	// while it takes them): /api/v1/health then answers 503 with it.
-	WriteFence func() error
-	// Faults, when set (--fault-injection), serves POST
-	// /api/v1/debug/faults (admin scope): it injects a disk fault ("full",
-	// "error") into the storage role's log, or clears it (""). Nil: 404.
-	Faults func(disk string)
-	// Influx mounts the InfluxDB-compatible endpoints (/write, /api/v2/write,
-	// /query, /ping); nil on nodes without the broker role.
-	Influx InfluxRoutes
 }
 
 // InfluxRoutes mounts InfluxDB's endpoints: writes, reads and open probes on
@@ -110,12 +86,15 @@ type InfluxRoutes interface {
 
 // Server is the running HTTP server.
 type Server struct {
-	cfg  Config
-	srv  *http.Server
-	ln   net.Listener
-	lg   *zap.Logger
-	gin  *gin.Engine
-	done chan error
+	cfg Config
+	// admin and data are the broker role's (nil without it).
+	admin Admin
+	data  Data
+	srv   *http.Server
+	ln    net.Listener
+	lg    *zap.Logger
+	gin   *gin.Engine
+	done  chan error
 	// refusals rate-limits the log lines of refused internal requests.
 	refusals *peerauth.Limiter
 	writes   *inflight // nil: no bound on write bodies in flight
@@ -138,7 +117,17 @@ func New(cfg Config) *Server {
 	if cfg.Gatherer == nil {
 		cfg.Gatherer = prometheus.DefaultGatherer
 	}
+	if cfg.Health == nil {
+		cfg.Health = noHealth{}
+	}
+	if cfg.Master == nil {
+		cfg.Master = noMaster{}
+	}
 	s := &Server{cfg: cfg, lg: cfg.Logger.Named("http"), done: make(chan error, 1), refusals: peerauth.NewLimiter(time.Minute, nil), started: time.Now()}
+	var influx InfluxRoutes
+	if cfg.Broker != nil {
+		s.admin, s.data, influx = cfg.Broker.Admin(), cfg.Broker.Data(), cfg.Broker.Influx()
+	}
 	if cfg.WriteMaxInflightBytes > 0 {
 		s.writes = newInflight(cfg.WriteMaxInflightBytes)
 		if s.cfg.WriteInflightWait <= 0 {
@@ -165,19 +154,19 @@ func New(cfg Config) *Server {
 	// internal route, so the cluster secret (not a user token) guards it.
 	e.GET("/internal/v1/history", s.historyNode)
 	s.adminRoutes(api)
-	if cfg.Faults != nil {
+	if cfg.Storage != nil && cfg.Storage.FaultInjection() {
 		api.POST("/debug/faults", s.RequireScope(ScopeAdmin), s.injectFault)
 	}
-	if cfg.Influx != nil {
+	if influx != nil {
 		// InfluxDB clients send tokens as `Token x`, basic auth or p=, which
 		// RequireScope accepts; /ping stays open, as clients ping before
 		// they authenticate. A refusal answers in InfluxDB's error shape,
 		// which its clients parse and show.
-		cfg.Influx.Routes(e.Group("/", RequireScopeAs(cfg.Tokens, ScopeWrite, cfg.Influx.Refuse)),
-			e.Group("/", RequireScopeAs(cfg.Tokens, ScopeRead, cfg.Influx.Refuse)), e.Group("/"))
+		influx.Routes(e.Group("/", RequireScopeAs(cfg.Tokens, ScopeWrite, influx.Refuse)),
+			e.Group("/", RequireScopeAs(cfg.Tokens, ScopeRead, influx.Refuse)), e.Group("/"))
 	}
-	if cfg.Mount != nil {
-		cfg.Mount(e)
+	if cfg.Storage != nil {
+		cfg.Storage.Routes(e)
 	}
 	e.GET("/metrics", s.RequireScope(ScopeRead), gin.WrapH(promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{})))
 	// Go's profiler, for operators chasing CPU or memory: admin only, since

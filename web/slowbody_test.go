@@ -44,7 +44,7 @@ func startServer(t *testing.T, cfg web.Config) *web.Server {
 // declared lengths were charged).
 func TestSlowBodiesHoldOnlyWhatTheySent(t *testing.T) {
 	d := &fakeData{}
-	s := startServer(t, web.Config{State: newState(t), Admin: &fakeAdmin{}, Data: d, WriteMaxBodyBytes: 32 << 20,
+	s := startServer(t, web.Config{State: newState(t), Broker: testBroker{admin: &fakeAdmin{}, data: d}, WriteMaxBodyBytes: 32 << 20,
 		WriteMaxInflightBytes: 64 << 20, WriteInflightWait: time.Minute, WriteBodyTimeout: time.Minute})
 	slowWriter(t, s.Addr(), 32<<20)
 	slowWriter(t, s.Addr(), 32<<20)
@@ -63,7 +63,7 @@ func TestSlowBodiesHoldOnlyWhatTheySent(t *testing.T) {
 // within --write-body-timeout gets 400 naming the flag, and its charge is
 // released.
 func TestSlowBodyLosesItsRequest(t *testing.T) {
-	s := startServer(t, web.Config{State: newState(t), Admin: &fakeAdmin{}, Data: &fakeData{}, WriteMaxBodyBytes: 1 << 20,
+	s := startServer(t, web.Config{State: newState(t), Broker: testBroker{admin: &fakeAdmin{}, data: &fakeData{}}, WriteMaxBodyBytes: 1 << 20,
 		WriteMaxInflightBytes: 1 << 20, WriteBodyTimeout: 200 * time.Millisecond})
 	conn := slowWriter(t, s.Addr(), 1000)
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)

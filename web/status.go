@@ -21,13 +21,10 @@ func (s *Server) waiting() string {
 	if !st.FromBackup && (len(st.Synced) == 0 || !st.Synced[statemachine.SourceMaster] || !st.Synced[statemachine.SourceDatabaseConfig]) {
 		return "cluster state not loaded yet"
 	}
-	if s.cfg.Waiting != nil {
-		return s.cfg.Waiting()
-	}
-	return ""
+	return s.cfg.Health.Waiting()
 }
 
-func (s *Server) etcdUp() bool { return s.cfg.EtcdUp == nil || s.cfg.EtcdUp() }
+func (s *Server) etcdUp() bool { return s.cfg.Health.EtcdUp() }
 
 func (s *Server) ready(c *gin.Context) {
 	st := s.cfg.State()
@@ -52,11 +49,8 @@ func (s *Server) ready(c *gin.Context) {
 
 // degraded lists what works only in part, with what to do about it.
 func (s *Server) degraded() []string {
-	if s.cfg.EtcdAlarms == nil {
-		return nil
-	}
 	var out []string
-	for _, a := range s.cfg.EtcdAlarms() {
+	for _, a := range s.cfg.Health.EtcdAlarms() {
 		switch a {
 		case "nospace":
 			out = append(out, "etcd_nospace: etcd is out of space and refuses metadata changes (DDL, failover); reads and data writes go on. "+
@@ -92,13 +86,8 @@ type storageNodeView struct {
 const downForget = time.Hour
 
 func (s *Server) problems(c *gin.Context) {
-	in := problems.Input{State: s.cfg.State(), Now: time.Now(), EtcdUp: s.etcdUp(), ForgetAfter: downForget}
-	if s.cfg.EtcdAlarms != nil {
-		in.EtcdAlarms = s.cfg.EtcdAlarms()
-	}
-	if s.cfg.ClustersEtcdDown != nil {
-		in.ClustersEtcdDown = s.cfg.ClustersEtcdDown()
-	}
+	in := problems.Input{State: s.cfg.State(), Now: time.Now(), EtcdUp: s.etcdUp(), ForgetAfter: downForget,
+		EtcdAlarms: s.cfg.Health.EtcdAlarms(), ClustersEtcdDown: s.cfg.Health.ClustersEtcdDown()}
 	list := problems.Compute(in)
 	counts := map[string]int{problems.Critical: 0, problems.Warning: 0, problems.Info: 0}
 	for _, p := range list {

@@ -26,7 +26,7 @@ func TestTLSSuitesAndHandshakeLog(t *testing.T) {
 	m, err := certs.Load(certs.Config{CertFile: f.Cert, KeyFile: f.Key, CAFile: f.CA})
 	require.NoError(t, err)
 	core, logs := observer.New(zapcore.WarnLevel)
-	s := startServer(t, web.Config{State: newState(t), Admin: &fakeAdmin{}, TLS: m.Server, Logger: zap.New(core)})
+	s := startServer(t, web.Config{State: newState(t), Broker: testBroker{admin: &fakeAdmin{}}, TLS: m.Server, Logger: zap.New(core)})
 
 	get := func(cfg *tls.Config) error {
 		c := &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}, Timeout: 5 * time.Second}

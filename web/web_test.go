@@ -81,7 +81,7 @@ func do(t *testing.T, h http.Handler, method, path, body string, hdr ...string) 
 }
 
 func TestStatusEndpoints(t *testing.T) {
-	h := web.New(web.Config{NodeID: "n1", Roles: []string{"broker"}, State: newState(t), EtcdUp: func() bool { return false }}).Handler()
+	h := web.New(web.Config{NodeID: "n1", Roles: []string{"broker"}, State: newState(t), Health: testHealth{down: true}}).Handler()
 	code, body := do(t, h, "GET", "/api/v1/health", "")
 	require.Equal(t, 200, code)
 	require.Equal(t, "n1", body["node_id"])
@@ -140,14 +140,14 @@ func TestErrorMappingAndStrictBodies(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.code, func(t *testing.T) {
 			a := &fakeAdmin{err: tc.err}
-			h := web.New(web.Config{State: newState(t), Admin: a}).Handler()
+			h := web.New(web.Config{State: newState(t), Broker: testBroker{admin: a}}).Handler()
 			code, body := do(t, h, "POST", "/api/v1/databases", `{"name":"db","num_shards":1}`)
 			require.Equal(t, tc.status, code)
 			require.Equal(t, tc.code, body["error"].(map[string]any)["code"])
 		})
 	}
 	a := &fakeAdmin{}
-	h := web.New(web.Config{State: newState(t), Admin: a}).Handler()
+	h := web.New(web.Config{State: newState(t), Broker: testBroker{admin: a}}).Handler()
 	for _, body := range []string{`{"name":"db","bogus":1}`, `{"name":`, `{"name":"a"}{"name":"b"}`, `[]`} {
 		code, out := do(t, h, "POST", "/api/v1/databases", body)
 		require.Equal(t, 400, code, body)
@@ -160,7 +160,7 @@ func TestErrorMappingAndStrictBodies(t *testing.T) {
 
 func TestAdminToken(t *testing.T) {
 	a := &fakeAdmin{}
-	h := web.New(web.Config{State: newState(t), Admin: a, Tokens: web.Tokens{Admin: "s3cret"}}).Handler()
+	h := web.New(web.Config{State: newState(t), Broker: testBroker{admin: a}, Tokens: web.Tokens{Admin: "s3cret"}}).Handler()
 	code, body := do(t, h, "POST", "/api/v1/storage-clusters", `{"name":"c1"}`)
 	require.Equal(t, 401, code)
 	require.Equal(t, "unauthorized", body["error"].(map[string]any)["code"])
@@ -176,7 +176,7 @@ func TestAdminToken(t *testing.T) {
 
 func TestBodyLimit(t *testing.T) {
 	a := &fakeAdmin{}
-	h := web.New(web.Config{State: newState(t), Admin: a, MaxBodyBytes: 64}).Handler()
+	h := web.New(web.Config{State: newState(t), Broker: testBroker{admin: a}, MaxBodyBytes: 64}).Handler()
 	code, body := do(t, h, "POST", "/api/v1/databases", `{"name":"`+strings.Repeat("a", 100)+`"}`)
 	require.Equal(t, 400, code)
 	require.Contains(t, body["error"].(map[string]any)["message"], "larger than")
@@ -201,7 +201,7 @@ func (f *fakeData) Query(context.Context, models.Query) (json.RawMessage, error)
 // naming it; other bodies keep theirs.
 func TestWriteBodyLimit(t *testing.T) {
 	d := &fakeData{}
-	h := web.New(web.Config{State: newState(t), Admin: &fakeAdmin{}, Data: d, MaxBodyBytes: 1 << 20, WriteMaxBodyBytes: 64}).Handler()
+	h := web.New(web.Config{State: newState(t), Broker: testBroker{admin: &fakeAdmin{}, data: d}, MaxBodyBytes: 1 << 20, WriteMaxBodyBytes: 64}).Handler()
 	code, body := do(t, h, "POST", "/api/v1/write?db=x", strings.Repeat("m value=1 1\n", 10))
 	require.Equal(t, 413, code)
 	require.Equal(t, "too_large", body["error"].(map[string]any)["code"])
@@ -243,7 +243,7 @@ func TestProblemsAndDownNodes(t *testing.T) {
 	for len(m.Snapshot().Departed["c"]) == 0 {
 		<-m.Changed()
 	}
-	h := web.New(web.Config{State: m.Snapshot, EtcdUp: func() bool { return true }, EtcdAlarms: func() []string { return []string{"NOSPACE"} }}).Handler()
+	h := web.New(web.Config{State: m.Snapshot, Health: testHealth{alarms: []string{"NOSPACE"}}}).Handler()
 
 	code, body := do(t, h, "GET", "/api/v1/problems", "")
 	require.Equal(t, 200, code)
@@ -292,7 +292,7 @@ func TestAPIDocumented(t *testing.T) {
 	doc, err := os.ReadFile("../docs/api.md")
 	require.NoError(t, err)
 	text := string(doc)
-	s := web.New(web.Config{State: newState(t), Admin: &fakeAdmin{}})
+	s := web.New(web.Config{State: newState(t), Broker: testBroker{admin: &fakeAdmin{}}})
 	n := 0
 	for _, route := range s.Routes() {
 		method, path := route.Method, ginPathToDoc(route.Path)
@@ -322,7 +322,7 @@ func ginPathToDoc(path string) string {
 // pass and ready once the node is, fail and 503 naming why before.
 func TestInfluxProbes(t *testing.T) {
 	waiting := "storage: shards opening"
-	h := web.New(web.Config{NodeID: "n1", State: newState(t), Waiting: func() string { return waiting }}).Handler()
+	h := web.New(web.Config{NodeID: "n1", State: newState(t), Health: testHealth{waiting: func() string { return waiting }}}).Handler()
 	code, body := do(t, h, "GET", "/health", "")
 	require.Equal(t, 503, code)
 	require.Equal(t, "fail", body["status"])

@@ -86,11 +86,11 @@ func (d *decoder) rawValue(s *RawSeries, i int) {
 		s.Values[i] = d.float()
 		return
 	case models.FieldInteger:
-		sp = models.TypedPoint(0, s.Type, uint64(d.varint()), "")
+		sp = models.TypedPoint(0, s.Type, uint64(d.Varint()), "")
 	case models.FieldUnsigned:
-		sp = models.TypedPoint(0, s.Type, d.uvarint(), "")
+		sp = models.TypedPoint(0, s.Type, d.Uvarint(), "")
 	case models.FieldBoolean:
-		v := d.byte()
+		v := d.Byte()
 		if v > 1 {
 			d.fail("boolean")
 		}
@@ -104,7 +104,7 @@ func (d *decoder) rawValue(s *RawSeries, i int) {
 
 // fieldType reads a field type byte.
 func (d *decoder) fieldType() models.FieldType {
-	t := models.FieldType(d.byte())
+	t := models.FieldType(d.Byte())
 	if !t.Valid() {
 		d.fail("field type")
 	}

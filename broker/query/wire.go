@@ -14,6 +14,7 @@ import (
 	"math/bits"
 
 	"github.com/cairn-db/cairn/models"
+	"github.com/cairn-db/cairn/storage/wire"
 )
 
 // Sentinel errors, checked with errors.Is.
@@ -267,34 +268,34 @@ func appendFloat(b []byte, f float64) []byte {
 // UnmarshalResult decodes a shard's answer. It trusts nothing: every count is
 // checked against the bytes left, so a corrupt answer cannot allocate wildly.
 func UnmarshalResult(data []byte) (*ShardResult, error) {
-	d := decoder{b: data}
-	version := d.byte()
+	d := decoder{Decoder: wire.NewDecoder(data)}
+	version := d.Byte()
 	if version != wireV2 && version != wireV3 {
 		return nil, fmt.Errorf("%w: version %d", ErrBadWire, version)
 	}
 	v3 := version == wireV3
-	st := Stats(d.byte())
+	st := Stats(d.Byte())
 	r := &ShardResult{}
 	ng := d.count(2)
-	for i := 0; i < ng && d.err == nil; i++ {
+	for i := 0; i < ng && d.Err() == nil; i++ {
 		g := Group{Tags: d.tags()}
 		nf := d.count(2)
-		for j := 0; j < nf && d.err == nil; j++ {
+		for j := 0; j < nf && d.Err() == nil; j++ {
 			f := FieldBuckets{Field: d.string()}
 			if v3 {
 				f.Type = d.fieldType()
 			}
 			strs := f.Type == models.FieldString
-			f.First, f.Step = d.varint(), int64(d.uvarint())
+			f.First, f.Step = d.Varint(), int64(d.Uvarint())
 			minBytes := minBucketBytes(st)
 			if strs { // a string's first and last take a byte at least, not 8
 				minBytes -= 7 * bits.OnesCount8(uint8(st&(StatFirst|StatLast)))
 			}
-			slots, nb := d.uvarint(), d.count(minBytes)
-			if d.slots += slots; d.err == nil && (f.Step < 0 || f.Step == 0 && slots > 1 || slots > MaxBuckets || d.slots > uint64(maxCells(st)) || uint64(nb) > slots) {
+			slots, nb := d.Uvarint(), d.count(minBytes)
+			if d.slots += slots; d.Err() == nil && (f.Step < 0 || f.Step == 0 && slots > 1 || slots > MaxBuckets || d.slots > uint64(maxCells(st)) || uint64(nb) > slots) {
 				d.fail("bucket slots")
 			}
-			if d.err != nil {
+			if d.Err() != nil {
 				break
 			}
 			f.Parts = make([]Partial, slots)
@@ -303,8 +304,8 @@ func UnmarshalResult(data []byte) (*ShardResult, error) {
 				extras = make([]Extra, nb)
 			}
 			at := uint64(0)
-			for k := 0; k < nb && d.err == nil; k++ {
-				skip := d.uvarint()
+			for k := 0; k < nb && d.Err() == nil; k++ {
+				skip := d.Uvarint()
 				if skip >= slots-at {
 					d.fail("bucket slot")
 					break
@@ -312,7 +313,7 @@ func UnmarshalResult(data []byte) (*ShardResult, error) {
 				at += skip
 				bk := &f.Parts[at]
 				at++
-				bk.Count = int64(d.uvarint())
+				bk.Count = int64(d.Uvarint())
 				if bk.Count <= 0 {
 					d.fail("bucket count")
 					break
@@ -326,15 +327,15 @@ func UnmarshalResult(data []byte) (*ShardResult, error) {
 				x := &extras[k]
 				bk.X = x
 				if st&StatMinMax != 0 {
-					x.Min, x.MinTS, x.Max, x.MaxTS = d.float(), d.varint(), d.float(), d.varint()
+					x.Min, x.MinTS, x.Max, x.MaxTS = d.float(), d.Varint(), d.float(), d.Varint()
 				}
 				if st&StatFirst != 0 {
 					x.First, x.FirstS = d.firstLast(strs)
-					x.FirstTS = d.varint()
+					x.FirstTS = d.Varint()
 				}
 				if st&StatLast != 0 {
 					x.Last, x.LastS = d.firstLast(strs)
-					x.LastTS = d.varint()
+					x.LastTS = d.Varint()
 				}
 				if st&StatM2 != 0 {
 					x.M2 = d.float()
@@ -352,7 +353,7 @@ func UnmarshalResult(data []byte) (*ShardResult, error) {
 		r.Groups = append(r.Groups, g)
 	}
 	nr := d.count(3)
-	for i := 0; i < nr && d.err == nil; i++ {
+	for i := 0; i < nr && d.Err() == nil; i++ {
 		s := RawSeries{Tags: d.tags(), Field: d.string()}
 		if v3 {
 			s.Type = d.fieldType()
@@ -371,18 +372,18 @@ func UnmarshalResult(data []byte) (*ShardResult, error) {
 			s.Ints = make([]int64, np)
 		}
 		prev := int64(0)
-		for j := 0; j < np && d.err == nil; j++ {
-			s.TS[j] = prev + d.varint()
+		for j := 0; j < np && d.Err() == nil; j++ {
+			s.TS[j] = prev + d.Varint()
 			prev = s.TS[j]
 			d.rawValue(&s, j)
 		}
 		r.Raw = append(r.Raw, s)
 	}
-	if d.err == nil && len(d.b) != 0 {
-		d.err = fmt.Errorf("%w: %d trailing bytes", ErrBadWire, len(d.b))
+	if d.Err() == nil && len(d.Rest()) != 0 {
+		return nil, fmt.Errorf("%w: %d trailing bytes", ErrBadWire, len(d.Rest()))
 	}
-	if d.err != nil {
-		return nil, d.err
+	if err := d.err(); err != nil {
+		return nil, err
 	}
 	return r, nil
 }
@@ -402,75 +403,47 @@ func minBucketBytes(st Stats) int {
 	return n
 }
 
+// decoder reads a shard's answer over storage/wire's Decoder (sticky
+// error, bounds-checked reads), naming what it was reading when it failed
+// and counting the bucket slots it allocated.
 type decoder struct {
-	b     []byte
-	err   error
+	wire.Decoder
+	why   string // what the first failed check was about ("" : a short read)
 	slots uint64 // bucket slots allocated so far
 }
 
+// fail marks the answer bad because of what.
 func (d *decoder) fail(what string) {
-	if d.err == nil {
-		d.err = fmt.Errorf("%w: truncated %s", ErrBadWire, what)
+	if d.Err() == nil {
+		d.why = what
 	}
-	d.b = nil
+	d.Fail()
 }
 
-func (d *decoder) byte() byte {
-	if len(d.b) < 1 {
-		d.fail("header")
-		return 0
+// err is the decoding error, wrapping ErrBadWire; nil while reads succeed.
+func (d *decoder) err() error {
+	if d.Err() == nil {
+		return nil
 	}
-	c := d.b[0]
-	d.b = d.b[1:]
-	return c
-}
-
-func (d *decoder) uvarint() uint64 {
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.fail("integer")
-		return 0
+	if d.why == "" {
+		return fmt.Errorf("%w: truncated answer", ErrBadWire)
 	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) varint() int64 {
-	v, n := binary.Varint(d.b)
-	if n <= 0 {
-		d.fail("integer")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
+	return fmt.Errorf("%w: bad %s", ErrBadWire, d.why)
 }
 
 // count reads a length whose items take at least minSize bytes each.
 func (d *decoder) count(minSize int) int {
-	n := d.uvarint()
-	if n > uint64(len(d.b)/minSize) {
-		d.fail("list")
+	n := d.Uvarint()
+	if n > uint64(len(d.Rest())/minSize) {
+		d.fail("list length")
 		return 0
 	}
 	return int(n)
 }
 
-func (d *decoder) float() float64 {
-	if len(d.b) < 8 {
-		d.fail("float")
-		return 0
-	}
-	v := math.Float64frombits(binary.LittleEndian.Uint64(d.b))
-	d.b = d.b[8:]
-	return v
-}
+func (d *decoder) float() float64 { return math.Float64frombits(d.Uint64()) }
 
-func (d *decoder) string() string {
-	n := d.count(1)
-	s := string(d.b[:n])
-	d.b = d.b[n:]
-	return s
-}
+func (d *decoder) string() string { return string(d.Bytes(uint64(d.count(1)))) }
 
 func (d *decoder) tags() []Tag {
 	n := d.count(2)

@@ -80,8 +80,28 @@ func newHarness(t testing.TB, nodes ...string) *harness {
 		return master.Ready(st) && st.Nodes.At(cluster).Len() == len(nodes)
 	})
 	h.admin = &meta.Admin{Store: h.store, Keys: h.keys, State: h.sm.Snapshot}
-	h.http = web.New(web.Config{NodeID: "test", State: h.sm.Snapshot, Admin: h.admin, Logger: logger(t)}).Handler()
+	h.http = web.New(web.Config{NodeID: "test", State: h.sm.Snapshot, Broker: adminOnly{h.admin}, Logger: logger(t)}).Handler()
 	return h
+}
+
+// adminOnly is a broker role with the admin API alone (web.BrokerAPI).
+type adminOnly struct{ admin *meta.Admin }
+
+func (b adminOnly) Admin() web.Admin         { return b.admin }
+func (b adminOnly) Data() web.Data           { return nil }
+func (b adminOnly) Influx() web.InfluxRoutes { return nil }
+func (b adminOnly) ReplicaTxn(context.Context, models.NodeRef, string, []int) (map[int]models.ReplicaTxn, error) {
+	return nil, fmt.Errorf("the harness asks no storage node")
+}
+
+// operatorsView lists the operators persisted in the harness's etcd
+// (web.MasterView).
+type operatorsView struct{ h *harness }
+
+func (v operatorsView) IsMaster() bool { return false }
+func (v operatorsView) Operators(ctx context.Context) (models.OperatorList, error) {
+	ops, _, err := master.ListOperators(ctx, v.h.store, v.h.keys)
+	return models.OperatorList{Operators: ops}, err
 }
 
 // newManager starts a state manager (one per emulated process) watching the

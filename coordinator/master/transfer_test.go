@@ -70,11 +70,8 @@ func (h *harness) listedOperators() []master.Operator {
 // the next master resumes it.
 func TestLeaderTransferIsAnOperator(t *testing.T) {
 	h := newHarness(t, "n1", "n2", "n3")
-	h.http = web.New(web.Config{NodeID: "test", State: h.sm.Snapshot, Admin: h.admin, Logger: logger(t),
-		Operators: func(ctx context.Context) (models.OperatorList, error) {
-			ops, _, err := master.ListOperators(ctx, h.store, h.keys)
-			return models.OperatorList{Operators: ops}, err
-		}}).Handler()
+	h.http = web.New(web.Config{NodeID: "test", State: h.sm.Snapshot, Broker: adminOnly{h.admin}, Logger: logger(t),
+		Master: operatorsView{h}}).Handler()
 	rm := h.startMaster(masterOpts{})
 	h.admin.Master = rm
 	h.createDB("t", 2, 3)
