@@ -377,13 +377,9 @@ func (r *replica) write(ctx context.Context, term int64, points []lineproto.Poin
 		}
 		return fmt.Errorf("%w: shard %s is at term %d here, request has %d", ErrStaleTerm, r.id, cur, term)
 	}
-	if r.ls.isr == nil {
+	if err := r.leaderUsableLocked(term); err != nil {
 		r.mu.Unlock()
-		return fmt.Errorf("%w: shard %s is still publishing its in-sync set", ErrStaleTerm, r.id)
-	}
-	if r.ls.fenced {
-		r.mu.Unlock()
-		return fmt.Errorf("%w: shard %s term %d", ErrFenced, r.id, term)
+		return err
 	}
 	if len(r.ls.isr) < r.h.cfg.MinInsync {
 		n := len(r.ls.isr)
@@ -709,6 +705,19 @@ func (r *replica) supersededLocked(peer int64) error {
 	return nil
 }
 
+// leaderUsableLocked refuses a request to this leader at term while its
+// leadership cannot take one: its in-sync set is not published yet, or it
+// is fenced. r.mu is held.
+func (r *replica) leaderUsableLocked(term int64) error {
+	if r.ls.isr == nil {
+		return fmt.Errorf("%w: shard %s is still publishing its in-sync set", ErrStaleTerm, r.id)
+	}
+	if r.ls.fenced {
+		return fmt.Errorf("%w: shard %s term %d", ErrFenced, r.id, term)
+	}
+	return nil
+}
+
 // leave removes a follower that is shutting down from the in-sync set at once,
 // so writes do not wait for the lag bound.
 func (r *replica) leave(ctx context.Context, term int64, node string) error {
@@ -717,13 +726,9 @@ func (r *replica) leave(ctx context.Context, term int64, node string) error {
 		r.mu.Unlock()
 		return fmt.Errorf("%w: shard %s", ErrStaleTerm, r.id)
 	}
-	if r.ls.isr == nil {
+	if err := r.leaderUsableLocked(term); err != nil {
 		r.mu.Unlock()
-		return fmt.Errorf("%w: shard %s is still publishing its in-sync set", ErrStaleTerm, r.id)
-	}
-	if r.ls.fenced {
-		r.mu.Unlock()
-		return fmt.Errorf("%w: shard %s term %d", ErrFenced, r.id, term)
+		return err
 	}
 	if r.ls.superseded > 0 {
 		r.mu.Unlock()

@@ -145,11 +145,7 @@ func (mt *memtable) applyDelete(d *wire.Delete) {
 		if ok, err := keyMatches(ms.key, d); err != nil || !ok {
 			continue // a key the memtable built always parses
 		}
-		lo, _ := slices.BinarySearchFunc(ms.pts, d.Min, cmpPointTS)
-		hi, found := slices.BinarySearchFunc(ms.pts, d.Max, cmpPointTS)
-		if found {
-			hi++
-		}
+		lo, hi := ms.span(d.Min, d.Max)
 		if lo >= hi {
 			continue
 		}

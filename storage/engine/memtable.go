@@ -338,6 +338,17 @@ func (mt *memtable) intern(key []byte) (string, int64, bool) {
 	return k, max(diskMax, newest), true
 }
 
+// span is the index range [lo, hi) of ms's points dated start to end,
+// both included.
+func (ms *memSeries) span(start, end int64) (lo, hi int) {
+	lo, _ = slices.BinarySearchFunc(ms.pts, start, cmpPointTS)
+	hi, found := slices.BinarySearchFunc(ms.pts, end, cmpPointTS)
+	if found {
+		hi++
+	}
+	return lo, hi
+}
+
 // merge merges a batch's out-of-order points, which are disjoint from pts,
 // into pts.
 func (ms *memSeries) merge(pending []memPoint) {
@@ -375,11 +386,7 @@ func (mt *memtable) collect(metric string, match map[string]string, start, end i
 	b := budget{lim: lim} // each hit is a series of the answer (a point also flushed counts twice: conservative)
 	for _, idx := range mt.byMetric[metric] {
 		ms := &mt.series[idx]
-		lo, _ := slices.BinarySearchFunc(ms.pts, start, cmpPointTS)
-		hi, found := slices.BinarySearchFunc(ms.pts, end, cmpPointTS)
-		if found {
-			hi++
-		}
+		lo, hi := ms.span(start, end)
 		if lo >= hi {
 			continue
 		}

@@ -189,11 +189,7 @@ func (mt *memtable) scanCopy(metric string, start, end int64, keep func(string) 
 	total := 0
 	for _, idx := range mt.byMetric[metric] {
 		ms := &mt.series[idx]
-		lo, _ := slices.BinarySearchFunc(ms.pts, start, cmpPointTS)
-		hi, found := slices.BinarySearchFunc(ms.pts, end, cmpPointTS)
-		if found {
-			hi++
-		}
+		lo, hi := ms.span(start, end)
 		if lo >= hi || !keep(ms.key) {
 			continue
 		}
