@@ -255,6 +255,7 @@ func (a *App) openBrokerRole(w *web.Config) error {
 		QueryMaxSeries: cfg.QueryMaxSeries, QueryMaxPoints: cfg.QueryMaxPoints}
 	if a.host != nil {
 		data.Self, data.Local, data.Prepare, data.LocalSelect = a.nodeID, a.host.Write, a.host.Prepare, a.host.Select
+		data.LocalDelete = a.host.Delete
 	}
 	w.Broker = &brokerRole{admin: admin, data: data, ask: a.askTxn,
 		influx: influx.New(influx.Config{Backend: data, Logger: a.lg, MaxBodyBytes: int64(cfg.WriteMaxBodyBytes),

@@ -21,6 +21,7 @@ import (
 	"github.com/cairn-db/cairn/statemachine"
 	"github.com/cairn-db/cairn/storage/client"
 	"github.com/cairn-db/cairn/storage/lineproto"
+	"github.com/cairn-db/cairn/storage/wire"
 )
 
 // Data is the broker's data plane: it hashes series to shards, sends each
@@ -46,7 +47,10 @@ type Data struct {
 	// of a batch in the goroutine that split the batch, just before the
 	// shard's own goroutine starts, while the points are in its caches.
 	Prepare func(points []lineproto.Point) PreparedWrite
-	Now     func() time.Time
+	// LocalDelete (optional, with Local) logs a delete on a shard led by
+	// this process; without it a delete goes through HTTP.
+	LocalDelete func(ctx context.Context, db string, shard int, term int64, d *wire.Delete) error
+	Now         func() time.Time
 	// MaxPoints bounds the points of one write batch (0: no bound): past it
 	// the batch is refused with models.ErrTooLarge before it is decoded in
 	// full.
@@ -195,34 +199,53 @@ func (d *Data) writePoints(ctx context.Context, st *statemachine.State, cfg mode
 		return 0, nil
 	}
 	groups := splitByShard(points, cfg.NumShards)
+	batches := make([]batch, len(groups))
+	for shard, pts := range groups {
+		batches[shard].pts = pts
+	}
+	return len(points), d.sendToShards(ctx, st, cfg, batches)
+}
+
+// batch is what one shard is sent: points, or a delete.
+type batch struct {
+	pts []lineproto.Point
+	del *wire.Delete
+}
+
+func (b batch) empty() bool { return len(b.pts) == 0 && b.del == nil }
+
+// sendToShards sends each shard its batch (by shard; empty ones are
+// skipped), each from a goroutine of its own, within the write timeout;
+// nil: every batch is durable on its shard's in-sync replicas.
+func (d *Data) sendToShards(ctx context.Context, st *statemachine.State, cfg models.Database, batches []batch) error {
 	ctx, cancel := context.WithTimeoutCause(ctx, d.writeTimeout(), errWriteTimeout)
 	defer cancel()
 	w := d.watch(ctx, cfg)
 	defer w.stop()
 	var wg sync.WaitGroup
-	errs := make(chan error, len(groups))
-	for shard, pts := range groups {
-		if len(pts) == 0 {
+	errs := make(chan error, len(batches))
+	for shard, b := range batches {
+		if b.empty() {
 			continue
 		}
 		// Each shard starts once prepared: the first are written while
 		// the next are prepared.
 		t := d.target(st, cfg, shard)
 		var prepared PreparedWrite
-		if d.Local != nil && d.Prepare != nil && t.online && t.leader == d.Self {
-			prepared = d.Prepare(pts)
+		if b.del == nil && d.Local != nil && d.Prepare != nil && t.online && t.leader == d.Self {
+			prepared = d.Prepare(b.pts)
 		}
 		wg.Add(1)
 		shardWriters.Go(func() {
 			defer wg.Done()
-			if err := d.writeShard(ctx, w, cfg, t, pts, prepared); err != nil {
+			if err := d.writeShard(ctx, w, cfg, t, b, prepared); err != nil {
 				errs <- err
 			}
 		})
 	}
 	wg.Wait()
 	close(errs)
-	return len(points), firstError(errs)
+	return firstError(errs)
 }
 
 // firstError is nil when every shard succeeded; else the first failure,
@@ -303,7 +326,7 @@ func (d *Data) writeTimeout() time.Duration {
 // term, leader gone, in-sync set shrinking) until ctx ends (WriteTimeout).
 // A shard none of whose replicas is live fails at once: no failover can
 // come before a node returns.
-func (d *Data) writeShard(ctx context.Context, w *watch, cfg models.Database, first target, pts []lineproto.Point, prepared PreparedWrite) error {
+func (d *Data) writeShard(ctx context.Context, w *watch, cfg models.Database, first target, b batch, prepared PreparedWrite) error {
 	shard := first.shard
 	changed := d.Changed()
 	var lastErr error
@@ -314,7 +337,7 @@ func (d *Data) writeShard(ctx context.Context, w *watch, cfg models.Database, fi
 			t = d.target(st, cfg, shard)
 		}
 		if t.online {
-			err := d.attempt(ctx, w, cfg, t, pts, prepared)
+			err := d.attempt(ctx, w, cfg, t, b, prepared)
 			prepared = nil // used once
 			var peer *client.PeerError
 			var pw *models.PartialWriteError
@@ -405,14 +428,21 @@ type PreparedWrite = func(ctx context.Context, db string, shard int, term int64)
 // attempt sends one batch to t (nil: durable), abandoning it as soon as the published state
 // names another leader or term for the shard (w watches): a frozen or
 // partitioned leader must not hold a write hostage.
-func (d *Data) attempt(ctx context.Context, w *watch, cfg models.Database, t target, pts []lineproto.Point, prepared PreparedWrite) error {
+func (d *Data) attempt(ctx context.Context, w *watch, cfg models.Database, t target, b batch, prepared PreparedWrite) error {
 	actx, cancel := context.WithCancel(w.base) // ctx's end cancels it through w
 	defer cancel()
 	w.add(t, cancel)
 	defer w.remove(t.shard)
+	shard := client.Shard{Peer: client.Peer{ID: t.leader, Address: t.address}, DB: cfg.Name, Shard: t.shard}
+	if b.del != nil && (d.LocalDelete == nil || t.leader != d.Self) {
+		return d.peers().Delete(actx, shard, t.term, b.del)
+	}
 	if d.Local != nil && t.leader == d.Self {
-		write := func() error { return d.Local(actx, cfg.Name, t.shard, t.term, pts) }
-		if prepared != nil {
+		write := func() error { return d.Local(actx, cfg.Name, t.shard, t.term, b.pts) }
+		switch {
+		case b.del != nil:
+			write = func() error { return d.LocalDelete(actx, cfg.Name, t.shard, t.term, b.del) }
+		case prepared != nil:
 			write = func() error { return prepared(actx, cfg.Name, t.shard, t.term) }
 		}
 		if err := write(); err != nil {
@@ -421,7 +451,7 @@ func (d *Data) attempt(ctx context.Context, w *watch, cfg models.Database, t tar
 		}
 		return nil
 	}
-	return d.peers().Write(actx, client.Shard{Peer: client.Peer{ID: t.leader, Address: t.address}, DB: cfg.Name, Shard: t.shard}, t.term, pts)
+	return d.peers().Write(actx, shard, t.term, b.pts)
 }
 
 // A watch abandons the attempts of one batch whose shard's leader or term

@@ -156,7 +156,7 @@ func (r *replica) applyLog(ans *client.LogAnswer) (err error) {
 // append queues a leader's entry for the group commit.
 func (r *replica) append(e wire.Entry) (func() error, error) {
 	r.applyMu.Lock()
-	wait, err := r.eng.Append(engine.Entry{TxnID: e.TxnID, Term: e.Term, Points: e.Points})
+	wait, err := r.eng.Append(engine.Entry{TxnID: e.TxnID, Term: e.Term, Points: e.Points, Delete: e.Delete})
 	r.applyMu.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("apply txn %d: %w", e.TxnID, err)

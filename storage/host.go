@@ -19,6 +19,7 @@ import (
 	"github.com/cairn-db/cairn/storage/client"
 	"github.com/cairn-db/cairn/storage/engine"
 	"github.com/cairn-db/cairn/storage/lineproto"
+	"github.com/cairn-db/cairn/storage/wire"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 )
@@ -501,6 +502,16 @@ func (h *Host) get(db string, shard int) *replica {
 // path for a broker in the same process as the leader.
 func (h *Host) Write(ctx context.Context, db string, shard int, term int64, points []lineproto.Point) error {
 	return h.write(ctx, db, shard, term, points, nil)
+}
+
+// Delete logs d on a shard this node leads at term, replicated like a write:
+// nil once it is durable on the in-sync replicas.
+func (h *Host) Delete(ctx context.Context, db string, shard int, term int64, d *wire.Delete) error {
+	r := h.get(db, shard)
+	if r == nil {
+		return fmt.Errorf("%w: %s on %s", ErrNotHosted, models.ShardID(db, shard), h.nodeID)
+	}
+	return r.delete(ctx, term, d)
 }
 
 // Prepare does ahead what a write of points does first (engine.Prepare) and

@@ -19,7 +19,7 @@ import (
 // The internal replication and data API of a storage node (its client and
 // wire format: storage/client), under
 // /internal/v1/shards/{db}/{shard}/...:
-//   POST .../write?term=T            body: one encoded engine.Entry (txn 0); 204 once durable on the in-sync replicas
+//   POST .../write?term=T            body: one encoded engine.Entry (txn 0), points or a delete; 204 once durable on the in-sync replicas
 //   GET  .../log?term&node&after&after_term&wait_ms   followers' pull; 200 length-prefixed entries,
 //        205 + X-Cairn-Truncate-To (diverged log), 410 (full sync needed)
 //   GET  .../snapshot?term=T          the full replica
@@ -93,7 +93,11 @@ func (h *Host) handleWrite(c *gin.Context) {
 		replyErr(c, models.Mark(err, models.ErrBadInput))
 		return
 	}
-	if err := r.write(c.Request.Context(), queryInt(c, "term"), e.Points, nil); err != nil {
+	write := func() error { return r.write(c.Request.Context(), queryInt(c, "term"), e.Points, nil) }
+	if e.Delete != nil {
+		write = func() error { return r.delete(c.Request.Context(), queryInt(c, "term"), e.Delete) }
+	}
+	if err := write(); err != nil {
 		replyErr(c, err)
 		return
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/cairn-db/cairn/storage/client"
 	"github.com/cairn-db/cairn/storage/engine"
 	"github.com/cairn-db/cairn/storage/lineproto"
+	"github.com/cairn-db/cairn/storage/wire"
 	"go.uber.org/zap"
 )
 
@@ -359,6 +360,18 @@ func (r *replica) maintainISR(ctx context.Context, d desired) {
 // replica has it durably.
 func (r *replica) write(ctx context.Context, term int64, points []lineproto.Point, pre *engine.Prepared) (err error) {
 	defer r.h.metrics.observeWrite(time.Now(), len(points), &err)
+	return r.logEntry(ctx, term, points, nil, pre)
+}
+
+// delete appends a delete at the leader's term and waits until every
+// in-sync replica has it durably, as a write.
+func (r *replica) delete(ctx context.Context, term int64, d *wire.Delete) error {
+	return r.logEntry(ctx, term, nil, d, nil)
+}
+
+// logEntry appends points, or a delete (del not nil), at the leader's term
+// and waits for the in-sync replicas.
+func (r *replica) logEntry(ctx context.Context, term int64, points []lineproto.Point, del *wire.Delete, pre *engine.Prepared) error {
 	if fence := r.h.cfg.WriteFence; fence != nil {
 		if err := fence(); err != nil {
 			return fmt.Errorf("shard %s: %w", r.id, err)
@@ -393,7 +406,11 @@ func (r *replica) write(ctx context.Context, term int64, points []lineproto.Poin
 	// with one fsync, outside this lock.
 	// A point of a field the shard holds with another type is refused
 	// (InfluxDB's field type conflict), the others are written.
-	points, refused, conflict := r.eng.AdmitTypes(points)
+	var refused int
+	var conflict error
+	if del == nil {
+		points, refused, conflict = r.eng.AdmitTypes(points)
+	}
 	if refused > 0 {
 		pre = nil // it encodes the whole batch
 		if len(points) == 0 {
@@ -402,12 +419,12 @@ func (r *replica) write(ctx context.Context, term int64, points []lineproto.Poin
 	}
 	r.applyMu.Lock()
 	txn := r.eng.NextTxnID()
-	wait, err := r.eng.Append(engine.Entry{TxnID: txn, Term: uint64(term), Points: points, Prepared: pre})
+	wait, err := r.eng.Append(engine.Entry{TxnID: txn, Term: uint64(term), Points: points, Delete: del, Prepared: pre})
 	r.applyMu.Unlock()
 	if err == nil {
 		err = wait()
 	}
-	if errors.Is(err, engine.ErrKeyTooLarge) {
+	if errors.Is(err, engine.ErrKeyTooLarge) || errors.Is(err, engine.ErrBadDelete) {
 		// The client's to fix: the write path's line limits let through
 		// a key the engine cannot hold.
 		return models.Mark(fmt.Errorf("shard %s: %w", r.id, err), models.ErrBadInput)

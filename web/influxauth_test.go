@@ -14,6 +14,7 @@ import (
 	"github.com/cairn-db/cairn/broker/influx"
 	"github.com/cairn-db/cairn/broker/query"
 	"github.com/cairn-db/cairn/models"
+	"github.com/cairn-db/cairn/storage/wire"
 	"github.com/cairn-db/cairn/web"
 	influxdb2 "github.com/influxdata/influxdb-client-go/v2"
 	influxhttp "github.com/influxdata/influxdb-client-go/v2/api/http"
@@ -22,7 +23,9 @@ import (
 )
 
 // influxBackend accepts every write and knows database "db" only.
-type influxBackend struct{ writes int }
+type influxBackend struct{ writes, deletes int }
+
+func (b *influxBackend) Delete(context.Context, string, *wire.Delete) error { b.deletes++; return nil }
 
 func (b *influxBackend) Write(context.Context, string, string, []byte) error { b.writes++; return nil }
 func (b *influxBackend) Databases() []string                                 { return []string{"db"} }
@@ -134,9 +137,9 @@ func TestInfluxRefusalShape(t *testing.T) {
 // token is set.
 func TestInfluxDDLNeedsAdmin(t *testing.T) {
 	for _, tokens := range []web.Tokens{{Admin: "adm"}, {Admin: "adm", Write: "wri", Read: "rea"}} {
-		admin := &fakeAdmin{}
+		admin, be := &fakeAdmin{}, &influxBackend{}
 		srv := web.New(web.Config{State: stateWithDB(t), History: scopeHistory{}, Tokens: tokens,
-			Broker: testBroker{admin: admin, data: scopeData{}, influx: influx.New(influx.Config{Backend: &influxBackend{}, Admin: admin,
+			Broker: testBroker{admin: admin, data: scopeData{}, influx: influx.New(influx.Config{Backend: be, Admin: admin,
 				Authorize: tokens.AllowStatement, Defaults: influx.Defaults{Shards: 1, ReplicaFactor: 1, StorageCluster: "db"}})}})
 		hs := httptest.NewServer(srv.Handler())
 		query := func(token, q string) (int, string) {
@@ -170,6 +173,30 @@ func TestInfluxDDLNeedsAdmin(t *testing.T) {
 		require.Equal(t, 200, code, body)
 		require.JSONEq(t, `{"results":[{"statement_id":0}]}`, body)
 		require.Equal(t, []string{"db:telegraf"}, admin.calls)
+
+		// Every delete needs the admin scope too (InfluxDB asks only the
+		// write privilege of DELETE and DROP SERIES).
+		for _, q := range []string{"DELETE FROM cpu WHERE host = 'a'", "DROP SERIES FROM cpu WHERE host = 'a'", "DROP MEASUREMENT cpu"} {
+			for _, narrow := range []string{"", tokens.Read, tokens.Write} {
+				if code, body = query(narrow, q); narrow == "" {
+					require.Equal(t, 401, code, body)
+				} else {
+					require.Equal(t, 403, code, body)
+				}
+			}
+			require.Zero(t, be.deletes, "no refused delete reached the backend")
+			req, err := http.NewRequest("POST", hs.URL+"/query?db=db&q="+url.QueryEscape(q), nil)
+			require.NoError(t, err)
+			req.SetBasicAuth("telegraf", "adm")
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			raw, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			require.Equal(t, 200, resp.StatusCode, string(raw))
+			require.JSONEq(t, `{"results":[{"statement_id":0}]}`, string(raw))
+			require.Equal(t, 1, be.deletes, q)
+			be.deletes = 0
+		}
 		hs.Close()
 	}
 }

@@ -38,6 +38,9 @@ type ddl func(ctx context.Context, h *Handler, db string) ([]query.Row, error)
 // planDDL plans stmt if it is a statement about databases or retention
 // policies; nil, nil for any other statement.
 func planDDL(stmt influxql.Statement) (ddl, error) {
+	if del, ok := planDelete(stmt); ok {
+		return del, nil
+	}
 	switch s := stmt.(type) {
 	case *influxql.ShowDatabasesStatement:
 		return func(_ context.Context, h *Handler, _ string) ([]query.Row, error) {
@@ -79,7 +82,8 @@ func on(named, db string) string {
 
 // authorize checks that the request may run every statement: /query is
 // mounted with the read scope, and a statement InfluxDB reserves to
-// admins (CREATE/DROP DATABASE, retention policies) or to writers needs
+// admins (CREATE/DROP DATABASE, retention policies, and here every
+// delete: DELETE, DROP SERIES, DROP MEASUREMENT) or to writers needs
 // that scope of Cairn's tokens. An error wraps models.ErrUnauthorized or
 // models.ErrForbidden.
 func (h *Handler) authorize(r *http.Request, stmts []influxql.Statement) error {
@@ -88,6 +92,10 @@ func (h *Handler) authorize(r *http.Request, stmts []influxql.Statement) error {
 	}
 	admin, write := false, false
 	for _, s := range stmts {
+		switch s.(type) {
+		case *influxql.DeleteSeriesStatement, *influxql.DropSeriesStatement, *influxql.DropMeasurementStatement:
+			admin = true // InfluxDB asks only the write privilege of the first two; Cairn its admin scope for every delete
+		}
 		privs, err := s.RequiredPrivileges()
 		if err != nil {
 			return fmt.Errorf("%w: %w", models.ErrForbidden, err)

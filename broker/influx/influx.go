@@ -14,6 +14,7 @@ import (
 
 	"github.com/cairn-db/cairn/broker/query"
 	"github.com/cairn-db/cairn/models"
+	"github.com/cairn-db/cairn/storage/wire"
 	"github.com/gin-gonic/gin"
 	"go.uber.org/zap"
 )
@@ -36,6 +37,9 @@ type Backend interface {
 	AwaitDatabase(ctx context.Context, db string) error
 	// Select runs req on every shard leader of db.
 	Select(ctx context.Context, db string, req *query.ShardRequest) ([]*query.ShardResult, error)
+	// Delete logs del on every shard of db, like a write: nil once it is
+	// durable on every shard's in-sync replicas.
+	Delete(ctx context.Context, db string, del *wire.Delete) error
 	// SeriesKeys lists db's series keys (of measurement only, when not ""),
 	// with the types of their fields.
 	SeriesKeys(ctx context.Context, db, measurement string) (models.SeriesList, error)

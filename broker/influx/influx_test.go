@@ -14,6 +14,7 @@ import (
 
 	"github.com/cairn-db/cairn/broker/query"
 	"github.com/cairn-db/cairn/models"
+	"github.com/cairn-db/cairn/storage/wire"
 	"github.com/gin-gonic/gin"
 	"github.com/stretchr/testify/require"
 )
@@ -54,7 +55,16 @@ func TestReadBody(t *testing.T) {
 
 // fakeBackend records writes and serves one database's series.
 type fakeBackend struct {
-	writes []string
+	writes  []string
+	deletes []wire.Delete
+}
+
+func (f *fakeBackend) Delete(_ context.Context, db string, d *wire.Delete) error {
+	if db != "db" {
+		return fmt.Errorf("%w: database %q", models.ErrNotFound, db)
+	}
+	f.deletes = append(f.deletes, *d)
+	return nil
 }
 
 func (f *fakeBackend) Write(_ context.Context, db, precision string, body []byte) error {

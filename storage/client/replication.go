@@ -22,7 +22,18 @@ import (
 // durable on the in-sync replicas. A refusal is a *PeerError (models
 // .ErrStaleTerm, ErrNotEnoughISR, ...); anything else is a transport error.
 func (c *Client) Write(ctx context.Context, s Shard, term int64, points []lineproto.Point) error {
-	body, err := wire.Entry{Term: uint64(term), Points: points}.MarshalBinary()
+	return c.logEntry(ctx, s, term, wire.Entry{Term: uint64(term), Points: points})
+}
+
+// Delete sends a delete to the shard's leader at term, which logs it like a
+// write; nil means it is durable on the in-sync replicas. A leader of a
+// release before deletes refuses it with 400 (an unknown entry version).
+func (c *Client) Delete(ctx context.Context, s Shard, term int64, d *wire.Delete) error {
+	return c.logEntry(ctx, s, term, wire.Entry{Term: uint64(term), Delete: d})
+}
+
+func (c *Client) logEntry(ctx context.Context, s Shard, term int64, e wire.Entry) error {
+	body, err := e.MarshalBinary()
 	if err != nil {
 		return err
 	}

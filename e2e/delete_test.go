@@ -1,0 +1,95 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// countOf runs a count() query through the broker: -1 when it fails, 0
+// when it finds no point.
+func countOf(t *testing.T, addr, db, q string) int64 {
+	t.Helper()
+	code, res := influxQL(t, addr, db, q, "")
+	if code != 200 || res.Results[0].Error != "" {
+		return -1
+	}
+	if len(res.Results[0].Series) == 0 {
+		return 0
+	}
+	n, err := res.Results[0].Series[0].Values[0][1].(json.Number).Int64()
+	require.NoError(t, err)
+	return n
+}
+
+// TestDeleteSurvivesLeaderKill: RF 3; 20 minutes of points of hosts a and
+// b; DELETE FROM cpu WHERE host = 'a' AND time < X, then kill -9 of the
+// shard's leader right after the acknowledgement. After the failover none
+// of host a's points before X is answered and every other point is, a
+// point written after the delete before X stays; the killed node,
+// restarted and made leader again, answers the same (it replays the delete
+// from its log).
+func TestDeleteSurvivesLeaderKill(t *testing.T) {
+	c := startDataCluster(t, dataClusterOpts{storageNodes: 3, shards: 1, rf: 3})
+	now := time.Now().Truncate(time.Second)
+	from := now.Add(-20 * time.Minute)
+	x := now.Add(-10 * time.Minute)
+	var lines strings.Builder
+	var before, after int64 // host a's timestamps before x, and from x on
+	for ts := from; !ts.After(now); ts = ts.Add(time.Second) {
+		fmt.Fprintf(&lines, "cpu,host=a value=%d,idle=1 %d\ncpu,host=b value=%d %d\n", ts.Unix(), ts.UnixNano(), ts.Unix(), ts.UnixNano())
+		if ts.Before(x) {
+			before++
+		} else {
+			after++
+		}
+	}
+	resp, err := http.Post("http://"+c.broker.addr+"/write?db=db", "text/plain", strings.NewReader(lines.String()))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusNoContent, resp.StatusCode)
+
+	q := func(field, cond string) string {
+		return fmt.Sprintf(`SELECT count(%q) FROM "cpu" WHERE %s AND time >= %d AND time <= %d`, field, cond, from.UnixNano(), now.UnixNano())
+	}
+	beforeX := fmt.Sprintf(`"host" = 'a' AND time < %d`, x.UnixNano())
+	check := func(stage string, rewritten int64) {
+		t.Helper()
+		require.Equal(t, rewritten, countOf(t, c.broker.addr, "db", q("value", beforeX)), "%s: host a before X", stage)
+		require.Zero(t, countOf(t, c.broker.addr, "db", q("idle", beforeX)), "%s: host a's idle before X", stage)
+		require.Equal(t, after, countOf(t, c.broker.addr, "db", q("value", fmt.Sprintf(`"host" = 'a' AND time >= %d`, x.UnixNano()))), "%s: host a from X on", stage)
+		require.Equal(t, after, countOf(t, c.broker.addr, "db", q("idle", fmt.Sprintf(`"host" = 'a' AND time >= %d`, x.UnixNano()))), "%s: host a's idle from X on", stage)
+		require.Equal(t, before+after, countOf(t, c.broker.addr, "db", q("value", `"host" = 'b'`)), "%s: host b", stage)
+	}
+	require.Equal(t, before, countOf(t, c.broker.addr, "db", q("value", beforeX)))
+
+	victim := c.shardsOf()[0].Leader
+	code, res := influxQL(t, c.broker.addr, "db", fmt.Sprintf(`DELETE FROM "cpu" WHERE "host" = 'a' AND time < %d`, x.UnixNano()), "")
+	require.Equal(t, 200, code)
+	require.Empty(t, res.Results[0].Error)
+	require.Empty(t, res.Results[0].Series)
+	c.proc(victim).kill9()
+	c.waitLeft(victim, 15*time.Second)
+	check("after the failover", 0)
+
+	// A write after the delete, before X, stays.
+	resp, err = http.Post("http://"+c.broker.addr+"/write?db=db", "text/plain",
+		strings.NewReader(fmt.Sprintf("cpu,host=a value=-1 %d\n", x.Add(-time.Minute).UnixNano())))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusNoContent, resp.StatusCode)
+	check("after a write behind the delete", 1)
+
+	c.proc(victim).restart()
+	c.waitHealthy(60 * time.Second)
+	code, body := c.broker.post("/api/v1/databases/db/shards/0/leader", map[string]any{"node_id": victim})
+	require.Equal(t, http.StatusAccepted, code, "%v", body)
+	require.Eventually(t, func() bool { return c.shardsOf()[0].Leader == victim }, 30*time.Second, 50*time.Millisecond)
+	check("with the killed node leading again", 1)
+	t.Logf("%d points of host a before X deleted; %d after X and %d of host b all answered through the kill of %s", before, after, before+after, victim)
+}
