@@ -2,6 +2,7 @@ package placement
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -10,7 +11,13 @@ import (
 // benchPlaceNewDB measures placing one more database (32 shards x RF 3) by
 // the spread sharder on n nodes in 3 zones already holding n such databases
 // (registered once, as the master keeps them).
-func benchPlaceNewDB(b *testing.B, n int) {
+func benchPlaceNewDB(b *testing.B, n int) { benchPlaceNewDBLed(b, n, false) }
+
+// benchPlaceNewDBLed is benchPlaceNewDB where, with uneven, every placed
+// shard is led by its smallest replica id: the nodes' leadership totals
+// are far from even (as while a cluster is being filled, before the
+// rebalance), so the total's leveling runs for most nodes.
+func benchPlaceNewDBLed(b *testing.B, n int, uneven bool) {
 	c := Cluster{Nodes: zoned(n, 3), Shards: map[ShardKey]ShardPlacement{}, Want: map[ShardKey]int{}}
 	add := map[ShardKey]int{}
 	for d := range n {
@@ -21,6 +28,12 @@ func benchPlaceNewDB(b *testing.B, n int) {
 	plan, err := PlaceSpreadNew(c, add)
 	require.NoError(b, err)
 	c.Shards = plan.Target
+	if uneven {
+		for k, p := range c.Shards {
+			p.Leader = slices.Min(p.Replicas)
+			c.Shards[k] = p
+		}
+	}
 	for k, r := range add {
 		c.Want[k] = r
 	}
@@ -38,3 +51,6 @@ func benchPlaceNewDB(b *testing.B, n int) {
 
 func BenchmarkSpreadPlaceNewDB100(b *testing.B)  { benchPlaceNewDB(b, 100) }
 func BenchmarkSpreadPlaceNewDB1000(b *testing.B) { benchPlaceNewDB(b, 1000) }
+
+func BenchmarkSpreadPlaceNewDBUneven100(b *testing.B)  { benchPlaceNewDBLed(b, 100, true) }
+func BenchmarkSpreadPlaceNewDBUneven1000(b *testing.B) { benchPlaceNewDBLed(b, 1000, true) }

@@ -62,17 +62,40 @@ func (sp *spreadPlanner) leaders() {
 }
 
 // level brings every node's count (of leaderships in dbs) within [lo, hi]
-// by chains of hand-overs, where such chains exist.
+// by chains of hand-overs, where such chains exist. A chain starts at a
+// node leading a shard of dbs and ends at a replica of one, so only those
+// are tried: placing one database on a large cluster whose totals are
+// uneven then costs that database's shards, not a failed search from every
+// node for every node.
 func (sp *spreadPlanner) level(dbs []*spreadDB, bounded bool, count func(int32) int, lo, hi func(int32) int) {
+	holds := map[int32]bool{} // replicas of a shard of dbs: the only possible ends
+	for _, d := range dbs {
+		for i := range d.shards {
+			for _, v := range d.shards[i].tgt {
+				holds[v] = true
+			}
+		}
+	}
+	leads := func(v int32) bool {
+		for _, d := range dbs {
+			if d.leads[v] > 0 {
+				return true
+			}
+		}
+		return false
+	}
 	n := int32(len(sp.ids))
 	for v := range n {
-		for count(v) > hi(v) && sp.shift(v, dbs, bounded, func(y int32) bool { return count(y) < hi(y) }) {
+		for count(v) > hi(v) && leads(v) && sp.shift(v, dbs, bounded, func(y int32) bool { return count(y) < hi(y) }) {
 		}
 	}
 	for v := range n {
+		if !holds[v] {
+			continue
+		}
 		for count(v) < lo(v) {
 			moved := false
-			for x := range n {
+			for _, x := range sp.leaderNodes(dbs) {
 				if x != v && count(x) > lo(x) && sp.shift(x, dbs, bounded, func(y int32) bool { return y == v }) {
 					moved = true
 					break
@@ -83,6 +106,21 @@ func (sp *spreadPlanner) level(dbs []*spreadDB, bounded bool, count func(int32) 
 			}
 		}
 	}
+}
+
+// leaderNodes are the nodes leading a shard of dbs, in node order (the
+// order level tried them in before).
+func (sp *spreadPlanner) leaderNodes(dbs []*spreadDB) []int32 {
+	var out []int32
+	for _, d := range dbs {
+		for i := range d.shards {
+			if l := d.shards[i].leader; l >= 0 {
+				out = append(out, l)
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // shift moves one leadership off start along a shortest chain of hand-overs
