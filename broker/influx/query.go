@@ -76,6 +76,9 @@ func (h *Handler) query(c *gin.Context) {
 	// part of it: the shards' requests carry this context.
 	ctx, cancel := context.WithTimeout(c.Request.Context(), h.cfg.QueryTimeout)
 	defer cancel()
+	// The server's write timeout would cut a streamed answer that the query
+	// timeout still allows; a client that stops reading is cut after it.
+	_ = http.NewResponseController(c.Writer).SetWriteDeadline(time.Now().Add(h.cfg.QueryTimeout + 5*time.Second))
 	for i, st := range plans {
 		err := planErrs[i]
 		var rows []query.Row

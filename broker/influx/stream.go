@@ -13,7 +13,7 @@ import (
 // windows for it); a shard answers at most its share of it, and a window
 // where one has more is read again narrower. It bounds the broker's memory
 // for the statement, whatever the size of the answer.
-const PagePoints = 64 << 10
+const PagePoints = 32 << 10
 
 // flushBytes is how much of an open chunk is held before it goes out: a
 // large chunk_size costs the connection's buffer, not the broker's memory.
