@@ -62,6 +62,7 @@ var diffExceptions = map[string]diffException{
 type diffCase struct {
 	q, epoch  string
 	exception string // a key of diffExceptions, or ""
+	chunk     int    // > 0: chunked=true with this chunk_size
 }
 
 // diffDataset is two hours of 10 s points: cpu (hosts h0..h3 in regions
@@ -360,6 +361,19 @@ func diffCases() []diffCase {
 		"SELECT median(online) FROM system WHERE "+all,
 		"SHOW FIELD KEYS FROM system",
 	)
+	// Chunked answers (the influx CLI's): raw selects stream page by page,
+	// the others are cut into chunks of the whole answer.
+	for _, c := range []diffCase{
+		{q: "SELECT * FROM cpu WHERE host = 'h0' AND " + in(0, 600e9), chunk: 7},
+		{q: "SELECT * FROM cpu WHERE host = 'h2' AND " + in(0, 600e9) + " ORDER BY time DESC", chunk: 25, epoch: "ms"},
+		{q: "SELECT value, region FROM cpu WHERE host = 'h3' AND " + in(h, h+300e9), chunk: 30},
+		{q: "SELECT * FROM system WHERE host = 'h1' AND " + all, chunk: 9, epoch: "s"},
+		{q: "SELECT used FROM mem WHERE host = 'h0' AND " + in(0, 100e9), chunk: 10000},
+		{q: "SELECT free FROM disk WHERE host = 'zz' AND " + all, chunk: 5},
+		{q: "SELECT mean(value) FROM cpu WHERE " + all + " GROUP BY time(10m), host", chunk: 5},
+	} {
+		cases = append(cases, c)
+	}
 	// Grafana's panels send their queries as one request.
 	add("stop-at-first-error",
 		"SELECT mean(value) FROM cpu WHERE "+all+" GROUP BY time(30m); SELECT mean(value) FROM cpu GROUP BY time(blah); SELECT max(value) FROM cpu WHERE "+all,
@@ -373,6 +387,10 @@ func queryBody(t *testing.T, addr, db string, c diffCase) (int, string) {
 	form := url.Values{"db": {db}, "q": {c.q}}
 	if c.epoch != "" {
 		form.Set("epoch", c.epoch)
+	}
+	if c.chunk > 0 {
+		form.Set("chunked", "true")
+		form.Set("chunk_size", fmt.Sprint(c.chunk))
 	}
 	resp, err := http.PostForm("http://"+addr+"/query", form)
 	require.NoError(t, err)
@@ -406,7 +424,7 @@ func TestInfluxQLDifferential(t *testing.T) {
 			refBody, body = ex.normalise(refBody, body)
 		}
 		if refCode != code || refBody != body {
-			t.Errorf("%s (epoch %q):\n  influxdb %d: %s\n  cairn    %d: %s", c.q, c.epoch, refCode, clip(refBody), code, clip(body))
+			t.Errorf("%s (epoch %q, chunk %d):\n  influxdb %d: %s\n  cairn    %d: %s", c.q, c.epoch, c.chunk, refCode, clip(refBody), code, clip(body))
 		}
 	}
 	// The typed cases compare data, not two empty answers: both stored
