@@ -254,8 +254,7 @@ func (a *App) openBrokerRole(w *web.Config) error {
 			TagValueBytes: cfg.WriteMaxTagValueBytes, NameBytes: cfg.WriteMaxNameBytes, Tags: cfg.WriteMaxTags},
 		QueryMaxSeries: cfg.QueryMaxSeries, QueryMaxPoints: cfg.QueryMaxPoints}
 	if a.host != nil {
-		data.Self, data.Local, data.Prepare, data.LocalSelect = a.nodeID, a.host.Write, a.host.Prepare, a.host.Select
-		data.LocalDelete = a.host.Delete
+		data.Self, data.Local = a.nodeID, a.host
 	}
 	w.Broker = &brokerRole{admin: admin, data: data, ask: a.askTxn,
 		influx: influx.New(influx.Config{Backend: data, Logger: a.lg, MaxBodyBytes: int64(cfg.WriteMaxBodyBytes),

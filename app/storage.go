@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cairn-db/cairn/broker"
 	"github.com/cairn-db/cairn/config"
 	"github.com/cairn-db/cairn/internal/logrepeat"
 	"github.com/cairn-db/cairn/models"
@@ -62,6 +63,10 @@ type storageRole struct {
 }
 
 var _ web.StorageAPI = (*storageRole)(nil)
+
+// A broker in this process writes and selects on the shards it leads
+// through the host, without HTTP.
+var _ broker.LocalShards = (*storage.Host)(nil)
 
 func (r *storageRole) Routes(g gin.IRouter) { r.host.Routes(g) }
 func (r *storageRole) WriteFence() error    { return r.fence.Err() }

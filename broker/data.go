@@ -36,21 +36,12 @@ type Data struct {
 	// DefaultWriteTimeout): past it the write answers 503 with the last
 	// cause, while a client still listens.
 	WriteTimeout time.Duration
-	// Self and Local short-circuit writes to shards led by this very process
-	// (a standalone node): no HTTP, no re-encoding. Local returns storage
-	// errors (wrapping the models sentinels the internal API answers with).
+	// Self and Local short-circuit writes and selects to shards led by this
+	// very process (a node with the storage role): no HTTP, no re-encoding.
+	// Local is nil without that role.
 	Self  string
-	Local func(ctx context.Context, db string, shard int, term int64, points []lineproto.Point) error
-	// Prepare (optional, with Local) does ahead the first work of a local
-	// write of points and returns that write, which the first attempt calls
-	// instead of Local (a retry calls Local). It runs for each local shard
-	// of a batch in the goroutine that split the batch, just before the
-	// shard's own goroutine starts, while the points are in its caches.
-	Prepare func(points []lineproto.Point) PreparedWrite
-	// LocalDelete (optional, with Local) logs a delete on a shard led by
-	// this process; without it a delete goes through HTTP.
-	LocalDelete func(ctx context.Context, db string, shard int, term int64, d *wire.Delete) error
-	Now         func() time.Time
+	Local LocalShards
+	Now   func() time.Time
 	// MaxPoints bounds the points of one write batch (0: no bound): past it
 	// the batch is refused with models.ErrTooLarge before it is decoded in
 	// full.
@@ -63,9 +54,25 @@ type Data struct {
 	QueryMaxSeries, QueryMaxPoints int
 	// Metrics records writes and queries; nil records nothing.
 	Metrics *Metrics
-	// LocalSelect evaluates InfluxQL shard requests on shards led by this
-	// process, without HTTP or encoding.
-	LocalSelect func(ctx context.Context, db string, shard int, req *query.ShardRequest) (*query.ShardResult, error)
+}
+
+// LocalShards is the storage role of the broker's own process (storage.Host
+// implements it). Its errors wrap the models sentinels the internal API
+// answers with.
+type LocalShards interface {
+	// Write appends points to a shard this process leads at term.
+	Write(ctx context.Context, db string, shard int, term int64, points []lineproto.Point) error
+	// Prepare does ahead the first work of a local write of points and
+	// returns that write, which the first attempt calls instead of Write
+	// (a retry calls Write). It runs for each local shard of a batch in the
+	// goroutine that split the batch, just before the shard's own
+	// goroutine starts, while the points are in its caches.
+	Prepare(points []lineproto.Point) PreparedWrite
+	// Delete logs a delete on a shard this process leads at term.
+	Delete(ctx context.Context, db string, shard int, term int64, d *wire.Delete) error
+	// Select evaluates an InfluxQL shard request on a shard this process
+	// leads.
+	Select(ctx context.Context, db string, shard int, req *query.ShardRequest) (*query.ShardResult, error)
 }
 
 // DefaultWriteTimeout is WriteTimeout's default: under the 5 s timeouts of
@@ -232,8 +239,8 @@ func (d *Data) sendToShards(ctx context.Context, st *statemachine.State, cfg mod
 		// the next are prepared.
 		t := d.target(st, cfg, shard)
 		var prepared PreparedWrite
-		if b.del == nil && d.Local != nil && d.Prepare != nil && t.online && t.leader == d.Self {
-			prepared = d.Prepare(b.pts)
+		if b.del == nil && d.Local != nil && t.online && t.leader == d.Self {
+			prepared = d.Local.Prepare(b.pts)
 		}
 		wg.Add(1)
 		shardWriters.Go(func() {
@@ -421,7 +428,7 @@ func noLiveReplica(st *statemachine.State, cfg models.Database, shard int) ([]st
 	return nil, false
 }
 
-// PreparedWrite is a local write of points prepared ahead (Data.Prepare):
+// PreparedWrite is a local write of points prepared ahead (LocalShards.Prepare):
 // it writes them to a shard this process leads at term, once.
 type PreparedWrite = func(ctx context.Context, db string, shard int, term int64) error
 
@@ -434,14 +441,14 @@ func (d *Data) attempt(ctx context.Context, w *watch, cfg models.Database, t tar
 	w.add(t, cancel)
 	defer w.remove(t.shard)
 	shard := client.Shard{Peer: client.Peer{ID: t.leader, Address: t.address}, DB: cfg.Name, Shard: t.shard}
-	if b.del != nil && (d.LocalDelete == nil || t.leader != d.Self) {
+	if b.del != nil && (d.Local == nil || t.leader != d.Self) {
 		return d.peers().Delete(actx, shard, t.term, b.del)
 	}
 	if d.Local != nil && t.leader == d.Self {
-		write := func() error { return d.Local(actx, cfg.Name, t.shard, t.term, b.pts) }
+		write := func() error { return d.Local.Write(actx, cfg.Name, t.shard, t.term, b.pts) }
 		switch {
 		case b.del != nil:
-			write = func() error { return d.LocalDelete(actx, cfg.Name, t.shard, t.term, b.del) }
+			write = func() error { return d.Local.Delete(actx, cfg.Name, t.shard, t.term, b.del) }
 		case prepared != nil:
 			write = func() error { return prepared(actx, cfg.Name, t.shard, t.term) }
 		}

@@ -70,8 +70,8 @@ func (d *Data) Select(ctx context.Context, db string, req *query.ShardRequest) (
 		return nil, nil // all of the range is past the retention
 	}
 	out, err := fanOut(ctx, d, db, func(ctx context.Context, t target, s client.Shard) (*query.ShardResult, error) {
-		if d.LocalSelect != nil && t.leader == d.Self {
-			return d.LocalSelect(ctx, db, t.shard, req)
+		if d.Local != nil && t.leader == d.Self {
+			return d.Local.Select(ctx, db, t.shard, req)
 		}
 		r, err := d.peers().Select(ctx, s, req)
 		return r, statementErr(err)

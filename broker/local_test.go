@@ -2,6 +2,7 @@ package broker_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -13,10 +14,12 @@ import (
 	"time"
 
 	"github.com/cairn-db/cairn/broker"
+	"github.com/cairn-db/cairn/broker/query"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
 	"github.com/cairn-db/cairn/storage"
 	"github.com/cairn-db/cairn/storage/lineproto"
+	"github.com/cairn-db/cairn/storage/wire"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -61,11 +64,11 @@ func TestLocalWritesGetTheirPreparedPoints(t *testing.T) {
 	never := make(chan struct{})
 	d := &broker.Data{State: func() *statemachine.State { return st }, Changed: func() <-chan struct{} { return never },
 		Client: http.DefaultClient, WriteTimeout: 10 * time.Second, Self: "self",
-		Local: func(_ context.Context, db string, shard int, term int64, points []lineproto.Point) error {
-			return local(db, shard, term, points, nil)
-		},
 	}
-	d.Prepare = func(points []lineproto.Point) broker.PreparedWrite {
+	write := func(_ context.Context, db string, shard int, term int64, points []lineproto.Point) error {
+		return local(db, shard, term, points, nil)
+	}
+	prepare := func(points []lineproto.Point) broker.PreparedWrite {
 		mu.Lock()
 		preparedCalls++
 		mu.Unlock()
@@ -74,6 +77,7 @@ func TestLocalWritesGetTheirPreparedPoints(t *testing.T) {
 			return local(db, shard, term, points, p)
 		}
 	}
+	d.Local = localShards{write: write, prepare: prepare}
 	local = func(db string, shard int, term int64, points []lineproto.Point, p *prepared) error {
 		// assert, not require: this runs in the shard's goroutine.
 		assert.Equal(t, "db", db)
@@ -100,4 +104,32 @@ func TestLocalWritesGetTheirPreparedPoints(t *testing.T) {
 	require.Equal(t, map[int][]bool{0: {true, false}, 2: {true}}, calls)
 	require.Equal(t, 2, preparedCalls, "one Prepare per shard led here")
 	require.Equal(t, int32(2), remote.Load(), "shards 1 and 3 went to n2")
+}
+
+// localShards is a broker.LocalShards made of a test's functions; without
+// prepare, a prepared write is a plain one.
+type localShards struct {
+	write   func(ctx context.Context, db string, shard int, term int64, points []lineproto.Point) error
+	prepare func(points []lineproto.Point) broker.PreparedWrite
+}
+
+func (l localShards) Write(ctx context.Context, db string, shard int, term int64, points []lineproto.Point) error {
+	return l.write(ctx, db, shard, term, points)
+}
+
+func (l localShards) Prepare(points []lineproto.Point) broker.PreparedWrite {
+	if l.prepare == nil {
+		return func(ctx context.Context, db string, shard int, term int64) error {
+			return l.write(ctx, db, shard, term, points)
+		}
+	}
+	return l.prepare(points)
+}
+
+func (l localShards) Delete(context.Context, string, int, int64, *wire.Delete) error {
+	return errors.New("this test deletes nothing locally")
+}
+
+func (l localShards) Select(context.Context, string, int, *query.ShardRequest) (*query.ShardResult, error) {
+	return nil, errors.New("this test selects nothing locally")
 }

@@ -105,12 +105,14 @@ func benchWriteScale(b *testing.B, series, writers, numShards int) {
 	never := make(chan struct{})
 	d := &broker.Data{State: func() *statemachine.State { return st }, Changed: func() <-chan struct{} { return never },
 		Self: "self",
-		Local: func(_ context.Context, _ string, shard int, term int64, pts []lineproto.Point) error {
-			return appendTo(shard, term, pts, nil)
-		},
-		Prepare: func(pts []lineproto.Point) broker.PreparedWrite {
-			pre := engine.Prepare(pts)
-			return func(_ context.Context, _ string, shard int, term int64) error { return appendTo(shard, term, pts, pre) }
+		Local: localShards{
+			write: func(_ context.Context, _ string, shard int, term int64, pts []lineproto.Point) error {
+				return appendTo(shard, term, pts, nil)
+			},
+			prepare: func(pts []lineproto.Point) broker.PreparedWrite {
+				pre := engine.Prepare(pts)
+				return func(_ context.Context, _ string, shard int, term int64) error { return appendTo(shard, term, pts, pre) }
+			},
 		},
 	}
 

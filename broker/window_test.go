@@ -39,14 +39,14 @@ func TestAcceptedWindow(t *testing.T) {
 	stored := map[string][]int64{}
 	d := &broker.Data{State: func() *statemachine.State { return st }, Changed: func() <-chan struct{} { return make(chan struct{}) },
 		Client: http.DefaultClient, WriteTimeout: 5 * time.Second, Self: "self", Now: func() time.Time { return now },
-		Local: func(_ context.Context, db string, _ int, _ int64, points []lineproto.Point) error {
+		Local: localShards{write: func(_ context.Context, db string, _ int, _ int64, points []lineproto.Point) error {
 			mu.Lock()
 			defer mu.Unlock()
 			for _, p := range points {
 				stored[db] = append(stored[db], p.TS)
 			}
 			return nil
-		}}
+		}}}
 	ns := now.UnixNano()
 	body := fmt.Sprintf("cpu,host=a v=1 %d\ncpu,host=a v=2 %d\ncpu,host=b v=3 %d\n", ns, ns/1e6, ns+int64(25*time.Hour))
 	err := d.Write(context.Background(), "plain", "ns", []byte(body))
