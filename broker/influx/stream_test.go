@@ -78,7 +78,10 @@ func (b *evalBackend) Database(db string) (models.Database, error) {
 	return models.Database{Name: db, NumShards: len(b.shards)}, nil
 }
 
-func (b *evalBackend) Select(_ context.Context, _ string, req *query.ShardRequest) ([]*query.ShardResult, error) {
+func (b *evalBackend) Select(ctx context.Context, _ string, req *query.ShardRequest) ([]*query.ShardResult, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err // as the shards' requests end
+	}
 	b.selects++
 	var out []*query.ShardResult
 	for _, s := range b.shards {
@@ -214,4 +217,40 @@ func TestStreamedSelectTooDense(t *testing.T) {
 	e.ServeHTTP(w, httptest.NewRequest("GET", "/query?db=db&chunked=true&q="+url.QueryEscape("SELECT * FROM m"), nil))
 	require.Equal(t, 413, w.Code)
 	require.Contains(t, w.Body.String(), "more than a page of points at one time")
+}
+
+// goneWriter is a client that goes away once the first bytes arrive.
+type goneWriter struct {
+	*httptest.ResponseRecorder
+	gone   context.CancelFunc
+	b      *evalBackend
+	before int // shard requests when the first bytes arrived
+}
+
+func (w *goneWriter) Write(b []byte) (int, error) {
+	if w.before == 0 {
+		w.before = w.b.selects
+		w.gone()
+	}
+	return w.ResponseRecorder.Write(b)
+}
+
+// TestStreamedSelectClientGone: when the client goes away the statement
+// stops reading pages: no shard request after the one whose page was
+// being written, and the answer ends with the statement's error.
+func TestStreamedSelectClientGone(t *testing.T) {
+	b := streamBackend()
+	e := gin.New()
+	h := New(Config{Backend: b, PagePoints: 100})
+	h.Routes(e.Group("/"), e.Group("/"), e.Group("/"))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w := &goneWriter{ResponseRecorder: httptest.NewRecorder(), gone: cancel, b: b}
+	req := httptest.NewRequest("GET", "/query?db=db&chunked=true&chunk_size=10&q="+url.QueryEscape("SELECT * FROM m"), nil)
+	e.ServeHTTP(w, req.WithContext(ctx))
+	require.Equal(t, 200, w.Code)
+	require.Positive(t, w.before)
+	require.Equal(t, w.before, b.selects, "no page read after the client left")
+	require.Less(t, b.selects, 10)
+	require.Contains(t, w.Body.String(), `"error":"context canceled"`)
 }
