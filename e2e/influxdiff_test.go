@@ -363,7 +363,7 @@ func diffCases() []diffCase {
 	)
 	// Chunked answers (the influx CLI's): raw selects stream page by page,
 	// the others are cut into chunks of the whole answer.
-	for _, c := range []diffCase{
+	cases = append(cases, []diffCase{
 		{q: "SELECT * FROM cpu WHERE host = 'h0' AND " + in(0, 600e9), chunk: 7},
 		{q: "SELECT * FROM cpu WHERE host = 'h2' AND " + in(0, 600e9) + " ORDER BY time DESC", chunk: 25, epoch: "ms"},
 		{q: "SELECT value, region FROM cpu WHERE host = 'h3' AND " + in(h, h+300e9), chunk: 30},
@@ -371,9 +371,7 @@ func diffCases() []diffCase {
 		{q: "SELECT used FROM mem WHERE host = 'h0' AND " + in(0, 100e9), chunk: 10000},
 		{q: "SELECT free FROM disk WHERE host = 'zz' AND " + all, chunk: 5},
 		{q: "SELECT mean(value) FROM cpu WHERE " + all + " GROUP BY time(10m), host", chunk: 5},
-	} {
-		cases = append(cases, c)
-	}
+	}...)
 	// Grafana's panels send their queries as one request.
 	add("stop-at-first-error",
 		"SELECT mean(value) FROM cpu WHERE "+all+" GROUP BY time(30m); SELECT mean(value) FROM cpu GROUP BY time(blah); SELECT max(value) FROM cpu WHERE "+all,
