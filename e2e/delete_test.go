@@ -93,3 +93,66 @@ func TestDeleteSurvivesLeaderKill(t *testing.T) {
 	check("with the killed node leading again", 1)
 	t.Logf("%d points of host a before X deleted; %d after X and %d of host b all answered through the kill of %s", before, after, before+after, victim)
 }
+
+// TestDropSeriesAndMeasurement: through InfluxQL on a standalone node (2
+// shards), DROP SERIES removes the named series' points and SHOW SERIES
+// stops listing them, DROP MEASUREMENT the whole measurement (SHOW
+// MEASUREMENTS too), DELETE without FROM a time range of every
+// measurement; the other series keep every point, also after a restart.
+func TestDropSeriesAndMeasurement(t *testing.T) {
+	p := startInfluxStandalone(t, map[string]int{"d": 2})
+	var lines strings.Builder
+	for i := range 100 {
+		ts := int64(1_700_000_000+i) * 1e9
+		fmt.Fprintf(&lines, "cpu,host=a v=%d %d\ncpu,host=b v=%d %d\nmem,host=a v=%d %d\n", i, ts, i, ts, i, ts)
+	}
+	resp, err := http.Post("http://"+p.addr+"/write?db=d", "text/plain", strings.NewReader(lines.String()))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusNoContent, resp.StatusCode)
+	exec := func(q string) {
+		t.Helper()
+		code, res := influxQL(t, p.addr, "d", q, "")
+		require.Equal(t, 200, code)
+		require.Empty(t, res.Results[0].Error, q)
+	}
+	values := func(q string) []string {
+		t.Helper()
+		code, res := influxQL(t, p.addr, "d", q, "")
+		require.Equal(t, 200, code)
+		require.Empty(t, res.Results[0].Error, q)
+		var out []string
+		for _, s := range res.Results[0].Series {
+			for _, v := range s.Values {
+				out = append(out, fmt.Sprint(v...))
+			}
+		}
+		return out
+	}
+	count := func(cond string) int64 {
+		return countOf(t, p.addr, "d", `SELECT count("v") FROM "cpu" WHERE `+cond)
+	}
+	require.Equal(t, []string{"cpu", "mem", "warmup"}, values("SHOW MEASUREMENTS"))
+	exec(`DROP MEASUREMENT "warmup"`) // startInfluxStandalone's
+	require.Equal(t, []string{"cpu", "mem"}, values("SHOW MEASUREMENTS"))
+
+	exec(`DROP SERIES FROM "cpu" WHERE "host" = 'b'`)
+	require.Zero(t, count(`"host" = 'b'`))
+	require.Equal(t, int64(100), count(`"host" = 'a'`))
+	require.Equal(t, []string{"cpu,host=a"}, values(`SHOW SERIES FROM "cpu"`))
+
+	exec(`DROP MEASUREMENT "mem"`)
+	require.Equal(t, []string{"cpu"}, values("SHOW MEASUREMENTS"))
+	require.Zero(t, countOf(t, p.addr, "d", `SELECT count("v") FROM "mem"`))
+
+	exec(fmt.Sprintf(`DELETE WHERE time < %d`, int64(1_700_000_050)*1e9))
+	require.Equal(t, int64(50), count(`"host" = 'a'`))
+
+	p.term()
+	p.restart()
+	p.waitStatus("/api/v1/ready", 200, 15*time.Second)
+	require.Eventually(t, func() bool { return count(`"host" = 'a'`) == 50 }, 20*time.Second, 50*time.Millisecond, "after a restart")
+	require.Zero(t, count(`"host" = 'b'`))
+	require.Equal(t, []string{"cpu"}, values("SHOW MEASUREMENTS"))
+	require.Equal(t, []string{"cpu,host=a"}, values(`SHOW SERIES FROM "cpu"`))
+}

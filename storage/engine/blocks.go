@@ -37,7 +37,7 @@ var (
 	keyNextSID    = []byte("next_sid")
 	keyRecentFrom = []byte("recent_from")
 
-	allBuckets = [][]byte{bucketMeta, bucketLog, bucketUndo, bucketSKey, bucketPost, bucketBlocks, bucketRecent, bucketFTypes, bucketStrs}
+	allBuckets = [][]byte{bucketMeta, bucketLog, bucketUndo, bucketSKey, bucketPost, bucketBlocks, bucketRecent, bucketFTypes, bucketStrs, bucketGone}
 )
 
 // blockFill packs block pages full: a series' new blocks go after its older

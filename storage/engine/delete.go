@@ -160,9 +160,10 @@ func (mt *memtable) applyDelete(d *wire.Delete) {
 }
 
 // applyDeletes applies a flushing memtable's deletes to the blocks, in
-// order, and says whether it had any. The caller's transaction then writes
+// order, records the series they emptied in gone, and says whether it had
+// any. The caller's transaction then writes
 // the memtable's points over them.
-func applyDeletes(tx *bolt.Tx, dels []*wire.Delete) (bool, error) {
+func applyDeletes(tx *bolt.Tx, dels []*wire.Delete, gone *goneChange) (bool, error) {
 	if len(dels) == 0 {
 		return false, nil
 	}
@@ -175,6 +176,9 @@ func applyDeletes(tx *bolt.Tx, dels []*wire.Delete) (bool, error) {
 		for _, id := range ids {
 			if err := deleteRange(tx, bp, id, d.Min, d.Max); err != nil {
 				return true, fmt.Errorf("delete from series %d: %w", id, err)
+			}
+			if err := markGone(tx, id, gone); err != nil {
+				return true, err
 			}
 		}
 	}

@@ -258,3 +258,51 @@ func TestDeleteEntriesReplicate(t *testing.T) {
 	require.ElementsMatch(t, seen(t, leader), seen(t, follower))
 	require.ElementsMatch(t, expected(12, 2, 4), seen(t, follower))
 }
+
+func keys(t testing.TB, s Shard) []string {
+	t.Helper()
+	var out []string
+	require.NoError(t, s.SeriesKeys(func(k string) error { out = append(out, k); return nil }))
+	return out
+}
+
+// TestDeletedSeriesLeaveTheKeys: a series a delete leaves no point is no
+// longer listed (SHOW): at once for a drop of all time, after the flush for
+// a delete of a range that held all its points, across a restart; a write
+// brings it back.
+func TestDeletedSeriesLeaveTheKeys(t *testing.T) {
+	dir := t.TempDir()
+	e, s := openShardAt(t, dir, manual...)
+	writeHosts(t, s, 1, 10)
+	apply(t, s, 1, pt("mem", "host=a", "value", 1, 1))
+	flushNow(t, s)
+	all := []string{"cpu,host=a#idle", "cpu,host=a#value", "cpu,host=b#value", "mem,host=a#value"}
+	require.ElementsMatch(t, all, keys(t, s))
+
+	del(t, s, 1, wire.Delete{Metric: "mem", Min: math.MinInt64, Max: math.MaxInt64})
+	require.ElementsMatch(t, all[:3], keys(t, s), "a drop leaves the keys at once")
+	del(t, s, 1, hostA(0, 10))
+	require.ElementsMatch(t, all[:3], keys(t, s), "a range delete leaves them at its flush")
+	flushNow(t, s)
+	require.ElementsMatch(t, all[2:3], keys(t, s))
+	require.NoError(t, s.Close())
+	require.NoError(t, e.Close())
+
+	e, s = openShardAt(t, dir, manual...)
+	require.ElementsMatch(t, all[2:3], keys(t, s), "after a restart")
+	apply(t, s, 1, pt("mem", "host=a", "value", 2, 2))
+	require.ElementsMatch(t, []string{all[2], all[3]}, keys(t, s), "a write brings it back")
+	flushNow(t, s)
+	require.ElementsMatch(t, []string{all[2], all[3]}, keys(t, s))
+	// Deleted and written again in one flush: listed.
+	del(t, s, 1, wire.Delete{Metric: "mem", Min: math.MinInt64, Max: math.MaxInt64})
+	apply(t, s, 1, pt("mem", "host=a", "value", 3, 3))
+	flushNow(t, s)
+	require.NoError(t, s.Close())
+	require.NoError(t, e.Close())
+	_, s = openShardAt(t, dir, manual...)
+	require.ElementsMatch(t, []string{all[2], all[3]}, keys(t, s))
+	got, err := s.Query("mem", nil, 0, 10)
+	require.NoError(t, err)
+	require.Equal(t, []SeriesPoint{{TS: 3, Value: 3}}, got[0].Points)
+}

@@ -172,6 +172,7 @@ func (s *boltShard) flushFrozenLocked() error {
 	}
 	upto := mt.entries[len(mt.entries)-1].txn
 	var created map[string]uint64
+	var gone goneChange
 	uptoTerm, base, baseTerm := s.flushTrim(upto)
 	err := s.update(func(tx *bolt.Tx) error {
 		m, err := readMeta(tx)
@@ -184,8 +185,11 @@ func (s *boltShard) flushFrozenLocked() error {
 		if err := resetRecent(tx); err != nil {
 			return err
 		}
-		deleted, err := applyDeletes(tx, mt.dels)
+		deleted, err := applyDeletes(tx, mt.dels, &gone)
 		if err != nil {
+			return err
+		}
+		if err := revive(tx, s.ix, mt, &gone); err != nil {
 			return err
 		}
 		prev, c, merged, err := writeMemtable(tx, s.ix, mt, mt.entries[0].txn)
@@ -230,6 +234,7 @@ func (s *boltShard) flushFrozenLocked() error {
 	// load them after start their read transaction after this commit.
 	// Either way nothing is missing.
 	s.ix.add(created)
+	s.ix.applyGone(gone)
 	s.chargeIndex(false)
 	s.flushedTxn.Store(upto)
 	s.trimTo(base, upto)

@@ -39,6 +39,8 @@ type seriesIndex struct {
 	// (types.go).
 	ft      fieldTypes
 	nextStr atomic.Uint64
+	// gone holds the series a delete left no point (gone.go); nil: none.
+	gone map[uint64]struct{}
 }
 
 // maxSeriesID bounds the series ids an index holds in its slices: an id
@@ -84,7 +86,10 @@ func loadIndex(tx *bolt.Tx) (*seriesIndex, error) {
 		return nil
 	})
 	ix.size.Store(ix.bytesLocked())
-	return ix, err
+	if err != nil {
+		return ix, err
+	}
+	return ix, loadGone(tx, ix)
 }
 
 // put indexes key as id; the caller holds mu (or owns ix).
