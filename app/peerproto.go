@@ -5,29 +5,45 @@ import (
 	"github.com/cairn-db/cairn/statemachine"
 )
 
-// previousProtocol is the node-to-node protocol before this one: its nodes
-// sign and accept version 2 proofs only (COMPATIBILITY.md).
-const previousProtocol = 2
+// Protocols whose nodes accept only an older proof (COMPATIBILITY.md):
+// release 0.1.0's records advertise none (0) and its nodes sign and accept
+// version 1 proofs only; protocol 2 nodes version 2 only.
+const (
+	release010Protocol = 0
+	protocol2          = 2
+)
 
 // proofVersion is the proof the node with id node accepts, from the
-// protocol its records advertise: version 2 for a node of protocol 2,
+// protocol its records advertise: version 1 for a node of release 0.1.0
+// (a record without a protocol), version 2 for a node of protocol 2,
 // version 3 otherwise (also for a node this one has no record of:
 // the bound proof is never downgraded on a guess).
 func (a *App) proofVersion(node string) int {
 	if a.sm == nil {
 		return peerauth.V3
 	}
-	if p, ok := advertisedProtocol(a.sm.Snapshot(), node); ok && p == previousProtocol {
+	p, ok := advertisedProtocol(a.sm.Snapshot(), node)
+	switch {
+	case ok && p == release010Protocol:
+		return peerauth.V1
+	case ok && p == protocol2:
 		return peerauth.V2
 	}
 	return peerauth.V3
+}
+
+// rollFrom010 reports whether a live record advertises no protocol (a node
+// of release 0.1.0: a roll from it is under way): only then does this node
+// accept version 1 proofs (bound to no node), and it warns while it does.
+func (a *App) rollFrom010() bool {
+	return a.sm != nil && anyAdvertises(a.sm.Snapshot(), release010Protocol)
 }
 
 // rollFromV2 reports whether a live node advertises protocol 2 (a roll from
 // it is under way): only then does this node accept version 2 proofs (bound to its
 // address, not its id), and it warns while it does.
 func (a *App) rollFromV2() bool {
-	return a.sm != nil && anyAdvertises(a.sm.Snapshot(), previousProtocol)
+	return a.sm != nil && anyAdvertises(a.sm.Snapshot(), protocol2)
 }
 
 // advertisedProtocol is the protocol in node's records (master, broker,

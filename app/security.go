@@ -39,7 +39,7 @@ func (a *App) setupSecurity() error {
 	}
 	if cfg.ClusterSecret != "" {
 		v := peerauth.NewVerifier(peerauth.VerifierConfig{Secret: cfg.ClusterSecret, Node: a.nodeID,
-			Addresses: []string{cfg.AdvertiseAddr}, AcceptV2: a.rollFromV2, Logger: a.lg.Named("peer")})
+			Addresses: []string{cfg.AdvertiseAddr}, AcceptV1: a.rollFrom010, AcceptV2: a.rollFromV2, Logger: a.lg.Named("peer")})
 		guards = append(guards, v.VerifyRequest)
 	}
 	if len(guards) > 0 {

@@ -84,7 +84,11 @@ func probe(t testing.TB, client *http.Client, addr string, p internalProbe, sign
 // signWith signs for the node id node (empty: a version 2 proof, bound to
 // the address only).
 func signWith(secret, node string, at time.Time) func(*http.Request, []byte) {
-	return func(r *http.Request, body []byte) { peerauth.SignRequest(peerauth.Key(secret), r, node, body, at) }
+	v := peerauth.V3
+	if node == "" {
+		v = peerauth.V2
+	}
+	return func(r *http.Request, body []byte) { peerauth.SignRequest(peerauth.Key(secret), r, v, node, body, at) }
 }
 
 // requireCapturedRefused: a request signed for storage node 0 and accepted

@@ -39,17 +39,35 @@ const upgradePace = 25 * time.Millisecond
 // old follower runs under new leaders. In every phase the writer's
 // acknowledged batches/s stay at least 0.8x the all-old phase's, no node
 // leaves an in-sync set more than once (its own restart aside), and at the
-// end every acknowledged point reads back.
+// end every acknowledged point reads back. It runs twice: without a cluster
+// secret, and with --cluster-secret-file on every node (the previous
+// release's nodes then sign and accept only their own proof version, which
+// the new nodes speak to them and accept while one of them is live).
 func TestRollingUpgrade(t *testing.T) {
 	oldBin, oldCommit := previousRelease(t)
 	t.Logf("previous release: %s, built to %s", oldCommit, oldBin)
+	t.Run("plain", func(t *testing.T) { rollingUpgrade(t, oldBin, oldCommit, "") })
+	t.Run("cluster_secret", func(t *testing.T) {
+		secret := filepath.Join(t.TempDir(), "cluster-secret")
+		require.NoError(t, os.WriteFile(secret, []byte(randomSecret(t, "cs-")+"\n"), 0o600))
+		rollingUpgrade(t, oldBin, oldCommit, secret)
+	})
+}
+
+// rollingUpgrade is TestRollingUpgrade, with --cluster-secret-file
+// secretFile on every master, broker and storage node when it is set.
+func rollingUpgrade(t *testing.T, oldBin, oldCommit, secretFile string) {
+	var args []string
+	if secretFile != "" {
+		args = []string{"--cluster-secret-file", secretFile}
+	}
 	etcdURL := freeURL(t)
 	etcd := startWith(t, oldBin, "--role", "etcd", "--data-dir", t.TempDir(), "--http-addr", freeAddr(t),
 		"--etcd-listen-client-url", etcdURL, "--etcd-listen-peer-url", freeURL(t), "--log-format", "json")
 	etcd.waitStatus("/api/v1/health", 200, 15*time.Second)
 	node := func(roles string) *Proc {
-		return startWith(t, oldBin, "--role", roles, "--data-dir", t.TempDir(), "--http-addr", freeAddr(t),
-			"--etcd-endpoints", etcdURL, "--lease-ttl", "2s", "--log-format", "json")
+		return startWith(t, oldBin, append([]string{"--role", roles, "--data-dir", t.TempDir(), "--http-addr", freeAddr(t),
+			"--etcd-endpoints", etcdURL, "--lease-ttl", "2s", "--log-format", "json"}, args...)...)
 	}
 	brokers := []*Proc{node("master,broker"), node("master,broker")}
 	c := &dataCluster{t: t, broker: brokers[0], etcd: etcd, db: "db", rf: 3, shards: dataShards}
@@ -139,13 +157,24 @@ func TestRollingUpgrade(t *testing.T) {
 
 	all := phases[0].rate
 	var report strings.Builder
-	fmt.Fprintf(&report, "rolling upgrade from %s:\n", oldCommit)
+	fmt.Fprintf(&report, "rolling upgrade from %s (%s):\n", oldCommit, t.Name())
 	for _, p := range phases {
 		fmt.Fprintf(&report, "  %-24s %5.1f acked batches/s (%.2fx all-old) over %5.1fs, p99 %4.0f ms, longest gap %4.0f ms, %5.0f ms in batches over 100 ms; in-sync set writes %3d, drops per node (its own restart aside) %v\n",
 			p.name, p.rate, p.rate/all, p.took.Seconds(), ms(p.p99), ms(p.gap), ms(p.slow), p.isrWrites, p.flaps)
 	}
 	fmt.Fprintf(&report, "  %d acknowledged points read back, 0 lost; unacknowledged batches: %s", n, describeDataFailures(fails))
 	t.Log(report.String())
+	if secretFile != "" {
+		// Proofs were in force: every storage node, while new, accepted
+		// the version 1 proofs of the previous release's nodes (their
+		// brokers' writes at least), and no node refused a peer's proof.
+		for i, s := range c.storage {
+			require.Contains(t, readLog(t, s), "accepting version 1 cluster secret proofs", "storage %d", i+1)
+		}
+		for _, p := range append(slices.Clone(c.storage), brokers...) {
+			require.NotContains(t, readLog(t, p), "cannot authenticate to peer", p.name)
+		}
+	}
 	for _, p := range phases {
 		if strings.HasPrefix(p.name, "storage") {
 			require.Positive(t, p.isrWrites, "%s: the watch saw the restarted node leave and rejoin its sets", p.name)

@@ -232,7 +232,7 @@ func TestInternalGuard(t *testing.T) {
 	}
 	require.False(t, reached)
 	req := httptest.NewRequest("POST", "/internal/v1/shards/db/0/write", strings.NewReader("points"))
-	peerauth.SignRequest(peerauth.Key("s3cret"), req, "n1", []byte("points"), time.Now())
+	peerauth.SignRequest(peerauth.Key("s3cret"), req, peerauth.V3, "n1", []byte("points"), time.Now())
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, req)
 	require.Equal(t, 204, w.Code)

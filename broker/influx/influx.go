@@ -8,7 +8,6 @@ package influx
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"strings"
 	"time"
@@ -156,8 +155,5 @@ func (h *Handler) Refuse(c *gin.Context, status int, err error) {
 func v1Error(c *gin.Context, status int, msg string) {
 	c.Header("X-Influxdb-Version", Version)
 	c.Header("X-Influxdb-Error", msg)
-	// One JSON line, as InfluxDB's response writer ends every answer.
-	b, _ := json.Marshal(map[string]string{"error": msg})
-	c.Data(status, "application/json", append(b, '\n'))
-	c.Abort()
+	c.AbortWithStatusJSON(status, gin.H{"error": msg})
 }

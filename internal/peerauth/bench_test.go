@@ -18,7 +18,7 @@ func BenchmarkSignAndVerify(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		req := httptest.NewRequest("POST", "/internal/v1/shards/db/0/write?term=3", bytes.NewReader(body))
-		SignRequest(key, req, "n1", body, time.Now())
+		SignRequest(key, req, V3, "n1", body, time.Now())
 		if err := v.VerifyRequest(req); err != nil {
 			b.Fatal(err)
 		}

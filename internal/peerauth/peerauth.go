@@ -43,15 +43,29 @@
 // bad_signature, replayed, unbound, body_mismatch, client_cert), which the
 // sending node logs so an operator sees why a node cannot join replication.
 //
-// # Version 2, during a roll
+// # Versions 1 and 2, during a roll
 //
-// The previous release (protocol 2) signs and accepts version 2: the same
-// without the node line and header ("cairn-peer-v2", signature "v2="), bound
-// to the target's address only. A sender picks the version from the target's
-// advertised protocol (TransportConfig.ProofVersion). A receiver refuses
-// version 2 (cause unbound) unless VerifierConfig.AcceptV2 says a roll is
-// under way (a live node advertises protocol 2), and then logs a warning
-// once a minute for as long as it accepts them.
+// Protocol 2 nodes sign and accept version 2: the same without the node
+// line and header ("cairn-peer-v2", signature "v2="), bound to the target's
+// address only. Release 0.1.0 (records without a protocol) signs and accepts
+// version 1 only: three headers (X-Cairn-Date, X-Cairn-Content-Sha256 and
+// X-Cairn-Signature "v1="), no nonce, over the five lines
+//
+//	cairn-peer-v1
+//	<METHOD>
+//	<request URI as sent on the wire>
+//	<X-Cairn-Date>
+//	<X-Cairn-Content-SHA256>
+//
+// bound to neither the target's id nor its address. A sender picks the
+// version from the target's advertised protocol (TransportConfig.ProofVersion)
+// and signs version 1 byte for byte as 0.1.0 does. A receiver refuses
+// version 1 or 2 (cause unbound) unless VerifierConfig.AcceptV1 or AcceptV2
+// says a roll is under way (a live node of that release), and then logs a
+// warning once a minute for as long as it accepts them. An accepted version 1
+// proof goes through the replay cache like the others: 0.1.0 signs no nonce,
+// so two requests alike in method, URI, body and millisecond are one proof,
+// and the second is refused as replayed (the sender's retry signs a new date).
 //
 // Responses are not signed: request bodies are small (a write batch at most),
 // while responses may be long streams (snapshots, log pulls). Use TLS with
@@ -98,16 +112,20 @@ const MaxFuture = 5 * time.Second
 
 // Proof versions (see the package comment).
 const (
-	// V2 binds the target's address only: protocol 2 (the previous release).
+	// V1 binds nothing but the secret: release 0.1.0 (records without a
+	// protocol).
+	V1 = 1
+	// V2 binds the target's address only: protocol 2.
 	V2 = 2
 	// V3 binds the target's node id and address: protocol 3 and later.
 	V3 = 3
 )
 
 const (
+	sigPrefixV1 = "v1="
 	sigPrefixV2 = "v2="
 	sigPrefixV3 = "v3="
-	sigPrefix   = sigPrefixV3 // both prefixes have this length
+	sigPrefix   = sigPrefixV3 // every prefix has this length
 	nonceLen    = 16
 	maxNodeLen  = 256
 )
@@ -120,7 +138,7 @@ var (
 	ErrStale        = errors.New("cluster secret proof outside the clock skew window")
 	ErrWrongNode    = errors.New("cluster secret proof was made for another node")
 	ErrReplayed     = errors.New("cluster secret proof was already used")
-	ErrUnbound      = errors.New("cluster secret proof is not bound to a node id (version 2), and no node of the previous release is live")
+	ErrUnbound      = errors.New("cluster secret proof is not bound to a node id (version 1 or 2), and no node of the release that signs it is live")
 	ErrBadSignature = errors.New("cluster secret proof does not match this node's secret")
 	ErrBodyMismatch = errors.New("request body does not match its signed digest")
 	ErrNoClientCert = errors.New("internal API requires a client certificate verified by --tls-client-ca")
@@ -168,21 +186,26 @@ func Digest(body []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// Proof is what a signature covers. Node is the target's node id; empty
-// makes a version 2 proof (bound to Host only), for a peer of the previous
-// release.
+// Proof is what a signature covers. Version (V1, V2 or V3; 0 is V3) says
+// which fields: V3 all of them, V2 all but Node, V1 Method, RequestURI, Date and
+// Digest only.
 type Proof struct {
+	Version                                             int
 	Node, Method, Host, RequestURI, Date, Nonce, Digest string
 }
 
 // Sign computes the X-Cairn-Signature value of p.
 func Sign(key []byte, p Proof) string {
 	m := hmac.New(sha256.New, key)
-	parts := []string{"cairn-peer-v3", p.Node, p.Method, strings.ToLower(p.Host), p.RequestURI, p.Date, p.Nonce, p.Digest}
-	prefix := sigPrefixV3
-	if p.Node == "" {
-		parts = append([]string{"cairn-peer-v2"}, parts[2:]...)
-		prefix = sigPrefixV2
+	var parts []string
+	var prefix string
+	switch p.Version {
+	case V1:
+		parts, prefix = []string{"cairn-peer-v1", p.Method, p.RequestURI, p.Date, p.Digest}, sigPrefixV1
+	case V2:
+		parts, prefix = []string{"cairn-peer-v2", p.Method, strings.ToLower(p.Host), p.RequestURI, p.Date, p.Nonce, p.Digest}, sigPrefixV2
+	default:
+		parts, prefix = []string{"cairn-peer-v3", p.Node, p.Method, strings.ToLower(p.Host), p.RequestURI, p.Date, p.Nonce, p.Digest}, sigPrefixV3
 	}
 	for i, part := range parts {
 		if i > 0 {
@@ -193,29 +216,31 @@ func Sign(key []byte, p Proof) string {
 	return prefix + hex.EncodeToString(m.Sum(nil))
 }
 
-// SignRequest adds the proof headers to req for body (which must be the
-// bytes req will send) at time now, for the node id node at the host req is
-// sent to. An empty node signs version 2, which only a node of the previous
-// release (or one in a roll from it) accepts.
-func SignRequest(key []byte, req *http.Request, node string, body []byte, now time.Time) {
-	date := strconv.FormatInt(now.UnixMilli(), 10)
-	var raw [nonceLen]byte
-	_, _ = rand.Read(raw[:]) // never fails (crypto/rand)
-	nonce := hex.EncodeToString(raw[:])
-	digest := Digest(body)
-	host := req.Host
-	if host == "" {
-		host = req.URL.Host
+// SignRequest adds the proof headers of version v to req for body (which
+// must be the bytes req will send) at time now, for the node id node (signed
+// by version 3 only) at the host req is sent to. Versions 1 and 2 are only
+// for a node of release 0.1.0 or of protocol 2, which accept nothing newer.
+func SignRequest(key []byte, req *http.Request, v int, node string, body []byte, now time.Time) {
+	p := Proof{Version: v, Method: req.Method, Host: req.Host, RequestURI: req.URL.RequestURI(),
+		Date: strconv.FormatInt(now.UnixMilli(), 10), Digest: Digest(body)}
+	if p.Host == "" {
+		p.Host = req.URL.Host
 	}
 	req.Header.Del(HeaderNode)
-	if node != "" {
+	req.Header.Del(HeaderNonce)
+	if v != V1 { // 0.1.0 sends no nonce
+		var raw [nonceLen]byte
+		_, _ = rand.Read(raw[:]) // never fails (crypto/rand)
+		p.Nonce = hex.EncodeToString(raw[:])
+		req.Header.Set(HeaderNonce, p.Nonce)
+	}
+	if v != V1 && v != V2 {
+		p.Version, p.Node = V3, node
 		req.Header.Set(HeaderNode, node)
 	}
-	req.Header.Set(HeaderDate, date)
-	req.Header.Set(HeaderNonce, nonce)
-	req.Header.Set(HeaderDigest, digest)
-	req.Header.Set(HeaderSignature, Sign(key, Proof{Node: node, Method: req.Method, Host: host,
-		RequestURI: req.URL.RequestURI(), Date: date, Nonce: nonce, Digest: digest}))
+	req.Header.Set(HeaderDate, p.Date)
+	req.Header.Set(HeaderDigest, p.Digest)
+	req.Header.Set(HeaderSignature, Sign(key, p))
 }
 
 type targetKey struct{}
@@ -245,11 +270,15 @@ type VerifierConfig struct {
 	Skew time.Duration
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+	// AcceptV1 says whether a version 1 proof (bound to no node) is
+	// accepted now: true only while a node of release 0.1.0 is live. nil:
+	// never.
+	AcceptV1 func() bool
 	// AcceptV2 says whether a version 2 proof (bound to the address only)
-	// is accepted now: true only while a node of the previous release is
-	// live. nil: never.
+	// is accepted now: true only while a node of protocol 2 is live. nil:
+	// never.
 	AcceptV2 func() bool
-	// Logger warns, once a minute, while version 2 proofs are accepted.
+	// Logger warns, once a minute, while version 1 or 2 proofs are accepted.
 	Logger *zap.Logger
 }
 
@@ -260,7 +289,7 @@ type Verifier struct {
 	now    func() time.Time
 	node   string
 	self   []string // this node's addresses; empty: any Host
-	v2     func() bool
+	v1, v2 func() bool
 	lg     *zap.Logger
 	warn   *Limiter
 	replay *replayCache
@@ -278,7 +307,7 @@ func NewVerifier(cfg VerifierConfig) *Verifier {
 		cfg.Logger = zap.NewNop()
 	}
 	return &Verifier{key: Key(cfg.Secret), skew: cfg.Skew, now: cfg.Now, node: cfg.Node, self: cfg.Addresses,
-		v2: cfg.AcceptV2, lg: cfg.Logger, warn: NewLimiter(time.Minute, cfg.Now), replay: newReplayCache(ReplayCacheSize)}
+		v1: cfg.AcceptV1, v2: cfg.AcceptV2, lg: cfg.Logger, warn: NewLimiter(time.Minute, cfg.Now), replay: newReplayCache(ReplayCacheSize)}
 }
 
 // CheckHeaders verifies the proof headers of a request (method, Host and
@@ -292,7 +321,7 @@ func (v *Verifier) CheckHeaders(method, host, requestURI string, h http.Header) 
 	if p.Date == "" && p.Digest == "" && sig == "" && p.Nonce == "" {
 		return "", ErrMissing
 	}
-	ms, err := checkForm(p, sig)
+	ms, err := checkForm(&p, sig)
 	if err != nil {
 		return "", err
 	}
@@ -309,13 +338,8 @@ func (v *Verifier) CheckHeaders(method, host, requestURI string, h http.Header) 
 	if !hmac.Equal([]byte(Sign(v.key, p)), []byte(sig)) {
 		return "", ErrBadSignature
 	}
-	if p.Node == "" {
-		if v.v2 == nil || !v.v2() {
-			return "", ErrUnbound
-		}
-		if v.warn.Allow("v2") {
-			v.lg.Warn("accepting version 2 cluster secret proofs (bound to this node's address, not its id) while nodes of the previous release are live; they are refused once every node advertises protocol 3")
-		}
+	if err := v.checkOlder(p.Version); err != nil {
+		return "", err
 	}
 	if err := v.replay.add(sig, ms, v.now().Add(-v.skew).UnixMilli()); err != nil {
 		return "", err
@@ -323,25 +347,57 @@ func (v *Verifier) CheckHeaders(method, host, requestURI string, h http.Header) 
 	return p.Digest, nil
 }
 
+// checkOlder refuses a version 1 or 2 proof unless a node of the release
+// that signs it is live, and warns (once a minute per version) while it
+// accepts them.
+func (v *Verifier) checkOlder(version int) error {
+	var accept func() bool
+	var msg string
+	switch version {
+	case V1:
+		accept, msg = v.v1, "accepting version 1 cluster secret proofs (bound to neither this node's id nor its address) while nodes of release 0.1.0 are live; they are refused once every live node advertises a protocol"
+	case V2:
+		accept, msg = v.v2, "accepting version 2 cluster secret proofs (bound to this node's address, not its id) while nodes of protocol 2 are live; they are refused once every node advertises protocol 3"
+	default:
+		return nil
+	}
+	if accept == nil || !accept() {
+		return fmt.Errorf("%w: a version %d proof", ErrUnbound, version)
+	}
+	if v.warn.Allow(msg) {
+		v.lg.Warn(msg)
+	}
+	return nil
+}
+
 // checkForm checks that every part of a proof is well formed, and that the
-// signature's version matches the presence of a node id; it returns the date.
-func checkForm(p Proof, sig string) (int64, error) {
+// signature's version matches the headers it comes with (a node id for
+// version 3 only, a nonce for all but version 1); it sets p's version from
+// the signature and returns the date.
+func checkForm(p *Proof, sig string) (int64, error) {
 	ms, err := strconv.ParseInt(p.Date, 10, 64)
 	if err != nil || ms < 0 || len(p.Date) > 19 {
 		return 0, fmt.Errorf("%w: bad %s", ErrMalformed, HeaderDate)
 	}
-	if len(p.Nonce) != nonceLen*2 || !isLowerHex(p.Nonce) {
+	if p.Nonce != "" && (len(p.Nonce) != nonceLen*2 || !isLowerHex(p.Nonce)) {
 		return 0, fmt.Errorf("%w: bad %s", ErrMalformed, HeaderNonce)
 	}
 	if len(p.Digest) != sha256.Size*2 || !isLowerHex(p.Digest) {
 		return 0, fmt.Errorf("%w: bad %s", ErrMalformed, HeaderDigest)
 	}
-	want := sigPrefixV3
-	if p.Node == "" {
-		want = sigPrefixV2
+	switch {
+	case strings.HasPrefix(sig, sigPrefixV3) && p.Node != "" && p.Nonce != "":
+		p.Version = V3
+	case strings.HasPrefix(sig, sigPrefixV2) && p.Node == "" && p.Nonce != "":
+		p.Version = V2
+	case strings.HasPrefix(sig, sigPrefixV1) && p.Node == "" && p.Nonce == "":
+		p.Version = V1
+	default:
+		return 0, fmt.Errorf("%w: bad %s, or headers of another version (%s for version 3 only, %s for all but version 1)",
+			ErrMalformed, HeaderSignature, HeaderNode, HeaderNonce)
 	}
-	if len(sig) != len(sigPrefix)+sha256.Size*2 || !strings.HasPrefix(sig, want) || !isLowerHex(sig[len(sigPrefix):]) {
-		return 0, fmt.Errorf("%w: bad %s (or a version 3 proof without %s)", ErrMalformed, HeaderSignature, HeaderNode)
+	if len(sig) != len(sigPrefix)+sha256.Size*2 || !isLowerHex(sig[len(sigPrefix):]) {
+		return 0, fmt.Errorf("%w: bad %s", ErrMalformed, HeaderSignature)
 	}
 	if len(p.Node) > maxNodeLen {
 		return 0, fmt.Errorf("%w: bad %s", ErrMalformed, HeaderNode)

@@ -25,7 +25,7 @@ func fixed(at time.Time) func() time.Time { return func() time.Time { return at 
 func signed(t *testing.T, secret, method, target string, body []byte, at time.Time) *http.Request {
 	t.Helper()
 	req := httptest.NewRequest(method, target, bytes.NewReader(body))
-	SignRequest(Key(secret), req, "n1", body, at)
+	SignRequest(Key(secret), req, V3, "n1", body, at)
 	return req
 }
 
@@ -167,8 +167,11 @@ func TestKeyAndSign(t *testing.T) {
 		require.NotEqual(t, s, Sign(Key("a"), q))
 	}
 	v2 := p
-	v2.Node = ""
-	require.True(t, strings.HasPrefix(Sign(Key("a"), v2), "v2="), "no node id: version 2")
+	v2.Version = V2
+	require.True(t, strings.HasPrefix(Sign(Key("a"), v2), "v2="))
+	v2.Node = "n2"
+	require.Equal(t, Sign(Key("a"), v2), Sign(Key("a"), Proof{Version: V2, Node: "n1", Method: "GET", Host: "n1:9000",
+		RequestURI: "/x?y=1", Date: "1", Nonce: "00", Digest: Digest(nil)}), "version 2 signs no node id")
 	// Field boundaries are unambiguous: moving a byte between fields changes
 	// the signature.
 	require.NotEqual(t, Sign(Key("a"), Proof{Node: "n", Method: "GE", Host: "h", RequestURI: "T/x"}),
@@ -190,7 +193,7 @@ func TestProofBoundToNodeAndUsedOnce(t *testing.T) {
 	mkFor := func(node, host string, at time.Time) *http.Request {
 		r := httptest.NewRequest("POST", "/internal/v1/shards/db/0/write?term=3", strings.NewReader("p"))
 		r.Host = host
-		SignRequest(Key("s3cret"), r, node, []byte("p"), at)
+		SignRequest(Key("s3cret"), r, V3, node, []byte("p"), at)
 		return r
 	}
 	mk := func(at time.Time) *http.Request { return mkFor("n1", "n1:9000", at) }
@@ -244,7 +247,11 @@ func TestVersion2OnlyDuringARoll(t *testing.T) {
 	mk := func(node string) *http.Request {
 		r := httptest.NewRequest("GET", "/internal/v1/txn?db=d&shard=0", nil)
 		r.Host = "n1:9000"
-		SignRequest(Key("s3cret"), r, node, nil, t0)
+		v := V3
+		if node == "" {
+			v = V2
+		}
+		SignRequest(Key("s3cret"), r, v, node, nil, t0)
 		return r
 	}
 	err := v.VerifyRequest(mk(""))
@@ -411,8 +418,10 @@ func FuzzVerify(f *testing.F) {
 	good := Proof{Node: "n1", Method: "POST", Host: "n1:9000", RequestURI: "/internal/v1/shards/db/0/write?term=1", Date: date, Nonce: nonce, Digest: Digest([]byte("b"))}
 	f.Add("n1", good.Method, good.Host, good.RequestURI, date, nonce, good.Digest, Sign(key, good), []byte("b"))
 	old := good
-	old.Node = ""
+	old.Version, old.Node = V2, ""
 	f.Add("", old.Method, old.Host, old.RequestURI, date, nonce, old.Digest, Sign(key, old), []byte("b"))
+	v1 := Proof{Version: V1, Method: good.Method, RequestURI: good.RequestURI, Date: date, Digest: good.Digest}
+	f.Add("", v1.Method, "n1:9000", v1.RequestURI, date, "", v1.Digest, Sign(key, v1), []byte("b"))
 	f.Add("n2", "GET", "", "/", "", "", "", "", []byte(nil))
 	f.Add("n1", "GET", "n1:9000", "/x", "-1", nonce, strings.Repeat("0", 64), "v3="+strings.Repeat("f", 64), []byte{})
 	f.Add("", "GET", "N1:9000", "/x", "99999999999999999999", "00", "zz", "v1=", []byte("x"))
@@ -430,7 +439,7 @@ func FuzzVerify(f *testing.F) {
 			return
 		}
 		// Accepted headers must be exactly what the secret signs, for this
-		// node's id and address; version 2 is never accepted here.
+		// node's id and address; versions 1 and 2 are never accepted here.
 		require.True(t, strings.EqualFold(host, "n1:9000"))
 		require.Equal(t, "n1", h.Get(HeaderNode))
 		require.Equal(t, Sign(key, Proof{Node: h.Get(HeaderNode), Method: method, Host: host, RequestURI: uri, Date: h.Get(HeaderDate),

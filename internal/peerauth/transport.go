@@ -25,8 +25,8 @@ type TransportConfig struct {
 	// Now is the signing clock; time.Now when nil.
 	Now func() time.Time
 	// ProofVersion is the proof version node accepts, from the protocol
-	// its record advertises: V2 for a node of the previous release, V3 (or
-	// 0: unknown) otherwise. nil: V3 always.
+	// its record advertises: V1 for a node of release 0.1.0, V2 for one of
+	// protocol 2, V3 (or 0: unknown) otherwise. nil: V3 always.
 	ProofVersion func(node string) int
 }
 
@@ -77,8 +77,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 			return nil, ErrNoTarget
 		}
-		if t.vers != nil && t.vers(node) == V2 {
-			node = "" // the peer's release signs and checks version 2
+		v := V3
+		if t.vers != nil {
+			v = t.vers(node) // what the peer's release signs and checks
 		}
 		body, err := t.readBody(req)
 		if req.Body != nil {
@@ -93,7 +94,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 			out.ContentLength = int64(len(body))
 		}
-		SignRequest(t.key, out, node, body, t.now())
+		SignRequest(t.key, out, v, node, body, t.now())
 	}
 	resp, err := t.base.RoundTrip(out)
 	if err == nil && resp.StatusCode == http.StatusUnauthorized {
@@ -136,7 +137,7 @@ func (t *Transport) logRefusal(req *http.Request, cause string) {
 	case "wrong_node":
 		hint = "the peer is not the node this request was signed for: its node id differs from the one in its record, or its --advertise-addr from the address this node dialed"
 	case "unbound":
-		hint = "the peer refused a version 2 proof (not bound to its node id): this node took the peer for a node of the previous release, or the peer sees none of them live any more"
+		hint = "the peer refused a version 1 or 2 proof (not bound to its node id): this node took the peer for a node of release 0.1.0 or of protocol 2, or the peer sees none of them live any more"
 	case "replayed":
 		hint = "the peer saw this exact request before (a replay, or a retried request)"
 	case "client_cert":
