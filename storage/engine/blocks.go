@@ -421,10 +421,9 @@ func firstKeyAfter(c *bolt.Cursor, id uint64) []byte {
 // merged into the blocks they overlap. It returns the flushed values that
 // were overwritten, keyed by (series, ts), for the undo records, and the
 // series it created.
-func writeMemtable(tx *bolt.Tx, ix *seriesIndex, mt *memtable, fromTxn uint64) (prev map[memSlot]uint64, created map[string]uint64, merged bool, err error) {
+func writeMemtable(tx *bolt.Tx, ix *seriesIndex, mt *memtable, fromTxn uint64) (prev map[memSlot]uint64, created []indexedSeries, merged bool, err error) {
 	order, ids := flushOrder(ix, mt)
 	prev = make(map[memSlot]uint64)
-	created = make(map[string]uint64)
 	newest := make([]seriesMax, 0, len(order))
 	if len(mt.series) > 0 {
 		ix.lastSeries.Store(int64(len(mt.series)))
@@ -450,7 +449,7 @@ func writeMemtable(tx *bolt.Tx, ix *seriesIndex, mt *memtable, fromTxn uint64) (
 			if id, err = ns.create(ms.key); err != nil {
 				return nil, nil, false, err
 			}
-			created[ms.key] = id
+			created = append(created, indexedSeries{ms.key, id})
 		}
 		last, any := ms.diskMax, ms.diskMax != math.MinInt64
 		if !known {

@@ -61,7 +61,15 @@
 // point or two per series, a flush is O(series) puts scattered over every
 // leaf page of the bucket, for O(series) points: the cost per point is a
 // page rewrite divided by few points (issue 21's profiles: writeMemtable,
-// bbolt node.put). The step after this one packs small series: a flush
+// bbolt node.put). Three things keep that in bounds for now: the memtables
+// have room for each indexed series once beside the budget (flush.go:
+// activeLimit), so the budget buys points, not series; background
+// compaction is tiered (compact.go: compactPolicy), so a series' growing
+// block is not rewritten every few flushes; and flushes run two at a time
+// at least, so a commit waiting for its shard's flush does not queue behind
+// every shard's. A flush still writes a block per series, and a node growing
+// to a million series still pays several times the CPU per point of one
+// holding 40k (BENCHMARKS.md). The step after this one packs small series: a flush
 // writes the series with fewer than a handful of points as packed blocks
 // keyed by flush (a directory of series ids with offsets, then their
 // encoded points), appended at the end of a packs bucket, so a flush is

@@ -171,7 +171,7 @@ func (s *boltShard) flushFrozenLocked() error {
 		}
 	}
 	upto := mt.entries[len(mt.entries)-1].txn
-	var created map[string]uint64
+	var created []indexedSeries
 	var gone goneChange
 	uptoTerm, base, baseTerm := s.flushTrim(upto)
 	err := s.update(func(tx *bolt.Tx) error {

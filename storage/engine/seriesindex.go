@@ -146,11 +146,20 @@ type seriesMax struct {
 	ts int64
 }
 
-func (ix *seriesIndex) add(created map[string]uint64) {
+// indexedSeries is a series a flush created, with its id.
+type indexedSeries struct {
+	key string
+	id  uint64
+}
+
+// add indexes the series a flush created. A slice, not a map: a flush of
+// many new series (a million-series node's) hashed each key into a map
+// that grew from empty at every flush, only to hash it again here.
+func (ix *seriesIndex) add(created []indexedSeries) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	for k, id := range created {
-		ix.put(k, id)
+	for _, c := range created {
+		ix.put(c.key, c.id)
 	}
 	ix.size.Store(ix.bytesLocked())
 }
