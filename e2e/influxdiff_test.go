@@ -372,6 +372,22 @@ func diffCases() []diffCase {
 		{q: "SELECT free FROM disk WHERE host = 'zz' AND " + all, chunk: 5},
 		{q: "SELECT mean(value) FROM cpu WHERE " + all + " GROUP BY time(10m), host", chunk: 5},
 	}...)
+	// tz(): buckets at the zone's round times, times written in it.
+	add("",
+		"SELECT mean(value) FROM cpu WHERE "+all+" GROUP BY time(30m) tz('America/Chicago')",
+		"SELECT max(idle) FROM cpu WHERE "+all+" GROUP BY time(1h), host tz('Asia/Kolkata')",
+		"SELECT count(value) FROM cpu WHERE "+all+" GROUP BY time(1d) tz('Pacific/Auckland')",
+		"SELECT count(value) FROM cpu WHERE "+all+" GROUP BY time(1d, 2h) fill(none) tz('America/Los_Angeles')",
+		"SELECT max(value) FROM cpu WHERE "+all+" tz('Europe/Paris')",
+		"SELECT mean(value) FROM cpu WHERE "+all+" tz('Europe/Paris')",
+		"SELECT value, host FROM cpu WHERE host = 'h0' AND "+in(0, 120e9)+" tz('Asia/Kolkata')",
+		"SELECT derivative(mean(value), 1m) FROM cpu WHERE "+all+" GROUP BY time(20m) tz('Asia/Kathmandu')",
+		"SELECT value FROM cpu WHERE "+in(0, 60e9)+" tz('Mars/Olympus')",
+	)
+	cases = append(cases,
+		diffCase{q: "SELECT mean(value) FROM cpu WHERE " + all + " GROUP BY time(1h) tz('Asia/Kolkata')", epoch: "ms"},
+		diffCase{q: "SELECT * FROM cpu WHERE host = 'h1' AND " + in(0, 300e9) + " tz('America/New_York')", chunk: 4},
+	)
 	// Grafana's panels send their queries as one request.
 	add("stop-at-first-error",
 		"SELECT mean(value) FROM cpu WHERE "+all+" GROUP BY time(30m); SELECT mean(value) FROM cpu GROUP BY time(blah); SELECT max(value) FROM cpu WHERE "+all,

@@ -72,28 +72,29 @@ func appendRow(b []byte, row query.Row, unit int64) []byte {
 // appendRowTimes is appendRow sharing time texts with the rows written before.
 func appendRowTimes(b []byte, row query.Row, unit int64, tt *timeTexts) []byte {
 	b = appendHead(b, &row)
+	ck := clock{unit: unit, loc: row.Loc}
 	if row.Times != nil {
-		return append(appendCells(b, row, unit, tt), "]}"...)
+		return append(appendCells(b, row, ck, tt), "]}"...)
 	}
 	timed := len(row.Columns) > 0 && row.Columns[0] == "time"
 	for i, vals := range row.Values {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendValues(b, vals, timed, unit)
+		b = appendValues(b, vals, timed, ck)
 	}
 	return append(b, "]}"...)
 }
 
 // appendValues writes one row of values; timed: the first is the time.
-func appendValues(b []byte, vals []any, timed bool, unit int64) []byte {
+func appendValues(b []byte, vals []any, timed bool, ck clock) []byte {
 	b = append(b, '[')
 	for j, v := range vals {
 		if j > 0 {
 			b = append(b, ',')
 		}
 		if ts, ok := v.(int64); ok && j == 0 && timed {
-			b = appendTime(b, ts, unit)
+			b = ck.append(b, ts)
 			continue
 		}
 		b = appendValue(b, v)
@@ -138,14 +139,18 @@ func appendHead(b []byte, row *query.Row) []byte {
 type timeTexts struct {
 	ts   []int64
 	text [][]byte
+	loc  *time.Location // of the texts
 }
 
-func (tt *timeTexts) append(b []byte, k int, ts, unit int64) []byte {
+func (tt *timeTexts) append(b []byte, k int, ts int64, ck clock) []byte {
+	if tt.loc != ck.loc {
+		tt.ts, tt.text, tt.loc = tt.ts[:0], tt.text[:0], ck.loc
+	}
 	if k < len(tt.ts) && tt.ts[k] == ts {
 		return append(b, tt.text[k]...)
 	}
 	start := len(b)
-	b = appendTime(b, ts, unit)
+	b = ck.append(b, ts)
 	for len(tt.ts) <= k {
 		tt.ts, tt.text = append(tt.ts, 0), append(tt.text, nil)
 	}
@@ -154,13 +159,13 @@ func (tt *timeTexts) append(b []byte, k int, ts, unit int64) []byte {
 }
 
 // appendCells writes the values of an aggregate row held unboxed.
-func appendCells(b []byte, row query.Row, unit int64, tt *timeTexts) []byte {
+func appendCells(b []byte, row query.Row, ck clock, tt *timeTexts) []byte {
 	for k, ts := range row.Times {
 		if k > 0 {
 			b = append(b, ',')
 		}
 		b = append(b, '[')
-		b = tt.append(b, k, ts, unit)
+		b = tt.append(b, k, ts, ck)
 		for _, col := range row.Cells {
 			b = append(b, ',')
 			switch c := col[k]; c.Kind {
@@ -239,13 +244,24 @@ func appendDecimal(b []byte, i int64, scale int) []byte {
 	return append(b, d[len(d)-scale:]...)
 }
 
-func appendTime(b []byte, ts, unit int64) []byte {
-	if unit == 0 {
+// clock is how times are written: unit is the epoch in ns (0: RFC 3339
+// strings, in loc, UTC when nil: a statement's tz()).
+type clock struct {
+	unit int64
+	loc  *time.Location
+}
+
+func (ck clock) append(b []byte, ts int64) []byte {
+	if ck.unit == 0 {
+		t := time.Unix(0, ts).UTC()
+		if ck.loc != nil {
+			t = t.In(ck.loc)
+		}
 		b = append(b, '"')
-		b = time.Unix(0, ts).UTC().AppendFormat(b, time.RFC3339Nano)
+		b = t.AppendFormat(b, time.RFC3339Nano)
 		return append(b, '"')
 	}
-	return strconv.AppendInt(b, floorDiv(ts, unit), 10)
+	return strconv.AppendInt(b, floorDiv(ts, ck.unit), 10)
 }
 
 // parallelRows is the number of value rows past which a statement's series

@@ -8,6 +8,7 @@ package influx
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"strings"
 	"time"
@@ -155,5 +156,8 @@ func (h *Handler) Refuse(c *gin.Context, status int, err error) {
 func v1Error(c *gin.Context, status int, msg string) {
 	c.Header("X-Influxdb-Version", Version)
 	c.Header("X-Influxdb-Error", msg)
-	c.AbortWithStatusJSON(status, gin.H{"error": msg})
+	// One JSON line, as InfluxDB's response writer ends every answer.
+	b, _ := json.Marshal(map[string]string{"error": msg})
+	c.Data(status, "application/json", append(b, '\n'))
+	c.Abort()
 }

@@ -91,6 +91,11 @@ func (h *Handler) query(c *gin.Context) {
 			err = h.stream(ctx, req.db, st.sel, w)
 		default:
 			rows, err = h.run(ctx, req.db, st)
+			if st.sel != nil && st.sel.Location != nil {
+				for i := range rows {
+					rows[i].Loc = st.sel.Location
+				}
+			}
 		}
 		if errors.Is(err, query.ErrTooLarge) && !out.started() {
 			v1Error(c, http.StatusRequestEntityTooLarge, err.Error())

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"time"
 
 	"github.com/cairn-db/cairn/broker/query"
 )
@@ -51,6 +52,7 @@ func (h *Handler) stream(ctx context.Context, db string, p *query.Plan, w *serie
 		return nil
 	}
 	w.head = appendHead(w.head[:0], &query.Row{Name: st.Name, Columns: st.Columns})
+	w.loc = p.Location
 	// A shard answers at most its share of a page, or a sixteenth when the
 	// database has more shards than that.
 	page := h.cfg.PagePoints
@@ -91,6 +93,7 @@ type seriesStream struct {
 	b    []byte // the open chunk, or what is left of it to write
 	rows int    // rows in the open chunk; 0 when none is open
 	sent bool   // a chunk of rows went out
+	loc  *time.Location
 }
 
 func (ch *chunked) series(id int) *seriesStream {
@@ -112,7 +115,7 @@ func (s *seriesStream) add(values [][]any) error {
 		} else {
 			s.b = append(s.b, ',')
 		}
-		s.b = appendValues(s.b, v, true, s.ch.f.unit)
+		s.b = appendValues(s.b, v, true, clock{unit: s.ch.f.unit, loc: s.loc})
 		s.rows++
 		if len(s.b) >= flushBytes {
 			if err := s.ch.write(s.b, false); err != nil {

@@ -68,6 +68,9 @@ type Plan struct {
 	Desc            bool
 	// Grouped: the result series carry tags (GROUP BY tags or *).
 	Grouped bool
+	// Location is tz()'s zone: buckets start at its round times and RFC
+	// 3339 times are written in it; nil: UTC.
+	Location *time.Location
 	// sources: FROM when it names several measurements or a regex
 	// (sources.go); nil when Req.Measurement is the one.
 	sources []*influxql.Measurement
@@ -91,13 +94,12 @@ func PlanSelect(s *influxql.SelectStatement, now time.Time) (*Plan, error) {
 	switch {
 	case s.Target != nil:
 		return nil, unsupported("SELECT ... INTO")
-	case s.Location != nil:
-		return nil, unsupported("tz()")
 	}
 	p := &Plan{
-		Limit:  s.Limit,
-		Offset: s.Offset,
-		SLimit: s.SLimit, SOffset: s.SOffset,
+		Location: s.Location,
+		Limit:    s.Limit,
+		Offset:   s.Offset,
+		SLimit:   s.SLimit, SOffset: s.SOffset,
 		Fill:      s.Fill,
 		FillValue: s.FillValue,
 	}
@@ -127,6 +129,13 @@ func PlanSelect(s *influxql.SelectStatement, now time.Time) (*Plan, error) {
 	if p.Req.Interval > 0 {
 		if start == math.MinInt64 {
 			return nil, fmt.Errorf("%w: aggregate functions with GROUP BY time require a WHERE time clause with a lower limit", ErrBadQuery)
+		}
+		if p.Location != nil {
+			// Buckets start at the zone's round times: its offset at the
+			// start moves them (a change of offset within the range, as
+			// at a daylight saving change, does not: a documented difference).
+			_, zone := time.Unix(0, start).In(p.Location).Zone()
+			p.Req.Offset = floorMod(p.Req.Offset-int64(zone)*int64(time.Second), p.Req.Interval)
 		}
 		if end == math.MaxInt64 {
 			end = now.UnixNano()
@@ -160,6 +169,11 @@ func PlanSelect(s *influxql.SelectStatement, now time.Time) (*Plan, error) {
 		p.planFieldCond(cond)
 	}
 	return p, nil
+}
+
+// floorMod is a mod m in [0, m).
+func floorMod(a, m int64) int64 {
+	return a - floorDiv(a, m)*m
 }
 
 func unsupported(feature string) error {

@@ -1,5 +1,7 @@
 package query
 
+import "time"
+
 // Row is one result series of a statement, in InfluxDB's shape. Values hold
 // the time (unix ns, int64) first, then float64, int64 (count), string (raw
 // tag columns) or nil. Aggregate rows carry their values unboxed instead, in
@@ -12,6 +14,8 @@ type Row struct {
 	Values  [][]any
 	Times   []int64
 	Cells   [][]Cell
+	// Loc is the time zone its times are written in (tz()); nil: UTC.
+	Loc *time.Location
 }
 
 // Len is the number of value rows.
