@@ -388,6 +388,29 @@ func diffCases() []diffCase {
 		diffCase{q: "SELECT mean(value) FROM cpu WHERE " + all + " GROUP BY time(1h) tz('Asia/Kolkata')", epoch: "ms"},
 		diffCase{q: "SELECT * FROM cpu WHERE host = 'h1' AND " + in(0, 300e9) + " tz('America/New_York')", chunk: 4},
 	)
+	// distinct() and sample() (all the points when N is no less than them:
+	// InfluxDB's choice past that is random).
+	add("",
+		"SELECT distinct(value) FROM cpu WHERE host = 'h0' AND "+in(0, 1800e9),
+		"SELECT distinct(value) FROM cpu WHERE host = 'h1' AND "+all+" GROUP BY time(30m)",
+		"SELECT distinct(idle) FROM cpu WHERE "+all+" GROUP BY host",
+		"SELECT distinct(value) FROM cpu WHERE host = 'h2' AND "+all+" GROUP BY time(20m) LIMIT 3",
+		"SELECT distinct(value) FROM cpu WHERE host = 'h3'",
+		"SELECT distinct(uptime_format) FROM system WHERE host = 'h0' AND "+in(0, 600e9),
+		"SELECT distinct(online) FROM system WHERE "+all+" GROUP BY host",
+		"SELECT distinct(n_users) FROM system WHERE host = 'h1' AND "+all,
+		"SELECT distinct(host) FROM cpu WHERE "+all,
+		"SELECT distinct(value), max(value) FROM cpu WHERE "+all,
+		"SELECT distinct(*) FROM cpu WHERE "+all,
+		"SELECT distinct(value, 2) FROM cpu WHERE "+all,
+		"SELECT sample(value, 1000) FROM cpu WHERE host = 'h0' AND "+in(0, 600e9),
+		"SELECT sample(value, 100) FROM cpu WHERE host = 'h3' AND "+all+" GROUP BY time(10m)",
+		"SELECT sample(used, 5) FROM mem WHERE host = 'h1' AND "+in(0, 40e9),
+		"SELECT sample(uptime, 200) FROM system WHERE "+all+" GROUP BY host",
+		"SELECT sample(value) FROM cpu WHERE "+all,
+		"SELECT sample(value, 0) FROM cpu WHERE "+all,
+		"SELECT sample(value, 1.5) FROM cpu WHERE "+all,
+	)
 	// Grafana's panels send their queries as one request.
 	add("stop-at-first-error",
 		"SELECT mean(value) FROM cpu WHERE "+all+" GROUP BY time(30m); SELECT mean(value) FROM cpu GROUP BY time(blah); SELECT max(value) FROM cpu WHERE "+all,

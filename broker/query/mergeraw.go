@@ -123,6 +123,9 @@ func (p *Plan) mergeRawAs(results []*ShardResult, fixed []Output) ([]Row, error)
 		if len(p.Outputs) == 1 && p.Outputs[0].Func == "percentile" {
 			values = p.rawPercentile(values)
 		}
+		if len(p.Outputs) == 1 && p.Outputs[0].isSet() {
+			values = p.rawSet(values)
+		}
 		values = p.page(values)
 		if len(values) == 0 {
 			continue

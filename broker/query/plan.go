@@ -119,6 +119,9 @@ func PlanSelect(s *influxql.SelectStatement, now time.Time) (*Plan, error) {
 		return nil, err
 	}
 	p.planRawPercentile()
+	if err := p.planRawSet(); err != nil {
+		return nil, err
+	}
 	cond, start, end, err := SplitTime(s.Condition, now)
 	if err != nil {
 		return nil, err
@@ -231,6 +234,14 @@ func (p *Plan) planFields(s *influxql.SelectStatement) error {
 				} else {
 					aggs++
 				}
+				break
+			}
+			if e.Name == "distinct" || e.Name == "sample" {
+				if err := planSet(e, &out, s); err != nil {
+					return err
+				}
+				fields[out.Field] = true
+				aggs++
 				break
 			}
 			if e.Name == "top" || e.Name == "bottom" {
