@@ -49,6 +49,7 @@ func (a *App) openStorage() error {
 		DropDelay: a.cfg.ShardDropDelay, Dir: dir, Registerer: a.reg, Client: a.peerClient(0),
 		QueryLimits: engine.Limits{MaxSeries: a.cfg.QueryMaxSeries, MaxPoints: a.cfg.QueryMaxPoints},
 		StateStore:  a.store, StateKeys: a.keys, WriteFence: a.fence.Err, ExpireEvery: a.cfg.RetentionCheckInterval,
+		MaxDiskPct: a.cfg.RetentionMaxDiskPct, DiskUsage: func() int { return storage.DiskUsedPct(a.cfg.DataDir) },
 	})
 	return nil
 }
@@ -148,7 +149,7 @@ func (a *App) runStorage(ctx context.Context) {
 					once.Do(func() { go func() { defer close(done); a.host.Run(hctx) }() })
 				}
 				err := storage.RunNode(ctx, storage.NodeConfig{Store: store, Keys: ck, NodeID: a.nodeID, Address: a.cfg.AdvertiseAddr,
-					Cluster: cfg.Name, Labels: a.cfg.NodeLabels, Weight: a.cfg.NodeWeight, TTL: a.cfg.LeaseTTL, Report: a.host.Following, DataDir: a.cfg.DataDir, MaxTerm: a.host.MaxTerms, SeenTerm: a.host.SeenTerms, FlushFailing: a.flushes.Failing, DiskFault: a.fence.Fault, Logger: a.lg.Named("storage"), Registered: registered, Held: a.host.SetRecordRev})
+					Cluster: cfg.Name, Labels: a.cfg.NodeLabels, Weight: a.cfg.NodeWeight, TTL: a.cfg.LeaseTTL, Report: a.host.Following, DataDir: a.cfg.DataDir, MaxTerm: a.host.MaxTerms, SeenTerm: a.host.SeenTerms, FlushFailing: a.flushes.Failing, DiskFault: a.fence.Fault, DiskPressure: a.host.DiskPressure, Logger: a.lg.Named("storage"), Registered: registered, Held: a.host.SetRecordRev})
 				cancel()
 				once.Do(func() { close(done) })
 				<-done

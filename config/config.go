@@ -159,6 +159,10 @@ type Config struct {
 	// RetentionCheckInterval is how often a storage node drops the points
 	// its databases' retentions expired.
 	RetentionCheckInterval time.Duration
+	// RetentionMaxDiskPct (storage role), when above 0, is the share of
+	// the data dir's file system past which the node deletes the oldest
+	// blocks of its shards.
+	RetentionMaxDiskPct int
 	// HistoryInterval is how often a node samples its metrics for the
 	// console's charts.
 	HistoryInterval time.Duration

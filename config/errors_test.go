@@ -46,6 +46,8 @@ func TestParseErrors(t *testing.T) {
 		{name: "bad label value", args: []string{"--node-labels", "zone=a b"}, want: []string{"--node-labels", "1 to 64"}},
 		{name: "weight zero", args: []string{"--node-weight", "0"}, want: []string{"--node-weight", "1 to 1000"}},
 		{name: "weight too big", args: []string{"--node-weight", "1001"}, want: []string{"--node-weight", "1 to 1000"}},
+		{name: "disk pct too big", args: []string{"--retention-max-disk-pct", "100"}, want: []string{"--retention-max-disk-pct", "from 1 to 99, or 0"}},
+		{name: "disk pct negative", args: []string{"--retention-max-disk-pct", "-1"}, want: []string{"--retention-max-disk-pct", "from 1 to 99, or 0"}},
 		{name: "bad cluster name", args: []string{"--storage-cluster", "no way!"}, want: []string{`invalid --storage-cluster "no way!"`, "1 to 64"}},
 		{name: "cluster name too long", args: []string{"--storage-cluster", strings.Repeat("a", 65)}, want: []string{"--storage-cluster", strings.Repeat("a", 65)}},
 		{name: "bad cluster state", args: []string{"--etcd-cluster-state", "maybe"},

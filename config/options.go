@@ -298,6 +298,19 @@ var options = []option{
 		0, func(c *Config) *time.Duration { return &c.ShardDropDelay }, nil),
 	durationOpt("retention-check-interval", groupCluster, "how often a storage node deletes the blocks its databases' retentions expired and gives their space back (reads stop answering expired points at once)",
 		time.Second, func(c *Config) *time.Duration { return &c.RetentionCheckInterval }, maxDuration(24*time.Hour)),
+	{
+		name: "retention-max-disk-pct", kind: kindInt, group: groupCluster, defText: "0: none",
+		help: "storage role: past this share of its data dir's file system in use, a storage node deletes the oldest blocks of its shards until it is under (a warning problem retention_disk_pressure says so)",
+		get:  func(c *Config) string { return strconv.Itoa(c.RetentionMaxDiskPct) },
+		set: func(c *Config, raw string) error {
+			n, err := strconv.Atoi(raw)
+			if err != nil || n < 0 || n > 99 {
+				return fmt.Errorf("want a whole percentage from 1 to 99, or 0 for none")
+			}
+			c.RetentionMaxDiskPct = n
+			return nil
+		},
+	},
 	durationOpt("write-timeout", groupCluster, "longest a write waits for its shards (an offline shard, a failover) before it answers 503 with the cause; keep it under your clients' timeouts (Telegraf and the Influx Go clients: 5s)",
 		100*time.Millisecond, func(c *Config) *time.Duration { return &c.WriteTimeout }, maxDuration(5*time.Minute)),
 	durationOpt("history-interval", groupNode, "sampling interval of the console's charts; each node keeps the last hour in memory (at most 3600 samples)",

@@ -93,6 +93,19 @@ type StorageNode struct {
 	// once a write succeeds again. Records without it (older nodes too)
 	// take writes.
 	DiskFault *DiskFault `json:"disk_fault,omitempty"`
+	// DiskPressure, when set, says the node deleted the oldest blocks of
+	// its shards because its data disk passed --retention-max-disk-pct.
+	DiskPressure *DiskPressure `json:"disk_pressure,omitempty"`
+}
+
+// DiskPressure is the last time a storage node deleted old blocks to keep
+// its data disk under its limit.
+type DiskPressure struct {
+	LimitPct int   `json:"limit_pct"` // --retention-max-disk-pct
+	UsedPct  int   `json:"used_pct"`  // the disk's use when it began
+	Blocks   int   `json:"blocks"`    // blocks deleted
+	Before   int64 `json:"before"`    // the deleted blocks held only points before this (unix ns)
+	At       int64 `json:"at"`        // unix milliseconds
 }
 
 // Writable reports whether the node can accept writes (no DiskFault).

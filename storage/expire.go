@@ -60,4 +60,5 @@ func (h *Host) expireOnce(now time.Time) {
 				zap.Int("blocks", blocks), zap.Int64("bytes", bytes))
 		}
 	}
+	h.relievePressure(now, reps)
 }

@@ -75,6 +75,11 @@ type HostConfig struct {
 	// ExpireEvery is how often the blocks a database's retention expired
 	// are deleted from this node's replicas (expire.go); default 1m.
 	ExpireEvery time.Duration
+	// MaxDiskPct, when above 0, is the share of the data disk past which
+	// an expiry pass deletes the oldest blocks (pressure.go); DiskUsage
+	// measures it (DiskUsedPct of the data dir).
+	MaxDiskPct int
+	DiskUsage  func() int
 }
 
 // Host opens and closes shard replicas as assignments change and serves the
@@ -90,6 +95,8 @@ type Host struct {
 	lg      *zap.Logger
 	client  *http.Client
 	metrics *metrics
+
+	pressure atomic.Pointer[models.DiskPressure] // the last deletion under disk pressure (pressure.go)
 
 	mu       sync.RWMutex
 	replicas map[string]*replica

@@ -44,8 +44,11 @@ type NodeConfig struct {
 	FlushFailing func() map[string]string
 	// DiskFault gives the record's disk_fault (DiskFence.Fault); may be nil.
 	DiskFault func() *models.DiskFault
-	MaxTerm   func() map[string]int64 // may be nil: last log term per shard
-	SeenTerm  func() map[string]int64 // may be nil: highest term accepted per shard
+	// DiskPressure gives the record's disk_pressure (Host.DiskPressure);
+	// may be nil.
+	DiskPressure func() *models.DiskPressure
+	MaxTerm      func() map[string]int64 // may be nil: last log term per shard
+	SeenTerm     func() map[string]int64 // may be nil: highest term accepted per shard
 	// DataDir is statfs'ed for the record's disk_used_pct; "" leaves it out.
 	DataDir string
 	Logger  *zap.Logger
@@ -112,6 +115,9 @@ func nodeRecord(cfg NodeConfig) func() []byte {
 		}
 		if cfg.DiskFault != nil {
 			r.DiskFault = cfg.DiskFault()
+		}
+		if cfg.DiskPressure != nil {
+			r.DiskPressure = cfg.DiskPressure()
 		}
 		if cfg.MaxTerm != nil {
 			r.MaxTerm = cfg.MaxTerm()

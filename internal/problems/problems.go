@@ -39,6 +39,7 @@ const (
 	KindDiskError       = "disk_error" // the node refuses writes: its disk failed a write
 	KindFlushFailing    = "flush_failing"
 	KindDomainUnmet     = "domain_constraint_unmet"
+	KindDiskPressure    = "retention_disk_pressure" // the node deleted old blocks to stay under --retention-max-disk-pct
 )
 
 // Problem is one thing to look at. Link is the console route where it can be
@@ -252,6 +253,9 @@ func nodeProblems(in Input, st *statemachine.State) []Problem {
 			if f := nodes.At(id).DiskFault; f != nil {
 				out = append(out, faultProblem(cluster, id, *f))
 			}
+			if p := nodes.At(id).DiskPressure; p != nil {
+				out = append(out, pressureProblem(cluster, id, *p))
+			}
 		}
 	}
 	return out
@@ -394,4 +398,13 @@ func faultProblem(cluster, node string, f models.DiskFault) Problem {
 		Message: fmt.Sprintf("storage node %s refuses writes: %s (write-ahead log at %s: %s); its shard leaderships went to in-sync replicas "+
 			"and its RF 1 shards answer 507: free space or fix the disk, it retries and rejoins its in-sync sets by itself",
 			node, what, f.Path, f.Error)}
+}
+
+// pressureProblem reports a storage node that deleted the oldest blocks of
+// its shards because its data disk passed --retention-max-disk-pct.
+func pressureProblem(cluster, node string, p models.DiskPressure) Problem {
+	return Problem{Severity: Warning, Kind: KindDiskPressure, Link: "#overview", Cluster: cluster, Node: node, Since: p.At,
+		Message: fmt.Sprintf("storage node %s: data disk %d%% full, past --retention-max-disk-pct %d: deleted %d of its oldest blocks "+
+			"(those whose points all precede %s); add disk, lower retentions, or add nodes",
+			node, p.UsedPct, p.LimitPct, p.Blocks, time.Unix(0, p.Before).UTC().Format(time.RFC3339))}
 }

@@ -150,6 +150,15 @@ func TestCompute(t *testing.T) {
 		}, nil, []string{"critical:flush_failing:a"}, func(t *testing.T, ps []Problem) {
 			require.Contains(t, ps[0].Message, "shard db/0 cannot flush (engine: flush up to txn 1: disk full)")
 		}},
+		{"a node deleted its oldest blocks under disk pressure", func() *statemachine.State {
+			st := cluster(1, []string{"a"}, []string{"a"})
+			st.Nodes = statemachine.SetIn(st.Nodes, "c", "a", models.StorageNode{NodeID: "a", DiskPressure: &models.DiskPressure{
+				LimitPct: 80, UsedPct: 85, Blocks: 12, Before: 1_700_000_000e9, At: 9}})
+			return st
+		}, nil, []string{"warning:retention_disk_pressure:a"}, func(t *testing.T, ps []Problem) {
+			require.Contains(t, ps[0].Message, "data disk 85% full, past --retention-max-disk-pct 80: deleted 12 of its oldest blocks (those whose points all precede 2023-11-14T22:13:20Z)")
+			require.EqualValues(t, 9, ps[0].Since)
+		}},
 		{"nodes fenced off writes by a full and a failing disk", func() *statemachine.State {
 			st := cluster(1, []string{"a", "b"}, []string{"a"}, []string{"b"})
 			st.Nodes = statemachine.SetIn(st.Nodes, "c", "a", models.StorageNode{NodeID: "a", DiskFault: &models.DiskFault{

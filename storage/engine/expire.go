@@ -18,6 +18,28 @@ type Expirer interface {
 	// never ask for the expired part); points still in the memtable wait
 	// for a pass after their flush.
 	ExpireBefore(cutoff int64) (blocks int, bytes int64, err error)
+	// OldestBlock is the first ts of the shard's oldest block (ok false:
+	// it holds none): where deleting under disk pressure starts.
+	OldestBlock() (ts int64, ok bool, err error)
+}
+
+func (s *boltShard) OldestBlock() (int64, bool, error) {
+	var oldest int64
+	found := false
+	err := s.view(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketBlocks).Cursor()
+		// A series' first block is its oldest: one seek per series.
+		for k, _ := c.First(); k != nil; k, _ = c.Seek(u64Key(beUint64(k) + 1)) {
+			if ts := tsFromKey(k[8:]); !found || ts < oldest {
+				oldest, found = ts, true
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, false, fmt.Errorf("engine: oldest block: %w", err)
+	}
+	return oldest, found, nil
 }
 
 // expireBudget is how many blocks one expiry step looks at, as compaction's
