@@ -298,6 +298,10 @@ func diffCases() []diffCase {
 		"SELECT value FROM cpu WHERE host = 'h1' AND "+in(0, h)+" LIMIT 5",
 		"SELECT value FROM cpu WHERE host = 'h1' AND "+in(0, h)+" LIMIT 5 OFFSET 10",
 		"SELECT value FROM cpu WHERE host = 'h1' AND "+in(0, h)+" ORDER BY time DESC LIMIT 4",
+		"SELECT * FROM cpu WHERE "+all+" LIMIT 7 OFFSET 3",
+		"SELECT value, host FROM cpu WHERE "+all+" ORDER BY time DESC LIMIT 6 OFFSET 1",
+		"SELECT * FROM cpu LIMIT 2",
+		"SELECT used FROM mem WHERE host = 'h2' AND "+all+" LIMIT 3 OFFSET 5000",
 		"SELECT value FROM cpu WHERE "+in(0, 30e9)+" GROUP BY host",
 		"SELECT value, host FROM cpu WHERE host = 'h2' AND "+in(0, 30e9),
 		"SELECT free FROM disk WHERE "+in(0, 30e9)+" GROUP BY path",
@@ -371,6 +375,8 @@ func diffCases() []diffCase {
 		{q: "SELECT used FROM mem WHERE host = 'h0' AND " + in(0, 100e9), chunk: 10000},
 		{q: "SELECT free FROM disk WHERE host = 'zz' AND " + all, chunk: 5},
 		{q: "SELECT mean(value) FROM cpu WHERE " + all + " GROUP BY time(10m), host", chunk: 5},
+		{q: "SELECT * FROM cpu WHERE host = 'h0' AND " + all + " LIMIT 20 OFFSET 5", chunk: 6},
+		{q: "SELECT value FROM cpu WHERE host = 'h1' AND " + all + " ORDER BY time DESC LIMIT 9", chunk: 4},
 	}...)
 	// tz(): buckets at the zone's round times, times written in it.
 	add("",

@@ -89,6 +89,11 @@ func (h *Handler) query(c *gin.Context) {
 			// Page by page, not bounded by --query-max-points (stream.go).
 			w = ch.series(i)
 			err = h.stream(ctx, req.db, st.sel, w)
+		case ch == nil && st.sel != nil && st.sel.Limit > 0 && st.sel.Streamable():
+			// Only the pages LIMIT needs, not every point of the range.
+			sink := &rowSink{}
+			err = h.stream(ctx, req.db, st.sel, sink)
+			rows = sink.rows()
 		default:
 			rows, err = h.run(ctx, req.db, st)
 			if st.sel != nil && st.sel.Location != nil {

@@ -3,6 +3,7 @@ package influx
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -22,7 +23,7 @@ const flushBytes = 1 << 20
 
 // stream answers a raw select (p.Streamable()) page by page into w: the
 // span of its points first, then one time window after another.
-func (h *Handler) stream(ctx context.Context, db string, p *query.Plan, w *seriesStream) error {
+func (h *Handler) stream(ctx context.Context, db string, p *query.Plan, w pageSink) error {
 	if p.DB != "" {
 		db = p.DB
 	}
@@ -51,8 +52,7 @@ func (h *Handler) stream(ctx context.Context, db string, p *query.Plan, w *serie
 	if !ok {
 		return nil
 	}
-	w.head = appendHead(w.head[:0], &query.Row{Name: st.Name, Columns: st.Columns})
-	w.loc = p.Location
+	w.begin(st.Name, st.Columns, p.Location)
 	// A shard answers at most its share of a page, or a sixteenth when the
 	// database has more shards than that.
 	page := h.cfg.PagePoints
@@ -75,11 +75,55 @@ func (h *Handler) stream(ctx context.Context, db string, p *query.Plan, w *serie
 			return err
 		}
 		pg.Done(n)
+		values, done := st.Cut(values)
 		if err := w.add(values); err != nil {
 			return err // the client went away
 		}
+		if done {
+			break
+		}
 	}
 	return nil
+}
+
+// pageSink takes a streamed select's rows page by page.
+type pageSink interface {
+	// begin comes before the first rows: the series' name and columns,
+	// and the zone its times are written in.
+	begin(name string, columns []string, loc *time.Location)
+	add(values [][]any) error
+}
+
+// rowSink collects a streamed select's rows into its one series, for an
+// answer that is not chunked: a raw select with LIMIT reads only the
+// pages it needs, and holds at most the points a whole answer may.
+type rowSink struct {
+	row *query.Row
+}
+
+func (r *rowSink) begin(name string, columns []string, loc *time.Location) {
+	r.row = &query.Row{Name: name, Columns: columns, Loc: loc}
+}
+
+func (r *rowSink) add(values [][]any) error {
+	if len(r.row.Values)+len(values) > query.DefaultMaxPoints {
+		return fmt.Errorf("%w: more than %d points; narrow the time range, the series or lower LIMIT", query.ErrTooLarge, query.DefaultMaxPoints)
+	}
+	r.row.Values = append(r.row.Values, values...)
+	return nil
+}
+
+// rows is the answer: its series, or none when it has no rows.
+func (r *rowSink) rows() []query.Row {
+	if r.row == nil || len(r.row.Values) == 0 {
+		return nil
+	}
+	return []query.Row{*r.row}
+}
+
+func (s *seriesStream) begin(name string, columns []string, loc *time.Location) {
+	s.head = appendHead(s.head[:0], &query.Row{Name: name, Columns: columns})
+	s.loc = loc
 }
 
 // seriesStream writes one statement's one series as InfluxDB's chunks

@@ -254,3 +254,58 @@ func TestStreamedSelectClientGone(t *testing.T) {
 	require.Less(t, b.selects, 10)
 	require.Contains(t, w.Body.String(), `"error":"context canceled"`)
 }
+
+// TestStreamedSelectLimit: LIMIT and OFFSET cut a raw select read page by
+// page, chunked or not: the rows of the whole answer from OFFSET on, no
+// more than LIMIT of them, read from the first pages only.
+func TestStreamedSelectLimit(t *testing.T) {
+	b := streamBackend()
+	e := gin.New()
+	h := New(Config{Backend: b, PagePoints: 100})
+	h.Routes(e.Group("/"), e.Group("/"), e.Group("/"))
+	get := func(q, params string) []chunkLine {
+		w := httptest.NewRecorder()
+		e.ServeHTTP(w, httptest.NewRequest("GET", "/query?db=db&epoch=ns&"+params+"&q="+url.QueryEscape(q), nil))
+		require.Equal(t, 200, w.Code, w.Body.String())
+		var lines []chunkLine
+		for _, l := range strings.Split(strings.TrimSpace(w.Body.String()), "\n") {
+			var c chunkLine
+			require.NoError(t, json.Unmarshal([]byte(l), &c))
+			lines = append(lines, c)
+		}
+		return lines
+	}
+	values := func(lines []chunkLine) [][]any {
+		var out [][]any
+		for _, l := range lines {
+			for _, s := range l.Results[0].Series {
+				out = append(out, s.Values...)
+			}
+		}
+		return out
+	}
+	for _, order := range []string{"", " ORDER BY time DESC"} {
+		whole := values(get("SELECT * FROM m"+order, ""))
+		require.Len(t, whole, 2000)
+		for _, c := range []struct{ limit, offset int }{{25, 0}, {7, 130}, {1, 1999}, {5, 2500}} {
+			q := fmt.Sprintf("SELECT * FROM m%s LIMIT %d OFFSET %d", order, c.limit, c.offset)
+			want := whole[min(c.offset, len(whole)):min(c.offset+c.limit, len(whole))]
+			b.selects = 0
+			got := values(get(q, ""))
+			if len(want) == 0 {
+				require.Empty(t, got, q)
+			} else {
+				require.Equal(t, want, got, q)
+			}
+			if c.offset+c.limit < 200 {
+				require.Less(t, b.selects, 15, "%s: the first pages only", q)
+			}
+			got = values(get(q, "chunked=true&chunk_size=3"))
+			if len(want) == 0 {
+				require.Empty(t, got, q)
+			} else {
+				require.Equal(t, want, got, q)
+			}
+		}
+	}
+}

@@ -46,11 +46,12 @@ func (ev *evaluator) bounds(b Bounder) (*ShardResult, error) {
 }
 
 // Streamable says whether p can be answered page by page: a raw select of
-// one measurement without GROUP BY, LIMIT, OFFSET or anything computed over
-// its rows (those need the whole answer, bounded by --query-max-points).
+// one measurement without GROUP BY, SLIMIT, SOFFSET or anything computed
+// over its rows (those need the whole answer, bounded by
+// --query-max-points). LIMIT and OFFSET cut the stream (Cut).
 func (p *Plan) Streamable() bool {
 	if !p.Req.Raw || p.Sub != nil || p.Local != nil || p.sources != nil || p.Grouped || p.extra > 0 ||
-		p.Limit > 0 || p.Offset > 0 || p.SLimit > 0 || p.SOffset > 0 {
+		p.SLimit > 0 || p.SOffset > 0 {
 		return false
 	}
 	for _, o := range p.Outputs {
@@ -64,10 +65,13 @@ func (p *Plan) Streamable() bool {
 // Stream is a streamed raw select: its columns, fixed before the first
 // page from the series of its measurement.
 type Stream struct {
-	p       *Plan
+	p       *Plan // without LIMIT and OFFSET: a page is not cut
 	outputs []Output
 	Name    string
 	Columns []string
+	// limit and offset of the statement; skipped and kept count the rows
+	// Cut passed over.
+	limit, offset, skipped, kept int
 }
 
 // NewStream lays out the columns of p's answer (p.Streamable()) from the
@@ -97,7 +101,10 @@ func (p *Plan) NewStream(series []SeriesInfo) *Stream {
 			outputs[i].Tag = outputs[i].Tag || !fields[outputs[i].Field]
 		}
 	}
-	st := &Stream{p: p, outputs: outputs, Name: p.Req.Measurement, Columns: []string{"time"}}
+	whole := *p
+	whole.Limit, whole.Offset = 0, 0
+	st := &Stream{p: &whole, outputs: outputs, Name: p.Req.Measurement, Columns: []string{"time"},
+		limit: p.Limit, offset: p.Offset}
 	for _, o := range outputs {
 		st.Columns = append(st.Columns, o.Name)
 	}
@@ -150,4 +157,18 @@ func (st *Stream) Page(results []*ShardResult) (values [][]any, n int, err error
 		return nil, n, err
 	}
 	return rows[0].Values, n, nil
+}
+
+// Cut applies the statement's OFFSET and LIMIT to the next page's rows;
+// done once LIMIT rows were kept (no page need be read after).
+func (st *Stream) Cut(values [][]any) (kept [][]any, done bool) {
+	if skip := min(st.offset-st.skipped, len(values)); skip > 0 {
+		st.skipped += skip
+		values = values[skip:]
+	}
+	if st.limit > 0 {
+		values = values[:min(len(values), st.limit-st.kept)]
+	}
+	st.kept += len(values)
+	return values, st.limit > 0 && st.kept >= st.limit
 }
