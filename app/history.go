@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/cairn-db/cairn/internal/history"
+	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/storage/client"
 )
 
@@ -46,5 +47,7 @@ func (a *App) historyPeers() []history.Peer {
 	return out
 }
 
-func (h *nodeHistory) Node() any                       { return h.rec.Snapshot() }
-func (h *nodeHistory) Cluster(ctx context.Context) any { return h.cluster.Collect(ctx) }
+func (h *nodeHistory) Node() models.HistorySeries { return h.rec.Snapshot() }
+func (h *nodeHistory) Cluster(ctx context.Context) models.HistoryCluster {
+	return h.cluster.Collect(ctx)
+}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/cairn-db/cairn/config"
 	"github.com/cairn-db/cairn/internal/history"
+	"github.com/cairn-db/cairn/models"
 	"github.com/stretchr/testify/require"
 )
 
@@ -17,8 +18,8 @@ func TestHistoryAcrossNodes(t *testing.T) {
 	c.createDB("h", 2, 2)
 	ids := map[string]bool{c.core.NodeID(): true, c.peer.NodeID(): true}
 
-	var last history.ClusterSeries
-	latest := func(s history.NodeSeries, name string) *float64 {
+	var last models.HistoryCluster
+	latest := func(s models.HistoryNode, name string) *float64 {
 		col := s.Values[name]
 		for i := len(col) - 1; i >= 0; i-- {
 			if col[i] != nil {
@@ -55,7 +56,7 @@ func TestHistoryAcrossNodes(t *testing.T) {
 	require.Equal(t, c.core.NodeID(), last.Nodes[0].NodeID, "the answering node first")
 	require.Equal(t, 1.0, last.Nodes[0].IntervalS)
 
-	var own history.Series
+	var own models.HistorySeries
 	require.Equal(t, 200, c.getJSON(c.peer, "/api/v1/history?scope=node", &own))
 	require.Equal(t, c.peer.NodeID(), own.NodeID)
 	require.NotEmpty(t, own.Time)

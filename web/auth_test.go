@@ -267,8 +267,10 @@ func TestPprofCmdline(t *testing.T) {
 // scopeHistory is a web.History with nothing sampled.
 type scopeHistory struct{}
 
-func (scopeHistory) Node() any                   { return map[string]any{} }
-func (scopeHistory) Cluster(context.Context) any { return map[string]any{} }
+func (scopeHistory) Node() models.HistorySeries { return models.HistorySeries{} }
+func (scopeHistory) Cluster(context.Context) models.HistoryCluster {
+	return models.HistoryCluster{}
+}
 
 // scopeInflux mounts the InfluxDB endpoints' paths on the groups web hands
 // it, with handlers that only answer 204: what is tested is the scope each

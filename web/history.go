@@ -12,8 +12,8 @@ import (
 // History serves the console's charts: this node's own ring of samples, and
 // every live node's gathered by this one.
 type History interface {
-	Node() any
-	Cluster(ctx context.Context) any
+	Node() models.HistorySeries
+	Cluster(ctx context.Context) models.HistoryCluster
 }
 
 // history answers GET /api/v1/history[?scope=cluster|node]: by default every

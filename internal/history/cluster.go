@@ -8,6 +8,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/cairn-db/cairn/models"
 )
 
 // Peer is another live node whose ring Cluster fetches.
@@ -33,21 +35,6 @@ type Cluster struct {
 	MaxPeers int
 }
 
-// NodeSeries is one node's ring in a cluster answer; Error names why a
-// peer's ring is missing.
-type NodeSeries struct {
-	Series
-	Address string `json:"address,omitempty"`
-	Error   string `json:"error,omitempty"`
-}
-
-// ClusterSeries is GET /api/v1/history's answer.
-type ClusterSeries struct {
-	Series    []string     `json:"series"` // the series names, in chart order
-	Nodes     []NodeSeries `json:"nodes"`
-	Truncated bool         `json:"truncated,omitempty"` // more live nodes than MaxPeers
-}
-
 // ErrBadPeerAnswer: a peer answered something that is not a valid ring.
 var ErrBadPeerAnswer = errors.New("history: bad answer from peer")
 
@@ -55,8 +42,8 @@ var ErrBadPeerAnswer = errors.New("history: bad answer from peer")
 const maxPeerBody = 4 << 20
 
 // Collect returns every node's ring, this node first, peers by node id.
-func (c *Cluster) Collect(ctx context.Context) ClusterSeries {
-	out := ClusterSeries{Series: Names, Nodes: []NodeSeries{{Series: c.Self.Snapshot()}}}
+func (c *Cluster) Collect(ctx context.Context) models.HistoryCluster {
+	out := models.HistoryCluster{Series: Names, Nodes: []models.HistoryNode{{HistorySeries: c.Self.Snapshot()}}}
 	var peers []Peer
 	if c.Peers != nil {
 		peers = c.Peers()
@@ -73,7 +60,7 @@ func (c *Cluster) Collect(ctx context.Context) ClusterSeries {
 	if timeout <= 0 {
 		timeout = 2 * time.Second
 	}
-	res := make([]NodeSeries, len(peers))
+	res := make([]models.HistoryNode, len(peers))
 	var wg sync.WaitGroup
 	for i, p := range peers {
 		wg.Add(1)
@@ -82,9 +69,9 @@ func (c *Cluster) Collect(ctx context.Context) ClusterSeries {
 			fctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
 			s, err := c.fetch(fctx, p)
-			res[i] = NodeSeries{Series: s, Address: p.Address}
+			res[i] = models.HistoryNode{HistorySeries: s, Address: p.Address}
 			if err != nil {
-				res[i] = NodeSeries{Series: Series{NodeID: p.NodeID}, Address: p.Address, Error: err.Error()}
+				res[i] = models.HistoryNode{HistorySeries: models.HistorySeries{NodeID: p.NodeID}, Address: p.Address, Error: err.Error()}
 			}
 		}()
 	}
@@ -93,24 +80,24 @@ func (c *Cluster) Collect(ctx context.Context) ClusterSeries {
 	return out
 }
 
-func (c *Cluster) fetch(ctx context.Context, p Peer) (Series, error) {
+func (c *Cluster) fetch(ctx context.Context, p Peer) (models.HistorySeries, error) {
 	body, err := c.Fetch(ctx, p, maxPeerBody)
 	if err != nil {
-		return Series{}, fmt.Errorf("node %s: %w", p.NodeID, err)
+		return models.HistorySeries{}, fmt.Errorf("node %s: %w", p.NodeID, err)
 	}
-	var s Series
+	var s models.HistorySeries
 	if err := json.Unmarshal(body, &s); err != nil {
-		return Series{}, fmt.Errorf("%w: node %s: %w", ErrBadPeerAnswer, p.NodeID, err)
+		return models.HistorySeries{}, fmt.Errorf("%w: node %s: %w", ErrBadPeerAnswer, p.NodeID, err)
 	}
-	if err := s.validate(p.NodeID); err != nil {
-		return Series{}, err
+	if err := validate(&s, p.NodeID); err != nil {
+		return models.HistorySeries{}, err
 	}
 	return s, nil
 }
 
 // validate checks a peer's ring before it is passed on: the node it claims
 // to be, a bounded length, and columns as long as the time axis.
-func (s *Series) validate(node string) error {
+func validate(s *models.HistorySeries, node string) error {
 	if s.NodeID != node {
 		return fmt.Errorf("%w: node %s answered as %q", ErrBadPeerAnswer, node, s.NodeID)
 	}

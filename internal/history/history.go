@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cairn-db/cairn/models"
+
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -178,21 +180,11 @@ func (r *Recorder) Sample(now time.Time) {
 	r.head = (r.head + 1) % r.cap
 }
 
-// Series is a ring in columns, as the charts draw it: Time in unix seconds,
-// and one column per name with null where a value is unknown (first sample,
-// no traffic for a latency, a role the node does not have).
-type Series struct {
-	NodeID    string                `json:"node_id"`
-	IntervalS float64               `json:"interval_s"`
-	Time      []int64               `json:"time"`
-	Values    map[string][]*float64 `json:"series"`
-}
-
-// Snapshot returns the ring, oldest sample first.
-func (r *Recorder) Snapshot() Series {
+// Snapshot returns the ring in columns, oldest sample first.
+func (r *Recorder) Snapshot() models.HistorySeries {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := Series{NodeID: r.cfg.NodeID, IntervalS: r.cfg.Interval.Seconds(), Time: make([]int64, 0, len(r.ring)),
+	out := models.HistorySeries{NodeID: r.cfg.NodeID, IntervalS: r.cfg.Interval.Seconds(), Time: make([]int64, 0, len(r.ring)),
 		Values: make(map[string][]*float64, len(Names))}
 	cols := make([][]*float64, len(Names))
 	for i := range cols {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/storage/client"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
@@ -36,7 +37,7 @@ func newFakeNode() *fakeNode {
 	return f
 }
 
-func val(t *testing.T, s Series, name string, i int) *float64 {
+func val(t *testing.T, s models.HistorySeries, name string, i int) *float64 {
 	t.Helper()
 	col := s.Values[name]
 	require.Len(t, col, len(s.Time), name)
@@ -122,8 +123,8 @@ func TestClusterCollect(t *testing.T) {
 		return srv
 	}
 	good := serve(peerRec.Snapshot())
-	liar := serve(Series{NodeID: "someone-else"})
-	ragged := serve(Series{NodeID: "d", Time: []int64{1, 2}, Values: map[string][]*float64{Leaders: {nil}}})
+	liar := serve(models.HistorySeries{NodeID: "someone-else"})
+	ragged := serve(models.HistorySeries{NodeID: "d", Time: []int64{1, 2}, Values: map[string][]*float64{Leaders: {nil}}})
 	dead := httptest.NewServer(http.NotFoundHandler())
 	dead.Close()
 	addr := func(s *httptest.Server) string { return strings.TrimPrefix(s.URL, "http://") }

@@ -25,10 +25,11 @@ var Layers = [][]string{
 	{"internal/atomicfile"},
 	// Plain data and small mechanisms.
 	{"models", "internal/verify", "internal/logrepeat", "internal/backoff", "internal/gopool", "internal/certs",
-		"internal/peerauth", "config", "internal/history",
+		"internal/peerauth", "config",
 		"coordinator/placement", "coordinator/kv/embedded", "web/console"},
-	// Line protocol, whose points carry models' field types.
-	{"storage/lineproto"},
+	// Line protocol, whose points carry models' field types; the console's
+	// history rings, in models' types.
+	{"storage/lineproto", "internal/history"},
 	// The replicated entry's encoding, below the engine and the client.
 	{"storage/wire"},
 	// The etcd key-value layer and the shard engine.
