@@ -98,7 +98,7 @@ nemesis:
 # The rolling upgrade from the previous release (the newest commit before
 # HEAD that changed VERSION, built from git history) to this tree, and one
 # node back: acknowledged batches/s per phase, in-sync drops per node, 0
-# lost (COMPATIBILITY.md), without and with a cluster secret. About 8
+# lost (COMPATIBILITY.md), without and with a cluster secret. About 5
 # minutes, so not part of `make test`.
 # UPGRADE_FROM=path/to/cairn uses that binary as the previous release.
 upgrade-test:
