@@ -306,3 +306,71 @@ func TestDeletedSeriesLeaveTheKeys(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []SeriesPoint{{TS: 3, Value: 3}}, got[0].Points)
 }
+
+// TestDeletesBesideBackgroundFlushes: writes and deletes interleaved while
+// memtables freeze and flush in the background (every 40 points) and
+// readers query, scan and list keys: once settled, and after a restart,
+// the shard holds exactly what applying the entries in order gives.
+func TestDeletesBesideBackgroundFlushes(t *testing.T) {
+	dir := t.TempDir()
+	opts := []Option{WithFlushPoints(40), WithFlushInterval(0), WithCompactRate(0)}
+	e, s := openShardAt(t, dir, opts...)
+	model := map[string]map[int64]float64{"a": {}, "b": {}}
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			if _, err := s.Query("cpu", nil, math.MinInt64, math.MaxInt64); err != nil {
+				done <- err
+				return
+			}
+			if err := s.(Scanner).Scan("cpu", map[string]string{"host": "a"}, 0, 1000, func(string) bool { return true },
+				func(string, []SeriesPoint) error { return nil }); err != nil {
+				done <- err
+				return
+			}
+			if err := s.SeriesKeys(func(string) error { return nil }); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	for i := range 300 {
+		ts := int64(i % 97)
+		host := []string{"a", "b"}[i%2]
+		v := float64(i)
+		apply(t, s, 1, pt("cpu", "host="+host, "value", ts, v))
+		model[host][ts] = v
+		if i%23 == 22 {
+			lo, hi := int64(i%50), int64(i%50+20)
+			del(t, s, 1, wire.Delete{Metric: "cpu", Tags: []lineproto.Tag{{Key: "host", Value: "a"}}, Min: lo, Max: hi})
+			for ts := range model["a"] {
+				if ts >= lo && ts <= hi {
+					delete(model["a"], ts)
+				}
+			}
+		}
+	}
+	close(stop)
+	require.NoError(t, <-done)
+	var want []string
+	for host, pts := range model {
+		for ts, v := range pts {
+			want = append(want, fmt.Sprintf("%s/@%d=%g", host, ts, v))
+		}
+	}
+	settle(t, s)
+	require.ElementsMatch(t, want, seen(t, s))
+	require.NoError(t, s.Close())
+	require.NoError(t, e.Close())
+	_, s = openShardAt(t, dir, opts...)
+	require.ElementsMatch(t, want, seen(t, s), "after a restart")
+	flushNow(t, s)
+	require.ElementsMatch(t, want, seen(t, s), "all flushed")
+}

@@ -13,7 +13,10 @@ func (s *boltShard) SeriesKeys(visit func(key string) error) error {
 	return s.viewMems(func(tx *bolt.Tx, m *memtables) error {
 		hideBlocks, hideFrozen := m.pending()
 		dropBlocks, dropFrozen := dropsAll(hideBlocks), dropsAll(hideFrozen)
-		pending := make(map[string]struct{}, len(m.active.series))
+		m.active.mu.RLock() // commits append to its series meanwhile
+		n := len(m.active.series)
+		m.active.mu.RUnlock()
+		pending := make(map[string]struct{}, n)
 		for _, mt := range m.all() {
 			mt.mu.RLock()
 			for _, ms := range mt.series {
