@@ -69,10 +69,12 @@ func TestDeleteSurvivesLeaderKill(t *testing.T) {
 	require.Equal(t, before, countOf(t, c.broker.addr, "db", q("value", beforeX)))
 
 	victim := c.shardsOf()[0].Leader
+	sent := time.Now()
 	code, res := influxQL(t, c.broker.addr, "db", fmt.Sprintf(`DELETE FROM "cpu" WHERE "host" = 'a' AND time < %d`, x.UnixNano()), "")
 	require.Equal(t, 200, code)
 	require.Empty(t, res.Results[0].Error)
 	require.Empty(t, res.Results[0].Series)
+	acked := time.Since(sent)
 	c.proc(victim).kill9()
 	c.waitLeft(victim, 15*time.Second)
 	check("after the failover", 0)
@@ -91,7 +93,8 @@ func TestDeleteSurvivesLeaderKill(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, code, "%v", body)
 	require.Eventually(t, func() bool { return c.shardsOf()[0].Leader == victim }, 30*time.Second, 50*time.Millisecond)
 	check("with the killed node leading again", 1)
-	t.Logf("%d points of host a before X deleted; %d after X and %d of host b all answered through the kill of %s", before, after, before+after, victim)
+	t.Logf("%d points of host a before X deleted (acknowledged by the 3 replicas in %s); %d after X and %d of host b all answered through the kill of %s",
+		before, acked.Round(time.Millisecond), after, before+after, victim)
 }
 
 // TestDropSeriesAndMeasurement: through InfluxQL on a standalone node (2
