@@ -159,3 +159,48 @@ func TestDropSeriesAndMeasurement(t *testing.T) {
 	require.Equal(t, []string{"cpu"}, values("SHOW MEASUREMENTS"))
 	require.Equal(t, []string{"cpu,host=a"}, values(`SHOW SERIES FROM "cpu"`))
 }
+
+// TestDeleteReachesAFollowerThatWasAway: RF 3; a follower is down while a
+// DROP SERIES and a DELETE are acknowledged by the other two; it returns,
+// catches up from its leader's log, and once it leads answers without the
+// deleted points.
+func TestDeleteReachesAFollowerThatWasAway(t *testing.T) {
+	c := startDataCluster(t, dataClusterOpts{storageNodes: 3, shards: 1, rf: 3})
+	now := time.Now().Truncate(time.Second)
+	from, x := now.Add(-10*time.Minute), now.Add(-5*time.Minute)
+	var lines strings.Builder
+	for ts := from; !ts.After(now); ts = ts.Add(time.Second) {
+		fmt.Fprintf(&lines, "cpu,host=a value=1 %d\ncpu,host=b value=1 %d\ncpu,host=c value=1 %d\n", ts.UnixNano(), ts.UnixNano(), ts.UnixNano())
+	}
+	resp, err := http.Post("http://"+c.broker.addr+"/write?db=db", "text/plain", strings.NewReader(lines.String()))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusNoContent, resp.StatusCode)
+	count := func(host string) int64 {
+		return countOf(t, c.broker.addr, "db", fmt.Sprintf(`SELECT count("value") FROM "cpu" WHERE "host" = '%s' AND time >= %d AND time <= %d`, host, from.UnixNano(), now.UnixNano()))
+	}
+	require.Equal(t, int64(601), count("a"))
+
+	var away string
+	for _, id := range c.ids {
+		if id != c.shardsOf()[0].Leader {
+			away = id
+			break
+		}
+	}
+	c.proc(away).kill9()
+	c.waitLeft(away, 15*time.Second)
+	for _, q := range []string{`DROP SERIES FROM "cpu" WHERE "host" = 'b'`, fmt.Sprintf(`DELETE FROM "cpu" WHERE "host" = 'a' AND time < %d`, x.UnixNano())} {
+		code, res := influxQL(t, c.broker.addr, "db", q, "")
+		require.Equal(t, 200, code)
+		require.Empty(t, res.Results[0].Error, q)
+	}
+	c.proc(away).restart()
+	c.waitHealthy(60 * time.Second)
+	code, body := c.broker.post("/api/v1/databases/db/shards/0/leader", map[string]any{"node_id": away})
+	require.Equal(t, http.StatusAccepted, code, "%v", body)
+	require.Eventually(t, func() bool { return c.shardsOf()[0].Leader == away }, 30*time.Second, 50*time.Millisecond)
+	require.Equal(t, int64(301), count("a"), "host a from X on")
+	require.Zero(t, count("b"))
+	require.Equal(t, int64(601), count("c"))
+}
