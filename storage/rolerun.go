@@ -26,6 +26,7 @@ type roleRun struct {
 	// (a kick before then makes the first upkeep run at once); busy while
 	// one runs, again when it was kicked meanwhile.
 	upkeep              *time.Timer
+	upkeepRun           func(ctx context.Context)
 	kicked, busy, again bool
 }
 
@@ -82,8 +83,20 @@ func (rr *roleRun) kick() {
 	case rr.upkeep == nil:
 		rr.kicked = true
 	default:
-		rr.upkeep.Reset(0)
+		rr.rearm(0)
 	}
+}
+
+// rearm makes the upkeep run after delay, on a new timer: the old one is
+// stopped, not reset. Moving a pending timer earlier makes the runtime scan
+// every timer of its P at the next expiry, and a node's leaders kick their
+// upkeeps often; a simulation of 1,000 nodes in one process (130,000
+// timers) spent 78 % of its CPU in those scans. A stopped timer is only
+// swept, in bulk. The caller holds mu.
+func (rr *roleRun) rearm(delay time.Duration) {
+	rr.upkeep.Stop()
+	run := rr.upkeepRun
+	rr.upkeep = time.AfterFunc(delay, func() { rr.runUpkeep(run) })
 }
 
 // schedule arms the upkeep to run run after delay (at once when kicked
@@ -98,10 +111,12 @@ func (rr *roleRun) schedule(delay time.Duration, run func(ctx context.Context)) 
 		if rr.kicked {
 			delay = 0
 		}
+		rr.upkeepRun = run
 		rr.upkeep = time.AfterFunc(delay, func() { rr.runUpkeep(run) })
 		return
 	}
-	rr.upkeep.Reset(delay)
+	rr.upkeepRun = run
+	rr.rearm(delay)
 }
 
 // runUpkeep runs the upkeep in the timer's goroutine, one at a time: a run

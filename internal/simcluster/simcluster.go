@@ -123,6 +123,7 @@ type cluster struct {
 	ck       models.ClusterKeys
 	api      string
 	agents   []*agent
+	zoneOf   map[string]string // agent id -> its zone (with Domains)
 	// stores are the agents' etcd clients, one per agentsPerClient agents:
 	// each real node has its own, and one client's single lease keep-alive
 	// stream would serialise every agent's renewals.
@@ -159,7 +160,7 @@ func Run(ctx context.Context, p Params) (Result, error) {
 		return Result{}, err
 	}
 	defer os.RemoveAll(dir)
-	c := &cluster{p: p, lg: zap.NewNop()}
+	c := &cluster{p: p, lg: zap.NewNop(), zoneOf: map[string]string{}}
 	if err := c.start(ctx, dir); err != nil {
 		return Result{}, err
 	}
@@ -254,10 +255,12 @@ func (c *cluster) start(ctx context.Context, dir string) error {
 			c.views = append(c.views, &countingStore{EtcdStore: shared.EtcdStore.LeaseStream(), keys: c.keys, ck: c.ck, c: c.counts})
 		}
 		var labels map[string]string
+		id := fmt.Sprintf("s%04d", i)
 		if c.p.Domains > 0 {
 			labels = map[string]string{"zone": fmt.Sprintf("z%d", i%c.p.Domains)}
+			c.zoneOf[id] = labels["zone"]
 		}
-		a, err := c.startAgent(fmt.Sprintf("s%04d", i), labels, c.views[len(c.views)-1])
+		a, err := c.startAgent(id, labels, c.views[len(c.views)-1])
 		if err != nil {
 			return err
 		}
@@ -391,7 +394,7 @@ func (c *cluster) measure(ctx context.Context) (Result, error) {
 	}
 	res.PlaceMS = float64(time.Since(start).Microseconds()) / 1000
 	if c.p.Domains > 0 {
-		res.DomainsPerShard = domainsPerShard(c.app.State())
+		res.DomainsPerShard = domainsPerShard(c.app.State(), c.zoneOf)
 	}
 	// The CPU time the placement took: what a run on a busy machine, which
 	// gets less of it per second, still compares with another.
