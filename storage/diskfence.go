@@ -114,19 +114,20 @@ func (f *DiskFence) Report(err error) {
 // node as a failed log does; other failures are FlushFailures' alone.
 func (f *DiskFence) ReportFlush(db string, shard int, err error) {
 	id := models.ShardID(db, shard)
+	disk := err != nil && isDiskFailure(err)
 	f.mu.Lock()
 	_, had := f.flushes[id]
 	switch {
 	case err == nil:
 		delete(f.flushes, id)
-	case isDiskFailure(err) && !had:
+	case disk && !had:
 		f.flushes[id] = f.diskFault(err)
 	}
 	fault := f.faultLocked()
 	f.mu.Unlock()
 	f.setGauge(fault)
 	switch {
-	case err != nil && !had && isDiskFailure(err):
+	case disk && !had:
 		f.lg.Error("shard flush failed on the disk: this node takes no writes, hands its shard leaderships to in-sync replicas and retries by itself",
 			zap.String("db", db), zap.Int("shard", shard), zap.Error(err))
 	case err == nil && had && fault == nil:

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"math"
+	"sync"
 	"testing"
 
 	"github.com/cairn-db/cairn/storage/lineproto"
@@ -318,6 +319,9 @@ func TestDeletesBesideBackgroundFlushes(t *testing.T) {
 	model := map[string]map[int64]float64{"a": {}, "b": {}}
 	stop := make(chan struct{})
 	done := make(chan error, 1)
+	var stopOnce sync.Once
+	halt := func() { stopOnce.Do(func() { close(stop) }) }
+	t.Cleanup(halt) // a failed write below must not leave the reader running
 	go func() {
 		for {
 			select {
@@ -357,7 +361,7 @@ func TestDeletesBesideBackgroundFlushes(t *testing.T) {
 			}
 		}
 	}
-	close(stop)
+	halt()
 	require.NoError(t, <-done)
 	var want []string
 	for host, pts := range model {
