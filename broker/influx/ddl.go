@@ -160,23 +160,23 @@ func (h *Handler) createDatabase(ctx context.Context, s *influxql.CreateDatabase
 	if s.RetentionPolicyName != "" {
 		p.Name = &s.RetentionPolicyName
 	}
-	if cur, err := h.cfg.Backend.Database(s.Name); err == nil {
-		if !p.matches(cur) {
-			return errPolicyConflict
-		}
-		return nil
-	}
 	def := h.cfg.Defaults
 	d := models.Database{Name: s.Name, StorageCluster: def.StorageCluster, NumShards: def.Shards, ReplicaFactor: def.ReplicaFactor}
 	if err := p.apply(&d); err != nil {
 		return err
 	}
+	// etcd decides whether the database exists: the local state may still
+	// show one dropped a moment ago (DROP DATABASE then CREATE DATABASE).
 	_, err = admin.CreateDatabase(ctx, d)
+	cur, shown := h.cfg.Backend.Database(s.Name)
 	switch {
-	case errors.Is(err, models.ErrConflict) && p.empty():
-		// Made meanwhile by another broker, with its own defaults.
+	case errors.Is(err, models.ErrConflict) && (p.empty() || shown == nil && p.matches(cur)):
+		// There with another definition (another broker's defaults): the
+		// statement succeeds unless its policy contradicts the database.
 	case errors.Is(err, models.ErrConflict):
 		return errPolicyConflict
+	case errors.Is(err, models.ErrUnavailable) && shown == nil && p.matches(cur):
+		return nil // etcd is away; the database is there as asked
 	case err != nil:
 		return err
 	}

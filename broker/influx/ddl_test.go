@@ -121,6 +121,37 @@ func TestDDL(t *testing.T) {
 	require.JSONEq(t, failed("database not found: w"), q(`SHOW RETENTION POLICIES ON w`))
 }
 
+// staleView is a broker's local state that still shows databases etcd
+// (memAdmin) dropped a moment ago.
+type staleView struct {
+	*memAdmin
+	stale map[string]models.Database
+}
+
+func (s staleView) Database(db string) (models.Database, error) {
+	if d, ok := s.stale[db]; ok {
+		return d, nil
+	}
+	return s.memAdmin.Database(db)
+}
+
+// TestCreateDatabaseAfterDropSeenLate: DROP DATABASE then CREATE DATABASE
+// before the local state saw the drop creates the database again instead of
+// answering from the dropped one.
+func TestCreateDatabaseAfterDropSeenLate(t *testing.T) {
+	m := &memAdmin{dbs: map[string]models.Database{}}
+	v := staleView{memAdmin: m, stale: map[string]models.Database{"x": {Name: "x", StorageCluster: "c", NumShards: 1, ReplicaFactor: 1}}}
+	e := gin.New()
+	New(Config{Backend: v, Admin: m, Defaults: Defaults{Shards: 1, ReplicaFactor: 1, StorageCluster: "c"}}).
+		Routes(e.Group("/"), e.Group("/"), e.Group("/"))
+	w := httptest.NewRecorder()
+	e.ServeHTTP(w, httptest.NewRequest("POST", "/query?q="+url.QueryEscape("CREATE DATABASE x"), nil))
+	require.Equal(t, 200, w.Code, "%s", w.Body)
+	require.JSONEq(t, `{"results":[{"statement_id":0}]}`, w.Body.String())
+	require.Equal(t, 1, m.creates, "answered from the dropped database")
+	require.Contains(t, m.dbs, "x")
+}
+
 // TestDDLScope: statements that change metadata ask Authorize for the
 // admin scope before any statement runs; reads do not ask.
 func TestDDLScope(t *testing.T) {

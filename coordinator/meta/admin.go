@@ -212,22 +212,25 @@ func (a *Admin) CreateDatabase(ctx context.Context, d models.Database) (models.D
 	// A create repeated after a lost answer (a timeout, a 503 "outcome
 	// unknown") finds its own database: the same definition answers as the
 	// first create would have, anything else is a conflict.
+	// The local state may lag etcd: a database it still shows may have
+	// been dropped a moment ago (a DROP then CREATE of the same name), so
+	// only etcd answers whether it exists; the local copy answers only
+	// while etcd cannot.
 	same := func(cur models.Database) bool { return sameDatabase(cur, d) }
 	st := a.State()
-	if cur, ok := st.Databases.Get(d.Name); ok {
-		if same(cur) {
-			return cur, nil
-		}
-		return d, fmt.Errorf("%w: database %q already exists with a different definition", models.ErrConflict, d.Name)
-	}
-	if _, ok := st.StorageClusters[d.StorageCluster]; !ok {
+	local, shown := st.Databases.Get(d.Name)
+	if _, ok := st.StorageClusters[d.StorageCluster]; !ok && !shown {
 		return d, fmt.Errorf("%w: storage cluster %q does not exist", models.ErrImpossible, d.StorageCluster)
 	}
-	if err := checkReplicas(st, d.StorageCluster, d.ReplicaFactor); err != nil {
+	if err := checkReplicas(st, d.StorageCluster, d.ReplicaFactor); err != nil && !shown {
 		return d, err
 	}
 	d.UID = newUID()
-	return create(ctx, a, a.Keys.DatabaseConfig(d.Name), d, fmt.Sprintf("database %q", d.Name), same)
+	got, err := create(ctx, a, a.Keys.DatabaseConfig(d.Name), d, fmt.Sprintf("database %q", d.Name), same)
+	if err != nil && shown && same(local) && errors.Is(err, kv.ErrUnavailable) && !errors.Is(err, kv.ErrOutcomeUnknown) {
+		return local, nil // etcd is away; the create is a repeat of what the state shows
+	}
+	return got, err
 }
 
 // UpdateDatabase grows num_shards, changes replica_factor or the data

@@ -9,6 +9,7 @@ import (
 	"github.com/cairn-db/cairn/coordinator/kv"
 	"github.com/cairn-db/cairn/coordinator/meta"
 	"github.com/cairn-db/cairn/models"
+	"github.com/cairn-db/cairn/statemachine"
 	"github.com/stretchr/testify/require"
 )
 
@@ -192,4 +193,49 @@ func TestStoreErrorsLabelled(t *testing.T) {
 	require.ErrorIs(t, err, kv.ErrUnavailable)
 	_, code := models.StatusOf(err)
 	require.Equal(t, "unavailable", code)
+}
+
+// TestCreateAfterDropSeenLate: a database dropped a moment ago is still in
+// the broker's local state; creating it again with the same definition must
+// create a new incarnation in etcd (a new uid), not answer with the dropped
+// one. Only while etcd cannot answer does the local copy answer a repeat.
+func TestCreateAfterDropSeenLate(t *testing.T) {
+	ctx := context.Background()
+	keys := models.Keys{NS: "/cairn"}
+	req := models.Database{Name: "re", NumShards: 2, ReplicaFactor: 1}
+	// The dropped incarnation, as a create stored it.
+	old, err := (&meta.Admin{Store: kv.NewMemoryStore(), Keys: keys, State: fixedState(t)}).CreateDatabase(ctx, req)
+	require.NoError(t, err)
+	m := statemachine.New(statemachine.Config{})
+	m.Push(statemachine.Event{Source: "nodes/default", Kind: statemachine.KindStorageNodes, Cluster: "default",
+		Type: kv.WatchPut, Name: "n1", Value: models.StorageNode{NodeID: "n1"}})
+	m.Push(statemachine.Event{Source: statemachine.SourceStorageConfig, Kind: statemachine.KindStorageConfig,
+		Type: kv.WatchPut, Name: "default", Value: models.StorageCluster{Name: "default"}})
+	m.Push(statemachine.Event{Source: statemachine.SourceDatabaseConfig, Kind: statemachine.KindDatabaseConfig,
+		Type: kv.WatchPut, Name: "re", Value: old})
+	m.Start(ctx)
+	t.Cleanup(m.Stop)
+	require.Eventually(t, func() bool { return m.Snapshot().Databases.Has("re") }, 5e9, 1e6)
+
+	// etcd no longer has it (the drop committed; the watch is behind).
+	mem := kv.NewMemoryStore()
+	a := &meta.Admin{Store: mem, Keys: keys, State: m.Snapshot}
+
+	mem.SetDown(true)
+	got, err := a.CreateDatabase(ctx, req)
+	require.NoError(t, err, "etcd away: a repeat of what the state shows answers from it")
+	require.Equal(t, old.UID, got.UID)
+
+	mem.SetDown(false)
+	got, err = a.CreateDatabase(ctx, req)
+	require.NoError(t, err)
+	require.NotEqual(t, old.UID, got.UID, "answered with the dropped incarnation")
+	kvp, err := mem.Get(ctx, keys.DatabaseConfig("re"))
+	require.NoError(t, err)
+	require.NotNil(t, kvp, "the new incarnation was never written")
+	again, err := a.CreateDatabase(ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, got.UID, again.UID, "a repeat answers with the stored incarnation")
+	_, err = a.CreateDatabase(ctx, models.Database{Name: "re", NumShards: 3, ReplicaFactor: 1})
+	require.ErrorIs(t, err, models.ErrConflict)
 }
