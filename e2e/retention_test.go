@@ -95,7 +95,7 @@ func TestRetentionStopsAnsweringAtOnce(t *testing.T) {
 }
 
 // TestRetentionGivesSpaceBack: 6 hours of points that do not compress,
-// then `retention: 2h`: within a few expiry passes (--retention-check-interval
+// then `retention: 2h` with 1 h partitions: within a few expiry passes (--retention-check-interval
 // 1s here) the shard files shrink by most of the expired share, the node
 // logs what it expired, and the last 2 hours are all still answered.
 func TestRetentionGivesSpaceBack(t *testing.T) {
@@ -164,8 +164,9 @@ func TestRetentionGivesSpaceBack(t *testing.T) {
 	require.Eventually(t, func() bool { before = shardBytes(); return before > 3<<20 }, 30*time.Second, 200*time.Millisecond,
 		"the points never reached the shard file (%d bytes)", before)
 
-	code, out = p.send(http.MethodPatch, "/api/v1/databases/big", map[string]any{"retention": "2h"}, "")
+	code, out = p.send(http.MethodPatch, "/api/v1/databases/big", map[string]any{"retention": "2h", "partition": "1h"}, "")
 	require.Equal(t, http.StatusOK, code, out)
+	expiryAsked := time.Now()
 	kept := int64(0)
 	for ts := now.Add(-6 * time.Hour); !ts.After(now); ts = ts.Add(step) {
 		if ts.After(now.Add(-2 * time.Hour)) {
@@ -196,6 +197,7 @@ func TestRetentionGivesSpaceBack(t *testing.T) {
 	}, 60*time.Second, 200*time.Millisecond)
 	require.Positive(t, expired(), "no expiry logged")
 	require.GreaterOrEqual(t, before-after, expired(), "the shard files shrank less than the expired blocks")
+	require.Less(t, time.Since(expiryAsked), time.Hour, "space given back later than one partition length")
 	t.Logf("shard files: %d bytes before the expiry, %d after; %d bytes of blocks expired; %d points kept of %d", before, after, expired(), kept, n)
 	keptNow := int64(0) // the retention's cutoff moved on since
 	cut := time.Now().Add(-2 * time.Hour)
