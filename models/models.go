@@ -24,6 +24,12 @@ func ValidName(s string) bool { return NameRE.MatchString(s) }
 // spoken here" and takes the older way.
 const ProtocolVersion = 3
 
+// ProtocolDeletes is the first protocol whose nodes read delete entries
+// (storage/wire entry version 3): a delete waits until every replica of
+// the database speaks it, or an older follower could not apply its leader's
+// log.
+const ProtocolDeletes = 3
+
 // MasterRecord is the value of the election key. Term is the key's create
 // revision, filled in when the record is read back.
 type MasterRecord struct {
