@@ -14,6 +14,8 @@ type DatabasePatch struct {
 	// Policy renames the database's retention policy (InfluxQL's CREATE
 	// RETENTION POLICY ... DEFAULT).
 	Policy *string `json:"retention_policy"`
+	// Rollups replaces the rollup levels ([] removes them).
+	Rollups *[]Rollup `json:"rollups"`
 }
 
 // StorageClusterPatch is the body of PATCH /api/v1/storage-clusters/{name}:

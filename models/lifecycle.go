@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -163,7 +164,7 @@ func (d Database) PolicyName() string {
 }
 
 // ApplyLifecycle sets the lifecycle fields p gives (retention, ahead,
-// behead, partition, policy name) and says whether it gave any.
+// behead, partition, policy name, rollups) and says whether it gave any.
 func (d *Database) ApplyLifecycle(p DatabasePatch) bool {
 	given := false
 	for _, f := range []struct {
@@ -176,6 +177,9 @@ func (d *Database) ApplyLifecycle(p DatabasePatch) bool {
 	}
 	if p.Policy != nil {
 		d.Policy, given = *p.Policy, true
+	}
+	if p.Rollups != nil {
+		d.Rollups, given = *p.Rollups, true
 	}
 	return given
 }
@@ -201,4 +205,87 @@ func (d Database) WindowRule() string {
 		behead = "retention " + Duration(b).String()
 	}
 	return behead + ", ahead " + Duration(d.AheadLimit()).String()
+}
+
+// Rollup is one downsampled level of a database: every Interval, per
+// series, the shards keep a cell of its points' count, sum, min, max, first
+// and last (float, integer and unsigned fields; strings and booleans are
+// not rolled up), kept for Retention (0: forever) whatever the raw
+// retention. Functions are the aggregates a query may take from it (mean
+// needs sum and count); empty: all of them.
+type Rollup struct {
+	Interval  Duration `json:"interval"`
+	Retention Duration `json:"retention,omitempty"`
+	Functions []string `json:"functions,omitempty"`
+}
+
+// RollupFunctions are the aggregates a rollup level can answer.
+var RollupFunctions = []string{"count", "sum", "min", "max", "first", "last"}
+
+// MaxRollups bounds a database's rollup levels.
+const MaxRollups = 4
+
+// Has says whether the level answers the aggregate fn (mean: sum and count).
+func (r Rollup) Has(fn string) bool {
+	if len(r.Functions) == 0 {
+		return fn == "mean" || slices.Contains(RollupFunctions, fn)
+	}
+	if fn == "mean" {
+		return slices.Contains(r.Functions, "sum") && slices.Contains(r.Functions, "count")
+	}
+	return slices.Contains(r.Functions, fn)
+}
+
+// Name is the level's name among the retention policies InfluxQL shows.
+func (r Rollup) Name() string { return "rollup_" + r.Interval.String() }
+
+// CheckRollups says what is wrong with rs as the rollup levels of a
+// database whose raw points are kept for retention, or nil.
+func CheckRollups(rs []Rollup, retention Duration) error {
+	if len(rs) == 0 {
+		return nil
+	}
+	if len(rs) > MaxRollups {
+		return fmt.Errorf("%d rollup levels: at most %d", len(rs), MaxRollups)
+	}
+	if retention == 0 {
+		return errors.New("rollups need a retention: without one the raw points answer every range")
+	}
+	for i, r := range rs {
+		iv := r.Interval.D()
+		switch {
+		case iv < time.Second || iv%time.Second != 0:
+			return fmt.Errorf("rollup %d: invalid interval %q: want a whole number of seconds, at least 1s", i, r.Interval)
+		case iv <= time.Hour && time.Hour%iv != 0:
+			return fmt.Errorf("rollup %d: interval %s does not divide an hour", i, r.Interval)
+		case iv > time.Hour && iv%time.Hour != 0:
+			return fmt.Errorf("rollup %d: interval %s is not a whole number of hours", i, r.Interval)
+		case r.Retention != 0 && r.Retention < retention:
+			return fmt.Errorf("rollup %s: retention %s is shorter than the raw retention %s", r.Interval, r.Retention, retention)
+		case r.Retention.D()%time.Second != 0 || r.Retention < 0:
+			return fmt.Errorf("rollup %s: invalid retention %q: want 0 or a positive whole number of seconds", r.Interval, r.Retention)
+		}
+		if i > 0 {
+			prev := rs[i-1].Interval.D()
+			if iv <= prev || iv%prev != 0 {
+				return fmt.Errorf("rollup %s: intervals must grow and each divide the next (%s before it)", r.Interval, rs[i-1].Interval)
+			}
+		}
+		for _, fn := range r.Functions {
+			if !slices.Contains(RollupFunctions, fn) {
+				return fmt.Errorf("rollup %s: unknown function %q: known are %s (mean is sum and count)", r.Interval, fn, strings.Join(RollupFunctions, ", "))
+			}
+		}
+	}
+	return nil
+}
+
+// RollupIntervals are the intervals of d's rollup levels, in order: what a
+// shard computes.
+func (d Database) RollupIntervals() []time.Duration {
+	out := make([]time.Duration, len(d.Rollups))
+	for i, r := range d.Rollups {
+		out[i] = r.Interval.D()
+	}
+	return out
 }

@@ -163,7 +163,10 @@ type Database struct {
 	Partition Duration `json:"partition,omitempty"`
 	// Policy names the database's one retention policy in InfluxQL (empty:
 	// DefaultPolicy).
-	Policy  string         `json:"retention_policy,omitempty"`
+	Policy string `json:"retention_policy,omitempty"`
+	// Rollups are the downsampled levels kept beside the raw points, finest
+	// first (see Rollup).
+	Rollups []Rollup       `json:"rollups,omitempty"`
 	Options map[string]any `json:"options"`
 	// UID identifies this incarnation of the database: a database dropped
 	// and created again under the same name gets a new one, so storage

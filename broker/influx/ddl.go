@@ -129,14 +129,21 @@ func (h *Handler) admin() (Admin, error) {
 	return h.cfg.Admin, nil
 }
 
-// showPolicies lists db's one retention policy with its real options.
+// showPolicies lists db's one retention policy of raw points with its real
+// options, then each rollup level (rollup_<interval>, not the default) with
+// its own retention: the levels live in the same shards, so they share the
+// partition length and replica count.
 func (h *Handler) showPolicies(db string) ([]query.Row, error) {
 	d, err := h.policyDB(db)
 	if err != nil {
 		return nil, err
 	}
-	return []query.Row{{Columns: []string{"name", "duration", "shardGroupDuration", "replicaN", "default"},
-		Values: [][]any{{d.PolicyName(), d.Retention.D().String(), d.PartitionLength().String(), int64(d.ReplicaFactor), true}}}}, nil
+	part, rf := d.PartitionLength().String(), int64(d.ReplicaFactor)
+	values := [][]any{{d.PolicyName(), d.Retention.D().String(), part, rf, true}}
+	for _, r := range d.Rollups {
+		values = append(values, []any{r.Name(), r.Retention.D().String(), part, rf, false})
+	}
+	return []query.Row{{Columns: []string{"name", "duration", "shardGroupDuration", "replicaN", "default"}, Values: values}}, nil
 }
 
 // errPolicyConflict is InfluxDB's answer to a CREATE that contradicts the

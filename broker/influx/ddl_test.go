@@ -114,6 +114,12 @@ func TestDDL(t *testing.T) {
 	require.JSONEq(t, ok, q(`CREATE RETENTION POLICY one_month ON telegraf DURATION 30d REPLICATION 1`), "the same policy again")
 	require.JSONEq(t, failed("retention policy already exists"), q(`CREATE RETENTION POLICY one_month ON telegraf DURATION 7d REPLICATION 1`))
 
+	// Rollup levels follow the raw policy, each with its own duration.
+	rolled := m.dbs["w"]
+	rolled.Rollups = []models.Rollup{{Interval: models.Duration(5 * 60e9), Retention: 30 * models.Duration(models.Day)}, {Interval: models.Duration(3600e9)}}
+	m.dbs["w"] = rolled
+	require.JSONEq(t, rps(`["short","4h0m0s","30m0s",2,true],["rollup_5m","720h0m0s","30m0s",2,false],["rollup_1h","0s","30m0s",2,false]`), q(`SHOW RETENTION POLICIES ON w`))
+
 	require.JSONEq(t, `{"results":[{"statement_id":0,"series":[{"name":"databases","columns":["name"],"values":[["telegraf"],["w"]]}]}]}`, q(`SHOW DATABASES`))
 	require.JSONEq(t, ok, q(`DROP DATABASE w`))
 	require.NotContains(t, m.dbs, "w")

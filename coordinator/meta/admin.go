@@ -250,7 +250,7 @@ func (a *Admin) UpdateDatabase(ctx context.Context, name string, p models.Databa
 	}
 	lifecycle := d.ApplyLifecycle(p)
 	if p.NumShards == nil && p.ReplicaFactor == nil && !lifecycle {
-		return d, bad("nothing to change: give num_shards, replica_factor, retention, ahead, behead, partition or retention_policy")
+		return d, bad("nothing to change: give num_shards, replica_factor, retention, ahead, behead, partition, retention_policy or rollups")
 	}
 	if err := checkLifecycle(&d); err != nil {
 		return d, err

@@ -1,13 +1,14 @@
 package meta
 
 import (
+	"slices"
 	"time"
 
 	"github.com/cairn-db/cairn/models"
 )
 
 // checkLifecycle validates d's retention, accepted time window, partition
-// length and policy name, and fills the window's default ahead.
+// length, policy name and rollup levels, and fills the window's default ahead.
 func checkLifecycle(d *models.Database) error {
 	for _, f := range []struct {
 		name string
@@ -23,6 +24,9 @@ func checkLifecycle(d *models.Database) error {
 	if d.Policy != "" && !models.ValidName(d.Policy) {
 		return bad("invalid retention policy name %q: want [A-Za-z0-9_-]{1,64}", d.Policy)
 	}
+	if err := models.CheckRollups(d.Rollups, d.Retention); err != nil {
+		return bad("invalid rollups: %s", err)
+	}
 	if d.Ahead == 0 {
 		d.Ahead = models.Duration(models.DefaultAhead)
 	}
@@ -32,5 +36,9 @@ func checkLifecycle(d *models.Database) error {
 // sameLifecycle reports whether a and b keep and accept data alike.
 func sameLifecycle(a, b models.Database) bool {
 	return a.Retention == b.Retention && a.Ahead == b.Ahead && a.Behead == b.Behead &&
-		a.Partition == b.Partition && a.PolicyName() == b.PolicyName()
+		a.Partition == b.Partition && a.PolicyName() == b.PolicyName() && slices.EqualFunc(a.Rollups, b.Rollups, sameRollup)
+}
+
+func sameRollup(a, b models.Rollup) bool {
+	return a.Interval == b.Interval && a.Retention == b.Retention && slices.Equal(a.Functions, b.Functions)
 }
