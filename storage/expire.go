@@ -46,6 +46,8 @@ func (h *Host) expireOnce(now time.Time) {
 		if !ok || db.UID != r.uid || db.Retention.D() <= 0 {
 			continue
 		}
+		h.syncRollups(r, db)
+		h.expireRollups(r, db, now)
 		ex, ok := r.eng.(engine.Expirer)
 		if !ok {
 			continue

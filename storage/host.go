@@ -287,6 +287,7 @@ func (h *Host) reconcile(full, all bool, names map[string]bool) {
 			h.mu.Unlock()
 			h.lg.Info("serving shard", zap.String("shard", id))
 		}
+		h.syncRollups(r, st.Databases.At(db))
 		roles = append(roles, replicaRole{r, d})
 	}
 	for _, rr := range h.admitTerms(st, roles) {

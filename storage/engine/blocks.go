@@ -593,6 +593,9 @@ func undoEntries(tx *bolt.Tx, ix *seriesIndex, to uint64, entries []Entry) error
 		if err != nil {
 			return err
 		}
+		if err := rollupRange(tx, id, lo, hi, false); err != nil {
+			return err
+		}
 	}
 	return nil
 }

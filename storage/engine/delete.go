@@ -177,6 +177,9 @@ func applyDeletes(tx *bolt.Tx, dels []*wire.Delete, gone *goneChange) (bool, err
 			if err := deleteRange(tx, bp, id, d.Min, d.Max); err != nil {
 				return true, fmt.Errorf("delete from series %d: %w", id, err)
 			}
+			if err := rollupRange(tx, id, d.Min, d.Max, true); err != nil {
+				return true, fmt.Errorf("delete from the rollups of series %d: %w", id, err)
+			}
 			if err := markGone(tx, id, gone); err != nil {
 				return true, err
 			}

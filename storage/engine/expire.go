@@ -139,7 +139,11 @@ func (s *boltShard) expireStep(cutoff int64, at []byte) (n int, bytes int64, nex
 			}
 		}
 		n = len(drop)
-		return nil
+		if n == 0 {
+			return nil
+		}
+		// The rollups' cells there are now the only record (rollup.go).
+		return raiseFloor(tx, keyRawFloor, cutoff)
 	})
 	return n, bytes, next, err
 }

@@ -197,6 +197,9 @@ func (s *boltShard) flushFrozenLocked() error {
 			return err
 		}
 		created = c
+		if err := rollupFlush(tx, s.ix, mt, c); err != nil {
+			return err
+		}
 		// Only a flush that merged nothing into older blocks can be redone
 		// from the log alone if one of its blocks turns out torn.
 		from := mt.entries[0].txn
