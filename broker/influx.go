@@ -93,15 +93,20 @@ func (d *Data) Select(ctx context.Context, db string, req *query.ShardRequest) (
 // retained is req as the shards of db get it: with a retention, its start
 // is no older than the retention at this moment (the plan keeps its own
 // range, so a GROUP BY time still lays out its buckets from the start the
-// query named: the expired ones are empty).
+// query named: the expired ones are empty), unless a rollup level answers
+// the part before it (query.PlanRollup).
 func (d *Data) retained(db string, req *query.ShardRequest) *query.ShardRequest {
 	cfg, ok := d.State().Databases.Get(db)
 	if !ok {
 		return req
 	}
-	from, ok := retainedFrom(cfg, d.clock())
+	now := d.clock()
+	from, ok := retainedFrom(cfg, now)
 	if !ok || req.Start >= from {
 		return req
+	}
+	if r, ok := query.PlanRollup(req, cfg.Rollups, from, now); ok {
+		return r // the part past the retention from a rollup level
 	}
 	r := *req
 	r.Start = from

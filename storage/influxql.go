@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/cairn-db/cairn/broker/query"
 	"github.com/cairn-db/cairn/models"
@@ -146,6 +147,9 @@ func evaluate(ctx context.Context, eng engine.Shard, req *query.ShardRequest) (*
 	if b, ok := eng.(engine.Bounder); ok {
 		qs = ctxBounder{ctxScanner{src, ctx}, b}
 	}
+	if ro, ok := eng.(engine.Rollups); ok && req.Rollup > 0 {
+		qs = ctxRollups{ctxScanner{src, ctx}, ro}
+	}
 	res, err := query.Evaluate(qs, req)
 	if ctx.Err() != nil {
 		return nil, fmt.Errorf("shard query stopped: %w", context.Cause(ctx))
@@ -177,4 +181,18 @@ func (s ctxBounder) Bounds(metric string, match map[string]string, keep func(str
 	return s.b.Bounds(metric, match, func(key string) bool {
 		return s.ctx.Err() == nil && keep(key)
 	})
+}
+
+// ctxRollups is a ctxScanner whose engine keeps rollup levels (a request
+// answered from one).
+type ctxRollups struct {
+	ctxScanner
+	r engine.Rollups
+}
+
+func (s ctxRollups) ScanRollup(interval time.Duration, metric string, match map[string]string, start, end int64,
+	keep func(string) bool, visit func(string, []models.RollupCell) error) error {
+	return s.r.ScanRollup(interval, metric, match, start, end, func(key string) bool {
+		return s.ctx.Err() == nil && keep(key)
+	}, visit)
 }

@@ -85,6 +85,12 @@ func Evaluate(src Source, req *ShardRequest) (*ShardResult, error) {
 	if req.Interval > 0 {
 		ev.firstNum, ev.lastNum = ev.num(req.Start), ev.num(req.End)
 	}
+	if req.Rollup > 0 {
+		if err := ev.evaluateRollup(src); err != nil {
+			return nil, err
+		}
+		return ev.result(), nil
+	}
 	err = ev.eachField(func(match map[string]string) error {
 		return src.Scan(req.Measurement, match, req.Start, req.End, ev.keep, ev.visit)
 	})

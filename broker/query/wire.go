@@ -74,6 +74,12 @@ type ShardRequest struct {
 	// Stats asks for first and last with it, which a node of the release
 	// before answers by reading the points: the same span, the same way.
 	Bounds bool `json:",omitempty"`
+	// Rollup, when above 0, is the interval (ns) of the rollup level whose
+	// cells answer the part of the range before RollupUntil (a multiple of
+	// it); the raw points answer the rest (see PlanRollup). A node of the
+	// release before reads the raw points of the whole range.
+	Rollup      int64 `json:",omitempty"`
+	RollupUntil int64 `json:",omitempty"`
 }
 
 // Group is one series group: its group-by tag values and per-field buckets.
