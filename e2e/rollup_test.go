@@ -1,0 +1,110 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// rollupQuery is the statement the rollup must answer as the raw points did.
+const rollupQuery = `SELECT mean(v), max(v), count(v) FROM m WHERE time > now() - 6h GROUP BY time(1h)`
+
+// TestRollupAnswersPastTheRawRetention (issue 27): a database with a 5m
+// rollup kept 30 days holds 5 h 20 min of points of 3 hosts; its raw
+// retention then becomes 2h and the node expires the older blocks (a pass
+// a second here). The GROUP BY time(1h) of mean, max and count over the
+// last 6 hours then answers the values the raw points gave before, the
+// hours past the retention from the rollup's cells; a count without GROUP
+// BY time, which no rollup answers, sees only the last 2 hours; SHOW
+// RETENTION POLICIES lists the raw policy and the rollup with their
+// durations. Bad rollup levels are refused with a 400 naming the fault.
+func TestRollupAnswersPastTheRawRetention(t *testing.T) {
+	p := start(t, append(standaloneArgs(t), "--retention-check-interval", "1s")...)
+	p.waitStatus("/api/v1/ready", 200, 15*time.Second)
+	db := map[string]any{"name": "roll", "num_shards": 2, "replica_factor": 1, "retention": "7h",
+		"rollups": []map[string]any{{"interval": "7m", "retention": "30d"}}}
+	code, out := p.post("/api/v1/databases", db)
+	require.Equal(t, http.StatusBadRequest, code, out)
+	require.Contains(t, fmt.Sprint(out), "interval 7m does not divide an hour")
+	db["rollups"] = []map[string]any{{"interval": "5m", "retention": "30d", "functions": []string{"min", "max", "sum", "count", "last"}}}
+	code, out = p.post("/api/v1/databases", db)
+	require.Equal(t, http.StatusCreated, code, out)
+
+	now := time.Now().Truncate(10 * time.Second)
+	var lines strings.Builder
+	n := 0
+	for ts := now.Add(-5*time.Hour - 30*time.Minute); !ts.After(now.Add(-10 * time.Minute)); ts = ts.Add(10 * time.Second) {
+		for host := range 3 {
+			fmt.Fprintf(&lines, "m,host=h%d v=%d %d\n", host, (ts.Unix()/10*7+int64(host))%101, ts.UnixNano())
+			n++
+		}
+	}
+	resp, err := http.Post("http://"+p.addr+"/write?db=roll", "text/plain", strings.NewReader(lines.String()))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusNoContent, resp.StatusCode)
+	before := hourRows(t, p.addr)
+	require.GreaterOrEqual(t, len(before), 6, "%v", before)
+	total := 0
+	for _, r := range before {
+		total += rowCount(t, r)
+	}
+	require.Equal(t, n, total)
+
+	code, out = p.send(http.MethodPatch, "/api/v1/databases/roll", map[string]any{"retention": "2h"}, "")
+	require.Equal(t, http.StatusOK, code, out)
+	rps := influxQuery(t, p.addr, "roll", "", `SHOW RETENTION POLICIES`)
+	require.Equal(t, `[[autogen 2h0m0s 1h0m0s 1 true] [rollup_5m 720h0m0s 1h0m0s 1 false]]`, fmt.Sprint(rps.Results[0].Series[0].Values))
+
+	// The expiry drops the blocks past 2h (once the points are flushed:
+	// 10 s idle), and their hours are answered from the cells.
+	require.Eventually(t, func() bool { return expiryLogged(t, p.log) }, 60*time.Second, 200*time.Millisecond, "no expiry logged")
+	var after [][]any
+	assert.Eventually(t, func() bool {
+		after = hourRows(t, p.addr)
+		return fmt.Sprint(after) == fmt.Sprint(before)
+	}, 30*time.Second, 200*time.Millisecond)
+	require.Equal(t, fmt.Sprint(before), fmt.Sprint(after), "the hours past the raw retention from the rollup")
+
+	res := influxQuery(t, p.addr, "roll", "", `SELECT count(v) FROM m WHERE time > now() - 6h`)
+	require.Len(t, res.Results[0].Series, 1)
+	raw := rowCount(t, res.Results[0].Series[0].Values[0])
+	require.Less(t, raw, n/2, "without GROUP BY time only the raw points of the last 2 hours")
+	t.Logf("%d points; by hour before and after the raw expiry: %v; raw count after: %d", n, after, raw)
+}
+
+// hourRows are rollupQuery's rows that hold points.
+func hourRows(t *testing.T, addr string) [][]any {
+	t.Helper()
+	res := influxQuery(t, addr, "roll", "", rollupQuery)
+	require.Empty(t, res.Results[0].Error)
+	require.Len(t, res.Results[0].Series, 1)
+	var rows [][]any
+	for _, r := range res.Results[0].Series[0].Values {
+		if rowCount(t, r) > 0 {
+			rows = append(rows, r)
+		}
+	}
+	return rows
+}
+
+// rowCount is a row's last column, a count.
+func rowCount(t *testing.T, row []any) int {
+	t.Helper()
+	c, err := row[len(row)-1].(json.Number).Int64()
+	require.NoError(t, err)
+	return int(c)
+}
+
+func expiryLogged(t *testing.T, log string) bool {
+	logged, err := os.ReadFile(log)
+	require.NoError(t, err)
+	return strings.Contains(string(logged), `"msg":"expired points past the retention"`)
+}
