@@ -24,8 +24,14 @@ const rollupQuery = `SELECT mean(v), max(v), count(v) FROM m WHERE time > now() 
 // hours past the retention from the rollup's cells; a count without GROUP
 // BY time, which no rollup answers, sees only the last 2 hours; SHOW
 // RETENTION POLICIES lists the raw policy and the rollup with their
-// durations. Bad rollup levels are refused with a 400 naming the fault.
+// durations. A reference InfluxDB 1.x holding the same points (raw, kept)
+// answers a GROUP BY time(1h), host of mean, max, min, sum, count and last
+// over a fixed range with the same bytes as Cairn, before the expiry from
+// the raw points and after it from the rollup. Bad rollup levels are
+// refused with a 400 naming the fault.
 func TestRollupAnswersPastTheRawRetention(t *testing.T) {
+	ref := startInfluxRef(t)
+	influxDDL(t, ref, "CREATE DATABASE roll")
 	p := start(t, append(standaloneArgs(t), "--retention-check-interval", "1s")...)
 	p.waitStatus("/api/v1/ready", 200, 15*time.Second)
 	db := map[string]any{"name": "roll", "num_shards": 2, "replica_factor": 1, "retention": "7h",
@@ -46,10 +52,20 @@ func TestRollupAnswersPastTheRawRetention(t *testing.T) {
 			n++
 		}
 	}
-	resp, err := http.Post("http://"+p.addr+"/write?db=roll", "text/plain", strings.NewReader(lines.String()))
-	require.NoError(t, err)
-	resp.Body.Close()
-	require.Equal(t, http.StatusNoContent, resp.StatusCode)
+	for _, addr := range []string{p.addr, ref} {
+		resp, err := http.Post("http://"+addr+"/write?db=roll", "text/plain", strings.NewReader(lines.String()))
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusNoContent, resp.StatusCode)
+	}
+	fixed := diffCase{q: fmt.Sprintf(`SELECT mean(v), max(v), min(v), sum(v), count(v), last(v) FROM m WHERE time > %d AND time <= %d GROUP BY time(1h), host`,
+		now.Add(-6*time.Hour).UnixNano(), now.UnixNano())}
+	code, want := queryBody(t, ref, "roll", fixed)
+	require.Equal(t, http.StatusOK, code, want)
+	require.Contains(t, want, `"tags":{"host":"h2"}`)
+	code, got := queryBody(t, p.addr, "roll", fixed)
+	require.Equal(t, http.StatusOK, code, got)
+	require.Equal(t, want, got, "InfluxDB 1.x and Cairn over the raw points")
 	before := hourRows(t, p.addr)
 	require.GreaterOrEqual(t, len(before), 6, "%v", before)
 	total := 0
@@ -72,6 +88,9 @@ func TestRollupAnswersPastTheRawRetention(t *testing.T) {
 		return fmt.Sprint(after) == fmt.Sprint(before)
 	}, 30*time.Second, 200*time.Millisecond)
 	require.Equal(t, fmt.Sprint(before), fmt.Sprint(after), "the hours past the raw retention from the rollup")
+	code, got = queryBody(t, p.addr, "roll", fixed)
+	require.Equal(t, http.StatusOK, code, got)
+	require.Equal(t, want, got, "InfluxDB 1.x over the raw points, Cairn over the rollup")
 
 	res := influxQuery(t, p.addr, "roll", "", `SELECT count(v) FROM m WHERE time > now() - 6h`)
 	require.Len(t, res.Results[0].Series, 1)
