@@ -218,3 +218,40 @@ func TestRollupLevelsChange(t *testing.T) {
 	require.NoError(t, r.SetRollups(nil))
 	require.Empty(t, storedCells(t, s, "cpu", 60, math.MinInt64, math.MaxInt64))
 }
+
+// TestRollupReplicasAgree: two replicas applying the same log, flushed at
+// different points (one after every entry, the other once at the end, so
+// one merges cells the other computes in one go and recomputes on a
+// rewrite the other never sees as one), keep the same cells: a follower
+// computes its rollups from the points it applies, and nothing else needs
+// replicating.
+func TestRollupReplicasAgree(t *testing.T) {
+	e, a := openShard1(t, manual...)
+	b, err := e.Open("db2", 0)
+	require.NoError(t, err)
+	var entries []Entry
+	for i := range int64(40) {
+		ts := i*7 + 3
+		if i%9 == 8 {
+			ts = i * 3 // late, into cells already rolled
+		}
+		entries = append(entries, Entry{Term: 1, Points: []lineproto.Point{
+			pt("cpu", "host=a", "value", ts, float64(i%11)), ipt("cpu", "host=b", "n", ts, i%4)}})
+	}
+	for _, s := range []Shard{a, b} {
+		require.NoError(t, s.(Rollups).SetRollups(levels10and60))
+	}
+	for _, en := range entries {
+		for _, s := range []Shard{a, b} {
+			en.TxnID = s.LastTxnID() + 1
+			require.NoError(t, s.Apply(en))
+		}
+		flushNow(t, a)
+	}
+	flushNow(t, b)
+	for _, iv := range []int64{10, 60} {
+		require.Equal(t, storedCells(t, a, "cpu", iv, math.MinInt64, math.MaxInt64), storedCells(t, b, "cpu", iv, math.MinInt64, math.MaxInt64))
+	}
+	requireRolled(t, a, "flushed after every entry")
+	requireRolled(t, b, "flushed once")
+}
