@@ -5,6 +5,8 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"regexp"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -489,23 +491,46 @@ func (s *EtcdStore) Header(ctx context.Context) (uint64, int64, error) {
 
 // Alarms lists the alarms raised in the etcd cluster ("NOSPACE",
 // "CORRUPT"), one entry per kind whatever the number of members raising it.
+// It reads them from a member's status, which the member answers from its
+// own copy of the alarm list: etcd's alarm API passes every request, a
+// listing too, through raft (a log entry and an fsync on every member), and
+// every node asks each second.
 func (s *EtcdStore) Alarms(ctx context.Context) ([]string, error) {
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
-	resp, err := s.cli.AlarmList(ctx)
-	if err != nil {
-		return nil, mapErr(err)
+	var lastErr error
+	for _, ep := range s.cli.Endpoints() {
+		resp, err := s.cli.Status(ctx, ep)
+		if err != nil {
+			lastErr = err
+			if ctx.Err() != nil {
+				break
+			}
+			continue
+		}
+		return alarmsOf(resp.Errors), nil
 	}
-	seen := map[string]bool{}
+	if lastErr == nil {
+		lastErr = fmt.Errorf("no etcd endpoint to ask")
+	}
+	return nil, mapErr(lastErr)
+}
+
+// alarmRE finds an alarm in a status error string: an AlarmMember in
+// protobuf text form ("memberID:1 alarm:NOSPACE").
+var alarmRE = regexp.MustCompile(`\balarm:\s*([A-Z_]+)`)
+
+// alarmsOf are the distinct alarm kinds named in a member's status errors.
+func alarmsOf(errs []string) []string {
 	var out []string
-	for _, a := range resp.Alarms {
-		name := a.Alarm.String()
-		if a.Alarm != etcdserverpb.AlarmType_NONE && !seen[name] {
-			seen[name] = true
-			out = append(out, name)
+	for _, e := range errs {
+		for _, m := range alarmRE.FindAllStringSubmatch(e, -1) {
+			if name := m[1]; name != etcdserverpb.AlarmType_NONE.String() && !slices.Contains(out, name) {
+				out = append(out, name)
+			}
 		}
 	}
-	return out, nil
+	return out
 }
 
 // SharedHeader is Header shared by every watcher of this store: a probe
