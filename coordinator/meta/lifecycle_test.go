@@ -17,10 +17,7 @@ import (
 // identical-create check.
 func TestDatabaseLifecycle(t *testing.T) {
 	ctx := context.Background()
-	store := kv.NewMemoryStore()
-	defer store.Close()
-	keys := models.Keys{NS: "/cairn"}
-	a := &meta.Admin{Store: store, Keys: keys, State: fixedState(t)}
+	a, store, keys := lifecycleAdmin(t)
 	h := models.Duration(time.Hour)
 
 	for _, bad := range []models.Database{
@@ -70,10 +67,7 @@ func TestDatabaseLifecycle(t *testing.T) {
 // identical-create check, and a PATCH replaces or removes them.
 func TestDatabaseRollups(t *testing.T) {
 	ctx := context.Background()
-	store := kv.NewMemoryStore()
-	defer store.Close()
-	keys := models.Keys{NS: "/cairn"}
-	a := &meta.Admin{Store: store, Keys: keys, State: fixedState(t)}
+	a, store, keys := lifecycleAdmin(t)
 	h, m, d30 := models.Duration(time.Hour), models.Duration(time.Minute), 30*models.Duration(models.Day)
 	lv := func(iv, ret models.Duration, fns ...string) models.Rollup {
 		return models.Rollup{Interval: iv, Retention: ret, Functions: fns}
@@ -136,4 +130,12 @@ func TestDatabaseRollups(t *testing.T) {
 	db, err = a.UpdateDatabase(ctx, "r", models.DatabasePatch{Rollups: &none})
 	require.NoError(t, err)
 	require.Empty(t, db.Rollups)
+}
+
+// lifecycleAdmin is an Admin over a memory store (closed with the test).
+func lifecycleAdmin(t *testing.T) (*meta.Admin, kv.Store, models.Keys) {
+	store := kv.NewMemoryStore()
+	t.Cleanup(func() { store.Close() })
+	keys := models.Keys{NS: "/cairn"}
+	return &meta.Admin{Store: store, Keys: keys, State: fixedState(t)}, store, keys
 }

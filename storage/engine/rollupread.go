@@ -96,50 +96,62 @@ func (s *boltShard) ExpireRollup(interval time.Duration, cutoff int64) (int, err
 	total := 0
 	var at []byte
 	for {
-		n := 0
-		err := s.update(func(tx *bolt.Tx) error {
-			b := tx.Bucket(rollupBucket(iv))
-			if b == nil {
-				return nil
-			}
-			var drop [][]byte
-			c := b.Cursor()
-			k, _ := c.First()
-			if at != nil {
-				k, _ = c.Seek(at)
-			}
-			at = nil
-			for k != nil {
-				if len(drop) == expireBudget {
-					at = slices.Clone(k)
-					break
-				}
-				if tsFromKey(k[8:])+iv > cutoff {
-					k, _ = c.Seek(u64Key(beUint64(k) + 1)) // the series' later cells stay
-					continue
-				}
-				drop = append(drop, slices.Clone(k))
-				k, _ = c.Next()
-			}
-			for _, k := range drop {
-				if err := b.Delete(k); err != nil {
-					return err
-				}
-			}
-			n = len(drop)
-			if n == 0 {
-				return nil
-			}
-			return raiseFloor(tx, rollupFloorKey(iv), cutoff)
+		// Found in a read transaction first: a pass with nothing to drop,
+		// the usual one, writes (and syncs) nothing.
+		var drop [][]byte
+		err := s.view(func(tx *bolt.Tx) error {
+			drop, at = expiredCells(tx.Bucket(rollupBucket(iv)), iv, cutoff, at)
+			return nil
 		})
-		total += n
+		if err == nil && len(drop) > 0 {
+			err = s.update(func(tx *bolt.Tx) error {
+				b := tx.Bucket(rollupBucket(iv))
+				if b == nil {
+					return nil // the level was dropped meanwhile
+				}
+				for _, k := range drop {
+					if err := b.Delete(k); err != nil {
+						return err
+					}
+				}
+				return raiseFloor(tx, rollupFloorKey(iv), cutoff)
+			})
+		}
 		if err != nil {
 			return total, fmt.Errorf("engine: expire rollup %s: %w", interval, err)
 		}
+		total += len(drop)
 		if at == nil {
 			return total, nil
 		}
 	}
+}
+
+// expiredCells lists up to expireBudget cells of b, from at (nil: the
+// first), that end at or before cutoff, and where the next step starts (nil
+// at the end). A series' cells are in time order: past its first one that
+// ends later, the walk seeks to the next series.
+func expiredCells(b *bolt.Bucket, iv, cutoff int64, at []byte) (drop [][]byte, next []byte) {
+	if b == nil {
+		return nil, nil
+	}
+	c := b.Cursor()
+	k, _ := c.First()
+	if at != nil {
+		k, _ = c.Seek(at)
+	}
+	for k != nil {
+		if len(drop) == expireBudget {
+			return drop, slices.Clone(k)
+		}
+		if tsFromKey(k[8:])+iv > cutoff {
+			k, _ = c.Seek(u64Key(beUint64(k) + 1))
+			continue
+		}
+		drop = append(drop, slices.Clone(k))
+		k, _ = c.Next()
+	}
+	return drop, nil
 }
 
 func (s *boltShard) ScanRollup(interval time.Duration, metric string, match map[string]string, start, end int64,
