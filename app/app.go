@@ -396,6 +396,7 @@ func (a *App) closeEtcd() {
 func (a *App) probeEtcd(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
+	var alarmsAt time.Time
 	for {
 		// Shared with the watchers' cluster checks: one probe per 2s.
 		pctx, cancel := context.WithTimeout(ctx, 900*time.Millisecond)
@@ -414,8 +415,13 @@ func (a *App) probeEtcd(ctx context.Context) {
 				a.lg.Warn("etcd unreachable: serving from the local state copy; metadata changes are refused", zap.Error(err))
 			}
 		}
-		if err == nil {
+		// Alarms each alarmEvery, each second while one is raised (to
+		// see it cleared at once) or etcd was away.
+		if now := time.Now(); err == nil && (now.Sub(alarmsAt) >= alarmEvery || len(a.currentAlarms()) > 0) {
+			alarmsAt = now
 			a.probeAlarms(ctx)
+		} else if err != nil {
+			alarmsAt = time.Time{}
 		}
 		select {
 		case <-ctx.Done():
@@ -424,6 +430,10 @@ func (a *App) probeEtcd(ctx context.Context) {
 		}
 	}
 }
+
+// alarmEvery is how often a node asks etcd for its alarms while none is
+// raised (a write refused meanwhile says NOSPACE by itself).
+const alarmEvery = 5 * time.Second
 
 // etcdAlarmTypes are the alarms the cairn_etcd_alarm gauge always exports.
 var etcdAlarmTypes = []string{"nospace", "corrupt"}
