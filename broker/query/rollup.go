@@ -51,7 +51,8 @@ func rollupAnswers(r models.Rollup, req *ShardRequest) bool {
 // condition on fields. The finest level still holding req's start is
 // chosen, else the one kept longest; the range is cut to the chosen level's
 // retention. Cells are whole intervals: the range's start and the first
-// raw time (RollupUntil) are rounded up to the level's interval.
+// raw time (RollupUntil) are rounded up to the level's interval, and the
+// shards leave out a cell that ends past the range's end.
 func PlanRollup(req *ShardRequest, levels []models.Rollup, rawFrom int64, now time.Time) (*ShardRequest, bool) {
 	if req.Raw || req.Bounds || req.Interval <= 0 || req.Start >= rawFrom || len(levels) == 0 {
 		return req, false
@@ -109,7 +110,10 @@ func (ev *evaluator) evaluateRollup(src Source) error {
 		return fmt.Errorf("%w: a rollup of %s cannot answer GROUP BY time(%s) with offset %s", ErrBadQuery,
 			time.Duration(req.Rollup), time.Duration(req.Interval), time.Duration(req.Offset))
 	}
-	if until := min(req.End, req.RollupUntil-1); req.Start <= until {
+	// Cells are whole intervals: only those that end within the range
+	// answer (PlanRollup rounded its start up), so no point outside it is.
+	lastCell := floorDiv(req.End-req.Rollup+1, req.Rollup) * req.Rollup
+	if until := min(lastCell, req.RollupUntil-1); req.Start <= until {
 		err := ev.eachField(func(match map[string]string) error {
 			return rs.ScanRollup(time.Duration(req.Rollup), req.Measurement, match, req.Start, until, ev.keep, ev.visitCells)
 		})

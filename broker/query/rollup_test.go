@@ -91,6 +91,16 @@ func TestEvaluateFromRollup(t *testing.T) {
 	require.Equal(t, blocks, engine.BlockReads(), "only rollup cells are read")
 	require.EqualValues(t, 6*12*3, engine.RollupReads()-cells)
 
+	// A range ending inside an interval leaves that interval's cell out:
+	// up to 5h07m, hour 5 holds the cell of 5h00-5h05 only (30 points).
+	p, err = plan(t, fmt.Sprintf(q, 5*hour+7*int64(time.Minute)), now)
+	require.NoError(t, err)
+	req, ok = PlanRollup(&p.Req, levels, rawFrom, now)
+	require.True(t, ok)
+	after, err = Evaluate(sh.(Source), req)
+	require.NoError(t, err)
+	require.Equal(t, int64(30), bucketValues(after)[fmt.Sprintf("%s v %d", GroupKey([]Tag{{"host", "h1"}}), 5*hour)].Count)
+
 	// Up to 8h: hours 0-5 from the cells, the raw point at 7h from its block.
 	p, err = plan(t, fmt.Sprintf(q, 8*hour), now)
 	require.NoError(t, err)

@@ -239,25 +239,16 @@ func recomputeCell(levels []rollupLevel, li int, tx *bolt.Tx, id uint64, typ mod
 		}
 		return putCell(lv.b, id, c)
 	}
-	var scratch []memPoint
-	err := seriesBlocks(tx.Bucket(bucketBlocks), id, start, func(k, v []byte, h blockHeader) (bool, error) {
-		if h.minTS > end {
-			return false, nil
-		}
-		var err error
-		var btyp models.FieldType
-		if scratch, btyp, err = decodeBlock(scratch[:0], v); err != nil {
-			return false, fmt.Errorf("block %x: %w", k, err)
-		}
-		for _, p := range scratch {
-			if p.ts >= start && p.ts <= end {
-				c.Add(p.ts, pointValue(p, btyp))
-			}
-		}
-		return true, nil
-	})
+	// The raw points as Query reads them (readSeries): a flush's cells see
+	// whatever a read of the blocks sees.
+	pts, err := readSeries(tx.Bucket(bucketBlocks), &strResolver{}, id, start, end, 0)
 	if err != nil {
 		return err
+	}
+	for _, p := range pts {
+		if p.Type.Numeric() {
+			c.Add(p.TS, p.Value)
+		}
 	}
 	return putCell(lv.b, id, c)
 }
