@@ -90,12 +90,16 @@ func benchWriteScale(b *testing.B, series, writers, numShards int) {
 		ShardStates: statemachine.MapOf(map[string]models.ShardStates{"w1": {DB: "w1", Shards: states}}),
 		Nodes:       statemachine.NestedMapOf(map[string]map[string]models.StorageNode{"default": {"self": {NodeID: "self", NodeAddress: "127.0.0.1:1"}}}),
 	}
-	// appendTo is what the storage role's write does: number, queue
-	// (applyMu), wait.
+	// appendTo is what the storage role's write does: stage, number and
+	// queue (applyMu), wait.
 	appendTo := func(shard int, term int64, pts []lineproto.Point, pre *engine.Prepared) error {
 		s := shards[shard]
+		st, err := s.Stage(engine.Entry{Term: uint64(term), Points: pts, Prepared: pre})
+		if err != nil {
+			return err
+		}
 		locks[shard].Lock()
-		wait, err := s.Append(engine.Entry{TxnID: s.NextTxnID(), Term: uint64(term), Points: pts, Prepared: pre})
+		_, wait, err := s.Enqueue(st)
 		locks[shard].Unlock()
 		if err != nil {
 			return err

@@ -115,6 +115,7 @@ func (h *Host) fetchAll(c *gin.Context, req client.FetchRequest, out []byte) []b
 func (h *Host) watch(r *replica, ch chan struct{}) {
 	h.waitMu.Lock()
 	defer h.waitMu.Unlock()
+	r.watchers.Add(1)
 	w := h.waiters[r]
 	if w == nil {
 		w = map[chan struct{}]int{}
@@ -126,6 +127,7 @@ func (h *Host) watch(r *replica, ch chan struct{}) {
 func (h *Host) unwatch(r *replica, ch chan struct{}) {
 	h.waitMu.Lock()
 	defer h.waitMu.Unlock()
+	r.watchers.Add(-1)
 	w := h.waiters[r]
 	if w[ch]--; w[ch] <= 0 {
 		delete(w, ch)
@@ -136,8 +138,15 @@ func (h *Host) unwatch(r *replica, ch chan struct{}) {
 }
 
 // signalAppend wakes the batched fetches parked on r: those of its
-// followers, not every fetch parked on this node.
+// followers, not every fetch parked on this node. A replica nobody watches
+// (no follower parked on it, as with one replica) takes no lock: every
+// write of every shard took this node-wide one. A fetch registers before
+// it looks at the log once more, and an append is published before it is
+// signalled, so one of the two sees the other.
 func (h *Host) signalAppend(r *replica) {
+	if r.watchers.Load() == 0 {
+		return
+	}
 	h.waitMu.Lock()
 	defer h.waitMu.Unlock()
 	for ch := range h.waiters[r] {

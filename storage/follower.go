@@ -155,9 +155,16 @@ func (r *replica) applyLog(ans *client.LogAnswer) (err error) {
 
 // append queues a leader's entry for the group commit.
 func (r *replica) append(e wire.Entry) (func() error, error) {
-	r.applyMu.Lock()
-	wait, err := r.eng.Append(engine.Entry{TxnID: e.TxnID, Term: e.Term, Points: e.Points, Delete: e.Delete})
-	r.applyMu.Unlock()
+	if e.TxnID == 0 {
+		return nil, fmt.Errorf("apply txn 0: %w", engine.ErrTxnGap)
+	}
+	var wait func() error
+	st, err := r.eng.Stage(engine.Entry{TxnID: e.TxnID, Term: e.Term, Points: e.Points, Delete: e.Delete})
+	if err == nil {
+		r.applyMu.Lock()
+		_, wait, err = r.eng.Enqueue(st)
+		r.applyMu.Unlock()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("apply txn %d: %w", e.TxnID, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cairn-db/cairn/internal/backoff"
@@ -83,6 +84,8 @@ type replica struct {
 	changed chan struct{}
 
 	refused int64 // reconcile only: the term last refused (ErrTermBehind), -1 unreadable, to log once
+
+	watchers atomic.Int32 // batched fetches parked on this replica (Host.watch)
 }
 
 // leaderState is a replica's state of one leadership term. A follower's is
@@ -401,9 +404,6 @@ func (r *replica) logEntry(ctx context.Context, term int64, points []lineproto.P
 	}
 	r.mu.Unlock()
 
-	// Only the numbering and the queueing are serialised: the engine's
-	// group commit makes the batches queued meanwhile durable together,
-	// with one fsync, outside this lock.
 	// A point of a field the shard holds with another type is refused
 	// (InfluxDB's field type conflict), the others are written.
 	var refused int
@@ -417,10 +417,18 @@ func (r *replica) logEntry(ctx context.Context, term int64, points []lineproto.P
 			return &models.PartialWriteError{Reason: conflict.Error(), Dropped: refused}
 		}
 	}
-	r.applyMu.Lock()
-	txn := r.eng.NextTxnID()
-	wait, err := r.eng.Append(engine.Entry{TxnID: txn, Term: uint64(term), Points: points, Delete: del, Prepared: pre})
-	r.applyMu.Unlock()
+	// Only the numbering and the queueing are serialised (the checks and
+	// the encoding are done before, by Stage): the engine's group commit
+	// makes the batches queued meanwhile durable together, with one fsync,
+	// outside this lock.
+	var txn uint64
+	var wait func() error
+	st, err := r.eng.Stage(engine.Entry{Term: uint64(term), Points: points, Delete: del, Prepared: pre})
+	if err == nil {
+		r.applyMu.Lock()
+		txn, wait, err = r.eng.Enqueue(st)
+		r.applyMu.Unlock()
+	}
 	if err == nil {
 		err = wait()
 	}
@@ -437,9 +445,6 @@ func (r *replica) logEntry(ctx context.Context, term int64, points []lineproto.P
 	if err != nil {
 		return fmt.Errorf("apply %s txn %d: %w", r.id, txn, err)
 	}
-	r.mu.Lock()
-	r.broadcastLocked()
-	r.mu.Unlock()
 	r.h.signalAppend(r)
 	if err := r.awaitAcks(ctx, term, txn); err != nil {
 		return err
@@ -451,6 +456,9 @@ func (r *replica) logEntry(ctx context.Context, term int64, points []lineproto.P
 	return nil
 }
 
+// awaitAcks waits until the in-sync replicas hold txn, just appended: its
+// first look wakes those waiting for an append (r.changed) too, under the
+// same lock (the writers of a shard queue on it).
 func (r *replica) awaitAcks(ctx context.Context, term int64, txn uint64) error {
 	// The timer starts at the first wait: a write nobody else must
 	// acknowledge (RF 1, or followers already there) needs none.
@@ -460,8 +468,11 @@ func (r *replica) awaitAcks(ctx context.Context, term int64, txn uint64) error {
 			timeout.Stop()
 		}
 	}()
-	for {
+	for appended := true; ; appended = false {
 		r.mu.Lock()
+		if appended {
+			r.broadcastLocked()
+		}
 		if r.want.role != roleLeader || r.want.term != term {
 			r.mu.Unlock()
 			return fmt.Errorf("%w: leadership of %s changed while writing", ErrStaleTerm, r.id)

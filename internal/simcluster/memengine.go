@@ -49,24 +49,40 @@ type memShard struct {
 }
 
 func (s *memShard) Apply(e engine.Entry) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if e.TxnID != uint64(len(s.log))+1 {
-		return fmt.Errorf("%w: got %d after %d", engine.ErrTxnGap, e.TxnID, len(s.log))
-	}
-	s.log = append(s.log, e)
-	return nil
+	_, err := s.Append(e)
+	return err
 }
 
 // Append applies at once: the simulation has no fsync to share.
 func (s *memShard) Append(e engine.Entry) (func() error, error) {
-	if err := s.Apply(e); err != nil {
-		return nil, err
+	if e.TxnID == 0 {
+		return nil, fmt.Errorf("%w: got 0", engine.ErrTxnGap)
 	}
-	return func() error { return nil }, nil
+	_, wait, err := s.Enqueue(&engine.Staged{Entry: e})
+	return wait, err
 }
 
 func (s *memShard) NextTxnID() uint64 { return s.LastTxnID() + 1 }
+
+// Stage keeps the entry as it is: the simulation encodes nothing.
+func (s *memShard) Stage(e engine.Entry) (*engine.Staged, error) {
+	return &engine.Staged{Entry: e}, nil
+}
+
+// Enqueue applies at once, numbering the entry under the shard's lock.
+func (s *memShard) Enqueue(st *engine.Staged) (uint64, func() error, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := st.Entry
+	if e.TxnID == 0 {
+		e.TxnID = uint64(len(s.log)) + 1
+	}
+	if e.TxnID != uint64(len(s.log))+1 {
+		return 0, nil, fmt.Errorf("%w: got %d after %d", engine.ErrTxnGap, e.TxnID, len(s.log))
+	}
+	s.log = append(s.log, e)
+	return e.TxnID, func() error { return nil }, nil
+}
 
 // SetTrimFloor does nothing: the simulated log is never trimmed.
 func (s *memShard) SetTrimFloor(uint64) {}

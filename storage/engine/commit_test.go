@@ -1,10 +1,12 @@
 package engine
 
 import (
+	"strings"
 	"sync"
 	"testing"
 
 	"github.com/cairn-db/cairn/storage/lineproto"
+	"github.com/cairn-db/cairn/storage/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -47,25 +49,34 @@ func TestGroupCommitQueuedEntriesShareOneFsync(t *testing.T) {
 	require.Len(t, es, 8)
 }
 
-// TestConcurrentWritersShareFsyncs: writers that number their entries under
-// a lock and wait for durability outside it (as the storage role's leaders
-// do) need fewer log commits than entries, and every acknowledged entry is
-// there, in order.
+// TestConcurrentWritersShareFsyncs: writers that stage their entries
+// outside a lock, number and queue them under it and wait for durability
+// outside it (as the storage role's leaders do) need fewer log commits than
+// entries; every acknowledged entry is there, and the log holds each at the
+// txn id its Enqueue returned, in order, before and after a reopen (log
+// order = txn order = apply order).
 func TestConcurrentWritersShareFsyncs(t *testing.T) {
-	_, s := openShard1(t, WithFlushPoints(500), WithFlushInterval(0), WithCompactRate(0))
+	dir := t.TempDir()
+	e, s := openShardAt(t, dir, WithFlushPoints(500), WithFlushInterval(0), WithCompactRate(0))
 	const writers, each = 8, 25
 	var numbering sync.Mutex
 	var wg sync.WaitGroup
 	errs := make(chan error, writers)
+	var got sync.Map // txn -> the value its entry's point holds
 	for w := range writers {
 		wg.Go(func() {
 			for i := range each {
-				numbering.Lock()
-				txn := s.NextTxnID()
-				wait, err := s.Append(Entry{TxnID: txn, Term: 1, Points: []lineproto.Point{
-					pt("m", "w="+string(rune('a'+w)), "value", int64(i), float64(txn))}})
-				numbering.Unlock()
+				v := float64(w*1000 + i)
+				st, err := s.Stage(Entry{Term: 1, Points: []lineproto.Point{pt("m", "w="+string(rune('a'+w)), "value", int64(i), v)}})
+				var txn uint64
+				var wait func() error
 				if err == nil {
+					numbering.Lock()
+					txn, wait, err = s.Enqueue(st)
+					numbering.Unlock()
+				}
+				if err == nil {
+					got.Store(txn, v)
 					err = wait()
 				}
 				if err != nil {
@@ -88,12 +99,61 @@ func TestConcurrentWritersShareFsyncs(t *testing.T) {
 	commits := s.(*boltShard).LogCommits()
 	t.Logf("%d entries in %d log commits", writers*each, commits)
 	require.Less(t, commits, uint64(writers*each), "concurrent entries shared fsyncs")
-	got, err := s.Query("m", nil, 0, 100)
-	require.NoError(t, err)
-	require.Len(t, got, writers)
-	for _, sr := range got {
-		require.Len(t, sr.Points, each)
+	checkLogOrder := func(s Shard) {
+		es, err := s.Entries(0, 0)
+		require.NoError(t, err)
+		require.Len(t, es, writers*each)
+		for i, en := range es {
+			require.EqualValues(t, i+1, en.TxnID)
+			v, ok := got.Load(en.TxnID)
+			require.True(t, ok)
+			require.Equal(t, v, en.Points[0].Value, "txn %d holds the entry its Enqueue numbered", en.TxnID)
+		}
+		series, err := s.Query("m", nil, 0, 100)
+		require.NoError(t, err)
+		require.Len(t, series, writers)
+		for _, sr := range series {
+			require.Len(t, sr.Points, each)
+		}
 	}
+	checkLogOrder(s)
+	require.NoError(t, e.Close())
+	_, s = openShardAt(t, dir, WithFlushPoints(500), WithFlushInterval(0), WithCompactRate(0))
+	checkLogOrder(s)
+}
+
+// TestStageAndEnqueue: Stage refuses what Append refuses without taking a
+// txn id; Enqueue numbers an entry staged with TxnID 0, checks one staged
+// with its own, and queues a Staged once; Append still wants its TxnID.
+func TestStageAndEnqueue(t *testing.T) {
+	_, s := openShard1(t, manual...)
+	_, err := s.Stage(Entry{Term: 1, Points: []lineproto.Point{pt("m", "h="+strings.Repeat("x", MaxSeriesKeyBytes), "value", 1, 1)}})
+	require.ErrorIs(t, err, ErrKeyTooLarge)
+	_, err = s.Stage(Entry{Term: 1, Points: []lineproto.Point{pt("m", "", "value", 1, 1)}, Delete: &wire.Delete{Metric: "m"}})
+	require.ErrorIs(t, err, ErrBadDelete)
+	require.EqualValues(t, 1, s.NextTxnID(), "refused entries took no txn id")
+
+	st, err := s.Stage(Entry{Term: 1, Points: []lineproto.Point{pt("m", "", "value", 1, 1)}})
+	require.NoError(t, err)
+	txn, wait, err := s.Enqueue(st)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, txn)
+	require.NoError(t, wait())
+	_, _, err = s.Enqueue(st)
+	require.ErrorIs(t, err, errNotStaged, "a Staged is queued once")
+
+	st, err = s.Stage(Entry{TxnID: 3, Term: 1, Points: []lineproto.Point{pt("m", "", "value", 2, 2)}})
+	require.NoError(t, err)
+	_, _, err = s.Enqueue(st)
+	require.ErrorIs(t, err, ErrTxnGap)
+	st, err = s.Stage(Entry{Term: 0, Points: []lineproto.Point{pt("m", "", "value", 2, 2)}})
+	require.NoError(t, err)
+	_, _, err = s.Enqueue(st)
+	require.ErrorIs(t, err, ErrTermRegress)
+	_, err = s.Append(Entry{Term: 1, Points: []lineproto.Point{pt("m", "", "value", 2, 2)}})
+	require.ErrorIs(t, err, ErrTxnGap, "Append takes no TxnID 0")
+	require.Zero(t, s.(*boltShard).wal.arriving.Load(), "refused entries do not count as arriving at the log")
+	require.EqualValues(t, 2, s.NextTxnID())
 }
 
 // TestTruncateWithQueuedEntries: an entry queued when a truncation comes is

@@ -89,6 +89,16 @@ type Shard interface {
 	// NextTxnID is the txn id the next Append takes: one past the last entry
 	// applied or queued.
 	NextTxnID() uint64
+	// Stage and Enqueue are Append in two steps, so that a caller that
+	// orders its writes to a shard under a lock of its own holds it for
+	// the numbering and the queueing alone: Stage does everything that
+	// needs no place in the log (the checks, encoding the points, building
+	// their keys) and refuses what Append would; Enqueue numbers the staged
+	// entry (its TxnID, or the next one when 0), queues it and returns its
+	// txn id with a wait as Append's. A Staged is queued once, by the shard
+	// that staged it.
+	Stage(e Entry) (*Staged, error)
+	Enqueue(st *Staged) (txn uint64, wait func() error, err error)
 	// SetTrimFloor says replication no longer needs the entries up to txn:
 	// the log drops them once they are flushed. Entries past it are kept
 	// within the retention bounds (WithRetainEntries, WithRetainBytes); a

@@ -34,7 +34,9 @@ var ErrFieldTypeConflict = fmt.Errorf("%w: field type conflict", models.ErrBadIn
 // by the first point of a new field that the leader admits (check) or a
 // memtable takes (claim), and saved by the flush that writes them.
 type fieldTypes struct {
-	mu      sync.Mutex
+	// mu is read-locked by the checks of every write to the shard, which
+	// find their fields known nearly always: a field is claimed once.
+	mu      sync.RWMutex
 	m       map[string]map[string]models.FieldType // metric -> field -> type
 	unsaved [][2]string                            // claimed since the last save
 }
@@ -69,8 +71,8 @@ func (ft *fieldTypes) claim(metric, field string, t models.FieldType) {
 
 // typeOf is the type of (metric, field), if the shard has it.
 func (ft *fieldTypes) typeOf(metric, field string) (models.FieldType, bool) {
-	ft.mu.Lock()
-	defer ft.mu.Unlock()
+	ft.mu.RLock()
+	defer ft.mu.RUnlock()
 	return ft.getLocked(metric, field)
 }
 
@@ -93,24 +95,23 @@ func (c *Conflict) Error() string {
 // or of the type the shard holds, and returns them in order (points itself
 // when all are admitted), with how many it refused and the first refusal.
 func (ft *fieldTypes) check(points []lineproto.Point) ([]lineproto.Point, int, *Conflict) {
+	// Shared first: the writers of a shard all check each batch, and with
+	// the lock held exclusively for a batch's points they queued on it.
+	ft.mu.RLock()
+	known := ft.allKnownLocked(points)
+	ft.mu.RUnlock()
+	if known {
+		return points, 0, nil
+	}
 	ft.mu.Lock()
 	defer ft.mu.Unlock()
 	var kept []lineproto.Point
 	var first *Conflict
 	refused := 0
-	// One look-up of the metric per run of points that share it (a line's
-	// fields), one of the field per point.
-	var metric string
-	var fields map[string]models.FieldType
+	var c fieldCursor
 	for i := range points {
 		p := &points[i]
-		if fields == nil || p.Metric != metric {
-			metric, fields = p.Metric, ft.m[p.Metric]
-		}
-		t, ok := fields[p.Field]
-		if !ok {
-			fields = nil // setLocked may create the metric's map
-		}
+		t, ok := c.typeOf(ft.m, p)
 		switch {
 		case !ok:
 			ft.setLocked(p.Metric, p.Field, p.Type)
@@ -132,6 +133,37 @@ func (ft *fieldTypes) check(points []lineproto.Point) ([]lineproto.Point, int, *
 	return kept, refused, first
 }
 
+// allKnownLocked says whether every point's field is known with the
+// point's type. The caller holds mu, shared at least.
+func (ft *fieldTypes) allKnownLocked(points []lineproto.Point) bool {
+	var c fieldCursor
+	for i := range points {
+		if t, ok := c.typeOf(ft.m, &points[i]); !ok || t != points[i].Type {
+			return false
+		}
+	}
+	return true
+}
+
+// fieldCursor looks up the types of a batch's fields in order: one look-up
+// of the metric per run of points that share it (a line's fields), one of
+// the field per point.
+type fieldCursor struct {
+	metric string
+	fields map[string]models.FieldType
+}
+
+func (c *fieldCursor) typeOf(m map[string]map[string]models.FieldType, p *lineproto.Point) (models.FieldType, bool) {
+	if c.fields == nil || p.Metric != c.metric {
+		c.metric, c.fields = p.Metric, m[p.Metric]
+	}
+	t, ok := c.fields[p.Field]
+	if !ok {
+		c.fields = nil // a claim (setLocked) may create the metric's map
+	}
+	return t, ok
+}
+
 // AdmitTypes is Shard's.
 func (s *boltShard) AdmitTypes(points []lineproto.Point) ([]lineproto.Point, int, error) {
 	kept, refused, first := s.ixNow().ft.check(points)
@@ -144,8 +176,8 @@ func (s *boltShard) AdmitTypes(points []lineproto.Point) ([]lineproto.Point, int
 // FieldTypes is Shard's.
 func (s *boltShard) FieldTypes(metric string) map[string]models.FieldType {
 	ft := &s.ixNow().ft
-	ft.mu.Lock()
-	defer ft.mu.Unlock()
+	ft.mu.RLock()
+	defer ft.mu.RUnlock()
 	return maps.Clone(ft.m[metric])
 }
 

@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"fmt"
 	"math"
+	"sync"
 	"testing"
 
 	"github.com/cairn-db/cairn/models"
@@ -211,4 +213,36 @@ func TestTypedBlocks(t *testing.T) {
 	require.ErrorIs(t, err, ErrBlockCorrupt)
 	// A float block is version 1, as releases before types wrote it.
 	require.Equal(t, byte(blockVersion), encodeBlock(nil, bools, models.FieldFloat)[4])
+}
+
+// TestAdmitTypesConcurrent: writers checking the same new fields at once,
+// with different types, agree on one type per field (the first claim) and
+// each refuses exactly the points of the other types, whether its check
+// found the field known (shared) or claimed it (exclusive).
+func TestAdmitTypesConcurrent(t *testing.T) {
+	_, s := openShard1(t, manual...)
+	const writers, fields = 8, 50
+	types := []models.FieldType{models.FieldFloat, models.FieldInteger, models.FieldBoolean, models.FieldString}
+	kept := make([][]lineproto.Point, writers)
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for f := range fields {
+				p := typed("m", "h=a", fmt.Sprintf("f%d", f), int64(w), types[(w+f)%len(types)], 1, "")
+				k, _, _ := s.AdmitTypes([]lineproto.Point{p})
+				kept[w] = append(kept[w], k...)
+			}
+		})
+	}
+	wg.Wait()
+	have := s.FieldTypes("m")
+	require.Len(t, have, fields)
+	admitted := 0
+	for w := range writers {
+		for _, p := range kept[w] {
+			require.Equal(t, have[p.Field], p.Type, "a point of %s admitted with another type than the field's", p.Field)
+		}
+		admitted += len(kept[w])
+	}
+	require.Equal(t, writers*fields/len(types), admitted, "every point of the field's type admitted, no other")
 }
