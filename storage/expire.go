@@ -47,6 +47,7 @@ func (h *Host) expireOnce(now time.Time) {
 			continue
 		}
 		h.syncRollups(r, db)
+		h.fillRollups(r)
 		h.expireRollups(r, db, now)
 		ex, ok := r.eng.(engine.Expirer)
 		if !ok {

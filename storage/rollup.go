@@ -22,6 +22,23 @@ func (h *Host) syncRollups(r *replica, db models.Database) {
 	}
 }
 
+// fillRollups computes the cells of a level added to r while it held
+// points, step by step, in the expiry pass (not in the reconcile, which a
+// large shard's fill would hold up).
+func (h *Host) fillRollups(r *replica) {
+	ro, ok := r.eng.(engine.Rollups)
+	if !ok {
+		return
+	}
+	for more := true; more; {
+		var err error
+		if more, err = ro.FillRollups(); err != nil {
+			h.lg.Warn("filling a new rollup level failed; resumed at the next expiry pass", zap.String("shard", r.id), zap.Error(err))
+			return
+		}
+	}
+}
+
 // expireRollups drops r's cells past each level's own retention, as
 // expireOnce drops its raw points past the database's.
 func (h *Host) expireRollups(r *replica, db models.Database, now time.Time) {

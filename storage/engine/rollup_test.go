@@ -195,8 +195,9 @@ func wire2(lo, hi int64) wire.Delete {
 
 // TestRollupLevelsChange: a shard file without rollup levels (as every file
 // written before them) opens, flushes and answers no cells; levels set later
-// roll up the points flushed from then on; a level removed goes with its
-// cells; the same levels again change nothing.
+// roll up the points flushed from then on, and FillRollups those held
+// already; a level removed goes with its cells; the same levels again
+// change nothing.
 func TestRollupLevelsChange(t *testing.T) {
 	_, s := openShard1(t, manual...)
 	writeHosts(t, s, 1, 20)
@@ -208,7 +209,14 @@ func TestRollupLevelsChange(t *testing.T) {
 	writeHosts(t, s, 21, 40)
 	flushNow(t, s)
 	require.Equal(t, rawCells(t, s, "cpu", 10, 30, 40), storedCells(t, s, "cpu", 10, 30, 40))
-	require.Empty(t, storedCells(t, s, "cpu", 10, 0, 19), "points flushed before the level are not rolled up")
+	require.Empty(t, storedCells(t, s, "cpu", 10, 0, 19), "points flushed before the level: not rolled up yet")
+	more, err := r.FillRollups()
+	require.NoError(t, err)
+	require.False(t, more, "one step fills this small shard")
+	requireRolled(t, s, "filled from the points held")
+	more, err = r.FillRollups()
+	require.NoError(t, err)
+	require.False(t, more, "nothing left")
 
 	require.NoError(t, r.SetRollups(levels10and60), "the same levels again")
 	require.Equal(t, rawCells(t, s, "cpu", 10, 30, 40), storedCells(t, s, "cpu", 10, 30, 40))
@@ -254,4 +262,36 @@ func TestRollupReplicasAgree(t *testing.T) {
 	}
 	requireRolled(t, a, "flushed after every entry")
 	requireRolled(t, b, "flushed once")
+}
+
+// TestRollupFillInSteps: a level added to a shard holding points is filled
+// from them in bounded steps, each a transaction, beside flushes; above the
+// raw expiry only: a cell whose points are partly gone is not made up.
+func TestRollupFillInSteps(t *testing.T) {
+	defer func(b int) { fillBudget = b }(fillBudget)
+	fillBudget = 50
+	_, s := openShard1(t, manual...)
+	r := s.(Rollups)
+	require.NoError(t, r.SetRollups([]time.Duration{10}))
+	for from := int64(1); from < 240; from += 60 {
+		writeHosts(t, s, from, from+59)
+		flushNow(t, s)
+	}
+	_, _, err := s.(Expirer).ExpireBefore(121)
+	require.NoError(t, err)
+	require.NoError(t, r.SetRollups(levels10and60))
+	steps := 0
+	for more := true; more; steps++ {
+		more, err = r.FillRollups()
+		require.NoError(t, err)
+		if steps == 0 {
+			writeHosts(t, s, 241, 250) // a flush between two steps
+			flushNow(t, s)
+		}
+	}
+	require.GreaterOrEqual(t, steps, 3, "a step per series of 50 points or more")
+	require.Equal(t, rawCells(t, s, "cpu", 60, 180, 250), storedCells(t, s, "cpu", 60, 180, 250))
+	require.Equal(t, rawCells(t, s, "cpu", 10, 130, 250), storedCells(t, s, "cpu", 10, 130, 250))
+	require.Empty(t, storedCells(t, s, "cpu", 60, 0, 120), "cells 0 and 60 lost points to the expiry, 120 too")
+	require.NotEmpty(t, storedCells(t, s, "cpu", 10, 0, 110), "the finer level kept its cells")
 }

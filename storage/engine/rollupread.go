@@ -17,10 +17,14 @@ import (
 type Rollups interface {
 	// SetRollups makes the shard keep exactly the levels of these
 	// intervals (finest first, each dividing the next): a level no longer
-	// named is dropped with its cells; a new one starts empty and gets the
-	// cells of the points flushed from then on. The same levels again
-	// write nothing.
+	// named is dropped with its cells; a new one gets the cells of the
+	// points flushed from then on, and of those the shard holds already
+	// through FillRollups. The same levels again write nothing.
 	SetRollups(intervals []time.Duration) error
+	// FillRollups computes, one bounded step (a write transaction) per
+	// call, the cells of the points the shard held when a level was
+	// added; more says steps are left.
+	FillRollups() (more bool, err error)
 	// ExpireRollup drops the cells of level interval that end at or before
 	// cutoff (unix ns) and returns how many.
 	ExpireRollup(interval time.Duration, cutoff int64) (int, error)
@@ -74,11 +78,18 @@ func (s *boltShard) SetRollups(intervals []time.Duration) error {
 			}
 		}
 		var v []byte
+		added := false
 		for _, iv := range ivs {
+			added = added || tx.Bucket(rollupBucket(iv)) == nil
 			if _, err := tx.CreateBucketIfNotExists(rollupBucket(iv)); err != nil {
 				return err
 			}
 			v = append(v, u64Key(uint64(iv))...)
+		}
+		if added {
+			if err := startFill(tx); err != nil {
+				return err
+			}
 		}
 		if len(v) == 0 {
 			return tx.Bucket(bucketMeta).Delete(keyRollupLevels)
