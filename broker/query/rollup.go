@@ -2,6 +2,7 @@ package query
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/cairn-db/cairn/models"
@@ -90,12 +91,16 @@ func PlanRollup(req *ShardRequest, levels []models.Rollup, rawFrom int64, now ti
 	return &out, true
 }
 
-// ceilTo is ts rounded up to a multiple of iv.
+// ceilTo is ts rounded up to a multiple of iv (math.MaxInt64 past the last).
 func ceilTo(ts, iv int64) int64 {
-	if m := floorMod(ts, iv); m != 0 {
-		return ts - m + iv
+	m := floorMod(ts, iv)
+	if m == 0 {
+		return ts
 	}
-	return ts
+	if up := iv - m; ts <= math.MaxInt64-up {
+		return ts + up
+	}
+	return math.MaxInt64
 }
 
 // evaluateRollup answers the part of req's range before RollupUntil from

@@ -2,6 +2,7 @@ package query
 
 import (
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -158,4 +159,8 @@ func TestPlanRollup(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, int64(time.Hour), r.Rollup, "none holds it all: the level kept longest")
 	require.Equal(t, now.UnixNano()-90*day, r.Start, "cut to that level's retention")
+	for ts, want := range map[int64]int64{0: 0, 1: 300e9, -1: 0, 300e9: 300e9, math.MinInt64: math.MinInt64 + 300e9 - floorMod(math.MinInt64, 300e9),
+		math.MaxInt64: math.MaxInt64} {
+		require.Equal(t, want, ceilTo(ts, 300e9), "%d", ts)
+	}
 }
