@@ -27,8 +27,9 @@ const rollupQuery = `SELECT mean(v), max(v), count(v) FROM m WHERE time > now() 
 // durations. A reference InfluxDB 1.x holding the same points (raw, kept)
 // answers a GROUP BY time(1h), host of mean, max, min, sum, count and last
 // over a fixed range with the same bytes as Cairn, before the expiry from
-// the raw points and after it from the rollup. Bad rollup levels are
-// refused with a 400 naming the fault.
+// the raw points and after it from the rollup, also after a DELETE of one
+// host's older hours. Bad rollup levels are refused with a 400 naming the
+// fault.
 func TestRollupAnswersPastTheRawRetention(t *testing.T) {
 	ref := startInfluxRef(t)
 	influxDDL(t, ref, "CREATE DATABASE roll")
@@ -76,8 +77,13 @@ func TestRollupAnswersPastTheRawRetention(t *testing.T) {
 
 	code, out = p.send(http.MethodPatch, "/api/v1/databases/roll", map[string]any{"retention": "2h"}, "")
 	require.Equal(t, http.StatusOK, code, out)
-	rps := influxQuery(t, p.addr, "roll", "", `SHOW RETENTION POLICIES`)
-	require.Equal(t, `[[autogen 2h0m0s 1h0m0s 1 true] [rollup_5m 720h0m0s 1h0m0s 1 false]]`, fmt.Sprint(rps.Results[0].Series[0].Values))
+	policies := ""
+	assert.Eventually(t, func() bool { // once this node's state has the PATCH
+		rps := influxQuery(t, p.addr, "roll", "", `SHOW RETENTION POLICIES`)
+		policies = fmt.Sprint(rps.Results[0].Series[0].Values)
+		return strings.Contains(policies, "2h0m0s")
+	}, 10*time.Second, 20*time.Millisecond)
+	require.Equal(t, `[[autogen 2h0m0s 1h0m0s 1 true] [rollup_5m 720h0m0s 1h0m0s 1 false]]`, policies)
 
 	// The expiry drops the blocks past 2h (once the points are flushed:
 	// 10 s idle), and their hours are answered from the cells.
@@ -91,6 +97,22 @@ func TestRollupAnswersPastTheRawRetention(t *testing.T) {
 	code, got = queryBody(t, p.addr, "roll", fixed)
 	require.Equal(t, http.StatusOK, code, got)
 	require.Equal(t, want, got, "InfluxDB 1.x over the raw points, Cairn over the rollup")
+
+	// A delete over the rollup's hours, the same in both: the deleted
+	// points are not answered from the cells (the range ends on an hour, so
+	// it holds whole cells, which go; InfluxDB deletes the raw points).
+	cut := now.Truncate(time.Hour).Add(-3 * time.Hour)
+	del := diffCase{q: fmt.Sprintf(`DELETE FROM m WHERE host = 'h1' AND time < %d`, cut.UnixNano())}
+	for _, addr := range []string{ref, p.addr} {
+		code, body := queryBody(t, addr, "roll", del)
+		require.Equal(t, http.StatusOK, code, body)
+		require.NotContains(t, body, "error")
+	}
+	code, want = queryBody(t, ref, "roll", fixed)
+	require.Equal(t, http.StatusOK, code, want)
+	code, got = queryBody(t, p.addr, "roll", fixed)
+	require.Equal(t, http.StatusOK, code, got)
+	require.Equal(t, want, got, "after a delete: InfluxDB 1.x over the raw points, Cairn over the rollup")
 
 	res := influxQuery(t, p.addr, "roll", "", `SELECT count(v) FROM m WHERE time > now() - 6h`)
 	require.Len(t, res.Results[0].Series, 1)
