@@ -198,3 +198,63 @@ func TestRollupEveryReplicaAnswersTheSame(t *testing.T) {
 		require.Equal(t, want, got, "%s leading, from its own rollup", id)
 	}
 }
+
+// TestRollupMillionPointsSeries (issue 27's figure, through the binary):
+// one series of 1,000,200 points a second apart (11.6 days) with a 5m
+// rollup; its raw retention then drops to 2h and the node expires them all.
+// GROUP BY time(1h) of mean, max and count over the whole span answers the
+// values the raw points gave before, and the node's counters show the
+// answer read the series' 3,334 cells and no block.
+func TestRollupMillionPointsSeries(t *testing.T) {
+	p := start(t, append(standaloneArgs(t), "--retention-check-interval", "1s")...)
+	p.waitStatus("/api/v1/ready", 200, 15*time.Second)
+	code, out := p.post("/api/v1/databases", map[string]any{"name": "big", "num_shards": 1, "replica_factor": 1, "retention": "13d",
+		"rollups": []map[string]any{{"interval": "5m", "retention": "30d"}}})
+	require.Equal(t, http.StatusCreated, code, out)
+
+	const n = 1_000_200 // 3,334 cells of 5 minutes
+	end := time.Now().Truncate(time.Hour).Add(-3 * time.Hour)
+	start := end.Add(-n * time.Second)
+	var lines strings.Builder
+	for i := range n {
+		fmt.Fprintf(&lines, "m,host=a v=%d %d\n", (i*7)%101, start.Add(time.Duration(i)*time.Second).UnixNano())
+		if (i+1)%100_000 == 0 || i == n-1 {
+			resp, err := http.Post("http://"+p.addr+"/write?db=big", "text/plain", strings.NewReader(lines.String()))
+			require.NoError(t, err)
+			resp.Body.Close()
+			require.Equal(t, http.StatusNoContent, resp.StatusCode)
+			lines.Reset()
+		}
+	}
+	q := fmt.Sprintf(`SELECT mean(v), max(v), count(v) FROM m WHERE time >= %d AND time < %d GROUP BY time(1h)`, start.UnixNano(), end.UnixNano())
+	hours := func() string {
+		res := influxQuery(t, p.addr, "big", "", q)
+		require.Empty(t, res.Results[0].Error)
+		if len(res.Results[0].Series) == 0 {
+			return ""
+		}
+		return fmt.Sprint(res.Results[0].Series[0].Values)
+	}
+	took := time.Now()
+	before := hours()
+	rawTook := time.Since(took)
+	require.Contains(t, before, " 3600]", "whole hours of points")
+
+	code, out = p.send(http.MethodPatch, "/api/v1/databases/big", map[string]any{"retention": "2h"}, "")
+	require.Equal(t, http.StatusOK, code, out)
+	require.Eventually(t, func() bool { return expiryLogged(t, p.log) }, 60*time.Second, 200*time.Millisecond, "no expiry logged")
+	raw := influxQuery(t, p.addr, "big", "", fmt.Sprintf(`SELECT count(v) FROM m WHERE time >= %d AND time < %d`, start.UnixNano(), end.UnixNano()))
+	require.Empty(t, raw.Results[0].Series, "no raw point left in the range")
+	var after string
+	assert.Eventually(t, func() bool { after = hours(); return after == before }, 30*time.Second, 200*time.Millisecond)
+	require.Equal(t, before, after, "from the rollup, the values the raw points gave")
+
+	blocks, cells := metric(t, p, "cairn_storage_blocks_read_total"), metric(t, p, "cairn_storage_rollup_cells_read_total")
+	took = time.Now()
+	require.Equal(t, before, hours())
+	elapsed := time.Since(took)
+	require.Equal(t, blocks, metric(t, p, "cairn_storage_blocks_read_total"), "no block read")
+	require.Equal(t, cells+3334, metric(t, p, "cairn_storage_rollup_cells_read_total"), "the series' cells")
+	t.Logf("%d points; GROUP BY time(1h) over them from the raw points (memtable and blocks) %s, from the 5m rollup: 3334 cells, no block, %s",
+		n, rawTook, elapsed)
+}

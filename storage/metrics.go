@@ -4,6 +4,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/cairn-db/cairn/storage/engine"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -37,7 +38,14 @@ func newMetrics(h *Host, reg prometheus.Registerer) *metrics {
 		lagSeconds: prometheus.NewDesc("cairn_storage_follower_lag_seconds",
 			"Seconds since a follower last had everything, largest over the shards this node leads, by follower node (0: caught up).", []string{"follower"}, nil),
 	}
-	reg.MustRegister(m.writePoints, m.writeTime, m)
+	// What queries read, from the engine's process-wide counters: a GROUP
+	// BY time answered from a rollup reads cells, not blocks.
+	blocks := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "cairn_storage_blocks_read_total",
+		Help: "Blocks of raw points this node decoded for reads (queries, and rollup cells computed again from the points)."},
+		func() float64 { return float64(engine.BlockReads()) })
+	cells := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "cairn_storage_rollup_cells_read_total",
+		Help: "Rollup cells this node's queries read."}, func() float64 { return float64(engine.RollupReads()) })
+	reg.MustRegister(m.writePoints, m.writeTime, m, blocks, cells)
 	return m
 }
 
