@@ -80,6 +80,12 @@
 // scattered puts over many points per series. Undo, truncation and the
 // torn-block rebuild treat a pack as the blocks of every series it holds.
 //
+// Rollup levels (rollup.go) are buckets of their own in the shard file, a
+// cell per series and interval (count, sum, min, max, first, last), brought
+// up to date in each flush's commit from the points it writes, and by
+// deletes and rollbacks; they outlive the raw points' expiry until their
+// own, and a query over the expired range reads them instead of blocks.
+//
 // Time partitions (the lifecycle work: retention, deletes) fit above this:
 // a partition is a time range of a shard with its own blocks and packs
 // (a bucket, or a file, per partition), written sequentially while its range
