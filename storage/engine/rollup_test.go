@@ -2,7 +2,9 @@ package engine
 
 import (
 	"bytes"
+	"fmt"
 	"math"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -294,4 +296,42 @@ func TestRollupFillInSteps(t *testing.T) {
 	require.Equal(t, rawCells(t, s, "cpu", 10, 130, 250), storedCells(t, s, "cpu", 10, 130, 250))
 	require.Empty(t, storedCells(t, s, "cpu", 60, 0, 120), "cells 0 and 60 lost points to the expiry, 120 too")
 	require.NotEmpty(t, storedCells(t, s, "cpu", 10, 0, 110), "the finer level kept its cells")
+}
+
+// TestRollupRandomHistory: seeded random histories of writes (in order,
+// late, written again), deletes and flushes at random points keep every
+// level's cells equal to the aggregates of the raw points after each flush.
+func TestRollupRandomHistory(t *testing.T) {
+	for seed := range uint64(8) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			rnd := rand.New(rand.NewPCG(seed, 27))
+			_, s := openShard1(t, manual...)
+			require.NoError(t, s.(Rollups).SetRollups(levels10and60))
+			hosts := []string{"host=a", "host=b", "host=c"}
+			next := int64(0)
+			for range 300 {
+				switch r := rnd.IntN(20); {
+				case r < 12: // in order, a few points per host
+					var pts []lineproto.Point
+					for range 1 + rnd.IntN(5) {
+						next += 1 + int64(rnd.IntN(4))
+						pts = append(pts, pt("cpu", hosts[rnd.IntN(3)], "value", next, float64(rnd.IntN(40))/2))
+					}
+					apply(t, s, 1, pts...)
+				case r < 16: // late, or over a point already there
+					apply(t, s, 1, pt("cpu", hosts[rnd.IntN(3)], "value", rnd.Int64N(next+1), float64(rnd.IntN(40))/2))
+				case r < 17:
+					lo := rnd.Int64N(next + 1)
+					d := hostA(lo, lo+rnd.Int64N(30))
+					d.Tags[0].Value = string(rune('a' + rnd.IntN(3)))
+					del(t, s, 1, d)
+				default:
+					flushNow(t, s)
+					requireRolled(t, s, "after a flush")
+				}
+			}
+			flushNow(t, s)
+			requireRolled(t, s, "at the end")
+		})
+	}
 }
