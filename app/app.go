@@ -483,7 +483,7 @@ func (a *App) currentAlarms() []string {
 // ensureDefaultCluster creates the storage cluster "default" on a standalone
 // node's first start, retrying until etcd answers.
 func (a *App) ensureDefaultCluster(ctx context.Context) {
-	admin := &meta.Admin{Store: a.store, Keys: a.keys, State: a.sm.Snapshot}
+	admin := &meta.Admin{Store: a.store, Keys: a.keys, State: a.sm.Snapshot, Changed: a.sm.Changed}
 	for ctx.Err() == nil {
 		_, err := admin.CreateStorageCluster(ctx, models.StorageCluster{Name: a.cfg.StorageCluster})
 		if err == nil || errors.Is(err, models.ErrConflict) {

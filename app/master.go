@@ -162,7 +162,7 @@ func (s *masterSlot) init(a *App) {
 }
 
 func (a *App) admin() web.Admin {
-	return &meta.Admin{Store: a.store, Keys: a.keys, State: a.sm.Snapshot, Master: a.masterOps}
+	return &meta.Admin{Store: a.store, Keys: a.keys, State: a.sm.Snapshot, Changed: a.sm.Changed, Master: a.masterOps}
 }
 
 // askTxn asks a storage node, at failover, for its replicas' last txn ids.

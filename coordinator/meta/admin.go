@@ -39,6 +39,38 @@ type Admin struct {
 	Keys   models.Keys
 	State  func() *statemachine.State
 	Master MasterOps // the local master if this node is one, else a forwarder
+	// Changed, when set, signals the local state's next publication: a
+	// database's create or drop answers once this node's state shows it
+	// (at most seenWait), so the caller's next request here (a write to
+	// the new database) is not refused by a state a moment behind etcd.
+	Changed func() <-chan struct{}
+}
+
+// seenWait bounds how long a create or drop waits for the local state to
+// show it; past it the answer goes anyway (the change is in etcd).
+const seenWait = 2 * time.Second
+
+// awaitSeen waits until seen holds of the local state, for at most
+// seenWait or until ctx ends.
+func (a *Admin) awaitSeen(ctx context.Context, seen func(*statemachine.State) bool) {
+	if a.Changed == nil {
+		return
+	}
+	t := time.NewTimer(seenWait)
+	defer t.Stop()
+	for {
+		next := a.Changed() // before the look: a publication between them is not missed
+		if seen(a.State()) {
+			return
+		}
+		select {
+		case <-next:
+		case <-t.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 func newUID() string {
@@ -230,6 +262,9 @@ func (a *Admin) CreateDatabase(ctx context.Context, d models.Database) (models.D
 	if err != nil && shown && same(local) && errors.Is(err, kv.ErrUnavailable) && !errors.Is(err, kv.ErrOutcomeUnknown) {
 		return local, nil // etcd is away; the create is a repeat of what the state shows
 	}
+	if err == nil {
+		a.awaitSeen(ctx, func(st *statemachine.State) bool { return st.Databases.At(d.Name).UID == got.UID })
+	}
 	return got, err
 }
 
@@ -300,6 +335,7 @@ func (a *Admin) DeleteDatabase(ctx context.Context, name string) error {
 	if !ok {
 		return fmt.Errorf("%w: database %q", models.ErrNotFound, name)
 	}
+	a.awaitSeen(ctx, func(st *statemachine.State) bool { return !st.Databases.Has(name) })
 	return nil
 }
 

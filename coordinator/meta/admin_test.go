@@ -239,3 +239,42 @@ func TestCreateAfterDropSeenLate(t *testing.T) {
 	_, err = a.CreateDatabase(ctx, models.Database{Name: "re", NumShards: 3, ReplicaFactor: 1})
 	require.ErrorIs(t, err, models.ErrConflict)
 }
+
+// TestCreateAnswersOnceTheLocalStateShowsIt: with Changed set, a create
+// answers only once this node's state (fed by the real watcher of the
+// store) shows the new database, and a drop once it shows it gone, so the
+// caller's next request here finds it; with the watch stopped, a drop still
+// answers (after a bound).
+func TestCreateAnswersOnceTheLocalStateShowsIt(t *testing.T) {
+	ctx := context.Background()
+	keys := models.Keys{NS: "/cairn"}
+	mem := kv.NewMemoryStore()
+	m := statemachine.New(statemachine.Config{})
+	m.Push(statemachine.Event{Source: "nodes/default", Kind: statemachine.KindStorageNodes, Cluster: "default",
+		Type: kv.WatchPut, Name: "n1", Value: models.StorageNode{NodeID: "n1"}})
+	m.Push(statemachine.Event{Source: statemachine.SourceStorageConfig, Kind: statemachine.KindStorageConfig,
+		Type: kv.WatchPut, Name: "default", Value: models.StorageCluster{Name: "default"}})
+	m.Start(ctx)
+	t.Cleanup(m.Stop)
+	m.AddSource(statemachine.Source{Name: statemachine.SourceDatabaseConfig, Store: mem,
+		Prefix: keys.DatabaseConfigPrefix(), Kind: statemachine.KindDatabaseConfig})
+	require.Eventually(t, func() bool { return m.Snapshot().Nodes.At("default").Len() == 1 }, 5e9, 1e6)
+	a := &meta.Admin{Store: mem, Keys: keys, State: m.Snapshot, Changed: m.Changed}
+
+	for i := range 20 {
+		name := fmt.Sprintf("x%d", i)
+		got, err := a.CreateDatabase(ctx, models.Database{Name: name, NumShards: 1, ReplicaFactor: 1})
+		require.NoError(t, err)
+		require.Equal(t, got.UID, m.Snapshot().Databases.At(name).UID, "answered before the local state showed %s", name)
+		require.NoError(t, a.DeleteDatabase(ctx, name))
+		require.False(t, m.Snapshot().Databases.Has(name), "answered before the local state showed %s dropped", name)
+	}
+
+	_, err := a.CreateDatabase(ctx, models.Database{Name: "y", NumShards: 1, ReplicaFactor: 1})
+	require.NoError(t, err)
+	m.RemoveSource(statemachine.SourceDatabaseConfig) // the watch stops: the state never shows the drop
+	require.NoError(t, a.DeleteDatabase(ctx, "y"))
+	kvp, err := mem.Get(ctx, keys.DatabaseConfig("y"))
+	require.NoError(t, err)
+	require.Nil(t, kvp)
+}
