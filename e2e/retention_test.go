@@ -4,11 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io/fs"
 	"math/rand/v2"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -99,15 +97,7 @@ func TestRetentionStopsAnsweringAtOnce(t *testing.T) {
 // 1s here) the shard files shrink by most of the expired share, the node
 // logs what it expired, and the last 2 hours are all still answered.
 func TestRetentionGivesSpaceBack(t *testing.T) {
-	dataDir := t.TempDir()
-	args := standaloneArgs(t)
-	for i := range args {
-		if args[i] == "--data-dir" {
-			args[i+1] = dataDir
-		}
-	}
-	p := start(t, append(args, "--retention-check-interval", "1s")...)
-	p.waitStatus("/api/v1/ready", 200, 15*time.Second)
+	p, dataDir := startExpiringStandalone(t)
 	code, out := p.post("/api/v1/databases", map[string]any{"name": "big", "num_shards": 1, "replica_factor": 1})
 	require.Equal(t, http.StatusCreated, code, out)
 
@@ -134,20 +124,7 @@ func TestRetentionGivesSpaceBack(t *testing.T) {
 	}
 	flush()
 
-	shardBytes := func() int64 {
-		var total int64
-		require.NoError(t, filepath.WalkDir(filepath.Join(dataDir, "shards"), func(_ string, d fs.DirEntry, err error) error {
-			if err != nil || d.IsDir() || !strings.HasSuffix(d.Name(), ".db") {
-				return err
-			}
-			fi, err := d.Info()
-			if err == nil {
-				total += fi.Size()
-			}
-			return err
-		}))
-		return total
-	}
+	shardBytes := func() int64 { return shardFileBytes(t, dataDir) }
 	count := func() int64 {
 		res := influxQuery(t, p.addr, "big", "", `SELECT count("v") FROM "m" WHERE time > now() - 7h`)
 		require.Empty(t, res.Results[0].Error)

@@ -3,8 +3,10 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -198,15 +200,26 @@ func TestRollupEveryReplicaAnswersTheSame(t *testing.T) {
 
 // TestRollupMillionPointsSeries (issue 27's figure, through the binary):
 // one series of 1,000,200 points a second apart (11.6 days) with a 5m
-// rollup; its raw retention then drops to 2h and the node expires them all.
-// GROUP BY time(1h) of mean, max and count over the whole span answers the
-// values the raw points gave before, and the node's counters show the
-// answer read the series' 3,334 cells and no block.
+// rollup, the database created with it or given it by a PATCH once the
+// points were flushed (the node then fills it from them); its raw retention
+// then drops to 2h and the node expires them all. GROUP BY time(1h) of
+// mean, max and count over the whole span answers the values the raw points
+// gave before, and the node's counters show the answer read the series'
+// 3,334 cells and no block.
 func TestRollupMillionPointsSeries(t *testing.T) {
-	p := start(t, append(standaloneArgs(t), "--retention-check-interval", "1s")...)
-	p.waitStatus("/api/v1/ready", 200, 15*time.Second)
-	code, out := p.post("/api/v1/databases", map[string]any{"name": "big", "num_shards": 1, "replica_factor": 1, "retention": "13d",
-		"rollups": []map[string]any{{"interval": "5m", "retention": "30d"}}})
+	for _, added := range []bool{false, true} {
+		t.Run(fmt.Sprintf("added_later=%v", added), func(t *testing.T) { millionPointsRollup(t, added) })
+	}
+}
+
+func millionPointsRollup(t *testing.T, addedLater bool) {
+	p, dataDir := startExpiringStandalone(t)
+	rollups := []map[string]any{{"interval": "5m", "retention": "30d"}}
+	db := map[string]any{"name": "big", "num_shards": 1, "replica_factor": 1, "retention": "13d"}
+	if !addedLater {
+		db["rollups"] = rollups
+	}
+	code, out := p.post("/api/v1/databases", db)
 	require.Equal(t, http.StatusCreated, code, out)
 
 	const n = 1_000_200 // 3,334 cells of 5 minutes
@@ -234,11 +247,20 @@ func TestRollupMillionPointsSeries(t *testing.T) {
 	rawTook := time.Since(took)
 	require.Contains(t, before, " 3600]", "whole hours of points")
 
-	code, out = p.send(http.MethodPatch, "/api/v1/databases/big", map[string]any{"retention": "2h"}, "")
+	patch := map[string]any{"retention": "2h"}
+	if addedLater {
+		// Once a flush wrote blocks (the shard file grows past 1 MiB), the
+		// level and the retention in one PATCH: the node's expiry pass
+		// fills the level from the blocks before it drops them.
+		require.Eventually(t, func() bool { return shardFileBytes(t, dataDir) > 1<<20 }, 60*time.Second, 100*time.Millisecond,
+			"the points never reached the shard file")
+		patch["rollups"] = rollups
+	}
+	code, out = p.send(http.MethodPatch, "/api/v1/databases/big", patch, "")
 	require.Equal(t, http.StatusOK, code, out)
 	require.Eventually(t, func() bool { return expiryLogged(t, p.log) }, 60*time.Second, 200*time.Millisecond, "no expiry logged")
 	raw := influxQuery(t, p.addr, "big", "", fmt.Sprintf(`SELECT count(v) FROM m WHERE time >= %d AND time < %d`, start.UnixNano(), end.UnixNano()))
-	require.Empty(t, raw.Results[0].Series, "no raw point left in the range")
+	require.Empty(t, raw.Results[0].Series, "no raw point answered in the range")
 	var after string
 	assert.Eventually(t, func() bool { after = hours(); return after == before }, 30*time.Second, 200*time.Millisecond)
 	require.Equal(t, before, after, "from the rollup, the values the raw points gave")
@@ -251,6 +273,37 @@ func TestRollupMillionPointsSeries(t *testing.T) {
 	require.Equal(t, cells+3334, metric(t, p, "cairn_storage_rollup_cells_read_total"), "the series' cells")
 	t.Logf("%d points; GROUP BY time(1h) over them from the raw points (memtable and blocks) %s, from the 5m rollup: 3334 cells, no block, %s",
 		n, rawTook, elapsed)
+}
+
+// startExpiringStandalone starts a ready standalone node that runs an
+// expiry pass every second, and returns it with its data dir.
+func startExpiringStandalone(t *testing.T) (*Proc, string) {
+	dataDir := t.TempDir()
+	args := standaloneArgs(t)
+	for i := range args {
+		if args[i] == "--data-dir" {
+			args[i+1] = dataDir
+		}
+	}
+	p := start(t, append(args, "--retention-check-interval", "1s")...)
+	p.waitStatus("/api/v1/ready", 200, 15*time.Second)
+	return p, dataDir
+}
+
+// shardFileBytes is the size of the shard files under a node's data dir.
+func shardFileBytes(t *testing.T, dataDir string) int64 {
+	var total int64
+	require.NoError(t, filepath.WalkDir(filepath.Join(dataDir, "shards"), func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(d.Name(), ".db") {
+			return err
+		}
+		fi, err := d.Info()
+		if err == nil {
+			total += fi.Size()
+		}
+		return err
+	}))
+	return total
 }
 
 // writeOnceKnown writes body to db, again while the node answers 404: its
