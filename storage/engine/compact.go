@@ -220,27 +220,36 @@ func (s *boltShard) compactStep(budget int, pol compactPolicy) (int, bool, error
 	return read, done, nil
 }
 
-// compactLoop runs background compaction passes, one every interval, paced
-// by the engine's limiter. Close stops it.
+// compactLoop runs a background compaction pass after flushes, at most one
+// every interval, paced by the engine's limiter; an idle shard's loop sleeps
+// until the next flush (a ticker per shard woke every replica of a node
+// each second to find nothing). Close stops it.
 func (s *boltShard) compactLoop(interval time.Duration, lim *rateLimiter) {
 	defer close(s.compactDone)
-	t := time.NewTicker(interval)
-	defer t.Stop()
+	var last time.Time
 	for {
+		// A pass only after flushes: blocks change nowhere else, and a pass
+		// reads every block header of the shard.
 		select {
 		case <-s.stop:
 			return
-		case <-t.C:
+		case <-s.flushSig:
 		}
-		// A pass only after flushes: blocks change nowhere else, and a pass
-		// reads every block header of the shard.
+		if wait := interval - time.Since(last); wait > 0 {
+			select {
+			case <-s.stop:
+				return
+			case <-time.After(wait):
+			}
+		}
+		last = time.Now()
 		if !s.flushed.Swap(false) {
 			continue
 		}
 		for done := false; !done; {
 			n, d, err := s.compactStep(compactBudget, backgroundCompact)
 			if err != nil {
-				break // closed, or retried at the next tick
+				break // closed, or tried again after the next flush
 			}
 			done = d
 			if wait := lim.delay(n, time.Now()); wait > 0 {

@@ -3,6 +3,7 @@ package engine
 import (
 	"math"
 	"testing"
+	"time"
 
 	"github.com/cairn-db/cairn/models"
 	"github.com/stretchr/testify/require"
@@ -106,4 +107,24 @@ func TestBackgroundCompactionIsTiered(t *testing.T) {
 	// points (8,000 here); tiered, at most flushes*log2(flushes).
 	require.LessOrEqual(t, rewritten, flushes*8)
 	require.Less(t, len(blockCounts(t, s)), 20)
+}
+
+// TestBackgroundCompactionFollowsFlushes: the background loop merges the
+// blocks of successive flushes on its own (woken by each flush, not by a
+// ticker), and a shard that flushes nothing gets no pass.
+func TestBackgroundCompactionFollowsFlushes(t *testing.T) {
+	_, s := openShard1(t, WithFlushPoints(1<<30), WithFlushInterval(0), WithCompactRate(1<<30))
+	bs := s.(*boltShard)
+	for f := range 8 {
+		apply(t, s, 1, pt("m", "h=a", "value", int64(f)*10, float64(f)))
+		flushNow(t, s)
+	}
+	require.Eventually(t, func() bool { return countBlocks(t, s) < 8 }, 10*time.Second, 10*time.Millisecond,
+		"the flushes' blocks were never merged in the background")
+	t.Logf("blocks: %d", countBlocks(t, s))
+	require.Eventually(t, func() bool { return !bs.flushed.Load() }, 10*time.Second, 10*time.Millisecond)
+	require.Empty(t, bs.flushSig, "a wake-up left with nothing flushed")
+	got, err := s.Query("m", nil, math.MinInt64, math.MaxInt64)
+	require.NoError(t, err)
+	require.Len(t, got[0].Points, 8)
 }

@@ -242,6 +242,10 @@ func (s *boltShard) flushFrozenLocked() error {
 	s.flushedTxn.Store(upto)
 	s.trimTo(base, upto)
 	s.flushed.Store(true)
+	select {
+	case s.flushSig <- struct{}{}:
+	default: // a wake-up is pending already
+	}
 	m.active.under.Store(nil) // the index knows the frozen series now
 	s.mems.Store(&memtables{active: m.active})
 	s.chargeFrozen(0)
