@@ -73,8 +73,10 @@ func TestBatchedFetchCoversEveryShardOfALeader(t *testing.T) {
 		require.NoError(t, err)
 		require.Eventually(t, func() bool { return fs.LastTxnID() == 1 }, 10*time.Second, 10*time.Millisecond)
 	}
+	// How many per-shard pulls that took depends on how long each leader
+	// took to take its role (more than one a shard on a loaded machine);
+	// what matters is that there are no more from here on.
 	solo := counts.get("/internal/v1/shards/:db/:shard/log")
-	require.LessOrEqual(t, solo, shards)
 	for round := range 3 {
 		for i := range shards {
 			require.Eventually(t, func() bool { return lh.Write(ctx, "d", i, 1, points(round*10, 10)) == nil }, 10*time.Second, 10*time.Millisecond)
