@@ -273,6 +273,7 @@ func (s *boltShard) commitLocked(group []*pendingEntry) error {
 	for _, p := range group {
 		mt.insert(p.e, &p.pre.keys, now)
 	}
+	s.wakeFlusher()
 	s.accountMem()
 	s.publish(last.TxnID, last.Term)
 	return nil

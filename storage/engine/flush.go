@@ -259,6 +259,16 @@ func (s *boltShard) dropMems(mt *memtable) {
 	s.chargeFrozen(0)
 	s.mems.Store(&memtables{active: mt})
 	s.accountMem()
+	s.wakeFlusher()
+}
+
+// wakeFlusher tells an idle flushLoop that the memtable may hold points
+// again (its age check sleeps while it is empty).
+func (s *boltShard) wakeFlusher() {
+	select {
+	case s.filled <- struct{}{}:
+	default: // a wake-up is pending already
+	}
 }
 
 // chargeFrozen sets what the shard's frozen memtable is charged; the caller
@@ -295,25 +305,42 @@ func encodeUndo(me memEntry, prev map[memSlot]uint64) []byte {
 // flushLoop is the shard's flusher: it flushes the memtables commits
 // freeze, and freezes and flushes one that has been sitting for the flush
 // interval (when above 0), so an idle shard neither holds its points in
-// memory nor leaves a long log tail to replay at the next open. Close stops
-// it.
+// memory nor leaves a long log tail to replay at the next open. The age
+// check ticks only while the memtable holds something: a tick that finds
+// it empty stops the ticker until a commit fills it again (an idle node's
+// replicas do not each wake every few seconds to find nothing). Close
+// stops it.
 func (s *boltShard) flushLoop(interval time.Duration, report func(db string, shard int, err error)) {
 	defer close(s.loopDone)
 	failing := false // the last flush failed
+	var t *time.Ticker
 	var tick <-chan time.Time
-	if interval > 0 {
-		t := time.NewTicker(max(interval/4, time.Millisecond))
-		defer t.Stop()
-		tick = t.C
+	startTicks := func() {
+		if interval > 0 && t == nil {
+			t = time.NewTicker(max(interval/4, time.Millisecond))
+			tick = t.C
+			s.ageTicking.Store(true)
+		}
 	}
+	defer func() {
+		if t != nil {
+			t.Stop()
+		}
+	}()
+	startTicks()
 	for {
 		select {
 		case <-s.stop:
 			return
 		case <-s.kick:
+		case <-s.filled:
+			startTicks()
+			continue
 		case now := <-tick:
 			s.wmu.Lock()
-			if mt := s.mems.Load().active; !s.closed() && !mt.empty() && now.Sub(mt.since) >= interval {
+			mt := s.mems.Load().active
+			empty := mt.empty()
+			if !s.closed() && !empty && now.Sub(mt.since) >= interval {
 				s.fmu.Lock()
 				if s.mems.Load().frozen == nil {
 					s.freeze()
@@ -321,6 +348,11 @@ func (s *boltShard) flushLoop(interval time.Duration, report func(db string, sha
 				s.fmu.Unlock()
 			}
 			s.wmu.Unlock()
+			if empty && s.mems.Load().frozen == nil {
+				t.Stop() // a commit's filled wakes it
+				t, tick = nil, nil
+				s.ageTicking.Store(false)
+			}
 		}
 		// A failed flush leaves the memtable frozen and its entries in the
 		// log; the next commit that needs room retries it and reports the

@@ -112,6 +112,23 @@ func TestIntervalFlushEmptiesIdleMemtable(t *testing.T) {
 	require.Equal(t, []SeriesPoint{{TS: 1, Value: 1}, {TS: 2, Value: 2}}, got[0].Points)
 }
 
+// TestIntervalFlushSleepsWhileEmpty: once the age-based flush has emptied
+// the memtable, the flusher's age check stops ticking; the next commit
+// wakes it, and its points are flushed by age again.
+func TestIntervalFlushSleepsWhileEmpty(t *testing.T) {
+	_, s := openShard1(t, WithFlushInterval(20*time.Millisecond))
+	bs := s.(*boltShard)
+	for txn := uint64(1); txn <= 3; txn++ {
+		apply(t, s, 1, pt("m", "", "value", int64(txn), float64(txn)))
+		require.Eventually(t, func() bool { return flushedTxn(s) == txn }, 5*time.Second, 5*time.Millisecond)
+		require.Eventually(t, func() bool { return !bs.ageTicking.Load() }, 5*time.Second, 5*time.Millisecond,
+			"the age check still ticks over an empty memtable")
+	}
+	got, err := s.Query("m", nil, 0, 10)
+	require.NoError(t, err)
+	require.Len(t, got[0].Points, 3)
+}
+
 func TestTruncateAcrossFlushBoundary(t *testing.T) {
 	dir := t.TempDir()
 	e, s := openShardAt(t, dir, manual...)

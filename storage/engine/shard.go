@@ -86,9 +86,11 @@ type boltShard struct {
 	q         commitQueue   // entries appended, waiting for the group commit
 	trimFloor atomic.Uint64 // see SetTrimFloor
 
-	flushed  atomic.Bool               // a flush wrote blocks since the last compaction pass
-	flushSig chan struct{}             // a flush wrote blocks: wakes compactLoop (capacity 1)
-	last     atomic.Pointer[lastEntry] // the last applied entry, published after its commit
+	flushed    atomic.Bool               // a flush wrote blocks since the last compaction pass
+	flushSig   chan struct{}             // a flush wrote blocks: wakes compactLoop (capacity 1)
+	filled     chan struct{}             // a commit put points in the memtable: wakes an idle flushLoop (capacity 1)
+	ageTicking atomic.Bool               // flushLoop's age check is ticking (not asleep on an empty memtable)
+	last       atomic.Pointer[lastEntry] // the last applied entry, published after its commit
 
 	stop        chan struct{} // closed by Close to end flushLoop and compactLoop
 	loopDone    chan struct{}
@@ -133,7 +135,7 @@ func openShard(path string, id shardID, o options, lim *rateLimiter, mem *memBud
 	s := &boltShard{path: path, id: id, retain: o.retain, retainBytes: o.retainBytes, flushPoints: o.flushPoints, db: db,
 		memLimit: o.memBytes, memAcct: mem, wal: w, collectLog: collect,
 		stop: make(chan struct{}), loopDone: make(chan struct{}), compactDone: make(chan struct{}), kick: make(chan struct{}, 1),
-		flushSig: make(chan struct{}, 1)}
+		flushSig: make(chan struct{}, 1), filled: make(chan struct{}, 1)}
 	s.q.idle = sync.NewCond(&s.q.mu)
 	if err := s.recover(nil); err != nil {
 		s.memAcct.charge(-s.memCharged, 0)
