@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -56,11 +57,31 @@ var (
 	portsUsed = map[int]bool{}
 )
 
-// freePort returns a loopback port that was free a moment ago.
+// freePort returns a loopback port that was free a moment ago. It is drawn
+// below the kernel's ephemeral range when there is room there: a process
+// restarted on its ports (an etcd member keeps its peer URL) must find them
+// free, and while it was down any outgoing connection of the suite's many
+// processes could take a port of the ephemeral range as its source port
+// (seen in CI: "bind: address already in use" on a restart).
 func freePort(t testing.TB) int {
 	t.Helper()
 	portsMu.Lock()
 	defer portsMu.Unlock()
+	if lo := ephemeralLow(); lo > minPort+1000 {
+		for range 200 {
+			port := minPort + rand.IntN(lo-minPort)
+			if portsUsed[port] {
+				continue
+			}
+			ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+			if err != nil {
+				continue // taken by something else
+			}
+			require.NoError(t, ln.Close())
+			portsUsed[port] = true
+			return port
+		}
+	}
 	for range 100 {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		require.NoError(t, err)
@@ -73,6 +94,23 @@ func freePort(t testing.TB) int {
 	}
 	require.FailNow(t, "no free port found")
 	return 0
+}
+
+// minPort is the lowest port freePort draws.
+const minPort = 10000
+
+// ephemeralLow is the first port of the kernel's ephemeral range (Linux's
+// ip_local_port_range), or 0 when it cannot be read.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	var lo, hi int
+	if _, err := fmt.Sscan(string(b), &lo, &hi); err != nil {
+		return 0
+	}
+	return lo
 }
 
 // freeAddr is "127.0.0.1:<free port>".
