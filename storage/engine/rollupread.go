@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"slices"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -176,24 +175,10 @@ func (s *boltShard) ScanRollup(interval time.Duration, metric string, match map[
 			return nil // no such level: nothing rolled up
 		}
 		hide, _ := m.pending()
-		ids, err := candidateIDs(tx, metric, match)
+		refs, err := s.candidatesByKey(tx, metric, match)
 		if err != nil {
 			return err
 		}
-		type ref struct {
-			id  uint64
-			key string
-		}
-		refs := make([]ref, 0, len(ids))
-		skey := tx.Bucket(bucketSKey)
-		for _, id := range ids {
-			key, err := s.seriesKey(skey, id)
-			if err != nil {
-				return err
-			}
-			refs = append(refs, ref{id, key})
-		}
-		slices.SortFunc(refs, func(a, b ref) int { return strings.Compare(a.key, b.key) })
 		var cells []models.RollupCell
 		c := b.Cursor()
 		for _, r := range refs {

@@ -50,20 +50,10 @@ func (s *boltShard) Scan(metric string, match map[string]string, start, end int6
 		if err != nil {
 			return err
 		}
-		ids, err := candidateIDs(tx, metric, match)
+		flushed, err := s.candidatesByKey(tx, metric, match)
 		if err != nil {
 			return err
 		}
-		flushed := make([]flushedRef, 0, len(ids))
-		skey := tx.Bucket(bucketSKey)
-		for _, id := range ids {
-			key, err := s.seriesKey(skey, id)
-			if err != nil {
-				return err
-			}
-			flushed = append(flushed, flushedRef{id, key})
-		}
-		slices.SortFunc(flushed, func(a, b flushedRef) int { return strings.Compare(a.key, b.key) })
 		sc := scanner{blocks: tx.Bucket(bucketBlocks), start: start, end: end,
 			res: strResolver{mems: views, bucket: tx.Bucket(bucketStrs)}}
 		for _, fs := range flushed {
@@ -131,6 +121,26 @@ func (s *boltShard) seriesKey(skey *bolt.Bucket, id uint64) (string, error) {
 }
 
 // candidateIDs intersects the posting lists of metric and of every term of
+// candidatesByKey are the flushed series of metric that may match, with
+// their keys, in key order.
+func (s *boltShard) candidatesByKey(tx *bolt.Tx, metric string, match map[string]string) ([]flushedRef, error) {
+	ids, err := candidateIDs(tx, metric, match)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]flushedRef, 0, len(ids))
+	skey := tx.Bucket(bucketSKey)
+	for _, id := range ids {
+		key, err := s.seriesKey(skey, id)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, flushedRef{id, key})
+	}
+	slices.SortFunc(out, func(a, b flushedRef) int { return strings.Compare(a.key, b.key) })
+	return out, nil
+}
+
 // match; sorted.
 func candidateIDs(tx *bolt.Tx, metric string, match map[string]string) ([]uint64, error) {
 	post := tx.Bucket(bucketPost)
