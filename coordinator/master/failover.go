@@ -9,19 +9,15 @@ import (
 	"go.uber.org/zap"
 )
 
-// failoverWriters bounds the databases whose new leaders are published at
-// once.
-const failoverWriters = 16
-
 // failover publishes new leaders for the shards of every database among
 // names whose leader died (or whose term is behind its replicas' logs),
 // under the per-shard failover locks, one database or many on one path:
 // the replicas of the databases that need a leader are asked in parallel,
 // the decisions are taken one database after the other on shared
 // cluster-wide leadership counts (the tie-break spreads a dead node's shards
-// over the survivors), and the new states are published in parallel. A node
-// leading shards of 32 databases then costs one round of questions and
-// writes, not 32 in a row. It returns the databases whose publication
+// over the survivors), and the new states are published in batches of many
+// databases (publishBatch). A node leading shards of 32 databases then costs
+// one round of questions and one batch of writes, not 32 in a row. It returns the databases whose publication
 // failed, with why (kv.ErrDeposed when the term ended).
 func (m *Master) failover(ctx context.Context, names []string) map[string]error {
 	if inGrace(m.ready, m.cfg.Now(), m.cfg.LivenessGrace) {
@@ -54,9 +50,8 @@ func (m *Master) failover(ctx context.Context, names []string) map[string]error 
 	}
 	wg.Wait()
 	leads := map[string]map[string]int{} // per cluster, kept up to date by the decisions
-	var mu sync.Mutex
-	failed := map[string]error{}
-	sem := make(chan struct{}, failoverWriters)
+	var ups []statesUpdate
+	var decided []ShardInputs
 	for i, in := range ins {
 		c := in.Assign.Cluster
 		if leads[c] == nil {
@@ -69,21 +64,18 @@ func (m *Master) failover(ctx context.Context, names []string) map[string]error 
 			continue
 		}
 		next, changed := applyFailover(in.DB, st.ShardStates.At(in.DB), ops)
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			if err := m.publishStates(ctx, st, in.DB, next, changed); err != nil {
-				mu.Lock()
-				failed[in.DB] = err
-				mu.Unlock()
-				return
-			}
-			m.moves.republished(c, in.DB, waitedOut(in, next))
-			m.leadersChanged(st, in.DB, next, changed)
-		}()
+		ups = append(ups, statesUpdate{db: in.DB, next: next, changed: changed})
+		decided = append(decided, in)
 	}
-	wg.Wait()
+	failed := m.publishBatch(ctx, st, ups)
+	for i, u := range ups {
+		if failed[u.db] != nil {
+			continue
+		}
+		in := decided[i]
+		m.moves.republished(in.Assign.Cluster, u.db, waitedOut(in, u.next))
+		m.leadersChanged(st, u.db, u.next, u.changed)
+	}
 	return failed
 }
 

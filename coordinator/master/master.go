@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"github.com/cairn-db/cairn/internal/logrepeat"
 	"math/rand/v2"
-	"strconv"
 	"time"
 
 	"github.com/cairn-db/cairn/coordinator/kv"
@@ -325,71 +324,6 @@ func indexOf(ss models.ShardStates, id int) int {
 
 // maxTxnOps keeps every txn under etcd's default --max-txn-ops (128).
 const maxTxnOps = 100
-
-// publishStates takes the failover lock of each changed shard (a unique value
-// bound to the master's lease; only its creator deletes it), publishes the
-// database's states in one fenced txn guarded by the mod revision of the value
-// in st they were computed from, and releases the locks.
-// extra ops (operator records) are written in the same txn as the states.
-func (m *Master) publishStates(ctx context.Context, st *statemachine.State, db string, next models.ShardStates, changed []int, extra ...kv.Op) error {
-	token := []byte(m.cfg.NodeID + "/" + strconv.FormatInt(m.cfg.Term, 10) + "/" + strconv.FormatInt(m.cfg.Now().UnixNano(), 10))
-	var locked []string
-	release := func() {
-		rctx := context.WithoutCancel(ctx)
-		for i := 0; i < len(locked); i += maxTxnOps {
-			chunk := locked[i:min(i+maxTxnOps, len(locked))]
-			// Delete only our own locks: compare each one's unique value. A
-			// chunk is one txn (a failover of 1000 shards would otherwise wait
-			// for 1000 round trips); if any lock is not ours any more, fall
-			// back to one txn per key so the others are still released.
-			cmps := make([]kv.Cmp, 0, len(chunk))
-			ops := make([]kv.Op, 0, len(chunk))
-			for _, k := range chunk {
-				cmps = append(cmps, kv.ValueIs(k, token))
-				ops = append(ops, kv.OpDelete(k))
-			}
-			if ok, _, err := m.cfg.Store.Txn(rctx, cmps, ops); err == nil && ok {
-				continue
-			}
-			for _, k := range chunk {
-				_, _, _ = m.cfg.Store.Txn(rctx, []kv.Cmp{kv.ValueIs(k, token)}, []kv.Op{kv.OpDelete(k)})
-			}
-		}
-	}
-	defer release()
-	for i := 0; i < len(changed); i += maxTxnOps {
-		chunk := changed[i:min(i+maxTxnOps, len(changed))]
-		cmps := make([]kv.Cmp, 0, len(chunk))
-		ops := make([]kv.Op, 0, len(chunk))
-		keys := make([]string, 0, len(chunk))
-		for _, id := range chunk {
-			k := m.cfg.Keys.FailoverLock(db, id)
-			cmps = append(cmps, kv.CreateRevIs(k, 0))
-			ops = append(ops, kv.OpPut(k, token, m.cfg.Session.Lease()))
-			keys = append(keys, k)
-		}
-		ok, _, err := m.cfg.Election.FencedTxn(ctx, m.cfg.Term, cmps, ops)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return fmt.Errorf("failover lock of %s held by another orchestrator; retrying", db)
-		}
-		locked = append(locked, keys...)
-	}
-	verifyStates(st.ShardStates.At(db), next, changed)
-	key := m.cfg.Keys.ShardState(db)
-	ok, err := m.write(ctx, []kv.Cmp{kv.ModRevIs(key, st.ModRev(statemachine.SourceShardState, db))},
-		append([]kv.Op{kv.OpPut(key, mustJSON(next), 0)}, extra...), statemachine.SourceShardState)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return fmt.Errorf("%w: shard states of %s", errChanged, db)
-	}
-	m.cfg.Metrics.published(st.ShardStates.At(db), next, changed)
-	return nil
-}
 
 // verifyStates checks, in verify mode, that the changed shards of next keep
 // the invariants over prev, the states they replace: terms only grow, one

@@ -17,9 +17,11 @@ import (
 // laggingState is what a master reads when its watch of assignments and
 // shard states falls behind: while held, those two sources (values, mod
 // revisions and revisions) stay as they were when the hold began, every
-// other source is live.
+// other source is live. With db set, only that database's shard states
+// (and their mod revision) lag.
 type laggingState struct {
 	sm   *statemachine.Manager
+	db   string
 	mu   sync.Mutex
 	held *statemachine.State
 }
@@ -45,6 +47,13 @@ func (l *laggingState) State() *statemachine.State {
 		return live
 	}
 	st := *live
+	if l.db != "" {
+		src := statemachine.SourceShardState
+		st.ShardStates = live.ShardStates.Set(l.db, held.ShardStates.At(l.db))
+		st.ModRevs = maps.Clone(live.ModRevs)
+		st.ModRevs[src] = live.ModRevs[src].Set(l.db, held.ModRev(src, l.db))
+		return &st
+	}
 	st.Assignments, st.ShardStates = held.Assignments, held.ShardStates
 	st.ModRevs, st.Revisions = maps.Clone(live.ModRevs), maps.Clone(live.Revisions)
 	for _, src := range []string{statemachine.SourceAssign, statemachine.SourceShardState} {

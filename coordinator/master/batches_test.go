@@ -1,0 +1,58 @@
+package master
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/cairn-db/cairn/coordinator/kv"
+	"github.com/stretchr/testify/require"
+)
+
+// TestTxnBatches: publication batches keep both the state txn (states and
+// extra ops) and the lock txn within maxTxnOps, in order, and a database too
+// big for one is a batch of its own.
+func TestTxnBatches(t *testing.T) {
+	up := func(db string, changed, extra int) statesUpdate {
+		return statesUpdate{db: db, changed: make([]int, changed), extra: make([]kv.Op, extra)}
+	}
+	many := func(n, changed int) []statesUpdate {
+		out := make([]statesUpdate, n)
+		for i := range out {
+			out[i] = up(fmt.Sprint(i), changed, 0)
+		}
+		return out
+	}
+	tests := []struct {
+		name string
+		ups  []statesUpdate
+		want []int // databases per batch
+	}{
+		{name: "none", ups: nil, want: nil},
+		{name: "one", ups: many(1, 11), want: []int{1}},
+		{name: "locks bound: 11 changed shards each", ups: many(20, 11), want: []int{9, 9, 2}},
+		{name: "states bound: one changed shard each", ups: many(250, 1), want: []int{100, 100, 50}},
+		{name: "a database over the limit alone", ups: []statesUpdate{up("a", 1, 0), up("big", 300, 0), up("c", 1, 0)}, want: []int{1, 1, 1}},
+		{name: "extra ops count in the state txn", ups: []statesUpdate{up("a", 1, 60), up("b", 1, 60)}, want: []int{1, 1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []int
+			var order []string
+			for _, b := range txnBatches(tt.ups) {
+				got = append(got, len(b))
+				ops, locks := 0, 0
+				for _, u := range b {
+					order = append(order, u.db)
+					ops, locks = ops+1+len(u.extra), locks+len(u.changed)
+				}
+				require.True(t, len(b) == 1 || (ops <= maxTxnOps && locks <= maxTxnOps), "batch of %d: %d ops, %d locks", len(b), ops, locks)
+			}
+			require.Equal(t, tt.want, got)
+			var want []string
+			for _, u := range tt.ups {
+				want = append(want, u.db)
+			}
+			require.Equal(t, want, order)
+		})
+	}
+}

@@ -1,0 +1,214 @@
+package master
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/cairn-db/cairn/coordinator/kv"
+	"github.com/cairn-db/cairn/models"
+	"github.com/cairn-db/cairn/statemachine"
+)
+
+// publishWriters bounds the batches of one publication in flight at once.
+const publishWriters = 16
+
+// errLockHeld: a failover lock the master needed is held by another
+// orchestrator (a previous master whose lease has not ended yet).
+var errLockHeld = errors.New("failover lock held by another orchestrator; retrying")
+
+// statesUpdate is one database's new shard states, computed from the states
+// the publication's snapshot holds for it: the shards in changed differ;
+// extra ops (operator records) are written in the same txn as the states.
+type statesUpdate struct {
+	db      string
+	next    models.ShardStates
+	changed []int
+	extra   []kv.Op
+}
+
+// publishStates publishes one database's states: a batch of one.
+func (m *Master) publishStates(ctx context.Context, st *statemachine.State, db string, next models.ShardStates, changed []int, extra ...kv.Op) error {
+	return m.publishBatch(ctx, st, []statesUpdate{{db: db, next: next, changed: changed, extra: extra}})[db]
+}
+
+// publishBatch publishes the new states of many databases in few etcd round
+// trips. The updates are cut into batches that each fit one txn
+// (txnBatches); a batch takes the failover locks of its changed shards,
+// writes every database's states in one txn fenced on the term and guarded
+// by each database's mod revision in st, and releases the locks
+// (publishTxn): three round trips for up to maxTxnOps databases where each
+// database took three. A batch refused as a whole (one database's states
+// changed since st, or a lock is held) is tried once more without the
+// databases whose states changed (unchanged), so only they fail and the
+// others are published in one txn. It returns the databases whose
+// publication failed, with why (errChanged: the caller recomputes them on a
+// fresh state; kv.ErrDeposed when the term ended).
+func (m *Master) publishBatch(ctx context.Context, st *statemachine.State, ups []statesUpdate) map[string]error {
+	failed := map[string]error{}
+	var mu sync.Mutex
+	fail := func(db string, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		failed[db] = err
+	}
+	sem := make(chan struct{}, publishWriters)
+	var wg sync.WaitGroup
+	for _, batch := range txnBatches(ups) {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			err := m.publishTxn(ctx, st, batch)
+			if len(batch) > 1 && (errors.Is(err, errChanged) || errors.Is(err, errLockHeld)) {
+				var rest []statesUpdate
+				rest, err = m.unchanged(ctx, st, batch, fail)
+				if len(rest) > 0 {
+					err = m.publishTxn(ctx, st, rest)
+				}
+				batch = rest
+			}
+			if err != nil {
+				for _, u := range batch {
+					fail(u.db, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return failed
+}
+
+// unchanged reads the states of batch's databases from etcd and returns the
+// updates whose states are still the ones in st; the others fail with
+// errChanged (the caller recomputes them on a fresh state).
+func (m *Master) unchanged(ctx context.Context, st *statemachine.State, batch []statesUpdate, fail func(string, error)) ([]statesUpdate, error) {
+	var rest []statesUpdate
+	for _, u := range batch {
+		kvp, err := m.cfg.Store.Get(ctx, m.cfg.Keys.ShardState(u.db))
+		if err != nil {
+			return batch, err
+		}
+		var rev int64
+		if kvp != nil {
+			rev = kvp.ModRev
+		}
+		if rev != st.ModRev(statemachine.SourceShardState, u.db) {
+			fail(u.db, fmt.Errorf("%w: shard states of %s", errChanged, u.db))
+			continue
+		}
+		rest = append(rest, u)
+	}
+	return rest, nil
+}
+
+// txnBatches cuts ups, in order, into batches whose state txn and lock txn
+// each stay within maxTxnOps: the states and extra ops of every database of
+// a batch, and its changed shards' locks. A database too big for one batch
+// is a batch of its own (its locks are then taken in several txns).
+func txnBatches(ups []statesUpdate) [][]statesUpdate {
+	var out [][]statesUpdate
+	var cur []statesUpdate
+	ops, locks := 0, 0
+	for _, u := range ups {
+		o, l := 1+len(u.extra), len(u.changed)
+		if len(cur) > 0 && (ops+o > maxTxnOps || locks+l > maxTxnOps) {
+			out = append(out, cur)
+			cur, ops, locks = nil, 0, 0
+		}
+		cur = append(cur, u)
+		ops, locks = ops+o, locks+l
+	}
+	if len(cur) > 0 {
+		out = append(out, cur)
+	}
+	return out
+}
+
+// publishTxn takes the failover lock of each changed shard of batch (a
+// unique value bound to the master's lease; only its creator deletes it),
+// publishes the databases' states in one txn fenced on the term and guarded
+// by the mod revision of each database's states in st (the value they were
+// computed from), waits until the local state shows them, and releases the
+// locks.
+func (m *Master) publishTxn(ctx context.Context, st *statemachine.State, batch []statesUpdate) error {
+	token := []byte(m.cfg.NodeID + "/" + strconv.FormatInt(m.cfg.Term, 10) + "/" + strconv.FormatInt(m.cfg.Now().UnixNano(), 10))
+	var keys []string
+	for _, u := range batch {
+		for _, id := range u.changed {
+			keys = append(keys, m.cfg.Keys.FailoverLock(u.db, id))
+		}
+	}
+	var locked []string
+	defer func() { m.releaseLocks(context.WithoutCancel(ctx), token, locked) }()
+	for i := 0; i < len(keys); i += maxTxnOps {
+		chunk := keys[i:min(i+maxTxnOps, len(keys))]
+		cmps := make([]kv.Cmp, 0, len(chunk))
+		ops := make([]kv.Op, 0, len(chunk))
+		for _, k := range chunk {
+			cmps = append(cmps, kv.CreateRevIs(k, 0))
+			ops = append(ops, kv.OpPut(k, token, m.cfg.Session.Lease()))
+		}
+		ok, _, err := m.cfg.Election.FencedTxn(ctx, m.cfg.Term, cmps, ops)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("%w: of %s", errLockHeld, dbNames(batch))
+		}
+		locked = append(locked, chunk...)
+	}
+	cmps := make([]kv.Cmp, 0, len(batch))
+	var ops []kv.Op
+	for _, u := range batch {
+		verifyStates(st.ShardStates.At(u.db), u.next, u.changed)
+		key := m.cfg.Keys.ShardState(u.db)
+		cmps = append(cmps, kv.ModRevIs(key, st.ModRev(statemachine.SourceShardState, u.db)))
+		ops = append(append(ops, kv.OpPut(key, mustJSON(u.next), 0)), u.extra...)
+	}
+	ok, err := m.write(ctx, cmps, ops, statemachine.SourceShardState)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("%w: shard states of %s", errChanged, dbNames(batch))
+	}
+	for _, u := range batch {
+		m.cfg.Metrics.published(st.ShardStates.At(u.db), u.next, u.changed)
+	}
+	return nil
+}
+
+// releaseLocks deletes the failover locks keys that still hold token: one
+// txn per maxTxnOps keys (a failover of 1000 shards would otherwise wait for
+// 1000 round trips); if any lock of a chunk is not ours any more, one txn
+// per key, so the others are still released.
+func (m *Master) releaseLocks(ctx context.Context, token []byte, keys []string) {
+	for i := 0; i < len(keys); i += maxTxnOps {
+		chunk := keys[i:min(i+maxTxnOps, len(keys))]
+		cmps := make([]kv.Cmp, 0, len(chunk))
+		ops := make([]kv.Op, 0, len(chunk))
+		for _, k := range chunk {
+			cmps = append(cmps, kv.ValueIs(k, token))
+			ops = append(ops, kv.OpDelete(k))
+		}
+		if ok, _, err := m.cfg.Store.Txn(ctx, cmps, ops); err == nil && ok {
+			continue
+		}
+		for _, k := range chunk {
+			_, _, _ = m.cfg.Store.Txn(ctx, []kv.Cmp{kv.ValueIs(k, token)}, []kv.Op{kv.OpDelete(k)})
+		}
+	}
+}
+
+// dbNames lists the databases of batch for an error.
+func dbNames(batch []statesUpdate) string {
+	names := make([]string, len(batch))
+	for i, u := range batch {
+		names[i] = u.db
+	}
+	return strings.Join(names, ", ")
+}

@@ -1,0 +1,106 @@
+package master_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/cairn-db/cairn/models"
+	"github.com/cairn-db/cairn/statemachine"
+	"github.com/stretchr/testify/require"
+)
+
+// leaderOfEach reports whether node leads an online shard of every one of dbs.
+func leaderOfEach(ss map[string]models.ShardStates, node string) bool {
+	for _, s := range ss {
+		if noneLedBy(s, node) {
+			return false
+		}
+	}
+	return true
+}
+
+// sameTxn requires the shard states of dbs to have been written by one txn.
+func (h *harness) sameTxn(dbs ...string) {
+	h.t.Helper()
+	var rev int64
+	for _, db := range dbs {
+		kvp, err := h.store.Get(context.Background(), h.keys.ShardState(db))
+		require.NoError(h.t, err)
+		if rev == 0 {
+			rev = kvp.ModRev
+		}
+		require.Equal(h.t, rev, kvp.ModRev, "%s published in the same txn as %s", db, dbs[0])
+	}
+}
+
+// TestFailoverPublishesDatabasesInOneTxn: the new leaders of every database
+// a dead node led are published together, in one txn (the databases' states
+// share its revision), and the failover locks are released. When one
+// database's states changed since the master read them, the batch is
+// refused for it alone: the others are still published together, it is
+// retried and published once the master reads its new states.
+func TestFailoverPublishesDatabasesInOneTxn(t *testing.T) {
+	h := newHarness(t, "n1", "n2", "n3")
+	stale := &laggingState{sm: h.sm, db: "b"}
+	h.startMaster(masterOpts{state: stale.State})
+	dbs := []string{"a", "b", "c"}
+	for _, db := range dbs {
+		h.createDB(db, 3, 3)
+	}
+	states := func() map[string]models.ShardStates {
+		out := map[string]models.ShardStates{}
+		for _, db := range dbs {
+			out[db] = h.etcdStates(db)
+		}
+		return out
+	}
+	before := states()
+	require.True(t, leaderOfEach(before, "n1"), "per-database spread: n1 leads a shard of each database")
+
+	h.kill("n1")
+	h.eventually("n1's shards re-led", func(st *statemachine.State) bool {
+		for _, db := range dbs {
+			if !noneLedBy(st.ShardStates.At(db), "n1") {
+				return false
+			}
+		}
+		return true
+	})
+	ctx := context.Background()
+	h.sameTxn(dbs...)
+	locks, _, err := h.store.List(ctx, h.keys.NS+"/failover/")
+	require.NoError(t, err)
+	require.Empty(t, locks, "failover locks released")
+
+	// b's states change in etcd while the master's copy of them lags.
+	mid := states()
+	victim := "n2"
+	require.True(t, leaderOfEach(mid, victim))
+	stale.hold()
+	kvp, err := h.store.Get(ctx, h.keys.ShardState("b"))
+	require.NoError(t, err)
+	_, err = h.store.Put(ctx, h.keys.ShardState("b"), kvp.Value, 0)
+	require.NoError(t, err)
+	h.kill(victim)
+	h.eventually("a and c re-led while b's publication is refused", func(st *statemachine.State) bool {
+		return noneLedBy(st.ShardStates.At("a"), victim) && noneLedBy(st.ShardStates.At("c"), victim)
+	})
+	require.False(t, noneLedBy(h.etcdStates("b"), victim), "b's stale batch entry was refused")
+	h.sameTxn("a", "c")
+	stale.release()
+	h.eventually("b re-led once its states are read again", func(st *statemachine.State) bool {
+		return noneLedBy(st.ShardStates.At("b"), victim)
+	})
+	after := states()
+	for _, db := range dbs {
+		for i, s := range after[db].Shards {
+			prev := mid[db].Shards[i]
+			if prev.Leader != victim {
+				require.Equal(t, prev, s, "%s/%d was not led by %s", db, s.ID, victim)
+				continue
+			}
+			require.Equal(t, prev.Term+1, s.Term, "%s/%d: one new term", db, s.ID)
+			require.Equal(t, "n3", s.Leader, "%s/%d: the one live replica leads", db, s.ID)
+		}
+	}
+}
