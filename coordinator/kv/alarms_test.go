@@ -2,9 +2,15 @@ package kv_test
 
 import (
 	"context"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/cairn-db/cairn/coordinator/kv"
 	"github.com/cairn-db/cairn/coordinator/kv/etcdtest"
 	"github.com/stretchr/testify/require"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -54,4 +60,56 @@ func TestAlarmsFromStatusCostNoRaftEntry(t *testing.T) {
 	alarms, err = s.Alarms(ctx)
 	require.NoError(t, err)
 	require.Equal(t, []string{"CORRUPT"}, alarms)
+}
+
+// TestAlarmsUseTheClientsConnection: listing alarms (every node does it
+// every few seconds) goes over the store's own connection, never a new one
+// per call: a proxy in front of a real etcd accepts one connection for a
+// store's header probe and twenty listings.
+func TestAlarmsUseTheClientsConnection(t *testing.T) {
+	m := etcdtest.Start(t)
+	target := strings.TrimPrefix(m.Endpoint, "http://")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var accepted atomic.Int64
+	var wg sync.WaitGroup
+	t.Cleanup(func() { _ = l.Close(); wg.Wait() })
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			wg.Add(2)
+			pipe := func(dst, src net.Conn) {
+				defer wg.Done()
+				_, _ = io.Copy(dst, src)
+				_ = dst.Close()
+				_ = src.Close()
+			}
+			go pipe(up, c)
+			go pipe(c, up)
+		}
+	}()
+	s, err := kv.NewEtcdStore(kv.EtcdConfig{Endpoints: []string{"http://" + l.Addr().String()}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, _, err = s.Header(ctx)
+	require.NoError(t, err)
+	for range 20 {
+		alarms, err := s.Alarms(ctx)
+		require.NoError(t, err)
+		require.Empty(t, alarms)
+	}
+	require.Equal(t, int64(1), accepted.Load(), "connections opened for a header probe and 20 alarm listings")
 }

@@ -22,9 +22,10 @@ const (
 	opWatch        = "watch"
 	opCompact      = "compact"
 	opHeader       = "header"
+	opAlarms       = "alarms"
 )
 
-var etcdOps = []string{opGet, opList, opPut, opDelete, opDeletePrefix, opTxn, opGrant, opRevoke, opKeepAlive, opWatch, opCompact, opHeader}
+var etcdOps = []string{opGet, opList, opPut, opDelete, opDeletePrefix, opTxn, opGrant, opRevoke, opKeepAlive, opWatch, opCompact, opHeader, opAlarms}
 
 // EtcdMetrics counts the requests EtcdStores make, by operation. One value is
 // shared by every store of a process (Cairn's own etcd and the etcds of
