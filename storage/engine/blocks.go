@@ -265,54 +265,37 @@ func prevOf(c *bolt.Cursor, k []byte) ([]byte, []byte) {
 	return c.Prev()
 }
 
-// readSeries decodes series id's points in [start, end] into a slice with
-// room for extra more (the memtable's points, merged in after).
-func readSeries(b *bolt.Bucket, res *strResolver, id uint64, start, end int64, extra int) ([]SeriesPoint, error) {
-	type hit struct {
-		v []byte
-		h blockHeader
-	}
-	var hits []hit
-	total := 0
+// readSeries decodes series id's points in [start, end], in its blocks and
+// packs, into a slice with room for extra more (the memtable's points,
+// merged in after).
+func readSeries(b *bolt.Bucket, ps packSrc, res *strResolver, id uint64, start, end int64, extra int) ([]SeriesPoint, error) {
+	var disk, scratch []memPoint
+	var typ models.FieldType
 	err := seriesBlocks(b, id, start, func(_, v []byte, h blockHeader) (bool, error) {
 		if h.minTS > end {
 			return false, nil
 		}
-		hits = append(hits, hit{v, h})
-		total += h.count
+		blockReads.Add(1)
+		var err error
+		if scratch, typ, err = decodeBlock(scratch[:0], v); err != nil {
+			return false, err
+		}
+		disk = append(disk, trimRange(scratch, h, start, end)...)
 		return true, nil
 	})
-	if err != nil || total == 0 {
+	if err != nil {
 		return nil, err
 	}
-	out := make([]SeriesPoint, 0, total+extra)
-	var scratch []memPoint
-	for _, x := range hits {
-		blockReads.Add(1)
-		var typ models.FieldType
-		if scratch, typ, err = decodeBlock(scratch[:0], x.v); err != nil {
+	if disk, typ, err = ps.withPacked(disk, id, start, end, typ); err != nil || len(disk) == 0 {
+		return nil, err
+	}
+	out := make([]SeriesPoint, 0, len(disk)+extra)
+	for _, p := range disk {
+		sp, err := res.point(p, typ)
+		if err != nil {
 			return nil, err
 		}
-		pts := scratch
-		// Trim the parts of the first and last block outside the range.
-		if x.h.minTS < start {
-			i, _ := slices.BinarySearchFunc(pts, start, cmpPointTS)
-			pts = pts[i:]
-		}
-		if x.h.maxTS > end {
-			i, found := slices.BinarySearchFunc(pts, end, cmpPointTS)
-			if found {
-				i++
-			}
-			pts = pts[:i]
-		}
-		for _, p := range pts {
-			sp, err := res.point(p, typ)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, sp)
-		}
+		out = append(out, sp)
 	}
 	return out, nil
 }
@@ -372,9 +355,16 @@ func deleteBlock(tx *bolt.Tx, k []byte) error {
 // its blocks (an arena per call took a chunk for each series a flush merged).
 // typ is the series' type, which its blocks must have.
 func rewriteRange(tx *bolt.Tx, bp *blockPut, id uint64, typ models.FieldType, lo, hi int64, edit func([]memPoint) []memPoint) error {
+	packed, ptyp, inPacks, err := takePacked(tx, id, lo, hi)
+	if err != nil {
+		return err
+	}
+	if inPacks && ptyp != typ {
+		return fmt.Errorf("%w: series %d holds packed %s points, not %s", ErrCorrupt, id, ptyp, typ)
+	}
 	var old []memPoint
 	var keys [][]byte
-	err := seriesBlocks(tx.Bucket(bucketBlocks), id, lo, func(k, v []byte, h blockHeader) (bool, error) {
+	err = seriesBlocks(tx.Bucket(bucketBlocks), id, lo, func(k, v []byte, h blockHeader) (bool, error) {
 		if h.minTS > hi {
 			return false, nil
 		}
@@ -393,6 +383,10 @@ func rewriteRange(tx *bolt.Tx, bp *blockPut, id uint64, typ models.FieldType, lo
 		if err := deleteBlock(tx, k); err != nil {
 			return err
 		}
+	}
+	if inPacks {
+		// Disjoint in time from the blocks' points (packs.go).
+		old = mergeMem(packed, old, func(int64, uint64) {})
 	}
 	return bp.put(id, edit(old), typ)
 }
@@ -420,8 +414,9 @@ func firstKeyAfter(c *bolt.Cursor, id uint64) []byte {
 // series' newest flushed one (the usual case) become new blocks; others are
 // merged into the blocks they overlap. It returns the flushed values that
 // were overwritten, keyed by (series, ts), for the undo records, and the
-// series it created.
-func writeMemtable(tx *bolt.Tx, ix *seriesIndex, mt *memtable, fromTxn uint64) (prev map[memSlot]uint64, created []indexedSeries, merged bool, err error) {
+// series it created. With pack, the series with few points new after their
+// newest flushed one go into packs (packs.go) instead of blocks of their own.
+func writeMemtable(tx *bolt.Tx, ix *seriesIndex, mt *memtable, fromTxn uint64, pack bool) (prev map[memSlot]uint64, created []indexedSeries, merged bool, err error) {
 	order, ids := flushOrder(ix, mt)
 	prev = make(map[memSlot]uint64)
 	newest := make([]seriesMax, 0, len(order))
@@ -432,7 +427,10 @@ func writeMemtable(tx *bolt.Tx, ix *seriesIndex, mt *memtable, fromTxn uint64) (
 	ns := newSeries{tx: tx}
 	bp := newBlockPut(tx, fromTxn)
 	rw := newBlockPut(tx, 0) // merged blocks: not rebuildable from the log alone
-	blocks := tx.Bucket(bucketBlocks)
+	var pk *packer
+	if pack {
+		pk = &packer{}
+	}
 	for _, idx := range order {
 		ms := &mt.series[idx]
 		if len(ms.pts) == 0 {
@@ -455,7 +453,7 @@ func writeMemtable(tx *bolt.Tx, ix *seriesIndex, mt *memtable, fromTxn uint64) (
 		if !known {
 			any = false
 		} else if last == math.MaxInt64 {
-			if last, any, err = lastBlockMax(blocks, id); err != nil {
+			if last, any, err = lastFlushedMax(tx, id); err != nil {
 				return nil, nil, false, err
 			}
 		}
@@ -464,6 +462,12 @@ func writeMemtable(tx *bolt.Tx, ix *seriesIndex, mt *memtable, fromTxn uint64) (
 			newest[len(newest)-1].ts = max(last, ms.pts[len(ms.pts)-1].ts)
 		}
 		if !any || ms.pts[0].ts > last {
+			if pk != nil && len(ms.pts) < packPoints {
+				if err := pk.addWriting(tx, id, ms.pts, ms.typ); err != nil {
+					return nil, nil, false, err
+				}
+				continue
+			}
 			if err := bp.put(id, ms.pts, ms.typ); err != nil {
 				return nil, nil, false, err
 			}
@@ -474,6 +478,11 @@ func writeMemtable(tx *bolt.Tx, ix *seriesIndex, mt *memtable, fromTxn uint64) (
 			return mergeMem(old, ms.pts, func(ts int64, bits uint64) { prev[memSlot{idx, ts}] = bits })
 		})
 		if err != nil {
+			return nil, nil, false, err
+		}
+	}
+	if pk != nil {
+		if err := pk.write(tx); err != nil {
 			return nil, nil, false, err
 		}
 	}

@@ -54,6 +54,11 @@ func (s *boltShard) Bounds(metric string, match map[string]string, keep func(str
 					widen(h.minTS, h.maxTS)
 				}
 			}
+			if first, last, packed, err := packedSpan(tx, id); err != nil {
+				return fmt.Errorf("series %q: %w", key, err)
+			} else if packed {
+				widen(first, last)
+			}
 		}
 		return nil
 	})

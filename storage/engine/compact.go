@@ -357,6 +357,7 @@ func (s *boltShard) replaceFile(tmp, what string) error {
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("engine: %s: close: %w", what, err)
 	}
+	forgetPacks(s.db)
 	s.db = nil
 	renameErr := os.Rename(tmp, s.path)
 	if renameErr == nil {

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/storage/lineproto"
 	"github.com/cairn-db/cairn/storage/wire"
 	bolt "go.etcd.io/bbolt"
@@ -191,11 +190,14 @@ func applyDeletes(tx *bolt.Tx, dels []*wire.Delete, gone *goneChange) (bool, err
 // deleteRange removes series id's points in [lo, hi] from its blocks: the
 // blocks that overlap the range are replaced by what remains of them.
 func deleteRange(tx *bolt.Tx, bp *blockPut, id uint64, lo, hi int64) error {
+	packed, typ, inPacks, err := takePacked(tx, id, lo, hi)
+	if err != nil {
+		return err
+	}
 	var keys [][]byte
 	var keep []memPoint
-	var typ models.FieldType
 	var scratch []memPoint
-	err := seriesBlocks(tx.Bucket(bucketBlocks), id, lo, func(k, v []byte, h blockHeader) (bool, error) {
+	err = seriesBlocks(tx.Bucket(bucketBlocks), id, lo, func(k, v []byte, h blockHeader) (bool, error) {
 		if h.minTS > hi {
 			return false, nil
 		}
@@ -208,13 +210,16 @@ func deleteRange(tx *bolt.Tx, bp *blockPut, id uint64, lo, hi int64) error {
 		keep = append(keep, hideMem(scratch, [][2]int64{{lo, hi}})...)
 		return true, nil
 	})
-	if err != nil || len(keys) == 0 {
+	if err != nil || len(keys) == 0 && !inPacks {
 		return err
 	}
 	for _, k := range keys {
 		if err := deleteBlock(tx, k); err != nil {
 			return err
 		}
+	}
+	if inPacks {
+		keep = mergeMem(hideMem(packed, [][2]int64{{lo, hi}}), keep, func(int64, uint64) {})
 	}
 	if len(keep) == 0 {
 		return nil

@@ -185,6 +185,7 @@ type options struct {
 	flushReport   func(db string, shard int, err error)
 	logReport     func(err error)
 	faults        *Faults
+	packs         bool // AllowPacks(true) at open (tests)
 }
 
 // WithFlushReport has f told of every background flush that fails, and of

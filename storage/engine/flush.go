@@ -192,7 +192,7 @@ func (s *boltShard) flushFrozenLocked() error {
 		if err := revive(tx, s.ix, mt, &gone); err != nil {
 			return err
 		}
-		prev, c, merged, err := writeMemtable(tx, s.ix, mt, mt.entries[0].txn)
+		prev, c, merged, err := writeMemtable(tx, s.ix, mt, mt.entries[0].txn, s.packs.Load())
 		if err != nil {
 			return err
 		}

@@ -8,15 +8,16 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-func markFormat(t *testing.T, s Shard, f uint64) {
+func setFormat(t *testing.T, s Shard, f uint64) {
 	t.Helper()
 	require.NoError(t, s.(*boltShard).db.Update(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketMeta).Put(keyFormat, u64Key(f))
 	}))
 }
 
-// TestShardFormat: a shard file is marked with this engine's format (an
-// unmarked one, as 0.1.0 wrote them, too); one marked newer is refused at
+// TestShardFormat: a shard file is marked with the format of the release
+// before packs until it holds one (an unmarked one, as 0.1.0 wrote them,
+// too); one marked newer is refused at
 // open and as a snapshot, naming both versions, and the shard it would
 // have replaced keeps its data.
 func TestShardFormat(t *testing.T) {
@@ -26,12 +27,12 @@ func TestShardFormat(t *testing.T) {
 	require.NoError(t, err)
 	fill(t, s)
 	require.NoError(t, s.(*boltShard).db.View(func(tx *bolt.Tx) error {
-		require.Equal(t, u64Key(ShardFormat), tx.Bucket(bucketMeta).Get(keyFormat))
+		require.Equal(t, u64Key(openFormat), tx.Bucket(bucketMeta).Get(keyFormat))
 		return nil
 	}))
 
 	// A snapshot of a newer format does not replace a shard.
-	markFormat(t, s, ShardFormat+1)
+	setFormat(t, s, ShardFormat+1)
 	var snap bytes.Buffer
 	require.NoError(t, s.Snapshot(&snap))
 	dst, err := e.Open("db2", 1)
@@ -52,7 +53,7 @@ func TestShardFormat(t *testing.T) {
 	defer e2.Close()
 	_, err = e2.Open("db1", 0)
 	require.ErrorIs(t, err, ErrNewerShardFormat)
-	require.ErrorContains(t, err, "format 3; this cairn reads format 2 and older")
+	require.ErrorContains(t, err, "format 4; this cairn reads format 3 and older")
 
 	// An unmarked file (0.1.0's) opens and gets the mark.
 	s3, err := e2.Open("db2", 1)
@@ -65,7 +66,7 @@ func TestShardFormat(t *testing.T) {
 	s4, err := e3.Open("db2", 1)
 	require.NoError(t, err)
 	require.NoError(t, s4.(*boltShard).db.View(func(tx *bolt.Tx) error {
-		require.Equal(t, u64Key(ShardFormat), tx.Bucket(bucketMeta).Get(keyFormat))
+		require.Equal(t, u64Key(openFormat), tx.Bucket(bucketMeta).Get(keyFormat))
 		return nil
 	}))
 }

@@ -27,6 +27,9 @@ func markGone(tx *bolt.Tx, id uint64, ch *goneChange) error {
 	if k, _ := tx.Bucket(bucketBlocks).Cursor().Seek(prefix); k != nil && bytes.HasPrefix(k, prefix) {
 		return nil
 	}
+	if _, packed, err := lastPackedMax(tx, id); err != nil || packed {
+		return err
+	}
 	ch.add = append(ch.add, id)
 	return tx.Bucket(bucketGone).Put(prefix, nil)
 }

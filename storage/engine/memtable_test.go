@@ -245,10 +245,10 @@ func TestRandomAgainstModel(t *testing.T) {
 	})
 }
 
-func randomAgainstModel(t *testing.T, tsOf func(rng *rand.Rand, step int) int64) {
+func randomAgainstModel(t *testing.T, tsOf func(rng *rand.Rand, step int) int64, extra ...Option) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	dir := t.TempDir()
-	opts := []Option{WithFlushPoints(40), WithFlushInterval(0), WithRetainEntries(30), WithCompactRate(0)}
+	opts := append([]Option{WithFlushPoints(40), WithFlushInterval(0), WithRetainEntries(30), WithCompactRate(0)}, extra...)
 	e, s := openShardAt(t, dir, opts...)
 	var log []Entry // every surviving entry, log[i].TxnID == i+1
 	hosts := []string{"a", "b", "c", "d"}

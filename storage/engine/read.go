@@ -74,7 +74,7 @@ func (s *boltShard) QueryLimited(metric string, match map[string]string, start, 
 		if err != nil {
 			return err
 		}
-		blocks := tx.Bucket(bucketBlocks)
+		blocks, ps := tx.Bucket(bucketBlocks), packSource(tx)
 		res := &strResolver{bucket: tx.Bucket(bucketStrs)}
 		for _, fs := range flushed {
 			for len(hits) > 0 && hits[0].key < fs.key {
@@ -96,7 +96,7 @@ func (s *boltShard) QueryLimited(metric string, match map[string]string, start, 
 					continue
 				}
 			}
-			pts, err := readSeries(blocks, res, fs.id, start, end, len(mem))
+			pts, err := readSeries(blocks, ps, res, fs.id, start, end, len(mem))
 			if err != nil {
 				return fmt.Errorf("series %q: %w", fs.key, err)
 			}

@@ -3,7 +3,6 @@ package engine
 import (
 	"bytes"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/cairn-db/cairn/models"
@@ -87,18 +86,14 @@ func (s *boltShard) FillRollups() (bool, error) {
 // chunk by chunk, above each level's floor, and returns how many points it
 // read.
 func fillSeries(tx *bolt.Tx, levels []rollupLevel, id uint64) (int, error) {
-	blocks := tx.Bucket(bucketBlocks)
-	k, _ := blocks.Cursor().Seek(blockKey(id, math.MinInt64))
-	if k == nil || !bytes.HasPrefix(k, u64Key(id)) {
-		return 0, nil // no flushed point
+	first, last, ok, err := flushedSpan(tx, id)
+	if err != nil || !ok {
+		return 0, err // !ok: no flushed point
 	}
-	last, _, err := lastBlockMax(blocks, id)
-	if err != nil {
-		return 0, err
-	}
+	blocks, ps := tx.Bucket(bucketBlocks), packSource(tx)
 	chunk, read := fillChunk(levels), 0
-	for at := cellStart(tsFromKey(k[8:]), chunk); at <= last; at += chunk {
-		pts, err := readSeries(blocks, &strResolver{}, id, at, at+chunk-1, 0)
+	for at := cellStart(first, chunk); at <= last; at += chunk {
+		pts, err := readSeries(blocks, ps, &strResolver{}, id, at, at+chunk-1, 0)
 		if err != nil {
 			return read, err
 		}

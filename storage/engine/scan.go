@@ -54,7 +54,7 @@ func (s *boltShard) Scan(metric string, match map[string]string, start, end int6
 		if err != nil {
 			return err
 		}
-		sc := scanner{blocks: tx.Bucket(bucketBlocks), start: start, end: end,
+		sc := scanner{blocks: tx.Bucket(bucketBlocks), packs: packSource(tx), start: start, end: end,
 			res: strResolver{mems: views, bucket: tx.Bucket(bucketStrs)}}
 		for _, fs := range flushed {
 			for len(runs) > 0 && runs[0].key < fs.key {
@@ -220,6 +220,7 @@ func (mt *memtable) scanCopy(metric string, start, end int64, keep func(string) 
 // scanner reads series blocks into buffers it reuses from series to series.
 type scanner struct {
 	blocks     *bolt.Bucket
+	packs      packSrc
 	start, end int64
 	scratch    []memPoint // one decoded block
 	disk       []memPoint // the series' flushed points in range
@@ -261,7 +262,9 @@ func (sc *scanner) read(id uint64) error {
 			return err
 		}
 	}
-	return nil
+	var err error
+	sc.disk, sc.typ, err = sc.packs.withPacked(sc.disk, id, sc.start, sc.end, sc.typ)
+	return err
 }
 
 // block appends the points of one block that fall in the range, decoding it

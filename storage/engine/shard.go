@@ -47,6 +47,7 @@ type boltShard struct {
 	id          shardID
 	retain      uint64
 	flushPoints int
+	packs       atomic.Bool // flushes may write packs (AllowPacks)
 
 	// wmu serializes writers (commits, TruncateAfter, Restore, Snapshot) so
 	// the txn checks and the cached txn/term below move together. fmu is held
@@ -137,11 +138,13 @@ func openShard(path string, id shardID, o options, lim *rateLimiter, mem *memBud
 		stop: make(chan struct{}), loopDone: make(chan struct{}), compactDone: make(chan struct{}), kick: make(chan struct{}, 1),
 		flushSig: make(chan struct{}, 1), filled: make(chan struct{}, 1)}
 	s.q.idle = sync.NewCond(&s.q.mu)
+	s.packs.Store(o.packs)
 	if err := s.recover(nil); err != nil {
 		s.memAcct.charge(-s.memCharged, 0)
 		if s.inc != 0 {
 			w.unregister(s.inc)
 		}
+		forgetPacks(db)
 		_ = db.Close()
 		return nil, err
 	}
@@ -171,9 +174,13 @@ func openBolt(path string) (*bolt.DB, error) {
 				return err
 			}
 		}
-		return checkFormat(tx, path)
+		if err := checkFormat(tx, path); err != nil {
+			return err
+		}
+		return loadPacks(tx)
 	})
 	if err != nil {
+		forgetPacks(db)
 		_ = db.Close()
 		return nil, fmt.Errorf("engine: init %s: %w", path, err)
 	}
@@ -488,6 +495,7 @@ func (s *boltShard) Close() error {
 	if s.onClose != nil {
 		s.onClose()
 	}
+	forgetPacks(db)
 	if err := errors.Join(perr, db.Close()); err != nil {
 		return fmt.Errorf("engine: close %s: %w", s.path, err)
 	}

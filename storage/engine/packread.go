@@ -1,0 +1,242 @@
+package engine
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/cairn-db/cairn/models"
+	bolt "go.etcd.io/bbolt"
+)
+
+// packSrc reads series' packed points in one transaction: the packs bucket
+// (nil: the file has none) and the heads of its packs.
+type packSrc struct {
+	b     *bolt.Bucket
+	heads []packHead
+}
+
+func packSource(tx *bolt.Tx) packSrc {
+	b := tx.Bucket(bucketPacks)
+	if b == nil {
+		return packSrc{}
+	}
+	return packSrc{b: b, heads: packsOf(tx).load()}
+}
+
+// each calls fn with series id's block of every pack whose head covers
+// [start, end], in pack order (which is time order for one series).
+func (ps packSrc) each(id uint64, start, end int64, fn func(seq uint64, pack, block []byte) error) error {
+	for _, h := range ps.heads {
+		if !h.covers(id, start, end) {
+			continue
+		}
+		v := ps.b.Get(u64Key(h.seq))
+		if v == nil {
+			continue // not in this transaction (emptied, or a flush not committed)
+		}
+		blk, err := packBlock(v, id)
+		if err != nil {
+			return fmt.Errorf("pack %d: %w", h.seq, err)
+		}
+		if blk == nil {
+			continue
+		}
+		if err := fn(h.seq, v, blk); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// appendPoints appends series id's packed points in [start, end] to dst, in
+// time order, and their type (ok false: none).
+func (ps packSrc) appendPoints(dst []memPoint, id uint64, start, end int64) ([]memPoint, models.FieldType, bool, error) {
+	if ps.b == nil {
+		return dst, 0, false, nil
+	}
+	var typ models.FieldType
+	found := false
+	var scratch []memPoint
+	err := ps.each(id, start, end, func(seq uint64, _, blk []byte) error {
+		h, _, err := parseBlock(blk)
+		if err != nil {
+			return fmt.Errorf("pack %d series %d: %w", seq, id, err)
+		}
+		if h.count == 0 || h.maxTS < start || h.minTS > end {
+			return nil
+		}
+		blockReads.Add(1)
+		if scratch, typ, err = decodeBlock(scratch[:0], blk); err != nil {
+			return fmt.Errorf("pack %d series %d: %w", seq, id, err)
+		}
+		found = true
+		dst = append(dst, trimRange(scratch, h, start, end)...)
+		return nil
+	})
+	return dst, typ, found, err
+}
+
+// trimRange drops the points of a decoded block outside [start, end].
+func trimRange(pts []memPoint, h blockHeader, start, end int64) []memPoint {
+	if h.minTS < start {
+		i, _ := slices.BinarySearchFunc(pts, start, cmpPointTS)
+		pts = pts[i:]
+	}
+	if h.maxTS > end {
+		i, found := slices.BinarySearchFunc(pts, end, cmpPointTS)
+		if found {
+			i++
+		}
+		pts = pts[:i]
+	}
+	return pts
+}
+
+// withPacked merges series id's packed points in [start, end] into its
+// block points disk (sorted), and returns the type of the packed ones when
+// disk was empty.
+func (ps packSrc) withPacked(disk []memPoint, id uint64, start, end int64, typ models.FieldType) ([]memPoint, models.FieldType, error) {
+	packed, ptyp, ok, err := ps.appendPoints(nil, id, start, end)
+	if err != nil || !ok {
+		return disk, typ, err
+	}
+	if len(disk) == 0 {
+		return packed, ptyp, nil
+	}
+	// Disjoint in time (see packs.go); a block would win a shared ts.
+	return mergeMem(packed, disk, func(int64, uint64) {}), typ, nil
+}
+
+// packedSpan is the oldest and newest packed ts of series id (ok false:
+// none).
+func packedSpan(tx *bolt.Tx, id uint64) (first, last int64, ok bool, err error) {
+	ps := packSource(tx)
+	if ps.b == nil {
+		return 0, 0, false, nil
+	}
+	err = ps.each(id, math.MinInt64, math.MaxInt64, func(seq uint64, _, blk []byte) error {
+		h, _, err := parseBlock(blk)
+		if err != nil {
+			return fmt.Errorf("pack %d series %d: %w", seq, id, err)
+		}
+		if h.count == 0 {
+			return nil
+		}
+		if !ok {
+			first, last, ok = h.minTS, h.maxTS, true
+		}
+		first, last = min(first, h.minTS), max(last, h.maxTS)
+		return nil
+	})
+	return first, last, ok, err
+}
+
+func lastPackedMax(tx *bolt.Tx, id uint64) (int64, bool, error) {
+	_, last, ok, err := packedSpan(tx, id)
+	return last, ok, err
+}
+
+// flushedSpan is the oldest and newest flushed ts of series id, in its
+// blocks or packs (ok false: none).
+func flushedSpan(tx *bolt.Tx, id uint64) (first, last int64, ok bool, err error) {
+	blocks := tx.Bucket(bucketBlocks)
+	if k, _ := blocks.Cursor().Seek(blockKey(id, math.MinInt64)); k != nil && beUint64(k) == id {
+		first, ok = tsFromKey(k[8:]), true
+		if last, _, err = lastBlockMax(blocks, id); err != nil {
+			return 0, 0, false, err
+		}
+	}
+	pfirst, plast, pok, err := packedSpan(tx, id)
+	if err != nil || !pok {
+		return first, last, ok, err
+	}
+	if !ok {
+		return pfirst, plast, true, nil
+	}
+	return min(first, pfirst), max(last, plast), true, nil
+}
+
+// lastFlushedMax is the newest flushed ts of series id, in its blocks or
+// packs (ok false: none).
+func lastFlushedMax(tx *bolt.Tx, id uint64) (int64, bool, error) {
+	last, ok, err := lastBlockMax(tx.Bucket(bucketBlocks), id)
+	if err != nil {
+		return 0, false, err
+	}
+	plast, pok, err := lastPackedMax(tx, id)
+	if err != nil || !pok {
+		return last, ok, err
+	}
+	return max(last, plast), true, nil
+}
+
+// takePacked removes series id's packed blocks that overlap [lo, hi] from
+// their packs and returns their points (sorted) and type (ok false: none),
+// for a rewrite of the range to put among the series' own blocks. Rare:
+// only a flush of points older than a series' newest, a rollback, a delete
+// or the compaction of packs gets here.
+func takePacked(tx *bolt.Tx, id uint64, lo, hi int64) ([]memPoint, models.FieldType, bool, error) {
+	ps := packSource(tx)
+	if ps.b == nil {
+		return nil, 0, false, nil
+	}
+	type take struct {
+		seq  uint64
+		pack []byte
+	}
+	var takes []take
+	var pts []memPoint
+	var typ models.FieldType
+	err := ps.each(id, lo, hi, func(seq uint64, pack, blk []byte) error {
+		h, _, err := parseBlock(blk)
+		if err != nil {
+			return fmt.Errorf("pack %d series %d: %w", seq, id, err)
+		}
+		if h.count == 0 || h.maxTS < lo || h.minTS > hi {
+			return nil
+		}
+		if pts, typ, err = decodeBlock(pts, blk); err != nil {
+			return fmt.Errorf("pack %d series %d: %w", seq, id, err)
+		}
+		takes = append(takes, take{seq, pack})
+		return nil
+	})
+	if err != nil || len(takes) == 0 {
+		return nil, 0, false, err
+	}
+	for _, t := range takes {
+		if err := dropFromPack(ps.b, t.seq, t.pack, id); err != nil {
+			return nil, 0, false, err
+		}
+	}
+	return pts, typ, true, nil
+}
+
+// dropFromPack rewrites pack seq without series id's block, or deletes it
+// once it holds no series. Its head keeps the wider ranges (see packList).
+func dropFromPack(b *bolt.Bucket, seq uint64, v []byte, id uint64) error {
+	h, dir, data, err := parsePack(v)
+	if err != nil {
+		return err
+	}
+	var p packer
+	start := 0
+	for i := 0; i < len(dir); i += packDirEntry {
+		sid := binary.BigEndian.Uint64(dir[i:])
+		end := int(binary.BigEndian.Uint32(dir[i+8:]))
+		if sid != id {
+			p.data = append(p.data, data[start:end]...)
+			p.ids = append(p.ids, sid)
+			p.ends = append(p.ends, uint32(len(p.data)))
+		}
+		start = end
+	}
+	if len(p.ids) == 0 {
+		return b.Delete(u64Key(seq))
+	}
+	p.head = h
+	p.head.minID, p.head.maxID = p.ids[0], p.ids[len(p.ids)-1]
+	return b.Put(u64Key(seq), p.encode())
+}
