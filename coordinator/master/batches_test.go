@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/cairn-db/cairn/coordinator/kv"
+	"github.com/cairn-db/cairn/statemachine"
 	"github.com/stretchr/testify/require"
 )
 
@@ -54,5 +55,25 @@ func TestTxnBatches(t *testing.T) {
 			}
 			require.Equal(t, want, order)
 		})
+	}
+}
+
+// TestLedSet: the databases found led stay remembered while the state's
+// revisions are the same, and are all forgotten once any source moves.
+func TestLedSet(t *testing.T) {
+	var l ledSet
+	st := &statemachine.State{Revisions: map[string]int64{"a": 1, "b": 2}}
+	l.sync(st)
+	l.dbs["x"] = true
+	l.sync(&statemachine.State{Revisions: map[string]int64{"a": 1, "b": 2}})
+	require.True(t, l.dbs["x"], "same revisions: remembered")
+	st.Revisions["b"] = 3 // the map l.revs was cloned from
+	l.sync(&statemachine.State{Revisions: map[string]int64{"a": 1, "b": 2}})
+	require.True(t, l.dbs["x"], "the clone is l's own")
+	for _, revs := range []map[string]int64{{"a": 1, "b": 3}, {"a": 1}, {"a": 1, "b": 2, "c": 1}} {
+		l.dbs["x"] = true
+		l.sync(&statemachine.State{Revisions: revs})
+		require.False(t, l.dbs["x"], "revisions %v: forgotten", revs)
+		l.sync(&statemachine.State{Revisions: map[string]int64{"a": 1, "b": 2}})
 	}
 }

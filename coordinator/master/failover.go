@@ -2,6 +2,7 @@ package master
 
 import (
 	"context"
+	"maps"
 	"sync"
 
 	"github.com/cairn-db/cairn/models"
@@ -24,8 +25,12 @@ func (m *Master) failover(ctx context.Context, names []string) map[string]error 
 		return nil // the resync pass comes back after the grace
 	}
 	st := m.cfg.State()
+	m.led.sync(st)
 	var ins []ShardInputs
 	for _, name := range names {
+		if m.led.dbs[name] {
+			continue
+		}
 		in, ok := m.derived.failoverInputs(st, name)
 		if !ok {
 			continue
@@ -33,6 +38,9 @@ func (m *Master) failover(ctx context.Context, names []string) map[string]error 
 		in.Moved = m.moves.movedFor(in.Assign.Cluster, name)
 		if !anyNeedsLeader(in) {
 			m.moves.republished(in.Assign.Cluster, name, in.Moved)
+			if len(in.Moved) == 0 {
+				m.led.dbs[name] = true
+			}
 			continue
 		}
 		ins = append(ins, in)
@@ -77,6 +85,26 @@ func (m *Master) failover(ctx context.Context, names []string) map[string]error 
 		m.leadersChanged(st, u.db, u.next, u.changed)
 	}
 	return failed
+}
+
+// ledSet remembers the databases whose every shard was found led as it
+// should be on a state of the same revisions. The check is a pure function
+// of the state (and of moved nodes, whose databases are never remembered),
+// so on a state no event changed since, it would find the same: the master's
+// resync pass then costs nothing per idle database, where it checked every
+// shard of the cluster each second (32,000 at 1,000 nodes).
+type ledSet struct {
+	revs map[string]int64
+	dbs  map[string]bool
+}
+
+// sync forgets every database when st differs from the state they were
+// checked on (any source applied an event or listed again since).
+func (l *ledSet) sync(st *statemachine.State) {
+	if l.dbs != nil && maps.Equal(l.revs, st.Revisions) {
+		return
+	}
+	l.revs, l.dbs = maps.Clone(st.Revisions), map[string]bool{}
 }
 
 // leadersChanged counts and logs the shards of db whose leader or status a

@@ -94,6 +94,7 @@ type Master struct {
 	// found nothing to move.
 	spreadClean map[string]string
 	moves       *Moves // storage nodes that registered again at another address
+	led         ledSet // databases found led as they should be on the current state
 	// placed: databases this term placed whose writes the local state has
 	// not shown yet (pipelined placement, see placeNew).
 	placed map[string]ownPlacement
