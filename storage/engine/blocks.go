@@ -362,9 +362,15 @@ func rewriteRange(tx *bolt.Tx, bp *blockPut, id uint64, typ models.FieldType, lo
 	if inPacks && ptyp != typ {
 		return fmt.Errorf("%w: series %d holds packed %s points, not %s", ErrCorrupt, id, ptyp, typ)
 	}
+	return rewriteBlocks(tx, bp, id, typ, lo, hi, packed, edit)
+}
+
+// rewriteBlocks is rewriteRange over the series' blocks alone, with the
+// points packed (sorted) merged under theirs.
+func rewriteBlocks(tx *bolt.Tx, bp *blockPut, id uint64, typ models.FieldType, lo, hi int64, packed []memPoint, edit func([]memPoint) []memPoint) error {
 	var old []memPoint
 	var keys [][]byte
-	err = seriesBlocks(tx.Bucket(bucketBlocks), id, lo, func(k, v []byte, h blockHeader) (bool, error) {
+	err := seriesBlocks(tx.Bucket(bucketBlocks), id, lo, func(k, v []byte, h blockHeader) (bool, error) {
 		if h.minTS > hi {
 			return false, nil
 		}
@@ -384,8 +390,9 @@ func rewriteRange(tx *bolt.Tx, bp *blockPut, id uint64, typ models.FieldType, lo
 			return err
 		}
 	}
-	if inPacks {
-		// Disjoint in time from the blocks' points (packs.go).
+	if len(packed) > 0 {
+		// Disjoint in time from the blocks' points, but for the copies a
+		// compaction of packs under way made (packs.go): a block wins.
 		old = mergeMem(packed, old, func(int64, uint64) {})
 	}
 	return bp.put(id, edit(old), typ)
@@ -429,7 +436,7 @@ func writeMemtable(tx *bolt.Tx, ix *seriesIndex, mt *memtable, fromTxn uint64, p
 	rw := newBlockPut(tx, 0) // merged blocks: not rebuildable from the log alone
 	var pk *packer
 	if pack {
-		pk = &packer{}
+		pk = &packer{recent: bp.fromTxn}
 	}
 	for _, idx := range order {
 		ms := &mt.series[idx]

@@ -260,6 +260,7 @@ func (s *boltShard) compactLoop(interval time.Duration, lim *rateLimiter) {
 				}
 			}
 		}
+		_, _ = s.compactPacks(false) // an error: tried again after the next flush
 	}
 }
 
@@ -276,6 +277,12 @@ func (s *boltShard) Compact() error {
 	}
 	if err := s.settleRecent(); err != nil {
 		return err
+	}
+	for more := true; more; {
+		var err error
+		if more, err = s.compactPacks(true); err != nil {
+			return err
+		}
 	}
 	for done := false; !done; {
 		var err error
@@ -295,14 +302,8 @@ func (s *boltShard) settleRecent() error {
 		return ErrClosed
 	}
 	return s.update(func(tx *bolt.Tx) error {
-		blocks := tx.Bucket(bucketBlocks)
 		err := tx.Bucket(bucketRecent).ForEach(func(k, _ []byte) error {
-			if v := blocks.Get(k); v != nil {
-				if _, _, err := parseBlock(v); err != nil {
-					return fmt.Errorf("block %x: %w", k, err)
-				}
-			}
-			return nil
+			return checkRecent(tx, k)
 		})
 		if err != nil {
 			return err // reopening the shard redoes that flush from the log

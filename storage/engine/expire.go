@@ -34,6 +34,18 @@ func (s *boltShard) OldestBlock() (int64, bool, error) {
 				oldest, found = ts, true
 			}
 		}
+		if b := tx.Bucket(bucketPacks); b != nil {
+			return b.ForEach(func(k, v []byte) error {
+				h, _, _, err := parsePack(v)
+				if err != nil {
+					return fmt.Errorf("pack %x: %w", k, err)
+				}
+				if !found || h.minTS < oldest {
+					oldest, found = h.minTS, true
+				}
+				return nil
+			})
+		}
 		return nil
 	})
 	if err != nil {
@@ -57,8 +69,10 @@ func (s *boltShard) ExpireBefore(cutoff int64) (int, int64, error) {
 	if err := s.settleRecent(); err != nil {
 		return 0, 0, fmt.Errorf("engine: expire: %w", err)
 	}
-	var blocks int
-	var bytes int64
+	blocks, bytes, err := s.expirePacks(cutoff)
+	if err != nil {
+		return 0, 0, fmt.Errorf("engine: expire: %w", err)
+	}
 	var at []byte
 	for {
 		n, b, next, err := s.expireStep(cutoff, at)
@@ -146,4 +160,49 @@ func (s *boltShard) expireStep(cutoff int64, at []byte) (n int, bytes int64, nex
 		return raiseFloor(tx, keyRawFloor, cutoff)
 	})
 	return n, bytes, next, err
+}
+
+// expirePacks deletes the packs whose points are all older than cutoff
+// (but the last flush's, as blocks) and returns how many series blocks and
+// bytes they held. The oldest pack is not always the one with the oldest
+// points (a flush of late points), so every pack's header is read: there
+// are few.
+func (s *boltShard) expirePacks(cutoff int64) (n int, bytes int64, err error) {
+	s.cmu.Lock() // not beside a compaction step: both rewrite blocks
+	defer s.cmu.Unlock()
+	if s.closed() {
+		return 0, 0, ErrClosed
+	}
+	var gone []uint64
+	err = s.update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketPacks)
+		if b == nil {
+			return nil
+		}
+		recent := tx.Bucket(bucketRecent)
+		err := b.ForEach(func(k, v []byte) error {
+			h, dir, _, perr := parsePack(v)
+			if perr == nil && h.maxTS < cutoff && recent.Get(packRecentKey(beUint64(k))) == nil {
+				gone = append(gone, beUint64(k))
+				n += len(dir) / packDirEntry
+				bytes += int64(len(k) + len(v))
+			}
+			return nil
+		})
+		if err != nil || len(gone) == 0 {
+			return err
+		}
+		for _, seq := range gone {
+			if err := b.Delete(u64Key(seq)); err != nil {
+				return err
+			}
+		}
+		// The rollups' cells there are now the only record (rollup.go).
+		return raiseFloor(tx, keyRawFloor, cutoff)
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	s.forgetPacks(gone)
+	return n, bytes, nil
 }

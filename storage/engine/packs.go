@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"math"
 	"slices"
 	"sort"
 	"sync"
@@ -122,7 +123,9 @@ func loadPacks(tx *bolt.Tx) error {
 		err := b.ForEach(func(k, v []byte) error {
 			h, _, _, err := parsePack(v)
 			if err != nil {
-				return fmt.Errorf("pack %x: %w", k, err)
+				// Torn (repairTorn drops it next) or corrupt: reads of
+				// any series meet it and report it.
+				h = packHead{minTS: math.MinInt64, maxTS: math.MaxInt64, maxID: math.MaxUint64}
 			}
 			h.seq = beUint64(k)
 			heads = append(heads, h)
@@ -191,10 +194,11 @@ func packBlock(v []byte, id uint64) ([]byte, error) {
 
 // packer gathers the packed series of one flush.
 type packer struct {
-	ids  []uint64
-	ends []uint32
-	data []byte
-	head packHead
+	recent []byte // the recent bucket's value for the packs; nil: none
+	ids    []uint64
+	ends   []uint32
+	data   []byte
+	head   packHead
 }
 
 func (p *packer) add(id uint64, pts []memPoint, typ models.FieldType) {
@@ -260,6 +264,11 @@ func (p *packer) write(tx *bolt.Tx) error {
 	}
 	if err := b.Put(u64Key(seq), p.encode()); err != nil {
 		return err
+	}
+	if p.recent != nil {
+		if err := tx.Bucket(bucketRecent).Put(packRecentKey(seq), p.recent); err != nil {
+			return err
+		}
 	}
 	h := p.head
 	h.seq = seq

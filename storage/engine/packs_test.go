@@ -213,7 +213,7 @@ func TestPacksRandomAgainstModel(t *testing.T) {
 
 // TestPacksRandomLayouts drives a shard with packs and one without through
 // the same seeded mix of typed writes over many series, late points,
-// deletes and flushes, and checks that they answer every query alike.
+// deletes, flushes and compactions (of packs), and checks that they answer every query alike.
 func TestPacksRandomLayouts(t *testing.T) {
 	rng := rand.New(rand.NewPCG(21, 3))
 	withP, without := twoLayouts(t)
@@ -224,6 +224,13 @@ func TestPacksRandomLayouts(t *testing.T) {
 		case r < 3:
 			flushNow(t, withP)
 			flushNow(t, without)
+			continue
+		case r == 4:
+			require.NoError(t, withP.(Compacter).Compact())
+			continue
+		case r == 5:
+			_, err := withP.(*boltShard).compactPacks(false)
+			require.NoError(t, err)
 			continue
 		case r == 3:
 			lo := int64(rng.IntN(5 * (step + 1)))

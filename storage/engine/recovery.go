@@ -37,23 +37,18 @@ func repairTorn(tx *bolt.Tx, logBase uint64) error {
 	if from == 0 || from <= max(m.baseTxn, logBase) || from > m.flushedTxn+1 {
 		return nil
 	}
-	blocks, recent := tx.Bucket(bucketBlocks), tx.Bucket(bucketRecent)
 	torn := false
 	var keys [][]byte
-	err = recent.ForEach(func(k, _ []byte) error {
+	err = tx.Bucket(bucketRecent).ForEach(func(k, _ []byte) error {
 		keys = append(keys, append([]byte(nil), k...))
-		if b := blocks.Get(k); b != nil {
-			if _, _, err := parseBlock(b); err != nil {
-				torn = true
-			}
-		}
+		torn = torn || checkRecent(tx, k) != nil
 		return nil
 	})
 	if err != nil || !torn {
 		return err
 	}
 	for _, k := range keys {
-		if err := deleteBlock(tx, k); err != nil {
+		if err := deleteRecent(tx, k); err != nil {
 			return err
 		}
 	}
@@ -68,6 +63,40 @@ func repairTorn(tx *bolt.Tx, logBase uint64) error {
 		return err
 	}
 	return writeMeta(tx, m)
+}
+
+// checkRecent checks the block or pack (packRecentKey) the last flush wrote
+// under recent record k.
+func checkRecent(tx *bolt.Tx, k []byte) error {
+	if isPackRecent(k) {
+		if b := tx.Bucket(bucketPacks); b != nil {
+			if v := b.Get(k[1:]); v != nil {
+				if _, _, _, err := parsePack(v); err != nil {
+					return fmt.Errorf("pack %x: %w", k[1:], err)
+				}
+			}
+		}
+		return nil
+	}
+	if v := tx.Bucket(bucketBlocks).Get(k); v != nil {
+		if _, _, err := parseBlock(v); err != nil {
+			return fmt.Errorf("block %x: %w", k, err)
+		}
+	}
+	return nil
+}
+
+// deleteRecent deletes the block or pack of recent record k, and the record.
+func deleteRecent(tx *bolt.Tx, k []byte) error {
+	if !isPackRecent(k) {
+		return deleteBlock(tx, k)
+	}
+	if b := tx.Bucket(bucketPacks); b != nil {
+		if err := b.Delete(k[1:]); err != nil {
+			return err
+		}
+	}
+	return tx.Bucket(bucketRecent).Delete(k)
 }
 
 // convertLegacy moves the per-point series buckets that versions before the
