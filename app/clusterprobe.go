@@ -21,8 +21,9 @@ type ownEtcd struct {
 	header    func(context.Context) error
 }
 
-// owned lists the clusters whose store is a dedicated client.
-func (c *clusterStores) owned() map[string]ownEtcd {
+// owned lists the clusters whose store is a dedicated client, and the
+// channel closed when that list changes.
+func (c *clusterStores) owned() (map[string]ownEtcd, <-chan struct{}) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := map[string]ownEtcd{}
@@ -36,7 +37,7 @@ func (c *clusterStores) owned() map[string]ownEtcd {
 			return err
 		}}
 	}
-	return out
+	return out, c.ownChanged
 }
 
 // clusterEtcdDown lists the storage clusters whose own etcd did not answer
@@ -56,11 +57,14 @@ func (a *App) clusterEtcdDown() []problems.ClusterEtcd {
 // critical problem (cluster_etcd_down) and by the cairn_cluster_etcd_up
 // gauge: the cluster's writes go on from the last known state, but its
 // failover cannot happen until it answers. Each change is logged once.
+// With no such cluster it sleeps until one is configured: most nodes have
+// none, and a ticker woke each of them every second for nothing.
 func (a *App) probeClusters(ctx context.Context) {
-	t := time.NewTicker(clusterProbeEvery)
+	t := time.NewTimer(clusterProbeEvery)
 	defer t.Stop()
 	for {
-		owned := a.clusters.owned()
+		started := time.Now()
+		owned, changed := a.clusters.owned()
 		errs := make(map[string]error, len(owned))
 		var mu sync.Mutex
 		var wg sync.WaitGroup
@@ -81,10 +85,16 @@ func (a *App) probeClusters(ctx context.Context) {
 			return
 		}
 		a.noteClusterProbes(owned, errs, time.Now())
+		var tick <-chan time.Time
+		if len(owned) > 0 {
+			t.Reset(time.Until(started.Add(clusterProbeEvery)))
+			tick = t.C
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-tick:
+		case <-changed:
 		}
 	}
 }

@@ -21,6 +21,9 @@ type clusterStores struct {
 	mk     func([]string) kv.EtcdConfig
 	keys   models.Keys
 	stores map[string]*clusterStore
+	// ownChanged is closed, and replaced, when a dedicated client comes or
+	// goes: what wakes probeClusters while it has nothing to probe.
+	ownChanged chan struct{}
 }
 
 type clusterStore struct {
@@ -30,7 +33,7 @@ type clusterStore struct {
 }
 
 func newClusterStores(main kv.Store, mk func([]string) kv.EtcdConfig, keys models.Keys) *clusterStores {
-	return &clusterStores{main: main, mk: mk, keys: keys, stores: map[string]*clusterStore{}}
+	return &clusterStores{main: main, mk: mk, keys: keys, stores: map[string]*clusterStore{}, ownChanged: make(chan struct{})}
 }
 
 // get returns the store and keys of a cluster, connecting when needed.
@@ -53,6 +56,7 @@ func (c *clusterStores) get(cfg models.StorageCluster) (kv.Store, models.Cluster
 			return nil, ck, err
 		}
 		cs.store, cs.own = s, true
+		c.bumpOwnLocked()
 	}
 	c.stores[cfg.Name] = cs
 	return cs.store, ck, nil
@@ -62,9 +66,15 @@ func (c *clusterStores) dropLocked(name string) {
 	if cs, ok := c.stores[name]; ok {
 		if cs.own {
 			_ = cs.store.Close()
+			c.bumpOwnLocked()
 		}
 		delete(c.stores, name)
 	}
+}
+
+func (c *clusterStores) bumpOwnLocked() {
+	close(c.ownChanged)
+	c.ownChanged = make(chan struct{})
 }
 
 func (c *clusterStores) drop(name string) {

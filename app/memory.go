@@ -64,9 +64,10 @@ func ApplyMemoryLimit(cfg config.Config, lg *zap.Logger) (derived bool) {
 }
 
 // GovernMemoryLimit keeps the runtime's soft memory limit at derivedLimit
-// of the engine's accounted memory, checked every second, until the node
-// stops. Process-wide, like ApplyMemoryLimit: for the binary's main, when
-// that said the limit is derived. Nothing without the storage role.
+// of the engine's accounted memory until the node stops: looked at each
+// second while the series indexes grow, less often while they stay the same
+// (governWait). Process-wide, like ApplyMemoryLimit: for the binary's main,
+// when that said the limit is derived. Nothing without the storage role.
 func (a *App) GovernMemoryLimit() {
 	rep, ok := a.engine.(engine.MemoryReporter)
 	if !ok {
@@ -74,23 +75,48 @@ func (a *App) GovernMemoryLimit() {
 	}
 	budget := memtableBudget(a.cfg)
 	a.goRun(a.runCtx, func(ctx context.Context) {
-		t := time.NewTicker(time.Second)
+		t := time.NewTimer(governEvery)
 		defer t.Stop()
 		set := derivedLimit(budget, engine.MemoryUse{})
+		wait, index := governEvery, int64(0)
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-t.C:
 			}
+			use := rep.MemoryUse()
+			wait, index = governWait(wait, index != use.Index), use.Index
+			t.Reset(wait)
 			// Moved only by 1/64 or more: each change makes the
 			// runtime recompute its pacing.
-			if n := derivedLimit(budget, rep.MemoryUse()); n > set+set/64 || n < set-set/64 {
+			if n := derivedLimit(budget, use); n > set+set/64 || n < set-set/64 {
 				debug.SetMemoryLimit(n)
 				set = n
 			}
 		}
 	})
+}
+
+// The memory governor's bounds: it looks each governEvery while the series
+// indexes (all the derived limit follows) grow, and backs off to
+// governIdleEvery while they do not: an idle node then wakes for it once
+// every few seconds instead of each second. A burst of new series is seen
+// within governIdleEvery, and each second from then on while it lasts; the
+// limit is soft, so being late only costs collections, never a failure.
+const (
+	governEvery     = time.Second
+	governIdleEvery = 8 * time.Second
+)
+
+// governWait is the wait before the governor's next look: governEvery when
+// the indexes moved since the last, else twice the last wait, up to
+// governIdleEvery.
+func governWait(last time.Duration, moved bool) time.Duration {
+	if moved {
+		return governEvery
+	}
+	return min(2*last, governIdleEvery)
 }
 
 // registerEngineMemory exports the engine's accounted memory by kind.

@@ -2,6 +2,7 @@ package app
 
 import (
 	"testing"
+	"time"
 
 	"github.com/cairn-db/cairn/config"
 	"github.com/cairn-db/cairn/storage/engine"
@@ -58,4 +59,18 @@ func TestDerivedLimitFollowsIndex(t *testing.T) {
 	require.Equal(t, int64(320<<20+5*400<<20), got)
 	live := big.Memtables + big.Frozen + big.Index
 	require.GreaterOrEqual(t, got, 2*live-big.Memtables-big.Frozen, "room for as much garbage as the index and the budget")
+}
+
+// TestGovernWaitBacksOffOnlyWhileIndexesStay: the governor looks each
+// second while the series indexes grow and backs off to 8 s while they
+// stay; the first growth it sees brings it back to each second.
+func TestGovernWaitBacksOffOnlyWhileIndexesStay(t *testing.T) {
+	var waits []time.Duration
+	wait := governEvery
+	for _, moved := range []bool{true, false, false, false, false, false, true, true, false} {
+		wait = governWait(wait, moved)
+		waits = append(waits, wait)
+	}
+	s := time.Second
+	require.Equal(t, []time.Duration{s, 2 * s, 4 * s, 8 * s, 8 * s, 8 * s, s, s, 2 * s}, waits)
 }
