@@ -22,13 +22,19 @@ func ValidName(s string) bool { return NameRE.MatchString(s) }
 // version and of the one before (COMPATIBILITY.md): it never assumes a newer
 // endpoint exists, and treats any refusal of an unknown endpoint as "not
 // spoken here" and takes the older way.
-const ProtocolVersion = 3
+const ProtocolVersion = 4
 
 // ProtocolDeletes is the first protocol whose nodes read delete entries
 // (storage/wire entry version 3): a delete waits until every replica of
 // the database speaks it, or an older follower could not apply its leader's
 // log.
 const ProtocolDeletes = 3
+
+// ProtocolPacks is the first protocol whose nodes read shard files of
+// format 3 (packed blocks, storage/engine/packs.go): a replica writes packs
+// only while every replica of its shard speaks it, or a full sync from it
+// would be refused by an older follower.
+const ProtocolPacks = 4
 
 // MasterRecord is the value of the election key. Term is the key's create
 // revision, filled in when the record is read back.

@@ -296,6 +296,7 @@ func (h *Host) reconcile(full, all bool, names map[string]bool) {
 			h.lg.Info("serving shard", zap.String("shard", id))
 		}
 		h.syncRollups(r, st.Databases.At(db))
+		h.gatePacks(r, st, d.replicas)
 		roles = append(roles, replicaRole{r, d})
 	}
 	for _, rr := range h.admitTerms(st, roles) {

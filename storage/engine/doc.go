@@ -67,18 +67,21 @@
 // compaction is tiered (compact.go: compactPolicy), so a series' growing
 // block is not rewritten every few flushes; and flushes run two at a time
 // at least, so a commit waiting for its shard's flush does not queue behind
-// every shard's. A flush still writes a block per series, and a node growing
-// to a million series still pays several times the CPU per point of one
-// holding 40k (BENCHMARKS.md). The step after this one packs small series: a flush
-// writes the series with fewer than a handful of points as packed blocks
-// keyed by flush (a directory of series ids with offsets, then their
-// encoded points), appended at the end of a packs bucket, so a flush is
-// sequential and O(points); a read of series id consults the few packs
-// whose time range and id range cover it (binary search in each
-// directory), merged under its own blocks; background compaction merges
-// packs into per-series blocks once they are many, which amortizes the
-// scattered puts over many points per series. Undo, truncation and the
-// torn-block rebuild treat a pack as the blocks of every series it holds.
+// every shard's. Packs (packs.go, packread.go, packcompact.go) take the
+// rest: once every replica of the shard speaks the protocol that reads
+// them (the storage host says so per shard: AllowPacks), a flush writes
+// the series with fewer than packPoints new points as packed blocks keyed
+// by flush (a directory of series ids with offsets, then their encoded
+// points), appended at the end of a packs bucket, so a flush is sequential
+// and O(points); a read of series id consults the few packs whose time
+// range and id range cover it (binary search in each directory, the heads
+// held in memory), merged with its own blocks; background compaction
+// merges packs into per-series blocks once they are many, which amortizes
+// the scattered puts over many points per series. Whatever rewrites a
+// series' range (a merging flush, undo, truncation, a delete) first takes
+// its packed points of the range out of their packs; expiry drops whole
+// packs, and the torn-block rebuild checks the last flush's packs as its
+// blocks.
 //
 // Rollup levels (rollup.go) are buckets of their own in the shard file, a
 // cell per series and interval (count, sum, min, max, first, last), brought

@@ -283,8 +283,18 @@ func (p *packer) write(tx *bolt.Tx) error {
 // and as a snapshot sent to a follower: the storage host allows packs only
 // once every replica of the shard speaks models.ProtocolPacks. Off until
 // told.
+// Format is the shard file's format mark.
 type PackWriter interface {
 	AllowPacks(ok bool)
+	Format() (uint64, error)
 }
 
 func (s *boltShard) AllowPacks(ok bool) { s.packs.Store(ok) }
+
+func (s *boltShard) Format() (f uint64, err error) {
+	err = s.view(func(tx *bolt.Tx) error {
+		f = fileFormat(tx)
+		return nil
+	})
+	return f, err
+}
