@@ -42,9 +42,9 @@ func (m *Master) publishStates(ctx context.Context, st *statemachine.State, db s
 // by each database's mod revision in st, and releases the locks
 // (publishTxn): three round trips for up to maxTxnOps databases where each
 // database took three. A batch refused as a whole (one database's states
-// changed since st, or a lock is held) is tried once more without the
-// databases whose states changed (unchanged), so only they fail and the
-// others are published in one txn. It returns the databases whose
+// changed since st, or a lock is held) is tried again without the databases
+// that cannot be published (publishTxnRetry), so only they fail and the
+// others are published. It returns the databases whose
 // publication failed, with why (errChanged: the caller recomputes them on a
 // fresh state; kv.ErrDeposed when the term ended).
 func (m *Master) publishBatch(ctx context.Context, st *statemachine.State, ups []statesUpdate) map[string]error {
@@ -62,24 +62,37 @@ func (m *Master) publishBatch(ctx context.Context, st *statemachine.State, ups [
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			err := m.publishTxn(ctx, st, batch)
-			if len(batch) > 1 && (errors.Is(err, errChanged) || errors.Is(err, errLockHeld)) {
-				var rest []statesUpdate
-				rest, err = m.unchanged(ctx, st, batch, fail)
-				if len(rest) > 0 {
-					err = m.publishTxn(ctx, st, rest)
-				}
-				batch = rest
-			}
-			if err != nil {
-				for _, u := range batch {
-					fail(u.db, err)
-				}
-			}
+			m.publishTxnRetry(ctx, st, batch, fail)
 		}()
 	}
 	wg.Wait()
 	return failed
+}
+
+// publishTxnRetry publishes batch (publishTxn) and, when it is refused,
+// what of it can be: without the databases whose states changed
+// (unchanged), and one database at a time when a failover lock is held (a
+// lock an earlier orchestrator left until its lease ends holds up its own
+// database only). fail records each database that cannot be published.
+func (m *Master) publishTxnRetry(ctx context.Context, st *statemachine.State, batch []statesUpdate, fail func(string, error)) {
+	err := m.publishTxn(ctx, st, batch)
+	if len(batch) > 1 && errors.Is(err, errChanged) {
+		rest, rerr := m.unchanged(ctx, st, batch, fail)
+		if batch, err = rest, rerr; err == nil && len(batch) > 0 {
+			err = m.publishTxn(ctx, st, batch)
+		}
+	}
+	if len(batch) > 1 && errors.Is(err, errLockHeld) {
+		for _, u := range batch {
+			m.publishTxnRetry(ctx, st, []statesUpdate{u}, fail)
+		}
+		return
+	}
+	if err != nil {
+		for _, u := range batch {
+			fail(u.db, err)
+		}
+	}
 }
 
 // unchanged reads the states of batch's databases from etcd and returns the

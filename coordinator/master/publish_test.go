@@ -104,3 +104,35 @@ func TestFailoverPublishesDatabasesInOneTxn(t *testing.T) {
 		}
 	}
 }
+
+// TestFailoverLockHeldHoldsUpItsDatabaseOnly: a failover lock another
+// orchestrator holds on a shard of b refuses the batch; a and c are still
+// published, b once the lock is gone.
+func TestFailoverLockHeldHoldsUpItsDatabaseOnly(t *testing.T) {
+	h := newHarness(t, "n1", "n2", "n3")
+	h.startMaster(masterOpts{})
+	dbs := []string{"a", "b", "c"}
+	for _, db := range dbs {
+		h.createDB(db, 3, 3)
+	}
+	ctx := context.Background()
+	var lock string
+	for _, s := range h.etcdStates("b").Shards {
+		if s.Leader == "n1" {
+			lock = h.keys.FailoverLock("b", s.ID)
+		}
+	}
+	require.NotEmpty(t, lock, "n1 leads a shard of b")
+	_, err := h.store.Put(ctx, lock, []byte("another/1/1"), 0)
+	require.NoError(t, err)
+	h.kill("n1")
+	h.eventually("a and c re-led while b's lock is held", func(st *statemachine.State) bool {
+		return noneLedBy(st.ShardStates.At("a"), "n1") && noneLedBy(st.ShardStates.At("c"), "n1")
+	})
+	require.False(t, noneLedBy(h.etcdStates("b"), "n1"), "b waits for the lock")
+	_, err = h.store.Delete(ctx, lock)
+	require.NoError(t, err)
+	h.eventually("b re-led once the lock is gone", func(st *statemachine.State) bool {
+		return noneLedBy(st.ShardStates.At("b"), "n1")
+	})
+}
