@@ -165,6 +165,10 @@ func (m *Master) publishTxn(ctx context.Context, st *statemachine.State, batch [
 			cmps = append(cmps, kv.CreateRevIs(k, 0))
 			ops = append(ops, kv.OpPut(k, token, m.cfg.Session.Lease()))
 		}
+		// Released even when the txn fails: a timeout may come after etcd
+		// applied it, and a lock left behind would hold the shard up until
+		// the lease ends (the release deletes only what holds token).
+		locked = append(locked, chunk...)
 		ok, _, err := m.cfg.Election.FencedTxn(ctx, m.cfg.Term, cmps, ops)
 		if err != nil {
 			return err
@@ -172,7 +176,6 @@ func (m *Master) publishTxn(ctx context.Context, st *statemachine.State, batch [
 		if !ok {
 			return fmt.Errorf("%w: of %s", errLockHeld, dbNames(batch))
 		}
-		locked = append(locked, chunk...)
 	}
 	cmps := make([]kv.Cmp, 0, len(batch))
 	var ops []kv.Op
