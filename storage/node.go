@@ -101,6 +101,7 @@ const maxRewrite = 10 * time.Second
 func nodeRecord(cfg NodeConfig) func() []byte {
 	var last models.StorageNode // the record without last_updated, as last encoded
 	var encoded []byte          // its encoding with last_updated
+	var diskPct int             // the disk use it shows (steadyPct)
 	return func() []byte {
 		r := models.StorageNode{NodeID: cfg.NodeID, NodeAddress: cfg.Address, Role: "storage", Cluster: cfg.Cluster,
 			Labels: cfg.Labels, Weight: cfg.Weight, Protocol: models.ProtocolVersion}
@@ -108,7 +109,8 @@ func nodeRecord(cfg NodeConfig) func() []byte {
 			r.Hosted, r.Following = cfg.Report()
 		}
 		if cfg.DataDir != "" {
-			r.DiskUsedPct = DiskUsedPct(cfg.DataDir)
+			diskPct = steadyPct(diskPct, diskUsedPercent(cfg.DataDir))
+			r.DiskUsedPct = diskPct
 		}
 		if cfg.FlushFailing != nil {
 			r.FlushFailing = cfg.FlushFailing()
