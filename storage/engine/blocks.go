@@ -435,7 +435,7 @@ func writeMemtable(tx *bolt.Tx, ix *seriesIndex, mt *memtable, fromTxn uint64, p
 	bp := newBlockPut(tx, fromTxn)
 	rw := newBlockPut(tx, 0) // merged blocks: not rebuildable from the log alone
 	var pk *packer
-	if pack {
+	if pack && len(packsOf(tx).load()) < packMaxCount {
 		pk = &packer{recent: bp.fromTxn}
 	}
 	for _, idx := range order {

@@ -260,7 +260,16 @@ func (s *boltShard) compactLoop(interval time.Duration, lim *rateLimiter) {
 				}
 			}
 		}
-		_, _ = s.compactPacks(false) // an error: tried again after the next flush
+		// An error: tried again after the next flush.
+		if n, err := s.compactPacks(false); err == nil && n > 0 {
+			if wait := lim.delay(n, time.Now()); wait > 0 {
+				select {
+				case <-s.stop:
+					return
+				case <-time.After(wait):
+				}
+			}
+		}
 	}
 }
 
@@ -278,9 +287,9 @@ func (s *boltShard) Compact() error {
 	if err := s.settleRecent(); err != nil {
 		return err
 	}
-	for more := true; more; {
+	for n := 1; n > 0; {
 		var err error
-		if more, err = s.compactPacks(true); err != nil {
+		if n, err = s.compactPacks(true); err != nil {
 			return err
 		}
 	}

@@ -15,6 +15,11 @@ import (
 // carry the points of as many flushes.
 const packCompactCount = 8
 
+// packMaxCount bounds the packs of a shard: past it (compaction off, or
+// behind) flushes write blocks of their own again, so a read never checks
+// more packs than this.
+const packMaxCount = 8 * packCompactCount
+
 // packCompactBytes bounds the packs one merge takes: their series' blocks
 // stay in memory until its commit.
 const packCompactBytes = 64 << 20
@@ -27,15 +32,16 @@ func isPackRecent(k []byte) bool { return len(k) == 9 && k[0] == 'p' }
 
 // compactPacks merges the oldest packs (up to packCompactBytes) into the
 // blocks of the series they hold, if the shard holds packCompactCount or
-// more (any, with all) that the last flush did not write, and says whether
-// it merged any.
-func (s *boltShard) compactPacks(all bool) (bool, error) {
+// more (any, with all) that the last flush did not write, and returns the
+// bytes of the packs it merged (0: none).
+func (s *boltShard) compactPacks(all bool) (int, error) {
 	s.cmu.Lock() // not beside a compaction or expiry step: they rewrite blocks
 	defer s.cmu.Unlock()
 	if s.closed() {
-		return false, ErrClosed
+		return 0, ErrClosed
 	}
 	var gone []uint64
+	size := 0
 	err := s.update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketPacks)
 		if b == nil {
@@ -43,7 +49,7 @@ func (s *boltShard) compactPacks(all bool) (bool, error) {
 		}
 		recent := tx.Bucket(bucketRecent)
 		var vals [][]byte
-		size, n, taking := 0, 0, true
+		n, taking := 0, true
 		c := b.Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
 			n++
@@ -55,7 +61,7 @@ func (s *boltShard) compactPacks(all bool) (bool, error) {
 			}
 		}
 		if len(gone) == 0 || !all && n < packCompactCount {
-			gone = nil
+			gone, size = nil, 0
 			return nil
 		}
 		if err := mergePacks(tx, vals); err != nil {
@@ -69,10 +75,10 @@ func (s *boltShard) compactPacks(all bool) (bool, error) {
 		return nil
 	})
 	if err != nil {
-		return false, fmt.Errorf("engine: compact packs: %w", err)
+		return 0, fmt.Errorf("engine: compact packs: %w", err)
 	}
 	s.forgetPacks(gone)
-	return len(gone) > 0, nil
+	return size, nil
 }
 
 // forgetPacks drops the heads of deleted packs from the shard's list, once

@@ -83,7 +83,7 @@ func TestPacksCompaction(t *testing.T) {
 
 	merged, err := withP.(*boltShard).compactPacks(false)
 	require.NoError(t, err)
-	require.True(t, merged)
+	require.Positive(t, merged)
 	packs, _, blocks, _ = packStats(t, withP)
 	require.Equal(t, 1, packs, "the last flush's pack waits")
 	require.Equal(t, 3, blocks, "a block per series")
@@ -92,7 +92,7 @@ func TestPacksCompaction(t *testing.T) {
 
 	merged, err = withP.(*boltShard).compactPacks(false)
 	require.NoError(t, err)
-	require.False(t, merged, "one pack is not many")
+	require.Zero(t, merged, "one pack is not many")
 
 	require.NoError(t, withP.(Compacter).Compact())
 	packs, _, _, _ = packStats(t, withP)
@@ -141,4 +141,21 @@ func TestTornPackRecoveredFromLog(t *testing.T) {
 	packs, _, _, _ := packStats(t, s)
 	require.Equal(t, 2, packs)
 	require.NoError(t, e.Close())
+}
+
+// TestPacksBounded: with compaction off, a shard holds at most packMaxCount
+// packs; past them flushes write blocks of their own, and every point
+// stays.
+func TestPacksBounded(t *testing.T) {
+	withP, without := twoLayouts(t)
+	for _, s := range []Shard{withP, without} {
+		for ts := range int64(packMaxCount + 5) {
+			writeHosts(t, s, ts, ts)
+			flushNow(t, s)
+		}
+	}
+	packs, _, blocks, _ := packStats(t, withP)
+	require.Equal(t, packMaxCount, packs)
+	require.Equal(t, 5*3, blocks)
+	require.Equal(t, seen(t, without), seen(t, withP))
 }
