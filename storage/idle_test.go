@@ -2,6 +2,9 @@ package storage_test
 
 import (
 	"context"
+	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -23,7 +26,8 @@ func TestUnassignedReplicaDroppedWhileIdle(t *testing.T) {
 	sm := statemachine.New(statemachine.Config{})
 	sm.Start(context.Background())
 	defer sm.Stop()
-	eng, err := engine.NewBoltEngine(t.TempDir())
+	dir := t.TempDir()
+	eng, err := engine.NewBoltEngine(dir)
 	require.NoError(t, err)
 	h := storage.NewHost(storage.HostConfig{NodeID: "L", Cluster: "default", Engine: eng, Store: store,
 		Keys: models.ClusterKeys{SNS: "/t/storage/default"}, State: sm.Snapshot, Changed: sm.Changed,
@@ -49,8 +53,15 @@ func TestUnassignedReplicaDroppedWhileIdle(t *testing.T) {
 	require.Eventually(t, func() bool { return h.Write(ctx, "d", 0, 1, points(0, 10)) == nil }, 5*time.Second, 10*time.Millisecond)
 
 	assign("X") // the shard moves away; nothing changes after this
-	require.Eventually(t, func() bool { n, _ := h.Following(); return n == 0 }, 5*time.Second, 10*time.Millisecond,
-		"the unassigned replica was dropped once the drop delay ran")
+	// The host forgets the replica, then the engine closes and removes
+	// its file: an Open before that would meet the old file's lock.
+	file := filepath.Join(dir, "d", "0.db")
+	require.FileExists(t, file)
+	require.Eventually(t, func() bool {
+		n, _ := h.Following()
+		_, err := os.Stat(file)
+		return n == 0 && errors.Is(err, os.ErrNotExist)
+	}, 5*time.Second, 10*time.Millisecond, "the unassigned replica was dropped once the drop delay ran")
 	s, err := eng.Open("d", 0) // a new, empty shard: the old one's data is gone
 	require.NoError(t, err)
 	last, _ := s.LastEntry()
