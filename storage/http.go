@@ -149,11 +149,45 @@ func (h *Host) handleSnapshot(c *gin.Context) {
 		replyErr(c, fmt.Errorf("%w: not leading %s at that term", ErrStaleTerm, r.id))
 		return
 	}
-	c.Status(http.StatusOK)
-	c.Header("Content-Type", "application/octet-stream")
-	if err := r.eng.Snapshot(c.Writer); err != nil {
+	// A follower names the protocol it speaks (0.1.0's does not): one
+	// older than packs gets no snapshot of a file that holds them.
+	snapshot := r.eng.Snapshot
+	if sw, ok := r.eng.(snapshotUpTo); ok && queryInt(c, "protocol") < models.ProtocolPacks {
+		snapshot = func(w io.Writer) error { return sw.SnapshotUpTo(w, engine.PackFormat-1) }
+	}
+	// The refusal is found before the first byte is written (the check is
+	// the snapshot's first step), so it still gets a status of its own.
+	fw := &firstWrite{ResponseWriter: c.Writer}
+	if err := snapshot(fw); err != nil {
+		if errors.Is(err, engine.ErrFormatTooNew) && !fw.started {
+			replyErr(c, models.Mark(err, models.ErrConflict))
+			h.lg.Warn("snapshot refused to a follower of an older release", zap.String("shard", r.id), zap.Error(err))
+			return
+		}
 		h.lg.Warn("snapshot failed", zap.String("shard", r.id), zap.Error(err))
 	}
+}
+
+// snapshotUpTo is implemented by the engine's shards: a snapshot refused
+// when the file's format is newer than a peer reads.
+type snapshotUpTo interface {
+	SnapshotUpTo(w io.Writer, maxFormat uint64) error
+}
+
+// firstWrite sends the snapshot's status and content type with its first
+// bytes, so a snapshot refused before any is answered with an error.
+type firstWrite struct {
+	gin.ResponseWriter
+	started bool
+}
+
+func (f *firstWrite) Write(b []byte) (int, error) {
+	if !f.started {
+		f.started = true
+		f.Header().Set("Content-Type", "application/octet-stream")
+		f.WriteHeader(http.StatusOK)
+	}
+	return f.ResponseWriter.Write(b)
 }
 
 func (h *Host) handleLeave(c *gin.Context) {

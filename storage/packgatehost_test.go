@@ -3,6 +3,9 @@ package storage_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -60,6 +63,26 @@ func TestHostGatesPacks(t *testing.T) {
 	got, err := s.Query("cpu", nil, 0, 1<<40)
 	require.NoError(t, err)
 	require.Len(t, got, 10)
+
+	// A follower of 0.1.0 names no protocol: it gets no snapshot of a file
+	// that holds packs (it would restore it without them); this release's
+	// does.
+	snapshot := func(query string) (int, string) {
+		resp, err := http.Get("http://" + n.addr() + "/internal/v1/shards/d/0/snapshot?term=1" + query)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(body)
+	}
+	code, body := snapshot("")
+	require.Equal(t, http.StatusConflict, code, body)
+	require.Contains(t, body, "is format 3, the peer reads format 2 and older: upgrade the peer")
+	code, body = snapshot(fmt.Sprintf("&protocol=%d", models.ProtocolPacks-1))
+	require.Equal(t, http.StatusConflict, code, body)
+	code, body = snapshot(fmt.Sprintf("&protocol=%d", models.ProtocolVersion))
+	require.Equal(t, http.StatusOK, code)
+	require.True(t, strings.HasPrefix(body, "CAIRNSNP"), "a snapshot")
 }
 
 // manySeries is a point of each of 10 series at ts.

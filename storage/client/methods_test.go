@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -257,7 +258,7 @@ func TestSnapshotAndLeave(t *testing.T) {
 	require.NoError(t, rc.Close())
 	require.Equal(t, "the whole replica", string(data))
 	require.NoError(t, cl.Leave(context.Background(), shardAt(addr), 4, "n2"))
-	require.Equal(t, []string{"GET /internal/v1/shards/db/1/snapshot?term=4", "POST /internal/v1/shards/db/1/leave?node=n2&term=4"}, got)
+	require.Equal(t, []string{"GET /internal/v1/shards/db/1/snapshot?protocol=" + strconv.Itoa(models.ProtocolVersion) + "&term=4", "POST /internal/v1/shards/db/1/leave?node=n2&term=4"}, got)
 }
 
 func TestQueryCountsBeforeTheBody(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/storage/lineproto"
 	"github.com/cairn-db/cairn/storage/wire"
 )
@@ -123,9 +124,12 @@ func (c *Client) Log(ctx context.Context, s Shard, r LogRequest) (*LogAnswer, er
 }
 
 // Snapshot streams the shard's full replica from its leader at term (GET
-// .../snapshot), for the engine's Restore. The caller closes it.
+// .../snapshot), for the engine's Restore. The caller closes it. It names
+// the protocol this node speaks: a leader sends no file of a format newer
+// than that protocol reads (409).
 func (c *Client) Snapshot(ctx context.Context, s Shard, term int64) (io.ReadCloser, error) {
-	resp, err := c.do(ctx, s.Peer, http.MethodGet, s.path("snapshot", url.Values{"term": {strconv.FormatInt(term, 10)}}), "", nil, http.StatusOK)
+	q := url.Values{"term": {strconv.FormatInt(term, 10)}, "protocol": {strconv.Itoa(models.ProtocolVersion)}}
+	resp, err := c.do(ctx, s.Peer, http.MethodGet, s.path("snapshot", q), "", nil, http.StatusOK)
 	if err != nil {
 		return nil, err
 	}

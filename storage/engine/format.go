@@ -22,8 +22,12 @@ const ShardFormat = 3
 // marks it with; packFormat is what the first pack raises it to.
 const (
 	openFormat = 2
-	packFormat = 3
+	packFormat = PackFormat
 )
+
+// PackFormat is the first shard format with packed blocks: a peer of an
+// older protocol (models.ProtocolPacks) is sent no snapshot of such a file.
+const PackFormat = 3
 
 // ErrNewerShardFormat: a shard file was written by a newer release.
 var ErrNewerShardFormat = errors.New("shard file written in a newer format")

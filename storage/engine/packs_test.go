@@ -195,6 +195,30 @@ func TestPacksSnapshot(t *testing.T) {
 	}
 }
 
+// TestSnapshotRefusedToAnOlderPeer: a snapshot for a peer that reads only
+// the format before packs is sent while the file holds none and refused,
+// naming both formats and writing nothing, once a flush has packed; for a
+// peer of this format it is sent.
+func TestSnapshotRefusedToAnOlderPeer(t *testing.T) {
+	_, s := openShard1(t, manual...)
+	apply(t, s, 1, pt("m", "h=a", "value", 1, 1))
+	flushNow(t, s)
+	var snap bytes.Buffer
+	require.NoError(t, s.(*boltShard).SnapshotUpTo(&snap, PackFormat-1))
+	require.NotZero(t, snap.Len())
+
+	s.(PackWriter).AllowPacks(true)
+	apply(t, s, 1, pt("m", "h=a", "value", 2, 1))
+	flushNow(t, s)
+	snap.Reset()
+	err := s.(*boltShard).SnapshotUpTo(&snap, PackFormat-1)
+	require.ErrorIs(t, err, ErrFormatTooNew)
+	require.ErrorContains(t, err, "is format 3, the peer reads format 2 and older")
+	require.Zero(t, snap.Len(), "nothing written before the refusal")
+	require.NoError(t, s.Snapshot(&snap))
+	require.NotZero(t, snap.Len())
+}
+
 // TestPacksRandomAgainstModel is TestRandomAgainstModel with packs:
 // overwrites, out-of-order points, truncations, compactions and reopens.
 func TestPacksRandomAgainstModel(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"math"
 	"os"
 
 	bolt "go.etcd.io/bbolt"
@@ -32,7 +33,18 @@ const maxSnapshotEntries = 1 << 22
 // flush moves flushed_txn or the log start between the two), so they agree.
 // It needs no flush: the memtables are derived from the log tail past
 // flushed_txn, which the copy carries, and Restore replays it.
-func (s *boltShard) Snapshot(w io.Writer) error {
+func (s *boltShard) Snapshot(w io.Writer) error { return s.SnapshotUpTo(w, math.MaxUint64) }
+
+// ErrFormatTooNew: a snapshot was asked for by a peer that cannot read the
+// shard file's format.
+var ErrFormatTooNew = errors.New("shard file format too new for the peer")
+
+// SnapshotUpTo is Snapshot for a peer that reads shard files up to format
+// maxFormat: a file marked newer is refused (ErrFormatTooNew), checked in
+// the snapshot's own transaction, so a flush that writes the first pack
+// meanwhile cannot slip one through. A 0.1.0 follower checks no format and
+// would restore a format-3 file without seeing its packs.
+func (s *boltShard) SnapshotUpTo(w io.Writer, maxFormat uint64) error {
 	s.wmu.Lock()
 	s.fmu.Lock()
 	unlock := func() {
@@ -51,6 +63,11 @@ func (s *boltShard) Snapshot(w io.Writer) error {
 		return fmt.Errorf("engine: snapshot: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }()
+	if f := fileFormat(tx); f > maxFormat {
+		unlock()
+		return fmt.Errorf("%w: %s/%d is format %d, the peer reads format %d and older: upgrade the peer",
+			ErrFormatTooNew, s.id.db, s.id.shard, f, maxFormat)
+	}
 	s.lmu.RLock()
 	base, baseTerm := s.idx.base, s.idx.baseTerm
 	s.lmu.RUnlock()
