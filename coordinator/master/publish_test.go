@@ -3,6 +3,7 @@ package master_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
@@ -68,9 +69,13 @@ func TestFailoverPublishesDatabasesInOneTxn(t *testing.T) {
 	})
 	ctx := context.Background()
 	h.sameTxn(dbs...)
-	locks, _, err := h.store.List(ctx, h.keys.NS+"/failover/")
-	require.NoError(t, err)
-	require.Empty(t, locks, "failover locks released")
+	// The release follows the wait for the local state that the wait
+	// above saw too: it may come a moment later.
+	require.Eventually(t, func() bool {
+		locks, _, err := h.store.List(ctx, h.keys.NS+"/failover/")
+		require.NoError(t, err)
+		return len(locks) == 0
+	}, 5*time.Second, 10*time.Millisecond, "failover locks released")
 
 	// b's states change in etcd while the master's copy of them lags.
 	mid := states()
