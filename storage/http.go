@@ -155,11 +155,13 @@ func (h *Host) handleSnapshot(c *gin.Context) {
 	if sw, ok := r.eng.(snapshotUpTo); ok && queryInt(c, "protocol") < models.ProtocolPacks {
 		snapshot = func(w io.Writer) error { return sw.SnapshotUpTo(w, engine.PackFormat-1) }
 	}
-	// The refusal is found before the first byte is written (the check is
-	// the snapshot's first step), so it still gets a status of its own.
-	fw := &firstWrite{ResponseWriter: c.Writer}
-	if err := snapshot(fw); err != nil {
-		if errors.Is(err, engine.ErrFormatTooNew) && !fw.started {
+	c.Status(http.StatusOK)
+	c.Header("Content-Type", "application/octet-stream")
+	if err := snapshot(c.Writer); err != nil {
+		// A refusal comes before the first byte (the check is the
+		// snapshot's first step): it still gets a status of its own.
+		if errors.Is(err, engine.ErrFormatTooNew) && !c.Writer.Written() {
+			c.Writer.Header().Del("Content-Type")
 			replyErr(c, models.Mark(err, models.ErrConflict))
 			h.lg.Warn("snapshot refused to a follower of an older release", zap.String("shard", r.id), zap.Error(err))
 			return
@@ -172,22 +174,6 @@ func (h *Host) handleSnapshot(c *gin.Context) {
 // when the file's format is newer than a peer reads.
 type snapshotUpTo interface {
 	SnapshotUpTo(w io.Writer, maxFormat uint64) error
-}
-
-// firstWrite sends the snapshot's status and content type with its first
-// bytes, so a snapshot refused before any is answered with an error.
-type firstWrite struct {
-	gin.ResponseWriter
-	started bool
-}
-
-func (f *firstWrite) Write(b []byte) (int, error) {
-	if !f.started {
-		f.started = true
-		f.Header().Set("Content-Type", "application/octet-stream")
-		f.WriteHeader(http.StatusOK)
-	}
-	return f.ResponseWriter.Write(b)
 }
 
 func (h *Host) handleLeave(c *gin.Context) {
