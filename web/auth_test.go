@@ -157,9 +157,9 @@ func stateWithDB(t *testing.T) func() *statemachine.State {
 	}
 	m.Start(context.Background())
 	t.Cleanup(m.Stop)
-	for m.Snapshot().Databases.At("db").Name == "" || !m.Snapshot().Synced[statemachine.SourceDatabaseConfig] {
-		<-m.Changed()
-	}
+	require.Eventually(t, func() bool {
+		return m.Snapshot().Databases.At("db").Name != "" && m.Snapshot().Synced[statemachine.SourceDatabaseConfig]
+	}, 10*time.Second, time.Millisecond)
 	return m.Snapshot
 }
 

@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cairn-db/cairn/coordinator/kv"
 	"github.com/cairn-db/cairn/models"
@@ -57,9 +58,7 @@ func newState(t testing.TB) func() *statemachine.State {
 	m.Push(statemachine.Event{Source: statemachine.SourceDatabaseConfig, Type: kv.WatchSynced})
 	m.Start(context.Background())
 	t.Cleanup(m.Stop)
-	for !m.Snapshot().Synced[statemachine.SourceDatabaseConfig] {
-		<-m.Changed()
-	}
+	require.Eventually(t, func() bool { return m.Snapshot().Synced[statemachine.SourceDatabaseConfig] }, 10*time.Second, time.Millisecond)
 	return m.Snapshot
 }
 
@@ -240,9 +239,7 @@ func TestProblemsAndDownNodes(t *testing.T) {
 	m.Push(node(kv.WatchDelete, "b"))
 	m.Start(context.Background())
 	t.Cleanup(m.Stop)
-	for len(m.Snapshot().Departed["c"]) == 0 {
-		<-m.Changed()
-	}
+	require.Eventually(t, func() bool { return len(m.Snapshot().Departed["c"]) > 0 }, 10*time.Second, time.Millisecond)
 	h := web.New(web.Config{State: m.Snapshot, Health: testHealth{alarms: []string{"NOSPACE"}}}).Handler()
 
 	code, body := do(t, h, "GET", "/api/v1/problems", "")
@@ -276,9 +273,7 @@ func TestProblemsAndDownNodes(t *testing.T) {
 
 	seq := m.Snapshot().Seq
 	m.Push(node(kv.WatchPut, "b"))
-	for m.Snapshot().Seq == seq {
-		<-m.Changed()
-	}
+	require.Eventually(t, func() bool { return m.Snapshot().Seq != seq }, 10*time.Second, time.Millisecond)
 	_, body = do(t, h, "GET", "/api/v1/nodes", "")
 	require.Empty(t, body["down"])
 	_, body = do(t, h, "GET", "/api/v1/problems", "")
