@@ -149,7 +149,7 @@ func (a *App) runStorage(ctx context.Context) {
 					once.Do(func() { go func() { defer close(done); a.host.Run(hctx) }() })
 				}
 				err := storage.RunNode(ctx, storage.NodeConfig{Store: store, Keys: ck, NodeID: a.nodeID, Address: a.cfg.AdvertiseAddr,
-					Cluster: cfg.Name, Labels: a.cfg.NodeLabels, Weight: a.cfg.NodeWeight, TTL: a.cfg.LeaseTTL, Report: a.host.Following, DataDir: a.cfg.DataDir, MaxTerm: a.host.MaxTerms, SeenTerm: a.host.SeenTerms, FlushFailing: a.flushes.Failing, DiskFault: a.fence.Fault, DiskPressure: a.host.DiskPressure, Logger: a.lg.Named("storage"), Registered: registered, Held: a.host.SetRecordRev})
+					Cluster: cfg.Name, Labels: a.cfg.NodeLabels, Weight: a.cfg.NodeWeight, TTL: a.cfg.LeaseTTL, Report: a.host.Following, ReportVersion: a.host.FollowingVersion, DataDir: a.cfg.DataDir, MaxTerm: a.host.MaxTerms, SeenTerm: a.host.SeenTerms, FlushFailing: a.flushes.Failing, DiskFault: a.fence.Fault, DiskPressure: a.host.DiskPressure, Logger: a.lg.Named("storage"), Registered: registered, Held: a.host.SetRecordRev})
 				cancel()
 				once.Do(func() { close(done) })
 				<-done

@@ -100,6 +100,9 @@ type Host struct {
 
 	mu       sync.RWMutex
 	replicas map[string]*replica
+	// following moves after every change of what Following answers: a
+	// replica opened or closed, a replica's role or leader (FollowingVersion).
+	following atomic.Uint64
 
 	unwanted map[string]time.Time // reconcile only: since when a replica is not assigned here
 	retry    bool                 // reconcile only: something failed that only a full pass retries
@@ -175,6 +178,11 @@ func (h *Host) Following() (int, map[string]string) {
 	}
 	return len(h.replicas), following
 }
+
+// FollowingVersion moves after every change of what Following answers (the
+// node record's ReportVersion): the record, looked at every second, builds
+// the map of the node's followed shards again only when this moved.
+func (h *Host) FollowingVersion() uint64 { return h.following.Load() }
 
 // Attach sets the storage cluster's store once its config is known; call
 // before Run.
@@ -293,6 +301,7 @@ func (h *Host) reconcile(full, all bool, names map[string]bool) {
 			h.mu.Lock()
 			h.replicas[id] = r
 			h.mu.Unlock()
+			h.following.Add(1)
 			h.lg.Info("serving shard", zap.String("shard", id))
 		}
 		h.syncRollups(r, st.Databases.At(db))
@@ -504,6 +513,7 @@ func (h *Host) retire(r *replica) error {
 		delete(h.replicas, r.id)
 	}
 	h.mu.Unlock()
+	h.following.Add(1)
 	delete(h.unwanted, r.id)
 	r.stop()
 	return h.cfg.Engine.Drop(r.db, r.shard)

@@ -40,6 +40,10 @@ type NodeConfig struct {
 	// MinRewrite if longer.
 	MaxRewrite time.Duration
 	Report     ShardReport // may be nil; looked at every MinRewrite
+	// ReportVersion, when set, moves whenever Report's answer may change
+	// (Host.FollowingVersion): Report, O(the node's replicas), is called
+	// again only then, not at every look.
+	ReportVersion func() uint64
 	// FlushFailing gives the record's flush_failing; may be nil.
 	FlushFailing func() map[string]string
 	// DiskFault gives the record's disk_fault (DiskFence.Fault); may be nil.
@@ -97,16 +101,30 @@ const maxRewrite = 10 * time.Second
 // in the record changed, so the registration rewrites it only on a change;
 // last_updated is the time of the last change. It runs every refresh on
 // every node, and the record's maps grow with the node's replicas: an
-// unchanged record is compared, not encoded again.
+// unchanged record is compared, not encoded again, and the shard report is
+// asked again only when its version moved (the same map then compares at
+// once).
 func nodeRecord(cfg NodeConfig) func() []byte {
 	var last models.StorageNode // the record without last_updated, as last encoded
 	var encoded []byte          // its encoding with last_updated
 	var diskPct int             // the disk use it shows (steadyPct)
+	var hosted int              // the last shard report, of version reported
+	var following map[string]string
+	var version uint64
+	reported := false
 	return func() []byte {
 		r := models.StorageNode{NodeID: cfg.NodeID, NodeAddress: cfg.Address, Role: "storage", Cluster: cfg.Cluster,
 			Labels: cfg.Labels, Weight: cfg.Weight, Protocol: models.ProtocolVersion}
 		if cfg.Report != nil {
-			r.Hosted, r.Following = cfg.Report()
+			// The version is read before the report: a change made after
+			// this read moves it again, and the next look reports anew.
+			if cfg.ReportVersion == nil {
+				hosted, following = cfg.Report()
+			} else if v := cfg.ReportVersion(); !reported || v != version {
+				hosted, following = cfg.Report()
+				version, reported = v, true
+			}
+			r.Hosted, r.Following = hosted, following
 		}
 		if cfg.DataDir != "" {
 			diskPct = steadyPct(diskPct, diskUsedPercent(cfg.DataDir))

@@ -152,6 +152,7 @@ func (r *replica) setDesired(d desired) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.want, r.since = d, time.Now()
+	r.h.following.Add(1) // the node record's followed leaders
 	r.ls = newLeaderState(r.eng.LastTxnID())
 	r.broadcastLocked()
 	r.setTrimFloorLocked(time.Now()) // not leading (yet): the retention bounds alone

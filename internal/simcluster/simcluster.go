@@ -652,7 +652,7 @@ func (c *cluster) startAgent(id string, labels map[string]string, store *countin
 	go func() {
 		defer close(a.regDone)
 		err := storage.RunNode(rctx, storage.NodeConfig{Store: store, Keys: c.ck, NodeID: id, Address: addr, Cluster: "default",
-			Labels: labels, TTL: c.p.LeaseTTL, Report: h.Following, Logger: c.lg, Held: h.SetRecordRev,
+			Labels: labels, TTL: c.p.LeaseTTL, Report: h.Following, ReportVersion: h.FollowingVersion, Logger: c.lg, Held: h.SetRecordRev,
 			Registered: func() { started.Do(func() { go func() { defer close(a.done); h.Run(hctx) }() }) }})
 		if err != nil {
 			c.lg.Error("agent registration failed", zap.String("node_id", id), zap.Error(err))
