@@ -22,7 +22,7 @@ func ValidName(s string) bool { return NameRE.MatchString(s) }
 // version and of the one before (COMPATIBILITY.md): it never assumes a newer
 // endpoint exists, and treats any refusal of an unknown endpoint as "not
 // spoken here" and takes the older way.
-const ProtocolVersion = 4
+const ProtocolVersion = 5
 
 // ProtocolDeletes is the first protocol whose nodes read delete entries
 // (storage/wire entry version 3): a delete waits until every replica of
@@ -35,6 +35,13 @@ const ProtocolDeletes = 3
 // only while every replica of its shard speaks it, or a full sync from it
 // would be refused by an older follower.
 const ProtocolPacks = 4
+
+// ProtocolPartitions is the first protocol whose nodes read shard files of
+// format 4 (sealed time partitions, storage/engine/partition.go) and take
+// their partition files in a full-sync snapshot: a replica seals only while
+// every replica of its shard speaks it, and a follower of an older
+// protocol is sent no snapshot of a sealed shard.
+const ProtocolPartitions = 5
 
 // MasterRecord is the value of the election key. Term is the key's create
 // revision, filled in when the record is read back.

@@ -46,6 +46,14 @@ func (h *Host) expireOnce(now time.Time) {
 		if !ok || db.UID != r.uid || db.Retention.D() <= 0 {
 			continue
 		}
+		// Sealed first: the partitions the expiry below drops go whole.
+		if sl, ok := r.eng.(engine.Sealer); ok {
+			if n, err := sl.Seal(now.UnixNano()); err != nil {
+				h.lg.Warn("sealing time partitions failed; retried at the next pass", zap.String("shard", r.id), zap.Error(err))
+			} else if n > 0 {
+				h.lg.Info("sealed time partitions", zap.String("shard", r.id), zap.Int("partitions", n))
+			}
+		}
 		h.syncRollups(r, db)
 		h.fillRollups(r)
 		h.expireRollups(r, db, now)

@@ -306,6 +306,7 @@ func (h *Host) reconcile(full, all bool, names map[string]bool) {
 		}
 		h.syncRollups(r, st.Databases.At(db))
 		h.gatePacks(r, st, d.replicas)
+		h.gateParts(r, st, d.replicas)
 		roles = append(roles, replicaRole{r, d})
 	}
 	for _, rr := range h.admitTerms(st, roles) {

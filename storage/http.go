@@ -150,10 +150,16 @@ func (h *Host) handleSnapshot(c *gin.Context) {
 		return
 	}
 	// A follower names the protocol it speaks (0.1.0's does not): one
-	// older than packs gets no snapshot of a file that holds them.
+	// older than packs gets no snapshot of a file that holds them, one
+	// older than partitions none of a sealed shard.
 	snapshot := r.eng.Snapshot
-	if sw, ok := r.eng.(snapshotUpTo); ok && queryInt(c, "protocol") < models.ProtocolPacks {
-		snapshot = func(w io.Writer) error { return sw.SnapshotUpTo(w, engine.PackFormat-1) }
+	if sw, ok := r.eng.(snapshotUpTo); ok {
+		switch p := queryInt(c, "protocol"); {
+		case p < models.ProtocolPacks:
+			snapshot = func(w io.Writer) error { return sw.SnapshotUpTo(w, engine.PackFormat-1) }
+		case p < models.ProtocolPartitions:
+			snapshot = func(w io.Writer) error { return sw.SnapshotUpTo(w, engine.PartFormat-1) }
+		}
 	}
 	c.Status(http.StatusOK)
 	c.Header("Content-Type", "application/octet-stream")

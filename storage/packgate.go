@@ -1,6 +1,8 @@
 package storage
 
 import (
+	"time"
+
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
 	"github.com/cairn-db/cairn/storage/engine"
@@ -18,6 +20,26 @@ func (h *Host) gatePacks(r *replica, st *statemachine.State, replicas []string) 
 		return
 	}
 	pw.AllowPacks(allSpeak(st.Nodes.At(h.cluster), replicas, models.ProtocolPacks))
+}
+
+// gateParts tells the replica's shard the length of its sealed partitions
+// (file format 4): the database's, when it has a retention (expiry then
+// drops whole files), and only while every replica of the shard has a live
+// record advertising models.ProtocolPartitions or later, for the same
+// reasons as gatePacks; 0 (seal none) otherwise. At least an hour (as
+// InfluxDB's shard duration): a shorter one would make a file of every few
+// minutes of points.
+func (h *Host) gateParts(r *replica, st *statemachine.State, replicas []string) {
+	sl, ok := r.eng.(engine.Sealer)
+	if !ok {
+		return
+	}
+	var d time.Duration
+	if db, ok := st.Databases.Get(r.db); ok && db.UID == r.uid && db.Retention > 0 &&
+		allSpeak(st.Nodes.At(h.cluster), replicas, models.ProtocolPartitions) {
+		d = max(db.PartitionLength(), time.Hour)
+	}
+	sl.SetPartitionLength(d)
 }
 
 // allSpeak reports whether every node of ids has a live record of protocol

@@ -21,27 +21,7 @@ import (
 // only once every replica's record advertises ProtocolPacks: while its own
 // record says protocol 3 (an older release), its flushes keep format 2.
 func TestHostGatesPacks(t *testing.T) {
-	store := kv.NewMemoryStore()
-	defer store.Close()
-	sm := statemachine.New(statemachine.Config{})
-	sm.Start(context.Background())
-	defer sm.Stop()
-	n := startNode(t, "L", sm, store, engine.WithFlushPoints(5))
-	record := func(proto int) {
-		sm.Push(statemachine.Event{Source: "nodes/default", Kind: statemachine.KindStorageNodes, Cluster: "default",
-			Type: kv.WatchPut, Name: "L", Value: models.StorageNode{NodeID: "L", NodeAddress: n.addr(), Protocol: proto}})
-	}
-	assign := func() { // a new record: the host looks at the shard again
-		put(sm, statemachine.SourceAssign, statemachine.KindAssign, "", "d",
-			models.Assignment{DB: "d", Cluster: "default", Shards: []models.ShardAssignment{{ID: 0, Replicas: []string{"L"}}}})
-	}
-	put(sm, statemachine.SourceStorageConfig, statemachine.KindStorageConfig, "", "default", models.StorageCluster{Name: "default"})
-	record(models.ProtocolPacks - 1)
-	put(sm, statemachine.SourceDatabaseConfig, statemachine.KindDatabaseConfig, "", "d",
-		models.Database{Name: "d", StorageCluster: "default", NumShards: 1, ReplicaFactor: 1, UID: "u1"})
-	assign()
-	put(sm, statemachine.SourceShardState, statemachine.KindShardState, "", "d",
-		models.ShardStates{DB: "d", Shards: []models.ShardState{{ID: 0, Leader: "L", Term: 1, Status: models.StatusOnline}}})
+	n, record, assign := gatedNode(t, models.ProtocolPacks-1, 0)
 	ctx := context.Background()
 	require.Eventually(t, func() bool { return n.host.Write(ctx, "d", 0, 1, manySeries(0)) == nil }, 5*time.Second, 10*time.Millisecond)
 	s, err := n.eng.Open("d", 0)
@@ -67,14 +47,7 @@ func TestHostGatesPacks(t *testing.T) {
 	// A follower of 0.1.0 names no protocol: it gets no snapshot of a file
 	// that holds packs (it would restore it without them); this release's
 	// does.
-	snapshot := func(query string) (int, string) {
-		resp, err := http.Get("http://" + n.addr() + "/internal/v1/shards/d/0/snapshot?term=1" + query)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		return resp.StatusCode, string(body)
-	}
+	snapshot := func(query string) (int, string) { return askSnapshot(t, n, query) }
 	code, body := snapshot("")
 	require.Equal(t, http.StatusConflict, code, body)
 	require.Contains(t, body, "is format 3, the peer reads format 2 and older: upgrade the peer")
@@ -92,4 +65,82 @@ func manySeries(ts int64) []lineproto.Point {
 		out[i] = lineproto.Point{Metric: "cpu", Tags: []lineproto.Tag{{Key: "host", Value: fmt.Sprint(i)}}, Field: "value", Value: 1, TS: ts}
 	}
 	return out
+}
+
+// TestHostGatesPartitions: a host lets its replica of a database with a
+// retention seal time partitions (file format 4) only once every replica's
+// record advertises ProtocolPartitions; a follower naming an older protocol
+// then gets no snapshot of the sealed shard, one naming it does.
+func TestHostGatesPartitions(t *testing.T) {
+	n, record, assign := gatedNode(t, models.ProtocolPartitions-1, 2*time.Hour)
+	ctx := context.Background()
+	hour := int64(time.Hour)
+	require.Eventually(t, func() bool { return n.host.Write(ctx, "d", 0, 1, manySeries(0)) == nil }, 5*time.Second, 10*time.Millisecond)
+	for h := int64(1); h < 6; h++ {
+		require.NoError(t, n.host.Write(ctx, "d", 0, 1, manySeries(h*hour)))
+	}
+	s, err := n.eng.Open("d", 0)
+	require.NoError(t, err)
+	require.NoError(t, s.(engine.FlushWaiter).WaitFlush())
+	sealed, err := s.(engine.Sealer).Seal(6 * hour)
+	require.NoError(t, err)
+	require.Zero(t, sealed, "no seal while a replica speaks protocol 4")
+
+	record(models.ProtocolPartitions)
+	assign()
+	require.Eventually(t, func() bool {
+		sealed, err = s.(engine.Sealer).Seal(6 * hour)
+		require.NoError(t, err)
+		return sealed > 0
+	}, 5*time.Second, 10*time.Millisecond)
+	got, err := s.Query("cpu", nil, 0, 6*hour)
+	require.NoError(t, err)
+	require.Len(t, got, 10)
+	require.Len(t, got[0].Points, 6)
+
+	snapshot := func(query string) (int, string) { return askSnapshot(t, n, query) }
+	code, body := snapshot(fmt.Sprintf("&protocol=%d", models.ProtocolPartitions-1))
+	require.Equal(t, http.StatusConflict, code, body)
+	require.Contains(t, body, "is format 4, the peer reads format 3 and older: upgrade the peer")
+	code, body = snapshot(fmt.Sprintf("&protocol=%d", models.ProtocolPartitions))
+	require.Equal(t, http.StatusOK, code)
+	require.True(t, strings.HasPrefix(body, "CAIRNSNP"), "a snapshot")
+}
+
+// gatedNode starts a storage node L leading shard 0 of database d (with
+// retention) alone, its record advertising protocol proto; record
+// advertises another, and assign makes the host look at the shard again.
+func gatedNode(t *testing.T, proto int, retention time.Duration) (n *node, record func(int), assign func()) {
+	store := kv.NewMemoryStore()
+	t.Cleanup(func() { _ = store.Close() })
+	sm := statemachine.New(statemachine.Config{})
+	sm.Start(context.Background())
+	t.Cleanup(sm.Stop)
+	n = startNode(t, "L", sm, store, engine.WithFlushPoints(5))
+	record = func(proto int) {
+		sm.Push(statemachine.Event{Source: "nodes/default", Kind: statemachine.KindStorageNodes, Cluster: "default",
+			Type: kv.WatchPut, Name: "L", Value: models.StorageNode{NodeID: "L", NodeAddress: n.addr(), Protocol: proto}})
+	}
+	assign = func() {
+		put(sm, statemachine.SourceAssign, statemachine.KindAssign, "", "d",
+			models.Assignment{DB: "d", Cluster: "default", Shards: []models.ShardAssignment{{ID: 0, Replicas: []string{"L"}}}})
+	}
+	put(sm, statemachine.SourceStorageConfig, statemachine.KindStorageConfig, "", "default", models.StorageCluster{Name: "default"})
+	record(proto)
+	put(sm, statemachine.SourceDatabaseConfig, statemachine.KindDatabaseConfig, "", "d",
+		models.Database{Name: "d", StorageCluster: "default", NumShards: 1, ReplicaFactor: 1, UID: "u1", Retention: models.Duration(retention)})
+	assign()
+	put(sm, statemachine.SourceShardState, statemachine.KindShardState, "", "d",
+		models.ShardStates{DB: "d", Shards: []models.ShardState{{ID: 0, Leader: "L", Term: 1, Status: models.StatusOnline}}})
+	return n, record, assign
+}
+
+// askSnapshot asks n for a snapshot of shard d/0 at term 1 with query.
+func askSnapshot(t *testing.T, n *node, query string) (int, string) {
+	resp, err := http.Get("http://" + n.addr() + "/internal/v1/shards/d/0/snapshot?term=1" + query)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(body)
 }

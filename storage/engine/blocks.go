@@ -266,9 +266,26 @@ func prevOf(c *bolt.Cursor, k []byte) ([]byte, []byte) {
 }
 
 // readSeries decodes series id's points in [start, end], in its blocks and
-// packs, into a slice with room for extra more (the memtable's points,
-// merged in after).
+// packs (and the sealed partitions ps reads), into a slice with room for
+// extra more (the memtable's points, merged in after).
 func readSeries(b *bolt.Bucket, ps packSrc, res *strResolver, id uint64, start, end int64, extra int) ([]SeriesPoint, error) {
+	disk, typ, err := readMem(b, ps, id, start, end)
+	if err != nil || len(disk) == 0 {
+		return nil, err
+	}
+	out := make([]SeriesPoint, 0, len(disk)+extra)
+	for _, p := range disk {
+		sp, err := res.point(p, typ)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, sp)
+	}
+	return out, nil
+}
+
+// readMem is readSeries' points as they are stored, with their type.
+func readMem(b *bolt.Bucket, ps packSrc, id uint64, start, end int64) ([]memPoint, models.FieldType, error) {
 	var disk, scratch []memPoint
 	var typ models.FieldType
 	err := seriesBlocks(b, id, start, func(_, v []byte, h blockHeader) (bool, error) {
@@ -284,20 +301,9 @@ func readSeries(b *bolt.Bucket, ps packSrc, res *strResolver, id uint64, start, 
 		return true, nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, typ, err
 	}
-	if disk, typ, err = ps.withPacked(disk, id, start, end, typ); err != nil || len(disk) == 0 {
-		return nil, err
-	}
-	out := make([]SeriesPoint, 0, len(disk)+extra)
-	for _, p := range disk {
-		sp, err := res.point(p, typ)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, sp)
-	}
-	return out, nil
+	return ps.withPacked(disk, id, start, end, typ)
 }
 
 // blockPut writes the blocks of many series in one transaction: a flush

@@ -34,6 +34,11 @@ func (s *boltShard) Bounds(metric string, match map[string]string, keep func(str
 			return err
 		}
 		skey, blocks := tx.Bucket(bucketSKey), tx.Bucket(bucketBlocks)
+		sv, err := openSealed(tx, math.MinInt64, math.MaxInt64)
+		if err != nil {
+			return err
+		}
+		defer sv.close()
 		for _, id := range ids {
 			key, err := s.seriesKey(skey, id)
 			if err != nil {
@@ -58,6 +63,9 @@ func (s *boltShard) Bounds(metric string, match map[string]string, keep func(str
 				return fmt.Errorf("series %q: %w", key, err)
 			} else if packed {
 				widen(first, last)
+			}
+			if err := sv.span(id, widen); err != nil {
+				return fmt.Errorf("series %q: %w", key, err)
 			}
 		}
 		return nil

@@ -381,7 +381,8 @@ func (s *boltShard) replaceFile(tmp, what string) error {
 	if renameErr != nil {
 		return fmt.Errorf("engine: %s: %w", what, renameErr)
 	}
-	return nil
+	// A restored file records other partitions: open them, drop the old.
+	return s.loadParts()
 }
 
 func syncFile(path string) error {

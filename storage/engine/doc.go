@@ -89,11 +89,26 @@
 // deletes and rollbacks; they outlive the raw points' expiry until their
 // own, and a query over the expired range reads them instead of blocks.
 //
-// Time partitions (the lifecycle work: retention, deletes) fit above this:
-// a partition is a time range of a shard with its own blocks and packs
-// (a bucket, or a file, per partition), written sequentially while its range
-// is current and read-only after; the series index and postings stay
-// shard-wide, so a new partition does not re-create series, and dropping a
-// partition drops its buckets (or file) without touching other ranges.
-// Flushes then write only the current partition's pages.
+// Time partitions (partition.go, seal.go): once every replica of a shard
+// reads them (the storage host sets the length per shard from the
+// database's, InfluxDB's shard group duration: SetPartitionLength), each
+// expiry pass first seals the partitions [start, start+length) that end a
+// length or more before now: their points, blocks straddling a boundary
+// split, move out of the shard file into a file of their own next to it
+// (<shard file>.p<id>, one blocks bucket, read-only once written), written
+// and synced before the one transaction that takes them out of the shard
+// file and records the file in its parts bucket (a file no record names is
+// removed at open; a recorded one missing or of another size fails the
+// open). The series index, postings, string heap, types and rollup cells
+// stay in the shard file, so a partition re-creates no series. Reads merge
+// the shard file over the partitions whose range overlaps theirs and never
+// open the others; a late write into a sealed range lands in the shard
+// file and wins on its ts (the next seal of the range merges it into a new
+// file); a delete first moves the partitions it may touch back into the
+// shard file (deletes are rare), and a seal raises the undo floor, so a
+// rollback never has to undo inside a sealed file. Expiry drops a sealed
+// partition by removing its record, then its file: its space is back at
+// once, without rewriting anything. A full-sync snapshot carries the files
+// after the log (snapshot.go); the first seal marks the file format 4,
+// which a follower of an older protocol is refused.
 package engine

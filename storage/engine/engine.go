@@ -402,6 +402,9 @@ func (e *boltEngine) Drop(db string, shard int) error {
 			return fmt.Errorf("engine: drop %s/%d: %w", db, shard, err)
 		}
 	}
+	if err := errors.Join(removePartFiles(path), removePartFiles(path+".restore")); err != nil {
+		return fmt.Errorf("engine: drop %s/%d: %w", db, shard, err)
+	}
 	if err := syncDir(filepath.Dir(path)); err != nil {
 		return err
 	}

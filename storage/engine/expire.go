@@ -27,31 +27,45 @@ func (s *boltShard) OldestBlock() (int64, bool, error) {
 	var oldest int64
 	found := false
 	err := s.view(func(tx *bolt.Tx) error {
-		c := tx.Bucket(bucketBlocks).Cursor()
-		// A series' first block is its oldest: one seek per series.
-		for k, _ := c.First(); k != nil; k, _ = c.Seek(u64Key(beUint64(k) + 1)) {
-			if ts := tsFromKey(k[8:]); !found || ts < oldest {
-				oldest, found = ts, true
-			}
+		var err error
+		if oldest, found, err = fileOldest(tx); err != nil {
+			return err
 		}
-		if b := tx.Bucket(bucketPacks); b != nil {
-			return b.ForEach(func(k, v []byte) error {
-				h, _, _, err := parsePack(v)
-				if err != nil {
-					return fmt.Errorf("pack %x: %w", k, err)
-				}
-				if !found || h.minTS < oldest {
-					oldest, found = h.minTS, true
-				}
-				return nil
-			})
+		recs, err := readParts(tx)
+		if len(recs) > 0 && (!found || recs[0].minTS < oldest) {
+			oldest, found = recs[0].minTS, true // by start, so by points too
 		}
-		return nil
+		return err
 	})
 	if err != nil {
 		return 0, false, fmt.Errorf("engine: oldest block: %w", err)
 	}
 	return oldest, found, nil
+}
+
+// fileOldest is the first ts of the shard file's oldest block or pack
+// (sealed partitions aside).
+func fileOldest(tx *bolt.Tx) (oldest int64, found bool, err error) {
+	c := tx.Bucket(bucketBlocks).Cursor()
+	// A series' first block is its oldest: one seek per series.
+	for k, _ := c.First(); k != nil; k, _ = c.Seek(u64Key(beUint64(k) + 1)) {
+		if ts := tsFromKey(k[8:]); !found || ts < oldest {
+			oldest, found = ts, true
+		}
+	}
+	if b := tx.Bucket(bucketPacks); b != nil {
+		err = b.ForEach(func(k, v []byte) error {
+			h, _, _, err := parsePack(v)
+			if err != nil {
+				return fmt.Errorf("pack %x: %w", k, err)
+			}
+			if !found || h.minTS < oldest {
+				oldest, found = h.minTS, true
+			}
+			return nil
+		})
+	}
+	return oldest, found, err
 }
 
 // expireBudget is how many blocks one expiry step looks at, as compaction's
@@ -69,16 +83,21 @@ func (s *boltShard) ExpireBefore(cutoff int64) (int, int64, error) {
 	if err := s.settleRecent(); err != nil {
 		return 0, 0, fmt.Errorf("engine: expire: %w", err)
 	}
+	// Sealed partitions go whole, their files with them (partition.go).
+	pn, pbytes, err := s.expireParts(cutoff)
+	if err != nil {
+		return pn, pbytes, fmt.Errorf("engine: expire: %w", err)
+	}
 	blocks, bytes, err := s.expirePacks(cutoff)
 	if err != nil {
-		return 0, 0, fmt.Errorf("engine: expire: %w", err)
+		return pn, pbytes, fmt.Errorf("engine: expire: %w", err)
 	}
 	var at []byte
 	for {
 		n, b, next, err := s.expireStep(cutoff, at)
 		blocks, bytes = blocks+n, bytes+b
 		if err != nil {
-			return blocks, bytes, fmt.Errorf("engine: expire: %w", err)
+			return pn + blocks, pbytes + bytes, fmt.Errorf("engine: expire: %w", err)
 		}
 		if next == nil {
 			break
@@ -86,15 +105,54 @@ func (s *boltShard) ExpireBefore(cutoff int64) (int, int64, error) {
 		at = next
 	}
 	if blocks == 0 {
-		return 0, 0, nil
+		return pn, pbytes, nil
 	}
 	s.dropMapped()
 	if s.mostlyFree() {
 		if err := s.rewriteFile(); err != nil {
-			return blocks, bytes, err
+			return pn + blocks, pbytes + bytes, err
 		}
 	}
-	return blocks, bytes, nil
+	return pn + blocks, pbytes + bytes, nil
+}
+
+// expireParts drops the sealed partitions whose points are all older than
+// cutoff: their records in one transaction, then their files. It returns
+// how many blocks and bytes they held.
+func (s *boltShard) expireParts(cutoff int64) (n int, bytes int64, err error) {
+	s.cmu.Lock() // not beside a seal
+	defer s.cmu.Unlock()
+	if s.closed() {
+		return 0, 0, ErrClosed
+	}
+	var gone []uint64
+	err = s.update(func(tx *bolt.Tx) error {
+		recs, err := readParts(tx)
+		if err != nil {
+			return err
+		}
+		for _, r := range recs {
+			if r.maxTS >= cutoff {
+				break // by start, so by points too
+			}
+			k := make([]byte, 8)
+			putTSKey(k, r.start)
+			if err := tx.Bucket(bucketParts).Delete(k); err != nil {
+				return err
+			}
+			gone = append(gone, r.fileID)
+			n, bytes = n+int(r.blocks), bytes+r.size
+		}
+		if len(gone) == 0 {
+			return nil
+		}
+		// The rollups' cells there are now the only record (rollup.go).
+		return raiseFloor(tx, keyRawFloor, cutoff)
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	return n, bytes, s.retireParts(gone)
 }
 
 // mostlyFree: a share of the file (1/rewriteShare or more) is free pages.

@@ -173,6 +173,7 @@ func (s *boltShard) flushFrozenLocked() error {
 	upto := mt.entries[len(mt.entries)-1].txn
 	var created []indexedSeries
 	var gone goneChange
+	var unsealed []uint64
 	uptoTerm, base, baseTerm := s.flushTrim(upto)
 	err := s.update(func(tx *bolt.Tx) error {
 		m, err := readMeta(tx)
@@ -183,6 +184,9 @@ func (s *boltShard) flushFrozenLocked() error {
 			return fmt.Errorf("%w: memtable starts at txn %d, flushed up to %d", ErrCorrupt, mt.entries[0].txn, m.flushedTxn)
 		}
 		if err := resetRecent(tx); err != nil {
+			return err
+		}
+		if unsealed, err = unsealFor(tx, mt.dels); err != nil {
 			return err
 		}
 		deleted, err := applyDeletes(tx, mt.dels, &gone)
@@ -232,6 +236,9 @@ func (s *boltShard) flushFrozenLocked() error {
 	if s.flushHook != nil {
 		_ = s.flushHook(true)
 	}
+	// The flush is done either way: a file whose removal failed is no
+	// longer recorded, and the next open removes it.
+	_ = s.retireParts(unsealed)
 	// Readers that loaded the memtables before this point may see the
 	// frozen points twice (memtable and blocks, same values); those that
 	// load them after start their read transaction after this commit.

@@ -10,13 +10,14 @@ import (
 // ShardFormat is the format version of the shard files this engine writes:
 // 1 for float blocks only (releases up to 0.1.0, which do not mark it), 2
 // since blocks of integer, unsigned, boolean and string fields (block
-// version 2) and the strs and ftype buckets, 3 since packs (packs.go). A
-// file is marked 3 only by the first flush that writes a pack, so a file
-// without one still opens in the release before. A file marked newer is refused
+// version 2) and the strs and ftype buckets, 3 since packs (packs.go), 4
+// since sealed time partitions (partition.go). A file is marked 3 only by
+// the first flush that writes a pack, and 4 only by the first seal, so a
+// file without one still opens in the release before. A file marked newer is refused
 // at open and when it arrives as a snapshot (a full sync from a newer
 // leader), with both versions named: reading blocks or buckets of a format
 // this binary does not know would answer wrong or nothing.
-const ShardFormat = 3
+const ShardFormat = 4
 
 // openFormat is what opening a file of an older format (or without a mark)
 // marks it with; packFormat is what the first pack raises it to.

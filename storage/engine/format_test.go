@@ -53,7 +53,7 @@ func TestShardFormat(t *testing.T) {
 	defer e2.Close()
 	_, err = e2.Open("db1", 0)
 	require.ErrorIs(t, err, ErrNewerShardFormat)
-	require.ErrorContains(t, err, "format 4; this cairn reads format 3 and older")
+	require.ErrorContains(t, err, "format 5; this cairn reads format 4 and older")
 
 	// An unmarked file (0.1.0's) opens and gets the mark.
 	s3, err := e2.Open("db2", 1)

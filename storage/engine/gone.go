@@ -30,6 +30,9 @@ func markGone(tx *bolt.Tx, id uint64, ch *goneChange) error {
 	if _, packed, err := lastPackedMax(tx, id); err != nil || packed {
 		return err
 	}
+	if sealed, err := sealedHolds(tx, id); err != nil || sealed {
+		return err
+	}
 	ch.add = append(ch.add, id)
 	return tx.Bucket(bucketGone).Put(prefix, nil)
 }

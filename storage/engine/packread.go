@@ -13,8 +13,9 @@ import (
 // packSrc reads series' packed points in one transaction: the packs bucket
 // (nil: the file has none) and the heads of its packs.
 type packSrc struct {
-	b     *bolt.Bucket
-	heads []packHead
+	b      *bolt.Bucket
+	heads  []packHead
+	sealed sealedView // the sealed partitions read under (readSource)
 }
 
 func packSource(tx *bolt.Tx) packSrc {
@@ -23,6 +24,17 @@ func packSource(tx *bolt.Tx) packSrc {
 		return packSrc{}
 	}
 	return packSrc{b: b, heads: packsOf(tx).load()}
+}
+
+// readSource is packSource with the sealed partitions that overlap [lo,
+// hi] read under the shard file's points: what a read of the range takes.
+// Call done when the read ends.
+func readSource(tx *bolt.Tx, lo, hi int64) (ps packSrc, done func(), err error) {
+	ps = packSource(tx)
+	if ps.sealed, err = openSealed(tx, lo, hi); err != nil {
+		return ps, nil, err
+	}
+	return ps, ps.sealed.close, nil
 }
 
 // each calls fn with series id's block of every pack whose head covers
@@ -99,14 +111,17 @@ func trimRange(pts []memPoint, h blockHeader, start, end int64) []memPoint {
 // disk was empty.
 func (ps packSrc) withPacked(disk []memPoint, id uint64, start, end int64, typ models.FieldType) ([]memPoint, models.FieldType, error) {
 	packed, ptyp, ok, err := ps.appendPoints(nil, id, start, end)
-	if err != nil || !ok {
+	if err != nil {
 		return disk, typ, err
 	}
-	if len(disk) == 0 {
-		return packed, ptyp, nil
+	switch {
+	case ok && len(disk) == 0:
+		disk, typ = packed, ptyp
+	case ok:
+		// Disjoint in time (see packs.go); a block would win a shared ts.
+		disk = mergeMem(packed, disk, func(int64, uint64) {})
 	}
-	// Disjoint in time (see packs.go); a block would win a shared ts.
-	return mergeMem(packed, disk, func(int64, uint64) {}), typ, nil
+	return ps.sealed.under(disk, id, start, end, typ)
 }
 
 // packedSpan is the oldest and newest packed ts of series id (ok false:
@@ -139,23 +154,34 @@ func lastPackedMax(tx *bolt.Tx, id uint64) (int64, bool, error) {
 }
 
 // flushedSpan is the oldest and newest flushed ts of series id, in its
-// blocks or packs (ok false: none).
+// blocks, packs or sealed partitions (ok false: none).
 func flushedSpan(tx *bolt.Tx, id uint64) (first, last int64, ok bool, err error) {
+	first, last = math.MaxInt64, math.MinInt64
+	widen := func(lo, hi int64) { first, last, ok = min(first, lo), max(last, hi), true }
 	blocks := tx.Bucket(bucketBlocks)
 	if k, _ := blocks.Cursor().Seek(blockKey(id, math.MinInt64)); k != nil && beUint64(k) == id {
-		first, ok = tsFromKey(k[8:]), true
-		if last, _, err = lastBlockMax(blocks, id); err != nil {
+		blast, _, err := lastBlockMax(blocks, id)
+		if err != nil {
 			return 0, 0, false, err
 		}
+		widen(tsFromKey(k[8:]), blast)
 	}
 	pfirst, plast, pok, err := packedSpan(tx, id)
-	if err != nil || !pok {
-		return first, last, ok, err
+	if err != nil {
+		return 0, 0, false, err
 	}
-	if !ok {
-		return pfirst, plast, true, nil
+	if pok {
+		widen(pfirst, plast)
 	}
-	return min(first, pfirst), max(last, plast), true, nil
+	sv, err := openSealed(tx, math.MinInt64, math.MaxInt64)
+	if err != nil {
+		return 0, 0, false, err
+	}
+	defer sv.close()
+	if err := sv.span(id, widen); err != nil {
+		return 0, 0, false, err
+	}
+	return first, last, ok, nil
 }
 
 // lastFlushedMax is the newest flushed ts of series id, in its blocks or

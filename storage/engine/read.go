@@ -74,7 +74,12 @@ func (s *boltShard) QueryLimited(metric string, match map[string]string, start, 
 		if err != nil {
 			return err
 		}
-		blocks, ps := tx.Bucket(bucketBlocks), packSource(tx)
+		ps, done, err := readSource(tx, start, end)
+		if err != nil {
+			return err
+		}
+		defer done()
+		blocks := tx.Bucket(bucketBlocks)
 		res := &strResolver{bucket: tx.Bucket(bucketStrs)}
 		for _, fs := range flushed {
 			for len(hits) > 0 && hits[0].key < fs.key {

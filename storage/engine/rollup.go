@@ -241,7 +241,12 @@ func recomputeCell(levels []rollupLevel, li int, tx *bolt.Tx, id uint64, typ mod
 	}
 	// The raw points as Query reads them (readSeries): a flush's cells see
 	// whatever a read of the blocks sees.
-	pts, err := readSeries(tx.Bucket(bucketBlocks), packSource(tx), &strResolver{}, id, start, end, 0)
+	ps, done, err := readSource(tx, start, end)
+	if err != nil {
+		return err
+	}
+	defer done()
+	pts, err := readSeries(tx.Bucket(bucketBlocks), ps, &strResolver{}, id, start, end, 0)
 	if err != nil {
 		return err
 	}

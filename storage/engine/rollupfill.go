@@ -90,7 +90,12 @@ func fillSeries(tx *bolt.Tx, levels []rollupLevel, id uint64) (int, error) {
 	if err != nil || !ok {
 		return 0, err // !ok: no flushed point
 	}
-	blocks, ps := tx.Bucket(bucketBlocks), packSource(tx)
+	ps, done, err := readSource(tx, first, last)
+	if err != nil {
+		return 0, err
+	}
+	defer done()
+	blocks := tx.Bucket(bucketBlocks)
 	chunk, read := fillChunk(levels), 0
 	for at := cellStart(first, chunk); at <= last; at += chunk {
 		pts, err := readSeries(blocks, ps, &strResolver{}, id, at, at+chunk-1, 0)

@@ -54,7 +54,12 @@ func (s *boltShard) Scan(metric string, match map[string]string, start, end int6
 		if err != nil {
 			return err
 		}
-		sc := scanner{blocks: tx.Bucket(bucketBlocks), packs: packSource(tx), start: start, end: end,
+		ps, done, err := readSource(tx, start, end)
+		if err != nil {
+			return err
+		}
+		defer done()
+		sc := scanner{blocks: tx.Bucket(bucketBlocks), packs: ps, start: start, end: end,
 			res: strResolver{mems: views, bucket: tx.Bucket(bucketStrs)}}
 		for _, fs := range flushed {
 			for len(runs) > 0 && runs[0].key < fs.key {

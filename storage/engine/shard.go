@@ -47,7 +47,8 @@ type boltShard struct {
 	id          shardID
 	retain      uint64
 	flushPoints int
-	packs       atomic.Bool // flushes may write packs (AllowPacks)
+	packs       atomic.Bool  // flushes may write packs (AllowPacks)
+	partLen     atomic.Int64 // the length of sealed partitions, ns; 0: seal none (SetPartitionLength)
 
 	// wmu serializes writers (commits, TruncateAfter, Restore, Snapshot) so
 	// the txn checks and the cached txn/term below move together. fmu is held
@@ -139,7 +140,12 @@ func openShard(path string, id shardID, o options, lim *rateLimiter, mem *memBud
 		flushSig: make(chan struct{}, 1), filled: make(chan struct{}, 1)}
 	s.q.idle = sync.NewCond(&s.q.mu)
 	s.packs.Store(o.packs)
-	if err := s.recover(nil); err != nil {
+	err = s.recover(nil)
+	if err == nil {
+		err = s.loadParts()
+	}
+	if err != nil {
+		_ = closeParts(path)
 		s.memAcct.charge(-s.memCharged, 0)
 		if s.inc != 0 {
 			w.unregister(s.inc)
@@ -496,7 +502,7 @@ func (s *boltShard) Close() error {
 		s.onClose()
 	}
 	forgetPacks(db)
-	if err := errors.Join(perr, db.Close()); err != nil {
+	if err := errors.Join(perr, db.Close(), closeParts(s.path)); err != nil {
 		return fmt.Errorf("engine: close %s: %w", s.path, err)
 	}
 	return nil

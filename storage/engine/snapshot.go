@@ -17,7 +17,11 @@ import (
 // A snapshot is the shard file and its log:
 //
 //	"CAIRNSNP" | u64 BE file size | file | u64 BE base | u64 BE base term |
-//	u64 BE n | n x (u32 LE length | u32 LE CRC-32C | encoded entry base+i)
+//	u64 BE n | n x (u32 LE length | u32 LE CRC-32C | encoded entry base+i) |
+//	[u64 BE m | m x (u64 BE file id | u64 BE size | sealed partition file)]
+//
+// The sealed partitions (partition.go) come only with a file of format
+// PartFormat or newer, which a peer of an older protocol is never sent.
 //
 // Restore also takes the snapshots of the previous format, a bare bbolt file
 // with its log inside.
@@ -103,6 +107,11 @@ func (s *boltShard) SnapshotUpTo(w io.Writer, maxFormat uint64) error {
 	if _, err := bw.Write(b); err != nil {
 		return fmt.Errorf("engine: snapshot: %w", err)
 	}
+	if fileFormat(tx) >= PartFormat {
+		if err := writeParts(bw, tx); err != nil {
+			return fmt.Errorf("engine: snapshot: %w", err)
+		}
+	}
 	if err := bw.Flush(); err != nil {
 		return fmt.Errorf("engine: snapshot: %w", err)
 	}
@@ -113,6 +122,7 @@ func (s *boltShard) SnapshotUpTo(w io.Writer, maxFormat uint64) error {
 type snapshotLog struct {
 	base, baseTerm uint64
 	entries        []Entry
+	parts          map[uint64]string // the partition files it carried, by id, staged
 }
 
 // readSnapshot writes the snapshot's file to path, synced, and returns its
@@ -171,10 +181,11 @@ func readSnapshot(r io.Reader, path string) (l snapshotLog, legacy bool, err err
 		term = e.Term
 		l.entries = append(l.entries, e)
 	}
-	if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
-		return l, false, fmt.Errorf("%w: data after the log", ErrBadSnapshot)
+	if _, err := br.Peek(1); errors.Is(err, io.EOF) {
+		return l, false, nil
 	}
-	return l, false, nil
+	l.parts, err = readPartFiles(br, path)
+	return l, false, err
 }
 
 // prepareSnapshot checks that the staged file at path opens as a shard whose
@@ -203,6 +214,9 @@ func prepareSnapshot(path string, l snapshotLog, legacy bool, inc uint64) (snaps
 		}
 		if _, err := loadIndex(tx); err != nil {
 			return fmt.Errorf("%w: %v", ErrBadSnapshot, err)
+		}
+		if err := checkStagedParts(tx, l.parts); err != nil {
+			return err
 		}
 		if legacy {
 			es, err := legacyLog(tx, m)
@@ -234,6 +248,8 @@ func (s *boltShard) Restore(r io.Reader) error {
 	}
 	tmp := s.path + ".restore"
 	defer os.Remove(tmp)
+	defer func() { _ = removePartFiles(tmp) }() // the staged partitions not installed
+
 	l, legacy, err := readSnapshot(r, tmp)
 	if err != nil {
 		return fmt.Errorf("engine: restore: %w", err)
@@ -261,6 +277,10 @@ func (s *boltShard) Restore(r io.Reader) error {
 			s.wal.unregister(inc)
 			return fmt.Errorf("engine: restore: %w", err)
 		}
+	}
+	if err := s.installParts(l.parts); err != nil {
+		s.wal.unregister(inc)
+		return fmt.Errorf("engine: restore: %w", err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

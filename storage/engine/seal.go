@@ -1,0 +1,289 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/cairn-db/cairn/models"
+	bolt "go.etcd.io/bbolt"
+)
+
+// Sealer is implemented by shards that seal time partitions (partition.go).
+type Sealer interface {
+	// SetPartitionLength sets the length of the shard's partitions; 0, the
+	// value at open, seals none. The storage host sets it to the
+	// database's (models.Database.PartitionLength, InfluxDB's shard group
+	// duration) once every replica of the shard reads sealed partitions,
+	// as AllowPacks.
+	SetPartitionLength(d time.Duration)
+	// Seal moves the flushed points of the partitions [start, start+len)
+	// whose end is at least one length before now (unix ns), oldest
+	// first, out of the shard file into files of their own, and returns
+	// how many it sealed (at most sealMax a call).
+	Seal(now int64) (int, error)
+}
+
+var _ Sealer = (*boltShard)(nil)
+
+// PartFormat is the first shard format with sealed partitions: the shard
+// file is marked with it by the first seal, and a peer of an older protocol
+// (models.ProtocolPartitions) is sent no snapshot of such a shard.
+const PartFormat = 4
+
+// sealMax bounds one Seal call (each seal holds the flush lock), and
+// maxShardParts the sealed partitions of a shard: past it, the rest stays
+// in the shard file.
+const (
+	sealMax       = 16
+	maxShardParts = 4096
+)
+
+func (s *boltShard) SetPartitionLength(d time.Duration) { s.partLen.Store(int64(d)) }
+
+func (s *boltShard) Seal(now int64) (int, error) {
+	l := s.partLen.Load()
+	if l <= 0 {
+		return 0, nil
+	}
+	// The last flush's blocks are checked first, as expiry does: a block
+	// the log could still rebuild is not moved.
+	if err := s.settleRecent(); err != nil {
+		return 0, fmt.Errorf("engine: seal: %w", err)
+	}
+	n, err := s.sealSome(l, now)
+	if n > 0 && err == nil && s.mostlyFree() {
+		// The shard file keeps the recent points only: its space goes
+		// back as after an expiry.
+		err = s.rewriteFile()
+	}
+	return n, err
+}
+
+func (s *boltShard) sealSome(l, now int64) (int, error) {
+	n := 0
+	for n < sealMax {
+		start, ok, err := s.sealCandidate(l, now)
+		if err != nil || !ok {
+			return n, err
+		}
+		done, err := s.sealRange(start, start+l)
+		if err != nil || !done {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
+
+// sealCandidate is the start of the partition that holds the shard file's
+// oldest point, if that partition ends one length before now or earlier.
+func (s *boltShard) sealCandidate(l, now int64) (int64, bool, error) {
+	var oldest int64
+	var found bool
+	err := s.view(func(tx *bolt.Tx) (err error) { oldest, found, err = fileOldest(tx); return err })
+	if err != nil || !found || oldest < math.MinInt64+2*l {
+		return 0, false, err
+	}
+	start := oldest - ((oldest%l)+l)%l
+	return start, start <= now-2*l, nil
+}
+
+// sealed is what the first step of a seal wrote: the record, the series
+// whose points it took from the shard file (with their type), and the
+// partition of the same range it replaces (0: none).
+type sealed struct {
+	rec     partRec
+	moved   []uint64
+	types   []models.FieldType
+	replace uint64
+}
+
+// sealRange seals [start, end): the points of the range, the shard file's
+// merged over those of a partition sealed before for it (late writes), go
+// to a new file, written and synced first; then one transaction of the
+// shard file takes them out of its blocks and packs and records the file.
+// A crash between the two leaves a file no record names, removed at open.
+// The flush lock is held throughout: no flush, delete or rollback changes
+// the range's points between the two steps. The seal raises the undo floor
+// (delete.go): the entries flushed before it are not rolled back one by
+// one, since their points may be in the sealed file now.
+func (s *boltShard) sealRange(start, end int64) (bool, error) {
+	s.cmu.Lock()
+	defer s.cmu.Unlock()
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	if s.closed() {
+		return false, ErrClosed
+	}
+	id := rand.Uint64() | 1
+	path := partPath(s.path, id)
+	w, ok, err := s.writePart(path, start, end)
+	if err != nil || !ok {
+		_ = os.Remove(path)
+		return false, err
+	}
+	w.rec.fileID = id
+	db, err := openPartFile(path, w.rec)
+	if err != nil {
+		_ = os.Remove(path)
+		return false, fmt.Errorf("engine: seal: %w", err)
+	}
+	v, _ := partSets.Load(s.path)
+	set := v.(*partSet)
+	set.add(&partition{rec: w.rec, path: path, db: db})
+	err = s.update(func(tx *bolt.Tx) error {
+		rw := newBlockPut(tx, 0)
+		for i, sid := range w.moved {
+			err := rewriteRange(tx, rw, sid, w.types[i], start, end-1, func(old []memPoint) []memPoint {
+				return hideMem(old, [][2]int64{{start, end - 1}})
+			})
+			if err != nil {
+				return fmt.Errorf("series %d: %w", sid, err)
+			}
+		}
+		b, err := tx.CreateBucketIfNotExists(bucketParts)
+		if err != nil {
+			return err
+		}
+		k := make([]byte, 8)
+		putTSKey(k, start)
+		if err := b.Put(k, encodePart(w.rec)); err != nil {
+			return err
+		}
+		m, err := readMeta(tx)
+		if err != nil {
+			return err
+		}
+		if err := raiseUndoFloor(tx, m.flushedTxn); err != nil {
+			return err
+		}
+		return markFormat(tx, PartFormat)
+	})
+	if err != nil {
+		for _, p := range set.take([]uint64{id}) {
+			_ = p.db.Close()
+		}
+		_ = os.Remove(path)
+		return false, fmt.Errorf("engine: seal [%d, %d): %w", start, end, err)
+	}
+	s.dropMapped()
+	if w.replace != 0 {
+		return true, s.retireParts([]uint64{w.replace})
+	}
+	return true, nil
+}
+
+// sealBatch is how many series' blocks go to a partition file per
+// transaction of it.
+const sealBatch = 4096
+
+// writePart writes the points of [start, end) to a new partition file at
+// path, synced, and says what it holds (ok false: nothing to seal now, the
+// range holds the last flush's blocks or overlaps a partition of another
+// length).
+func (s *boltShard) writePart(path string, start, end int64) (w sealed, ok bool, err error) {
+	dst, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second, NoFreelistSync: true})
+	if err != nil {
+		return w, false, fmt.Errorf("engine: seal: %w", err)
+	}
+	w.rec = partRec{start: start, end: end, minTS: math.MaxInt64, maxTS: math.MinInt64}
+	err = s.view(func(tx *bolt.Tx) error {
+		if ok, err = sealable(tx, start, end, &w); err != nil || !ok {
+			return err
+		}
+		sv, err := openSealed(tx, start, end-1)
+		if err != nil {
+			return err
+		}
+		defer sv.close()
+		return copyRange(tx, dst, sv, start, end, &w)
+	})
+	if cerr := dst.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil && ok {
+		err = errors.Join(syncFile(path), syncDir(filepath.Dir(path)))
+	}
+	if err != nil || !ok {
+		return w, false, err
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return w, false, err
+	}
+	w.rec.size = fi.Size()
+	return w, w.rec.blocks > 0, nil
+}
+
+// sealable says whether [start, end) can be sealed now, and notes the
+// partition of the same range it would replace.
+func sealable(tx *bolt.Tx, start, end int64, w *sealed) (bool, error) {
+	recs, err := readParts(tx)
+	if err != nil {
+		return false, err
+	}
+	if len(recs) >= maxShardParts {
+		return false, nil
+	}
+	for _, r := range recs {
+		if r.start == start && r.end == end {
+			w.replace = r.fileID
+		} else if r.start < end && r.end > start {
+			return false, nil // sealed with another length: left as it is
+		}
+	}
+	c := tx.Bucket(bucketRecent).Cursor()
+	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+		if len(k) == 16 && tsFromKey(k[8:]) < end {
+			return false, nil // a block of the last flush: after the next settle
+		}
+	}
+	return true, nil
+}
+
+// copyRange copies every series' points of [start, end), the shard file's
+// over sv's, into dst, a sealBatch of series per transaction.
+func copyRange(tx *bolt.Tx, dst *bolt.DB, sv sealedView, start, end int64, w *sealed) error {
+	next := uint64(1)
+	if v := tx.Bucket(bucketMeta).Get(keyNextSID); len(v) == 8 {
+		next = beUint64(v)
+	}
+	blocks, ps := tx.Bucket(bucketBlocks), packSource(tx)
+	for from := uint64(1); from < next; from += sealBatch {
+		err := dst.Update(func(out *bolt.Tx) error {
+			b, err := out.CreateBucketIfNotExists(bucketBlocks)
+			if err != nil {
+				return err
+			}
+			b.FillPercent = 1
+			bp := &blockPut{blocks: b}
+			for id := from; id < min(next, from+sealBatch); id++ {
+				pts, typ, err := readMem(blocks, ps, id, start, end-1)
+				if err != nil {
+					return fmt.Errorf("series %d: %w", id, err)
+				}
+				if len(pts) > 0 {
+					w.moved, w.types = append(w.moved, id), append(w.types, typ)
+				}
+				if pts, typ, err = sv.under(pts, id, start, end-1, typ); err != nil || len(pts) == 0 {
+					return err
+				}
+				w.rec.minTS, w.rec.maxTS = min(w.rec.minTS, pts[0].ts), max(w.rec.maxTS, pts[len(pts)-1].ts)
+				w.rec.blocks += int64((len(pts) + maxBlockPoints - 1) / maxBlockPoints)
+				if err := bp.put(id, pts, typ); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
