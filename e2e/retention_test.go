@@ -125,16 +125,7 @@ func TestRetentionGivesSpaceBack(t *testing.T) {
 	flush()
 
 	shardBytes := func() int64 { return shardFileBytes(t, dataDir) }
-	count := func() int64 {
-		res := influxQuery(t, p.addr, "big", "", `SELECT count("v") FROM "m" WHERE time > now() - 7h`)
-		require.Empty(t, res.Results[0].Error)
-		if len(res.Results[0].Series) == 0 {
-			return 0
-		}
-		c, err := res.Results[0].Series[0].Values[0][1].(json.Number).Int64()
-		require.NoError(t, err)
-		return c
-	}
+	count := func() int64 { return countV(t, p.addr, "big") }
 	require.Equal(t, int64(n), count())
 	// The points reach blocks at the memtable's next flush (10 s idle).
 	before := int64(0)
@@ -250,6 +241,17 @@ func TestRetentionFollowerAwayExpiresOnReturn(t *testing.T) {
 	c.waitHealthy(60 * time.Second)
 	require.Eventually(t, func() bool { return expiries(away) > before }, 60*time.Second, 200*time.Millisecond,
 		"the returning follower never expired its own copy")
+	// Back, every replica speaks the protocol of sealed partitions: the
+	// returning follower seals its old hours and drops the expired ones
+	// whole; at most the partition holding the cutoff (and the one after,
+	// at an hour's turn) stays.
+	require.Eventually(t, func() bool {
+		logged, err := os.ReadFile(away.log)
+		require.NoError(t, err)
+		return strings.Contains(string(logged), "sealed time partitions")
+	}, 60*time.Second, 200*time.Millisecond, "the returning follower never sealed")
+	require.Eventually(t, func() bool { return len(partitionFiles(shardFiles(t, dataDirOf(away)))) <= 2 }, 30*time.Second, 200*time.Millisecond,
+		"the returning follower kept expired partition files: %v", partitionFiles(shardFiles(t, dataDirOf(away))))
 	for _, s := range c.shardsOf() {
 		if s.Leader != awayID {
 			code, body := c.broker.post(fmt.Sprintf("/api/v1/databases/db/shards/%d/leader", s.ID), map[string]any{"node_id": awayID})
@@ -263,10 +265,92 @@ func TestRetentionFollowerAwayExpiresOnReturn(t *testing.T) {
 	code, out = c.broker.send(http.MethodPatch, "/api/v1/databases/db", map[string]any{"retention": "0"}, "")
 	require.Equal(t, http.StatusOK, code, out)
 	kept := 2 * 3600 * series
-	straddle := 1024 * series // at most one block per series holds points on both sides
+	// At most one block per series holds points on both sides of the
+	// cutoff, and one sealed partition (1 h) whose newest points are
+	// newer than it stays whole.
+	straddle := 1024*series + 3600*series
 	var got int64
 	require.Eventually(t, func() bool { got = count(); return got >= 0 }, 10*time.Second, 50*time.Millisecond)
 	require.LessOrEqual(t, got, int64(kept+straddle+series*120), "expired points came back after the follower returned")
 	require.GreaterOrEqual(t, got, int64(kept-series*120), "kept points are missing")
 	t.Logf("%d points written over 6 h; the returning follower leads and answers %d with the retention lifted (2 h = %d)", total, got, kept)
 }
+
+// TestRetentionDropsPartitionFiles: a database with 1 h partitions holding
+// 6 h of points seals its old hours into files of their own; once its
+// retention is 2 h it answers only the last 2 h, the files of the expired
+// partitions are gone, and its data dir shrank by at least their size.
+func TestRetentionDropsPartitionFiles(t *testing.T) {
+	p, dataDir := startExpiringStandalone(t)
+	code, out := p.post("/api/v1/databases", map[string]any{"name": "parts", "num_shards": 1, "replica_factor": 1,
+		"retention": "1d", "partition": "1h"})
+	require.Equal(t, http.StatusCreated, code, out)
+
+	now := time.Now().Truncate(time.Second)
+	const series, step = 5, 2 * time.Second
+	var lines strings.Builder
+	n := 0
+	for ts := now.Add(-6 * time.Hour); !ts.After(now); ts = ts.Add(step) {
+		for s := range series {
+			fmt.Fprintf(&lines, "m,s=%d v=%d %d\n", s, ts.Unix(), ts.UnixNano())
+			n++
+		}
+	}
+	writeOnceKnown(t, p.addr, "parts", lines.String())
+	count := func() int64 { return countV(t, p.addr, "parts") }
+	require.Equal(t, int64(n), count())
+
+	// Flushed (10 s idle), then sealed: the hours that ended an hour ago.
+	var sealed map[string]int64
+	require.Eventually(t, func() bool { sealed = partitionFiles(shardFiles(t, dataDir)); return len(sealed) >= 4 }, 60*time.Second, 200*time.Millisecond,
+		"the old hours were never sealed: %v", shardFiles(t, dataDir))
+	require.Equal(t, int64(n), count(), "sealing changed no answer")
+	before := shardFiles(t, dataDir)
+
+	code, out = p.send(http.MethodPatch, "/api/v1/databases/parts", map[string]any{"retention": "2h"}, "")
+	require.Equal(t, http.StatusOK, code, out)
+	var gone []string
+	var goneBytes int64
+	require.Eventually(t, func() bool {
+		now := shardFiles(t, dataDir)
+		gone, goneBytes = nil, 0
+		for path, size := range partitionFiles(before) {
+			if _, ok := now[path]; !ok {
+				gone, goneBytes = append(gone, path), goneBytes+size
+			}
+		}
+		return len(gone) >= 3 && len(partitionFiles(now)) <= 2
+	}, 30*time.Second, 200*time.Millisecond, "the expired partitions' files are still there: %v", shardFiles(t, dataDir))
+	after := shardFiles(t, dataDir)
+	var beforeBytes, afterBytes int64
+	for _, size := range before {
+		beforeBytes += size
+	}
+	for path, size := range after {
+		if _, old := before[path]; old || !strings.Contains(path, ".db.p") {
+			afterBytes += size // a partition sealed since (an hour turned) moved bytes within the dir
+		}
+	}
+	require.GreaterOrEqual(t, beforeBytes-afterBytes, goneBytes, "the data dir shrank less than the expired partitions' files")
+	t.Logf("%d partition files sealed; %d expired (%d bytes); shard files %d bytes before, %d after", len(sealed), len(gone), goneBytes, beforeBytes, afterBytes)
+
+	kept := int64(0)
+	cut := time.Now().Add(-2 * time.Hour)
+	for ts := now.Add(-6 * time.Hour); !ts.After(now); ts = ts.Add(step) {
+		if ts.After(cut) {
+			kept += series
+		}
+	}
+	require.InDelta(t, kept, count(), 5*series, "only the last 2 hours, all of them, are answered")
+}
+
+// dataDirOf is the --data-dir a process was started with.
+func dataDirOf(p *Proc) string {
+	for i, a := range p.args {
+		if a == "--data-dir" && i+1 < len(p.args) {
+			return p.args[i+1]
+		}
+	}
+	return ""
+}
+

@@ -290,20 +290,42 @@ func startExpiringStandalone(t *testing.T) (*Proc, string) {
 	return p, dataDir
 }
 
-// shardFileBytes is the size of the shard files under a node's data dir.
+// shardFileBytes is the size of the shard files under a node's data dir,
+// their sealed partition files included.
 func shardFileBytes(t *testing.T, dataDir string) int64 {
 	var total int64
-	require.NoError(t, filepath.WalkDir(filepath.Join(dataDir, "shards"), func(_ string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || !strings.HasSuffix(d.Name(), ".db") {
+	for _, size := range shardFiles(t, dataDir) {
+		total += size
+	}
+	return total
+}
+
+// shardFiles lists the shard files under a node's data dir and their
+// sealed partition files (<shard>.db.p<id>), by path, with their sizes.
+func shardFiles(t *testing.T, dataDir string) map[string]int64 {
+	out := make(map[string]int64)
+	require.NoError(t, filepath.WalkDir(filepath.Join(dataDir, "shards"), func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(d.Name(), ".db") && !strings.Contains(d.Name(), ".db.p") {
 			return err
 		}
 		fi, err := d.Info()
 		if err == nil {
-			total += fi.Size()
+			out[path] = fi.Size()
 		}
 		return err
 	}))
-	return total
+	return out
+}
+
+// partitionFiles keeps the sealed partition files of shardFiles.
+func partitionFiles(files map[string]int64) map[string]int64 {
+	out := make(map[string]int64)
+	for path, size := range files {
+		if strings.Contains(filepath.Base(path), ".db.p") {
+			out[path] = size
+		}
+	}
+	return out
 }
 
 // writeOnceKnown writes body to db, again while the node answers 404: its
