@@ -353,4 +353,3 @@ func dataDirOf(p *Proc) string {
 	}
 	return ""
 }
-
