@@ -63,8 +63,10 @@ func TestExpireBeforeDropsOldBlocksAndGivesSpaceBack(t *testing.T) {
 	require.Equal(t, 7*hour, got[0].Points[0].TS)
 }
 
-func fileSize(t *testing.T, s Shard) int64 {
-	fi, err := os.Stat(s.(*boltShard).path)
+func fileSize(t testing.TB, s Shard) int64 { return sizeOf(t, s.(*boltShard).path) }
+
+func sizeOf(t testing.TB, path string) int64 {
+	fi, err := os.Stat(path)
 	require.NoError(t, err)
 	return fi.Size()
 }

@@ -203,11 +203,17 @@ func (s *boltShard) writePart(path string, start, end int64) (w sealed, ok bool,
 		defer sv.close()
 		return copyRange(tx, dst, sv, start, end, &w)
 	})
+	// bbolt grows a file to the next power of two: cut it to its pages,
+	// as a copy of it (Tx.WriteTo) would be.
+	var used int64
+	if err == nil && ok {
+		err = dst.View(func(tx *bolt.Tx) error { used = tx.Size(); return nil })
+	}
 	if cerr := dst.Close(); err == nil {
 		err = cerr
 	}
 	if err == nil && ok {
-		err = errors.Join(syncFile(path), syncDir(filepath.Dir(path)))
+		err = errors.Join(os.Truncate(path, used), syncFile(path), syncDir(filepath.Dir(path)))
 	}
 	if err != nil || !ok {
 		return w, false, err
