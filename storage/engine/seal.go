@@ -276,8 +276,11 @@ func copyRange(tx *bolt.Tx, dst *bolt.DB, sv sealedView, start, end int64, w *se
 				if len(pts) > 0 {
 					w.moved, w.types = append(w.moved, id), append(w.types, typ)
 				}
-				if pts, typ, err = sv.under(pts, id, start, end-1, typ); err != nil || len(pts) == 0 {
+				if pts, typ, err = sv.under(pts, id, start, end-1, typ); err != nil {
 					return err
+				}
+				if len(pts) == 0 {
+					continue
 				}
 				w.rec.minTS, w.rec.maxTS = min(w.rec.minTS, pts[0].ts), max(w.rec.maxTS, pts[len(pts)-1].ts)
 				w.rec.blocks += int64((len(pts) + maxBlockPoints - 1) / maxBlockPoints)

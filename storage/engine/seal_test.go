@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -294,4 +295,55 @@ func TestSnapshotCarriesSealedPartitions(t *testing.T) {
 	staged, err := filepath.Glob(dst.(*boltShard).path + ".restore*")
 	require.NoError(t, err)
 	require.Empty(t, staged)
+}
+
+// TestRollupsOverSealedPartitions: the rollup cells stay equal to the
+// aggregates of the raw points when those are in sealed partitions: after
+// a seal, a late write over a sealed point (its cell recomputed from the
+// partition and the shard file), its rollback, a delete that brings
+// partitions back, and a level added later, filled from sealed points.
+func TestRollupsOverSealedPartitions(t *testing.T) {
+	_, s := openShard1(t, manual...)
+	r := s.(Rollups)
+	require.NoError(t, r.SetRollups([]time.Duration{time.Minute, time.Hour}))
+	writeHours(t, s, 6)
+	rolled := func(msg string, ivs ...time.Duration) {
+		t.Helper()
+		for _, iv := range ivs {
+			require.Equal(t, rawCells(t, s, "cpu", int64(iv), math.MinInt64, math.MaxInt64),
+				storedCells(t, s, "cpu", int64(iv), math.MinInt64, math.MaxInt64), "%s: level %s", msg, iv)
+		}
+	}
+	rolled("written", time.Minute, time.Hour)
+	require.Equal(t, 5, sealAt(t, s, 6*hourNS))
+	rolled("sealed", time.Minute, time.Hour)
+
+	before := s.LastTxnID()
+	apply(t, s, 1, pt("cpu", "host=b", "value", hourNS/2, -1e9), pt("cpu", "host=a", "value", hourNS+5e9, 7))
+	flushNow(t, s)
+	rolled("late writes into sealed hours", time.Minute, time.Hour)
+	require.NoError(t, s.TruncateAfter(before))
+	rolled("rolled back", time.Minute, time.Hour)
+
+	del(t, s, 1, hostA(2*hourNS, 3*hourNS))
+	flushNow(t, s)
+	rolled("deleted", time.Minute, time.Hour)
+	require.Equal(t, 2, sealAt(t, s, 6*hourNS), "hours 2 and 3 (its first point is the delete's last ts) sealed again")
+	require.Len(t, partRecs(t, s), 5)
+	require.NoError(t, s.(*boltShard).view(func(tx *bolt.Tx) error {
+		// Host a's series hold no point of hour 2 any more; host b's, after
+		// them, went to the file all the same.
+		oldest, _, err := fileOldest(tx)
+		require.Equal(t, 5*hourNS, oldest, "the shard file keeps hour 5 only")
+		return err
+	}))
+	rolled("sealed again", time.Minute, time.Hour)
+
+	require.NoError(t, r.SetRollups([]time.Duration{time.Minute, 10 * time.Minute, time.Hour}))
+	for more := true; more; {
+		var err error
+		more, err = r.FillRollups()
+		require.NoError(t, err)
+	}
+	rolled("a level filled from sealed points", 10*time.Minute)
 }
