@@ -14,8 +14,9 @@ import (
 // its rollup cells and the gone set then work on the shard file alone. The
 // shard file's points win over the partition's on the same ts. It returns
 // the partitions' file ids, to retire once the transaction commits; a later
-// seal moves what the delete left back out. Deletes are rare, and a delete
-// of all time (DROP SERIES, DROP MEASUREMENT) brings every partition back.
+// seal moves what the delete left back out. Deletes are rare; a delete of
+// all time (DROP SERIES, DROP MEASUREMENT) brings back every partition that
+// holds a series it matches.
 func unsealFor(tx *bolt.Tx, dels []*wire.Delete) ([]uint64, error) {
 	if len(dels) == 0 {
 		return nil, nil
@@ -27,9 +28,9 @@ func unsealFor(tx *bolt.Tx, dels []*wire.Delete) ([]uint64, error) {
 	var ids []uint64
 	rw := newBlockPut(tx, 0)
 	for _, r := range recs {
-		touched := false
-		for _, d := range dels {
-			touched = touched || d.Min <= r.maxTS && d.Max >= r.minTS
+		touched, err := touches(tx, r, dels)
+		if err != nil {
+			return nil, err
 		}
 		if !touched {
 			continue
@@ -91,4 +92,38 @@ func unsealOne(tx *bolt.Tx, rw *blockPut, r partRec) error {
 	k := make([]byte, 8)
 	putTSKey(k, r.start)
 	return tx.Bucket(bucketParts).Delete(k)
+}
+
+// touchCheckMax bounds the series a delete's check of a partition looks
+// for: past it, a partition its range overlaps counts as touched.
+const touchCheckMax = 4096
+
+// touches says whether one of dels may delete points of the partition of
+// r: its range overlaps the partition's points, and the partition holds a
+// block of a series it matches (DROP MEASUREMENT m brings back only the
+// partitions that hold m).
+func touches(tx *bolt.Tx, r partRec, dels []*wire.Delete) (bool, error) {
+	var sv sealedView
+	defer func() { sv.close() }()
+	for _, d := range dels {
+		if d.Min > r.maxTS || d.Max < r.minTS {
+			continue
+		}
+		ids, err := candidateIDs(tx, d.Metric, deleteMatch(d))
+		if err != nil || len(ids) > touchCheckMax {
+			return true, err
+		}
+		if sv.parts == nil {
+			if sv, err = openSealed(tx, r.start, r.end-1); err != nil {
+				return false, err
+			}
+		}
+		for _, id := range ids {
+			held := false
+			if err := sv.span(id, func(int64, int64) { held = true }); err != nil || held {
+				return true, err
+			}
+		}
+	}
+	return false, nil
 }

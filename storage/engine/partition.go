@@ -358,8 +358,13 @@ func openSealed(tx *bolt.Tx, lo, hi int64) (sealedView, error) {
 	return v, nil
 }
 
+// close ends the reads. A sealed file is never flushed or compacted, which
+// is when the shard file's mapped pages are released (mapped.go): its
+// pages a read touched are released here, or a node's resident memory
+// would grow toward the size of every partition ever read.
 func (v sealedView) close() {
 	for _, p := range v.parts {
+		_ = releaseMapped(p.tx.DB().Info().Data, uintptr(p.tx.Size()))
 		_ = p.tx.Rollback()
 	}
 }

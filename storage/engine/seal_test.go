@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cairn-db/cairn/storage/lineproto"
+	"github.com/cairn-db/cairn/storage/wire"
 	"github.com/stretchr/testify/require"
 	bolt "go.etcd.io/bbolt"
 )
@@ -169,6 +170,18 @@ func TestSealLateWritesDeleteAndRollback(t *testing.T) {
 	got2, err := s.Query("cpu", map[string]string{"host": "b"}, 0, 6*hourNS)
 	require.NoError(t, err)
 	require.Equal(t, got, got2)
+
+	// DROP MEASUREMENT of a measurement the partitions do not hold brings
+	// none of them back.
+	apply(t, s, 1, pt("mem", "host=a", "value", 5*hourNS+1, 1))
+	flushNow(t, s)
+	files = partFilesOf(t, s)
+	del(t, s, 1, wire.Delete{Metric: "mem", Min: math.MinInt64, Max: math.MaxInt64})
+	flushNow(t, s)
+	require.Equal(t, files, partFilesOf(t, s))
+	mem, err := s.Query("mem", nil, math.MinInt64, math.MaxInt64)
+	require.NoError(t, err)
+	require.Empty(t, mem)
 }
 
 func values(pts []SeriesPoint) []float64 {
