@@ -44,11 +44,13 @@ func startStoppable(t *testing.T, id string, sm *statemachine.Manager, store kv.
 
 // twoReplicas publishes one database "d" with one shard on L and F, led by L
 // at term 1, with both nodes live (their records in the store, where storage
-// nodes look for each other).
+// nodes look for each other); f nil: F is not live yet.
 func twoReplicas(t *testing.T, sm *statemachine.Manager, store kv.Store, l, f *node) {
 	put(sm, statemachine.SourceStorageConfig, statemachine.KindStorageConfig, "", "default", models.StorageCluster{Name: "default"})
 	for _, n := range []*node{l, f} {
-		live(t, store, "/t/storage/default", n.id, n.addr())
+		if n != nil {
+			live(t, store, "/t/storage/default", n.id, n.addr())
+		}
 	}
 	put(sm, statemachine.SourceDatabaseConfig, statemachine.KindDatabaseConfig, "", "d",
 		models.Database{Name: "d", StorageCluster: "default", NumShards: 1, ReplicaFactor: 2, UID: "u1"})

@@ -110,14 +110,7 @@ func TestFollowerFullSyncThenInSync(t *testing.T) {
 
 	// Flushing every batch lets the leader trim its log to the last 5 entries.
 	leader := startNode(t, "L", sm, store, engine.WithRetainEntries(5), engine.WithFlushPoints(1))
-	put(sm, statemachine.SourceStorageConfig, statemachine.KindStorageConfig, "", "default", models.StorageCluster{Name: "default"})
-	live(t, store, "/t/storage/default", "L", leader.addr())
-	put(sm, statemachine.SourceDatabaseConfig, statemachine.KindDatabaseConfig, "", "d",
-		models.Database{Name: "d", StorageCluster: "default", NumShards: 1, ReplicaFactor: 2, UID: "u1"})
-	put(sm, statemachine.SourceAssign, statemachine.KindAssign, "", "d",
-		models.Assignment{DB: "d", Cluster: "default", Shards: []models.ShardAssignment{{ID: 0, Replicas: []string{"L", "F"}}}})
-	put(sm, statemachine.SourceShardState, statemachine.KindShardState, "", "d",
-		models.ShardStates{DB: "d", Shards: []models.ShardState{{ID: 0, Leader: "L", Term: 1, Status: models.StatusOnline}}})
+	twoReplicas(t, sm, store, leader, nil) // F is not live yet
 
 	ctx := context.Background()
 	// F is not live yet: L leads alone and acknowledges on its own.
