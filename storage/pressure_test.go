@@ -1,7 +1,9 @@
 package storage
 
 import (
+	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/cairn-db/cairn/storage/engine"
 	"github.com/cairn-db/cairn/storage/lineproto"
@@ -102,4 +104,33 @@ func TestRelieveWidensPastLongBlocks(t *testing.T) {
 	got, err := s.Query("m", nil, 0, 1<<62)
 	require.NoError(t, err)
 	require.Empty(t, got)
+}
+
+// TestRelieveDropsOldestSealedPartitionsFirst: a shard whose hours 0-4 are
+// sealed partitions; a disk whose usage follows its partition files: the
+// oldest partitions go, whole, one a round, until under the limit.
+func TestRelieveDropsOldestSealedPartitionsFirst(t *testing.T) {
+	dir := t.TempDir()
+	e, err := engine.NewBoltEngine(dir, engine.WithFlushPoints(1), engine.WithFlushInterval(0), engine.WithCompactRate(0))
+	require.NoError(t, err)
+	defer e.Close()
+	s := hoursShard(t, e, 0, 6, true)
+	s.(engine.Sealer).SetPartitionLength(time.Hour)
+	sealed, err := s.(engine.Sealer).Seal(6 * hourNs)
+	require.NoError(t, err)
+	require.Equal(t, 5, sealed)
+	files := func() int {
+		m, err := filepath.Glob(filepath.Join(dir, "*", "*.db.p*"))
+		require.NoError(t, err)
+		return len(m)
+	}
+	require.Equal(t, 5, files())
+	usage := func() int { return 40 + 5*files() }
+
+	blocks, before, err := relieve([]engine.Expirer{s.(engine.Expirer)}, usage, 52)
+	require.NoError(t, err)
+	require.Equal(t, 3, blocks, "the partitions of hours 0, 1 and 2, a block each")
+	require.Equal(t, 3*hourNs, before)
+	require.Equal(t, 2, files())
+	require.Equal(t, 3*hourNs, firstPoint(t, s), "hours 3-5 are all there")
 }
