@@ -67,11 +67,11 @@ func (s *boltShard) Seal(now int64) (int, error) {
 func (s *boltShard) sealSome(l, now int64) (int, error) {
 	n := 0
 	for n < sealMax {
-		start, ok, err := s.sealCandidate(l, now)
+		start, end, ok, err := s.sealCandidate(l, now)
 		if err != nil || !ok {
 			return n, err
 		}
-		done, err := s.sealRange(start, start+l)
+		done, err := s.sealRange(start, end)
 		if err != nil || !done {
 			return n, err
 		}
@@ -80,17 +80,38 @@ func (s *boltShard) sealSome(l, now int64) (int, error) {
 	return n, nil
 }
 
-// sealCandidate is the start of the partition that holds the shard file's
-// oldest point, if that partition ends one length before now or earlier.
-func (s *boltShard) sealCandidate(l, now int64) (int64, bool, error) {
+// sealCandidate is the range of the partition that holds the shard file's
+// oldest point, if it ends one length before now or earlier: a sealed
+// partition's own range when one holds that point (late writes join it),
+// else [start, start+l) aligned on l and cut short by the partitions
+// around it (sealed with another length before).
+func (s *boltShard) sealCandidate(l, now int64) (start, end int64, ok bool, err error) {
 	var oldest int64
 	var found bool
-	err := s.view(func(tx *bolt.Tx) (err error) { oldest, found, err = fileOldest(tx); return err })
-	if err != nil || !found || oldest < math.MinInt64+2*l {
-		return 0, false, err
+	var recs []partRec
+	err = s.view(func(tx *bolt.Tx) error {
+		if oldest, found, err = fileOldest(tx); err != nil || !found {
+			return err
+		}
+		recs, err = readParts(tx)
+		return err
+	})
+	if err != nil || !found || oldest < math.MinInt64+2*l || oldest > math.MaxInt64-2*l {
+		return 0, 0, false, err
 	}
-	start := oldest - ((oldest%l)+l)%l
-	return start, start <= now-2*l, nil
+	start = oldest - ((oldest%l)+l)%l
+	end = start + l
+	for _, r := range recs {
+		switch {
+		case r.start <= oldest && oldest < r.end:
+			start, end = r.start, r.end
+		case r.end <= oldest:
+			start = max(start, r.end)
+		case r.start > oldest:
+			end = min(end, r.start)
+		}
+	}
+	return start, end, end <= now-l, nil
 }
 
 // sealed is what the first step of a seal wrote: the record, the series

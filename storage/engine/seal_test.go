@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -359,4 +360,31 @@ func TestRollupsOverSealedPartitions(t *testing.T) {
 		require.NoError(t, err)
 	}
 	rolled("a level filled from sealed points", 10*time.Minute)
+}
+
+// TestSealAfterLengthChange: partitions sealed with one length stay; the
+// next seals with another fit between them, and a late write into an old
+// partition joins it again, so sealing never stops at an old range.
+func TestSealAfterLengthChange(t *testing.T) {
+	_, s := openShard1(t, manual...)
+	writeHours(t, s, 8)
+	require.Equal(t, 3, sealAt(t, s, 4*hourNS), "hours 0-2, 1 h each")
+	want := seen(t, s)
+	s.(Sealer).SetPartitionLength(2 * time.Hour)
+	n, err := s.(Sealer).Seal(12 * hourNS)
+	require.NoError(t, err)
+	require.Equal(t, 3, n, "hour 3 alone (up to the next 2 h boundary), then hours 4-5 and 6-7")
+	apply(t, s, 1, pt("cpu", "host=b", "value", hourNS+hourNS/2, -1))
+	flushNow(t, s)
+	n, err = s.(Sealer).Seal(12 * hourNS)
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "hour 1 again, with its late point")
+	var ranges [][2]int64
+	for _, r := range partRecs(t, s) {
+		ranges = append(ranges, [2]int64{r.start / hourNS, r.end / hourNS})
+	}
+	require.Equal(t, [][2]int64{{0, 1}, {1, 2}, {2, 3}, {3, 4}, {4, 6}, {6, 8}}, ranges)
+	got := seen(t, s)
+	require.Len(t, got, len(want))
+	require.Contains(t, got, fmt.Sprintf("b/@%d=-1", hourNS+hourNS/2))
 }
