@@ -52,12 +52,18 @@ func twoReplicas(t *testing.T, sm *statemachine.Manager, store kv.Store, l, f *n
 			live(t, store, "/t/storage/default", n.id, n.addr())
 		}
 	}
+	publishShard(sm, []string{"L", "F"}, "L", 1)
+}
+
+// publishShard publishes database "d" with one shard on replicas, led by
+// leader at term.
+func publishShard(sm *statemachine.Manager, replicas []string, leader string, term int64) {
 	put(sm, statemachine.SourceDatabaseConfig, statemachine.KindDatabaseConfig, "", "d",
-		models.Database{Name: "d", StorageCluster: "default", NumShards: 1, ReplicaFactor: 2, UID: "u1"})
+		models.Database{Name: "d", StorageCluster: "default", NumShards: 1, ReplicaFactor: len(replicas), UID: "u1"})
 	put(sm, statemachine.SourceAssign, statemachine.KindAssign, "", "d",
-		models.Assignment{DB: "d", Cluster: "default", Shards: []models.ShardAssignment{{ID: 0, Replicas: []string{"L", "F"}}}})
+		models.Assignment{DB: "d", Cluster: "default", Shards: []models.ShardAssignment{{ID: 0, Replicas: replicas}}})
 	put(sm, statemachine.SourceShardState, statemachine.KindShardState, "", "d",
-		models.ShardStates{DB: "d", Shards: []models.ShardState{{ID: 0, Leader: "L", Term: 1, Status: models.StatusOnline}}})
+		models.ShardStates{DB: "d", Shards: []models.ShardState{{ID: 0, Leader: leader, Term: term, Status: models.StatusOnline}}})
 }
 
 // isrOf reads the in-sync set of shard d/shard from the store (nil: none).

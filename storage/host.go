@@ -46,7 +46,8 @@ type HostConfig struct {
 	// AckTimeout bounds how long a write waits for in-sync replicas; default 10s.
 	AckTimeout time.Duration
 	// FetchWait is how long this node's batched fetches stay parked at a
-	// leader with nothing new (fetchsession.go); default 20s.
+	// leader with nothing new (fetchsession.go), at first: a session whose
+	// polls keep coming back empty parks longer (idleWait); default 10s.
 	FetchWait time.Duration
 	// DropDelay is how long a replica no longer assigned here keeps its data
 	// before it is deleted: an emptied or replaced etcd (restored a moment

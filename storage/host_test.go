@@ -49,12 +49,13 @@ func startNodeWith(t *testing.T, id string, sm *statemachine.Manager, store kv.S
 // runNode runs a host over eng, keeping its incarnation marks and seen terms
 // in dir ("": in memory), and returns a stop that ends it at once: client
 // connections cut, host stopped, engine closed; its lease record stays, as
-// after kill -9. The test's cleanup stops it too.
-func runNode(t *testing.T, id, dir string, sm *statemachine.Manager, store kv.Store, eng engine.Engine) (*node, func()) {
+// after kill -9. The test's cleanup stops it too. mw run before its handlers.
+func runNode(t *testing.T, id, dir string, sm *statemachine.Manager, store kv.Store, eng engine.Engine, mw ...gin.HandlerFunc) (*node, func()) {
 	h := storage.NewHost(storage.HostConfig{NodeID: id, Cluster: "default", Engine: eng, Store: store, Dir: dir,
 		Keys: models.ClusterKeys{SNS: "/t/storage/default"}, State: sm.Snapshot, Changed: sm.Changed,
 		LagBound: 500 * time.Millisecond, AckTimeout: 5 * time.Second, DropDelay: time.Hour, FetchWait: 2 * time.Second})
 	r := gin.New()
+	r.Use(mw...)
 	h.Routes(r)
 	srv := httptest.NewServer(r)
 	ctx, cancel := context.WithCancel(context.Background())
