@@ -19,7 +19,7 @@ import (
 // TestUnassignedReplicaDroppedWhileIdle: a host whose loop sleeps between
 // full passes when nothing needs one still wakes, with no further change of
 // state, to drop a replica unassigned from it once the drop delay has run:
-// the ageing of unwanted replicas keeps the 1 s pass it needs.
+// its next full pass is at that drop (at least 1 s after the last one).
 func TestUnassignedReplicaDroppedWhileIdle(t *testing.T) {
 	store := kv.NewMemoryStore()
 	defer store.Close()
