@@ -96,7 +96,8 @@
 // length or more before now: their points, blocks straddling a boundary
 // split, move out of the shard file into a file of their own next to it
 // (<shard file>.p<id>, one blocks bucket, read-only once written), written
-// and synced before the one transaction that takes them out of the shard
+// and synced (flushes go on meanwhile; one that changes the range makes the
+// seal give up) before the one transaction that takes them out of the shard
 // file and records the file in its parts bucket (a file no record names is
 // removed at open; a recorded one missing or of another size fails the
 // open). The series index, postings, string heap, types and rollup cells

@@ -236,6 +236,7 @@ func (s *boltShard) flushFrozenLocked() error {
 	if s.flushHook != nil {
 		_ = s.flushHook(true)
 	}
+	s.touched(mt.oldestChange())
 	// The flush is done either way: a file whose removal failed is no
 	// longer recorded, and the next open removes it.
 	_ = s.retireParts(unsealed)

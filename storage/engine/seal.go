@@ -129,24 +129,37 @@ type sealed struct {
 // to a new file, written and synced first; then one transaction of the
 // shard file takes them out of its blocks and packs and records the file.
 // A crash between the two leaves a file no record names, removed at open.
-// The flush lock is held throughout: no flush, delete or rollback changes
-// the range's points between the two steps. The seal raises the undo floor
-// (delete.go): the entries flushed before it are not rolled back one by
-// one, since their points may be in the sealed file now.
+// Flushes go on while the file is written (a seal of a large partition
+// would stall writers otherwise); each one, and each rollback and restore,
+// lowers sealWatch to the oldest ts it changed, and the second step, under
+// the flush lock, gives the seal up if that is before end. The seal
+// raises the undo floor (delete.go): the entries flushed before it are
+// not rolled back one by one, since their points may be in the sealed file
+// now.
 func (s *boltShard) sealRange(start, end int64) (bool, error) {
 	s.cmu.Lock()
 	defer s.cmu.Unlock()
-	s.fmu.Lock()
-	defer s.fmu.Unlock()
 	if s.closed() {
 		return false, ErrClosed
 	}
 	id := rand.Uint64() | 1
 	path := partPath(s.path, id)
+	s.sealWatch.Store(math.MaxInt64)
 	w, ok, err := s.writePart(path, start, end)
 	if err != nil || !ok {
 		_ = os.Remove(path)
 		return false, err
+	}
+	if s.sealHook != nil {
+		s.sealHook()
+	}
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	if s.sealWatch.Load() < end {
+		// A flush, delete, rollback or restore changed points before end
+		// while the file was written: the next pass seals the range anew.
+		_ = os.Remove(path)
+		return false, nil
 	}
 	w.rec.fileID = id
 	db, err := openPartFile(path, w.rec)
@@ -316,4 +329,31 @@ func copyRange(tx *bolt.Tx, dst *bolt.DB, sv sealedView, start, end int64, w *se
 		}
 	}
 	return nil
+}
+
+// touched lowers sealWatch to lo: points at lo or later changed in the
+// shard file (a seal under way gives up if lo is in its range or before).
+// Called after the change is committed.
+func (s *boltShard) touched(lo int64) {
+	for {
+		cur := s.sealWatch.Load()
+		if lo >= cur || s.sealWatch.CompareAndSwap(cur, lo) {
+			return
+		}
+	}
+}
+
+// oldestChange is the oldest ts a flush of mt changes: its oldest point,
+// or its oldest delete's start.
+func (mt *memtable) oldestChange() int64 {
+	lo := int64(math.MaxInt64)
+	for i := range mt.series {
+		if pts := mt.series[i].pts; len(pts) > 0 {
+			lo = min(lo, pts[0].ts)
+		}
+	}
+	for _, d := range mt.dels {
+		lo = min(lo, d.Min)
+	}
+	return lo
 }

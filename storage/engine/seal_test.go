@@ -388,3 +388,31 @@ func TestSealAfterLengthChange(t *testing.T) {
 	require.Len(t, got, len(want))
 	require.Contains(t, got, fmt.Sprintf("b/@%d=-1", hourNS+hourNS/2))
 }
+
+// TestSealGivesUpOnAFlushIntoItsRange: a flush that writes into the range
+// while its file is written makes the seal give up (its file goes); the
+// next seal takes the late point too; a flush of newer points does not.
+func TestSealGivesUpOnAFlushIntoItsRange(t *testing.T) {
+	_, s := openShard1(t, manual...)
+	writeHours(t, s, 3)
+	bs := s.(*boltShard)
+	bs.sealHook = func() {
+		apply(t, s, 1, pt("cpu", "host=b", "value", hourNS/2, -1), pt("cpu", "host=b", "value", hourNS/2+1, -2))
+		flushNow(t, s)
+	}
+	require.Zero(t, sealAt(t, s, 3*hourNS))
+	require.Empty(t, partFilesOf(t, s), "the given up file is gone")
+	bs.sealHook = func() {
+		apply(t, s, 1, pt("cpu", "host=b", "value", 3*hourNS, 1))
+		flushNow(t, s)
+	}
+	require.Equal(t, 2, sealAt(t, s, 3*hourNS), "hours 0 and 1: a flush of points after them changes nothing")
+	got, err := s.Query("cpu", map[string]string{"host": "b"}, hourNS/2, hourNS/2+1)
+	require.NoError(t, err)
+	require.Equal(t, []float64{-1, -2}, values(got[0].Points))
+	require.NoError(t, bs.view(func(tx *bolt.Tx) error {
+		oldest, _, err := fileOldest(tx)
+		require.Equal(t, 2*hourNS, oldest, "the late points went to the partition file")
+		return err
+	}))
+}

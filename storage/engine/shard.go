@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,6 +50,7 @@ type boltShard struct {
 	flushPoints int
 	packs       atomic.Bool  // flushes may write packs (AllowPacks)
 	partLen     atomic.Int64 // the length of sealed partitions, ns; 0: seal none (SetPartitionLength)
+	sealWatch   atomic.Int64 // the oldest ts changed since a seal began (seal.go: touched)
 
 	// wmu serializes writers (commits, TruncateAfter, Restore, Snapshot) so
 	// the txn checks and the cached txn/term below move together. fmu is held
@@ -104,6 +106,9 @@ type boltShard struct {
 	// flush of a frozen memtable with fmu held, before the blocks' commit
 	// (committed false; an error fails the flush) and after it (true).
 	flushHook func(committed bool) error
+	// sealHook, set by tests, runs in each seal between the partition
+	// file's write and the shard file's commit, without the flush lock.
+	sealHook func()
 }
 
 type shardMeta struct {
@@ -440,6 +445,7 @@ func (s *boltShard) TruncateAfter(txnID uint64) error {
 			return fmt.Errorf("engine: truncate after %d: %w", txnID, err)
 		}
 		s.flushedTxn.Store(txnID)
+		s.touched(math.MinInt64)
 	}
 	rec := walRec{kind: recTruncate, inc: s.inc, db: s.id.db, shard: s.id.shard, txn: txnID, term: term}
 	data, _ := appendRecord(nil, rec, nil)

@@ -288,6 +288,7 @@ func (s *boltShard) Restore(r io.Reader) error {
 		s.wal.unregister(inc)
 		return err
 	}
+	s.touched(math.MinInt64)
 	// The snapshot's unflushed tail is in its log: replay it into a new memtable.
 	err = s.recover(recs)
 	s.resyncQueueLocked(fmt.Errorf("%w: shard restored from a snapshot", ErrTxnGap))
