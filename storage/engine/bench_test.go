@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/cairn-db/cairn/storage/lineproto"
 )
@@ -92,4 +93,54 @@ func BenchmarkEntryEncode5000(b *testing.B) {
 	for b.Loop() {
 		_ = e.appendBinary(make([]byte, 0, 64+len(e.Points)*16))
 	}
+}
+
+// BenchmarkMemtableInsertKnownSeries inserts one point of each of a
+// shard's flushed series into a fresh memtable, in batches of 625 points
+// (a 5,000-point write split over 8 shards), series in the same order
+// each pass: the state of a node with many series, whose memtables hold a
+// point or two per series, so that nearly every point is of a series new
+// to its memtable (issue 21). 125,000 series is a shard's share of a
+// million over 8 shards; 5,000 of 40,000.
+func BenchmarkMemtableInsertKnownSeries(b *testing.B) {
+	for _, n := range []int{5000, 125000} {
+		b.Run(fmt.Sprintf("series=%d", n), func(b *testing.B) { benchMemtableInsert(b, n) })
+	}
+}
+
+func benchMemtableInsert(b *testing.B, n int) {
+	ix := newSeriesIndex()
+	const batch = 625
+	var entries [][]lineproto.Point
+	var keys []*pointKeys
+	newest := make([]seriesMax, 0, n)
+	for i := 0; i < n; i += batch {
+		pts := make([]lineproto.Point, 0, batch)
+		for j := i; j < min(i+batch, n); j++ {
+			p := lineproto.Point{Metric: "m", Tags: []lineproto.Tag{{Key: "g", Value: strconv.Itoa(j / 1000)}, {Key: "s", Value: strconv.Itoa(j)}}, Field: "v"}
+			pts = append(pts, p)
+			ix.put(string(lineproto.AppendSeriesKey(nil, p.Metric, p.Tags, p.Field)), uint64(j+1))
+			newest = append(newest, seriesMax{uint64(j + 1), 0})
+		}
+		k := new(pointKeys)
+		k.build(pts)
+		entries, keys = append(entries, pts), append(keys, k)
+	}
+	ix.setNewest(newest)
+	ix.lastSeries.Store(int64(n)) // as after a flush of such a memtable
+	ix.lastPerSeries.Store(1)
+	b.ReportAllocs()
+	ts, txn := int64(0), uint64(0)
+	for b.Loop() {
+		ts++
+		mt := newMemtable(ix)
+		for i, pts := range entries {
+			for j := range pts {
+				pts[j].TS = ts
+			}
+			txn++
+			mt.insert(Entry{TxnID: txn, Term: 1, Points: pts}, keys[i], time.Time{})
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(int64(b.N)*int64(n)), "ns/point")
 }

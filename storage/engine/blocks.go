@@ -521,14 +521,18 @@ func writeMemtable(tx *bolt.Tx, ix *seriesIndex, mt *memtable, fromTxn uint64, p
 // blocks bucket's pages once, in order (in key order, with series created
 // by many flushes, they jumped between pages: a seek from the root each);
 // then the new series by key, which is the order they get their ids in,
-// above every known one.
+// above every known one. The memtable knows the ids of the series that had
+// one when they came in; only the others are looked up.
 func flushOrder(ix *seriesIndex, mt *memtable) (order []int32, ids []uint64) {
 	order = make([]int32, len(mt.series))
 	ids = make([]uint64, len(mt.series))
+	copy(ids, mt.ids)
 	ix.mu.RLock()
 	for i := range mt.series {
 		order[i] = int32(i)
-		ids[i] = ix.ids[mt.series[i].key]
+		if ids[i] == 0 {
+			ids[i] = ix.ids[mt.series[i].key]
+		}
 	}
 	ix.mu.RUnlock()
 	slices.SortFunc(order, func(a, b int32) int {

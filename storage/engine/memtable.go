@@ -24,9 +24,15 @@ import (
 // The flush reads it without mu: it runs under the shard's write mutex, which
 // every mutation holds too.
 type memtable struct {
-	mu       sync.RWMutex
-	index    map[string]int32 // series key -> position in series
-	series   []memSeries      // one allocation: with many series, fewer objects for the GC and neighbours in memory
+	mu     sync.RWMutex
+	series []memSeries // one allocation: with many series, fewer objects for the GC and neighbours in memory
+	// ids are the series' ids by position (0: not indexed when the series
+	// came in). A series with an id is found through its slot in the index
+	// (seriesSlot.gen, pos: gen is this memtable's number); fresh finds
+	// the others by key.
+	ids      []uint64
+	gen      uint32
+	fresh    map[string]int32
 	byMetric map[string][]int32
 	entries  []memEntry // in txn order, one per applied entry, empty ones included
 	points   int        // distinct (series, ts) held
@@ -58,7 +64,7 @@ type memtable struct {
 	dels []*wire.Delete
 
 	// under is the frozen memtable being flushed while this one fills, until
-	// its flush ends (see intern).
+	// its flush ends (see lookup).
 	under atomic.Pointer[memtable]
 }
 
@@ -120,8 +126,8 @@ type memUndo struct {
 
 func newMemtable(ix *seriesIndex) *memtable {
 	n := int(min(ix.lastSeries.Load(), maxSizeHint))
-	return &memtable{ix: ix, index: make(map[string]int32, n), series: make([]memSeries, 0, n),
-		byMetric: make(map[string][]int32), ptsHint: int(min(ix.lastPerSeries.Load(), maxPointsHint))}
+	return &memtable{ix: ix, gen: ix.gen.Add(1), fresh: make(map[string]int32), series: make([]memSeries, 0, n),
+		ids: make([]uint64, 0, n), byMetric: make(map[string][]int32), ptsHint: int(min(ix.lastPerSeries.Load(), maxPointsHint))}
 }
 
 // Bounds of the sizes a memtable starts with (from the last flushed one).
@@ -264,16 +270,92 @@ func (mt *memtable) seriesOf(key []byte, p *lineproto.Point) int32 {
 	return idx
 }
 
-// lookup finds the series of p, whose key is key, in the index, creating it
-// on first sight.
+// lookup finds the series of p, whose key is key, creating it on first
+// sight: by key among the series that had no id when they came in, else
+// in the index (the series that followed the previous one last time
+// first, see seriesSlot), then by the slot of the id.
 func (mt *memtable) lookup(key []byte, p *lineproto.Point) int32 {
-	if idx, ok := mt.index[string(key)]; ok {
+	if idx, ok := mt.fresh[string(key)]; ok {
 		return idx
 	}
-	k, diskMax, ok := mt.intern(key)
-	if !ok {
-		k, diskMax = mt.newKey(key), math.MinInt64 // a series never flushed
+	// under first: once it is nil, the index holds the frozen series.
+	f := mt.under.Load()
+	ix := mt.ix
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	var prevID uint64
+	if mt.prev > 0 {
+		prevID = mt.ids[mt.prev-1]
 	}
+	var id uint64
+	if prevID != 0 {
+		if n := ix.slots[prevID].follow; n != 0 && ix.slots[n].key == string(key) {
+			id = n
+		}
+	}
+	if id == 0 {
+		id = ix.ids[string(key)]
+		if prevID != 0 && id != 0 {
+			ix.slots[prevID].follow = id
+		}
+	}
+	if id == 0 {
+		k, diskMax := "", int64(math.MinInt64) // a series never flushed
+		if fs := f.find(0, key, nil); fs != nil {
+			k, diskMax = fs.key, fs.pts[len(fs.pts)-1].ts
+		}
+		if k == "" {
+			k = mt.newKey(key)
+			mt.bytes += int64(len(k))
+		}
+		idx := mt.add(k, 0, diskMax, p)
+		mt.fresh[k] = idx
+		return idx
+	}
+	sl := &ix.slots[id]
+	if mt.holds(sl, id) {
+		return sl.pos
+	}
+	// The frozen memtable counts as flushed: it will be by the time mt
+	// flushes, so a point of mt at or before the frozen one's newest of
+	// its series may replace a value then, and must keep its undo and be
+	// merged into the blocks.
+	diskMax := sl.newest
+	if fs := f.find(id, key, sl); fs != nil {
+		diskMax = max(diskMax, fs.pts[len(fs.pts)-1].ts)
+	}
+	idx := mt.add(sl.key, id, diskMax, p)
+	sl.gen, sl.pos = mt.gen, idx
+	return idx
+}
+
+// holds says whether slot sl of series id is its place in mt.
+func (mt *memtable) holds(sl *seriesSlot, id uint64) bool {
+	return sl.gen == mt.gen && int(sl.pos) < len(mt.ids) && mt.ids[sl.pos] == id
+}
+
+// find returns the series of a frozen memtable f (nil: none) whose key is
+// key and id is id (0: none yet, sl nil), if f holds points of it.
+func (f *memtable) find(id uint64, key []byte, sl *seriesSlot) *memSeries {
+	if f == nil {
+		return nil
+	}
+	idx, ok := int32(0), false
+	if id != 0 && f.holds(sl, id) {
+		idx, ok = sl.pos, true
+	} else {
+		// It may have had no id when it came in: its id is that
+		// memtable's flush's.
+		idx, ok = f.fresh[string(key)]
+	}
+	if !ok || len(f.series[idx].pts) == 0 {
+		return nil
+	}
+	return &f.series[idx]
+}
+
+// add appends a new series of p, keyed k, with id (0: none) and diskMax.
+func (mt *memtable) add(k string, id uint64, diskMax int64, p *lineproto.Point) int32 {
 	idx := int32(len(mt.series))
 	ms := memSeries{key: k, diskMax: diskMax, typ: p.Type}
 	if t, known := mt.ix.ft.typeOf(p.Metric, p.Field); known {
@@ -290,11 +372,8 @@ func (mt *memtable) lookup(key []byte, p *lineproto.Point) int32 {
 		ms.pts = mt.arena[n : n : n+h] // capped: a series that outgrows it moves out
 	}
 	mt.series = append(mt.series, ms)
+	mt.ids = append(mt.ids, id)
 	mt.bytes += memSeriesBytes
-	if !ok {
-		mt.bytes += int64(len(k))
-	}
-	mt.index[k] = idx
 	// Clone: the metric may point into a whole request body.
 	metric := strings.Clone(p.Metric)
 	mt.byMetric[metric] = append(mt.byMetric[metric], idx)
@@ -313,29 +392,6 @@ func (mt *memtable) newKey(key []byte) string {
 	start := mt.keys.Len()
 	mt.keys.Write(key)
 	return mt.keys.String()[start:]
-}
-
-// intern is the series index's intern, with the frozen memtable under mt
-// counted as flushed: it will be by the time mt flushes, so a point of mt
-// at or before the frozen one's newest of its series may replace a value
-// then, and must keep its undo and be merged into the blocks.
-func (mt *memtable) intern(key []byte) (string, int64, bool) {
-	// under first: once it is nil, the index holds the frozen series.
-	f := mt.under.Load()
-	k, diskMax, ok := mt.ix.intern(key)
-	if f == nil {
-		return k, diskMax, ok
-	}
-	idx, found := f.index[string(key)] // frozen: no writer any more
-	if !found || len(f.series[idx].pts) == 0 {
-		return k, diskMax, ok
-	}
-	fs := f.series[idx]
-	newest := fs.pts[len(fs.pts)-1].ts
-	if !ok {
-		return fs.key, newest, true
-	}
-	return k, max(diskMax, newest), true
 }
 
 // span is the index range [lo, hi) of ms's points dated start to end,

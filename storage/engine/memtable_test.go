@@ -406,7 +406,7 @@ func TestSeriesHintWrongGuesses(t *testing.T) {
 	}
 	require.Len(t, mt.series, len(model), "each series held once")
 	for i, ms := range mt.series {
-		require.EqualValues(t, i, mt.index[ms.key])
+		require.EqualValues(t, i, mt.fresh[ms.key])
 	}
 	hits, err := mt.collect("m", nil, 0, 1000, Limits{})
 	require.NoError(t, err)
@@ -421,8 +421,8 @@ func TestSeriesHintWrongGuesses(t *testing.T) {
 		if slices.Index(order[i:], order[i-1]) >= 0 {
 			continue
 		}
-		before := mt.series[mt.index["m,h="+order[i-1]+"#value"]]
-		require.EqualValues(t, mt.index["m,h="+order[i]+"#value"]+1, before.next, "after %s", order[i-1])
+		before := mt.series[mt.fresh["m,h="+order[i-1]+"#value"]]
+		require.EqualValues(t, mt.fresh["m,h="+order[i]+"#value"]+1, before.next, "after %s", order[i-1])
 	}
 }
 
@@ -481,7 +481,7 @@ func TestNewSeriesKeysSpanChunks(t *testing.T) {
 	require.Len(t, mt.series, len(want))
 	for i, key := range want {
 		require.Equal(t, key, mt.series[i].key)
-		require.EqualValues(t, i, mt.index[key])
+		require.EqualValues(t, i, mt.fresh[key])
 	}
 }
 

@@ -18,16 +18,14 @@ import (
 // million series the index was three map entries per series (key -> id,
 // id -> key, id -> newest ts), most of a node's live heap and of what the
 // collector had to scan and rehash as series arrived. Now it is one map
-// entry and 24 bytes of slices per series, and bytes() accounts for it.
+// entry and a 40-byte slot per series (seriesSlot), and bytes() accounts
+// for it.
 type seriesIndex struct {
-	mu   sync.RWMutex
-	ids  map[string]uint64
-	keys []string // by id; "" where no series has that id
-	// newest bounds each series' newest flushed ts from above, by id
-	// (math.MaxInt64: unknown, for the series not flushed since the shard
-	// was opened): a flush then appends without looking up the series'
-	// last block, and the memtable keeps no undo for points after it.
-	newest   []int64
+	mu    sync.RWMutex
+	ids   map[string]uint64
+	slots []seriesSlot // by id; a zero key where no series has that id
+	// gen numbers the shard's memtables (seriesSlot.gen).
+	gen      atomic.Uint32
 	keyBytes int64 // the keys' bytes, for bytes()
 	// The size of the last flushed memtable (series, points per series):
 	// the next one starts with room for as much, instead of growing every
@@ -43,17 +41,47 @@ type seriesIndex struct {
 	gone map[uint64]struct{}
 }
 
+// seriesSlot is what the index knows of series id.
+//
+// key and newest change under mu's write side. newest bounds the series'
+// newest flushed ts from above (math.MaxInt64: unknown, for the series not
+// flushed since the shard was opened): a flush then appends without
+// looking up the series' last block, and the memtable keeps no undo for
+// points after it.
+//
+// follow, gen and pos belong to the shard's writer, the one goroutine that
+// inserts into its active memtable (under the shard's write mutex), which
+// changes them under mu's read side: nobody else reads them. With a
+// million series a memtable holds a point or two of each, so a series is
+// new to nearly every memtable it gets a point in; finding it by hashing
+// its key into the memtable's map, missing, hashing it again into this
+// index's map (neither fits the caches) and adding it to the memtable's map
+// was the memtable insert's largest cost (issue 21). follow names the
+// series written after this one last time: writers send their series in
+// much the same order batch after batch, so it names the next series with
+// one key comparison across memtables, as memSeries.next does within one;
+// gen and pos are the series' place in the memtable numbered gen (the
+// active one, or the frozen one under it), which spares the memtable a map
+// of the series it holds that have ids.
+type seriesSlot struct {
+	key    string
+	newest int64
+	follow uint64
+	gen    uint32
+	pos    int32
+}
+
 // maxSeriesID bounds the series ids an index holds in its slices: an id
 // past it in a file is corruption, not a shard with that many series.
 const maxSeriesID = 1 << 32
 
 // Estimated heap bytes per indexed series besides its key: the map entry
-// (key header, id, the map's slack and control bytes) and the two slices'
-// slots with their growth slack.
-const indexSeriesBytes = 64 + 2*(16+8)
+// (key header, id, the map's slack and control bytes) and its slot, with
+// the slice's growth slack.
+const indexSeriesBytes = 64 + 2*40
 
 func newSeriesIndex() *seriesIndex {
-	ix := &seriesIndex{ids: make(map[string]uint64), keys: []string{""}, newest: []int64{math.MaxInt64}}
+	ix := &seriesIndex{ids: make(map[string]uint64), slots: []seriesSlot{{newest: math.MaxInt64}}}
 	ix.nextStr.Store(1)
 	return ix
 }
@@ -70,9 +98,8 @@ func loadIndex(tx *bolt.Tx) (*seriesIndex, error) {
 	}
 	if n := b.Stats().KeyN; n > 0 {
 		ix.ids = make(map[string]uint64, n)
-		ix.keys = make([]string, 1, n+1)
-		ix.newest = make([]int64, 1, n+1)
-		ix.newest[0] = math.MaxInt64
+		ix.slots = make([]seriesSlot, 1, n+1)
+		ix.slots[0].newest = math.MaxInt64
 	}
 	err := b.ForEach(func(k, v []byte) error {
 		if len(k) != 8 {
@@ -95,12 +122,16 @@ func loadIndex(tx *bolt.Tx) (*seriesIndex, error) {
 // put indexes key as id; the caller holds mu (or owns ix).
 func (ix *seriesIndex) put(key string, id uint64) {
 	ix.ids[key] = id
-	for uint64(len(ix.keys)) <= id {
-		ix.keys = append(ix.keys, "")
-		ix.newest = append(ix.newest, math.MaxInt64)
-	}
-	ix.keys[id] = key
+	ix.grow(id)
+	ix.slots[id].key = key
 	ix.keyBytes += int64(len(key))
+}
+
+// grow makes the slots up to id; the caller holds mu.
+func (ix *seriesIndex) grow(id uint64) {
+	for uint64(len(ix.slots)) <= id {
+		ix.slots = append(ix.slots, seriesSlot{newest: math.MaxInt64})
+	}
 }
 
 // bytesLocked estimates the index's heap; the caller holds mu.
@@ -110,18 +141,6 @@ func (ix *seriesIndex) bytesLocked() int64 {
 
 // bytes is the index's estimated heap as of its last change.
 func (ix *seriesIndex) bytes() int64 { return ix.size.Load() }
-
-// intern returns the shard's copy of key, if the series is known, and a
-// bound of its newest flushed ts (math.MaxInt64 when unknown).
-func (ix *seriesIndex) intern(key []byte) (string, int64, bool) {
-	ix.mu.RLock()
-	defer ix.mu.RUnlock()
-	id, ok := ix.ids[string(key)]
-	if !ok {
-		return "", 0, false
-	}
-	return ix.keys[id], ix.newest[id], true
-}
 
 func (ix *seriesIndex) id(key string) (uint64, bool) {
 	ix.mu.RLock()
@@ -134,10 +153,10 @@ func (ix *seriesIndex) id(key string) (uint64, bool) {
 func (ix *seriesIndex) keyOf(id uint64) (string, bool) {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
-	if id >= uint64(len(ix.keys)) || ix.keys[id] == "" {
+	if id >= uint64(len(ix.slots)) || ix.slots[id].key == "" {
 		return "", false
 	}
-	return ix.keys[id], true
+	return ix.slots[id].key, true
 }
 
 // seriesMax is a series' newest flushed ts after a flush.
@@ -171,10 +190,7 @@ func (ix *seriesIndex) setNewest(newest []seriesMax) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	for _, n := range newest {
-		for uint64(len(ix.newest)) <= n.id {
-			ix.keys = append(ix.keys, "")
-			ix.newest = append(ix.newest, math.MaxInt64)
-		}
-		ix.newest[n.id] = n.ts
+		ix.grow(n.id)
+		ix.slots[n.id].newest = n.ts
 	}
 }
