@@ -32,7 +32,7 @@ func (s *boltShard) flushDue(txn uint64) bool {
 
 // activeLimit is what the active memtables may hold together: the budget,
 // plus as much as the series indexes hold. A memtable pays a fixed cost per
-// series it holds (memSeriesBytes, about what the index pays per series)
+// series it holds (memSeriesBytes, less than the index pays per series)
 // besides its points; with a budget alone, a node holding a million series
 // froze its memtables when they held a point or two per series, and every
 // flush then cost a block put per series for as many points (issue 21).

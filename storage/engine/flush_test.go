@@ -13,7 +13,7 @@ import (
 // point of each of many indexed series (past the budget alone) does not
 // freeze, and once past that bound it does.
 func TestMemoryBudgetRoomForIndexedSeries(t *testing.T) {
-	const budget, series = 256 << 10, 2000
+	const budget, series = 256 << 10, 3000
 	e := newEngine(t, t.TempDir(), WithFlushPoints(1<<30), WithFlushInterval(0), WithCompactRate(0), WithMemtableBytes(budget))
 	s, err := e.Open("db1", 0)
 	require.NoError(t, err)

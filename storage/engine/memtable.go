@@ -146,7 +146,14 @@ const (
 	memPointBytes  = 24 // memPoint, amortized over slice growth
 	memUndoBytes   = 32 // memUndo, for the points that replace a value
 	memEntryBytes  = 48
-	memSeriesBytes = 160
+	// A series: its memSeries, id and place in byMetric, with slack
+	// (measured: about 80 bytes); one that had no id when it came in
+	// also has an entry in fresh (and its key, counted as it is). Found
+	// through their slots, the series that have ids need no map entry
+	// here, so a memtable's room per indexed series (activeLimit) holds
+	// more of their points.
+	memSeriesBytes = 96
+	memFreshBytes  = 64
 )
 
 // sizeBytes is the memtable's estimated heap use; the caller holds the
@@ -310,6 +317,7 @@ func (mt *memtable) lookup(key []byte, p *lineproto.Point) int32 {
 		}
 		idx := mt.add(k, 0, diskMax, p)
 		mt.fresh[k] = idx
+		mt.bytes += memFreshBytes
 		return idx
 	}
 	sl := &ix.slots[id]

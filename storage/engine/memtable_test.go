@@ -330,7 +330,7 @@ func TestMemoryBudgetFlushes(t *testing.T) {
 		return pts
 	}
 	apply(t, b, 1, batch(0)...)
-	batchBytes := int64(100*(memPointBytes+memUndoBytes) + memSeriesBytes + 64)
+	batchBytes := int64(100*(memPointBytes+memUndoBytes) + memSeriesBytes + memFreshBytes + 64)
 	for n := 0; flushedTxn(a) == 0; n++ {
 		require.Less(t, n, 1000, "the budget never flushed")
 		total, _ := acct.load()

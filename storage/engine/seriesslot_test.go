@@ -142,3 +142,19 @@ func TestFrozenSeriesCountAsFlushed(t *testing.T) {
 	require.Equal(t, map[string]int32{slotKey("new2"): 2}, mt.fresh)
 	require.Equal(t, frozen.series[2].key, mt.series[2].key)
 }
+
+// TestSeriesWithIDsCostLess: a memtable charges a series found through its
+// slot memSeriesBytes, and one with no id also its fresh entry and its key.
+func TestSeriesWithIDsCostLess(t *testing.T) {
+	ix := newSeriesIndex()
+	ix.put(slotKey("a"), 1)
+	ix.setNewest([]seriesMax{{1, 0}})
+	mt := newMemtable(ix)
+	charge := func(txn uint64, h string) int64 {
+		before := mt.bytes
+		mt.insert(Entry{TxnID: txn, Term: 1, Points: []lineproto.Point{pt("m", "h="+h, "value", 1, 1)}}, nil, time.Time{})
+		return mt.bytes - before - memPointBytes - memEntryBytes
+	}
+	require.EqualValues(t, memSeriesBytes, charge(1, "a"))
+	require.EqualValues(t, memSeriesBytes+memFreshBytes+len(slotKey("b")), charge(2, "b"))
+}
