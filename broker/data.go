@@ -176,8 +176,10 @@ func (d *Data) write(ctx context.Context, db, precision string, body []byte) (in
 		return 0, err
 	}
 	at := d.clock()
+	// Given: every caller's body is read for the one request (ReadBody)
+	// and never changes after.
 	batch, err := lineproto.ParseBatch(body, lineproto.Options{Precision: precision, Now: at.UnixNano(),
-		MaxPoints: d.MaxPoints, Limits: d.LineLimits, Check: acceptWindow(cfg, at)})
+		MaxPoints: d.MaxPoints, Limits: d.LineLimits, Check: acceptWindow(cfg, at), Given: true})
 	if errors.Is(err, lineproto.ErrTooManyPoints) {
 		return 0, fmt.Errorf("%w: the batch holds more than %d points (--write-max-points); send it in smaller batches", models.ErrTooLarge, d.MaxPoints)
 	}

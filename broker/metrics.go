@@ -46,7 +46,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 }
 
 // Write parses a line-protocol batch and writes it to every shard it
-// touches, recording the request.
+// touches, recording the request. body is the call's to keep: nothing may
+// change it after (the points' strings point into it).
 func (d *Data) Write(ctx context.Context, db, precision string, body []byte) error {
 	start := time.Now()
 	n, err := d.write(ctx, db, precision, body)

@@ -51,6 +51,27 @@ func TestReadBody(t *testing.T) {
 	require.ErrorIs(t, err, ErrBadEncoding)
 	_, err = ReadBody(req([]byte("x"), "br"), 100)
 	require.ErrorIs(t, err, ErrBadEncoding)
+
+	// The body is read into one buffer of the size it says it has: one
+	// that says less still reads whole (or past the limit, refused), one
+	// that says more reads what there is.
+	lying := func(body string, length int64) *http.Request {
+		r := req([]byte(body), "")
+		r.ContentLength = length
+		return r
+	}
+	b, err = ReadBody(lying("m v=1\nm v=2", 3), 100)
+	require.NoError(t, err)
+	require.Equal(t, "m v=1\nm v=2", string(b))
+	_, err = ReadBody(lying("m v=1\nm v=2", 3), 8)
+	require.ErrorIs(t, err, models.ErrTooLarge)
+	b, err = ReadBody(lying("m v=1", 50), 100)
+	require.NoError(t, err)
+	require.Equal(t, "m v=1", string(b))
+	b, err = ReadBody(lying("m v=1", 5), 100)
+	require.NoError(t, err)
+	require.Equal(t, "m v=1", string(b))
+	require.Equal(t, 5+bytes.MinRead, cap(b), "one buffer of the said size")
 }
 
 // fakeBackend records writes and serves one database's series.

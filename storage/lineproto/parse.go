@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"unsafe"
 
 	"github.com/cairn-db/cairn/models"
 	"github.com/influxdata/line-protocol/v2/lineprotocol"
@@ -61,6 +62,9 @@ func ParseBatch(body []byte, o Options) (Batch, error) {
 		strs:   make(map[string]string, 64),
 		points: make([]Point, 0, lines),
 		body:   body,
+	}
+	if o.Given && len(body) > 0 {
+		p.bodyStr = unsafe.String(&body[0], len(body))
 	}
 	if wholeBodySafe(body) {
 		err := p.parseBody(body)
@@ -181,9 +185,9 @@ type parser struct {
 	last    []Tag      // sorted tags of the previous line, shared when they repeat
 	slab    []Tag      // where the lines' tag copies are cut from
 	prev    [16]string // internAt's last string per position
-	// body is the whole body being parsed and bodyStr one copy of it, made
-	// at the first string taken from it: the points' strings are slices of
-	// it. Nothing keeps points past a request, so nothing pins it longer.
+	// body is the whole body being parsed and bodyStr the body as a
+	// string (Options.Given) or one copy of it, made at the first string
+	// taken from it: the points' strings are slices of it.
 	body    []byte
 	bodyStr string
 	points  []Point

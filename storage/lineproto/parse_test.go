@@ -7,6 +7,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/cairn-db/cairn/models"
 	"github.com/stretchr/testify/require"
@@ -342,4 +343,31 @@ func TestPointsOutliveTheBody(t *testing.T) {
 		{Metric: "cpu", Tags: []Tag{{"host", "a b"}, {"region", "eu"}}, Field: "usage", Value: 1, TS: 1},
 		{Metric: "mem", Tags: []Tag{{"host", "c"}}, Field: "free", Value: 2, TS: 2},
 	}, pts)
+}
+
+// TestGivenBodyIsNotCopied: with Options.Given the points' strings point
+// into the body itself (no copy of it), except those whose escapes were
+// undone; the values are those of a parse that copies.
+func TestGivenBodyIsNotCopied(t *testing.T) {
+	body := []byte("cpu,host=a\\ b,region=eu usage=1,name=\"x\" 1\nmem,host=c free=2 2\n")
+	copied, err := ParseBatch(body, Options{})
+	require.NoError(t, err)
+	given, err := ParseBatch(body, Options{Given: true})
+	require.NoError(t, err)
+	require.Equal(t, copied, given)
+	inBody := func(s string) bool {
+		p := uintptr(unsafe.Pointer(unsafe.StringData(s)))
+		start := uintptr(unsafe.Pointer(&body[0]))
+		return p >= start && p+uintptr(len(s)) <= start+uintptr(len(body))
+	}
+	for _, pts := range []Point{given.Points[0], given.Points[1], given.Points[2]} {
+		require.True(t, inBody(pts.Metric), pts.Metric)
+		require.True(t, inBody(pts.Field), pts.Field)
+		require.True(t, inBody(pts.Tags[len(pts.Tags)-1].Value), "region=eu, host=c")
+	}
+	require.False(t, inBody(given.Points[0].Tags[0].Value), "a\\ b unescaped")
+	require.True(t, inBody(given.Points[1].Str))
+	for _, p := range copied.Points {
+		require.False(t, inBody(p.Metric), "without Given: a copy")
+	}
 }
