@@ -34,6 +34,7 @@ type memtable struct {
 	gen      uint32
 	fresh    map[string]int32
 	byMetric map[string][]int32
+	metric   string     // the key of byMetric the last new series went to
 	entries  []memEntry // in txn order, one per applied entry, empty ones included
 	points   int        // distinct (series, ts) held
 	bytes    int64      // estimated heap held, for the memory budget
@@ -143,9 +144,9 @@ func (mt *memtable) empty() bool { return len(mt.entries) == 0 }
 // Estimates of what the memtable holds per point and per series, with the
 // slack of growing slices and maps, for the memory budget.
 const (
-	memPointBytes  = 24 // memPoint, amortized over slice growth
-	memUndoBytes   = 32 // memUndo, for the points that replace a value
-	memEntryBytes  = 48
+	memPointBytes = 24 // memPoint, amortized over slice growth
+	memUndoBytes  = 32 // memUndo, for the points that replace a value
+	memEntryBytes = 48
 	// A series: its memSeries, id and place in byMetric, with slack
 	// (measured: about 80 bytes); one that had no id when it came in
 	// also has an entry in fresh (and its key, counted as it is). Found
@@ -382,9 +383,13 @@ func (mt *memtable) add(k string, id uint64, diskMax int64, p *lineproto.Point) 
 	mt.series = append(mt.series, ms)
 	mt.ids = append(mt.ids, id)
 	mt.bytes += memSeriesBytes
-	// Clone: the metric may point into a whole request body.
-	metric := strings.Clone(p.Metric)
-	mt.byMetric[metric] = append(mt.byMetric[metric], idx)
+	// Clone: the metric may point into a whole request body (and a map
+	// assignment keeps the key it is given). Once per metric, not per
+	// series: the series of a batch mostly share theirs.
+	if p.Metric != mt.metric {
+		mt.metric = strings.Clone(p.Metric)
+	}
+	mt.byMetric[mt.metric] = append(mt.byMetric[mt.metric], idx)
 	return idx
 }
 
