@@ -50,6 +50,9 @@ func (s *boltShard) Seal(now int64) (int, error) {
 	if l <= 0 {
 		return 0, nil
 	}
+	if _, _, ok, err := s.sealCandidate(l, now); err != nil || !ok {
+		return 0, err // nothing to seal: no commit either
+	}
 	// The last flush's blocks are checked first, as expiry does: a block
 	// the log could still rebuild is not moved.
 	if err := s.settleRecent(); err != nil {
