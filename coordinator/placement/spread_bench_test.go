@@ -54,3 +54,31 @@ func BenchmarkSpreadPlaceNewDB1000(b *testing.B) { benchPlaceNewDB(b, 1000) }
 
 func BenchmarkSpreadPlaceNewDBUneven100(b *testing.B)  { benchPlaceNewDBLed(b, 100, true) }
 func BenchmarkSpreadPlaceNewDBUneven1000(b *testing.B) { benchPlaceNewDBLed(b, 1000, true) }
+
+// benchRebalanceUneven measures the spread sharder's whole plan (a
+// rebalance) of n nodes in 3 zones holding n databases of 32 shards x RF 3
+// whose every shard is led by its smallest replica id, so the leveling of
+// the total moves leaderships off most nodes (as after the nodes' leases
+// came back from a storm).
+func benchRebalanceUneven(b *testing.B, n int) {
+	c := Cluster{Nodes: zoned(n, 3), Shards: map[ShardKey]ShardPlacement{}, Want: map[ShardKey]int{}}
+	for d := range n {
+		for s := range 32 {
+			c.Want[ShardKey{fmt.Sprintf("db%05d", d), s}] = 3
+		}
+	}
+	plan, err := PlaceSpreadNew(c, c.Want)
+	require.NoError(b, err)
+	c.Shards = plan.Target
+	for k, p := range c.Shards {
+		p.Leader = slices.Min(p.Replicas)
+		c.Shards[k] = p
+	}
+	for b.Loop() {
+		_, err := PlaceSpread(c)
+		require.NoError(b, err)
+	}
+}
+
+func BenchmarkSpreadRebalanceUneven300(b *testing.B)  { benchRebalanceUneven(b, 300) }
+func BenchmarkSpreadRebalanceUneven1000(b *testing.B) { benchRebalanceUneven(b, 1000) }
