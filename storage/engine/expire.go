@@ -135,9 +135,7 @@ func (s *boltShard) expireParts(cutoff int64) (n int, bytes int64, err error) {
 			if r.maxTS >= cutoff {
 				break // by start, so by points too
 			}
-			k := make([]byte, 8)
-			putTSKey(k, r.start)
-			if err := tx.Bucket(bucketParts).Delete(k); err != nil {
+			if err := tx.Bucket(bucketParts).Delete(tsKey(r.start)); err != nil {
 				return err
 			}
 			gone = append(gone, r.fileID)

@@ -89,9 +89,7 @@ func unsealOne(tx *bolt.Tx, rw *blockPut, r partRec) error {
 	if err := flush(); err != nil {
 		return err
 	}
-	k := make([]byte, 8)
-	putTSKey(k, r.start)
-	return tx.Bucket(bucketParts).Delete(k)
+	return tx.Bucket(bucketParts).Delete(tsKey(r.start))
 }
 
 // touchCheckMax bounds the series a delete's check of a partition looks

@@ -72,6 +72,13 @@ func decodePart(k, v []byte) (partRec, error) {
 	return r, nil
 }
 
+// tsKey is a parts bucket key: a partition's start.
+func tsKey(ts int64) []byte {
+	k := make([]byte, 8)
+	putTSKey(k, ts)
+	return k
+}
+
 // readParts lists the sealed partitions the transaction records, by start.
 func readParts(tx *bolt.Tx) ([]partRec, error) {
 	b := tx.Bucket(bucketParts)

@@ -187,9 +187,7 @@ func (s *boltShard) sealRange(start, end int64) (bool, error) {
 		if err != nil {
 			return err
 		}
-		k := make([]byte, 8)
-		putTSKey(k, start)
-		if err := b.Put(k, encodePart(w.rec)); err != nil {
+		if err := b.Put(tsKey(start), encodePart(w.rec)); err != nil {
 			return err
 		}
 		m, err := readMeta(tx)

@@ -269,6 +269,48 @@ func TestSealedFilesAtOpen(t *testing.T) {
 	require.Empty(t, partFilesOf(t, s))
 }
 
+// TestBadPartitionRecordsRefused: a shard file whose parts bucket holds a
+// record that cannot be (an empty range, points outside it, two
+// overlapping partitions) does not open, and says why.
+func TestBadPartitionRecordsRefused(t *testing.T) {
+	for name, edit := range map[string]func(b *bolt.Bucket, recs []partRec) error{
+		"empty range": func(b *bolt.Bucket, recs []partRec) error {
+			r := recs[0]
+			r.end = r.start
+			return b.Put(tsKey(r.start), encodePart(r))
+		},
+		"points outside": func(b *bolt.Bucket, recs []partRec) error {
+			r := recs[0]
+			r.maxTS = r.end
+			return b.Put(tsKey(r.start), encodePart(r))
+		},
+		"overlapping": func(b *bolt.Bucket, recs []partRec) error {
+			r := recs[1]
+			r.start, r.minTS = recs[0].start+1, recs[0].start+1
+			return b.Put(tsKey(r.start), encodePart(r))
+		},
+		"short value": func(b *bolt.Bucket, recs []partRec) error {
+			return b.Put(tsKey(recs[0].start), []byte{1, 2, 3})
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			e, s := openShardAt(t, dir, manual...)
+			writeHours(t, s, 4)
+			require.Equal(t, 3, sealAt(t, s, 4*hourNS))
+			recs, path := partRecs(t, s), s.(*boltShard).path
+			require.NoError(t, e.Close())
+			db, err := bolt.Open(path, 0o600, nil)
+			require.NoError(t, err)
+			require.NoError(t, db.Update(func(tx *bolt.Tx) error { return edit(tx.Bucket(bucketParts), recs) }))
+			require.NoError(t, db.Close())
+			_, err = newEngine(t, dir, manual...).Open("db1", 0)
+			require.ErrorIs(t, err, ErrCorrupt)
+			require.ErrorContains(t, err, "partition")
+		})
+	}
+}
+
 // TestSnapshotCarriesSealedPartitions: a snapshot of a sealed shard carries
 // its partition files and a restore installs them (the target's own go);
 // a peer that reads format 3 at most is refused one.
