@@ -49,20 +49,27 @@ func ReadBody(r *http.Request, limit int64) ([]byte, error) {
 	return body, nil
 }
 
+// maxUpfront bounds the buffer a body's declared length buys before its
+// bytes arrive: a sender that declares 32 MiB and trickles 3 bytes holds
+// at most this (for at most --write-body-timeout), not what it declared;
+// the in-flight budget (web/inflight.go) charges bytes as they arrive.
+// A batch of 5,000 points or 1,000 Telegraf metrics fits in it.
+const maxUpfront = 1 << 20
+
 // sizeHint is the size the body says it has, when it is read as sent and
-// within limit; else 0 (unknown).
+// within limit, at most maxUpfront; else 0 (unknown).
 func sizeHint(r *http.Request, src io.Reader, limit int64) int64 {
 	if src != r.Body || r.ContentLength <= 0 || r.ContentLength > limit {
 		return 0
 	}
-	return r.ContentLength
+	return min(r.ContentLength, maxUpfront)
 }
 
 // readAll reads src to its end into one buffer of hint bytes (and room for
 // the read that finds the end) when hint is known: io.ReadAll grows a
 // buffer by steps and copies the whole into a final one, which was a
-// quarter of the bytes a write allocated (issue 21). A body longer than it
-// said still reads whole.
+// quarter of the bytes a write allocated (issue 21). A body longer than
+// the hint grows the buffer as its bytes arrive.
 func readAll(src io.Reader, hint int64) ([]byte, error) {
 	if hint <= 0 {
 		return io.ReadAll(src)

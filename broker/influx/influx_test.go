@@ -72,6 +72,16 @@ func TestReadBody(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "m v=1", string(b))
 	require.Equal(t, 5+bytes.MinRead, cap(b), "one buffer of the said size")
+	// A declared length buys at most maxUpfront before its bytes arrive:
+	// a sender declaring 32 MiB and sending 5 bytes is not given 32 MiB.
+	b, err = ReadBody(lying("m v=1", 32<<20), 64<<20)
+	require.NoError(t, err)
+	require.Equal(t, "m v=1", string(b))
+	require.LessOrEqual(t, cap(b), maxUpfront+bytes.MinRead)
+	big := strings.Repeat("m v=1\n", (3<<20)/6)
+	b, err = ReadBody(lying(big, int64(len(big))), 64<<20)
+	require.NoError(t, err)
+	require.Equal(t, big, string(b), "a body past maxUpfront grows as it arrives")
 }
 
 // fakeBackend records writes and serves one database's series.
