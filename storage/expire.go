@@ -8,9 +8,9 @@ import (
 	"go.uber.org/zap"
 )
 
-// expireLoop deletes, every ExpireEvery, the blocks whose points a
-// database's retention expired from this node's replicas of it, until ctx
-// ends. Reads stopped answering those points when the retention was set
+// expireLoop seals the old time partitions of this node's replicas and
+// deletes the blocks whose points a database's retention expired from
+// them, every ExpireEvery, until ctx ends. Reads stopped answering those points when the retention was set
 // (the broker bounds them); this gives their space back. Each replica
 // expires by its own clock, leader or follower alike, so a follower that
 // was away during an expiry drops the same points when it returns, and a
@@ -43,16 +43,20 @@ func (h *Host) expireOnce(now time.Time) {
 	h.mu.RUnlock()
 	for _, r := range reps {
 		db, ok := st.Databases.Get(r.db)
-		if !ok || db.UID != r.uid || db.Retention.D() <= 0 {
+		if !ok || db.UID != r.uid {
 			continue
 		}
-		// Sealed first: the partitions the expiry below drops go whole.
+		// Sealed first, with a retention or without (gateParts): the
+		// partitions the expiry below drops go whole.
 		if sl, ok := r.eng.(engine.Sealer); ok {
 			if n, err := sl.Seal(now.UnixNano()); err != nil {
 				h.lg.Warn("sealing time partitions failed; retried at the next pass", zap.String("shard", r.id), zap.Error(err))
 			} else if n > 0 {
 				h.lg.Info("sealed time partitions", zap.String("shard", r.id), zap.Int("partitions", n))
 			}
+		}
+		if db.Retention.D() <= 0 {
+			continue // kept forever: nothing expires (and rollups need a retention)
 		}
 		h.syncRollups(r, db)
 		h.fillRollups(r)

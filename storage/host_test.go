@@ -51,9 +51,20 @@ func startNodeWith(t *testing.T, id string, sm *statemachine.Manager, store kv.S
 // connections cut, host stopped, engine closed; its lease record stays, as
 // after kill -9. The test's cleanup stops it too. mw run before its handlers.
 func runNode(t *testing.T, id, dir string, sm *statemachine.Manager, store kv.Store, eng engine.Engine, mw ...gin.HandlerFunc) (*node, func()) {
-	h := storage.NewHost(storage.HostConfig{NodeID: id, Cluster: "default", Engine: eng, Store: store, Dir: dir,
+	return runHost(t, hostConfig(id, dir, sm, store, eng), mw...)
+}
+
+// hostConfig is the configuration runNode runs a host with.
+func hostConfig(id, dir string, sm *statemachine.Manager, store kv.Store, eng engine.Engine) storage.HostConfig {
+	return storage.HostConfig{NodeID: id, Cluster: "default", Engine: eng, Store: store, Dir: dir,
 		Keys: models.ClusterKeys{SNS: "/t/storage/default"}, State: sm.Snapshot, Changed: sm.Changed,
-		LagBound: 500 * time.Millisecond, AckTimeout: 5 * time.Second, DropDelay: time.Hour, FetchWait: 2 * time.Second})
+		LagBound: 500 * time.Millisecond, AckTimeout: 5 * time.Second, DropDelay: time.Hour, FetchWait: 2 * time.Second}
+}
+
+// runHost is runNode with the host's configuration given.
+func runHost(t *testing.T, cfg storage.HostConfig, mw ...gin.HandlerFunc) (*node, func()) {
+	id, eng := cfg.NodeID, cfg.Engine
+	h := storage.NewHost(cfg)
 	r := gin.New()
 	r.Use(mw...)
 	h.Routes(r)

@@ -23,19 +23,21 @@ func (h *Host) gatePacks(r *replica, st *statemachine.State, replicas []string) 
 }
 
 // gateParts tells the replica's shard the length of its sealed partitions
-// (file format 4): the database's, when it has a retention (expiry then
-// drops whole files), and only while every replica of the shard has a live
-// record advertising models.ProtocolPartitions or later, for the same
-// reasons as gatePacks; 0 (seal none) otherwise. At least an hour (as
-// InfluxDB's shard duration): a shorter one would make a file of every few
-// minutes of points.
+// (file format 4): the database's (7 days for one kept forever, as
+// InfluxDB's shard group duration for an infinite retention: its reads
+// still skip the old partitions and its shard file keeps the recent points
+// only; with a retention, expiry drops whole files too), and only while
+// every replica of the shard has a live record advertising
+// models.ProtocolPartitions or later, for the same reasons as gatePacks; 0
+// (seal none) otherwise. At least an hour (as InfluxDB's shard duration): a
+// shorter one would make a file of every few minutes of points.
 func (h *Host) gateParts(r *replica, st *statemachine.State, replicas []string) {
 	sl, ok := r.eng.(engine.Sealer)
 	if !ok {
 		return
 	}
 	var d time.Duration
-	if db, ok := st.Databases.Get(r.db); ok && db.UID == r.uid && db.Retention > 0 &&
+	if db, ok := st.Databases.Get(r.db); ok && db.UID == r.uid &&
 		allSpeak(st.Nodes.At(h.cluster), replicas, models.ProtocolPartitions) {
 		d = max(db.PartitionLength(), time.Hour)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -21,7 +22,7 @@ import (
 // only once every replica's record advertises ProtocolPacks: while its own
 // record says protocol 3 (an older release), its flushes keep format 2.
 func TestHostGatesPacks(t *testing.T) {
-	n, record, assign := gatedNode(t, models.ProtocolPacks-1, 0)
+	n, record, assign := gatedNode(t, models.ProtocolPacks-1, 0, t.TempDir(), 0)
 	ctx := context.Background()
 	require.Eventually(t, func() bool { return n.host.Write(ctx, "d", 0, 1, manySeries(0)) == nil }, 5*time.Second, 10*time.Millisecond)
 	s, err := n.eng.Open("d", 0)
@@ -72,7 +73,7 @@ func manySeries(ts int64) []lineproto.Point {
 // record advertises ProtocolPartitions; a follower naming an older protocol
 // then gets no snapshot of the sealed shard, one naming it does.
 func TestHostGatesPartitions(t *testing.T) {
-	n, record, assign := gatedNode(t, models.ProtocolPartitions-1, 2*time.Hour)
+	n, record, assign := gatedNode(t, models.ProtocolPartitions-1, 2*time.Hour, t.TempDir(), 0)
 	ctx := context.Background()
 	hour := int64(time.Hour)
 	require.Eventually(t, func() bool { return n.host.Write(ctx, "d", 0, 1, manySeries(0)) == nil }, 5*time.Second, 10*time.Millisecond)
@@ -108,15 +109,21 @@ func TestHostGatesPartitions(t *testing.T) {
 }
 
 // gatedNode starts a storage node L leading shard 0 of database d (with
-// retention) alone, its record advertising protocol proto; record
-// advertises another, and assign makes the host look at the shard again.
-func gatedNode(t *testing.T, proto int, retention time.Duration) (n *node, record func(int), assign func()) {
+// retention; 0: forever) alone, its record advertising protocol proto, its
+// expiry passes every expireEvery (0: the host's default) over an engine
+// in dir; record advertises another protocol, and assign makes the host
+// look at the shard again.
+func gatedNode(t *testing.T, proto int, retention time.Duration, dir string, expireEvery time.Duration) (n *node, record func(int), assign func()) {
 	store := kv.NewMemoryStore()
 	t.Cleanup(func() { _ = store.Close() })
 	sm := statemachine.New(statemachine.Config{})
 	sm.Start(context.Background())
 	t.Cleanup(sm.Stop)
-	n = startNode(t, "L", sm, store, engine.WithFlushPoints(5))
+	eng, err := engine.NewBoltEngine(dir, engine.WithFlushPoints(5))
+	require.NoError(t, err)
+	cfg := hostConfig("L", "", sm, store, eng)
+	cfg.ExpireEvery = expireEvery
+	n, _ = runHost(t, cfg)
 	record = func(proto int) {
 		sm.Push(statemachine.Event{Source: "nodes/default", Kind: statemachine.KindStorageNodes, Cluster: "default",
 			Type: kv.WatchPut, Name: "L", Value: models.StorageNode{NodeID: "L", NodeAddress: n.addr(), Protocol: proto}})
@@ -133,6 +140,57 @@ func gatedNode(t *testing.T, proto int, retention time.Duration) (n *node, recor
 	put(sm, statemachine.SourceShardState, statemachine.KindShardState, "", "d",
 		models.ShardStates{DB: "d", Shards: []models.ShardState{{ID: 0, Leader: "L", Term: 1, Status: models.StatusOnline}}})
 	return n, record, assign
+}
+
+// TestHostSealsForeverDatabase: the host's expiry pass seals the shard of
+// a database kept forever too, in partitions of 7 days (InfluxDB's shard
+// group duration for an infinite retention), once every replica speaks
+// ProtocolPartitions: the partitions of its points older than two lengths
+// go to files of their own (the point 3 hours old stays: no 1 h partition)
+// and every point is still answered. While a replica speaks protocol 4,
+// nothing is sealed.
+func TestHostSealsForeverDatabase(t *testing.T) {
+	day := int64(24 * time.Hour)
+	ages := []int64{30 * day, 21 * day, 14 * day, 3 * int64(time.Hour)}
+	for _, proto := range []int{models.ProtocolPartitions - 1, models.ProtocolPartitions} {
+		t.Run(fmt.Sprintf("protocol %d", proto), func(t *testing.T) {
+			dir := t.TempDir()
+			n, _, _ := gatedNode(t, proto, 0, dir, 10*time.Millisecond)
+			ctx := context.Background()
+			now := time.Now().UnixNano()
+			require.Eventually(t, func() bool { return n.host.Write(ctx, "d", 0, 1, manySeries(now-ages[0])) == nil },
+				5*time.Second, 10*time.Millisecond)
+			for _, age := range ages[1:] {
+				require.NoError(t, n.host.Write(ctx, "d", 0, 1, manySeries(now-age)))
+			}
+			s, err := n.eng.Open("d", 0)
+			require.NoError(t, err)
+			require.NoError(t, s.(engine.FlushWaiter).WaitFlush())
+			files := func() int {
+				m, err := filepath.Glob(filepath.Join(dir, "d", "*.db.p*"))
+				require.NoError(t, err)
+				return len(m)
+			}
+			if proto < models.ProtocolPartitions {
+				sealed, err := s.(engine.Sealer).Seal(now)
+				require.NoError(t, err)
+				require.Zero(t, sealed, "no seal while a replica speaks protocol 4")
+				require.Zero(t, files())
+			} else {
+				require.Eventually(t, func() bool { return files() == 3 }, 10*time.Second, 10*time.Millisecond,
+					"the 7-day partitions of the points 30, 21 and 14 days old")
+				f, err := s.(engine.PackWriter).Format()
+				require.NoError(t, err)
+				require.EqualValues(t, engine.PartFormat, f)
+			}
+			got, err := s.Query("cpu", nil, 0, now)
+			require.NoError(t, err)
+			require.Len(t, got, 10)
+			for _, sr := range got {
+				require.Len(t, sr.Points, len(ages), sr.Tags)
+			}
+		})
+	}
 }
 
 // askSnapshot asks n for a snapshot of shard d/0 at term 1 with query.
