@@ -100,9 +100,18 @@
 // seal give up) before the one transaction that takes them out of the shard
 // file and records the file in its parts bucket (a file no record names is
 // removed at open; a recorded one missing or of another size fails the
-// open). The series index, postings, string heap, types and rollup cells
-// stay in the shard file, so a partition re-creates no series. Reads merge
-// the shard file over the partitions whose range overlaps theirs and never
+// open). A seal reads the range in steps of one read transaction each (at
+// most 4096 series and 4 MiB of blocks written) and waits after each what
+// the engine's compaction limiter asks for the bytes it wrote, so the seals
+// and compactions of every shard of a node together write at most the
+// compaction rate (8 MiB/s by default, none when compaction is off), and a
+// backlog (a database holding months of points when the seals begin) is
+// sealed over many passes, a Seal call ending once its partitions hold 64
+// MiB (or 16 partitions). The transaction that takes the range out of the
+// shard file is not paced: it holds the flush lock for one rewrite of the
+// partition's blocks. The series index, postings, string heap, types and
+// rollup cells stay in the shard file, so a partition re-creates no series.
+// Reads merge the shard file over the partitions whose range overlaps theirs and never
 // open the others; a late write into a sealed range lands in the shard
 // file and wins on its ts (the next seal of the range merges it into a new
 // file); a delete first moves the partitions it may touch back into the

@@ -24,7 +24,9 @@ type Sealer interface {
 	// Seal moves the flushed points of the partitions [start, start+len)
 	// whose end is at least one length before now (unix ns), oldest
 	// first, out of the shard file into files of their own, and returns
-	// how many it sealed (at most sealMax a call).
+	// how many it sealed: at most sealMax a call, and no more once those
+	// hold sealCallBytes, paced as compaction (sealBatch), so a backlog
+	// is sealed over many calls.
 	Seal(now int64) (int, error)
 }
 
@@ -35,11 +37,14 @@ var _ Sealer = (*boltShard)(nil)
 // (models.ProtocolPartitions) is sent no snapshot of such a shard.
 const PartFormat = 4
 
-// sealMax bounds one Seal call (each seal holds the flush lock), and
-// maxShardParts the sealed partitions of a shard: past it, the rest stays
-// in the shard file.
+// sealMax and sealCallBytes bound one Seal call (the host's expiry pass
+// of the node's other shards waits for it): no partition is begun once
+// those sealed hold sealCallBytes (8 s at the default compaction rate).
+// maxShardParts bounds the sealed partitions of a shard: past it, the rest
+// stays in the shard file.
 const (
 	sealMax       = 16
+	sealCallBytes = 64 << 20
 	maxShardParts = 4096
 )
 
@@ -68,17 +73,17 @@ func (s *boltShard) Seal(now int64) (int, error) {
 }
 
 func (s *boltShard) sealSome(l, now int64) (int, error) {
-	n := 0
-	for n < sealMax {
+	n, bytes := 0, int64(0)
+	for n < sealMax && bytes < sealCallBytes {
 		start, end, ok, err := s.sealCandidate(l, now)
 		if err != nil || !ok {
 			return n, err
 		}
-		done, err := s.sealRange(start, end)
-		if err != nil || !done {
+		size, err := s.sealRange(start, end)
+		if err != nil || size == 0 {
 			return n, err
 		}
-		n++
+		n, bytes = n+1, bytes+size
 	}
 	return n, nil
 }
@@ -127,7 +132,8 @@ type sealed struct {
 	replace uint64
 }
 
-// sealRange seals [start, end): the points of the range, the shard file's
+// sealRange seals [start, end) and returns the size of the file it wrote
+// (0: none, the range is left for a later pass): the points of the range, the shard file's
 // merged over those of a partition sealed before for it (late writes), go
 // to a new file, written and synced first; then one transaction of the
 // shard file takes them out of its blocks and packs and records the file.
@@ -139,11 +145,11 @@ type sealed struct {
 // raises the undo floor (delete.go): the entries flushed before it are
 // not rolled back one by one, since their points may be in the sealed file
 // now.
-func (s *boltShard) sealRange(start, end int64) (bool, error) {
+func (s *boltShard) sealRange(start, end int64) (int64, error) {
 	s.cmu.Lock()
 	defer s.cmu.Unlock()
 	if s.closed() {
-		return false, ErrClosed
+		return 0, ErrClosed
 	}
 	id := rand.Uint64() | 1
 	path := partPath(s.path, id)
@@ -151,7 +157,7 @@ func (s *boltShard) sealRange(start, end int64) (bool, error) {
 	w, ok, err := s.writePart(path, start, end)
 	if err != nil || !ok {
 		_ = os.Remove(path)
-		return false, err
+		return 0, err
 	}
 	if s.sealHook != nil {
 		s.sealHook()
@@ -162,13 +168,13 @@ func (s *boltShard) sealRange(start, end int64) (bool, error) {
 		// A flush, delete, rollback or restore changed points before end
 		// while the file was written: the next pass seals the range anew.
 		_ = os.Remove(path)
-		return false, nil
+		return 0, nil
 	}
 	w.rec.fileID = id
 	db, err := openPartFile(path, w.rec)
 	if err != nil {
 		_ = os.Remove(path)
-		return false, fmt.Errorf("engine: seal: %w", err)
+		return 0, fmt.Errorf("engine: seal: %w", err)
 	}
 	v, _ := partSets.Load(s.path)
 	set := v.(*partSet)
@@ -204,18 +210,26 @@ func (s *boltShard) sealRange(start, end int64) (bool, error) {
 			_ = p.db.Close()
 		}
 		_ = os.Remove(path)
-		return false, fmt.Errorf("engine: seal [%d, %d): %w", start, end, err)
+		return 0, fmt.Errorf("engine: seal [%d, %d): %w", start, end, err)
 	}
 	s.dropMapped()
 	if w.replace != 0 {
-		return true, s.retireParts([]uint64{w.replace})
+		return w.rec.size, s.retireParts([]uint64{w.replace})
 	}
-	return true, nil
+	return w.rec.size, nil
 }
 
-// sealBatch is how many series' blocks go to a partition file per
-// transaction of it.
-const sealBatch = 4096
+// A seal reads the range in steps, each one read transaction of the shard
+// file (bbolt's mmap lock and the shard's read lock held) of at most
+// sealBatch series and sealStepBytes of blocks written, and after each
+// waits what the engine's compaction limiter asks for the bytes it wrote:
+// the seals and compactions of every shard of a node together write at
+// most the compaction rate (DefaultCompactRate, 8 MiB/s), so a node sealing
+// a backlog of many shards leaves writes the rest of the disk and cores.
+const (
+	sealBatch     = 4096
+	sealStepBytes = 4 << 20
+)
 
 // writePart writes the points of [start, end) to a new partition file at
 // path, synced, and says what it holds (ok false: nothing to seal now, the
@@ -227,17 +241,7 @@ func (s *boltShard) writePart(path string, start, end int64) (w sealed, ok bool,
 		return w, false, fmt.Errorf("engine: seal: %w", err)
 	}
 	w.rec = partRec{start: start, end: end, minTS: math.MaxInt64, maxTS: math.MinInt64}
-	err = s.view(func(tx *bolt.Tx) error {
-		if ok, err = sealable(tx, start, end, &w); err != nil || !ok {
-			return err
-		}
-		sv, err := openSealed(tx, start, end-1)
-		if err != nil {
-			return err
-		}
-		defer sv.close()
-		return copyRange(tx, dst, sv, start, end, &w)
-	})
+	ok, err = s.copyRange(dst, start, end, &w)
 	// bbolt grows a file to the next power of two: cut it to its pages,
 	// as a copy of it (Tx.WriteTo) would be.
 	var used int64
@@ -288,48 +292,104 @@ func sealable(tx *bolt.Tx, start, end int64, w *sealed) (bool, error) {
 }
 
 // copyRange copies every series' points of [start, end), the shard file's
-// over sv's, into dst, a sealBatch of series per transaction.
-func copyRange(tx *bolt.Tx, dst *bolt.DB, sv sealedView, start, end int64, w *sealed) error {
-	next := uint64(1)
-	if v := tx.Bucket(bucketMeta).Get(keyNextSID); len(v) == 8 {
-		next = beUint64(v)
-	}
-	blocks, ps := tx.Bucket(bucketBlocks), packSource(tx)
-	for from := uint64(1); from < next; from += sealBatch {
-		err := dst.Update(func(out *bolt.Tx) error {
-			b, err := out.CreateBucketIfNotExists(bucketBlocks)
+// over those of the partition it replaces, into dst, in paced steps (see
+// sealBatch); ok false: the range cannot be sealed now (sealable). A
+// change to the range between two steps lowers sealWatch, and sealRange
+// then gives the file up.
+func (s *boltShard) copyRange(dst *bolt.DB, start, end int64, w *sealed) (ok bool, err error) {
+	ok = true
+	from, next := uint64(1), uint64(1)
+	for step := 0; ok && (step == 0 || from < next); step++ {
+		var wrote int64
+		err = s.view(func(tx *bolt.Tx) error {
+			if step == 0 {
+				if ok, err = sealable(tx, start, end, w); err != nil || !ok {
+					return err
+				}
+				if v := tx.Bucket(bucketMeta).Get(keyNextSID); len(v) == 8 {
+					next = beUint64(v)
+				}
+			}
+			sv, err := openSealed(tx, start, end-1)
 			if err != nil {
 				return err
 			}
-			b.FillPercent = 1
-			bp := &blockPut{blocks: b}
-			for id := from; id < min(next, from+sealBatch); id++ {
-				pts, typ, err := readMem(blocks, ps, id, start, end-1)
-				if err != nil {
-					return fmt.Errorf("series %d: %w", id, err)
-				}
-				if len(pts) > 0 {
-					w.moved, w.types = append(w.moved, id), append(w.types, typ)
-				}
-				if pts, typ, err = sv.under(pts, id, start, end-1, typ); err != nil {
-					return err
-				}
-				if len(pts) == 0 {
-					continue
-				}
-				w.rec.minTS, w.rec.maxTS = min(w.rec.minTS, pts[0].ts), max(w.rec.maxTS, pts[len(pts)-1].ts)
-				w.rec.blocks += int64((len(pts) + maxBlockPoints - 1) / maxBlockPoints)
-				if err := bp.put(id, pts, typ); err != nil {
-					return err
-				}
-			}
-			return nil
+			defer sv.close()
+			from, wrote, err = copyStep(tx, dst, sv, from, next, start, end, w)
+			return err
 		})
+		if err == nil && ok {
+			err = s.pace(wrote)
+		}
+		if err == nil && ok && s.sealStep != nil {
+			s.sealStep(wrote)
+		}
+		if err != nil {
+			return false, err
+		}
+	}
+	return ok, nil
+}
+
+// copyStep copies the points of [start, end) of the series from from on,
+// up to next, sealBatch of them or sealStepBytes of blocks, into dst in one
+// transaction of it, and returns the series the next step starts at and
+// the bytes it wrote.
+func copyStep(tx *bolt.Tx, dst *bolt.DB, sv sealedView, from, next uint64, start, end int64, w *sealed) (uint64, int64, error) {
+	blocks, ps := tx.Bucket(bucketBlocks), packSource(tx)
+	id, last := from, min(next, from+sealBatch)
+	var wrote int64
+	err := dst.Update(func(out *bolt.Tx) error {
+		b, err := out.CreateBucketIfNotExists(bucketBlocks)
 		if err != nil {
 			return err
 		}
+		b.FillPercent = 1
+		bp := &blockPut{blocks: b}
+		defer func() { wrote = bp.bytes }()
+		for ; id < last && bp.bytes < sealStepBytes; id++ {
+			pts, typ, err := readMem(blocks, ps, id, start, end-1)
+			if err != nil {
+				return fmt.Errorf("series %d: %w", id, err)
+			}
+			if len(pts) > 0 {
+				w.moved, w.types = append(w.moved, id), append(w.types, typ)
+			}
+			if pts, typ, err = sv.under(pts, id, start, end-1, typ); err != nil {
+				return err
+			}
+			if len(pts) == 0 {
+				continue
+			}
+			w.rec.minTS, w.rec.maxTS = min(w.rec.minTS, pts[0].ts), max(w.rec.maxTS, pts[len(pts)-1].ts)
+			w.rec.blocks += int64((len(pts) + maxBlockPoints - 1) / maxBlockPoints)
+			if err := bp.put(id, pts, typ); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return id, wrote, err
+}
+
+// pace waits what the engine's limiter asks after a seal's step wrote n
+// bytes (nothing when compaction is off), or until the shard closes.
+func (s *boltShard) pace(n int64) error {
+	if s.sealPace == nil || n == 0 {
+		return nil
 	}
-	return nil
+	wait := s.sealPace.delay(int(n), time.Now())
+	if wait <= 0 {
+		return nil
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-s.stop:
+		return ErrClosed
+	case <-t.C:
+		return nil
+	}
 }
 
 // touched lowers sealWatch to lo: points at lo or later changed in the

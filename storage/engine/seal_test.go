@@ -458,3 +458,57 @@ func TestSealGivesUpOnAFlushIntoItsRange(t *testing.T) {
 		return err
 	}))
 }
+
+// TestSealPacedInSteps: a seal reads the shard file in steps of at most
+// sealBatch series, one read transaction each, and books each step's bytes
+// with the engine's compaction limiter (so it waits as compaction does);
+// a flush into the range between two steps makes it give up, and the next
+// seal takes the late point too.
+func TestSealPacedInSteps(t *testing.T) {
+	const rate = 64 << 20
+	_, s := openShard1(t, WithFlushPoints(1<<30), WithFlushInterval(0), WithCompactRate(rate))
+	bs := s.(*boltShard)
+	series := sealBatch + 100
+	batch := make([]lineproto.Point, 0, series+1)
+	for i := range series {
+		batch = append(batch, pt("cpu", fmt.Sprintf("host=h%d", i), "value", hourNS/2, float64(i)))
+	}
+	apply(t, s, 1, append(batch, pt("cpu", "host=h0", "value", 3*hourNS, 1))...)
+	flushNow(t, s)
+
+	steps := 0
+	bs.sealStep = func(int64) {
+		if steps++; steps == 1 {
+			apply(t, s, 1, pt("cpu", "host=h1", "value", hourNS/2+1, -1))
+			flushNow(t, s)
+		}
+	}
+	require.Zero(t, sealAt(t, s, 3*hourNS), "a flush into the range between steps")
+	require.Equal(t, 2, steps)
+	require.Empty(t, partFilesOf(t, s), "the given up file is gone")
+
+	var wrote []int64
+	bs.sealStep = func(n int64) { wrote = append(wrote, n) }
+	before := time.Now()
+	require.Equal(t, 1, sealAt(t, s, 3*hourNS))
+	require.Len(t, wrote, 2, "%d series: two steps", series)
+	var total int64
+	for _, n := range wrote {
+		require.Positive(t, n)
+		total += n
+	}
+	bs.sealPace.mu.Lock()
+	booked := bs.sealPace.next.Sub(before)
+	bs.sealPace.mu.Unlock()
+	require.GreaterOrEqual(t, booked, time.Duration(float64(total)/rate*float64(time.Second)),
+		"the limiter paces the %d bytes the steps wrote", total)
+
+	got, err := s.Query("cpu", nil, 0, hourNS)
+	require.NoError(t, err)
+	require.Len(t, got, series)
+	require.NoError(t, bs.view(func(tx *bolt.Tx) error {
+		oldest, _, err := fileOldest(tx)
+		require.Equal(t, 3*hourNS, oldest, "hour 0, the late point too, went to the partition file")
+		return err
+	}))
+}

@@ -83,6 +83,7 @@ type boltShard struct {
 	memAcct     *memBudget   // the engine's account of memtable bytes
 	memCharged  int64        // what this shard's active memtable is charged there; guarded by wmu
 	cmu         sync.Mutex   // held by a compaction step
+	sealPace    *rateLimiter // paces seals (the engine's compaction limiter); nil: compaction off, no pace
 	compactAt   []byte       // where compaction resumes; guarded by cmu
 
 	frozenCharged int64 // what its frozen memtable is charged there; guarded by fmu
@@ -109,6 +110,9 @@ type boltShard struct {
 	// sealHook, set by tests, runs in each seal between the partition
 	// file's write and the shard file's commit, without the flush lock.
 	sealHook func()
+	// sealStep, set by tests, runs after each paced step of a seal's copy
+	// with the bytes it wrote.
+	sealStep func(wrote int64)
 }
 
 type shardMeta struct {
@@ -162,6 +166,7 @@ func openShard(path string, id shardID, o options, lim *rateLimiter, mem *memBud
 	s.q.lastTxn, s.q.lastTerm = s.LastEntry()
 	go s.flushLoop(o.flushInterval, o.flushReport)
 	if o.compactRate > 0 {
+		s.sealPace = lim
 		go s.compactLoop(o.compactEvery, lim)
 	} else {
 		close(s.compactDone)
