@@ -314,7 +314,6 @@ type blockPut struct {
 	fromTxn        []byte // the recent bucket's value for every block; nil: none
 	vals           valueArena
 	scratch        []byte
-	bytes          int64 // of the blocks put, keys and values
 }
 
 func newBlockPut(tx *bolt.Tx, fromTxn uint64) *blockPut {
@@ -339,7 +338,6 @@ func (bp *blockPut) put(id uint64, pts []memPoint, typ models.FieldType) error {
 		if err := bp.blocks.Put(k[:], bp.vals.add(bp.scratch)); err != nil {
 			return err
 		}
-		bp.bytes += int64(len(k) + len(bp.scratch))
 		if bp.fromTxn != nil {
 			if err := bp.recent.Put(k[:], bp.fromTxn); err != nil {
 				return err

@@ -101,13 +101,13 @@
 // file and records the file in its parts bucket (a file no record names is
 // removed at open; a recorded one missing or of another size fails the
 // open). A seal reads the range in steps of one read transaction each (at
-// most 4096 series and 4 MiB of blocks written) and waits after each what
-// the engine's compaction limiter asks for the bytes it wrote, so the seals
-// and compactions of every shard of a node together write at most the
-// compaction rate (8 MiB/s by default, none when compaction is off), and a
-// backlog (a database holding months of points when the seals begin) is
-// sealed over many passes, a Seal call ending once its partitions hold 64
-// MiB (or 16 partitions). The transaction that takes the range out of the
+// most 4096 series and 256k points) and waits after each what the engine's
+// compaction limiter asks for 16 bytes a point (their decoded size), so the
+// seals and compactions of every shard of a node together go at most at
+// the compaction rate (8 MiB/s by default: 524k points/s of seals; no pace
+// when compaction is off), and a backlog (a database holding months of
+// points when the seals begin) is sealed over many passes, a Seal call
+// beginning no partition once those it sealed held 4M points (or 16). The transaction that takes the range out of the
 // shard file is not paced: it holds the flush lock for one rewrite of the
 // partition's blocks. The series index, postings, string heap, types and
 // rollup cells stay in the shard file, so a partition re-creates no series.

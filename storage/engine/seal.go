@@ -25,7 +25,7 @@ type Sealer interface {
 	// whose end is at least one length before now (unix ns), oldest
 	// first, out of the shard file into files of their own, and returns
 	// how many it sealed: at most sealMax a call, and no more once those
-	// hold sealCallBytes, paced as compaction (sealBatch), so a backlog
+	// held sealCallWork, paced as compaction (sealBatch), so a backlog
 	// is sealed over many calls.
 	Seal(now int64) (int, error)
 }
@@ -37,14 +37,15 @@ var _ Sealer = (*boltShard)(nil)
 // (models.ProtocolPartitions) is sent no snapshot of such a shard.
 const PartFormat = 4
 
-// sealMax and sealCallBytes bound one Seal call (the host's expiry pass
-// of the node's other shards waits for it): no partition is begun once
-// those sealed hold sealCallBytes (8 s at the default compaction rate).
+// sealMax and sealCallWork bound one Seal call (the host's expiry pass of
+// the node's other shards waits for it): no partition is begun once those
+// sealed held sealCallWork (4M points: 8 s at the default compaction rate;
+// see sealBatch).
 // maxShardParts bounds the sealed partitions of a shard: past it, the rest
 // stays in the shard file.
 const (
 	sealMax       = 16
-	sealCallBytes = 64 << 20
+	sealCallWork  = 64 << 20
 	maxShardParts = 4096
 )
 
@@ -73,17 +74,17 @@ func (s *boltShard) Seal(now int64) (int, error) {
 }
 
 func (s *boltShard) sealSome(l, now int64) (int, error) {
-	n, bytes := 0, int64(0)
-	for n < sealMax && bytes < sealCallBytes {
+	n, work := 0, int64(0)
+	for n < sealMax && work < sealCallWork {
 		start, end, ok, err := s.sealCandidate(l, now)
 		if err != nil || !ok {
 			return n, err
 		}
-		size, err := s.sealRange(start, end)
-		if err != nil || size == 0 {
+		did, err := s.sealRange(start, end)
+		if err != nil || did == 0 {
 			return n, err
 		}
-		n, bytes = n+1, bytes+size
+		n, work = n+1, work+did
 	}
 	return n, nil
 }
@@ -130,10 +131,11 @@ type sealed struct {
 	moved   []uint64
 	types   []models.FieldType
 	replace uint64
+	work    int64 // booked by the copy's steps (sealBatch)
 }
 
-// sealRange seals [start, end) and returns the size of the file it wrote
-// (0: none, the range is left for a later pass): the points of the range, the shard file's
+// sealRange seals [start, end) and returns the work its copy booked (see
+// sealBatch; 0: it sealed nothing, the range is left for a later pass): the points of the range, the shard file's
 // merged over those of a partition sealed before for it (late writes), go
 // to a new file, written and synced first; then one transaction of the
 // shard file takes them out of its blocks and packs and records the file.
@@ -214,21 +216,25 @@ func (s *boltShard) sealRange(start, end int64) (int64, error) {
 	}
 	s.dropMapped()
 	if w.replace != 0 {
-		return w.rec.size, s.retireParts([]uint64{w.replace})
+		return w.work, s.retireParts([]uint64{w.replace})
 	}
-	return w.rec.size, nil
+	return w.work, nil
 }
 
 // A seal reads the range in steps, each one read transaction of the shard
 // file (bbolt's mmap lock and the shard's read lock held) of at most
-// sealBatch series and sealStepBytes of blocks written, and after each
-// waits what the engine's compaction limiter asks for the bytes it wrote:
-// the seals and compactions of every shard of a node together write at
-// most the compaction rate (DefaultCompactRate, 8 MiB/s), so a node sealing
-// a backlog of many shards leaves writes the rest of the disk and cores.
+// sealBatch series and sealStepWork of work, and after each waits what the
+// engine's compaction limiter asks for its work: pointWork bytes a point
+// copied, its decoded size (the blocks written are often ten times
+// smaller, and decoding and encoding the points is the cost on the cores).
+// The seals and compactions of every shard of a node together go at most
+// at the compaction rate (DefaultCompactRate, 8 MiB/s: 524k points/s of
+// seals), so a node sealing a backlog of many shards leaves writes the
+// rest of the disk and cores.
 const (
-	sealBatch     = 4096
-	sealStepBytes = 4 << 20
+	sealBatch    = 4096
+	sealStepWork = 4 << 20
+	pointWork    = 16
 )
 
 // writePart writes the points of [start, end) to a new partition file at
@@ -300,7 +306,7 @@ func (s *boltShard) copyRange(dst *bolt.DB, start, end int64, w *sealed) (ok boo
 	ok = true
 	from, next := uint64(1), uint64(1)
 	for step := 0; ok && (step == 0 || from < next); step++ {
-		var wrote int64
+		var did int64
 		err = s.view(func(tx *bolt.Tx) error {
 			if step == 0 {
 				if ok, err = sealable(tx, start, end, w); err != nil || !ok {
@@ -315,14 +321,15 @@ func (s *boltShard) copyRange(dst *bolt.DB, start, end int64, w *sealed) (ok boo
 				return err
 			}
 			defer sv.close()
-			from, wrote, err = copyStep(tx, dst, sv, from, next, start, end, w)
+			from, did, err = copyStep(tx, dst, sv, from, next, start, end, w)
 			return err
 		})
 		if err == nil && ok {
-			err = s.pace(wrote)
+			w.work += did
+			err = s.pace(did)
 		}
 		if err == nil && ok && s.sealStep != nil {
-			s.sealStep(wrote)
+			s.sealStep(did)
 		}
 		if err != nil {
 			return false, err
@@ -332,13 +339,13 @@ func (s *boltShard) copyRange(dst *bolt.DB, start, end int64, w *sealed) (ok boo
 }
 
 // copyStep copies the points of [start, end) of the series from from on,
-// up to next, sealBatch of them or sealStepBytes of blocks, into dst in one
+// up to next, sealBatch of them or sealStepWork of work, into dst in one
 // transaction of it, and returns the series the next step starts at and
-// the bytes it wrote.
+// its work.
 func copyStep(tx *bolt.Tx, dst *bolt.DB, sv sealedView, from, next uint64, start, end int64, w *sealed) (uint64, int64, error) {
 	blocks, ps := tx.Bucket(bucketBlocks), packSource(tx)
 	id, last := from, min(next, from+sealBatch)
-	var wrote int64
+	var work int64
 	err := dst.Update(func(out *bolt.Tx) error {
 		b, err := out.CreateBucketIfNotExists(bucketBlocks)
 		if err != nil {
@@ -346,8 +353,7 @@ func copyStep(tx *bolt.Tx, dst *bolt.DB, sv sealedView, from, next uint64, start
 		}
 		b.FillPercent = 1
 		bp := &blockPut{blocks: b}
-		defer func() { wrote = bp.bytes }()
-		for ; id < last && bp.bytes < sealStepBytes; id++ {
+		for ; id < last && work < sealStepWork; id++ {
 			pts, typ, err := readMem(blocks, ps, id, start, end-1)
 			if err != nil {
 				return fmt.Errorf("series %d: %w", id, err)
@@ -363,17 +369,18 @@ func copyStep(tx *bolt.Tx, dst *bolt.DB, sv sealedView, from, next uint64, start
 			}
 			w.rec.minTS, w.rec.maxTS = min(w.rec.minTS, pts[0].ts), max(w.rec.maxTS, pts[len(pts)-1].ts)
 			w.rec.blocks += int64((len(pts) + maxBlockPoints - 1) / maxBlockPoints)
+			work += pointWork * int64(len(pts))
 			if err := bp.put(id, pts, typ); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
-	return id, wrote, err
+	return id, work, err
 }
 
-// pace waits what the engine's limiter asks after a seal's step wrote n
-// bytes (nothing when compaction is off), or until the shard closes.
+// pace waits what the engine's limiter asks after a seal's step of n work
+// (nothing when compaction is off), or until the shard closes.
 func (s *boltShard) pace(n int64) error {
 	if s.sealPace == nil || n == 0 {
 		return nil

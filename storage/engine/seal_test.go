@@ -460,8 +460,8 @@ func TestSealGivesUpOnAFlushIntoItsRange(t *testing.T) {
 }
 
 // TestSealPacedInSteps: a seal reads the shard file in steps of at most
-// sealBatch series, one read transaction each, and books each step's bytes
-// with the engine's compaction limiter (so it waits as compaction does);
+// sealBatch series, one read transaction each, and books each step's work
+// (16 bytes a point) with the engine's compaction limiter (so it waits as compaction does);
 // a flush into the range between two steps makes it give up, and the next
 // seal takes the late point too.
 func TestSealPacedInSteps(t *testing.T) {
@@ -487,21 +487,18 @@ func TestSealPacedInSteps(t *testing.T) {
 	require.Equal(t, 2, steps)
 	require.Empty(t, partFilesOf(t, s), "the given up file is gone")
 
-	var wrote []int64
-	bs.sealStep = func(n int64) { wrote = append(wrote, n) }
+	var work []int64
+	bs.sealStep = func(n int64) { work = append(work, n) }
 	before := time.Now()
 	require.Equal(t, 1, sealAt(t, s, 3*hourNS))
-	require.Len(t, wrote, 2, "%d series: two steps", series)
-	var total int64
-	for _, n := range wrote {
-		require.Positive(t, n)
-		total += n
-	}
+	require.Len(t, work, 2, "%d series: two steps", series)
+	require.Equal(t, []int64{pointWork * (sealBatch + 1), pointWork * 100}, work, "a point a series, and h1's late one")
+	total := work[0] + work[1]
 	bs.sealPace.mu.Lock()
 	booked := bs.sealPace.next.Sub(before)
 	bs.sealPace.mu.Unlock()
 	require.GreaterOrEqual(t, booked, time.Duration(float64(total)/rate*float64(time.Second)),
-		"the limiter paces the %d bytes the steps wrote", total)
+		"the limiter paces the %d bytes of work of the steps", total)
 
 	got, err := s.Query("cpu", nil, 0, hourNS)
 	require.NoError(t, err)

@@ -111,8 +111,8 @@ type boltShard struct {
 	// file's write and the shard file's commit, without the flush lock.
 	sealHook func()
 	// sealStep, set by tests, runs after each paced step of a seal's copy
-	// with the bytes it wrote.
-	sealStep func(wrote int64)
+	// with the work it booked.
+	sealStep func(work int64)
 }
 
 type shardMeta struct {
