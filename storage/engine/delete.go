@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/cairn-db/cairn/storage/lineproto"
@@ -167,6 +168,13 @@ func applyDeletes(tx *bolt.Tx, dels []*wire.Delete, gone *goneChange) (bool, err
 		return false, nil
 	}
 	bp := newBlockPut(tx, 0) // rewritten blocks: not rebuildable from the log alone
+	// The sealed partitions left after unsealFor, opened once for every
+	// series the deletes empty, not once a series.
+	sv, err := openSealed(tx, math.MinInt64, math.MaxInt64)
+	if err != nil {
+		return true, err
+	}
+	defer sv.close()
 	for _, d := range dels {
 		ids, err := candidateIDs(tx, d.Metric, deleteMatch(d))
 		if err != nil {
@@ -179,7 +187,7 @@ func applyDeletes(tx *bolt.Tx, dels []*wire.Delete, gone *goneChange) (bool, err
 			if err := rollupRange(tx, id, d.Min, d.Max, true); err != nil {
 				return true, fmt.Errorf("delete from the rollups of series %d: %w", id, err)
 			}
-			if err := markGone(tx, id, gone); err != nil {
+			if err := markGone(tx, sv, id, gone); err != nil {
 				return true, err
 			}
 		}

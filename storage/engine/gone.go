@@ -21,8 +21,9 @@ var bucketGone = []byte("gone")
 // after its commit.
 type goneChange struct{ add, remove []uint64 }
 
-// markGone records series id gone if the deletes left it no block.
-func markGone(tx *bolt.Tx, id uint64, ch *goneChange) error {
+// markGone records series id gone if the deletes left it no block (sv:
+// the sealed partitions the flush's transaction records).
+func markGone(tx *bolt.Tx, sv sealedView, id uint64, ch *goneChange) error {
 	prefix := u64Key(id)
 	if k, _ := tx.Bucket(bucketBlocks).Cursor().Seek(prefix); k != nil && bytes.HasPrefix(k, prefix) {
 		return nil
@@ -30,7 +31,7 @@ func markGone(tx *bolt.Tx, id uint64, ch *goneChange) error {
 	if _, packed, err := lastPackedMax(tx, id); err != nil || packed {
 		return err
 	}
-	if sealed, err := sealedHolds(tx, id); err != nil || sealed {
+	if sealed, err := sv.holds(id); err != nil || sealed {
 		return err
 	}
 	ch.add = append(ch.add, id)

@@ -25,10 +25,17 @@ func unsealFor(tx *bolt.Tx, dels []*wire.Delete) ([]uint64, error) {
 	if err != nil || len(recs) == 0 {
 		return nil, err
 	}
+	// The series each delete matches, looked up once for every partition.
+	cands := make([][]uint64, len(dels))
+	for i, d := range dels {
+		if cands[i], err = candidateIDs(tx, d.Metric, deleteMatch(d)); err != nil {
+			return nil, err
+		}
+	}
 	var ids []uint64
 	rw := newBlockPut(tx, 0)
 	for _, r := range recs {
-		touched, err := touches(tx, r, dels)
+		touched, err := touches(tx, r, dels, cands)
 		if err != nil {
 			return nil, err
 		}
@@ -98,27 +105,26 @@ const touchCheckMax = 4096
 
 // touches says whether one of dels may delete points of the partition of
 // r: its range overlaps the partition's points, and the partition holds a
-// block of a series it matches (DROP MEASUREMENT m brings back only the
-// partitions that hold m).
-func touches(tx *bolt.Tx, r partRec, dels []*wire.Delete) (bool, error) {
+// block of a series it matches (cands[i]: the series dels[i] matches; DROP
+// MEASUREMENT m brings back only the partitions that hold m).
+func touches(tx *bolt.Tx, r partRec, dels []*wire.Delete, cands [][]uint64) (bool, error) {
 	var sv sealedView
 	defer func() { sv.close() }()
-	for _, d := range dels {
+	for i, d := range dels {
 		if d.Min > r.maxTS || d.Max < r.minTS {
 			continue
 		}
-		ids, err := candidateIDs(tx, d.Metric, deleteMatch(d))
-		if err != nil || len(ids) > touchCheckMax {
-			return true, err
+		if len(cands[i]) > touchCheckMax {
+			return true, nil
 		}
 		if sv.parts == nil {
+			var err error
 			if sv, err = openSealed(tx, r.start, r.end-1); err != nil {
 				return false, err
 			}
 		}
-		for _, id := range ids {
-			held := false
-			if err := sv.span(id, func(int64, int64) { held = true }); err != nil || held {
+		for _, id := range cands[i] {
+			if held, err := sv.holds(id); err != nil || held {
 				return true, err
 			}
 		}

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -430,14 +429,10 @@ func (v sealedView) span(id uint64, widen func(lo, hi int64)) error {
 	return nil
 }
 
-// sealedHolds says whether a sealed partition holds points of series id.
-func sealedHolds(tx *bolt.Tx, id uint64) (bool, error) {
-	sv, err := openSealed(tx, math.MinInt64, math.MaxInt64)
-	if err != nil {
-		return false, err
-	}
-	defer sv.close()
+// holds says whether one of the view's partitions holds points of series
+// id.
+func (v sealedView) holds(id uint64) (bool, error) {
 	held := false
-	err = sv.span(id, func(int64, int64) { held = true })
+	err := v.span(id, func(int64, int64) { held = true })
 	return held, err
 }
