@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cairn-db/cairn/models"
+	"github.com/cairn-db/cairn/statemachine"
 	"github.com/cairn-db/cairn/storage/client"
 	"go.uber.org/zap"
 )
@@ -110,13 +112,13 @@ func (h *Host) join(r *replica, p client.Peer, term int64, back func(why error))
 // address; its replicas look their leader up again.
 var errLeaderGone = errors.New("storage: the leader node is no longer live at its address")
 
-// endSessionsExcept hands every member of the sessions whose leader (id and
-// address) is not in live back to its replica (errLeaderGone).
-func (h *Host) endSessionsExcept(live map[client.Peer]bool) {
+// endSessionsGone hands every member of the sessions whose leader (id and
+// address) is not live in nodes back to its replica (errLeaderGone).
+func (h *Host) endSessionsGone(nodes statemachine.Map[models.StorageNode]) {
 	var gone []*fetchSession
 	h.sessMu.Lock()
 	for p, s := range h.sessions {
-		if !live[p] {
+		if n, ok := nodes.Get(p.ID); !ok || n.NodeAddress != p.Address {
 			gone = append(gone, s)
 		}
 	}

@@ -210,7 +210,7 @@ func (h *Host) Run(ctx context.Context) {
 	pctx, stopPeers := context.WithCancel(ctx)
 	peersDone := make(chan struct{})
 	expireDone := make(chan struct{})
-	go func() { defer close(peersDone); h.watchPeers(pctx) }()
+	go func() { defer close(peersDone); h.watchPeers(pctx, feed) }()
 	go func() { defer close(expireDone); h.expireLoop(pctx) }()
 	defer func() { stopPeers(); <-peersDone; <-expireDone }()
 	t := time.NewTimer(fullEvery)

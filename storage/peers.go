@@ -9,7 +9,6 @@ import (
 	"github.com/cairn-db/cairn/coordinator/kv"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
-	"github.com/cairn-db/cairn/storage/client"
 )
 
 // Where a storage node finds its peers. A real storage process watches its
@@ -126,31 +125,23 @@ func (h *Host) forgetPeer(id, addr string) {
 
 // watchPeers ends the fetch sessions to addresses no live node has any more
 // (a leader that stopped, or whose node id registered again elsewhere: a copy
-// of its data dir, a real move) as soon as the live nodes change, so its
+// of its data dir, a real move) as soon as the live nodes show it, so its
 // followers look up the leader again at once, well within the catch-up
 // window a new incarnation gives them before it drops them from its
-// in-sync set. Only when this process watches the live nodes; O(sessions +
-// live nodes) per change of them, nothing at idle.
-func (h *Host) watchPeers(ctx context.Context) {
-	if h.cfg.Changed == nil {
-		return
-	}
-	var seen statemachine.Map[models.StorageNode]
-	first := true
+// in-sync set. Only when this process watches the live nodes. The feed
+// wakes it only when a live node left or moved (not for a record rewritten
+// in place), and each wake costs O(this host's sessions): every host of a
+// process shares the feed's one comparison of the live nodes.
+func (h *Host) watchPeers(ctx context.Context, feed *Feed) {
 	for {
-		changed := h.cfg.Changed()
-		if nodes, watched := h.liveNodes(); watched && (first || !nodes.Same(seen)) {
-			seen, first = nodes, false
-			live := make(map[client.Peer]bool, nodes.Len())
-			for id, n := range nodes.All() {
-				live[client.Peer{ID: id, Address: n.NodeAddress}] = true
-			}
-			h.endSessionsExcept(live)
+		gone := feed.peersGone()
+		if nodes, watched := h.liveNodes(); watched {
+			h.endSessionsGone(nodes)
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-changed:
+		case <-gone:
 		}
 	}
 }

@@ -217,14 +217,19 @@ func (c *cluster) start(ctx context.Context, dir string) error {
 	if err := c.post(ctx, "/api/v1/storage-clusters", sc); err != nil {
 		return err
 	}
-	// What a storage-only process watches (app.watched): no live nodes,
-	// no in-sync sets.
+	// What a storage-only process watches (app.watched): the live nodes
+	// of its cluster, no in-sync sets. Each real node decodes every node
+	// record change itself; here one watch feeds every agent, as it does
+	// for the other records: the agents find their leaders' addresses and
+	// their followers' liveness there, and end their fetch sessions to a
+	// node that left, as real nodes do, instead of asking etcd.
 	c.sm = statemachine.New(statemachine.Config{Logger: c.lg})
 	c.sm.Start(context.Background())
-	for _, src := range statemachine.MainSources(c.store, c.keys) {
+	srcs := append(statemachine.MainSources(c.store, c.keys), statemachine.ClusterSources(c.store, "default", c.ck)...)
+	for _, src := range srcs {
 		switch src.Kind {
 		case statemachine.KindMaster, statemachine.KindStorageConfig, statemachine.KindDatabaseConfig,
-			statemachine.KindAssign, statemachine.KindShardState:
+			statemachine.KindAssign, statemachine.KindShardState, statemachine.KindStorageNodes:
 			c.sm.AddSource(src)
 		}
 	}

@@ -1,0 +1,63 @@
+package storage
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/cairn-db/cairn/coordinator/kv"
+	"github.com/cairn-db/cairn/models"
+	"github.com/cairn-db/cairn/statemachine"
+	"github.com/stretchr/testify/require"
+)
+
+// The feed closes peersGone when a live node leaves or moves to another
+// address, and not when a record is rewritten in place (a report, disk
+// use) or a node joins: only the first two can end a fetch session.
+func TestFeedSignalsPeersGoneOnLeaveOrMoveOnly(t *testing.T) {
+	sm := statemachine.New(statemachine.Config{})
+	sm.Start(context.Background())
+	defer sm.Stop()
+	f := NewFeed(sm.Snapshot, sm.Changed)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); f.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	var version int64
+	node := func(typ kv.WatchEventKind, id, addr string) {
+		version++
+		sm.Push(statemachine.Event{Source: statemachine.ClusterNodesSource("default"), Kind: statemachine.KindStorageNodes,
+			Cluster: "default", Type: typ, Name: id, Value: models.StorageNode{NodeID: id, NodeAddress: addr, LastUpdated: version}})
+		require.Eventually(t, func() bool {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if f.seen == nil {
+				return false
+			}
+			n, ok := f.seen.Nodes.At("default").Get(id)
+			return ok == (typ == kv.WatchPut) && (!ok || n.LastUpdated == version)
+		}, 5*time.Second, time.Millisecond)
+	}
+	closed := func(ch <-chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	node(kv.WatchPut, "a", "127.0.0.1:1")
+	node(kv.WatchPut, "b", "127.0.0.1:2")
+	gone := f.peersGone()
+	node(kv.WatchPut, "c", "127.0.0.1:3")
+	node(kv.WatchPut, "a", "127.0.0.1:1")
+	require.False(t, closed(gone), "a join and a record rewritten at the same address end no session")
+
+	node(kv.WatchPut, "a", "127.0.0.1:9")
+	require.True(t, closed(gone), "a node at another address")
+	gone = f.peersGone()
+	require.False(t, closed(gone))
+	node(kv.WatchDelete, "b", "")
+	require.True(t, closed(gone), "a node that left")
+}
