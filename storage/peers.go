@@ -15,8 +15,8 @@ import (
 // cluster's live nodes: their records change only on a join, a leave or a
 // real change (liveness is the lease), so that costs nothing at idle, and a
 // move of a leader's node id (a copy of its data dir, a real move) reaches
-// its followers at once (watchPeers). Without that watch (`cairn simulate
-// cluster`'s agents share one process and its etcd) the host asks etcd for
+// its followers at once (watchPeers). Without that watch (a host whose
+// process does not keep the live nodes) the host asks etcd for
 // the few records it needs, when it needs them: the address of a leader it
 // starts following (remembered until fetching from that address fails) and,
 // when it starts leading a shard, which of the shard's other replicas are
@@ -53,8 +53,8 @@ func (h *Host) peerOf(id string, kvp *kv.KeyValue) (*models.StorageNode, error) 
 
 // liveNodes is the cluster's live nodes as this process watches them, and
 // whether it does (a storage-only node watches their records' changes:
-// joins, leaves, moves, never heartbeats; `cairn simulate cluster`'s agents
-// do not, and ask etcd).
+// joins, leaves, moves, never heartbeats, and so do `cairn simulate
+// cluster`'s agents, through one shared watch; a host without it asks etcd).
 func (h *Host) liveNodes() (statemachine.Map[models.StorageNode], bool) {
 	st := h.state()
 	return st.Nodes.At(h.cluster), st.Synced[statemachine.ClusterNodesSource(h.cluster)]
