@@ -398,9 +398,10 @@ func (a *App) probeEtcd(ctx context.Context) {
 	defer t.Stop()
 	var alarmsAt time.Time
 	for {
-		// Shared with the watchers' cluster checks: one probe per 2s.
+		// Shared with the watchers' cluster checks: one probe per 2s, none
+		// while lease renewals are answered.
 		pctx, cancel := context.WithTimeout(ctx, 900*time.Millisecond)
-		_, _, _, err := a.store.SharedHeader(pctx, 2*time.Second)
+		_, err := a.store.SharedHeader(pctx, 2*time.Second)
 		cancel()
 		if ctx.Err() != nil {
 			return

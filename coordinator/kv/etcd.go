@@ -391,7 +391,12 @@ func (s *EtcdStore) KeepAlive(ctx context.Context, id LeaseID) (<-chan struct{},
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		for range ch { //nolint:revive // drain keepalive responses until the lease is lost
+		// Until the lease is lost. Each renewal's answer tells the cluster
+		// checks that etcd answers, with its cluster id and revision.
+		for resp := range ch {
+			if resp.ResponseHeader != nil {
+				s.probe.Heard(resp.ClusterId, resp.Revision)
+			}
 		}
 	}()
 	return done, nil
@@ -526,9 +531,10 @@ func alarmsOf(errs []string) []string {
 	return out
 }
 
-// SharedHeader is Header shared by every watcher of this store: a probe
-// younger than maxAge is answered from memory (see HeaderProbe).
-func (s *EtcdStore) SharedHeader(ctx context.Context, maxAge time.Duration) (uint64, int64, time.Time, error) {
+// SharedHeader is Header shared by every watcher of this store: a probe, or
+// a lease renewal's answer, younger than maxAge is answered from memory (see
+// HeaderProbe).
+func (s *EtcdStore) SharedHeader(ctx context.Context, maxAge time.Duration) (ClusterHeader, error) {
 	return s.probe.Get(ctx, maxAge, s.Header)
 }
 

@@ -3,6 +3,7 @@ package kv
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -152,47 +153,116 @@ var ClusterCheckInterval = 2 * time.Second
 
 // HeaderProbe shares one cluster-id/revision probe among the watchers of a
 // store: a store with many watched prefixes makes one probe per interval,
-// not one per watcher. The zero value is ready to use.
+// not one per watcher. It also keeps the header of etcd's last answer to
+// another request (Heard: a lease renewal, which every node with a lease
+// gets each third of its TTL), which answers a check instead of a probe
+// while it is young: sixty idle nodes probing every two seconds were most
+// of the requests an idle etcd served. The zero value is ready to use.
 type HeaderProbe struct {
-	mu  sync.Mutex
-	id  uint64
-	rev int64
-	at  time.Time // when the last successful probe was sent
+	mu       sync.Mutex
+	last     ClusterHeader // the last probe's answer (Exact)
+	heard    ClusterHeader // the last answer heard to another request
+	failedAt time.Time     // when the last probe that failed was sent
+	failed   error
+	inflight chan struct{} // closed when the probe under way ends
 }
 
-// Get returns the last probe's answer and when it was sent if it is younger
-// than maxAge, else probes now with fetch. Concurrent callers wait for one
-// probe and share it.
-func (p *HeaderProbe) Get(ctx context.Context, maxAge time.Duration,
-	fetch func(context.Context) (uint64, int64, error)) (uint64, int64, time.Time, error) {
+// ClusterHeader is what a cluster check learned: the etcd cluster's id and
+// a revision it had reached. Exact: At is when the probe was sent, so etcd
+// read Rev after At. Otherwise the header came with an answer to another
+// request and At is when that answer arrived: etcd read Rev at some time
+// before At, possibly before revisions this process has seen since.
+type ClusterHeader struct {
+	ID    uint64
+	Rev   int64
+	At    time.Time
+	Exact bool
+}
+
+// Heard records the cluster id and revision of an answer etcd gave to
+// another request, as it arrives.
+func (p *HeaderProbe) Heard(id uint64, rev int64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if !p.at.IsZero() && time.Since(p.at) < maxAge {
-		return p.id, p.rev, p.at, nil
+	p.heard = ClusterHeader{ID: id, Rev: rev, At: time.Now()}
+}
+
+// Get returns the newest of: the last probe's answer, the last answer heard,
+// the last probe's failure, if it is younger than maxAge; else it probes
+// with fetch. maxAge 0 asks for a probe sent after the
+// call, whose answer is exact. Concurrent callers share one probe; each
+// waits for it no longer than its own ctx.
+func (p *HeaderProbe) Get(ctx context.Context, maxAge time.Duration,
+	fetch func(context.Context) (uint64, int64, error)) (ClusterHeader, error) {
+	start := time.Now()
+	fresh := func(at time.Time) bool {
+		if maxAge == 0 {
+			return !at.Before(start)
+		}
+		return !at.IsZero() && time.Since(at) < maxAge
 	}
+	for {
+		p.mu.Lock()
+		switch {
+		case fresh(p.failedAt) && p.failedAt.After(p.last.At) && p.failedAt.After(p.heard.At):
+			defer p.mu.Unlock()
+			return ClusterHeader{}, p.failed
+		case fresh(p.last.At):
+			defer p.mu.Unlock()
+			return p.last, nil
+		case maxAge > 0 && fresh(p.heard.At):
+			defer p.mu.Unlock()
+			return p.heard, nil
+		case p.inflight != nil:
+			wait := p.inflight
+			p.mu.Unlock()
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return ClusterHeader{}, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+			}
+		}
+		done := make(chan struct{})
+		p.inflight = done
+		p.mu.Unlock()
+		return p.probe(ctx, fetch, done)
+	}
+}
+
+// probe sends one probe and records its answer, or its failure when etcd
+// (not the caller's own ctx) failed it: callers within maxAge share that.
+func (p *HeaderProbe) probe(ctx context.Context, fetch func(context.Context) (uint64, int64, error), done chan struct{}) (ClusterHeader, error) {
 	at := time.Now()
 	id, rev, err := fetch(ctx)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.inflight = nil
+	close(done)
 	if err != nil {
-		return 0, 0, time.Time{}, err
+		if ctx.Err() == nil {
+			p.failedAt, p.failed = at, err
+		}
+		return ClusterHeader{}, err
 	}
-	p.id, p.rev, p.at = id, rev, at
-	return id, rev, at, nil
+	p.last = ClusterHeader{ID: id, Rev: rev, At: at, Exact: true}
+	return p.last, nil
 }
 
 // sharedHeaderStore is a store whose watchers share cluster probes.
 type sharedHeaderStore interface {
-	SharedHeader(ctx context.Context, maxAge time.Duration) (uint64, int64, time.Time, error)
+	SharedHeader(ctx context.Context, maxAge time.Duration) (ClusterHeader, error)
 }
 
 // probeHeader asks the store for its cluster id and revision, sharing a
-// recent probe when the store can; at is when the answering probe was sent.
-func probeHeader(ctx context.Context, store Store, maxAge time.Duration) (uint64, int64, time.Time, error) {
+// recent probe or answer when the store can (maxAge 0: a probe of its own).
+func probeHeader(ctx context.Context, store Store, maxAge time.Duration) (ClusterHeader, error) {
 	if s, ok := store.(sharedHeaderStore); ok {
 		return s.SharedHeader(ctx, maxAge)
 	}
 	at := time.Now()
 	id, rev, err := store.Header(ctx)
-	return id, rev, at, err
+	return ClusterHeader{ID: id, Rev: rev, At: at, Exact: true}, err
 }
 
 // watchCluster calls replaced when the store's cluster id changes or its
@@ -200,11 +270,18 @@ func probeHeader(ctx context.Context, store Store, maxAge time.Duration) (uint64
 // etcd was replaced or restored underneath a reconnecting client. The probe
 // may be shared with other watchers of the store, so it is compared with the
 // revision this watch had seen at its previous check, which came before any
-// probe young enough to be shared.
+// probe young enough to be shared. A header heard with another answer only
+// raises the question: etcd may have read it before the revision this watch
+// saw, so a probe of the watch's own answers it.
 func watchCluster(ctx context.Context, cfg WatcherConfig, clusterID uint64, seenRev *atomic.Int64, replaced func()) {
 	t := time.NewTicker(ClusterCheckInterval)
 	defer t.Stop()
 	prevRev, prevAt := seenRev.Load(), time.Now()
+	// Revisions only grow in one cluster, so a probe sent after we had
+	// seen prevRev cannot answer less.
+	moved := func(h ClusterHeader) bool {
+		return h.ID != clusterID || (h.At.After(prevAt) && h.Rev < prevRev)
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -212,13 +289,14 @@ func watchCluster(ctx context.Context, cfg WatcherConfig, clusterID uint64, seen
 		case <-t.C:
 		}
 		rev0, at0 := seenRev.Load(), time.Now()
-		id, rev, at, err := probeHeader(ctx, cfg.Store, ClusterCheckInterval)
+		h, err := probeHeader(ctx, cfg.Store, ClusterCheckInterval)
+		if err == nil && !h.Exact && moved(h) {
+			h, err = probeHeader(ctx, cfg.Store, 0)
+		}
 		if err != nil {
 			continue
 		}
-		// Revisions only grow in one cluster, so a probe sent after we had
-		// seen prevRev cannot answer less.
-		if id != clusterID || (at.After(prevAt) && rev < prevRev) {
+		if moved(h) {
 			replaced()
 			return
 		}

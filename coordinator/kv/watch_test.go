@@ -2,6 +2,7 @@ package kv_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -250,7 +251,7 @@ func (c *countingStore) Header(ctx context.Context) (uint64, int64, error) {
 	return c.MemoryStore.Header(ctx)
 }
 
-func (c *countingStore) SharedHeader(ctx context.Context, maxAge time.Duration) (uint64, int64, time.Time, error) {
+func (c *countingStore) SharedHeader(ctx context.Context, maxAge time.Duration) (kv.ClusterHeader, error) {
 	c.checks.Add(1)
 	return c.probe.Get(ctx, maxAge, c.Header)
 }
@@ -287,4 +288,122 @@ func TestWatchersShareClusterProbe(t *testing.T) {
 	require.Eventually(t, func() bool { return mirrors[3].equals(map[string]string{"/w3/k": "after"}) }, 5*time.Second, 10*time.Millisecond)
 	cancel()
 	wg.Wait()
+}
+
+// A header heard with another answer (a lease renewal) may have been read by
+// etcd before revisions the watch has seen since: one that looks older than
+// the watch only makes the check probe, and the watch goes on without a new
+// list while the probe finds the same cluster. A replaced store is still
+// noticed while such headers keep coming.
+func TestHeardHeaderOnlyRaisesTheQuestion(t *testing.T) {
+	old := kv.ClusterCheckInterval
+	kv.ClusterCheckInterval = 20 * time.Millisecond
+	defer func() { kv.ClusterCheckInterval = old }()
+	s := &countingStore{MemoryStore: kv.NewMemoryStore()}
+	defer s.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for i := range 10 {
+		_, err := s.Put(ctx, fmt.Sprintf("/q/k%d", i), []byte("v"), 0)
+		require.NoError(t, err)
+	}
+	// Renewal answers read before any of those writes, heard all the time.
+	id, _, err := s.MemoryStore.Header(ctx)
+	require.NoError(t, err)
+	stop := make(chan struct{})
+	var hearing sync.WaitGroup
+	hearing.Add(1)
+	go func() {
+		defer hearing.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+				cid, _, _ := s.MemoryStore.Header(ctx)
+				s.probe.Heard(cid, 1)
+			}
+		}
+	}()
+	defer func() { close(stop); hearing.Wait() }()
+	m := &mirror{kvp: map[string]string{}, seen: map[string]bool{}}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		kv.RunWatcher(ctx, kv.WatcherConfig{Store: s, Prefix: "/q/"}, m.apply)
+	}()
+	require.Eventually(t, func() bool { return s.probes.Load() >= 20 }, 10*time.Second, 5*time.Millisecond,
+		"stale heard headers make the checks probe")
+	m.mu.Lock()
+	synced := m.synced
+	m.mu.Unlock()
+	require.Equal(t, 1, synced, "listed again though the probes found the same cluster")
+	require.NotZero(t, id)
+
+	s.Replace()
+	_, err = s.Put(ctx, "/q/after", []byte("new"), 0)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return m.equals(map[string]string{"/q/after": "new"}) }, 5*time.Second, 10*time.Millisecond)
+	cancel()
+	<-done
+}
+
+// Callers of a HeaderProbe share the probe under way but wait for it no
+// longer than their own ctx (readiness must not hang behind a watcher's
+// probe of a dead etcd), share a failure etcd gave (not one their own ctx
+// caused), and take an answer heard after that failure over it.
+func TestHeaderProbeSharesFailuresAndWaits(t *testing.T) {
+	var p kv.HeaderProbe
+	var calls atomic.Int64
+	release := make(chan error)
+	fetch := func(ctx context.Context) (uint64, int64, error) {
+		calls.Add(1)
+		select {
+		case err := <-release:
+			return 7, 9, err
+		case <-ctx.Done():
+			return 0, 0, ctx.Err()
+		}
+	}
+	first := make(chan error, 1)
+	go func() {
+		_, err := p.Get(context.Background(), time.Minute, fetch)
+		first <- err
+	}()
+	require.Eventually(t, func() bool { return calls.Load() == 1 }, 5*time.Second, time.Millisecond)
+	short, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	_, err := p.Get(short, time.Minute, fetch)
+	cancel()
+	require.ErrorIs(t, err, kv.ErrUnavailable, "a caller gives up waiting at its own deadline")
+	require.EqualValues(t, 1, calls.Load(), "it waited for the probe under way, sent none")
+
+	down := errors.New("connection refused")
+	release <- down
+	require.ErrorIs(t, <-first, down)
+	_, err = p.Get(context.Background(), time.Minute, fetch)
+	require.ErrorIs(t, err, down, "a failure etcd gave is shared within maxAge")
+	require.EqualValues(t, 1, calls.Load())
+
+	p.Heard(7, 10)
+	h, err := p.Get(context.Background(), time.Minute, fetch)
+	require.NoError(t, err, "an answer heard after the failure says etcd answers")
+	require.Equal(t, kv.ClusterHeader{ID: 7, Rev: 10, At: h.At}, h)
+	require.False(t, h.Exact)
+
+	// maxAge 0 always probes, and its answer is exact.
+	go func() { release <- nil }()
+	h, err = p.Get(context.Background(), 0, fetch)
+	require.NoError(t, err)
+	require.True(t, h.Exact)
+	require.EqualValues(t, 9, h.Rev)
+	require.EqualValues(t, 2, calls.Load())
+
+	// A probe ended by its caller's own ctx is not shared as etcd's failure.
+	cctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = p.Get(cctx, 0, fetch)
+	require.Error(t, err)
+	h, err = p.Get(context.Background(), time.Minute, fetch)
+	require.NoError(t, err)
+	require.True(t, h.Exact)
 }

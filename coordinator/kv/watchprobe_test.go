@@ -55,3 +55,66 @@ func TestEtcdStoreWatchersShareOneProbe(t *testing.T) {
 	bound := int(window/kv.ClusterCheckInterval) + 3 // latency up to two intervals
 	require.LessOrEqual(t, probes, bound, "%d probes in %v by %d watchers: not shared", probes, window, watchers)
 }
+
+// Against a real etcd: while a lease of the store is renewed, its renewals'
+// answers (each third of the lease's TTL) carry the cluster id and revision,
+// and the watchers' cluster checks and readiness take them instead of
+// probing: over three check intervals the store sends at most one probe.
+// Without them it sends one per interval.
+func TestEtcdStoreChecksHearLeaseRenewals(t *testing.T) {
+	old := kv.ClusterCheckInterval
+	// clientv3 renews a 2 s lease each ~1 s (two thirds of a second, on its
+	// half-second ticks); nodes run 3 s leases and 2 s checks.
+	kv.ClusterCheckInterval = 1600 * time.Millisecond
+	defer func() { kv.ClusterCheckInterval = old }()
+	reg := prometheus.NewRegistry()
+	member := etcdtest.Start(t)
+	s, err := kv.NewEtcdStore(kv.EtcdConfig{Endpoints: []string{member.Endpoint}, Metrics: kv.NewEtcdMetrics(reg)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	lease, err := s.Grant(ctx, 2*time.Second)
+	require.NoError(t, err)
+	_, err = s.KeepAlive(ctx, lease)
+	require.NoError(t, err)
+	var synced atomic.Int64
+	for i := range 5 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			kv.RunWatcher(ctx, kv.WatcherConfig{Store: s, Prefix: fmt.Sprintf("/h%d/", i)}, func(ev kv.WatchEvent) {
+				if ev.Kind == kv.WatchSynced {
+					synced.Add(1)
+				}
+			})
+		}()
+	}
+	require.Eventually(t, func() bool { return synced.Load() == 5 }, 10*time.Second, 5*time.Millisecond)
+	h, err := s.SharedHeader(ctx, kv.ClusterCheckInterval)
+	require.NoError(t, err)
+	require.False(t, h.Exact, "a renewal's answer, not a probe")
+	require.NotZero(t, h.ID)
+
+	base := histCount(t, reg, "header")
+	renewed := h.At
+	// Three check intervals, each write moving the revision the watchers see.
+	for i := range 3 {
+		_, err := s.Put(ctx, fmt.Sprintf("/h%d/k", i), []byte("v"), 0)
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			h, err := s.SharedHeader(ctx, kv.ClusterCheckInterval)
+			return err == nil && h.At.After(renewed.Add(kv.ClusterCheckInterval))
+		}, 10*time.Second, 20*time.Millisecond)
+		h, _ := s.SharedHeader(ctx, kv.ClusterCheckInterval)
+		renewed = h.At
+	}
+	require.LessOrEqual(t, histCount(t, reg, "header")-base, 1, "the checks probed though renewals were answered")
+	require.EqualValues(t, 5, synced.Load(), "a watcher listed again: a renewal's header was taken for a replaced etcd")
+
+	// The lease gone, the checks probe again.
+	require.NoError(t, s.Revoke(ctx, lease))
+	require.Eventually(t, func() bool { return histCount(t, reg, "header")-base >= 2 }, 20*time.Second, 20*time.Millisecond)
+}
