@@ -125,6 +125,8 @@ type Host struct {
 	noBatch map[string]time.Time
 
 	terms *termBook // the highest term each replica accepted, on disk (terms.go)
+
+	isrBatch isrBatcher // in-sync set writes of leaders upkept at the same time (isrbatch.go)
 }
 
 // NewHost builds a host; Run drives it.

@@ -103,7 +103,7 @@ func (r *replica) readISR(ctx context.Context, peers []string) (*isrReads, error
 		}
 	}
 	if len(vals) != len(keys) {
-		return nil, fmt.Errorf("%w: %d values read for %d keys", kv.ErrUnavailable, len(vals), len(keys))
+		return nil, errShortRead(len(vals), len(keys))
 	}
 	rd := &isrReads{isr: vals[0], cid: cid}
 	next := 1
@@ -123,39 +123,70 @@ func (r *replica) readISR(ctx context.Context, peers []string) (*isrReads, error
 	return rd, nil
 }
 
+// errShortRead: a store answered a read of several keys with another count.
+func errShortRead(got, want int) error {
+	return fmt.Errorf("%w: %d values read for %d keys", kv.ErrUnavailable, got, want)
+}
+
 // persistISR writes isr as the set of this leadership at term, from what rd
 // read (nil: read now).
 func (r *replica) persistISR(ctx context.Context, term int64, isr []string, rd *isrReads) error {
-	key := r.h.ck.ISR(r.db, r.shard)
-	r.mu.Lock()
-	wrote := r.ls.isrTerm == term && r.ls.isrRev != 0
-	r.mu.Unlock()
 	if rd == nil {
 		var err error
 		if rd, err = r.readISR(ctx, nil); err != nil {
 			return err
 		}
 	}
+	w, err := r.prepareISR(term, isr, rd)
+	if err != nil || w == nil {
+		return err
+	}
+	ok, rev, err := r.h.store.Txn(ctx, w.cmps, []kv.Op{w.put})
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return r.isrRefused(ctx)
+	}
+	r.wroteISR(term, rev)
+	return nil
+}
+
+// isrTxn is one in-sync set write as prepared from what was read: the
+// compares that fence it and its put.
+type isrTxn struct {
+	cmps []kv.Cmp
+	put  kv.Op
+}
+
+// prepareISR decides, from rd, whether isr may be written at term and with
+// which compares (see persistISR); nil (and no error) when the set on record
+// is exactly this one and is adopted instead.
+func (r *replica) prepareISR(term int64, isr []string, rd *isrReads) (*isrTxn, error) {
+	key := r.h.ck.ISR(r.db, r.shard)
+	r.mu.Lock()
+	wrote := r.ls.isrTerm == term && r.ls.isrRev != 0
+	r.mu.Unlock()
 	kvp, cid := rd.isr, rd.cid
 	fence, err := r.stateFence(rd.state, term)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	cmps := []kv.Cmp{kv.ModRevIs(key, 0)}
 	switch {
 	case kvp == nil && wrote && fence == nil:
-		return fmt.Errorf("%w: the in-sync set of %s written at term %d was removed; not recreating it", ErrShardGone, r.id, term)
+		return nil, fmt.Errorf("%w: the in-sync set of %s written at term %d was removed; not recreating it", ErrShardGone, r.id, term)
 	case kvp != nil:
 		var cur models.ISR
 		if json.Unmarshal(kvp.Value, &cur) == nil {
 			if cur.Term > term {
-				return fmt.Errorf("%w: in-sync set of %s is at term %d", ErrStaleTerm, r.id, cur.Term)
+				return nil, fmt.Errorf("%w: in-sync set of %s is at term %d", ErrStaleTerm, r.id, cur.Term)
 			}
 			// A set restored from another etcd cluster at a term not below
 			// ours belongs to the restored state's leadership: the master
 			// re-elects the shard from every replica's log first.
 			if cur.ClusterID != 0 && cid != 0 && cur.ClusterID != cid && cur.Term >= term {
-				return fmt.Errorf("%w: the in-sync set of %s at term %d was restored from etcd cluster %x", ErrStaleTerm, r.id, cur.Term, cur.ClusterID)
+				return nil, fmt.Errorf("%w: the in-sync set of %s at term %d was restored from etcd cluster %x", ErrStaleTerm, r.id, cur.Term, cur.ClusterID)
 			}
 			// Exactly the set this write would make, already there (the
 			// master records a new database's first sets with its
@@ -166,10 +197,8 @@ func (r *replica) persistISR(ctx context.Context, term int64, isr []string, rd *
 			// leads from anyway until its watch brings a newer term, and a
 			// follower fetching at that newer term fences it (ErrSuperseded).
 			if cur.Leader == r.h.nodeID && cur.Term == term && cid != 0 && cur.ClusterID == cid && sameMembers(cur.Replicas, isr) && r.holdsRecord(rd) {
-				r.mu.Lock()
-				r.ls.isrTerm, r.ls.isrRev = term, kvp.ModRev
-				r.mu.Unlock()
-				return nil
+				r.wroteISR(term, kvp.ModRev)
+				return nil, nil
 			}
 		}
 		cmps[0] = kv.ModRevIs(key, kvp.ModRev)
@@ -185,22 +214,24 @@ func (r *replica) persistISR(ctx context.Context, term int64, isr []string, rd *
 	}
 	verify.LeaderInSync(r.id, r.h.nodeID, term, isr)
 	val, _ := json.Marshal(models.ISR{Leader: r.h.nodeID, Term: term, Replicas: isr, ClusterID: cid})
-	ok, rev, err := r.h.store.Txn(ctx, cmps, []kv.Op{kv.OpPut(key, val, 0)})
-	if err != nil {
-		return err
-	}
-	if !ok {
-		if rev := r.h.recordRev.Load(); rev != 0 {
-			if node, gerr := r.h.store.Get(ctx, r.h.ck.Node(r.h.nodeID)); gerr == nil && (node == nil || node.CreateRev != rev) {
-				return fmt.Errorf("%w: the record of node %s is no longer the one this process registered", ErrNotHolder, r.h.nodeID)
-			}
+	return &isrTxn{cmps: cmps, put: kv.OpPut(key, val, 0)}, nil
+}
+
+// isrRefused says why a fenced in-sync set write was refused.
+func (r *replica) isrRefused(ctx context.Context) error {
+	if rev := r.h.recordRev.Load(); rev != 0 {
+		if node, gerr := r.h.store.Get(ctx, r.h.ck.Node(r.h.nodeID)); gerr == nil && (node == nil || node.CreateRev != rev) {
+			return fmt.Errorf("%w: the record of node %s is no longer the one this process registered", ErrNotHolder, r.h.nodeID)
 		}
-		return fmt.Errorf("in-sync set or state of %s changed concurrently", r.id)
 	}
+	return fmt.Errorf("in-sync set or state of %s changed concurrently", r.id)
+}
+
+// wroteISR notes the set on record for this leadership (term) at rev.
+func (r *replica) wroteISR(term, rev int64) {
 	r.mu.Lock()
 	r.ls.isrTerm, r.ls.isrRev = term, rev
 	r.mu.Unlock()
-	return nil
 }
 
 // stateFence checks the database's shard states as read from the main etcd

@@ -344,7 +344,7 @@ func (r *replica) maintainISR(ctx context.Context, d desired) {
 	}
 	next := slices.DeleteFunc(slices.Clone(isr), func(n string) bool { return slices.Contains(drop, n) })
 	next = append(next, add...)
-	if err := r.persistISR(ctx, d.term, next, nil); err != nil {
+	if err := r.persistISRBatched(ctx, d.term, next); err != nil {
 		r.lg.Warn("in-sync set not updated", zap.Error(err))
 		// Undo the additions, so that the next pass decides them again.
 		r.mu.Lock()
@@ -769,7 +769,7 @@ func (r *replica) leave(ctx context.Context, term int64, node string) error {
 	}
 	next := slices.DeleteFunc(slices.Clone(r.ls.isr), func(n string) bool { return n == node })
 	r.mu.Unlock()
-	if err := r.persistISR(ctx, term, next, nil); err != nil {
+	if err := r.persistISRBatched(ctx, term, next); err != nil {
 		return err
 	}
 	r.mu.Lock()

@@ -1,0 +1,206 @@
+package storage
+
+import (
+	"context"
+	"sync"
+
+	"github.com/cairn-db/cairn/coordinator/kv"
+)
+
+// In-sync set writes of one host's leaders go to etcd together when they
+// come at the same time (a group commit): when a node dies, every live
+// leader of a shard it followed drops it at its next upkeep, 21,000 shards
+// at once when a third of 1,000 nodes goes, each a read and a txn of its
+// own. A write that finds another batch in flight waits for it and goes
+// with the next one: one read of every key the batch needs and one txn of
+// every write's compares and put. Nothing waits that would not have: the
+// first write of an idle host goes at once, alone. Each write is fenced
+// exactly as alone (prepareISR); a refused batch is written again one by
+// one (persistISR), so a write refused on its own compares fails alone.
+
+// maxISRBatch bounds the writes of one batch: each has a put and up to
+// three compares (two shared by writes of one database and one node),
+// within etcd's operations per txn (128 by default).
+const maxISRBatch = 32
+
+// isrWriteReq is one leader's in-sync set write waiting for its batch.
+type isrWriteReq struct {
+	r    *replica
+	term int64
+	isr  []string
+	err  error
+	done chan struct{}
+}
+
+// isrBatcher queues a host's in-sync set writes while a batch is in flight.
+type isrBatcher struct {
+	mu      sync.Mutex
+	pending []*isrWriteReq
+	busy    bool // a caller is writing batches
+}
+
+// persistISRBatched is persistISR (reading first) through the host's
+// batcher. The caller that finds no batch in flight writes batches until
+// none is pending (its own first); the others wait for theirs, without a
+// deadline of their own: a write is never left undecided behind its caller.
+func (r *replica) persistISRBatched(ctx context.Context, term int64, isr []string) error {
+	b := &r.h.isrBatch
+	w := &isrWriteReq{r: r, term: term, isr: isr, done: make(chan struct{})}
+	b.mu.Lock()
+	b.pending = append(b.pending, w)
+	if b.busy {
+		b.mu.Unlock()
+		<-w.done
+		return w.err
+	}
+	b.busy = true
+	b.mu.Unlock()
+	for {
+		batch := b.take()
+		if len(batch) == 0 {
+			break
+		}
+		r.h.writeISRs(ctx, batch)
+	}
+	<-w.done
+	return w.err
+}
+
+// take removes the next batch from the queue (ending the caller's turn when
+// it is empty): at most maxISRBatch writes, one per in-sync key (a second
+// write of the same shard, a leave beside an upkeep, waits for the next).
+func (b *isrBatcher) take() []*isrWriteReq {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var batch, rest []*isrWriteReq
+	seen := map[*replica]bool{}
+	for _, w := range b.pending {
+		if len(batch) < maxISRBatch && !seen[w.r] {
+			seen[w.r] = true
+			batch = append(batch, w)
+		} else {
+			rest = append(rest, w)
+		}
+	}
+	b.pending = rest
+	if len(batch) == 0 {
+		b.busy = false
+	}
+	return batch
+}
+
+// writeISRs writes a batch: alone when it is one write or the store cannot
+// read several keys at once; else one read, one txn, and one by one again
+// if the txn is refused.
+func (h *Host) writeISRs(ctx context.Context, batch []*isrWriteReq) {
+	finish := func(w *isrWriteReq, err error) {
+		w.err = err
+		close(w.done)
+	}
+	g, multi := h.store.(multiGetter)
+	if len(batch) == 1 || !multi {
+		for _, w := range batch {
+			finish(w, w.r.persistISR(ctx, w.term, w.isr, nil))
+		}
+		return
+	}
+	rds, err := h.readISRs(ctx, g, batch)
+	if err != nil {
+		for _, w := range batch {
+			finish(w, err)
+		}
+		return
+	}
+	var cmps []kv.Cmp
+	var ops []kv.Op
+	var sent []*isrWriteReq
+	type cmpKey struct {
+		kind kv.CmpKind
+		key  string
+		rev  int64
+	}
+	have := map[cmpKey]bool{} // prepareISR compares revisions only
+	for i, w := range batch {
+		t, err := w.r.prepareISR(w.term, w.isr, rds[i])
+		if err != nil || t == nil {
+			finish(w, err)
+			continue
+		}
+		for _, c := range t.cmps {
+			if k := (cmpKey{c.Kind, c.Key, c.Rev}); !have[k] {
+				have[k] = true
+				cmps = append(cmps, c)
+			}
+		}
+		ops = append(ops, t.put)
+		sent = append(sent, w)
+	}
+	if len(sent) == 0 {
+		return
+	}
+	ok, rev, err := h.store.Txn(ctx, cmps, ops)
+	switch {
+	case err != nil:
+		for _, w := range sent {
+			finish(w, err)
+		}
+	case ok:
+		for _, w := range sent {
+			w.r.wroteISR(w.term, rev)
+			finish(w, nil)
+		}
+	default:
+		// Some write's compares failed: each is tried alone, on what it
+		// reads now, so only those fail.
+		for _, w := range sent {
+			finish(w, w.r.persistISR(ctx, w.term, w.isr, nil))
+		}
+	}
+}
+
+// readISRs reads what each write of batch needs (readISR) in one round trip.
+func (h *Host) readISRs(ctx context.Context, g multiGetter, batch []*isrWriteReq) ([]*isrReads, error) {
+	fenced := h.stateFenced()
+	held := h.recordRev.Load() != 0
+	idx := map[string]int{}
+	var keys []string
+	key := func(k string) int {
+		i, ok := idx[k]
+		if !ok {
+			i = len(keys)
+			idx[k] = i
+			keys = append(keys, k)
+		}
+		return i
+	}
+	type at struct{ isr, state, self int }
+	pos := make([]at, len(batch))
+	for i, w := range batch {
+		pos[i] = at{isr: key(h.ck.ISR(w.r.db, w.r.shard)), state: -1, self: -1}
+		if fenced {
+			pos[i].state = key(h.cfg.StateKeys.ShardState(w.r.db))
+		}
+		if held {
+			pos[i].self = key(h.ck.Node(h.nodeID))
+		}
+	}
+	vals, cid, err := g.GetMany(ctx, keys)
+	if err != nil {
+		return nil, err
+	}
+	if len(vals) != len(keys) {
+		return nil, errShortRead(len(vals), len(keys))
+	}
+	out := make([]*isrReads, len(batch))
+	for i, p := range pos {
+		rd := &isrReads{isr: vals[p.isr], cid: cid}
+		if p.state >= 0 {
+			rd.state = vals[p.state]
+		}
+		if p.self >= 0 {
+			rd.self = vals[p.self]
+		}
+		out[i] = rd
+	}
+	return out, nil
+}
