@@ -444,6 +444,7 @@ func writeMemtable(tx *bolt.Tx, ix *seriesIndex, mt *memtable, fromTxn uint64, p
 	if pack && len(packsOf(tx).load()) < packMaxCount {
 		pk = &packer{recent: bp.fromTxn}
 	}
+	below := packBelow(len(mt.series))
 	for _, idx := range order {
 		ms := &mt.series[idx]
 		if len(ms.pts) == 0 {
@@ -475,7 +476,7 @@ func writeMemtable(tx *bolt.Tx, ix *seriesIndex, mt *memtable, fromTxn uint64, p
 			newest[len(newest)-1].ts = max(last, ms.pts[len(ms.pts)-1].ts)
 		}
 		if !any || ms.pts[0].ts > last {
-			if pk != nil && len(ms.pts) < packPoints {
+			if pk != nil && len(ms.pts) < below {
 				if err := pk.addWriting(tx, id, ms.pts, ms.typ); err != nil {
 					return nil, nil, false, err
 				}

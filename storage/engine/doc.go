@@ -70,7 +70,8 @@
 // every shard's. Packs (packs.go, packread.go, packcompact.go) take the
 // rest: once every replica of the shard speaks the protocol that reads
 // them (the storage host says so per shard: AllowPacks), a flush writes
-// the series with fewer than packPoints new points as packed blocks keyed
+// the series with fewer than packPoints new points (packManyPoints in a
+// flush of packManySeries series or more) as packed blocks keyed
 // by flush (a directory of series ids with offsets, then their encoded
 // points), appended at the end of a packs bucket, so a flush is sequential
 // and O(points); a read of series id consults the few packs whose time

@@ -44,11 +44,33 @@ const (
 	// A block put costs a page rewrite whatever it holds; below a handful
 	// of points that cost is most of the flush.
 	packPoints = 8
+	// packManySeries, packManyPoints: a flush of packManySeries series or
+	// more packs those with fewer than packManyPoints points (packBelow).
+	packManySeries = 16 << 10
+	packManyPoints = 64
 	// packMaxBytes bounds one pack's value; a flush writes more packs past it.
 	packMaxBytes   = 4 << 20
 	packHeaderSize = 4 + 1 + 8*4 + 4
 	packDirEntry   = 12
 )
+
+// packBelow is how few points a series must have in a flush of the given
+// series to go into a pack. A flush's block puts rewrite the pages of the
+// blocks bucket that hold the series it writes; with as many series as
+// packManySeries that is most of the bucket's pages, whatever the puts
+// hold, and it is rewritten at every flush: a node growing to a million
+// series filled its memtables at about ten points a series, and each flush
+// put a block of ten points for each of a shard's 100k+ series (issue 21).
+// Packed instead, the flush writes its points sequentially and the packs'
+// compaction puts one block for a series' points of several flushes. A
+// series with packManyPoints or more keeps its block: packing it would
+// only write its points twice.
+func packBelow(series int) int {
+	if series >= packManySeries {
+		return packManyPoints
+	}
+	return packPoints
+}
 
 // packHead is what the shard keeps in memory of each pack: enough to skip
 // the packs that cannot hold a series' points in a range.

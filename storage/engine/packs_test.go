@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strconv"
 	"testing"
 
 	"github.com/cairn-db/cairn/models"
@@ -302,4 +303,71 @@ func everything(t *testing.T, s Shard) any {
 			return nil
 		}))
 	return []any{got, scanned}
+}
+
+// TestPacksManySeries: a flush of packManySeries series packs those with
+// fewer than packManyPoints points, where a flush of fewer series gives
+// them blocks of their own; a series with packManyPoints points keeps its
+// block. Both layouts answer alike, before and after the packs' compaction.
+func TestPacksManySeries(t *testing.T) {
+	withP, without := twoLayouts(t)
+	write := func(s Shard, series int, from, to int64) {
+		var pts []lineproto.Point
+		for ts := from; ts < to; ts++ {
+			for i := range series {
+				pts = append(pts, pt("cpu", "host=h"+strconv.Itoa(i), "value", ts, float64(ts)))
+				if len(pts) == 5000 {
+					apply(t, s, 1, pts...)
+					pts = pts[:0]
+				}
+			}
+		}
+		if len(pts) > 0 {
+			apply(t, s, 1, pts...)
+		}
+	}
+	for _, s := range []Shard{withP, without} {
+		write(s, 100, 0, packPoints+2) // few series: blocks
+		flushNow(t, s)
+	}
+	packs, _, blocks, _ := packStats(t, withP)
+	require.Zero(t, packs)
+	require.Equal(t, 100, blocks)
+
+	for _, s := range []Shard{withP, without} {
+		write(s, packManySeries, packPoints+2, 2*packPoints+4) // as many points each, many series: packed
+		for ts := range int64(packManyPoints) {
+			apply(t, s, 1, pt("cpu", "host=big", "value", 100+ts, 1))
+		}
+		flushNow(t, s)
+	}
+	packs, packed, blocks, _ := packStats(t, withP)
+	require.Positive(t, packs)
+	require.Equal(t, packManySeries, packed)
+	require.Equal(t, 101, blocks) // the first flush's and big's
+	_, _, blocks, _ = packStats(t, without)
+	require.Equal(t, 100+packManySeries+1, blocks)
+
+	want, err := without.Query("cpu", nil, math.MinInt64, math.MaxInt64)
+	require.NoError(t, err)
+	require.Len(t, want, packManySeries+1)
+	got, err := withP.Query("cpu", nil, math.MinInt64, math.MaxInt64)
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+
+	for _, s := range []Shard{withP, without} { // compaction leaves the last flush's packs: one with none
+		for ts := range int64(packPoints) {
+			apply(t, s, 1, pt("cpu", "host=big", "value", 1000+ts, 1))
+		}
+		flushNow(t, s)
+	}
+	want, err = without.Query("cpu", nil, math.MinInt64, math.MaxInt64)
+	require.NoError(t, err)
+	_, err = withP.(*boltShard).compactPacks(true)
+	require.NoError(t, err)
+	packs, _, _, _ = packStats(t, withP)
+	require.Zero(t, packs)
+	got, err = withP.Query("cpu", nil, math.MinInt64, math.MaxInt64)
+	require.NoError(t, err)
+	require.Equal(t, want, got)
 }

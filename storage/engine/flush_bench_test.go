@@ -1,0 +1,72 @@
+package engine
+
+import (
+	"fmt"
+	"strconv"
+	"testing"
+
+	"github.com/cairn-db/cairn/storage/lineproto"
+)
+
+// BenchmarkFlushManySeries times the flush of a memtable holding perSeries
+// points of each of a shard's series, after a few such flushes: a shard's
+// share of a node growing to a million series over 8 shards, whose
+// memtables reach DefaultFlushPoints at about 10 points a series (issue 21).
+// Packs are allowed, as on a node whose replicas all speak them, and their
+// compaction is timed with the flushes.
+func BenchmarkFlushManySeries(b *testing.B) {
+	for _, c := range []struct{ series, perSeries int }{{100_000, 10}, {100_000, 2}} {
+		b.Run(fmt.Sprintf("series=%d/points=%d", c.series, c.perSeries), func(b *testing.B) {
+			benchFlushMany(b, c.series, c.perSeries)
+		})
+	}
+}
+
+func benchFlushMany(b *testing.B, series, perSeries int) {
+	_, s := openShard1(b, WithFlushPoints(1<<30), WithFlushInterval(0), WithCompactRate(0))
+	s.(PackWriter).AllowPacks(true)
+	tags := make([][]lineproto.Tag, series)
+	for i := range tags {
+		tags[i] = []lineproto.Tag{{Key: "host", Value: "h" + strconv.Itoa(i/10)}, {Key: "s", Value: strconv.Itoa(i)}}
+	}
+	ts := int64(0)
+	fill := func() {
+		const batch = 5000
+		pts := make([]lineproto.Point, 0, batch)
+		apply := func() {
+			if err := s.Apply(Entry{TxnID: s.LastTxnID() + 1, Term: 1, Points: pts}); err != nil {
+				b.Fatal(err)
+			}
+			pts = pts[:0]
+		}
+		for range perSeries {
+			ts += 10e9
+			for i := range tags {
+				pts = append(pts, lineproto.Point{Metric: "cpu", Tags: tags[i], Field: "usage", TS: ts, Value: float64(i%100) / 4})
+				if len(pts) == batch {
+					apply()
+				}
+			}
+		}
+		if len(pts) > 0 {
+			apply()
+		}
+	}
+	for range 3 { // the series exist and hold blocks
+		fill()
+		flushNow(b, s)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		b.StopTimer()
+		fill()
+		b.StartTimer()
+		flushNow(b, s)
+		// What the background compaction does after a flush: merge the
+		// packs into blocks once they are packCompactCount.
+		if _, err := s.(*boltShard).compactPacks(false); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*series*perSeries), "ns/point")
+}
