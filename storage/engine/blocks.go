@@ -228,9 +228,10 @@ func seriesBlocks(b *bolt.Bucket, id uint64, ts int64, fn func(k, v []byte, h bl
 	prefix := u64Key(id)
 	c := b.Cursor()
 	seek := blockKey(id, ts)
-	k, _ := c.Seek(seek)
+	k, v := c.Seek(seek)
 	// The block before the seek position may still cover ts.
-	if pk, pv := prevOf(c, k); pk != nil && bytes.HasPrefix(pk, prefix) {
+	pk, pv := prevOf(c, k)
+	if pk != nil && bytes.HasPrefix(pk, prefix) {
 		h, _, err := parseBlock(pv)
 		if err != nil {
 			return fmt.Errorf("block %x: %w", pk, err)
@@ -242,7 +243,16 @@ func seriesBlocks(b *bolt.Bucket, id uint64, ts int64, fn func(k, v []byte, h bl
 			}
 		}
 	}
-	k, v := c.Seek(seek)
+	// Back to the seek position: one step, not a second seek from the
+	// root (a flush's merges and the packs' compaction do this for every
+	// series they write).
+	switch {
+	case k == nil: // past the last key: nothing from ts on
+	case pk != nil:
+		k, v = c.Next()
+	default: // k is the bucket's first key
+		k, v = c.Seek(seek)
+	}
 	for ; k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
 		h, _, err := parseBlock(v)
 		if err != nil {

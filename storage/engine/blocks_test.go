@@ -2,6 +2,7 @@ package engine
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -360,4 +361,50 @@ func TestSeriesIDsAcrossFlushesAndReopen(t *testing.T) {
 		require.Len(t, got, 1, host)
 		require.Equal(t, want, got[0].Points, host)
 	}
+}
+
+// TestSeriesBlocksFromEveryPosition: seriesBlocks gives the blocks of a
+// series that may hold points at or after ts, in order, wherever its seek
+// lands: before the bucket's first key, between two series, inside a
+// series' blocks, past the last key; checked against a walk of the whole
+// bucket.
+func TestSeriesBlocksFromEveryPosition(t *testing.T) {
+	_, s := openShard1(t, manual...)
+	for flush := range int64(3) {
+		for _, h := range []string{"a", "b", "c"} {
+			apply(t, s, 1, pt("m", "h="+h, "v", 10*flush, 1), pt("m", "h="+h, "v", 10*flush+5, 2))
+		}
+		flushNow(t, s)
+	}
+	require.NoError(t, s.(*boltShard).view(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketBlocks)
+		type blk struct {
+			id         uint64
+			minTS, max int64
+		}
+		var all []blk
+		require.NoError(t, b.ForEach(func(k, v []byte) error {
+			h, _, err := parseBlock(v)
+			all = append(all, blk{beUint64(k), h.minTS, h.maxTS})
+			return err
+		}))
+		require.Len(t, all, 9)
+		for id := uint64(0); id <= 4; id++ {
+			for ts := int64(-1); ts <= 30; ts++ {
+				var want, got []string
+				for _, x := range all {
+					if x.id == id && x.max >= ts {
+						want = append(want, fmt.Sprint(x.minTS))
+					}
+				}
+				require.NoError(t, seriesBlocks(b, id, ts, func(k, _ []byte, h blockHeader) (bool, error) {
+					require.Equal(t, id, beUint64(k))
+					got = append(got, fmt.Sprint(h.minTS))
+					return true, nil
+				}))
+				require.Equal(t, want, got, "series %d from %d", id, ts)
+			}
+		}
+		return nil
+	}))
 }
