@@ -27,6 +27,9 @@ type pendingEntry struct {
 	pre  *Prepared
 	done chan struct{} // closed once err is set
 	err  error
+	// arriving: counted as on its way to the log (wal.gather); set under
+	// the queue's lock.
+	arriving bool
 }
 
 func (p *pendingEntry) wait() error {
@@ -102,7 +105,6 @@ func (s *boltShard) Enqueue(st *Staged) (uint64, func() error, error) {
 		return 0, nil, errNotStaged
 	}
 	st.p = nil
-	s.wal.arrive(1) // see wal.gather
 	q := &s.q
 	q.mu.Lock()
 	want := q.lastTxn + 1
@@ -120,13 +122,19 @@ func (s *boltShard) Enqueue(st *Staged) (uint64, func() error, error) {
 	}
 	if err != nil {
 		q.mu.Unlock()
-		s.wal.depart(1)
 		p.pre.release()
 		return 0, nil, err
 	}
+	start := !q.running
+	if start {
+		// The committer it starts brings it to the log at once. Behind a
+		// commit under way it counts only once its committer takes it
+		// (commitLoop): it cannot reach the log before that commit's
+		// write ends, so the writer would wait for it in vain.
+		q.markArriving([]*pendingEntry{p}, &s.wal.arriving)
+	}
 	q.pending = append(q.pending, p)
 	q.lastTxn, q.lastTerm = p.e.TxnID, p.e.Term
-	start := !q.running
 	q.running = true
 	q.mu.Unlock()
 	if start {
@@ -177,6 +185,7 @@ func (s *boltShard) commitLoop() {
 			q.mu.Unlock()
 			return
 		}
+		q.markArriving(group, &s.wal.arriving)
 		q.mu.Unlock()
 		s.wmu.Lock()
 		err := s.commitLocked(group)
@@ -193,6 +202,32 @@ func (s *boltShard) commitLoop() {
 			p.finish(err)
 		}
 	}
+}
+
+// markArriving counts the entries of group not counted yet as arriving at
+// the log (see wal.gather); the caller holds q.mu.
+func (q *commitQueue) markArriving(group []*pendingEntry, arriving *atomic.Int64) {
+	n := 0
+	for _, p := range group {
+		if !p.arriving {
+			p.arriving = true
+			n++
+		}
+	}
+	if n > 0 {
+		arriving.Add(int64(n))
+	}
+}
+
+// arrivingIn is how many of entries count as arriving at the log.
+func arrivingIn(entries []*pendingEntry) int {
+	n := 0
+	for _, p := range entries {
+		if p.arriving {
+			n++
+		}
+	}
+	return n
 }
 
 // workers run the committers of the shards and the log's writer, kept
@@ -293,7 +328,7 @@ func (s *boltShard) resyncQueueLocked(err error) {
 	q.pending = nil
 	q.lastTxn, q.lastTerm = s.LastEntry()
 	q.mu.Unlock()
-	s.wal.depart(len(stale))
+	s.wal.depart(arrivingIn(stale))
 	for _, p := range stale {
 		p.finish(err)
 	}
@@ -310,7 +345,7 @@ func (s *boltShard) closeQueue() {
 		q.idle.Wait()
 	}
 	q.mu.Unlock()
-	s.wal.depart(len(stale))
+	s.wal.depart(arrivingIn(stale))
 	for _, p := range stale {
 		p.finish(ErrClosed)
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -88,13 +87,15 @@ type wal struct {
 	live    map[uint64]*liveInc
 	buf     []byte
 	groups  uint64 // group writes done, one fdatasync each
-	// arriving counts entries on their way to append (see gather); yield
-	// is how the writer lets them run (a test's hook).
-	arriving atomic.Int64
-	yield    func()
-	inGroup  int         // requests in the group being written
-	faults   *Faults     // the file layer's seam (walheal.go); nil: none
-	report   func(error) // told once per failure (WithLogReport)
+	// arriving counts entries on their way to append (see gather);
+	// arrived is signalled when it drops to zero; gatherWait bounds the
+	// writer's wait for them (a test's knob).
+	arriving   atomic.Int64
+	arrived    chan struct{}
+	gatherWait time.Duration
+	inGroup    int         // requests in the group being written
+	faults     *Faults     // the file layer's seam (walheal.go); nil: none
+	report     func(error) // told once per failure (WithLogReport)
 
 	cmu sync.Mutex // one collect at a time
 }
@@ -119,7 +120,7 @@ func openWAL(dir string, segBytes int64) (*wal, error) {
 		return nil, err
 	}
 	w := &wal{dir: dir, segBytes: segBytes, lock: lock, scanned: make(map[uint64][]walRec), live: make(map[uint64]*liveInc),
-		yield: runtime.Gosched}
+		arrived: make(chan struct{}, 1), gatherWait: gatherWait}
 	w.idle = sync.NewCond(&w.mu)
 	names, err := os.ReadDir(dir)
 	if err != nil {
@@ -254,25 +255,50 @@ func (w *wal) append(data []byte, recs []walRec) ([]walRec, error) {
 }
 
 // Commits gather. Entries count as arriving from the moment a shard's
-// Append takes them until their records are queued here (appendArrived)
-// or they fail, and the writer, before it takes a group, yields to those on
-// their way, a bounded number of times. A batch's entries reach the log
-// microseconds apart, one per shard: the first to arrive started a write
-// and its fdatasync, and those after it waited for that and then made a
-// second (at 32 shards a batch took about 3 syncs and syncing was a fifth
-// of a write's CPU).
+// committer takes them (or an Append starts one for them) until their
+// records are queued here (appendArrived) or they fail, and the writer,
+// before it takes a group, waits for those on their way, for gatherWait at
+// most. A batch's entries reach the log microseconds apart, one per shard:
+// the first to arrive started a write and its fdatasync, and those after it
+// waited for that and then made a second (at 32 shards a batch took about 3
+// syncs and syncing was a fifth of a write's CPU). The writer sleeps until
+// the last one queues itself, which wakes it: it used to yield its
+// processor up to 16 times instead, and entries queued behind a shard's
+// commit under way counted as arriving too, so on a busy node every group
+// waited the 16 yields, each behind every runnable goroutine (200-300 ms
+// with 32 senders on 2 cores; issue 21).
 func (w *wal) arrive(n int) { w.arriving.Add(int64(n)) }
 
 // depart uncounts n arriving entries that will not be appended.
-func (w *wal) depart(n int) { w.arriving.Add(-int64(n)) }
+func (w *wal) depart(n int) {
+	if n > 0 && w.arriving.Add(-int64(n)) == 0 {
+		w.signalArrived()
+	}
+}
 
-// gatherYields bounds the writer's wait for arriving entries: one held up
+func (w *wal) signalArrived() {
+	select {
+	case w.arrived <- struct{}{}:
+	default: // the writer has a wake-up pending already
+	}
+}
+
+// gatherWait bounds the writer's wait for arriving entries: one held up
 // (a shard waiting for its flush, say) is not waited for long.
-const gatherYields = 16
+const gatherWait = 2 * time.Millisecond
 
 func (w *wal) gather() {
-	for i := 0; i < gatherYields && w.arriving.Load() > 0; i++ {
-		w.yield()
+	if w.arriving.Load() <= 0 {
+		return
+	}
+	t := time.NewTimer(w.gatherWait)
+	defer t.Stop()
+	for w.arriving.Load() > 0 {
+		select {
+		case <-w.arrived: // perhaps an old signal: look again
+		case <-t.C:
+			return
+		}
 	}
 }
 
@@ -281,7 +307,10 @@ func (w *wal) gather() {
 func (w *wal) appendArrived(data []byte, recs []walRec, arrived int) ([]walRec, error) {
 	req := &walReq{data: data, recs: recs, done: make(chan struct{})}
 	w.mu.Lock()
-	w.arriving.Add(-int64(arrived)) // under mu, with the queueing: the writer takes both or neither
+	// Under mu, with the queueing: the writer takes both or neither.
+	if arrived > 0 && w.arriving.Add(-int64(arrived)) == 0 {
+		w.signalArrived()
+	}
 	if w.closed {
 		w.mu.Unlock()
 		return nil, ErrClosed

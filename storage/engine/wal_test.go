@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -200,9 +199,9 @@ func TestCommitsOfShardsShareOneLogWrite(t *testing.T) {
 }
 
 // The log's writer waits for entries on their way before it takes a group:
-// an entry of shard 1 appended while shard 0's waits in the writer's yield
-// goes out in the same write. An arrival that never comes holds the writer
-// back only gatherYields times.
+// an entry of shard 1 appended while shard 0's waits in the writer's
+// gather goes out in the same write. An arrival that never comes holds the
+// writer back only gatherWait.
 func TestLogWriterGathersArrivingEntries(t *testing.T) {
 	e := newEngine(t, t.TempDir(), manual...)
 	w := walOf(e)
@@ -215,47 +214,66 @@ func TestLogWriterGathersArrivingEntries(t *testing.T) {
 		defer w.mu.Unlock()
 		return w.groups
 	}
-	idle := func() {
-		require.Eventually(t, func() bool {
+	queued := func(n int) func() bool {
+		return func() bool {
 			w.mu.Lock()
 			defer w.mu.Unlock()
-			return !w.writing
-		}, 10*time.Second, time.Millisecond)
+			return w.writing && len(w.queue) == n
+		}
 	}
 	before := groups()
-	var yields atomic.Int64
-	var sent atomic.Bool
-	var other sync.WaitGroup
-	w.yield = func() { // the writer's goroutine
-		yields.Add(1)
-		if sent.Swap(true) {
-			return
-		}
-		other.Go(func() { apply(t, s1, 1, pt("m", "", "value", 1, 1)) })
-		require.Eventually(t, func() bool {
-			w.mu.Lock()
-			defer w.mu.Unlock()
-			return len(w.queue) == 2
-		}, 10*time.Second, time.Millisecond)
-		w.depart(1) // it has arrived
-	}
-	w.arrive(1) // shard 1's entry, on its way
-	apply(t, s0, 1, pt("m", "", "value", 1, 1))
-	other.Wait()
-	idle()
-	require.EqualValues(t, 1, yields.Load())
+	w.gatherWait = time.Hour // the arrival below ends the wait, not the bound
+	w.arrive(1)              // an entry on its way
+	var wg sync.WaitGroup
+	wg.Go(func() { apply(t, s0, 1, pt("m", "", "value", 1, 1)) })
+	require.Eventually(t, queued(1), 10*time.Second, time.Millisecond, "shard 0's entry waits in the gather")
+	wg.Go(func() { apply(t, s1, 1, pt("m", "", "value", 1, 1)) })
+	require.Eventually(t, queued(2), 10*time.Second, time.Millisecond, "shard 1's entry joins it")
+	w.depart(1) // the last arrival: the writer goes
+	wg.Wait()
 	require.Equal(t, uint64(1), groups()-before, "both shards' entries in one log write")
 	require.Zero(t, w.arriving.Load())
+	require.Eventually(t, func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return !w.writing
+	}, 10*time.Second, time.Millisecond)
 
-	// Before its write and before it looks for more, gatherYields each.
-	yields.Store(0)
+	w.gatherWait = gatherWait
 	w.arrive(1) // never comes
 	apply(t, s0, 1, pt("m", "", "value", 2, 1))
-	idle()
-	require.EqualValues(t, 2*gatherYields, yields.Load())
 	w.depart(1)
 	require.EqualValues(t, 2, s0.LastTxnID())
 	require.EqualValues(t, 1, s1.LastTxnID())
+}
+
+// Entries queued behind a shard's commit under way do not count as
+// arriving at the log (they cannot reach it before that commit's write
+// ends); the committer counts them when it takes them.
+func TestQueuedBehindACommitIsNotArriving(t *testing.T) {
+	_, s := openShard1(t, manual...)
+	bs := s.(*boltShard)
+	bs.wmu.Lock() // the committer takes its first group and waits here
+	first, err := s.Append(Entry{TxnID: 1, Term: 1, Points: []lineproto.Point{pt("m", "", "value", 1, 1)}})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		bs.q.mu.Lock()
+		defer bs.q.mu.Unlock()
+		return len(bs.q.pending) == 0
+	}, 10*time.Second, time.Millisecond, "the committer took the first entry")
+	waits := []func() error{first}
+	for i := 2; i <= 4; i++ {
+		wait, err := s.Append(Entry{TxnID: uint64(i), Term: 1, Points: []lineproto.Point{pt("m", "", "value", int64(i), 1)}})
+		require.NoError(t, err)
+		waits = append(waits, wait)
+	}
+	require.EqualValues(t, 1, bs.wal.arriving.Load(), "only the entry the committer took is on its way")
+	bs.wmu.Unlock()
+	for _, wait := range waits {
+		require.NoError(t, wait())
+	}
+	require.Zero(t, bs.wal.arriving.Load())
+	require.EqualValues(t, 4, s.LastTxnID())
 }
 
 // TestLogSegmentsGoOnceEveryShardReleasedThem: a segment stays while one
