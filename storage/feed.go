@@ -23,15 +23,11 @@ type Feed struct {
 	subs map[string][]*feedSub // node id -> its hosts' subscriptions
 	seen *statemachine.State
 	dbs  map[string]dbMark // identity of each database's records in seen
-	// gone is closed (and replaced) when a live node of any cluster is
-	// at another address than before (a node id registered again
-	// elsewhere: a copy of its data dir, a real move): what ends fetch
-	// sessions (Host.watchPeers). A record rewritten in place (its report,
-	// its disk use) does not close it, nor a node leaving (a lapsed lease
-	// of a process that still serves: its followers keep fetching; a dead
-	// one fails their fetches, and the master's new leader moves them).
-	gone  chan struct{}
-	addrs map[string]map[string]string // cluster -> node id -> the address it was last live at
+	// gone is closed (and replaced) when a live node left or changed its
+	// address in any cluster: what ends fetch sessions (Host.watchPeers).
+	// A node record rewritten in place (its report, its disk use) does not
+	// close it, so hosts are not woken for what cannot concern them.
+	gone chan struct{}
 }
 
 // dbMark identifies the records of one database in one snapshot.
@@ -73,52 +69,39 @@ type feedSub struct {
 // NewFeed builds a feed over a state manager's snapshots and its change
 // signal (Manager.Changed); Run drives it.
 func NewFeed(state func() *statemachine.State, changed func() <-chan struct{}) *Feed {
-	return &Feed{state: state, changed: changed, subs: map[string][]*feedSub{}, dbs: map[string]dbMark{}, gone: make(chan struct{}),
-		addrs: map[string]map[string]string{}}
+	return &Feed{state: state, changed: changed, subs: map[string][]*feedSub{}, dbs: map[string]dbMark{}, gone: make(chan struct{})}
 }
 
 // peersGone is closed at the next snapshot in which a live node of any
-// cluster is at another address than in the one before (or than when it
-// was last live: a node that comes back elsewhere).
+// cluster left or moved to another address.
 func (f *Feed) peersGone() <-chan struct{} {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.gone
 }
 
-// noteNodes closes gone when a live node of st is at another address than
-// the last one seen for its id: once per change of the live nodes,
-// O(live nodes), for every host of the process (each host then looks only
-// at its own sessions). Under f.mu.
-func (f *Feed) noteNodes(st *statemachine.State) {
-	if f.seen != nil && st.Nodes.Same(f.seen.Nodes) {
+// noteNodes closes gone when a live node in prev is absent from st or at
+// another address there: once per change of the live nodes, O(live nodes),
+// for every host of the process (each host then looks only at its own
+// sessions). Under f.mu.
+func (f *Feed) noteNodes(prev, st *statemachine.State) {
+	if prev == nil || st.Nodes.Same(prev.Nodes) {
 		return
 	}
-	moved := false
-	for cluster, nodes := range st.Nodes.All() {
-		addrs := f.addrs[cluster]
-		if addrs == nil {
-			addrs = map[string]string{}
-			f.addrs[cluster] = addrs
+	for cluster, was := range prev.Nodes.All() {
+		now := st.Nodes.At(cluster)
+		if now.Same(was) {
+			continue
 		}
-		for id, n := range nodes.All() {
-			if was, ok := addrs[id]; !ok || was != n.NodeAddress {
-				moved = moved || ok
-				if !ok && len(addrs) >= maxFeedAddrs {
-					clear(addrs) // bounded: every address is learned again once
-				}
-				addrs[id] = n.NodeAddress
+		for id, n := range was.All() {
+			if m, ok := now.Get(id); !ok || m.NodeAddress != n.NodeAddress {
+				close(f.gone)
+				f.gone = make(chan struct{})
+				return
 			}
 		}
 	}
-	if moved {
-		close(f.gone)
-		f.gone = make(chan struct{})
-	}
 }
-
-// maxFeedAddrs bounds the addresses a feed remembers per cluster.
-const maxFeedAddrs = 65536
 
 // Run compares every new snapshot with the previous one until ctx ends.
 func (f *Feed) Run(ctx context.Context) {
@@ -138,7 +121,7 @@ func (f *Feed) step() {
 	st := f.state()
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.noteNodes(st)
+	f.noteNodes(f.seen, st)
 	if f.seen != nil && st.Assignments.Same(f.seen.Assignments) && st.ShardStates.Same(f.seen.ShardStates) &&
 		st.Databases.Same(f.seen.Databases) {
 		f.seen = st

@@ -112,17 +112,13 @@ func (h *Host) join(r *replica, p client.Peer, term int64, back func(why error))
 // address; its replicas look their leader up again.
 var errLeaderGone = errors.New("storage: the leader node is no longer live at its address")
 
-// endSessionsMoved hands every member of the sessions whose leader is live
-// in nodes at another address back to its replica (errLeaderGone). A
-// leader absent from nodes keeps its sessions: a process whose lease
-// lapsed still answers them (ending them would stop its followers, which
-// it would then drop from its in-sync sets: more etcd writes while etcd is
-// what is slow), and a dead one fails them.
-func (h *Host) endSessionsMoved(nodes statemachine.Map[models.StorageNode]) {
+// endSessionsGone hands every member of the sessions whose leader (id and
+// address) is not live in nodes back to its replica (errLeaderGone).
+func (h *Host) endSessionsGone(nodes statemachine.Map[models.StorageNode]) {
 	var gone []*fetchSession
 	h.sessMu.Lock()
 	for p, s := range h.sessions {
-		if n, ok := nodes.Get(p.ID); ok && n.NodeAddress != p.Address {
+		if n, ok := nodes.Get(p.ID); !ok || n.NodeAddress != p.Address {
 			gone = append(gone, s)
 		}
 	}

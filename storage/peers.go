@@ -123,20 +123,20 @@ func (h *Host) forgetPeer(id, addr string) {
 	}
 }
 
-// watchPeers ends the fetch sessions to a leader whose node id is live at
-// another address (registered again elsewhere: a copy of its data dir, a
-// real move) as soon as the live nodes show it, so its followers look up
-// the leader again at once, well within the catch-up window a new
-// incarnation gives them before it drops them from its in-sync set. Only
-// when this process watches the live nodes. The feed wakes it only then
-// (not for a record rewritten in place, a join or a leave), and each wake
-// costs O(this host's sessions): every host of a process shares the feed's
-// one comparison of the live nodes.
+// watchPeers ends the fetch sessions to addresses no live node has any more
+// (a leader that stopped, or whose node id registered again elsewhere: a copy
+// of its data dir, a real move) as soon as the live nodes show it, so its
+// followers look up the leader again at once, well within the catch-up
+// window a new incarnation gives them before it drops them from its
+// in-sync set. Only when this process watches the live nodes. The feed
+// wakes it only when a live node left or moved (not for a record rewritten
+// in place), and each wake costs O(this host's sessions): every host of a
+// process shares the feed's one comparison of the live nodes.
 func (h *Host) watchPeers(ctx context.Context, feed *Feed) {
 	for {
 		gone := feed.peersGone()
 		if nodes, watched := h.liveNodes(); watched {
-			h.endSessionsMoved(nodes)
+			h.endSessionsGone(nodes)
 		}
 		select {
 		case <-ctx.Done():
