@@ -273,6 +273,10 @@ func (s *boltShard) commitLocked(group []*pendingEntry) error {
 	// means none of the group is in. Usually that is a swap of memtables;
 	// the flush runs beside later commits (flush.go).
 	if s.flushDue(last.TxnID) {
+		// Making room may wait for the flush of the memtable frozen
+		// before: the log's writer does not wait for this group meanwhile.
+		s.wal.depart(arrived)
+		arrived = 0
 		if err := s.rotate(); err != nil {
 			return fmt.Errorf("engine: apply txns %d-%d: %w", first.TxnID, last.TxnID, err)
 		}

@@ -222,3 +222,28 @@ func applyNext(t *testing.T, s Shard, log []Entry, points ...lineproto.Point) []
 	require.NoError(t, s.Apply(en))
 	return append(log, en)
 }
+
+// TestCommitWaitingForAFlushIsNotArriving: a commit that must freeze a
+// second memtable waits for the flush of the first, and meanwhile does not
+// count as arriving at the log, so the log's writer does not wait for it
+// (wal.gather); it commits once the flush ends.
+func TestCommitWaitingForAFlushIsNotArriving(t *testing.T) {
+	_, s := openShard1(t, WithFlushPoints(2), WithFlushInterval(0), WithCompactRate(0))
+	bs := s.(*boltShard)
+	p := pauseNextFlush(t, s, false)
+	apply(t, s, 1, pt("m", "h=a", "value", 1, 1), pt("m", "h=b", "value", 1, 1))
+	apply(t, s, 1, pt("m", "h=a", "value", 2, 1), pt("m", "h=b", "value", 2, 1)) // freezes txn 1
+	<-p.paused
+	wait, err := s.Append(Entry{TxnID: 3, Term: 1, Points: []lineproto.Point{pt("m", "h=a", "value", 3, 1)}})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		bs.q.mu.Lock()
+		defer bs.q.mu.Unlock()
+		return len(bs.q.pending) == 0 && bs.wal.arriving.Load() == 0
+	}, 10*time.Second, time.Millisecond, "taken by the committer, which waits for the flush and is not on its way to the log")
+	require.EqualValues(t, 2, s.LastTxnID(), "txn 3 waits for the flush of txn 1")
+	p.release()
+	require.NoError(t, wait())
+	require.EqualValues(t, 3, s.LastTxnID())
+	require.Zero(t, bs.wal.arriving.Load())
+}
