@@ -75,14 +75,16 @@ var shutdownMessages = map[string]bool{
 }
 
 // closedError reports whether err is what a server returns once its
-// listener was closed under it. cmux says "mux: server closed", gRPC "grpc:
-// the server has been stopped".
+// listener was closed under it. cmux says "mux: server closed" or, when
+// the member stops before its serving goroutine got to accept, "mux:
+// listener closed"; gRPC says "grpc: the server has been stopped".
 func closedError(err error) bool {
 	if errors.Is(err, net.ErrClosed) || errors.Is(err, http.ErrServerClosed) {
 		return true
 	}
 	msg := err.Error()
 	return strings.Contains(msg, "use of closed network connection") || strings.Contains(msg, "mux: server closed") ||
+		strings.Contains(msg, "mux: listener closed") ||
 		strings.Contains(msg, "grpc: the server has been stopped")
 }
 

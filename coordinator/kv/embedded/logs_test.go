@@ -39,6 +39,7 @@ func TestEtcdCore(t *testing.T) {
 	closing.Store(true)
 	lg.Error("setting up serving from embedded etcd failed.", zap.Error(closed))
 	lg.Error("setting up serving from embedded etcd failed.", zap.Error(errors.New("mux: server closed")))
+	lg.Error("setting up serving from embedded etcd failed.", zap.Error(errors.New("mux: listener closed")))
 	lg.Warn("stopping insecure grpc server due to error", zap.Error(closed))
 	lg.Error("setting up serving from embedded etcd failed.", zap.Error(errors.New("disk on fire")))
 	lg.Error("some other failure", zap.Error(closed))
