@@ -158,10 +158,9 @@ func (h *Host) writeISRs(ctx context.Context, batch []*isrWriteReq) {
 	}
 }
 
-// readISRs reads what each write of batch needs (readISR) in one round trip.
+// readISRs reads what each write of batch needs (readISR) in one round trip,
+// each key once.
 func (h *Host) readISRs(ctx context.Context, g multiGetter, batch []*isrWriteReq) ([]*isrReads, error) {
-	fenced := h.stateFenced()
-	held := h.recordRev.Load() != 0
 	idx := map[string]int{}
 	var keys []string
 	key := func(k string) int {
@@ -173,16 +172,9 @@ func (h *Host) readISRs(ctx context.Context, g multiGetter, batch []*isrWriteReq
 		}
 		return i
 	}
-	type at struct{ isr, state, self int }
-	pos := make([]at, len(batch))
+	at := make([]isrKeys, len(batch))
 	for i, w := range batch {
-		pos[i] = at{isr: key(h.ck.ISR(w.r.db, w.r.shard)), state: -1, self: -1}
-		if fenced {
-			pos[i].state = key(h.cfg.StateKeys.ShardState(w.r.db))
-		}
-		if held {
-			pos[i].self = key(h.ck.Node(h.nodeID))
-		}
+		at[i] = h.isrKeysOf(w.r, key)
 	}
 	vals, cid, err := g.GetMany(ctx, keys)
 	if err != nil {
@@ -192,15 +184,8 @@ func (h *Host) readISRs(ctx context.Context, g multiGetter, batch []*isrWriteReq
 		return nil, errShortRead(len(vals), len(keys))
 	}
 	out := make([]*isrReads, len(batch))
-	for i, p := range pos {
-		rd := &isrReads{isr: vals[p.isr], cid: cid}
-		if p.state >= 0 {
-			rd.state = vals[p.state]
-		}
-		if p.self >= 0 {
-			rd.self = vals[p.self]
-		}
-		out[i] = rd
+	for i := range at {
+		out[i] = at[i].reads(vals, cid)
 	}
 	return out, nil
 }

@@ -70,17 +70,12 @@ func (h *Host) stateFenced() bool {
 // readISR reads what persistISR and initialISR need, with the records of
 // peers when asked.
 func (r *replica) readISR(ctx context.Context, peers []string) (*isrReads, error) {
-	keys := []string{r.h.ck.ISR(r.db, r.shard)}
-	fenced := r.h.stateFenced()
-	if fenced {
-		keys = append(keys, r.h.cfg.StateKeys.ShardState(r.db))
-	}
-	held := r.h.recordRev.Load() != 0
-	if held {
-		keys = append(keys, r.h.ck.Node(r.h.nodeID))
-	}
-	for _, p := range peers {
-		keys = append(keys, r.h.ck.Node(p))
+	var keys []string
+	add := func(k string) int { keys = append(keys, k); return len(keys) - 1 }
+	at := r.h.isrKeysOf(r, add)
+	peerAt := make([]int, len(peers))
+	for i, p := range peers {
+		peerAt[i] = add(r.h.ck.Node(p))
 	}
 	var vals []*kv.KeyValue
 	var cid uint64
@@ -105,22 +100,45 @@ func (r *replica) readISR(ctx context.Context, peers []string) (*isrReads, error
 	if len(vals) != len(keys) {
 		return nil, errShortRead(len(vals), len(keys))
 	}
-	rd := &isrReads{isr: vals[0], cid: cid}
-	next := 1
-	if fenced {
-		rd.state, next = vals[1], 2
-	}
-	if held {
-		rd.self = vals[next]
-		next++
-	}
+	rd := at.reads(vals, cid)
 	if len(peers) > 0 {
 		rd.peers = make(map[string]*kv.KeyValue, len(peers))
 		for i, p := range peers {
-			rd.peers[p] = vals[next+i]
+			rd.peers[p] = vals[peerAt[i]]
 		}
 	}
 	return rd, nil
+}
+
+// isrKeys is where the keys an in-sync set write reads sit in a read of
+// several keys: the set, the database's shard states (-1: not fenced: the
+// storage cluster has an etcd of its own), this node's record (-1: this
+// process does not know its create revision).
+type isrKeys struct{ isr, state, self int }
+
+// isrKeysOf adds the keys r's in-sync set write reads to a read; key adds
+// one and says where it is.
+func (h *Host) isrKeysOf(r *replica, key func(string) int) isrKeys {
+	at := isrKeys{isr: key(h.ck.ISR(r.db, r.shard)), state: -1, self: -1}
+	if h.stateFenced() {
+		at.state = key(h.cfg.StateKeys.ShardState(r.db))
+	}
+	if h.recordRev.Load() != 0 {
+		at.self = key(h.ck.Node(h.nodeID))
+	}
+	return at
+}
+
+// reads is what the write read, from the values of the read.
+func (at isrKeys) reads(vals []*kv.KeyValue, cid uint64) *isrReads {
+	rd := &isrReads{isr: vals[at.isr], cid: cid}
+	if at.state >= 0 {
+		rd.state = vals[at.state]
+	}
+	if at.self >= 0 {
+		rd.self = vals[at.self]
+	}
+	return rd
 }
 
 // errShortRead: a store answered a read of several keys with another count.

@@ -189,8 +189,8 @@ func (p *HeaderProbe) Heard(id uint64, rev int64) {
 
 // Get returns the newest of: the last probe's answer, the last answer heard,
 // the last probe's failure, if it is younger than maxAge; else it probes
-// with fetch. maxAge 0 asks for a probe sent after the
-// call, whose answer is exact. Concurrent callers share one probe; each
+// with fetch. maxAge 0 asks for a probe sent after the call, whose answer
+// is exact. Concurrent callers share one probe; each
 // waits for it no longer than its own ctx.
 func (p *HeaderProbe) Get(ctx context.Context, maxAge time.Duration,
 	fetch func(context.Context) (uint64, int64, error)) (ClusterHeader, error) {
@@ -203,31 +203,38 @@ func (p *HeaderProbe) Get(ctx context.Context, maxAge time.Duration,
 	}
 	for {
 		p.mu.Lock()
-		switch {
-		case fresh(p.failedAt) && p.failedAt.After(p.last.At) && p.failedAt.After(p.heard.At):
-			defer p.mu.Unlock()
-			return ClusterHeader{}, p.failed
-		case fresh(p.last.At):
-			defer p.mu.Unlock()
-			return p.last, nil
-		case maxAge > 0 && fresh(p.heard.At):
-			defer p.mu.Unlock()
-			return p.heard, nil
-		case p.inflight != nil:
-			wait := p.inflight
+		h, ok, err := p.known(fresh, maxAge > 0)
+		wait := p.inflight
+		if !ok && wait == nil {
+			done := make(chan struct{})
+			p.inflight = done
 			p.mu.Unlock()
-			select {
-			case <-wait:
-				continue
-			case <-ctx.Done():
-				return ClusterHeader{}, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
-			}
+			return p.probe(ctx, fetch, done)
 		}
-		done := make(chan struct{})
-		p.inflight = done
 		p.mu.Unlock()
-		return p.probe(ctx, fetch, done)
+		if ok {
+			return h, err
+		}
+		select {
+		case <-wait: // look again
+		case <-ctx.Done():
+			return ClusterHeader{}, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+		}
 	}
+}
+
+// known is the newest of the last probe's answer, its failure and (heard)
+// the last answer heard, if fresh; ok false: none is. The caller holds mu.
+func (p *HeaderProbe) known(fresh func(time.Time) bool, heard bool) (ClusterHeader, bool, error) {
+	switch {
+	case fresh(p.failedAt) && p.failedAt.After(p.last.At) && p.failedAt.After(p.heard.At):
+		return ClusterHeader{}, true, p.failed
+	case fresh(p.last.At):
+		return p.last, true, nil
+	case heard && fresh(p.heard.At):
+		return p.heard, true, nil
+	}
+	return ClusterHeader{}, false, nil
 }
 
 // probe sends one probe and records its answer, or its failure when etcd

@@ -238,6 +238,13 @@ func TestWatcherNoticesReplacedStore(t *testing.T) {
 	<-done
 }
 
+// setCheckInterval sets how often watchers check their cluster, for the test.
+func setCheckInterval(t *testing.T, d time.Duration) {
+	old := kv.ClusterCheckInterval
+	kv.ClusterCheckInterval = d
+	t.Cleanup(func() { kv.ClusterCheckInterval = old })
+}
+
 // countingStore counts cluster probes (Header) and the checks that asked for
 // one (SharedHeader).
 type countingStore struct {
@@ -260,9 +267,7 @@ func (c *countingStore) SharedHeader(ctx context.Context, maxAge time.Duration) 
 // cost about one probe per check interval, not twenty; and a replaced store
 // is still noticed through the shared probe.
 func TestWatchersShareClusterProbe(t *testing.T) {
-	old := kv.ClusterCheckInterval
-	kv.ClusterCheckInterval = 20 * time.Millisecond
-	defer func() { kv.ClusterCheckInterval = old }()
+	setCheckInterval(t, 20*time.Millisecond)
 	s := &countingStore{MemoryStore: kv.NewMemoryStore()}
 	defer s.Close()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -296,9 +301,7 @@ func TestWatchersShareClusterProbe(t *testing.T) {
 // list while the probe finds the same cluster. A replaced store is still
 // noticed while such headers keep coming.
 func TestHeardHeaderOnlyRaisesTheQuestion(t *testing.T) {
-	old := kv.ClusterCheckInterval
-	kv.ClusterCheckInterval = 20 * time.Millisecond
-	defer func() { kv.ClusterCheckInterval = old }()
+	setCheckInterval(t, 20*time.Millisecond)
 	s := &countingStore{MemoryStore: kv.NewMemoryStore()}
 	defer s.Close()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -315,11 +318,13 @@ func TestHeardHeaderOnlyRaisesTheQuestion(t *testing.T) {
 	hearing.Add(1)
 	go func() {
 		defer hearing.Done()
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
 		for {
 			select {
 			case <-stop:
 				return
-			case <-time.After(time.Millisecond):
+			case <-tick.C:
 				cid, _, _ := s.MemoryStore.Header(ctx)
 				s.probe.Heard(cid, 1)
 			}

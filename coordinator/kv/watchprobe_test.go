@@ -21,32 +21,9 @@ import (
 // interval + 1, where twenty unshared watchers would make up to twenty times
 // that.
 func TestEtcdStoreWatchersShareOneProbe(t *testing.T) {
-	old := kv.ClusterCheckInterval
-	kv.ClusterCheckInterval = 50 * time.Millisecond
-	defer func() { kv.ClusterCheckInterval = old }()
-	reg := prometheus.NewRegistry()
-	member := etcdtest.Start(t)
-	s, err := kv.NewEtcdStore(kv.EtcdConfig{Endpoints: []string{member.Endpoint}, Metrics: kv.NewEtcdMetrics(reg)})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
-
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	defer func() { cancel(); wg.Wait() }()
+	s, reg := meteredStore(t, 50*time.Millisecond)
 	const watchers = 20
-	var synced atomic.Int64
-	for i := range watchers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			kv.RunWatcher(ctx, kv.WatcherConfig{Store: s, Prefix: fmt.Sprintf("/p%d/", i)}, func(ev kv.WatchEvent) {
-				if ev.Kind == kv.WatchSynced {
-					synced.Add(1)
-				}
-			})
-		}()
-	}
-	require.Eventually(t, func() bool { return synced.Load() == watchers }, 10*time.Second, 5*time.Millisecond)
+	startSyncedWatchers(t, s, watchers, "/p")
 
 	base, t0 := histCount(t, reg, "header"), time.Now()
 	require.Eventually(t, func() bool { return histCount(t, reg, "header")-base >= 25 }, 20*time.Second, 5*time.Millisecond,
@@ -62,37 +39,16 @@ func TestEtcdStoreWatchersShareOneProbe(t *testing.T) {
 // probing: over three check intervals the store sends at most one probe.
 // Without them it sends one per interval.
 func TestEtcdStoreChecksHearLeaseRenewals(t *testing.T) {
-	old := kv.ClusterCheckInterval
 	// clientv3 renews a 2 s lease each ~1 s (two thirds of a second, on its
 	// half-second ticks); nodes run 3 s leases and 2 s checks.
-	kv.ClusterCheckInterval = 1600 * time.Millisecond
-	defer func() { kv.ClusterCheckInterval = old }()
-	reg := prometheus.NewRegistry()
-	member := etcdtest.Start(t)
-	s, err := kv.NewEtcdStore(kv.EtcdConfig{Endpoints: []string{member.Endpoint}, Metrics: kv.NewEtcdMetrics(reg)})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
-
+	s, reg := meteredStore(t, 1600*time.Millisecond)
 	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	defer func() { cancel(); wg.Wait() }()
+	defer cancel()
 	lease, err := s.Grant(ctx, 2*time.Second)
 	require.NoError(t, err)
 	_, err = s.KeepAlive(ctx, lease)
 	require.NoError(t, err)
-	var synced atomic.Int64
-	for i := range 5 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			kv.RunWatcher(ctx, kv.WatcherConfig{Store: s, Prefix: fmt.Sprintf("/h%d/", i)}, func(ev kv.WatchEvent) {
-				if ev.Kind == kv.WatchSynced {
-					synced.Add(1)
-				}
-			})
-		}()
-	}
-	require.Eventually(t, func() bool { return synced.Load() == 5 }, 10*time.Second, 5*time.Millisecond)
+	synced := startSyncedWatchers(t, s, 5, "/h")
 	h, err := s.SharedHeader(ctx, kv.ClusterCheckInterval)
 	require.NoError(t, err)
 	require.False(t, h.Exact, "a renewal's answer, not a probe")
@@ -117,4 +73,39 @@ func TestEtcdStoreChecksHearLeaseRenewals(t *testing.T) {
 	// The lease gone, the checks probe again.
 	require.NoError(t, s.Revoke(ctx, lease))
 	require.Eventually(t, func() bool { return histCount(t, reg, "header")-base >= 2 }, 20*time.Second, 20*time.Millisecond)
+}
+
+// meteredStore sets the cluster check interval for the test and connects a
+// store with request metrics to a new member.
+func meteredStore(t *testing.T, checkEvery time.Duration) (*kv.EtcdStore, *prometheus.Registry) {
+	setCheckInterval(t, checkEvery)
+	reg := prometheus.NewRegistry()
+	member := etcdtest.Start(t)
+	s, err := kv.NewEtcdStore(kv.EtcdConfig{Endpoints: []string{member.Endpoint}, Metrics: kv.NewEtcdMetrics(reg)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s, reg
+}
+
+// startSyncedWatchers runs n watchers of s (prefixes prefix0/, prefix1/...)
+// until the test ends, waits until each has listed, and returns the count of
+// their lists.
+func startSyncedWatchers(t *testing.T, s kv.Store, n int, prefix string) *atomic.Int64 {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	var synced atomic.Int64
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			kv.RunWatcher(ctx, kv.WatcherConfig{Store: s, Prefix: fmt.Sprintf("%s%d/", prefix, i)}, func(ev kv.WatchEvent) {
+				if ev.Kind == kv.WatchSynced {
+					synced.Add(1)
+				}
+			})
+		}()
+	}
+	require.Eventually(t, func() bool { return synced.Load() == int64(n) }, 10*time.Second, 5*time.Millisecond)
+	return &synced
 }

@@ -131,7 +131,7 @@ func (s *boltShard) Enqueue(st *Staged) (uint64, func() error, error) {
 		// commit under way it counts only once its committer takes it
 		// (commitLoop): it cannot reach the log before that commit's
 		// write ends, so the writer would wait for it in vain.
-		q.markArriving([]*pendingEntry{p}, &s.wal.arriving)
+		q.markArriving([]*pendingEntry{p}, s.wal)
 	}
 	q.pending = append(q.pending, p)
 	q.lastTxn, q.lastTerm = p.e.TxnID, p.e.Term
@@ -185,7 +185,7 @@ func (s *boltShard) commitLoop() {
 			q.mu.Unlock()
 			return
 		}
-		q.markArriving(group, &s.wal.arriving)
+		q.markArriving(group, s.wal)
 		q.mu.Unlock()
 		s.wmu.Lock()
 		err := s.commitLocked(group)
@@ -206,7 +206,7 @@ func (s *boltShard) commitLoop() {
 
 // markArriving counts the entries of group not counted yet as arriving at
 // the log (see wal.gather); the caller holds q.mu.
-func (q *commitQueue) markArriving(group []*pendingEntry, arriving *atomic.Int64) {
+func (q *commitQueue) markArriving(group []*pendingEntry, w *wal) {
 	n := 0
 	for _, p := range group {
 		if !p.arriving {
@@ -214,9 +214,7 @@ func (q *commitQueue) markArriving(group []*pendingEntry, arriving *atomic.Int64
 			n++
 		}
 	}
-	if n > 0 {
-		arriving.Add(int64(n))
-	}
+	w.arrive(n)
 }
 
 // arrivingIn is how many of entries count as arriving at the log.

@@ -159,11 +159,25 @@ func (mt *memtable) applyDelete(d *wire.Delete) {
 	mt.bytes += memEntryBytes + int64(len(d.Metric))
 }
 
+// deleteCandidates are the series each of dels matches, looked up once for
+// the flush: unsealFor and applyDeletes both need them, and neither changes
+// the postings they come from.
+func deleteCandidates(tx *bolt.Tx, dels []*wire.Delete) ([][]uint64, error) {
+	cands := make([][]uint64, len(dels))
+	for i, d := range dels {
+		var err error
+		if cands[i], err = candidateIDs(tx, d.Metric, deleteMatch(d)); err != nil {
+			return nil, err
+		}
+	}
+	return cands, nil
+}
+
 // applyDeletes applies a flushing memtable's deletes to the blocks, in
 // order, records the series they emptied in gone, and says whether it had
-// any. The caller's transaction then writes
-// the memtable's points over them.
-func applyDeletes(tx *bolt.Tx, dels []*wire.Delete, gone *goneChange) (bool, error) {
+// any (cands[i]: the series dels[i] matches, deleteCandidates). The
+// caller's transaction then writes the memtable's points over them.
+func applyDeletes(tx *bolt.Tx, dels []*wire.Delete, cands [][]uint64, gone *goneChange) (bool, error) {
 	if len(dels) == 0 {
 		return false, nil
 	}
@@ -175,12 +189,8 @@ func applyDeletes(tx *bolt.Tx, dels []*wire.Delete, gone *goneChange) (bool, err
 		return true, err
 	}
 	defer sv.close()
-	for _, d := range dels {
-		ids, err := candidateIDs(tx, d.Metric, deleteMatch(d))
-		if err != nil {
-			return true, err
-		}
-		for _, id := range ids {
+	for i, d := range dels {
+		for _, id := range cands[i] {
 			if err := deleteRange(tx, bp, id, d.Min, d.Max); err != nil {
 				return true, fmt.Errorf("delete from series %d: %w", id, err)
 			}

@@ -186,10 +186,14 @@ func (s *boltShard) flushFrozenLocked() error {
 		if err := resetRecent(tx); err != nil {
 			return err
 		}
-		if unsealed, err = unsealFor(tx, mt.dels); err != nil {
+		cands, err := deleteCandidates(tx, mt.dels)
+		if err != nil {
 			return err
 		}
-		deleted, err := applyDeletes(tx, mt.dels, &gone)
+		if unsealed, err = unsealFor(tx, mt.dels, cands); err != nil {
+			return err
+		}
+		deleted, err := applyDeletes(tx, mt.dels, cands, &gone)
 		if err != nil {
 			return err
 		}

@@ -16,21 +16,15 @@ import (
 // the partitions' file ids, to retire once the transaction commits; a later
 // seal moves what the delete left back out. Deletes are rare; a delete of
 // all time (DROP SERIES, DROP MEASUREMENT) brings back every partition that
-// holds a series it matches.
-func unsealFor(tx *bolt.Tx, dels []*wire.Delete) ([]uint64, error) {
+// holds a series it matches. cands[i] are the series dels[i] matches
+// (deleteCandidates).
+func unsealFor(tx *bolt.Tx, dels []*wire.Delete, cands [][]uint64) ([]uint64, error) {
 	if len(dels) == 0 {
 		return nil, nil
 	}
 	recs, err := readParts(tx)
 	if err != nil || len(recs) == 0 {
 		return nil, err
-	}
-	// The series each delete matches, looked up once for every partition.
-	cands := make([][]uint64, len(dels))
-	for i, d := range dels {
-		if cands[i], err = candidateIDs(tx, d.Metric, deleteMatch(d)); err != nil {
-			return nil, err
-		}
 	}
 	var ids []uint64
 	rw := newBlockPut(tx, 0)

@@ -269,7 +269,7 @@ func (w *wal) append(data []byte, recs []walRec) ([]walRec, error) {
 // with 32 senders on 2 cores; issue 21).
 func (w *wal) arrive(n int) { w.arriving.Add(int64(n)) }
 
-// depart uncounts n arriving entries that will not be appended.
+// depart uncounts n arriving entries: appended, or that will not be.
 func (w *wal) depart(n int) {
 	if n > 0 && w.arriving.Add(-int64(n)) == 0 {
 		w.signalArrived()
@@ -307,10 +307,7 @@ func (w *wal) gather() {
 func (w *wal) appendArrived(data []byte, recs []walRec, arrived int) ([]walRec, error) {
 	req := &walReq{data: data, recs: recs, done: make(chan struct{})}
 	w.mu.Lock()
-	// Under mu, with the queueing: the writer takes both or neither.
-	if arrived > 0 && w.arriving.Add(-int64(arrived)) == 0 {
-		w.signalArrived()
-	}
+	w.depart(arrived) // under mu, with the queueing: the writer takes both or neither
 	if w.closed {
 		w.mu.Unlock()
 		return nil, ErrClosed
