@@ -216,7 +216,7 @@ func simulateCluster(args []string, stdout, stderr io.Writer) int {
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: cairn simulate cluster --nodes N --databases D --shards P --replicas R [--idle DUR --kill K --domains D --kill-domain]")
 		fmt.Fprintln(stderr, "Runs an embedded etcd, the master, a broker and N in-process storage agents, and prints one JSON object:")
-		fmt.Fprintln(stderr, `{"nodes","replicas","place_ms","idle_etcd_revisions_per_s","idle_cpu_cores","idle_cpu_ms_per_node_per_s","rss_mib","goroutines","failover_ms","failover_shards","domains_per_shard"} (domains_per_shard with --domains)`)
+		fmt.Fprintln(stderr, `{"nodes","replicas","place_ms","idle_etcd_revisions_per_s","idle_cpu_cores","idle_cpu_ms_per_node_per_s","rss_mib","goroutines","failover_ms","failover_writable_ms","failover_shards","domains_per_shard"} (domains_per_shard with --domains)`)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

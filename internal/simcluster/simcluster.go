@@ -101,9 +101,14 @@ type Result struct {
 	RSSMiB                float64 `json:"rss_mib"`
 	// Goroutines of the whole process at the end of the idle measure: a
 	// replica waiting for work holds none, so this does not grow with them.
-	Goroutines     int     `json:"goroutines"`
-	FailoverMS     float64 `json:"failover_ms"`
-	FailoverShards int     `json:"failover_shards"`
+	Goroutines int `json:"goroutines"`
+	// FailoverMS is from the killed agents' leases' end to every shard
+	// they led online under a live leader in the master's published
+	// state; FailoverWritableMS to every such new leader having published
+	// its in-sync set at its term (it takes writes from then on).
+	FailoverMS         float64 `json:"failover_ms"`
+	FailoverWritableMS float64 `json:"failover_writable_ms"`
+	FailoverShards     int     `json:"failover_shards"`
 	// DomainsPerShard: the fewest and most failure domains a shard's
 	// replicas span once placed (with --domains).
 	DomainsPerShard *MinMax `json:"domains_per_shard,omitempty"`
@@ -457,11 +462,11 @@ func (c *cluster) measure(ctx context.Context) (Result, error) {
 	res.RSSMiB = rssMiB()
 	res.Goroutines = runtime.NumGoroutine()
 	if c.p.Kill > 0 || c.p.KillDomain {
-		ms, shards, err := c.kill(ctx)
+		f, err := c.kill(ctx)
 		if err != nil {
 			return res, err
 		}
-		res.FailoverMS, res.FailoverShards = ms, shards
+		res.FailoverMS, res.FailoverWritableMS, res.FailoverShards = f.ms, f.writableMS, f.shards
 	}
 	return res, nil
 }
@@ -533,11 +538,20 @@ func (c *cluster) placed(want int) bool {
 	return online == c.p.Databases*c.p.Shards && n == want
 }
 
-// kill stops the agents that lead the most shards (as a kill -9 would: no
-// handoff, no answers) and revokes their leases (the moment etcd would
-// expire them), then times the master until every shard they led has a new
-// leader.
-func (c *cluster) kill(ctx context.Context) (float64, int, error) {
+// failover is what kill measured.
+type failover struct {
+	ms, writableMS float64
+	shards         int
+}
+
+// kill stops the agents that lead the most shards, or every agent of zone
+// z0 (as a kill -9 would: no handoff, no answers), and revokes their leases
+// all at once (the moment etcd would expire them: a killed domain's leases
+// run out together). It then times, from just before the revocations, the
+// master until every shard they led has a new online leader, and the new
+// leaders until each has published its in-sync set at its term (a leader
+// takes writes only from then on).
+func (c *cluster) kill(ctx context.Context) (failover, error) {
 	st := c.app.State()
 	leads := map[string][]string{} // node -> shards led
 	for db, ss := range st.ShardStates.All() {
@@ -554,28 +568,86 @@ func (c *cluster) kill(ctx context.Context) (float64, int, error) {
 		}
 	}
 	dead := map[string]bool{}
-	shards := 0
+	var f failover
+	var led []string // the shards the victims led
 	for _, v := range victims {
 		dead[v.id] = true
-		shards += len(leads[v.id])
+		led = append(led, leads[v.id]...)
 		v.freeze()
 	}
-	for _, v := range victims {
-		v.revoke()
-	}
+	f.shards = len(led)
 	start := time.Now()
-	err := c.until(ctx, 5*time.Minute, "new leaders for the killed agents' shards", func() bool {
-		st := c.app.State()
-		for _, ss := range st.ShardStates.All() {
-			for _, s := range ss.Shards {
-				if dead[s.Leader] || s.Status != models.StatusOnline {
-					return false
-				}
+	var wg sync.WaitGroup
+	for _, v := range victims {
+		wg.Add(1)
+		go func() { defer wg.Done(); v.revoke() }()
+	}
+	wg.Wait()
+	fmt.Fprintf(c.p.Progress, "killed %d agents leading %d shards; their leases revoked in %s\n",
+		len(victims), f.shards, time.Since(start).Round(time.Millisecond))
+	led1, writable := false, false
+	err := c.until(ctx, 5*time.Minute, "new leaders for the killed agents' shards, taking writes", func() bool {
+		p := c.failoverProgress(dead, led)
+		if !led1 && p.deadLed == 0 && p.offline == 0 {
+			led1, f.ms = true, float64(time.Since(start).Microseconds())/1000
+		}
+		if !writable && led1 && p.noISR == 0 {
+			writable, f.writableMS = true, float64(time.Since(start).Microseconds())/1000
+		}
+		if time.Since(c.shown) >= 5*time.Second {
+			c.shown = time.Now()
+			fmt.Fprintf(c.p.Progress, "  %s after the kill: %d shards led by killed agents, %d offline, %d new leaders without their in-sync set\n",
+				time.Since(start).Round(time.Second), p.deadLed, p.offline, p.noISR)
+		}
+		return led1 && writable
+	})
+	return f, err
+}
+
+// failoverCount is where a kill's failover stands.
+type failoverCount struct {
+	deadLed, offline int // shards of the cluster led by a killed agent; offline
+	noISR            int // shards the killed agents led whose new leader's in-sync set is not at its term yet
+}
+
+func (c *cluster) failoverProgress(dead map[string]bool, led []string) failoverCount {
+	st := c.app.State()
+	var p failoverCount
+	for _, ss := range st.ShardStates.All() {
+		for _, s := range ss.Shards {
+			switch {
+			case s.Status != models.StatusOnline:
+				p.offline++
+			case dead[s.Leader]:
+				p.deadLed++
 			}
 		}
-		return true
-	})
-	return float64(time.Since(start).Microseconds()) / 1000, shards, err
+	}
+	sets := st.ISR.At("default")
+	for _, id := range led {
+		db, shard, _ := models.ParseShardID(id)
+		ss, _ := st.ShardStates.Get(db)
+		i := indexOf(ss, shard)
+		if i < 0 {
+			p.noISR++
+			continue
+		}
+		s := ss.Shards[i]
+		set, ok := sets.Get(id)
+		if dead[s.Leader] || !ok || set.Leader != s.Leader || set.Term < s.Term {
+			p.noISR++
+		}
+	}
+	return p
+}
+
+func indexOf(ss models.ShardStates, id int) int {
+	for i, s := range ss.Shards {
+		if s.ID == id {
+			return i
+		}
+	}
+	return -1
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

@@ -61,6 +61,9 @@ func TestSimulateDomains(t *testing.T) {
 	require.Equal(t, &simcluster.MinMax{Min: 2, Max: 2}, res.DomainsPerShard)
 	require.Positive(t, res.FailoverShards, "zone z0 led shards")
 	require.Positive(t, res.FailoverMS)
+	// The new leaders take writes once their in-sync sets are published
+	// at their terms, after the master published them.
+	require.GreaterOrEqual(t, res.FailoverWritableMS, res.FailoverMS)
 	for _, p := range []simcluster.Params{
 		{Nodes: 3, Shards: 1, Replicas: 1, Domains: 4},
 		{Nodes: 3, Shards: 1, Replicas: 2, KillDomain: true},
