@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync"
 )
 
@@ -21,9 +23,23 @@ var errRefused = errors.New("simulate cluster: connection refused")
 type loopback struct {
 	mu       sync.RWMutex
 	handlers map[string]http.Handler // agent address -> its handlers
+	counts   *requestCounts          // the requests, by kind (for the progress lines)
 }
 
-func newLoopback() *loopback { return &loopback{handlers: map[string]http.Handler{}} }
+func newLoopback(counts *requestCounts) *loopback {
+	return &loopback{handlers: map[string]http.Handler{}, counts: counts}
+}
+
+// requestKind names a request for the counts: the last element of its path
+// (fetch, log, txn, ...); RoundTrip counts those answered with another status
+// than 2xx once more, with the status (http_log_404).
+func requestKind(req *http.Request) string {
+	p := req.URL.Path
+	if i := strings.LastIndexByte(p, '/'); i >= 0 {
+		p = p[i+1:]
+	}
+	return "http_" + p
+}
 
 func (l *loopback) serve(addr string, h http.Handler) {
 	l.mu.Lock()
@@ -40,6 +56,8 @@ func (l *loopback) close(addr string) {
 // RoundTrip serves req with the handlers of the agent it is addressed to and
 // returns the whole answer once the handler returned.
 func (l *loopback) RoundTrip(req *http.Request) (*http.Response, error) {
+	kind := requestKind(req)
+	l.counts.add(kind) // on arrival: a parked fetch counts while parked
 	l.mu.RLock()
 	h := l.handlers[req.URL.Host]
 	l.mu.RUnlock()
@@ -63,6 +81,9 @@ func (l *loopback) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	if w.code == 0 {
 		w.code = http.StatusOK
+	}
+	if w.code/100 != 2 {
+		l.counts.add(kind + "_" + strconv.Itoa(w.code))
 	}
 	return &http.Response{Status: http.StatusText(w.code), StatusCode: w.code, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 		Header: w.header, Body: io.NopCloser(bytes.NewReader(w.body.Bytes())), ContentLength: int64(w.body.Len()), Request: req}, nil

@@ -134,7 +134,7 @@ type cluster struct {
 	// stream would serialise every agent's renewals.
 	stores []*countingStore
 	views  []*countingStore // the agents' lease streams on their shared clients
-	counts *requestCounts   // the agents' etcd requests, by kind
+	counts *requestCounts   // the agents' etcd and peer requests, by kind
 	loop   *loopback
 	client *http.Client // the agents' requests to each other (loopback)
 	// calm is when the master may have finished its follow-up work on the
@@ -243,9 +243,9 @@ func (c *cluster) start(ctx context.Context, dir string) error {
 	c.stopFeed, c.feedDone = stopFeed, make(chan struct{})
 	go func() { defer close(c.feedDone); c.feed.Run(fctx) }()
 	fmt.Fprintf(c.p.Progress, "starting %d storage agents\n", c.p.Nodes)
-	c.loop = newLoopback()
-	c.client = &http.Client{Transport: c.loop}
 	c.counts = &requestCounts{n: map[string]int64{}}
+	c.loop = newLoopback(c.counts)
+	c.client = &http.Client{Transport: c.loop}
 	for range (c.p.Nodes + agentsPerClient - 1) / agentsPerClient {
 		s, err := kv.NewEtcdStore(kv.EtcdConfig{Endpoints: []string{clientURL}, Logger: c.lg})
 		if err != nil {
@@ -408,7 +408,7 @@ func (c *cluster) measure(ctx context.Context) (Result, error) {
 	}
 	// The CPU time the placement took: what a run on a busy machine, which
 	// gets less of it per second, still compares with another.
-	fmt.Fprintf(c.p.Progress, "placed %d replicas in %.0f ms (%.1f s of CPU); settling\n  agents' etcd requests: %s\n",
+	fmt.Fprintf(c.p.Progress, "placed %d replicas in %.0f ms (%.1f s of CPU); settling\n  agents' etcd and peer requests: %s\n",
 		res.Replicas, res.PlaceMS, (cpuTime() - cpuStart).Seconds(), c.counts)
 
 	// Let the in-sync sets, the node records and the master's own follow-up
@@ -419,7 +419,7 @@ func (c *cluster) measure(ctx context.Context) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	fmt.Fprintf(c.p.Progress, "settled after %s; measuring idle for %s\n", settled.Round(time.Millisecond), c.p.Idle)
+	fmt.Fprintf(c.p.Progress, "settled after %s; measuring idle for %s\n  agents' etcd and peer requests: %s\n", settled.Round(time.Millisecond), c.p.Idle, c.counts)
 	cpu0, t0 := cpuTime(), time.Now()
 	wctx, stopWatch := context.WithCancel(ctx)
 	changes := c.store.Watch(wctx, c.keys.NS+"/", rev0+1)
@@ -532,7 +532,7 @@ func (c *cluster) placed(want int) bool {
 	if time.Since(c.shown) >= 5*time.Second {
 		c.shown = time.Now()
 		_, rev, _ := c.store.Header(context.Background())
-		fmt.Fprintf(c.p.Progress, "  %s: %d databases assigned, %d shards online, %d replicas hosted, etcd revision %d\n    agents' etcd requests: %s\n",
+		fmt.Fprintf(c.p.Progress, "  %s: %d databases assigned, %d shards online, %d replicas hosted, etcd revision %d\n    agents' etcd and peer requests: %s\n",
 			time.Since(c.began).Round(time.Second), st.Assignments.Len(), online, n, rev, c.counts)
 	}
 	return online == c.p.Databases*c.p.Shards && n == want

@@ -1,0 +1,30 @@
+package simcluster
+
+import (
+	"net/http"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The agents' requests to each other are counted by kind as they arrive, and
+// once more with the status when not answered 2xx: the progress lines show
+// how many per-shard pulls a placement took and how many failed.
+func TestLoopbackCountsRequestsByKindAndFailure(t *testing.T) {
+	counts := &requestCounts{n: map[string]int64{}}
+	l := newLoopback(counts)
+	l.serve("a:1", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/internal/v1/shards/d/0/log" {
+			w.WriteHeader(http.StatusNotFound)
+		}
+	}))
+	c := &http.Client{Transport: l}
+	for _, path := range []string{"/internal/v1/fetch", "/internal/v1/fetch", "/internal/v1/shards/d/0/log"} {
+		resp, err := c.Post("http://a:1"+path, "application/octet-stream", nil)
+		require.NoError(t, err)
+		resp.Body.Close()
+	}
+	_, err := c.Get("http://b:1/internal/v1/fetch")
+	require.ErrorIs(t, err, errRefused)
+	require.Equal(t, "http_fetch=3 http_log=1 http_log_404=1", counts.String())
+}
