@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/cairn-db/cairn/models"
@@ -44,33 +45,40 @@ func (h *Host) handleFetch(c *gin.Context) {
 			h.unwatch(r, woken)
 		}
 	}()
-	for registered := false; ; {
-		out = h.fetchAll(c, req, out[:0])
+	// A parked fetch holds the shards whose leadership this node has not
+	// taken up yet (held; see fetchAll) until it does or the park ends.
+	var held []bool
+	if wait > 0 {
+		held = make([]bool, len(req.Shards))
+	}
+	registered := make([]bool, len(req.Shards))
+	for {
+		taken := h.rolesChanged() // before looking: a role taken up meanwhile is not missed
+		out = h.fetchAll(c, req, out[:0], held)
 		if len(out) > 0 || wait <= 0 {
 			break
 		}
-		if !registered {
-			// While parked the follower counts as fetching for the
-			// in-sync upkeep: an idle poll may outlast the catch-up window.
-			// Only the replicas asked about wake this fetch; it looks once
-			// more after registering, so an append in between is not missed.
-			registered = true
-			for _, s := range req.Shards {
-				if r := h.get(s.DB, s.Shard); r != nil {
-					r.park(req.Node, 1)
-					h.watch(r, woken)
-					parked = append(parked, r)
-				}
-			}
+		// While parked the follower counts as fetching for the in-sync
+		// upkeep: an idle poll may outlast the catch-up window. Only the
+		// replicas asked about wake this fetch; it looks once more after
+		// registering, so an append in between is not missed. A held shard
+		// is registered once its leadership is taken up (a registration
+		// before would be lost with the role change's bookkeeping).
+		if h.parkFetch(req, held, registered, woken, &parked) {
 			continue
+		}
+		if !slices.Contains(held, true) {
+			taken = nil
 		}
 		select {
 		case <-c.Request.Context().Done():
 			return
 		case <-deadline.C:
-			out = h.fetchAll(c, req, out[:0]) // records the fetch for the in-sync upkeep
+			out = h.fetchAll(c, req, out[:0], nil) // records the fetch for the in-sync upkeep; held shards answer now
 			wait = 0
 		case <-woken:
+			continue
+		case <-taken:
 			continue
 		}
 		break
@@ -78,11 +86,40 @@ func (h *Host) handleFetch(c *gin.Context) {
 	c.Data(http.StatusOK, "application/octet-stream", out)
 }
 
+// parkFetch registers the fetch (woken) on the replicas of req's shards not
+// registered yet and not held, as parked by req.Node; true when it
+// registered one.
+func (h *Host) parkFetch(req client.FetchRequest, held, registered []bool, woken chan struct{}, parked *[]*replica) bool {
+	added := false
+	for i, s := range req.Shards {
+		if registered[i] || (held != nil && held[i]) {
+			continue
+		}
+		if r := h.get(s.DB, s.Shard); r != nil {
+			r.park(req.Node, 1)
+			h.watch(r, woken)
+			*parked = append(*parked, r)
+			registered[i], added = true, true
+		}
+	}
+	return added
+}
+
 // fetchAll serves every shard of a batched fetch once, without waiting, and
-// appends the records of those with something to say.
-func (h *Host) fetchAll(c *gin.Context, req client.FetchRequest, out []byte) []byte {
+// appends the records of those with something to say. With held (one flag
+// per shard), a shard this node does not host yet, or hosts at a term below
+// the one asked for, is held instead of answered (flagged, no record): the
+// follower saw the leadership in its state before this node did, as every
+// follower of a new database races its leader, and an error would send it
+// through a per-shard pull and a back-off for what is only a moment's lag.
+func (h *Host) fetchAll(c *gin.Context, req client.FetchRequest, out []byte, held []bool) []byte {
 	for i, s := range req.Shards {
 		r := h.get(s.DB, s.Shard)
+		if held != nil {
+			if held[i] = r == nil || r.termBelow(s.Term); held[i] {
+				continue
+			}
+		}
 		if r == nil {
 			out = client.AppendFetchRecord(out, i, client.FetchError, http.StatusNotFound, nil)
 			continue
@@ -109,6 +146,23 @@ func (h *Host) fetchAll(c *gin.Context, req client.FetchRequest, out []byte) []b
 		}
 	}
 	return out
+}
+
+// rolesChanged is closed at the next change of role or term of any replica
+// of this node (signalRoles).
+func (h *Host) rolesChanged() <-chan struct{} {
+	h.waitMu.Lock()
+	defer h.waitMu.Unlock()
+	return h.roles
+}
+
+// signalRoles wakes the fetches holding shards (fetchAll) after a replica's
+// role or term changed.
+func (h *Host) signalRoles() {
+	h.waitMu.Lock()
+	defer h.waitMu.Unlock()
+	close(h.roles)
+	h.roles = make(chan struct{})
 }
 
 // watch makes an append or role change of r signal ch (buffered 1).

@@ -117,6 +117,7 @@ type Host struct {
 
 	waitMu  sync.Mutex
 	waiters map[*replica]map[chan struct{}]int // parked batched fetches to wake at an append or role change of a replica
+	roles   chan struct{}                      // closed at a role or term change of any replica (signalRoles)
 
 	sessMu   sync.Mutex
 	sessions map[client.Peer]*fetchSession // follower side: one batched fetch loop per leader node
@@ -155,7 +156,7 @@ func NewHost(cfg HostConfig) *Host {
 	h := &Host{cfg: cfg, nodeID: cfg.NodeID, cluster: cfg.Cluster, store: cfg.Store, ck: cfg.Keys, state: cfg.State,
 		lg: cfg.Logger.Named("shards"), client: cfg.Client, replicas: map[string]*replica{},
 		unwanted: map[string]time.Time{}, views: map[string]dbView{}, want: map[string]desired{},
-		waiters: map[*replica]map[chan struct{}]int{}, sessions: map[client.Peer]*fetchSession{}, noBatch: map[string]time.Time{}, peers: map[string]string{}, terms: newTermBook(cfg.Dir)}
+		waiters: map[*replica]map[chan struct{}]int{}, roles: make(chan struct{}), sessions: map[client.Peer]*fetchSession{}, noBatch: map[string]time.Time{}, peers: map[string]string{}, terms: newTermBook(cfg.Dir)}
 	if cfg.Registerer != nil {
 		h.metrics = newMetrics(h, cfg.Registerer)
 	}

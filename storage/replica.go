@@ -148,6 +148,7 @@ func (r *replica) setDesired(d desired) {
 	}
 	r.mu.Unlock()
 	r.stop()
+	defer r.h.signalRoles()   // fetches held for this term look again (fetchAll)
 	defer r.h.signalAppend(r) // parked fetches answer a stale term at once
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -603,6 +604,14 @@ type fetchReq struct {
 	wait             time.Duration
 }
 
+// termBelow: this replica has not reached term yet (its role at term, if
+// any, is still to come from this node's state).
+func (r *replica) termBelow(term int64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.want.term < term
+}
+
 // servesTerm: this replica leads at term and no peer named a newer one.
 func (r *replica) servesTerm(term int64) error {
 	r.mu.Lock()
@@ -660,7 +669,14 @@ func (r *replica) park(node string, d int) {
 	if r.ls.parked[node] <= 0 {
 		delete(r.ls.parked, node)
 		if r.run != nil {
-			r.run.kick() // the upkeep's next deadline moved (upkeepDelay)
+			// The upkeep's next deadline moved (upkeepDelay): to where a
+			// set that is not quiet has it, not to now. The fetch that
+			// ended counts as one just made, so nothing can be due before
+			// the window has passed, and the follower's next poll, parked
+			// again by then, makes that run find the set quiet: a poll
+			// ending cost two upkeeps of each of its shards, at once and
+			// when the set was not quiet yet.
+			r.run.soon(r.h.cfg.LagBound / 4)
 		}
 	}
 }
