@@ -26,6 +26,7 @@ type roleRun struct {
 	// (a kick before then makes the first upkeep run at once); busy while
 	// one runs, again when it was kicked meanwhile.
 	upkeep              *time.Timer
+	upkeepDue           time.Time // when upkeep fires
 	upkeepRun           func(ctx context.Context)
 	kicked, busy, again bool
 }
@@ -75,15 +76,23 @@ func (rr *roleRun) stop() {
 }
 
 // kick makes the leader's upkeep run now (or first thing once armed).
-func (rr *roleRun) kick() {
+func (rr *roleRun) kick() { rr.soon(0) }
+
+// soon brings the leader's upkeep in to run within d, unless it is due
+// sooner (or runs now: it then runs once more when done, as for a kick).
+// It is a kick for what does not need the upkeep at once but must not wait
+// for a quiet one: a parked fetch ending (park).
+func (rr *roleRun) soon(d time.Duration) {
 	rr.mu.Lock()
 	defer rr.mu.Unlock()
 	switch {
 	case rr.stopped:
 	case rr.upkeep == nil:
 		rr.kicked = true
-	default:
-		rr.rearm(0)
+	case rr.busy:
+		rr.again = true
+	case time.Until(rr.upkeepDue) > d:
+		rr.rearm(d)
 	}
 }
 
@@ -96,6 +105,7 @@ func (rr *roleRun) kick() {
 func (rr *roleRun) rearm(delay time.Duration) {
 	rr.upkeep.Stop()
 	run := rr.upkeepRun
+	rr.upkeepDue = time.Now().Add(delay)
 	rr.upkeep = time.AfterFunc(delay, func() { rr.runUpkeep(run) })
 }
 
@@ -112,6 +122,7 @@ func (rr *roleRun) schedule(delay time.Duration, run func(ctx context.Context)) 
 			delay = 0
 		}
 		rr.upkeepRun = run
+		rr.upkeepDue = time.Now().Add(delay)
 		rr.upkeep = time.AfterFunc(delay, func() { rr.runUpkeep(run) })
 		return
 	}

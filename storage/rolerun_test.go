@@ -68,3 +68,27 @@ func TestRoleRunUpkeepKicks(t *testing.T) {
 	rr.kick() // armed and idle: runs again at once
 	require.Eventually(t, func() bool { return runs.Load() == 3 }, 10*time.Second, time.Millisecond)
 }
+
+// A leader's parked fetch ending brings its upkeep in to a quarter of the
+// lag bound (where a set that is not quiet has it), not to now: the fetch
+// counts as one just made, so nothing is due before the window passed, and
+// running the upkeep at once cost every poll's end one more upkeep of each
+// of its shards.
+func TestParkedFetchEndingBringsTheUpkeepInNotNow(t *testing.T) {
+	const lag = time.Hour
+	r := &replica{h: &Host{cfg: HostConfig{LagBound: lag}}, want: desired{role: roleLeader, term: 1}, ls: newLeaderState(0)}
+	rr := newRoleRun(roleLeader)
+	defer rr.stop()
+	r.run = rr
+	var runs atomic.Int32
+	rr.schedule(quietUpkeep*lag, func(context.Context) { runs.Add(1) })
+	r.park("F", 1)
+	r.park("F", -1)
+	require.Never(t, func() bool { return runs.Load() > 0 }, 300*time.Millisecond, 10*time.Millisecond, "the upkeep ran at once")
+	rr.mu.Lock()
+	due := time.Until(rr.upkeepDue)
+	rr.mu.Unlock()
+	require.LessOrEqual(t, due, lag/4, "the upkeep is still where a quiet set has it")
+	rr.soon(time.Millisecond)
+	require.Eventually(t, func() bool { return runs.Load() == 1 }, 10*time.Second, time.Millisecond)
+}
