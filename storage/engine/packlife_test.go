@@ -73,7 +73,8 @@ func TestPacksCompaction(t *testing.T) {
 		}
 		apply(t, s, 1, pt("cpu", "host=b", "value", 15, 100)) // late, between two packs
 		flushNow(t, s)
-		writeHosts(t, s, 200, 201)
+		last := 10 * int64(packCompactCount+2) // after every pack
+		writeHosts(t, s, last, last+1)
 		flushNow(t, s)
 	}
 	want := seen(t, without)
