@@ -24,7 +24,7 @@ func memoryLimit(cfg config.Config, getenv func(string) string) (limit int64, de
 	case getenv("GOMEMLIMIT") != "", !cfg.HasRole(config.RoleStorage):
 		return 0, false
 	}
-	return derivedLimit(memtableBudget(cfg), engine.MemoryUse{}), true
+	return derivedLimit(memtableBudget(cfg), cfg.InflightWriteBytes(), engine.MemoryUse{}), true
 }
 
 func memtableBudget(cfg config.Config) int64 {
@@ -36,19 +36,27 @@ func memtableBudget(cfg config.Config) int64 {
 
 // derivedLimit is a storage node's soft memory limit: three times what
 // its active memtables may hold plus 128 MiB (the memtables, the frozen
-// ones being flushed beside them, the writes in flight and the garbage
-// between collections), plus twice the series indexes. The memtables are
-// bounded by the budget plus the indexes (room for each indexed series
-// once, engine.MemoryUse), past which writers wait for flushes: that is
-// what pushes back on writers. The indexes are not: they grow with the
-// series a node holds, and a fixed limit that a million series' index
-// reaches left the collector running nonstop (issue 21). So the limit
-// follows them, and the heap keeps as much room for garbage above them as
-// GOGC would give. The limit is soft: past it the collector runs more
-// often, nothing fails.
-func derivedLimit(budget int64, use engine.MemoryUse) int64 {
-	return 3*(budget+use.Index) + 2*use.Index + 128<<20
+// ones being flushed beside them and the garbage between collections),
+// plus twice the series indexes, plus what the writes in flight may hold:
+// writeHeldPerBody times the write bodies a node takes at once (--write-
+// max-inflight-bytes). The memtables are bounded by the budget plus the
+// indexes (room for each indexed series once, engine.MemoryUse), past
+// which writers wait for flushes: that is what pushes back on writers. The
+// indexes are not: they grow with the series a node holds, and a fixed
+// limit that a million series' index reaches left the collector running
+// nonstop (issue 21). So the limit follows them, and the heap keeps as
+// much room for garbage above them as GOGC would give. The writes in
+// flight are live too: 32 senders of 5,000-point batches held the heap at
+// a limit without them while new series arrived, and the collector then
+// took most of the CPU the writes needed (issue 21). The limit is soft:
+// past it the collector runs more often, nothing fails.
+func derivedLimit(budget, writes int64, use engine.MemoryUse) int64 {
+	return 3*(budget+use.Index) + 2*use.Index + 128<<20 + writeHeldPerBody*writes
 }
+
+// writeHeldPerBody is what a write in flight holds per byte of its body:
+// the body, its points parsed, split per shard and encoded for the log.
+const writeHeldPerBody = 6
 
 // ApplyMemoryLimit sets the runtime's soft memory limit for cfg, if any
 // (memoryLimit); it is process-wide, for the binary's main to call, before
@@ -73,11 +81,11 @@ func (a *App) GovernMemoryLimit() {
 	if !ok {
 		return
 	}
-	budget := memtableBudget(a.cfg)
+	budget, writes := memtableBudget(a.cfg), a.cfg.InflightWriteBytes()
 	a.goRun(a.runCtx, func(ctx context.Context) {
 		t := time.NewTimer(governEvery)
 		defer t.Stop()
-		set := derivedLimit(budget, engine.MemoryUse{})
+		set := derivedLimit(budget, writes, engine.MemoryUse{})
 		wait, index := governEvery, int64(0)
 		for {
 			select {
@@ -90,7 +98,7 @@ func (a *App) GovernMemoryLimit() {
 			t.Reset(wait)
 			// Moved only by 1/64 or more: each change makes the
 			// runtime recompute its pacing.
-			if n := derivedLimit(budget, use); n > set+set/64 || n < set-set/64 {
+			if n := derivedLimit(budget, writes, use); n > set+set/64 || n < set-set/64 {
 				debug.SetMemoryLimit(n)
 				set = n
 			}

@@ -282,7 +282,7 @@ var options = []option{
 		},
 	},
 	{
-		name: "memory-limit", kind: kindInt, group: groupNode, defText: "0: on a storage node 3x (the memtable budget + the series indexes) + 2x the indexes + 128 MiB, following the indexes (GOMEMLIMIT, when set, instead); else none",
+		name: "memory-limit", kind: kindInt, group: groupNode, defText: "0: on a storage node 3x (the memtable budget + the series indexes) + 2x the indexes + 128 MiB + 6x --write-max-inflight-bytes, following the indexes (GOMEMLIMIT, when set, instead); else none",
 		help: "soft limit of the process's Go memory (heap, stacks, runtime), in bytes: past it the garbage collector runs more often to stay under it; it does not cap the shard files' page cache",
 		get:  func(c *Config) string { return strconv.FormatInt(c.MemoryLimit, 10) },
 		set: func(c *Config, raw string) error {
