@@ -3,6 +3,7 @@ package simcluster
 import (
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -27,4 +28,14 @@ func TestLoopbackCountsRequestsByKindAndFailure(t *testing.T) {
 	_, err := c.Get("http://b:1/internal/v1/fetch")
 	require.ErrorIs(t, err, errRefused)
 	require.Equal(t, "http_fetch=3 http_log=1 http_log_404=1", counts.String())
+}
+
+// The creates' answer times are shown as their mean and longest.
+func TestDurationsMeanAndLongest(t *testing.T) {
+	var d durations
+	require.Equal(t, "none", d.String())
+	for _, x := range []time.Duration{10 * time.Millisecond, 30 * time.Millisecond, 110 * time.Millisecond} {
+		d.add(x)
+	}
+	require.Equal(t, "answered in 50ms on average, 110ms at most", d.String())
 }

@@ -340,7 +340,9 @@ func (c *cluster) post(ctx context.Context, path string, body any) error {
 		}
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := http.DefaultClient.Do(req)
+		why := "error" // what the retry is counted under
 		if err == nil {
+			why = strconv.Itoa(resp.StatusCode)
 			msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 			resp.Body.Close()
 			if resp.StatusCode/100 == 2 || resp.StatusCode == http.StatusConflict {
@@ -354,6 +356,7 @@ func (c *cluster) post(ctx context.Context, path string, body any) error {
 		if attempt >= 100 {
 			return err
 		}
+		c.counts.add("post_retry_" + why)
 		t := time.NewTimer(100 * time.Millisecond)
 		select {
 		case <-ctx.Done():
@@ -372,14 +375,18 @@ func (c *cluster) measure(ctx context.Context) (Result, error) {
 	c.began, c.shown = start, start
 	work := make(chan int)
 	errs := make(chan error, 8)
+	var took durations // each create's answer time
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := range work {
-				if err := c.post(ctx, "/api/v1/databases", map[string]any{"name": fmt.Sprintf("db%04d", i),
-					"storage_cluster": "default", "num_shards": c.p.Shards, "replica_factor": c.p.Replicas}); err != nil {
+				began := time.Now()
+				err := c.post(ctx, "/api/v1/databases", map[string]any{"name": fmt.Sprintf("db%04d", i),
+					"storage_cluster": "default", "num_shards": c.p.Shards, "replica_factor": c.p.Replicas})
+				took.add(time.Since(began))
+				if err != nil {
 					select {
 					case errs <- err:
 					default:
@@ -398,7 +405,7 @@ func (c *cluster) measure(ctx context.Context) (Result, error) {
 		return res, err
 	default:
 	}
-	fmt.Fprintf(c.p.Progress, "  %s: %d databases created\n", time.Since(start).Round(time.Millisecond), c.p.Databases)
+	fmt.Fprintf(c.p.Progress, "  %s: %d databases created, 8 at a time (%s)\n", time.Since(start).Round(time.Millisecond), c.p.Databases, &took)
 	if err := c.until(ctx, 30*time.Minute, "every replica placed and online", func() bool { return c.placed(res.Replicas) }); err != nil {
 		return res, err
 	}
@@ -648,6 +655,31 @@ func indexOf(ss models.ShardStates, id int) int {
 		}
 	}
 	return -1
+}
+
+// durations sums and bounds the answer times of requests made in parallel.
+type durations struct {
+	mu       sync.Mutex
+	n        int
+	sum, max time.Duration
+}
+
+func (d *durations) add(x time.Duration) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.n++
+	d.sum += x
+	d.max = max(d.max, x)
+}
+
+// String is the mean and the longest.
+func (d *durations) String() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.n == 0 {
+		return "none"
+	}
+	return fmt.Sprintf("answered in %s on average, %s at most", (d.sum / time.Duration(d.n)).Round(time.Millisecond), d.max.Round(time.Millisecond))
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
