@@ -247,6 +247,12 @@ func TestFollowerAheadInLeadersTermFences(t *testing.T) {
 	put(sm, statemachine.SourceShardState, statemachine.KindShardState, "", "d",
 		models.ShardStates{DB: "d", Shards: []models.ShardState{{ID: 0, Leader: "L", Term: 2, Status: models.StatusOnline}}})
 
+	// L leads once its in-sync set is published (before, every request to
+	// it is refused as a stale term, fenced or not).
+	require.Eventually(t, func() bool {
+		kvp, err := store.Get(context.Background(), "/t/storage/default/isr/d/0")
+		return err == nil && kvp != nil
+	}, 10*time.Second, 10*time.Millisecond, "L publishes its in-sync set")
 	// F's own fetches fence L; a fetch like F's, through the API, is refused.
 	fetch := func() int {
 		resp, err := http.Get("http://" + leader.addr() + "/internal/v1/shards/d/0/log?term=2&node=F&after=5&after_term=2")

@@ -28,8 +28,11 @@ type isrWriteReq struct {
 	r    *replica
 	term int64
 	isr  []string
-	err  error
-	done chan struct{}
+	// first, when set, is a new leadership's first write: its set is
+	// computed from what the batch read (initialFrom), into isr.
+	first *desired
+	err   error
+	done  chan struct{}
 }
 
 // isrBatcher queues a host's in-sync set writes while a batch is in flight.
@@ -44,8 +47,22 @@ type isrBatcher struct {
 // none is pending (its own first); the others wait for theirs, without a
 // deadline of their own: a write is never left undecided behind its caller.
 func (r *replica) persistISRBatched(ctx context.Context, term int64, isr []string) error {
-	b := &r.h.isrBatch
-	w := &isrWriteReq{r: r, term: term, isr: isr, done: make(chan struct{})}
+	return r.h.isrBatch.write(ctx, &isrWriteReq{r: r, term: term, isr: isr, done: make(chan struct{})})
+}
+
+// persistFirstISR writes a new leadership's first set (initialISR's)
+// through the host's batcher, and returns it.
+func (r *replica) persistFirstISR(ctx context.Context, d desired) ([]string, error) {
+	w := &isrWriteReq{r: r, term: d.term, first: &d, done: make(chan struct{})}
+	if err := r.h.isrBatch.write(ctx, w); err != nil {
+		return nil, err
+	}
+	return w.isr, nil
+}
+
+// write queues w and waits for its batch's outcome.
+func (b *isrBatcher) write(ctx context.Context, w *isrWriteReq) error {
+	h := w.r.h
 	b.mu.Lock()
 	b.pending = append(b.pending, w)
 	if b.busy {
@@ -60,7 +77,7 @@ func (r *replica) persistISRBatched(ctx context.Context, term int64, isr []strin
 		if len(batch) == 0 {
 			break
 		}
-		r.h.writeISRs(ctx, batch)
+		h.writeISRs(ctx, batch)
 	}
 	<-w.done
 	return w.err
@@ -100,7 +117,7 @@ func (h *Host) writeISRs(ctx context.Context, batch []*isrWriteReq) {
 	g, multi := h.store.(multiGetter)
 	if len(batch) == 1 || !multi {
 		for _, w := range batch {
-			finish(w, w.r.persistISR(ctx, w.term, w.isr, nil))
+			finish(w, w.alone(ctx))
 		}
 		return
 	}
@@ -121,6 +138,12 @@ func (h *Host) writeISRs(ctx context.Context, batch []*isrWriteReq) {
 	}
 	have := map[cmpKey]bool{} // prepareISR compares revisions only
 	for i, w := range batch {
+		if w.first != nil {
+			if w.isr, err = w.r.initialFrom(*w.first, rds[i]); err != nil {
+				finish(w, err)
+				continue
+			}
+		}
 		t, err := w.r.prepareISR(w.term, w.isr, rds[i])
 		if err != nil || t == nil {
 			finish(w, err)
@@ -153,9 +176,23 @@ func (h *Host) writeISRs(ctx context.Context, batch []*isrWriteReq) {
 		// Some write's compares failed: each is tried alone, on what it
 		// reads now, so only those fail.
 		for _, w := range sent {
-			finish(w, w.r.persistISR(ctx, w.term, w.isr, nil))
+			finish(w, w.alone(ctx))
 		}
 	}
+}
+
+// alone writes w on its own, on what it reads now (a first write's set
+// computed again from that read).
+func (w *isrWriteReq) alone(ctx context.Context) error {
+	if w.first == nil {
+		return w.r.persistISR(ctx, w.term, w.isr, nil)
+	}
+	initial, rd, err := w.r.initialISR(ctx, *w.first)
+	if err != nil {
+		return err
+	}
+	w.isr = initial
+	return w.r.persistISR(ctx, w.term, initial, rd)
 }
 
 // readISRs reads what each write of batch needs (readISR) in one round trip,
@@ -175,6 +212,9 @@ func (h *Host) readISRs(ctx context.Context, g multiGetter, batch []*isrWriteReq
 	at := make([]isrKeys, len(batch))
 	for i, w := range batch {
 		at[i] = h.isrKeysOf(w.r, key)
+		if w.first != nil {
+			at[i].addPeers(w.r.initialPeers(*w.first), func(p string) int { return key(h.ck.Node(p)) })
+		}
 	}
 	vals, cid, err := g.GetMany(ctx, keys)
 	if err != nil {

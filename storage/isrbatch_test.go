@@ -25,6 +25,7 @@ type heldStore struct {
 	hold    atomic.Bool
 	release chan struct{}
 	once    sync.Once
+	freed   sync.Once
 	mu      sync.Mutex
 	isrTxns [][]string // the in-sync keys each txn put
 }
@@ -47,10 +48,106 @@ func (s *heldStore) Txn(ctx context.Context, cmps []kv.Cmp, ops []kv.Op) (bool, 
 	return s.EtcdStore.Txn(ctx, cmps, ops)
 }
 
+// free lets the held txn go (once).
+func (s *heldStore) free() { s.freed.Do(func() { close(s.release) }) }
+
 func (s *heldStore) txns() [][]string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([][]string(nil), s.isrTxns...)
+}
+
+// batchHost is a host L of one database d of n shards on a real etcd, with
+// live records for L and F, for the in-sync batch tests.
+type batchHost struct {
+	t      *testing.T
+	ctx    context.Context
+	h      *Host
+	sm     *statemachine.Manager
+	store  *heldStore
+	keys   models.Keys
+	ck     models.ClusterKeys
+	shards int
+}
+
+func startBatchHost(t *testing.T, shards int) *batchHost {
+	const ns = "/t"
+	ctx := context.Background()
+	b := &batchHost{t: t, ctx: ctx, keys: models.Keys{NS: ns}, ck: models.ClusterKeys{SNS: ns + "/storage/default"}, shards: shards,
+		store: &heldStore{EtcdStore: etcdtest.Start(t).Store(t), release: make(chan struct{})}}
+	b.sm = statemachine.New(statemachine.Config{})
+	b.sm.Start(ctx)
+	t.Cleanup(b.sm.Stop)
+	eng, err := engine.NewBoltEngine(t.TempDir())
+	require.NoError(t, err)
+	b.h = NewHost(HostConfig{NodeID: "L", Cluster: "default", Engine: eng, Store: b.store, Keys: b.ck,
+		State: b.sm.Snapshot, Changed: b.sm.Changed, Logger: zap.NewNop(), LagBound: time.Hour, DropDelay: time.Hour,
+		StateStore: b.store, StateKeys: b.keys})
+	_, err = b.store.Put(ctx, b.ck.Node("L"), []byte(`{"node_id":"L","node_address":"127.0.0.1:1"}`), 0)
+	require.NoError(t, err)
+	rec, err := b.store.Get(ctx, b.ck.Node("L"))
+	require.NoError(t, err)
+	b.h.SetRecordRev(rec.CreateRev)
+	hctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); b.h.Run(hctx) }()
+	t.Cleanup(func() { cancel(); <-done; _ = eng.Close() })
+	t.Cleanup(b.store.free) // first: a failed test leaves no txn held
+
+	nodes := statemachine.ClusterNodesSource("default")
+	for _, n := range []string{"L", "F"} {
+		b.push(nodes, statemachine.KindStorageNodes, n, models.StorageNode{NodeID: n, NodeAddress: "127.0.0.1:1"})
+	}
+	b.sm.Push(statemachine.Event{Source: nodes, Type: kv.WatchSynced})
+	b.push(statemachine.SourceStorageConfig, statemachine.KindStorageConfig, "default", models.StorageCluster{Name: "default"})
+	b.push(statemachine.SourceDatabaseConfig, statemachine.KindDatabaseConfig, "d",
+		models.Database{Name: "d", StorageCluster: "default", NumShards: shards, ReplicaFactor: 2, UID: "u1"})
+	return b
+}
+
+func (b *batchHost) push(source string, kind statemachine.Kind, name string, v any) {
+	b.sm.Push(statemachine.Event{Source: source, Kind: kind, Cluster: "default", Type: kv.WatchPut, Name: name, Value: v})
+}
+
+// assign publishes every shard of d assigned to replicas.
+func (b *batchHost) assign(replicas ...string) {
+	a := models.Assignment{DB: "d", Cluster: "default"}
+	for i := range b.shards {
+		a.Shards = append(a.Shards, models.ShardAssignment{ID: i, Replicas: replicas})
+	}
+	b.push(statemachine.SourceAssign, statemachine.KindAssign, "d", a)
+}
+
+// lead publishes (in etcd and the state) every shard of d led by L at term.
+func (b *batchHost) lead(term int64) {
+	states := models.ShardStates{DB: "d"}
+	for i := range b.shards {
+		states.Shards = append(states.Shards, models.ShardState{ID: i, Leader: "L", Term: term, Status: models.StatusOnline})
+	}
+	raw, _ := json.Marshal(states)
+	_, err := b.store.Put(b.ctx, b.keys.ShardState("d"), raw, 0)
+	require.NoError(b.t, err)
+	b.push(statemachine.SourceShardState, statemachine.KindShardState, "d", states)
+}
+
+// set is shard i's in-sync set on record (nil: none).
+func (b *batchHost) set(i int) models.ISR {
+	kvp, err := b.store.Get(b.ctx, b.ck.ISR("d", i))
+	require.NoError(b.t, err)
+	var s models.ISR
+	if kvp != nil {
+		require.NoError(b.t, json.Unmarshal(kvp.Value, &s))
+	}
+	return s
+}
+
+// queued waits until n writes wait in L's batcher.
+func (b *batchHost) queued(n int, msg string) {
+	require.Eventually(b.t, func() bool {
+		b.h.isrBatch.mu.Lock()
+		defer b.h.isrBatch.mu.Unlock()
+		return len(b.h.isrBatch.pending) == n
+	}, 10*time.Second, time.Millisecond, msg)
 }
 
 // Leaders of one host that change their in-sync sets at the same time write
@@ -61,97 +158,71 @@ func (s *heldStore) txns() [][]string {
 // (held in the store until the seven others are queued behind it), the
 // seven others in one txn, and every set on record is {L}.
 func TestISRWritesOfOneHostGoTogether(t *testing.T) {
-	const (
-		ns     = "/t"
-		shards = 8
-	)
-	ctx := context.Background()
-	keys := models.Keys{NS: ns}
-	ck := models.ClusterKeys{SNS: ns + "/storage/default"}
-	store := &heldStore{EtcdStore: etcdtest.Start(t).Store(t), release: make(chan struct{})}
-	sm := statemachine.New(statemachine.Config{})
-	sm.Start(ctx)
-	defer sm.Stop()
-	eng, err := engine.NewBoltEngine(t.TempDir())
-	require.NoError(t, err)
-	h := NewHost(HostConfig{NodeID: "L", Cluster: "default", Engine: eng, Store: store, Keys: ck,
-		State: sm.Snapshot, Changed: sm.Changed, Logger: zap.NewNop(), LagBound: time.Hour, DropDelay: time.Hour,
-		StateStore: store, StateKeys: keys})
-	_, err = store.Put(ctx, ck.Node("L"), []byte(`{"node_id":"L","node_address":"127.0.0.1:1"}`), 0)
-	require.NoError(t, err)
-	rec, err := store.Get(ctx, ck.Node("L"))
-	require.NoError(t, err)
-	h.SetRecordRev(rec.CreateRev)
-	hctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); h.Run(hctx) }()
-	defer func() { cancel(); <-done; _ = eng.Close() }()
-
-	push := func(source string, kind statemachine.Kind, name string, v any) {
-		sm.Push(statemachine.Event{Source: source, Kind: kind, Cluster: "default", Type: kv.WatchPut, Name: name, Value: v})
-	}
-	nodes := statemachine.ClusterNodesSource("default")
-	for _, n := range []string{"L", "F"} {
-		push(nodes, statemachine.KindStorageNodes, n, models.StorageNode{NodeID: n, NodeAddress: "127.0.0.1:1"})
-	}
-	sm.Push(statemachine.Event{Source: nodes, Type: kv.WatchSynced})
-	states := models.ShardStates{DB: "d"}
-	assign := func(replicas ...string) models.Assignment {
-		a := models.Assignment{DB: "d", Cluster: "default"}
-		for i := range shards {
-			a.Shards = append(a.Shards, models.ShardAssignment{ID: i, Replicas: replicas})
-		}
-		return a
-	}
-	for i := range shards {
-		states.Shards = append(states.Shards, models.ShardState{ID: i, Leader: "L", Term: 1, Status: models.StatusOnline})
-	}
-	raw, _ := json.Marshal(states)
-	_, err = store.Put(ctx, keys.ShardState("d"), raw, 0)
-	require.NoError(t, err)
-	push(statemachine.SourceStorageConfig, statemachine.KindStorageConfig, "default", models.StorageCluster{Name: "default"})
-	push(statemachine.SourceDatabaseConfig, statemachine.KindDatabaseConfig, "d",
-		models.Database{Name: "d", StorageCluster: "default", NumShards: shards, ReplicaFactor: 2, UID: "u1"})
-	push(statemachine.SourceAssign, statemachine.KindAssign, "d", assign("L", "F"))
-	push(statemachine.SourceShardState, statemachine.KindShardState, "d", states)
-
-	set := func(i int) []string {
-		kvp, err := store.Get(ctx, ck.ISR("d", i))
-		require.NoError(t, err)
-		if kvp == nil {
-			return nil
-		}
-		var s models.ISR
-		require.NoError(t, json.Unmarshal(kvp.Value, &s))
-		return s.Replicas
-	}
+	const shards = 8
+	b := startBatchHost(t, shards)
+	b.assign("L", "F")
+	b.lead(1)
 	require.Eventually(t, func() bool {
 		for i := range shards {
-			if len(set(i)) != 2 {
+			if len(b.set(i).Replicas) != 2 {
 				return false
 			}
 		}
 		return true
 	}, 10*time.Second, 10*time.Millisecond, "every leadership recorded its first set {L, F}")
-	before := len(store.txns())
+	before := len(b.store.txns())
 
-	store.hold.Store(true)
-	push(statemachine.SourceAssign, statemachine.KindAssign, "d", assign("L"))
-	require.Eventually(t, func() bool {
-		h.isrBatch.mu.Lock()
-		defer h.isrBatch.mu.Unlock()
-		return len(h.isrBatch.pending) == shards-1
-	}, 10*time.Second, time.Millisecond, "seven writes queued behind the first")
-	close(store.release)
+	b.store.hold.Store(true)
+	b.assign("L")
+	b.queued(shards-1, "seven writes queued behind the first")
+	b.store.free()
 	require.Eventually(t, func() bool {
 		for i := range shards {
-			if s := set(i); len(s) != 1 || s[0] != "L" {
+			if s := b.set(i).Replicas; len(s) != 1 || s[0] != "L" {
 				return false
 			}
 		}
 		return true
 	}, 10*time.Second, 10*time.Millisecond, "every set shrunk to {L}")
-	txns := store.txns()[before:]
+	txns := b.store.txns()[before:]
+	require.Len(t, txns, 2, "one txn alone, then one for the seven queued: %v", txns)
+	require.Len(t, txns[0], 1)
+	require.Len(t, txns[1], shards-1)
+}
+
+// A node that becomes leader of many shards at once (a domain died: the
+// master re-elects its shards over the survivors) writes their first
+// in-sync sets through the same batcher: L becomes leader of eight shards
+// at term 2 at once; the first set goes alone (held until the seven others
+// queue behind it), the seven others in one read and one txn, each from
+// the set on record (F, on record and live, stays in; D, dead, is left
+// out), fenced as alone. Before, each new leadership read and wrote its own:
+// eight txns.
+func TestFirstISRsOfOneHostGoTogether(t *testing.T) {
+	const shards = 8
+	b := startBatchHost(t, shards)
+	for i := range shards {
+		raw, _ := json.Marshal(models.ISR{Leader: "D", Term: 1, Replicas: []string{"D", "L", "F"}})
+		_, err := b.store.Put(b.ctx, b.ck.ISR("d", i), raw, 0)
+		require.NoError(t, err)
+	}
+	b.assign("D", "L", "F")
+	b.store.hold.Store(true)
+	b.lead(2)
+	b.queued(shards-1, "seven first writes queued behind the first")
+	b.store.free()
+	require.Eventually(t, func() bool {
+		for i := range shards {
+			if s := b.set(i); s.Term != 2 || s.Leader != "L" {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 10*time.Millisecond, "every new leadership recorded its first set")
+	for i := range shards {
+		require.ElementsMatch(t, []string{"L", "F"}, b.set(i).Replicas, "shard %d", i)
+	}
+	txns := b.store.txns()
 	require.Len(t, txns, 2, "one txn alone, then one for the seven queued: %v", txns)
 	require.Len(t, txns[0], 1)
 	require.Len(t, txns[1], shards-1)

@@ -73,10 +73,7 @@ func (r *replica) readISR(ctx context.Context, peers []string) (*isrReads, error
 	var keys []string
 	add := func(k string) int { keys = append(keys, k); return len(keys) - 1 }
 	at := r.h.isrKeysOf(r, add)
-	peerAt := make([]int, len(peers))
-	for i, p := range peers {
-		peerAt[i] = add(r.h.ck.Node(p))
-	}
+	at.addPeers(peers, func(p string) int { return add(r.h.ck.Node(p)) })
 	var vals []*kv.KeyValue
 	var cid uint64
 	if g, ok := r.h.store.(multiGetter); ok {
@@ -100,21 +97,29 @@ func (r *replica) readISR(ctx context.Context, peers []string) (*isrReads, error
 	if len(vals) != len(keys) {
 		return nil, errShortRead(len(vals), len(keys))
 	}
-	rd := at.reads(vals, cid)
-	if len(peers) > 0 {
-		rd.peers = make(map[string]*kv.KeyValue, len(peers))
-		for i, p := range peers {
-			rd.peers[p] = vals[peerAt[i]]
-		}
-	}
-	return rd, nil
+	return at.reads(vals, cid), nil
 }
 
 // isrKeys is where the keys an in-sync set write reads sit in a read of
 // several keys: the set, the database's shard states (-1: not fenced: the
 // storage cluster has an etcd of its own), this node's record (-1: this
-// process does not know its create revision).
-type isrKeys struct{ isr, state, self int }
+// process does not know its create revision), and peers' records (a new
+// leadership's, when the host does not watch the live nodes).
+type isrKeys struct {
+	isr, state, self int
+	peers            map[string]int
+}
+
+// addPeers adds the records of peers to the read (key adds a peer's).
+func (at *isrKeys) addPeers(peers []string, key func(string) int) {
+	if len(peers) == 0 {
+		return
+	}
+	at.peers = make(map[string]int, len(peers))
+	for _, p := range peers {
+		at.peers[p] = key(p)
+	}
+}
 
 // isrKeysOf adds the keys r's in-sync set write reads to a read; key adds
 // one and says where it is.
@@ -137,6 +142,12 @@ func (at isrKeys) reads(vals []*kv.KeyValue, cid uint64) *isrReads {
 	}
 	if at.self >= 0 {
 		rd.self = vals[at.self]
+	}
+	if at.peers != nil {
+		rd.peers = make(map[string]*kv.KeyValue, len(at.peers))
+		for p, i := range at.peers {
+			rd.peers[p] = vals[i]
+		}
 	}
 	return rd
 }

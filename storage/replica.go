@@ -198,29 +198,17 @@ func (r *replica) stop() {
 // elects a replica that misses an acknowledged write); additions take effect
 // before they are persisted (only making acknowledgement stricter).
 func (r *replica) lead(ctx context.Context, rr *roleRun, d desired) {
-	var initial []string
-	var rd *isrReads // what initialISR read, which the first write reuses
-	for bo := backoff.New(50*time.Millisecond, time.Second); ctx.Err() == nil; r.sleep(ctx, bo.Next()) {
-		var err error
-		if initial, rd, err = r.initialISR(ctx, d); err == nil {
-			break
-		}
-		r.lg.Warn("cannot read the in-sync set or the replicas' records; retrying", zap.Int64("term", d.term), zap.Error(err))
-	}
-	now := time.Now()
-	r.mu.Lock()
-	for _, n := range initial {
-		r.ls.caught[n] = now // members of the last set get one lag bound to show up
-		r.ls.fetched[n] = now
-	}
-	r.mu.Unlock()
 	// Backed off: a first write fails together with many others when etcd
 	// is overloaded (or this node's record was just re-created), and 32,000
 	// new leaders retrying every 200ms kept a 1,000-node etcd overloaded.
+	// It goes through the host's batcher: when a domain dies, a node
+	// becomes leader of tens of shards at once, and their first sets go in
+	// one read and one txn.
 	bo := backoff.New(200*time.Millisecond, 5*time.Second)
+	var initial []string
 	for gone := false; ctx.Err() == nil; {
-		err := r.persistISR(ctx, d.term, initial, rd)
-		rd = nil // a retry reads again
+		var err error
+		initial, err = r.persistFirstISR(ctx, d)
 		if err == nil {
 			break
 		} else if errors.Is(err, ErrStaleTerm) {
@@ -229,10 +217,20 @@ func (r *replica) lead(ctx context.Context, rr *roleRun, d desired) {
 		} else if errors.Is(err, ErrShardGone) && !gone {
 			gone = true // until the state catches up and stops this role
 			r.lg.Warn("shard not in etcd; not publishing its in-sync set", zap.Int64("term", d.term), zap.Error(err))
+		} else if !errors.Is(err, ErrShardGone) {
+			r.lg.Debug("first in-sync set not written; retrying", zap.Int64("term", d.term), zap.Error(err))
 		}
 		r.sleep(ctx, bo.Next())
 	}
+	if ctx.Err() != nil {
+		return
+	}
+	now := time.Now()
 	r.mu.Lock()
+	for _, n := range initial {
+		r.ls.caught[n] = now // members of the last set get one lag bound to show up
+		r.ls.fetched[n] = now
+	}
 	r.ls.isr = initial
 	r.setTrimFloorLocked(time.Now())
 	r.broadcastLocked()
@@ -254,21 +252,33 @@ func (r *replica) lead(ctx context.Context, rr *roleRun, d desired) {
 // not this shard's history. It returns what it read from etcd too (one
 // round trip: the set, the shard states, the cluster id, the peers' records).
 func (r *replica) initialISR(ctx context.Context, d desired) ([]string, *isrReads, error) {
-	initial := []string{r.h.nodeID}
+	rd, err := r.readISR(ctx, r.initialPeers(d))
+	if err != nil {
+		return nil, nil, err
+	}
+	initial, err := r.initialFrom(d, rd)
+	return initial, rd, err
+}
+
+// initialPeers are the replicas whose records initialISR reads: the others
+// of d, unless this process watches the live nodes (none then).
+func (r *replica) initialPeers(d desired) []string {
+	if _, watched := r.h.liveNodes(); watched {
+		return nil
+	}
 	var others []string
 	for _, n := range d.replicas {
 		if n != r.h.nodeID {
 			others = append(others, n)
 		}
 	}
-	var ask []string // the peers' records, unless this process watches the live nodes
-	if _, watched := r.h.liveNodes(); !watched {
-		ask = others
-	}
-	rd, err := r.readISR(ctx, ask)
-	if err != nil {
-		return nil, nil, err
-	}
+	return others
+}
+
+// initialFrom is initialISR's set, from what was read (rd.peers: the
+// records of initialPeers, when it named any).
+func (r *replica) initialFrom(d desired, rd *isrReads) ([]string, error) {
+	initial := []string{r.h.nodeID}
 	var set models.ISR
 	ok := rd.isr != nil && json.Unmarshal(rd.isr.Value, &set) == nil
 	if staleISR(set, ok, r.eng.LastTerm(), r.eng.LastTxnID(), rd.cid) {
@@ -277,17 +287,17 @@ func (r *replica) initialISR(ctx context.Context, d desired) ([]string, *isrRead
 		// until they have caught up with us.
 		r.lg.Info("in-sync set on record is stale; starting from this replica alone",
 			zap.Int64("term", d.term), zap.Int64("record_term", set.Term), zap.Uint64("last_term", r.eng.LastTerm()))
-		return initial, rd, nil
+		return initial, nil
 	}
-	for _, n := range others {
-		if ok && !slices.Contains(set.Replicas, n) {
+	for _, n := range d.replicas {
+		if n == r.h.nodeID || (ok && !slices.Contains(set.Replicas, n)) {
 			continue
 		}
 		live := r.h.peerCanSync(n)
-		if ask != nil {
+		if rd.peers != nil {
 			p, err := r.h.peerOf(n, rd.peers[n])
 			if err != nil {
-				return nil, nil, err
+				return nil, err
 			}
 			live = p != nil
 		}
@@ -295,7 +305,7 @@ func (r *replica) initialISR(ctx context.Context, d desired) ([]string, *isrRead
 			initial = append(initial, n)
 		}
 	}
-	return initial, rd, nil
+	return initial, nil
 }
 
 // staleISR reports whether the in-sync record a new leader finds (ok: there
