@@ -146,8 +146,8 @@ func txnBatches(ups []statesUpdate) [][]statesUpdate {
 // unique value bound to the master's lease; only its creator deletes it),
 // publishes the databases' states in one txn fenced on the term and guarded
 // by the mod revision of each database's states in st (the value they were
-// computed from), waits until the local state shows them, and releases the
-// locks.
+// computed from), and releases the locks while it waits until the local
+// state shows them.
 func (m *Master) publishTxn(ctx context.Context, st *statemachine.State, batch []statesUpdate) error {
 	token := []byte(m.cfg.NodeID + "/" + strconv.FormatInt(m.cfg.Term, 10) + "/" + strconv.FormatInt(m.cfg.Now().UnixNano(), 10))
 	var keys []string
@@ -186,7 +186,7 @@ func (m *Master) publishTxn(ctx context.Context, st *statemachine.State, batch [
 		cmps = append(cmps, kv.ModRevIs(key, st.ModRev(statemachine.SourceShardState, u.db)))
 		ops = append(append(ops, kv.OpPut(key, mustJSON(u.next), 0)), u.extra...)
 	}
-	ok, err := m.write(ctx, cmps, ops, statemachine.SourceShardState)
+	ok, rev, err := m.cfg.Election.FencedTxn(ctx, m.cfg.Term, cmps, ops)
 	if err != nil {
 		return err
 	}
@@ -196,7 +196,17 @@ func (m *Master) publishTxn(ctx context.Context, st *statemachine.State, batch [
 	for _, u := range batch {
 		m.cfg.Metrics.published(st.ShardStates.At(u.db), u.next, u.changed)
 	}
-	return nil
+	// Published: the locks have done their work and go while the local
+	// state catches up (write's wait), not one round trip after it.
+	released := make(chan struct{})
+	go func(held []string) {
+		defer close(released)
+		m.releaseLocks(context.WithoutCancel(ctx), token, held)
+	}(locked)
+	locked = nil
+	err = m.awaitRev(ctx, statemachine.SourceShardState, rev)
+	<-released
+	return err
 }
 
 // releaseLocks deletes the failover locks keys that still hold token: one

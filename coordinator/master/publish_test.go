@@ -141,3 +141,29 @@ func TestFailoverLockHeldHoldsUpItsDatabaseOnly(t *testing.T) {
 		return noneLedBy(st.ShardStates.At("b"), "n1")
 	})
 }
+
+// The failover locks of a publication are released once etcd applied it,
+// while the master waits for its local state to show it, not after: with
+// the master's copy of the shard states held back, n1's shards are
+// published under new leaders and their locks are gone before the master
+// sees its own write (its wait gives up after 5 s; the locks went only
+// then).
+func TestFailoverLocksReleasedWhileTheStateCatchesUp(t *testing.T) {
+	h := newHarness(t, "n1", "n2", "n3")
+	lag := &laggingState{sm: h.sm}
+	h.startMaster(masterOpts{state: lag.State})
+	h.createDB("a", 6, 3)
+	ctx := context.Background()
+	lag.hold()
+	defer lag.release()
+	h.kill("n1")
+	require.Eventually(t, func() bool {
+		if !noneLedBy(h.etcdStates("a"), "n1") {
+			return false
+		}
+		locks, _, err := h.store.List(ctx, h.keys.NS+"/failover/")
+		require.NoError(t, err)
+		return len(locks) == 0
+	}, 3*time.Second, 10*time.Millisecond, "n1's shards published and their locks released while the state lags")
+	require.False(t, noneLedBy(lag.State().ShardStates.At("a"), "n1"), "the master's state still lags")
+}
