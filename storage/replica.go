@@ -79,8 +79,8 @@ type replica struct {
 	// on every change of role or term, so nothing of one leadership leaks
 	// into the next.
 	ls leaderState
-	// changed is closed and replaced on every append, ack or in-sync set
-	// change.
+	// changed is closed on every append, ack or in-sync set change, and
+	// made again when next asked for (changedLocked); nil until then.
 	changed chan struct{}
 
 	refused int64 // reconcile only: the term last refused (ErrTermBehind), -1 unreadable, to log once
@@ -122,14 +122,27 @@ func newLeaderState(last uint64) leaderState {
 
 func newReplica(h *Host, db string, shard int, eng engine.Shard) *replica {
 	id := models.ShardID(db, shard)
-	return &replica{h: h, db: db, shard: shard, id: id, eng: eng, changed: make(chan struct{}),
+	return &replica{h: h, db: db, shard: shard, id: id, eng: eng,
 		lg: h.lg.With(zap.String("db", db), zap.Int("shard", shard))}
 }
 
 // broadcast wakes everyone waiting on r.changed. Call with r.mu held.
 func (r *replica) broadcastLocked() {
-	close(r.changed)
-	r.changed = make(chan struct{})
+	if r.changed != nil {
+		close(r.changed)
+		r.changed = nil
+	}
+}
+
+// changedLocked is the channel closed at the next broadcast, made when first
+// asked for: every fetch broadcasts, and a channel made at each (most with
+// nobody waiting on it) was a fifth of what the fetches allocated. Call
+// with r.mu held.
+func (r *replica) changedLocked() <-chan struct{} {
+	if r.changed == nil {
+		r.changed = make(chan struct{})
+	}
+	return r.changed
 }
 
 // setDesired switches role when the published state changed.
@@ -506,7 +519,7 @@ func (r *replica) awaitAcks(ctx context.Context, term int64, txn uint64) error {
 		if ok && txn > r.ls.committed {
 			r.ls.committed = txn
 		}
-		ch := r.changed
+		ch := r.changedLocked()
 		r.mu.Unlock()
 		if ok {
 			return nil
@@ -598,7 +611,7 @@ func (r *replica) fetch(ctx context.Context, q fetchReq) (fetchResult, error) {
 			r.mu.Unlock()
 			return fetchResult{}, fmt.Errorf("%w: shard %s", ErrStaleTerm, r.id)
 		}
-		ch = r.changed
+		ch = r.changedLocked()
 		r.mu.Unlock()
 	}
 }
@@ -655,7 +668,10 @@ func (r *replica) noteFetch(q fetchReq, last uint64) (<-chan struct{}, error) {
 	r.ls.fetched[q.node] = time.Now()
 	r.setTrimFloorLocked(r.ls.fetched[q.node])
 	r.broadcastLocked()
-	return r.changed, nil
+	if q.wait <= 0 {
+		return nil, nil // nothing waits for the next change
+	}
+	return r.changedLocked(), nil
 }
 
 // park notes that a batched fetch of node is parked on this replica (+1) or
