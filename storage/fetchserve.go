@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"slices"
 	"time"
 
 	"github.com/cairn-db/cairn/models"
@@ -46,14 +45,24 @@ func (h *Host) handleFetch(c *gin.Context) {
 		}
 	}()
 	// A parked fetch holds the shards whose leadership this node has not
-	// taken up yet (held; see fetchAll) until it does or the park ends.
+	// taken up yet (held; see fetchAll) until it does or the park ends. It
+	// watches a held shard's replica (its role change signals it, as an
+	// append does) or, while there is none, the creation of replicas here.
 	var held []bool
 	if wait > 0 {
 		held = make([]bool, len(req.Shards))
 	}
 	registered := make([]bool, len(req.Shards))
+	heldOn := make([]*replica, len(req.Shards)) // the replica watched while held
+	defer func() {
+		for _, r := range heldOn {
+			if r != nil {
+				h.unwatch(r, woken)
+			}
+		}
+	}()
 	for {
-		taken := h.rolesChanged() // before looking: a role taken up meanwhile is not missed
+		created := h.replicaCreated() // before looking: a replica opened meanwhile is not missed
 		out = h.fetchAll(c, req, out[:0], held)
 		if len(out) > 0 || wait <= 0 {
 			break
@@ -61,14 +70,17 @@ func (h *Host) handleFetch(c *gin.Context) {
 		// While parked the follower counts as fetching for the in-sync
 		// upkeep: an idle poll may outlast the catch-up window. Only the
 		// replicas asked about wake this fetch; it looks once more after
-		// registering, so an append in between is not missed. A held shard
-		// is registered once its leadership is taken up (a registration
-		// before would be lost with the role change's bookkeeping).
-		if h.parkFetch(req, held, registered, woken, &parked) {
+		// registering, so an append or role change in between is not
+		// missed. A held shard is registered as parked once its leadership
+		// is taken up (a registration before would be lost with the role
+		// change's bookkeeping).
+		added := h.parkFetch(req, held, registered, woken, &parked)
+		watched, absent := h.watchHeld(req, held, heldOn, woken)
+		if added || watched {
 			continue
 		}
-		if !slices.Contains(held, true) {
-			taken = nil
+		if !absent {
+			created = nil
 		}
 		select {
 		case <-c.Request.Context().Done():
@@ -78,12 +90,36 @@ func (h *Host) handleFetch(c *gin.Context) {
 			wait = 0
 		case <-woken:
 			continue
-		case <-taken:
+		case <-created:
 			continue
 		}
 		break
 	}
 	c.Data(http.StatusOK, "application/octet-stream", out)
+}
+
+// watchHeld makes the replica of each held shard of req signal woken (an
+// append or role change, as parkFetch's), once per replica (heldOn holds
+// those watched, by shard); watched when it watched one more, absent when a
+// held shard has no replica here yet.
+func (h *Host) watchHeld(req client.FetchRequest, held []bool, heldOn []*replica, woken chan struct{}) (watched, absent bool) {
+	for i, s := range req.Shards {
+		if held == nil || !held[i] {
+			continue
+		}
+		r := h.get(s.DB, s.Shard)
+		switch {
+		case r == nil:
+			absent = true
+		case heldOn[i] != r:
+			if heldOn[i] != nil {
+				h.unwatch(heldOn[i], woken)
+			}
+			h.watch(r, woken)
+			heldOn[i], watched = r, true
+		}
+	}
+	return watched, absent
 }
 
 // parkFetch registers the fetch (woken) on the replicas of req's shards not
@@ -148,21 +184,21 @@ func (h *Host) fetchAll(c *gin.Context, req client.FetchRequest, out []byte, hel
 	return out
 }
 
-// rolesChanged is closed at the next change of role or term of any replica
-// of this node (signalRoles).
-func (h *Host) rolesChanged() <-chan struct{} {
+// replicaCreated is closed when this node next opens a replica
+// (signalCreated).
+func (h *Host) replicaCreated() <-chan struct{} {
 	h.waitMu.Lock()
 	defer h.waitMu.Unlock()
-	return h.roles
+	return h.created
 }
 
-// signalRoles wakes the fetches holding shards (fetchAll) after a replica's
-// role or term changed.
-func (h *Host) signalRoles() {
+// signalCreated wakes the fetches holding a shard this node had no replica
+// of (fetchAll).
+func (h *Host) signalCreated() {
 	h.waitMu.Lock()
 	defer h.waitMu.Unlock()
-	close(h.roles)
-	h.roles = make(chan struct{})
+	close(h.created)
+	h.created = make(chan struct{})
 }
 
 // watch makes an append or role change of r signal ch (buffered 1).

@@ -117,7 +117,7 @@ type Host struct {
 
 	waitMu  sync.Mutex
 	waiters map[*replica]map[chan struct{}]int // parked batched fetches to wake at an append or role change of a replica
-	roles   chan struct{}                      // closed at a role or term change of any replica (signalRoles)
+	created chan struct{}                      // closed when a replica is opened (signalCreated)
 
 	sessMu   sync.Mutex
 	sessions map[client.Peer]*fetchSession // follower side: one batched fetch loop per leader node
@@ -156,7 +156,7 @@ func NewHost(cfg HostConfig) *Host {
 	h := &Host{cfg: cfg, nodeID: cfg.NodeID, cluster: cfg.Cluster, store: cfg.Store, ck: cfg.Keys, state: cfg.State,
 		lg: cfg.Logger.Named("shards"), client: cfg.Client, replicas: map[string]*replica{},
 		unwanted: map[string]time.Time{}, views: map[string]dbView{}, want: map[string]desired{},
-		waiters: map[*replica]map[chan struct{}]int{}, roles: make(chan struct{}), sessions: map[client.Peer]*fetchSession{}, noBatch: map[string]time.Time{}, peers: map[string]string{}, terms: newTermBook(cfg.Dir)}
+		waiters: map[*replica]map[chan struct{}]int{}, created: make(chan struct{}), sessions: map[client.Peer]*fetchSession{}, noBatch: map[string]time.Time{}, peers: map[string]string{}, terms: newTermBook(cfg.Dir)}
 	if cfg.Registerer != nil {
 		h.metrics = newMetrics(h, cfg.Registerer)
 	}
@@ -322,6 +322,7 @@ func (h *Host) reconcile(full, all bool, names map[string]bool) {
 			h.mu.Lock()
 			h.replicas[id] = r
 			h.mu.Unlock()
+			h.signalCreated()
 			h.following.Add(1)
 			h.lg.Info("serving shard", zap.String("shard", id))
 		}

@@ -161,8 +161,7 @@ func (r *replica) setDesired(d desired) {
 	}
 	r.mu.Unlock()
 	r.stop()
-	defer r.h.signalRoles()   // fetches held for this term look again (fetchAll)
-	defer r.h.signalAppend(r) // parked fetches answer a stale term at once
+	defer r.h.signalAppend(r) // parked fetches answer a stale term at once, held ones look again
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.want, r.since = d, time.Now()
