@@ -618,6 +618,7 @@ func (c *cluster) kill(ctx context.Context) (failover, error) {
 	if err == nil {
 		f.writableMS = float64(time.Since(start).Microseconds()) / 1000
 	}
+	fmt.Fprintf(c.p.Progress, "failover led in %.0f ms, taking writes in %.0f ms\n  agents' etcd and peer requests: %s\n", f.ms, f.writableMS, c.counts)
 	return f, err
 }
 
