@@ -105,9 +105,13 @@ nemesis:
 # lost (COMPATIBILITY.md), without and with a cluster secret. About 5
 # minutes, so not part of `make test`.
 # UPGRADE_FROM=path/to/cairn uses that binary as the previous release.
+# The whole output, the processes' JSON logs included, goes to
+# $(UPGRADE_LOG); the screen gets it without them, and the test's status.
+UPGRADE_LOG ?= $${TMPDIR:-/tmp}/cairn-upgrade-test.log
 upgrade-test:
 	$(GO) vet -tags upgrade ./e2e/
-	CAIRN_UPGRADE_FROM=$(UPGRADE_FROM) $(GO) test -tags upgrade -count=1 -timeout 40m -run '^TestRollingUpgrade$$' -v ./e2e/ | grep -v '^\s*{'
+	CAIRN_UPGRADE_FROM=$(UPGRADE_FROM) $(GO) test -tags upgrade -count=1 -timeout 40m -run '^TestRollingUpgrade$$' -v ./e2e/ >$(UPGRADE_LOG) 2>&1; \
+	  rc=$$?; grep -v '^\s*{' $(UPGRADE_LOG); echo "full output: $(UPGRADE_LOG)"; exit $$rc
 
 # Benchmarks quoted in BENCHMARKS.md.
 bench: build
