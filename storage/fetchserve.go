@@ -38,23 +38,21 @@ func (h *Host) handleFetch(c *gin.Context) {
 	var out []byte
 	var parked []*replica
 	woken := make(chan struct{}, 1) // an append or role change of one of the parked replicas
+	// A parked fetch holds the shards whose leadership this node has not
+	// taken up yet (held; see fetchAll) until it does or the park ends. It
+	// watches a held shard's replica (its role change signals it, as an
+	// append does) or, while there is none, the creation of replicas here.
+	// A fetch that does not park needs none of it.
+	var held, registered []bool
+	var heldOn []*replica // the replica watched while held, by shard
+	if wait > 0 {
+		held, registered, heldOn = make([]bool, len(req.Shards)), make([]bool, len(req.Shards)), make([]*replica, len(req.Shards))
+	}
 	defer func() {
 		for _, r := range parked {
 			r.park(req.Node, -1)
 			h.unwatch(r, woken)
 		}
-	}()
-	// A parked fetch holds the shards whose leadership this node has not
-	// taken up yet (held; see fetchAll) until it does or the park ends. It
-	// watches a held shard's replica (its role change signals it, as an
-	// append does) or, while there is none, the creation of replicas here.
-	var held []bool
-	if wait > 0 {
-		held = make([]bool, len(req.Shards))
-	}
-	registered := make([]bool, len(req.Shards))
-	heldOn := make([]*replica, len(req.Shards)) // the replica watched while held
-	defer func() {
 		for _, r := range heldOn {
 			if r != nil {
 				h.unwatch(r, woken)
@@ -62,7 +60,10 @@ func (h *Host) handleFetch(c *gin.Context) {
 		}
 	}()
 	for {
-		created := h.replicaCreated() // before looking: a replica opened meanwhile is not missed
+		var created <-chan struct{}
+		if held != nil {
+			created = h.replicaCreated() // before looking: a replica opened meanwhile is not missed
+		}
 		out = h.fetchAll(c, req, out[:0], held)
 		if len(out) > 0 || wait <= 0 {
 			break
