@@ -212,10 +212,11 @@ func simulateCluster(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&p.KillDomain, "kill-domain", false, "kill every agent of the first domain (instead of --kill) to time the failover of a whole domain's leaders")
 	verbose := fs.Bool("v", false, "print progress to stderr")
 	logLevel := fs.String("log-level", "", "log the master's and broker's work to stderr at this level (debug, info, warn, error)")
-	cpuProfile := fs.String("cpu-profile", "", "write a CPU profile of the whole run to this file (go tool pprof reads it)")
+	cpuProfile := fs.String("cpu-profile", "", "write a CPU profile of the agents' process for the whole run to this file (go tool pprof reads it; the etcd,master,broker process serves /debug/pprof/)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: cairn simulate cluster --nodes N --databases D --shards P --replicas R [--idle DUR --kill K --domains D --kill-domain]")
-		fmt.Fprintln(stderr, "Runs an embedded etcd, the master, a broker and N in-process storage agents, and prints one JSON object:")
+		fmt.Fprintln(stderr, "Runs etcd, the master and a broker (this binary, in a child process) and N in-process storage agents, and prints one JSON object")
+		fmt.Fprintln(stderr, "(idle_cpu_cores, rss_mib and goroutines count both processes):")
 		fmt.Fprintln(stderr, `{"nodes","replicas","place_ms","idle_etcd_revisions_per_s","idle_cpu_cores","idle_cpu_ms_per_node_per_s","rss_mib","goroutines","failover_ms","failover_writable_ms","failover_shards","domains_per_shard"} (domains_per_shard with --domains)`)
 		fs.PrintDefaults()
 	}
@@ -233,13 +234,18 @@ func simulateCluster(args []string, stdout, stderr io.Writer) int {
 		p.Progress = stderr
 	}
 	if *logLevel != "" {
-		lg, err := config.NewLogger(*logLevel, "console")
-		if err != nil {
+		if _, err := config.NewLogger(*logLevel, "console"); err != nil {
 			fmt.Fprintf(stderr, "cairn simulate cluster: --log-level: %v\n", err)
 			return 2
 		}
-		p.Logger = lg
+		p.LogLevel, p.Log = *logLevel, stderr
 	}
+	bin, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(stderr, "cairn simulate cluster: finding this binary to run etcd, the master and the broker: %v\n", err)
+		return 1
+	}
+	p.Binary = bin
 	if err := p.Validate(); err != nil {
 		fmt.Fprintf(stderr, "cairn %v\n", err)
 		return 2

@@ -2,6 +2,8 @@ package simcluster
 
 import (
 	"net/http"
+	"os"
+	"syscall"
 	"testing"
 	"time"
 
@@ -38,4 +40,25 @@ func TestDurationsMeanAndLongest(t *testing.T) {
 		d.add(x)
 	}
 	require.Equal(t, "answered in 50ms on average, 110ms at most", d.String())
+}
+
+// The CPU time read from /proc/<pid>/stat (how the etcd,master,broker
+// process's is counted) is the process's own: it grows as getrusage's does,
+// to its 10ms ticks.
+func TestProcCPU(t *testing.T) {
+	rusage := func() time.Duration {
+		var ru syscall.Rusage
+		require.NoError(t, syscall.Getrusage(syscall.RUSAGE_SELF, &ru))
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	before, ru0 := procCPU(os.Getpid()), rusage()
+	var x uint64
+	for rusage()-ru0 < 300*time.Millisecond {
+		for i := range 100000 {
+			x += uint64(i) * x
+		}
+	}
+	require.NotZero(t, x|1)
+	require.GreaterOrEqual(t, procCPU(os.Getpid())-before, 270*time.Millisecond)
+	require.Zero(t, procCPU(-1), "no such process")
 }

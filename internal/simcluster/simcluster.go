@@ -1,7 +1,8 @@
-// Package simcluster runs a whole Cairn cluster in one process to measure the
-// control plane at scale (`cairn simulate cluster`): a real embedded etcd, the
-// real master and one broker (one app with roles etcd,master,broker), and N
-// storage agents built from the real storage code (registration, shard host
+// Package simcluster runs a whole Cairn cluster to measure the control plane
+// at scale (`cairn simulate cluster`): a real etcd, the real master and one
+// broker (the cairn binary with roles etcd,master,broker, in a child process
+// as in a deployment), and, in this process, N storage agents built from the
+// real storage code (registration, shard host
 // reconcile, replication and in-sync upkeep, failover answers) over an
 // in-memory engine. The agents share one local state store (every storage
 // node of a real cluster keeps its own copy of the same keys), so what is
@@ -19,6 +20,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -27,7 +29,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/cairn-db/cairn/app"
 	"github.com/cairn-db/cairn/config"
 	"github.com/cairn-db/cairn/coordinator/kv"
 	"github.com/cairn-db/cairn/models"
@@ -56,7 +57,13 @@ type Params struct {
 	// KillDomain kills every agent of zone z0 (instead of Kill agents) to
 	// time the failover of a whole domain's leaders.
 	KillDomain bool
-	Logger     *zap.Logger // the etcd,master,broker app's; agents log nothing
+	// Binary is the cairn binary started as the etcd,master,broker process.
+	Binary string
+	// LogLevel is that process's --log-level ("": error); its log goes to
+	// Log, or when that is nil to a file in the run's directory. The agents
+	// log nothing.
+	LogLevel string
+	Log      io.Writer
 	// Progress, when set, receives one line per phase.
 	Progress io.Writer
 }
@@ -87,6 +94,8 @@ func (p Params) Validate() error {
 		return bad("--domains %d must be 0 to --nodes (%d)", p.Domains, p.Nodes)
 	case p.KillDomain && (p.Domains < 2 || p.Replicas < 2):
 		return bad("--kill-domain needs --domains and --replicas of 2 or more")
+	case p.Binary == "":
+		return bad("no cairn binary to run etcd, the master and the broker")
 	}
 	return nil
 }
@@ -99,9 +108,11 @@ type Result struct {
 	IdleEtcdRevisionsPerS float64 `json:"idle_etcd_revisions_per_s"`
 	IdleCPUCores          float64 `json:"idle_cpu_cores"`
 	IdleCPUMsPerNodePerS  float64 `json:"idle_cpu_ms_per_node_per_s"`
-	RSSMiB                float64 `json:"rss_mib"`
-	// Goroutines of the whole process at the end of the idle measure: a
-	// replica waiting for work holds none, so this does not grow with them.
+	// IdleCPUCores, RSSMiB and Goroutines count both processes: the
+	// agents' (this one) and the etcd,master,broker child.
+	RSSMiB float64 `json:"rss_mib"`
+	// Goroutines at the end of the idle measure: a replica waiting for
+	// work holds none, so this does not grow with them.
 	Goroutines int `json:"goroutines"`
 	// FailoverMS is from the killed agents' leases' end to every shard
 	// they led online under a live leader in the master's published
@@ -119,7 +130,7 @@ type Result struct {
 type cluster struct {
 	p        Params
 	lg       *zap.Logger
-	app      *app.App
+	srv      *server // the etcd,master,broker process
 	store    *kv.EtcdStore
 	sm       *statemachine.Manager // the agents' shared local state store
 	feed     *storage.Feed
@@ -154,9 +165,6 @@ func Run(ctx context.Context, p Params) (Result, error) {
 	if p.LeaseTTL == 0 {
 		p.LeaseTTL = 3 * time.Second
 	}
-	if p.Logger == nil {
-		p.Logger = zap.NewNop()
-	}
 	if p.Progress == nil {
 		p.Progress = io.Discard
 	}
@@ -167,10 +175,10 @@ func Run(ctx context.Context, p Params) (Result, error) {
 	}
 	defer os.RemoveAll(dir)
 	c := &cluster{p: p, lg: zap.NewNop(), zoneOf: map[string]string{}}
+	defer c.stop() // also after a start that failed half-way
 	if err := c.start(ctx, dir); err != nil {
 		return Result{}, err
 	}
-	defer c.stop()
 	return c.measure(ctx)
 }
 
@@ -193,23 +201,32 @@ func (c *cluster) start(ctx context.Context, dir string) error {
 		ports[i] = p
 	}
 	clientURL := fmt.Sprintf("http://127.0.0.1:%d", ports[1])
-	args := []string{"--role", "etcd,master,broker", "--data-dir", dir,
-		"--http-addr", fmt.Sprintf("127.0.0.1:%d", ports[0]), "--etcd-listen-client-url", clientURL,
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", ports[0])
+	level, format := c.p.LogLevel, "console"
+	if level == "" {
+		level = "error"
+	}
+	if c.p.Log == nil {
+		format = "json"
+	}
+	args := []string{"--role", "etcd,master,broker", "--data-dir", filepath.Join(dir, "server"),
+		"--http-addr", httpAddr, "--etcd-listen-client-url", clientURL,
 		"--etcd-listen-peer-url", fmt.Sprintf("http://127.0.0.1:%d", ports[2]),
-		"--lease-ttl", c.p.LeaseTTL.String(), "--log-level", "error", "--log-format", "json"}
+		"--lease-ttl", c.p.LeaseTTL.String(), "--log-level", level, "--log-format", format}
 	if c.p.RebalanceDelay > 0 {
 		args = append(args, "--rebalance-delay", c.p.RebalanceDelay.String())
 	}
+	// Parsed here too for what the agents share with it (namespace, delay).
 	cfg, err := config.Parse(args, func(string) (string, bool) { return "", false }, false, io.Discard)
 	if err != nil {
 		return err
 	}
-	c.app, err = app.Start(cfg, c.p.Logger)
-	if err != nil {
+	if c.srv, err = startServer(ctx, c.p.Binary, dir, httpAddr, args, c.p.Log); err != nil {
 		return err
 	}
-	c.api = "http://" + c.app.HTTPAddr()
-	fmt.Fprintf(c.p.Progress, "etcd,master,broker at %s (pprof under /debug/pprof/), etcd at %s (its metrics under /metrics)\n", c.api, clientURL)
+	c.api = c.srv.api
+	fmt.Fprintf(c.p.Progress, "etcd,master,broker: process %d (%s) at %s (pprof under /debug/pprof/), etcd at %s (its metrics under /metrics); CPU, RSS and goroutines below count it and this process\n",
+		c.srv.pid(), c.p.Binary, c.api, clientURL)
 	c.keys = models.Keys{NS: cfg.Namespace}
 	c.ck = models.ClusterKeys{SNS: c.keys.ClusterNamespace(models.StorageCluster{Name: "default"})}
 	c.store, err = kv.NewEtcdStore(kv.EtcdConfig{Endpoints: []string{clientURL}, Logger: c.lg})
@@ -278,8 +295,11 @@ func (c *cluster) start(ctx context.Context, dir string) error {
 		c.agents = append(c.agents, a)
 	}
 	if err := c.until(ctx, 5*time.Minute, "every agent registered", func() bool {
-		return c.app.State().Nodes.At("default").Len() == c.p.Nodes
+		return c.sm.Snapshot().Nodes.At("default").Len() == c.p.Nodes
 	}); err != nil {
+		return err
+	}
+	if err := c.masterSeesAll(ctx); err != nil {
 		return err
 	}
 	c.calm = time.Now().Add(cfg.RebalanceDelay)
@@ -309,8 +329,8 @@ func (c *cluster) stop() {
 	if c.store != nil {
 		_ = c.store.Close()
 	}
-	if c.app != nil {
-		c.app.Stop()
+	if c.srv != nil {
+		c.srv.stop()
 	}
 }
 
@@ -372,7 +392,7 @@ func (c *cluster) post(ctx context.Context, path string, body any) error {
 func (c *cluster) measure(ctx context.Context) (Result, error) {
 	res := Result{Nodes: c.p.Nodes, Replicas: c.p.Databases * c.p.Shards * c.p.Replicas}
 	fmt.Fprintf(c.p.Progress, "creating %d databases\n", c.p.Databases)
-	start, cpuStart := time.Now(), cpuTime()
+	start, cpuStart := time.Now(), c.cpuTime()
 	c.began, c.shown = start, start
 	work := make(chan int)
 	errs := make(chan error, 8)
@@ -412,12 +432,12 @@ func (c *cluster) measure(ctx context.Context) (Result, error) {
 	}
 	res.PlaceMS = float64(time.Since(start).Microseconds()) / 1000
 	if c.p.Domains > 0 {
-		res.DomainsPerShard = domainsPerShard(c.app.State(), c.zoneOf)
+		res.DomainsPerShard = domainsPerShard(c.sm.Snapshot(), c.zoneOf)
 	}
 	// The CPU time the placement took: what a run on a busy machine, which
 	// gets less of it per second, still compares with another.
-	fmt.Fprintf(c.p.Progress, "placed %d replicas in %.0f ms (%.1f s of CPU); settling\n  agents' etcd and peer requests: %s\n",
-		res.Replicas, res.PlaceMS, (cpuTime() - cpuStart).Seconds(), c.counts)
+	fmt.Fprintf(c.p.Progress, "placed %d replicas in %.0f ms (%.1f s of CPU, both processes); settling\n  agents' etcd and peer requests: %s\n",
+		res.Replicas, res.PlaceMS, (c.cpuTime() - cpuStart).Seconds(), c.counts)
 
 	// Let the in-sync sets, the node records and the master's own follow-up
 	// work (spreading leaderships once membership is stable) settle: idle
@@ -428,7 +448,7 @@ func (c *cluster) measure(ctx context.Context) (Result, error) {
 		return res, err
 	}
 	fmt.Fprintf(c.p.Progress, "settled after %s; measuring idle for %s\n  agents' etcd and peer requests: %s\n", settled.Round(time.Millisecond), c.p.Idle, c.counts)
-	cpu0, t0 := cpuTime(), time.Now()
+	cpu0, t0 := c.cpuTime(), time.Now()
 	wctx, stopWatch := context.WithCancel(ctx)
 	changes := c.store.Watch(wctx, c.keys.NS+"/", rev0+1)
 	var byPrefix sync.Map // what changed while idle, by key prefix, for the progress lines
@@ -460,15 +480,15 @@ func (c *cluster) measure(ctx context.Context) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	cpu1, wall := cpuTime(), time.Since(t0)
+	cpu1, wall := c.cpuTime(), time.Since(t0)
 	if wall > 0 && c.p.Idle > 0 {
 		res.IdleEtcdRevisionsPerS = round(float64(rev1-rev0) / wall.Seconds())
 		cores := (cpu1 - cpu0).Seconds() / wall.Seconds()
 		res.IdleCPUCores = round(cores)
 		res.IdleCPUMsPerNodePerS = round(cores * 1000 / float64(c.p.Nodes))
 	}
-	res.RSSMiB = rssMiB()
-	res.Goroutines = runtime.NumGoroutine()
+	res.RSSMiB = round(rssMiB("self") + rssMiB(strconv.Itoa(c.srv.pid())))
+	res.Goroutines = runtime.NumGoroutine() + c.srv.goroutines()
 	if c.p.Kill > 0 || c.p.KillDomain {
 		f, err := c.kill(ctx)
 		if err != nil {
@@ -524,7 +544,7 @@ func (c *cluster) revision(ctx context.Context) (int64, error) {
 // placed: every shard of every database is online in the master's state and
 // the agents host every replica.
 func (c *cluster) placed(want int) bool {
-	st := c.app.State()
+	st := c.sm.Snapshot()
 	online := 0
 	for _, ss := range st.ShardStates.All() {
 		for _, s := range ss.Shards {
@@ -560,7 +580,15 @@ type failover struct {
 // leaders until each has published its in-sync set at its term (a leader
 // takes writes only from then on).
 func (c *cluster) kill(ctx context.Context) (failover, error) {
-	st := c.app.State()
+	// The new leaders' in-sync sets are read from a watch of their own:
+	// the agents' shared state store holds none (a storage node watches no
+	// in-sync set), and adding them there would wake every agent on each.
+	obs, err := c.observe(ctx)
+	if err != nil {
+		return failover{}, err
+	}
+	defer obs.Stop()
+	st := c.sm.Snapshot()
 	leads := map[string][]string{} // node -> shards led
 	for db, ss := range st.ShardStates.All() {
 		for _, s := range ss.Shards {
@@ -596,8 +624,8 @@ func (c *cluster) kill(ctx context.Context) (failover, error) {
 	// Polled every 20 ms: only the shards still waiting are looked at, so
 	// the measure costs the measured process little.
 	waitLed, waitISR := slices.Clone(led), []string(nil)
-	err := c.until(ctx, 5*time.Minute, "new leaders for the killed agents' shards, taking writes", func() bool {
-		st := c.app.State()
+	err = c.until(ctx, 5*time.Minute, "new leaders for the killed agents' shards, taking writes", func() bool {
+		st := obs.Snapshot()
 		if len(waitLed) > 0 {
 			waitLed = slices.DeleteFunc(waitLed, func(id string) bool { return newLeader(st, dead, id) })
 			if len(waitLed) == 0 {
@@ -698,18 +726,20 @@ func sleep(ctx context.Context, d time.Duration) error {
 
 func round(x float64) float64 { return float64(int64(x*1000+0.5)) / 1000 }
 
-// cpuTime is the process's user + system CPU time.
-func cpuTime() time.Duration {
+// cpuTime is the user + system CPU time of this process and of the
+// etcd,master,broker process.
+func (c *cluster) cpuTime() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return time.Duration(ru.Utime.Nano()+ru.Stime.Nano()) + procCPU(c.srv.pid())
 }
 
-// rssMiB is the process's resident set from /proc (0 where there is none).
-func rssMiB() float64 {
-	b, err := os.ReadFile("/proc/self/status")
+// rssMiB is a process's resident set from /proc/<pid>/status (pid "self"
+// for this one; 0 where there is none).
+func rssMiB(pid string) float64 {
+	b, err := os.ReadFile("/proc/" + pid + "/status")
 	if err != nil {
 		return 0
 	}

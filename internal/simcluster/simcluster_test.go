@@ -2,6 +2,15 @@ package simcluster_test
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -9,13 +18,42 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// cairnBin is the cairn binary, built once by TestMain: the simulation runs
+// etcd, the master and the broker in it, a process of their own.
+var cairnBin string
+
+func TestMain(m *testing.M) { os.Exit(withCairn(m)) }
+
+// withCairn builds cairnBin into a temporary directory, runs the tests and
+// removes the directory.
+func withCairn(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "cairn-simcluster-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "simcluster:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	cairnBin = filepath.Join(dir, "cairn")
+	if out, err := exec.Command("go", "build", "-o", cairnBin, "github.com/cairn-db/cairn/cmd/cairn").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "simcluster: building cairn: %v\n%s", err, out)
+		return 1
+	}
+	return m.Run()
+}
+
 // A small simulated cluster through the real path: every replica is placed
 // and hosted, nothing is written to etcd while idle, and the shards led by
 // the killed agent get new leaders.
+// etcd, the master and the broker run in a process of their own, stopped when
+// the run ends.
 func TestSimulateSmallCluster(t *testing.T) {
+	var progress lines
 	res, err := simcluster.Run(context.Background(), simcluster.Params{Nodes: 4, Databases: 2, Shards: 4, Replicas: 3,
-		Idle: 2 * time.Second, Kill: 1, RebalanceDelay: time.Second})
+		Idle: 2 * time.Second, Kill: 1, RebalanceDelay: time.Second, Binary: cairnBin, Progress: &progress})
 	require.NoError(t, err)
+	pid := progress.serverPID(t)
+	require.NotEqual(t, os.Getpid(), pid)
+	require.ErrorIs(t, syscall.Kill(pid, 0), syscall.ESRCH, "the etcd,master,broker process %d is gone", pid)
 	require.Equal(t, 4, res.Nodes)
 	require.Equal(t, 24, res.Replicas)
 	require.Positive(t, res.PlaceMS)
@@ -25,13 +63,66 @@ func TestSimulateSmallCluster(t *testing.T) {
 	require.Positive(t, res.RSSMiB)
 }
 
+// A run ended from outside (ctrl-C) while its agents start stops the
+// etcd,master,broker process too.
+func TestSimulateCancelledStopsTheServer(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	progress := lines{onLine: func(l string) {
+		if strings.HasPrefix(l, "starting ") {
+			cancel()
+		}
+	}}
+	_, err := simcluster.Run(ctx, simcluster.Params{Nodes: 3, Databases: 1, Shards: 1, Replicas: 1, Binary: cairnBin, Progress: &progress})
+	require.ErrorIs(t, err, context.Canceled)
+	pid := progress.serverPID(t)
+	require.ErrorIs(t, syscall.Kill(pid, 0), syscall.ESRCH, "the etcd,master,broker process %d is gone", pid)
+}
+
+// A binary that is not cairn fails the run with its exit, at once.
+func TestSimulateServerThatExits(t *testing.T) {
+	_, err := simcluster.Run(context.Background(), simcluster.Params{Nodes: 3, Databases: 1, Shards: 1, Replicas: 1, Binary: "/bin/false"})
+	require.ErrorContains(t, err, "exited before it was ready")
+}
+
+// lines collects progress lines; onLine sees each as it is written.
+type lines struct {
+	mu     sync.Mutex
+	b      strings.Builder
+	onLine func(string)
+}
+
+func (l *lines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	l.b.Write(p)
+	l.mu.Unlock()
+	if l.onLine != nil {
+		for _, x := range strings.Split(string(p), "\n") {
+			l.onLine(x)
+		}
+	}
+	return len(p), nil
+}
+
+// serverPID is the etcd,master,broker process's id named by the progress.
+func (l *lines) serverPID(t *testing.T) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	m := regexp.MustCompile(`etcd,master,broker: process (\d+) `).FindStringSubmatch(l.b.String())
+	require.NotNil(t, m, "progress names the server process: %s", l.b.String())
+	pid, err := strconv.Atoi(m[1])
+	require.NoError(t, err)
+	return pid
+}
+
 func TestSimulateRefusesBadParams(t *testing.T) {
 	for _, p := range []simcluster.Params{
-		{Nodes: 0, Shards: 1, Replicas: 1},
-		{Nodes: 3, Shards: 1, Replicas: 4},
-		{Nodes: 3, Shards: 0, Replicas: 1},
-		{Nodes: 3, Shards: 1, Replicas: 1, Kill: 3},
-		{Nodes: 3, Shards: 1, Replicas: 1, LeaseTTL: time.Second},
+		{Nodes: 0, Shards: 1, Replicas: 1, Binary: cairnBin},
+		{Nodes: 3, Shards: 1, Replicas: 4, Binary: cairnBin},
+		{Nodes: 3, Shards: 0, Replicas: 1, Binary: cairnBin},
+		{Nodes: 3, Shards: 1, Replicas: 1, Kill: 3, Binary: cairnBin},
+		{Nodes: 3, Shards: 1, Replicas: 1, LeaseTTL: time.Second, Binary: cairnBin},
+		{Nodes: 3, Shards: 1, Replicas: 1},
 	} {
 		_, err := simcluster.Run(context.Background(), p)
 		require.ErrorIs(t, err, simcluster.ErrInvalidParams, "%+v", p)
@@ -45,7 +136,7 @@ func TestSimulateRefusesBadParams(t *testing.T) {
 // sessions'); at 1,000 nodes their stacks were most of the memory.
 func TestIdleReplicasHoldNoGoroutine(t *testing.T) {
 	res, err := simcluster.Run(context.Background(), simcluster.Params{Nodes: 8, Databases: 24, Shards: 16, Replicas: 3,
-		Idle: time.Second, RebalanceDelay: time.Second})
+		Idle: time.Second, RebalanceDelay: time.Second, Binary: cairnBin})
 	require.NoError(t, err)
 	require.Equal(t, 1152, res.Replicas)
 	require.Less(t, res.Goroutines, res.Replicas/2, "goroutines at idle, with %d replicas hosted", res.Replicas)
@@ -56,7 +147,7 @@ func TestIdleReplicasHoldNoGoroutine(t *testing.T) {
 // --kill-domain all of z0 dies and every shard it led is led from z1.
 func TestSimulateDomains(t *testing.T) {
 	res, err := simcluster.Run(context.Background(), simcluster.Params{Nodes: 5, Databases: 3, Shards: 8, Replicas: 2,
-		Domains: 2, KillDomain: true, Idle: time.Second, RebalanceDelay: time.Second})
+		Domains: 2, KillDomain: true, Idle: time.Second, RebalanceDelay: time.Second, Binary: cairnBin})
 	require.NoError(t, err)
 	require.Equal(t, &simcluster.MinMax{Min: 2, Max: 2}, res.DomainsPerShard)
 	require.Positive(t, res.FailoverShards, "zone z0 led shards")
@@ -65,9 +156,9 @@ func TestSimulateDomains(t *testing.T) {
 	// at their terms, after the master published them.
 	require.GreaterOrEqual(t, res.FailoverWritableMS, res.FailoverMS)
 	for _, p := range []simcluster.Params{
-		{Nodes: 3, Shards: 1, Replicas: 1, Domains: 4},
-		{Nodes: 3, Shards: 1, Replicas: 2, KillDomain: true},
-		{Nodes: 3, Shards: 1, Replicas: 1, Domains: 2, KillDomain: true},
+		{Nodes: 3, Shards: 1, Replicas: 1, Domains: 4, Binary: cairnBin},
+		{Nodes: 3, Shards: 1, Replicas: 2, KillDomain: true, Binary: cairnBin},
+		{Nodes: 3, Shards: 1, Replicas: 1, Domains: 2, KillDomain: true, Binary: cairnBin},
 	} {
 		_, err = simcluster.Run(context.Background(), p)
 		require.ErrorIs(t, err, simcluster.ErrInvalidParams, "%+v", p)
