@@ -199,6 +199,30 @@ func Claim(ctx context.Context, store Store, reg Registration, lease LeaseID) (i
 	return 0, nil, fmt.Errorf("%w: %s", errContended, reg.Key)
 }
 
+// resumeHeld keeps the session's lease alive again when its keep-alive
+// ended while etcd still holds the lease: the record is still there, on
+// that lease. The client gives up a TTL after the last answer it read, and a
+// loaded etcd or a busy process reads late: the lease may outlive that by
+// the answer's delay. Registering again would revoke the lease (deleting
+// the record: peers see the node leave and come back, a master moves its
+// leaderships) for a node that never stopped. A lease that is gone, or a
+// record that is not ours, is not resumed.
+func resumeHeld(ctx context.Context, store Store, s *Session, key string, lg *zap.Logger) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	kvp, err := store.Get(ctx, key)
+	if err != nil || kvp == nil || kvp.Lease != s.Lease() {
+		return false
+	}
+	if err := s.resume(); err != nil {
+		lg.Debug("resuming the lease's keep-alive failed", zap.Error(err))
+		return false
+	}
+	lg.Info("registration keep-alive ended while etcd still held the lease; resumed")
+	return true
+}
+
 // holdRegistration rewrites the record when its value changes, until ctx
 // ends, the lease is lost, or another writer changed the record (then the
 // caller claims it again, which refuses a foreign holder). Rewrites compare
@@ -206,12 +230,18 @@ func Claim(ctx context.Context, store Store, reg Registration, lease LeaseID) (i
 // the claim wrote.
 func holdRegistration(ctx context.Context, store Store, s *Session, reg Registration, rev int64, last []byte, lg *zap.Logger) {
 	if reg.Refresh <= 0 {
-		select {
-		case <-ctx.Done():
-		case <-s.Done():
-			lg.Warn("registration lease lost; registering again")
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-s.Done():
+				if resumeHeld(ctx, store, s, reg.Key, lg) {
+					continue
+				}
+				lg.Warn("registration lease lost; registering again")
+				return
+			}
 		}
-		return
 	}
 	tick := time.NewTicker(reg.Refresh)
 	defer tick.Stop()
@@ -226,6 +256,9 @@ func holdRegistration(ctx context.Context, store Store, s *Session, reg Registra
 		case <-ctx.Done():
 			return
 		case <-s.Done():
+			if resumeHeld(ctx, store, s, reg.Key, lg) {
+				continue
+			}
 			lg.Warn("registration lease lost; registering again")
 			return
 		case <-tick.C:

@@ -228,3 +228,65 @@ func TestKeepRegisteredSpacesABurst(t *testing.T) {
 	looks, writes = run(t, 0)
 	require.Greater(t, writes*2, looks, "without MaxRefresh: %d changes, %d writes", looks, writes)
 }
+
+// lateClient is a store whose first keep-alive ends on the client's side
+// only (as clientv3's does a TTL after the last answer it read, when a
+// loaded etcd or a busy process reads late) while the lease stays alive.
+type lateClient struct {
+	kv.Store
+	calls atomic.Int64
+}
+
+func (s *lateClient) KeepAlive(ctx context.Context, id kv.LeaseID) (<-chan struct{}, error) {
+	inner, err := s.Store.KeepAlive(ctx, id)
+	if err != nil || s.calls.Add(1) > 1 {
+		return inner, err
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		select {
+		case <-inner:
+		case <-time.After(100 * time.Millisecond):
+		}
+	}()
+	return done, nil
+}
+
+// TestKeepRegisteredResumesAHeldLease: a keep-alive that ended while etcd
+// still holds the lease is resumed on the same lease: the record is not
+// revoked and created again (peers would see the node leave and return),
+// and it outlives the TTL. A lease that is really lost still registers
+// again, under a new lease.
+func TestKeepRegisteredResumesAHeldLease(t *testing.T) {
+	for _, refresh := range []time.Duration{0, 50 * time.Millisecond} {
+		store := &lateClient{Store: kv.NewMemoryStore()}
+		ctx, cancel := context.WithCancel(context.Background())
+		const key = "/t/live/nodes/n1"
+		reg := addrReg(key, "host:1")
+		reg.TTL, reg.Refresh = time.Second, refresh
+		var registered atomic.Int64
+		reg.OnRegistered = func() { registered.Add(1) }
+		done := make(chan error, 1)
+		go func() { done <- kv.KeepRegistered(ctx, store, reg, zap.NewNop()) }()
+		require.Eventually(t, func() bool { return store.calls.Load() >= 2 }, 10*time.Second, 5*time.Millisecond, "the keep-alive is resumed")
+		first, err := store.Get(ctx, key)
+		require.NoError(t, err)
+		require.NotNil(t, first)
+		require.Never(t, func() bool { // past the TTL: the resumed keep-alive holds it
+			kvp, err := store.Get(ctx, key)
+			return err != nil || kvp == nil || kvp.CreateRev != first.CreateRev || kvp.Lease != first.Lease
+		}, 2*reg.TTL, 20*time.Millisecond, "the record stays, on its first lease")
+		require.Equal(t, int64(1), registered.Load(), "registered once")
+
+		require.NoError(t, store.Revoke(ctx, first.Lease)) // really lost
+		require.Eventually(t, func() bool {
+			kvp, err := store.Get(ctx, key)
+			return err == nil && kvp != nil && kvp.Lease != first.Lease
+		}, 10*time.Second, 5*time.Millisecond, "registered again under a new lease")
+		require.Equal(t, int64(2), registered.Load())
+		cancel()
+		require.NoError(t, <-done)
+		require.NoError(t, store.Close())
+	}
+}

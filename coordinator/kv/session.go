@@ -36,6 +36,22 @@ func NewSession(ctx context.Context, store Store, ttl time.Duration) (*Session, 
 	return &Session{store: store, lease: id, done: done, cancel: cancel}, nil
 }
 
+// resume starts a new keep-alive of the session's lease after the last one
+// ended (Done closed), for a lease etcd may still hold: if it does not, the
+// new one ends at once. Only the session's one user calls it, between its
+// reads of Done; not after Close.
+func (s *Session) resume() error {
+	kctx, cancel := context.WithCancel(context.Background())
+	done, err := s.store.KeepAlive(kctx, s.lease)
+	if err != nil {
+		cancel()
+		return err
+	}
+	s.cancel()
+	s.done, s.cancel = done, cancel
+	return nil
+}
+
 // Lease is the session's lease.
 func (s *Session) Lease() LeaseID { return s.lease }
 

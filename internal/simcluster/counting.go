@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/cairn-db/cairn/coordinator/kv"
 	"github.com/cairn-db/cairn/models"
@@ -72,6 +73,18 @@ func (s *countingStore) Get(ctx context.Context, key string) (*kv.KeyValue, erro
 func (s *countingStore) GetMany(ctx context.Context, keys []string) ([]*kv.KeyValue, uint64, error) {
 	s.c.add(fmt.Sprintf("getmany_%d", len(keys)))
 	return s.EtcdStore.GetMany(ctx, keys)
+}
+
+// Grant and KeepAlive are counted to show the keep-alives resumed on a
+// lease etcd still held (keepalive above grant).
+func (s *countingStore) Grant(ctx context.Context, ttl time.Duration) (kv.LeaseID, error) {
+	s.c.add("grant")
+	return s.EtcdStore.Grant(ctx, ttl)
+}
+
+func (s *countingStore) KeepAlive(ctx context.Context, id kv.LeaseID) (<-chan struct{}, error) {
+	s.c.add("keepalive")
+	return s.EtcdStore.KeepAlive(ctx, id)
 }
 
 func (s *countingStore) ClusterID(ctx context.Context) (uint64, error) {

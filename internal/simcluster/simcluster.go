@@ -522,6 +522,11 @@ func (c *cluster) settle(ctx context.Context, quiet, limit time.Duration) (int64
 		if r != rev {
 			rev, since = r, time.Now()
 		}
+		if time.Since(c.shown) >= 5*time.Second {
+			c.shown = time.Now()
+			fmt.Fprintf(c.p.Progress, "  settling %s: etcd revision %d\n    agents' etcd and peer requests: %s\n",
+				time.Since(start).Round(time.Second), rev, c.counts)
+		}
 	}
 	return rev, time.Since(start), nil
 }
