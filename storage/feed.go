@@ -28,6 +28,10 @@ type Feed struct {
 	// A node record rewritten in place (its report, its disk use) does not
 	// close it, so hosts are not woken for what cannot concern them.
 	gone chan struct{}
+	// came is closed (and replaced) when a node became live in any
+	// cluster, or live at another address: what a follower whose leader
+	// is not live waits for (besides its role changing).
+	came chan struct{}
 }
 
 // dbMark identifies the records of one database in one snapshot.
@@ -69,7 +73,7 @@ type feedSub struct {
 // NewFeed builds a feed over a state manager's snapshots and its change
 // signal (Manager.Changed); Run drives it.
 func NewFeed(state func() *statemachine.State, changed func() <-chan struct{}) *Feed {
-	return &Feed{state: state, changed: changed, subs: map[string][]*feedSub{}, dbs: map[string]dbMark{}, gone: make(chan struct{})}
+	return &Feed{state: state, changed: changed, subs: map[string][]*feedSub{}, dbs: map[string]dbMark{}, gone: make(chan struct{}), came: make(chan struct{})}
 }
 
 // peersGone is closed at the next snapshot in which a live node of any
@@ -80,27 +84,55 @@ func (f *Feed) peersGone() <-chan struct{} {
 	return f.gone
 }
 
+// peersCame is closed at the next snapshot in which a node of any cluster
+// became live, or live at another address.
+func (f *Feed) peersCame() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.came
+}
+
 // noteNodes closes gone when a live node in prev is absent from st or at
-// another address there: once per change of the live nodes, O(live nodes),
-// for every host of the process (each host then looks only at its own
-// sessions). Under f.mu.
+// another address there, and came when a live node in st is absent from
+// prev or at another address there: once per change of the live nodes,
+// O(live nodes), for every host of the process (each host then looks only
+// at its own sessions and waiting followers). Under f.mu.
 func (f *Feed) noteNodes(prev, st *statemachine.State) {
 	if prev == nil || st.Nodes.Same(prev.Nodes) {
 		return
 	}
+	left, came := false, false
 	for cluster, was := range prev.Nodes.All() {
 		now := st.Nodes.At(cluster)
 		if now.Same(was) {
 			continue
 		}
-		for id, n := range was.All() {
-			if m, ok := now.Get(id); !ok || m.NodeAddress != n.NodeAddress {
-				close(f.gone)
-				f.gone = make(chan struct{})
-				return
-			}
+		left = left || !within(was, now)
+		came = came || !within(now, was)
+	}
+	for cluster, now := range st.Nodes.All() {
+		if !prev.Nodes.Has(cluster) {
+			came = came || now.Len() > 0
 		}
 	}
+	if left {
+		close(f.gone)
+		f.gone = make(chan struct{})
+	}
+	if came {
+		close(f.came)
+		f.came = make(chan struct{})
+	}
+}
+
+// within: every node of a is in b at the same address.
+func within(a, b statemachine.Map[models.StorageNode]) bool {
+	for id, n := range a.All() {
+		if m, ok := b.Get(id); !ok || m.NodeAddress != n.NodeAddress {
+			return false
+		}
+	}
+	return true
 }
 
 // Run compares every new snapshot with the previous one until ctx ends.

@@ -13,7 +13,9 @@ import (
 
 // The feed closes peersGone when a live node leaves or moves to another
 // address, and not when a record is rewritten in place (a report, disk
-// use) or a node joins: only the first two can end a fetch session.
+// use) or a node joins: only the first two can end a fetch session. It
+// closes peersCame when a node joins or moves, and not when one leaves or
+// is rewritten in place: what a follower of a leader not live waits for.
 func TestFeedSignalsPeersGoneOnLeaveOrMoveOnly(t *testing.T) {
 	sm := statemachine.New(statemachine.Config{})
 	sm.Start(context.Background())
@@ -49,15 +51,20 @@ func TestFeedSignalsPeersGoneOnLeaveOrMoveOnly(t *testing.T) {
 	}
 	node(kv.WatchPut, "a", "127.0.0.1:1")
 	node(kv.WatchPut, "b", "127.0.0.1:2")
-	gone := f.peersGone()
+	gone, came := f.peersGone(), f.peersCame()
 	node(kv.WatchPut, "c", "127.0.0.1:3")
+	require.True(t, closed(came), "a join")
+	came = f.peersCame()
 	node(kv.WatchPut, "a", "127.0.0.1:1")
 	require.False(t, closed(gone), "a join and a record rewritten at the same address end no session")
+	require.False(t, closed(came), "a record rewritten at the same address")
 
 	node(kv.WatchPut, "a", "127.0.0.1:9")
 	require.True(t, closed(gone), "a node at another address")
-	gone = f.peersGone()
+	require.True(t, closed(came), "a node at another address")
+	gone, came = f.peersGone(), f.peersCame()
 	require.False(t, closed(gone))
 	node(kv.WatchDelete, "b", "")
 	require.True(t, closed(gone), "a node that left")
+	require.False(t, closed(came), "a node that left")
 }

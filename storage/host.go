@@ -111,7 +111,8 @@ type Host struct {
 	want     map[string]desired   // reconcile only: the union of the views' replicas
 
 	peersMu sync.Mutex
-	peers   map[string]string // node id -> address, learned on demand (peers.go)
+	peers   map[string]string    // node id -> address, learned on demand (peers.go)
+	feed    atomic.Pointer[Feed] // the feed Run reads: what followers of a leader not live wait on
 
 	recordRev atomic.Int64 // create revision of this node's record as this process holds it (0: unknown)
 
@@ -208,6 +209,7 @@ func (h *Host) Run(ctx context.Context) {
 		go func() { defer close(done); feed.Run(fctx) }()
 		defer func() { stop(); <-done }()
 	}
+	h.feed.Store(feed)
 	sub := feed.subscribe(h.nodeID)
 	defer feed.unsubscribe(sub)
 	pctx, stopPeers := context.WithCancel(ctx)

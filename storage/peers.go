@@ -75,6 +75,16 @@ func (h *Host) peerCanSync(id string) bool {
 	return ok && n.Writable()
 }
 
+// peersCame is closed when a node becomes live (Feed.peersCame); nil
+// before Run or when this host does not watch the live nodes.
+func (h *Host) peersCame() <-chan struct{} {
+	f := h.feed.Load()
+	if _, watched := h.liveNodes(); !watched || f == nil {
+		return nil
+	}
+	return f.peersCame()
+}
+
 // peerAddress is the address of node id: from the watched live nodes, else
 // from memory or from its record.
 func (h *Host) peerAddress(ctx context.Context, id string) (string, error) {
