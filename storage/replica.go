@@ -273,22 +273,29 @@ func (r *replica) initialISR(ctx context.Context, d desired) ([]string, *isrRead
 }
 
 // initialPeers are the replicas whose records initialISR reads: the others
-// of d, unless this process watches the live nodes (none then).
+// of d, or, when this process watches the live nodes, those of them its
+// view lacks. The view is one watch among several: a node that registered
+// just before this one took up its shards may not have reached it yet, and
+// a new leader starting from itself alone on a stale view left a new RF 3
+// database's shards with one in-sync replica until the others rejoined (a
+// leader killed in that window took its shards offline).
 func (r *replica) initialPeers(d desired) []string {
-	if _, watched := r.h.liveNodes(); watched {
-		return nil
-	}
+	nodes, watched := r.h.liveNodes()
 	var others []string
 	for _, n := range d.replicas {
-		if n != r.h.nodeID {
-			others = append(others, n)
+		if n == r.h.nodeID {
+			continue
 		}
+		if _, known := nodes.Get(n); watched && known {
+			continue
+		}
+		others = append(others, n)
 	}
 	return others
 }
 
 // initialFrom is initialISR's set, from what was read (rd.peers: the
-// records of initialPeers, when it named any).
+// records of initialPeers; the others from the watched view).
 func (r *replica) initialFrom(d desired, rd *isrReads) ([]string, error) {
 	initial := []string{r.h.nodeID}
 	var set models.ISR
@@ -306,12 +313,12 @@ func (r *replica) initialFrom(d desired, rd *isrReads) ([]string, error) {
 			continue
 		}
 		live := r.h.peerCanSync(n)
-		if rd.peers != nil {
-			p, err := r.h.peerOf(n, rd.peers[n])
+		if rec, asked := rd.peers[n]; asked {
+			p, err := r.h.peerOf(n, rec)
 			if err != nil {
 				return nil, err
 			}
-			live = p != nil
+			live = p != nil && p.Writable()
 		}
 		if live {
 			initial = append(initial, n)
