@@ -3,6 +3,8 @@ package app
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"sync/atomic"
 	"time"
@@ -108,6 +110,7 @@ func (a *App) oneTerm(ctx context.Context, el *kv.Election, lg *zap.Logger, move
 		Metrics:       a.metrics.master,
 		LivenessGrace: a.cfg.LeaseTTL,
 		AskTxn:        a.askTxn,
+		AskTxns:       a.askTxns,
 		Moves:         moves,
 		FirstSets:     true,
 	})
@@ -165,4 +168,15 @@ func (a *App) admin() web.Admin {
 // askTxn asks a storage node, at failover, for its replicas' last txn ids.
 func (a *App) askTxn(ctx context.Context, node models.NodeRef, db string, shards []int) (map[int]models.ReplicaTxn, error) {
 	return client.New(a.askClient).Txn(ctx, client.Peer{ID: node.NodeID, Address: node.Address}, db, shards)
+}
+
+// askTxns asks a storage node, at failover, for its replicas' last txn ids
+// of many databases in one request; a node that does not serve it (an
+// older release) answers master.ErrNoBatch.
+func (a *App) askTxns(ctx context.Context, node models.NodeRef, shards map[string][]int) (map[string]map[int]models.ReplicaTxn, error) {
+	got, err := client.New(a.askClient).Txns(ctx, client.Peer{ID: node.NodeID, Address: node.Address}, shards)
+	if errors.Is(err, client.ErrUnsupported) {
+		return nil, fmt.Errorf("%w: %w", master.ErrNoBatch, err)
+	}
+	return got, err
 }

@@ -32,6 +32,8 @@ import (
 //        this node (see fetchserve.go)
 //   GET  /internal/v1/txn?db=D&shard=N...   the master's question at failover:
 //        {"shards":{"N":{"last_txn_id","last_term","term"}}} for the hosted ones
+//   POST /internal/v1/txns   the same question for many databases at once (client.Txns):
+//        body {"dbs":{"D":[N,...]}}, answer {"dbs":{"D":{"N":{...}}}}
 // 409 means a stale term (the caller refreshes its view), 404 a shard not hosted.
 
 // Routes mounts the internal API.
@@ -45,6 +47,7 @@ func (h *Host) Routes(r gin.IRouter) {
 	g.POST("/select", h.handleSelect)
 	g.GET("/series", h.handleSeries)
 	r.GET("/internal/v1/txn", h.handleTxn)
+	r.POST("/internal/v1/txns", h.handleTxns)
 	r.POST("/internal/v1/fetch", h.handleFetch)
 }
 

@@ -3,7 +3,6 @@ package master
 import (
 	"context"
 	"maps"
-	"sync"
 
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
@@ -46,17 +45,9 @@ func (m *Master) failover(ctx context.Context, names []string) map[string]error 
 		ins = append(ins, in)
 	}
 	// The replicas' last txn ids and terms are asked for now, only for the
-	// databases that need a leader (their records do not carry them).
-	answers := make([]map[int]map[string]models.ReplicaTxn, len(ins))
-	var wg sync.WaitGroup
-	for i, in := range ins {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			answers[i] = gatherTxn(ctx, m.cfg.AskTxn, m.cfg.AskTimeout, in, m.lg)
-		}()
-	}
-	wg.Wait()
+	// databases that need a leader (their records do not carry them): one
+	// round, one request per node.
+	answers := gatherTxn(ctx, m.cfg.AskTxn, m.cfg.AskTxns, m.cfg.AskTimeout, ins, m.lg)
 	leads := map[string]map[string]int{} // per cluster, kept up to date by the decisions
 	var ups []statesUpdate
 	var decided []ShardInputs

@@ -99,34 +99,6 @@ func TestFailoverReelectsInSyncReplicas(t *testing.T) {
 	}
 }
 
-// A live in-sync replica that does not answer the master's last txn id
-// question is skipped, even with the most data: the shard goes to one that
-// answered, and the reason says who answered what.
-func TestFailoverSkipsSilentReplica(t *testing.T) {
-	h := newHarness(t, "n1", "n2", "n3")
-	h.startMaster(masterOpts{})
-	h.createDB("quiet", 1, 3)
-	before := h.etcdStates("quiet").Shards[0]
-	var others []string
-	for _, n := range []string{"n1", "n2", "n3"} {
-		if n != before.Leader {
-			others = append(others, n)
-		}
-	}
-	mute, talker := others[0], others[1]
-	h.setTxn(mute, map[string]uint64{"quiet/0": 50})
-	h.setTxn(talker, map[string]uint64{"quiet/0": 40})
-	h.mu.Lock()
-	h.silent[mute] = true
-	h.mu.Unlock()
-	h.kill(before.Leader)
-	s := h.waitShard("quiet", 0, "re-elected", func(s models.ShardState) bool { return s.Term == before.Term+1 })
-	require.Equal(t, talker, s.Leader, "the silent replica is skipped")
-	require.Contains(t, s.Reason, mute+"=no answer")
-	require.Contains(t, s.Reason, talker+"=40@1")
-	require.Contains(t, s.Reason, "leader "+talker+" (highest last_txn_id")
-}
-
 func notExpected(x, a, b string) string {
 	if x == a {
 		return b

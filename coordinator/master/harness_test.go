@@ -49,8 +49,15 @@ type harness struct {
 	nodes  map[string]kv.LeaseID
 	recs   map[string]models.StorageNode
 	txn    map[string]map[string]uint64 // what each node answers at failover
-	asked  int                          // failover questions answered
-	silent map[string]bool              // live nodes that do not answer the failover question
+	silent map[string]bool              // live nodes that refuse the failover question
+	// hang: live nodes that answer no failover question before the
+	// asker's deadline; old: nodes of an older release, without the
+	// batched question (they refuse it with master.ErrNoBatch).
+	hang, old map[string]bool
+	// batches and perDB are the failover questions each node was asked,
+	// batched (database -> shards) and per database.
+	batches map[string][]map[string][]int
+	perDB   map[string][]string
 }
 
 func logger(t testing.TB) *zap.Logger {
@@ -66,7 +73,8 @@ func newHarness(t testing.TB, nodes ...string) *harness {
 	t.Helper()
 	m := etcdtest.Start(t)
 	h := &harness{t: t, etcd: m, store: m.Store(t), keys: models.Keys{NS: "/cairn"},
-		nodes: map[string]kv.LeaseID{}, recs: map[string]models.StorageNode{}, txn: map[string]map[string]uint64{}, silent: map[string]bool{}}
+		nodes: map[string]kv.LeaseID{}, recs: map[string]models.StorageNode{}, txn: map[string]map[string]uint64{}, silent: map[string]bool{},
+		hang: map[string]bool{}, old: map[string]bool{}, batches: map[string][]map[string][]int{}, perDB: map[string][]string{}}
 	h.ck = models.ClusterKeys{SNS: h.keys.ClusterNamespace(models.StorageCluster{Name: cluster})}
 	ctx := context.Background()
 	_, err := h.store.Put(ctx, h.keys.StorageConfig(cluster),
@@ -173,11 +181,52 @@ func (h *harness) setTxn(id string, txn map[string]uint64) {
 	h.txn[id] = txn
 }
 
-// askTxn answers the master's failover question as the node would: the
-// harness's live nodes answer, dead ones fail.
-func (h *harness) askTxn(_ context.Context, node models.NodeRef, db string, shards []int) (map[int]models.ReplicaTxn, error) {
+// askTxn answers the master's per-database failover question as the node
+// would: the harness's live nodes answer, dead ones fail.
+func (h *harness) askTxn(ctx context.Context, node models.NodeRef, db string, shards []int) (map[int]models.ReplicaTxn, error) {
+	h.mu.Lock()
+	h.perDB[node.NodeID] = append(h.perDB[node.NodeID], db)
+	hang := h.hang[node.NodeID]
+	h.mu.Unlock()
+	if hang {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	return h.answerLocked(node, db, shards)
+}
+
+// askTxns answers the master's batched failover question as the node
+// would; a node of an older release refuses it.
+func (h *harness) askTxns(ctx context.Context, node models.NodeRef, shards map[string][]int) (map[string]map[int]models.ReplicaTxn, error) {
+	h.mu.Lock()
+	h.batches[node.NodeID] = append(h.batches[node.NodeID], shards)
+	hang, old := h.hang[node.NodeID], h.old[node.NodeID]
+	h.mu.Unlock()
+	switch {
+	case old:
+		return nil, fmt.Errorf("%w: 404 from %s", master.ErrNoBatch, node.NodeID)
+	case hang:
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := map[string]map[int]models.ReplicaTxn{}
+	for db, ids := range shards {
+		got, err := h.answerLocked(node, db, ids)
+		if err != nil {
+			return nil, err
+		}
+		out[db] = got
+	}
+	return out, nil
+}
+
+// answerLocked is a live node's answer about its shards of db; call with
+// h.mu held.
+func (h *harness) answerLocked(node models.NodeRef, db string, shards []int) (map[int]models.ReplicaTxn, error) {
 	id, _, _ := strings.Cut(node.Address, ".test:")
 	if id != node.NodeID {
 		return nil, fmt.Errorf("asked node %s at %s, the address of %s", node.NodeID, node.Address, id)
@@ -191,7 +240,6 @@ func (h *harness) askTxn(_ context.Context, node models.NodeRef, db string, shar
 		term := uint64(max(h.recs[id].MaxTerm[sid], 1)) // the log's last term, as the record says
 		out[s] = models.ReplicaTxn{LastTxnID: h.txn[id][sid], LastTerm: term}
 	}
-	h.asked++
 	return out, nil
 }
 
@@ -316,7 +364,7 @@ func (h *harness) startMaster(o masterOpts) *runningMaster {
 	}
 	m := master.New(master.Config{Store: h.store, Keys: h.keys, Election: el, Term: term, Session: session,
 		NodeID: "m", State: o.state, Changed: o.sm.Changed, Logger: o.logger,
-		RebalanceDelay: o.rebalanceDelay, Resync: 200 * time.Millisecond, ClusterID: o.clusterID, Now: o.now, LivenessGrace: o.grace, Metrics: o.metrics, AskTxn: h.askTxn, FirstSets: o.firstSets})
+		RebalanceDelay: o.rebalanceDelay, Resync: 200 * time.Millisecond, ClusterID: o.clusterID, Now: o.now, LivenessGrace: o.grace, Metrics: o.metrics, AskTxn: h.askTxn, AskTxns: h.askTxns, FirstSets: o.firstSets})
 	rm := &runningMaster{Master: m, term: term, election: es}
 	rm.start()
 	h.t.Cleanup(rm.stop)

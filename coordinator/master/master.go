@@ -57,9 +57,13 @@ type Config struct {
 	Now func() time.Time
 	// Metrics records the term, failovers and leader changes; may be nil.
 	Metrics *Metrics
-	// AskTxn asks a storage node for its replicas' last txn ids at failover
-	// (nil: leaders are chosen by the tie-break alone); AskTimeout bounds
-	// each question, default 500ms.
+	// AskTxns asks a storage node for its replicas' last txn ids at
+	// failover, for every database of the round in one request; AskTxn
+	// asks per database, for nodes that do not serve AskTxns (ErrNoBatch).
+	// Both nil: leaders are chosen by the tie-break alone. AskTimeout
+	// bounds each question, and when the last of a round may be sent,
+	// default 500ms.
+	AskTxns    AskTxnsFunc
 	AskTxn     AskTxnFunc
 	AskTimeout time.Duration
 	// Moves tracks storage nodes registering at another address across

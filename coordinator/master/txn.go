@@ -1,9 +1,12 @@
 package master
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -15,8 +18,20 @@ import (
 // replicas of db's shards (one request for all of them).
 type AskTxnFunc func(ctx context.Context, node models.NodeRef, db string, shards []int) (map[int]models.ReplicaTxn, error)
 
-// maxAskers bounds the requests of one failover in flight at once.
-const maxAskers = 64
+// AskTxnsFunc asks the storage node node, in one request, for the last txn
+// ids of its replicas of the shards of many databases (database -> shard
+// numbers). A node that does not serve the batched question (an older
+// release during a rolling upgrade) fails it with an error wrapping
+// ErrNoBatch, and is then asked per database (AskTxnFunc).
+type AskTxnsFunc func(ctx context.Context, node models.NodeRef, shards map[string][]int) (map[string]map[int]models.ReplicaTxn, error)
+
+// ErrNoBatch: the storage node does not serve the batched last txn question.
+var ErrNoBatch = errors.New("master: the node does not answer the batched last txn question")
+
+// maxAskers bounds the questions of one failover round in flight at once:
+// a node's question costs the master one connection, and a whole failure
+// domain lost at 1,000 nodes leaves ~670 nodes to ask.
+const maxAskers = 256
 
 // anyNeedsLeader: some shard of in must get a new leader or stay offline.
 func anyNeedsLeader(in ShardInputs) bool {
@@ -33,78 +48,153 @@ func anyNeedsLeader(in ShardInputs) bool {
 	return false
 }
 
-// gatherTxn asks the live in-sync replicas of every shard of in that needs a
-// new leader for their last txn id: one request per node, all in parallel,
-// each bounded by timeout. Nodes that fail or do not answer in time are left
-// out (the decision skips them). The answers feed PlanLeaders, which stays a
-// pure function of them. nil when nothing needs a leader or nobody can be
-// asked.
-func gatherTxn(ctx context.Context, ask AskTxnFunc, timeout time.Duration, in ShardInputs, lg *zap.Logger) map[int]map[string]models.ReplicaTxn {
-	if ask == nil {
-		return nil
-	}
-	cur := map[int]models.ShardState{}
-	for _, s := range in.States.Shards {
-		cur[s.ID] = s
-	}
-	byNode := map[string][]int{}
-	for _, sh := range in.Assign.Shards {
-		st, ok := cur[sh.ID]
-		if !needsLeader(in, sh, st, ok) {
-			continue
+// round is one failover round's questions: for every live node that is an
+// in-sync replica of a shard needing a leader, those shards, of every
+// database of the round.
+type round struct {
+	ins    []ShardInputs
+	byNode map[models.NodeRef]map[string][]int // node -> db -> shards
+	// out is what gatherTxn returns: per input, shard -> node -> answer;
+	// every asked shard has its (empty) map before any question goes out
+	// (silence then counts), the askers only fill them, under mu.
+	out []map[int]map[string]models.ReplicaTxn
+	at  map[string]int // db -> index in ins
+	mu  sync.Mutex
+}
+
+// newRound lists the questions of a failover round over ins.
+func newRound(ins []ShardInputs) *round {
+	r := &round{ins: ins, byNode: map[models.NodeRef]map[string][]int{},
+		out: make([]map[int]map[string]models.ReplicaTxn, len(ins)), at: make(map[string]int, len(ins))}
+	for i, in := range ins {
+		r.at[in.DB] = i
+		cur := make(map[int]models.ShardState, len(in.States.Shards))
+		for _, s := range in.States.Shards {
+			cur[s.ID] = s
 		}
-		cands, _ := candidates(in, sh)
-		for _, n := range cands {
-			byNode[n] = append(byNode[n], sh.ID)
-		}
-	}
-	if len(byNode) == 0 {
-		return nil
-	}
-	actx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	out := map[int]map[string]models.ReplicaTxn{}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, maxAskers)
-	// Every asked shard gets its (empty) answer map before any question goes
-	// out: the askers then only fill them, under mu.
-	for _, shards := range byNode {
-		for _, id := range shards {
-			if out[id] == nil {
-				out[id] = map[string]models.ReplicaTxn{} // asked: silence now counts
+		for _, sh := range in.Assign.Shards {
+			st, ok := cur[sh.ID]
+			if !needsLeader(in, sh, st, ok) {
+				continue
 			}
-		}
-	}
-	for _, node := range slices.Sorted(maps.Keys(byNode)) {
-		shards := byNode[node]
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			select {
-			case sem <- struct{}{}:
-				defer func() { <-sem }()
-			case <-actx.Done():
-				return
-			}
-			got, err := ask(actx, models.NodeRef{NodeID: node, Address: in.Live.At(node).NodeAddress}, in.DB, shards)
-			if err != nil {
-				lg.Warn("replica did not answer the last txn id question; skipped", zap.String("db", in.DB),
-					zap.String("node_id", node), zap.Ints("shards", shards), zap.Error(err))
-				return
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			for _, id := range shards {
-				if a, ok := got[id]; ok {
-					out[id][node] = a
+			cands, _ := candidates(in, sh)
+			for _, n := range cands {
+				ref := models.NodeRef{NodeID: n, Address: in.Live.At(n).NodeAddress}
+				if r.byNode[ref] == nil {
+					r.byNode[ref] = map[string][]int{}
+				}
+				r.byNode[ref][in.DB] = append(r.byNode[ref][in.DB], sh.ID)
+				if r.out[i] == nil {
+					r.out[i] = map[int]map[string]models.ReplicaTxn{}
+				}
+				if r.out[i][sh.ID] == nil {
+					r.out[i][sh.ID] = map[string]models.ReplicaTxn{}
 				}
 			}
+		}
+	}
+	return r
+}
+
+// gatherTxn asks the live in-sync replicas of every shard of ins that needs
+// a new leader for their last txn id: one batched request per node for the
+// whole round (a node of an older release is asked per database instead),
+// at most maxAskers nodes at once. Each question has timeout from when it
+// is sent, and a question not sent within timeout of the round's start is
+// not sent (so a round lasts at most twice timeout, and a node asked late
+// still has its whole timeout: a shared deadline cut the last of many
+// nodes short). Nodes that fail or do not answer in time are left out of
+// this round's answers (the decision skips them; the next round asks them
+// again). The answers feed PlanLeaders, which stays a pure function of
+// them. Per input: nil when none of its shards needs a leader or nobody can
+// be asked.
+func gatherTxn(ctx context.Context, ask AskTxnFunc, asks AskTxnsFunc, timeout time.Duration, ins []ShardInputs, lg *zap.Logger) []map[int]map[string]models.ReplicaTxn {
+	if ask == nil && asks == nil {
+		return make([]map[int]map[string]models.ReplicaTxn, len(ins))
+	}
+	r := newRound(ins)
+	start, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, maxAskers)
+	nodes := slices.SortedFunc(maps.Keys(r.byNode), cmpNodeRef)
+
+	for i, node := range nodes {
+		select {
+		case sem <- struct{}{}:
+		case <-start.Done():
+		}
+		if start.Err() != nil {
+			lg.Warn("the failover round's deadline passed before these replicas were asked; skipped this round",
+				zap.Int("nodes", len(nodes)-i), zap.Duration("timeout", timeout))
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			qctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			r.askNode(qctx, ask, asks, node, lg)
 		}()
 	}
 	wg.Wait()
-	for _, id := range slices.Sorted(maps.Keys(out)) {
-		lg.Info("failover answers", zap.String("db", in.DB), zap.Int("shard", id), zap.Any("last_txn_ids", out[id]))
+	for i, in := range ins {
+		if r.out[i] != nil {
+			lg.Info("failover answers", zap.String("db", in.DB), zap.Any("last_txn_ids", r.out[i]))
+		}
 	}
-	return out
+	return r.out
+}
+
+func cmpNodeRef(a, b models.NodeRef) int {
+	return cmp.Or(strings.Compare(a.NodeID, b.NodeID), strings.Compare(a.Address, b.Address))
+}
+
+// askNode asks one node about its shards of the round and records what it
+// answered; a node without the batched question is asked per database.
+func (r *round) askNode(ctx context.Context, ask AskTxnFunc, asks AskTxnsFunc, node models.NodeRef, lg *zap.Logger) {
+	shards := r.byNode[node]
+	var err error
+	if asks != nil {
+		var got map[string]map[int]models.ReplicaTxn
+		if got, err = asks(ctx, node, shards); err == nil {
+			r.record(node, shards, got)
+			return
+		}
+		if !errors.Is(err, ErrNoBatch) || ask == nil {
+			r.skipped(node, shards, err, lg)
+			return
+		}
+	}
+	for _, db := range slices.Sorted(maps.Keys(shards)) {
+		got, err := ask(ctx, node, db, shards[db])
+		if err != nil {
+			r.skipped(node, map[string][]int{db: shards[db]}, err, lg)
+			continue
+		}
+		r.record(node, map[string][]int{db: shards[db]}, map[string]map[int]models.ReplicaTxn{db: got})
+	}
+}
+
+// record keeps node's answers about the shards it was asked about.
+func (r *round) record(node models.NodeRef, asked map[string][]int, got map[string]map[int]models.ReplicaTxn) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for db, ids := range asked {
+		out := r.out[r.at[db]]
+		for _, id := range ids {
+			if a, ok := got[db][id]; ok {
+				out[id][node.NodeID] = a
+			}
+		}
+	}
+}
+
+func (r *round) skipped(node models.NodeRef, shards map[string][]int, err error, lg *zap.Logger) {
+	n := 0
+	for _, ids := range shards {
+		n += len(ids)
+	}
+	lg.Warn("replica did not answer the last txn id question; skipped this round", zap.String("node_id", node.NodeID),
+		zap.Int("databases", len(shards)), zap.Int("shards", n), zap.Error(err))
 }
