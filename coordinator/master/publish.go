@@ -50,23 +50,46 @@ func (m *Master) publishStates(ctx context.Context, st *statemachine.State, db s
 // fresh state; kv.ErrDeposed when the term ended).
 func (m *Master) publishBatch(ctx context.Context, st *statemachine.State, ups []statesUpdate) map[string]error {
 	failed := map[string]error{}
+	var published []string
+	var last int64 // the highest revision a batch was published at
 	var mu sync.Mutex
 	fail := func(db string, err error) {
 		mu.Lock()
 		defer mu.Unlock()
 		failed[db] = err
 	}
+	done := func(batch []statesUpdate, rev int64) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, u := range batch {
+			published = append(published, u.db)
+		}
+		last = max(last, rev)
+	}
 	sem := make(chan struct{}, publishWriters)
-	var wg sync.WaitGroup
+	var wg, releases sync.WaitGroup
 	for _, batch := range txnBatches(ups) {
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			m.publishTxnRetry(ctx, st, batch, fail)
+			m.publishTxnRetry(ctx, st, batch, fail, done, &releases)
 		}()
 	}
 	wg.Wait()
+	// The local state is waited for once, for the last batch's revision,
+	// with every batch's txn already applied: a writer that waited for it
+	// (the state manager applies the agents' in-sync writes of the same
+	// moments too) held its slot while later batches queued, and a whole
+	// domain's failover at 300 nodes is 32 batches, 16 at a time.
+	if last > 0 {
+		if err := m.awaitRev(ctx, statemachine.SourceShardState, last); err != nil {
+			for _, db := range published {
+				failed[db] = err
+			}
+		}
+	}
+	releases.Wait()
 	return failed
 }
 
@@ -75,17 +98,18 @@ func (m *Master) publishBatch(ctx context.Context, st *statemachine.State, ups [
 // (unchanged), and one database at a time when a failover lock is held (a
 // lock an earlier orchestrator left until its lease ends holds up its own
 // database only). fail records each database that cannot be published.
-func (m *Master) publishTxnRetry(ctx context.Context, st *statemachine.State, batch []statesUpdate, fail func(string, error)) {
-	err := m.publishTxn(ctx, st, batch)
+func (m *Master) publishTxnRetry(ctx context.Context, st *statemachine.State, batch []statesUpdate, fail func(string, error),
+	done func([]statesUpdate, int64), releases *sync.WaitGroup) {
+	rev, err := m.publishTxn(ctx, st, batch, releases)
 	if len(batch) > 1 && errors.Is(err, errChanged) {
 		rest, rerr := m.unchanged(ctx, st, batch, fail)
 		if batch, err = rest, rerr; err == nil && len(batch) > 0 {
-			err = m.publishTxn(ctx, st, batch)
+			rev, err = m.publishTxn(ctx, st, batch, releases)
 		}
 	}
 	if len(batch) > 1 && errors.Is(err, errLockHeld) {
 		for _, u := range batch {
-			m.publishTxnRetry(ctx, st, []statesUpdate{u}, fail)
+			m.publishTxnRetry(ctx, st, []statesUpdate{u}, fail, done, releases)
 		}
 		return
 	}
@@ -93,6 +117,10 @@ func (m *Master) publishTxnRetry(ctx context.Context, st *statemachine.State, ba
 		for _, u := range batch {
 			fail(u.db, err)
 		}
+		return
+	}
+	if len(batch) > 0 {
+		done(batch, rev)
 	}
 }
 
@@ -146,9 +174,10 @@ func txnBatches(ups []statesUpdate) [][]statesUpdate {
 // unique value bound to the master's lease; only its creator deletes it),
 // publishes the databases' states in one txn fenced on the term and guarded
 // by the mod revision of each database's states in st (the value they were
-// computed from), and releases the locks while it waits until the local
-// state shows them.
-func (m *Master) publishTxn(ctx context.Context, st *statemachine.State, batch []statesUpdate) error {
+// computed from), and returns the revision they were published at; the
+// locks are released in the background (releases counts it), as soon as
+// the states are published. The caller waits for the local state.
+func (m *Master) publishTxn(ctx context.Context, st *statemachine.State, batch []statesUpdate, releases *sync.WaitGroup) (rev int64, err error) {
 	token := []byte(m.cfg.NodeID + "/" + strconv.FormatInt(m.cfg.Term, 10) + "/" + strconv.FormatInt(m.cfg.Now().UnixNano(), 10))
 	var keys []string
 	for _, u := range batch {
@@ -157,7 +186,24 @@ func (m *Master) publishTxn(ctx context.Context, st *statemachine.State, batch [
 		}
 	}
 	var locked []string
-	defer func() { m.releaseLocks(context.WithoutCancel(ctx), token, locked) }()
+	// Released even when a txn fails: a timeout may come after etcd applied
+	// it, and a lock left behind would hold the shard up until the lease
+	// ends (the release deletes only what holds token). After a failure at
+	// once, as the caller may try the same shards again; once published, in
+	// the background.
+	defer func() {
+		switch {
+		case len(locked) == 0:
+		case err != nil:
+			m.releaseLocks(context.WithoutCancel(ctx), token, locked)
+		default:
+			releases.Add(1)
+			go func() {
+				defer releases.Done()
+				m.releaseLocks(context.WithoutCancel(ctx), token, locked)
+			}()
+		}
+	}()
 	for i := 0; i < len(keys); i += maxTxnOps {
 		chunk := keys[i:min(i+maxTxnOps, len(keys))]
 		cmps := make([]kv.Cmp, 0, len(chunk))
@@ -166,16 +212,13 @@ func (m *Master) publishTxn(ctx context.Context, st *statemachine.State, batch [
 			cmps = append(cmps, kv.CreateRevIs(k, 0))
 			ops = append(ops, kv.OpPut(k, token, m.cfg.Session.Lease()))
 		}
-		// Released even when the txn fails: a timeout may come after etcd
-		// applied it, and a lock left behind would hold the shard up until
-		// the lease ends (the release deletes only what holds token).
 		locked = append(locked, chunk...)
-		ok, _, err := m.cfg.Election.FencedTxn(ctx, m.cfg.Term, cmps, ops)
-		if err != nil {
-			return err
+		ok, _, terr := m.cfg.Election.FencedTxn(ctx, m.cfg.Term, cmps, ops)
+		if terr != nil {
+			return 0, terr
 		}
 		if !ok {
-			return fmt.Errorf("%w: of %s", errLockHeld, dbNames(batch))
+			return 0, fmt.Errorf("%w: of %s", errLockHeld, dbNames(batch))
 		}
 	}
 	cmps := make([]kv.Cmp, 0, len(batch))
@@ -188,25 +231,15 @@ func (m *Master) publishTxn(ctx context.Context, st *statemachine.State, batch [
 	}
 	ok, rev, err := m.cfg.Election.FencedTxn(ctx, m.cfg.Term, cmps, ops)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if !ok {
-		return fmt.Errorf("%w: shard states of %s", errChanged, dbNames(batch))
+		return 0, fmt.Errorf("%w: shard states of %s", errChanged, dbNames(batch))
 	}
 	for _, u := range batch {
 		m.cfg.Metrics.published(st.ShardStates.At(u.db), u.next, u.changed)
 	}
-	// Published: the locks have done their work and go while the local
-	// state catches up (write's wait), not one round trip after it.
-	released := make(chan struct{})
-	go func(held []string) {
-		defer close(released)
-		m.releaseLocks(context.WithoutCancel(ctx), token, held)
-	}(locked)
-	locked = nil
-	err = m.awaitRev(ctx, statemachine.SourceShardState, rev)
-	<-released
-	return err
+	return rev, nil
 }
 
 // releaseLocks deletes the failover locks keys that still hold token: one
