@@ -306,13 +306,28 @@ func (c *cluster) start(ctx context.Context, dir string) error {
 	return nil
 }
 
+// agentsStopWait bounds the agents' stop: after a lease storm thousands of
+// their requests wait on a loaded etcd, and the etcd,master,broker process
+// must not outlive a ctrl-C by minutes (the process exits right after).
+const agentsStopWait = 30 * time.Second
+
 func (c *cluster) stop() {
 	var wg sync.WaitGroup
 	for _, a := range c.agents {
 		wg.Add(1)
 		go func() { defer wg.Done(); a.stop() }()
 	}
-	wg.Wait()
+	stopped := make(chan struct{})
+	go func() { wg.Wait(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(agentsStopWait):
+		fmt.Fprintf(c.p.Progress, "agents still stopping after %s; stopping the etcd,master,broker process\n", agentsStopWait)
+		if c.srv != nil {
+			c.srv.stop()
+		}
+		return
+	}
 	if c.stopFeed != nil {
 		c.stopFeed()
 		<-c.feedDone
