@@ -206,22 +206,36 @@ func Claim(ctx context.Context, store Store, reg Registration, lease LeaseID) (i
 // the answer's delay. Registering again would revoke the lease (deleting
 // the record: peers see the node leave and come back, a master moves its
 // leaderships) for a node that never stopped. A lease that is gone, or a
-// record that is not ours, is not resumed.
-func resumeHeld(ctx context.Context, store Store, s *Session, key string, lg *zap.Logger) bool {
+// record that is not ours, is not resumed. A read that fails (the same
+// loaded etcd, timing out) proves nothing either way: the lease is resumed
+// blind, at most maxBlind times in a row (a resumed keep-alive of a lease
+// etcd no longer holds ends at its first answer); blind counts them.
+func resumeHeld(ctx context.Context, store Store, s *Session, key string, blind *int, lg *zap.Logger) bool {
 	if ctx.Err() != nil {
 		return false
 	}
 	kvp, err := store.Get(ctx, key)
-	if err != nil || kvp == nil || kvp.Lease != s.Lease() {
+	switch {
+	case err != nil && *blind >= maxBlind:
 		return false
+	case err != nil:
+		*blind++
+	case kvp == nil || kvp.Lease != s.Lease():
+		return false
+	default:
+		*blind = 0
 	}
 	if err := s.resume(); err != nil {
 		lg.Debug("resuming the lease's keep-alive failed", zap.Error(err))
 		return false
 	}
-	lg.Info("registration keep-alive ended while etcd still held the lease; resumed")
+	lg.Info("registration keep-alive ended while etcd may still hold the lease; resumed", zap.Int("unread", *blind))
 	return true
 }
+
+// maxBlind bounds the keep-alives resumed in a row without reading the
+// record (resumeHeld).
+const maxBlind = 3
 
 // holdRegistration rewrites the record when its value changes, until ctx
 // ends, the lease is lost, or another writer changed the record (then the
@@ -229,13 +243,14 @@ func resumeHeld(ctx context.Context, store Store, s *Session, key string, lg *za
 // the mod revision of our last write: never a blind put. last is the value
 // the claim wrote.
 func holdRegistration(ctx context.Context, store Store, s *Session, reg Registration, rev int64, last []byte, lg *zap.Logger) {
+	blind := 0 // keep-alives resumed in a row without reading the record
 	if reg.Refresh <= 0 {
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-s.Done():
-				if resumeHeld(ctx, store, s, reg.Key, lg) {
+				if resumeHeld(ctx, store, s, reg.Key, &blind, lg) {
 					continue
 				}
 				lg.Warn("registration lease lost; registering again")
@@ -256,7 +271,7 @@ func holdRegistration(ctx context.Context, store Store, s *Session, reg Registra
 		case <-ctx.Done():
 			return
 		case <-s.Done():
-			if resumeHeld(ctx, store, s, reg.Key, lg) {
+			if resumeHeld(ctx, store, s, reg.Key, &blind, lg) {
 				continue
 			}
 			lg.Warn("registration lease lost; registering again")

@@ -235,11 +235,21 @@ func TestKeepRegisteredSpacesABurst(t *testing.T) {
 type lateClient struct {
 	kv.Store
 	calls atomic.Int64
+	// failGets makes every read fail (a loaded etcd timing out).
+	failGets atomic.Bool
+}
+
+func (s *lateClient) Get(ctx context.Context, key string) (*kv.KeyValue, error) {
+	if s.failGets.Load() {
+		return nil, kv.ErrUnavailable
+	}
+	return s.Store.Get(ctx, key)
 }
 
 func (s *lateClient) KeepAlive(ctx context.Context, id kv.LeaseID) (<-chan struct{}, error) {
 	inner, err := s.Store.KeepAlive(ctx, id)
 	if err != nil || s.calls.Add(1) > 1 {
+		s.failGets.Store(false) // the read that decided is done
 		return inner, err
 	}
 	done := make(chan struct{})
@@ -259,8 +269,13 @@ func (s *lateClient) KeepAlive(ctx context.Context, id kv.LeaseID) (<-chan struc
 // and it outlives the TTL. A lease that is really lost still registers
 // again, under a new lease.
 func TestKeepRegisteredResumesAHeldLease(t *testing.T) {
-	for _, refresh := range []time.Duration{0, 50 * time.Millisecond} {
+	for _, tc := range []struct {
+		refresh time.Duration
+		blind   bool // the read of the record fails when the keep-alive ends
+	}{{0, false}, {50 * time.Millisecond, false}, {50 * time.Millisecond, true}} {
+		refresh := tc.refresh
 		store := &lateClient{Store: kv.NewMemoryStore()}
+		store.failGets.Store(tc.blind)
 		ctx, cancel := context.WithCancel(context.Background())
 		const key = "/t/live/nodes/n1"
 		reg := addrReg(key, "host:1")
@@ -289,4 +304,52 @@ func TestKeepRegisteredResumesAHeldLease(t *testing.T) {
 		require.NoError(t, <-done)
 		require.NoError(t, store.Close())
 	}
+}
+
+// deafStore cannot read, and every keep-alive after the first ends at once
+// (as clientv3's does at its first answer for a lease etcd no longer holds).
+type deafStore struct {
+	kv.Store
+	keepAlives, grants atomic.Int64
+	atSecondGrant      atomic.Int64 // keep-alives made before the second grant
+}
+
+func (s *deafStore) Get(context.Context, string) (*kv.KeyValue, error) { return nil, kv.ErrUnavailable }
+
+func (s *deafStore) Grant(ctx context.Context, ttl time.Duration) (kv.LeaseID, error) {
+	if s.grants.Add(1) == 2 {
+		s.atSecondGrant.Store(s.keepAlives.Load())
+	}
+	return s.Store.Grant(ctx, ttl)
+}
+
+func (s *deafStore) KeepAlive(ctx context.Context, id kv.LeaseID) (<-chan struct{}, error) {
+	if s.keepAlives.Add(1) == 1 {
+		return s.Store.KeepAlive(ctx, id)
+	}
+	done := make(chan struct{})
+	close(done)
+	return done, nil
+}
+
+// TestKeepRegisteredResumesBlindAFewTimes: while the record cannot be read,
+// a lease whose keep-alive keeps ending is resumed 3 times, then the node
+// registers again (a new lease) instead of resuming forever.
+func TestKeepRegisteredResumesBlindAFewTimes(t *testing.T) {
+	mem := kv.NewMemoryStore()
+	store := &deafStore{Store: mem}
+	ctx, cancel := context.WithCancel(context.Background())
+	reg := addrReg("/t/live/nodes/n1", "host:1")
+	reg.Refresh = 50 * time.Millisecond
+	done := make(chan error, 1)
+	go func() { done <- kv.KeepRegistered(ctx, store, reg, zap.NewNop()) }()
+	require.Eventually(t, func() bool { return store.keepAlives.Load() >= 1 }, 10*time.Second, 5*time.Millisecond)
+	kvp, err := mem.Get(ctx, reg.Key)
+	require.NoError(t, err)
+	require.NoError(t, mem.Revoke(ctx, kvp.Lease)) // the first keep-alive ends: the lease is gone
+	require.Eventually(t, func() bool { return store.grants.Load() >= 2 }, 10*time.Second, 5*time.Millisecond, "registered again")
+	require.Equal(t, int64(4), store.atSecondGrant.Load(), "the first keep-alive and 3 blind resumes")
+	cancel()
+	require.NoError(t, <-done)
+	require.NoError(t, mem.Close())
 }
