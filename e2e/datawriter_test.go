@@ -44,6 +44,7 @@ type dataWriter struct {
 	series  int
 	perPost int
 	first   int64         // sequence number of the first point
+	base    int64         // timestamp of point 0 (dataBase unless set)
 	max     int           // batches; 0: until stopped
 	maxTime time.Duration // 0: until stopped
 	// badEvery > 0 writes point i as a malformed line when i % badEvery
@@ -84,19 +85,19 @@ func launchDataWriter(t testing.TB, c *dataCluster, first int64, series, perPost
 // batch the current one does not acknowledge is followed by one to the next
 // (a broker restarting does not stall the writer).
 func launchDataWriterOver(t testing.TB, c *dataCluster, brokers []*Proc, first int64, series, perPost, max int, maxTime time.Duration, badEvery int64) *dataWriter {
-	return launchPacedWriter(t, c, brokers, first, series, perPost, max, maxTime, badEvery, 0)
+	return launchPacedWriter(t, c, brokers, dataBase, first, series, perPost, max, maxTime, badEvery, 0)
 }
 
 // launchPacedWriter is launchDataWriterOver sending at most one batch per
-// every (0: as fast as answers come). A paced writer measures whether
+// every (0: as fast as answers come), point i at timestamp base+i. A paced writer measures whether
 // writes stall; an unpaced one on a shared machine measures mostly how
 // busy its CPUs are.
-func launchPacedWriter(t testing.TB, c *dataCluster, brokers []*Proc, first int64, series, perPost, max int, maxTime time.Duration, badEvery int64, every time.Duration) *dataWriter {
+func launchPacedWriter(t testing.TB, c *dataCluster, brokers []*Proc, base, first int64, series, perPost, max int, maxTime time.Duration, badEvery int64, every time.Duration) *dataWriter {
 	var urls []string
 	for _, b := range brokers {
 		urls = append(urls, fmt.Sprintf("http://%s/api/v1/write?db=%s", b.addr, c.db))
 	}
-	w := &dataWriter{first: first, badEvery: badEvery, every: every,
+	w := &dataWriter{base: base, first: first, badEvery: badEvery, every: every,
 		t: t, urls: urls,
 		// Longer than the broker's own 10 s retry: its 503 is the answer
 		// worth recording, not our timeout.
@@ -143,7 +144,7 @@ func (w *dataWriter) body(first int64, n int) []byte {
 		b.WriteString(" value=")
 		b.WriteString(strconv.FormatInt(i, 10))
 		b.WriteByte(' ')
-		b.WriteString(strconv.FormatInt(dataBase+i, 10))
+		b.WriteString(strconv.FormatInt(w.base+i, 10))
 		b.WriteByte('\n')
 	}
 	return []byte(b.String())
@@ -332,7 +333,7 @@ func (c *dataCluster) verifyAcked(w *dataWriter) int {
 				continue
 			}
 			checked++
-			v, ok := got["s"+strconv.FormatInt(i%int64(w.series), 10)][dataBase+i]
+			v, ok := got["s"+strconv.FormatInt(i%int64(w.series), 10)][w.base+i]
 			if !ok || v != float64(i) {
 				missing = append(missing, i)
 			}
