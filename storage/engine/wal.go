@@ -98,6 +98,11 @@ type wal struct {
 	report     func(error) // told once per failure (WithLogReport)
 
 	cmu sync.Mutex // one collect at a time
+
+	// spareMu is held while the next segment is made ahead (walspare.go)
+	// and to take or drop it.
+	spareMu sync.Mutex
+	spare   *segment // guarded by spareMu; not in segs
 }
 
 // liveInc is an incarnation in use by an open shard (or being put in place
@@ -153,12 +158,14 @@ func openWAL(dir string, segBytes int64) (*wal, error) {
 			return nil, err
 		}
 	}
+	w.prepareSpareAfter(w.segs[len(w.segs)-1].seq)
 	return w, nil
 }
 
 // scanSegment indexes the records of one segment. A bad record ends the
 // last segment (a write the crash interrupted, never acknowledged: the file
-// is cut there); anywhere else it is corruption.
+// is cut there); anywhere else it is corruption, unless only zeros follow
+// (the unused rest of a segment made ahead, walspare.go).
 func (w *wal) scanSegment(seq uint64, last bool) error {
 	path := filepath.Join(w.dir, segName(seq))
 	data, err := os.ReadFile(path)
@@ -183,7 +190,7 @@ func (w *wal) scanSegment(seq uint64, last bool) error {
 		off += size
 	}
 	seg.size = int64(off)
-	if off == len(data) {
+	if off == len(data) || (!last && zeroTail(data[off:])) {
 		return nil
 	}
 	if !last {
@@ -369,7 +376,7 @@ func (w *wal) writeGroup(group []*walReq) error {
 	w.mu.Unlock()
 	if size > 0 && size+int64(n) > w.segBytes {
 		// w.segs is read under mu only: a collect may slice it meanwhile.
-		next, err := w.newSegment(seg.seq + 1)
+		next, err := w.nextSegment(seg.seq + 1)
 		if err != nil {
 			return err
 		}
@@ -476,7 +483,7 @@ func (w *wal) collect(exists func(id shardID) bool) error {
 				break
 			}
 			w.mu.Unlock()
-			_, err := w.newSegment(seg.seq + 1)
+			_, err := w.nextSegment(seg.seq + 1)
 			w.wrMu.Unlock()
 			w.mu.Lock()
 			if err != nil {
@@ -523,6 +530,7 @@ func (w *wal) close() error {
 		w.idle.Wait()
 	}
 	w.mu.Unlock()
+	w.dropSpare()
 	return w.closeFiles()
 }
 

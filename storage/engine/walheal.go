@@ -153,6 +153,7 @@ func (w *wal) heal() error {
 	if err := seg.f.Truncate(size); err != nil {
 		return fmt.Errorf("engine: cut failed write off %s: %w", seg.path, err)
 	}
+	w.dropSpare()
 	next := filepath.Join(w.dir, segName(seg.seq+1))
 	if err := os.Remove(next); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("engine: remove half-made segment: %w", err)
@@ -166,6 +167,7 @@ func (w *wal) heal() error {
 	w.mu.Lock()
 	w.err = nil
 	w.mu.Unlock()
+	w.prepareSpareAfter(seg.seq)
 	return nil
 }
 

@@ -18,8 +18,8 @@ const (
 	maxRecordBytes = 1 << 30
 	// defaultSegmentBytes is the size past which the log starts a new
 	// segment. Segments are the unit of removal, so a shard's log holds up
-	// to one segment more than its retention bounds say; starting one costs
-	// a file creation and a directory fsync.
+	// to one segment more than its retention bounds say. The next one is
+	// made ahead, written full of zeros (walspare.go).
 	defaultSegmentBytes = 8 << 20
 	walDirName          = "log.d"
 )
