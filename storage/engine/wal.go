@@ -44,6 +44,9 @@ type segment struct {
 	path string
 	f    *os.File
 	size int64 // guarded by wal.mu
+	// alloc is the file's size when made ahead full of zeros (walspare.go),
+	// 0 when it grows with its records; guarded by wal.wrMu.
+	alloc int64
 	// holders is the highest txn each incarnation has in the segment;
 	// guarded by wal.mu.
 	holders map[uint64]holder
@@ -134,6 +137,14 @@ func openWAL(dir string, segBytes int64) (*wal, error) {
 	}
 	var seqs []uint64
 	for _, de := range names {
+		if strings.HasSuffix(de.Name(), spareSuffix) {
+			// Made ahead and never taken (a crash): not a segment.
+			if err := os.Remove(filepath.Join(dir, de.Name())); err != nil {
+				_ = lock.Close()
+				return nil, fmt.Errorf("engine: remove unused log segment: %w", err)
+			}
+			continue
+		}
 		name, ok := strings.CutSuffix(de.Name(), ".wal")
 		if !ok || de.Name() == "LOCK" {
 			continue
@@ -163,9 +174,10 @@ func openWAL(dir string, segBytes int64) (*wal, error) {
 }
 
 // scanSegment indexes the records of one segment. A bad record ends the
-// last segment (a write the crash interrupted, never acknowledged: the file
-// is cut there); anywhere else it is corruption, unless only zeros follow
-// (the unused rest of a segment made ahead, walspare.go).
+// last segment (a write the crash interrupted, never acknowledged, or the
+// unused zeros of a segment made ahead: the file is cut there); anywhere
+// else it is corruption (a roll-over cuts the zeros off the segment it
+// leaves, walspare.go).
 func (w *wal) scanSegment(seq uint64, last bool) error {
 	path := filepath.Join(w.dir, segName(seq))
 	data, err := os.ReadFile(path)
@@ -190,7 +202,7 @@ func (w *wal) scanSegment(seq uint64, last bool) error {
 		off += size
 	}
 	seg.size = int64(off)
-	if off == len(data) || (!last && zeroTail(data[off:])) {
+	if off == len(data) {
 		return nil
 	}
 	if !last {

@@ -1,7 +1,7 @@
 package engine
 
 import (
-	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 )
@@ -20,14 +20,27 @@ import (
 // beside the writes, once the previous one is taken into use; if it is not
 // ready when needed, the roll-over makes a plain one as before.
 //
-// The unused rest of a segment is zeros. A segment before the last one may
-// end in zeros (the roll-over left them; its size is what the records
-// fill); the last one's zeros are cut like a torn tail at open.
+// The made-ahead file is named <segment>.spare, which no release reads as
+// a segment (they list *.wal only), until a roll-over takes it: the segment
+// it leaves is first cut to where its records end and synced, then the
+// spare is renamed to its segment name and the directory synced. So every
+// segment before the last one ends where its records do, as the releases
+// before this one require of them (a zero tail there is corruption to
+// them), and only the last one may end in zeros, which every release cuts
+// at open like a torn tail. A spare left by a crash is removed at open.
+
+// spareSuffix ends the name of a segment made ahead and not yet taken.
+const spareSuffix = ".wal.spare"
+
+func spareName(seq uint64) string { return segName(seq) + ".spare" }
 
 // nextSegment makes segment seq the active one: the spare made ahead when
 // it is that one, else a new empty file. The caller holds wrMu, or has the
 // log to itself.
 func (w *wal) nextSegment(seq uint64) (*segment, error) {
+	if err := w.cutActive(); err != nil {
+		return nil, err
+	}
 	w.spareMu.Lock() // a spare under way is ready soon: its zeros are written already, or being synced
 	seg := w.spare
 	w.spare = nil
@@ -35,21 +48,61 @@ func (w *wal) nextSegment(seq uint64) (*segment, error) {
 		w.discardSpare(seg)
 		seg = nil
 	}
+	w.spareMu.Unlock()
+	if seg != nil {
+		if err := w.takeSpare(seg); err != nil {
+			_ = seg.f.Close()
+			_ = os.Remove(seg.path)
+			seg = nil
+		}
+	}
 	if seg == nil {
 		var err error
-		seg, err = w.newSegment(seq)
-		w.spareMu.Unlock()
-		if err != nil {
+		if seg, err = w.newSegment(seq); err != nil {
 			return nil, err
 		}
 	} else {
-		w.spareMu.Unlock()
 		w.mu.Lock()
 		w.segs = append(w.segs, seg)
 		w.mu.Unlock()
 	}
 	w.prepareSpareAfter(seq)
 	return seg, nil
+}
+
+// cutActive cuts the zeros off the active segment when it was made ahead,
+// and syncs it, before a roll-over leaves it. The caller holds wrMu.
+func (w *wal) cutActive() error {
+	w.mu.Lock()
+	seg := w.segs[len(w.segs)-1]
+	size := seg.size
+	w.mu.Unlock()
+	if seg.alloc <= size {
+		return nil
+	}
+	if err := seg.f.Truncate(size); err != nil {
+		return fmt.Errorf("engine: cut the unused end of %s: %w", seg.path, err)
+	}
+	if err := fdatasync(seg.f); err != nil {
+		return fmt.Errorf("sync %s: %w", seg.path, err)
+	}
+	seg.alloc = 0
+	return nil
+}
+
+// takeSpare renames the spare to its segment's name and syncs the
+// directory: from then on it is the last segment.
+func (w *wal) takeSpare(seg *segment) error {
+	path := filepath.Join(w.dir, segName(seg.seq))
+	if err := os.Rename(seg.path, path); err != nil {
+		return err
+	}
+	seg.path = path
+	if err := syncDir(w.dir); err != nil {
+		return err
+	}
+	seg.alloc = w.segBytes
+	return nil
 }
 
 // prepareSpareAfter has the segment after seq made ahead, beside the
@@ -61,8 +114,8 @@ func (w *wal) prepareSpareAfter(seq uint64) {
 	workers.Go(func() { w.prepareSpare(seq + 1) })
 }
 
-// prepareSpare writes segment seq full of zeros, syncs it and its
-// directory, and keeps it as the spare, unless the log is closed or seq is
+// prepareSpare writes segment seq's spare full of zeros, syncs it, and
+// keeps it, unless the log is closed or seq is
 // not the one after the active segment any more (a roll-over made it
 // meanwhile). A failure leaves no spare: the roll-over makes a plain
 // segment and meets the error itself if the disk has one.
@@ -75,17 +128,13 @@ func (w *wal) prepareSpare(seq uint64) {
 	if skip {
 		return
 	}
-	path := filepath.Join(w.dir, segName(seq))
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	path := filepath.Join(w.dir, spareName(seq))
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return
 	}
 	seg := &segment{seq: seq, path: path, f: f, holders: make(map[uint64]holder)}
 	if err := zeroFill(f, w.segBytes); err != nil {
-		w.discardSpare(seg)
-		return
-	}
-	if err := syncDir(w.dir); err != nil {
 		w.discardSpare(seg)
 		return
 	}
@@ -126,17 +175,4 @@ func (w *wal) dropSpare() {
 		w.discardSpare(w.spare)
 		w.spare = nil
 	}
-}
-
-// zeroTail says whether b is zeros only: the unused rest of a segment made
-// ahead.
-func zeroTail(b []byte) bool {
-	for len(b) > 0 {
-		n := min(len(b), len(zeroChunk))
-		if !bytes.Equal(b[:n], zeroChunk[:n]) {
-			return false
-		}
-		b = b[n:]
-	}
-	return true
 }

@@ -1,8 +1,10 @@
 package engine
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -34,73 +36,122 @@ func segFileSize(t *testing.T, path string) int64 {
 	return fi.Size()
 }
 
+// isZeros says whether b holds zeros only.
+func isZeros(b []byte) bool { return len(bytes.Trim(b, "\x00")) == 0 }
+
+// activeSeg is the seq and used size of e's active segment.
+func activeSeg(e Engine) (uint64, int64) {
+	w := walOf(e)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	a := w.segs[len(w.segs)-1]
+	return a.seq, a.size
+}
+
 // TestRollOverWritesIntoTheSegmentMadeAhead: the segment after the active
-// one is made ahead, full size and zeros; a roll-over takes it, the records
-// are written into it without growing the file, and the next one is made
-// ahead again. A reopen reads every record back past the zeros the
-// segments before the last end in, and the spare is gone after a close.
+// one is made ahead, full size and zeros, under a name no release reads as
+// a segment; a roll-over takes it (renamed), the records are written into
+// it without growing the file, and the next one is made ahead again. The
+// segment a roll-over leaves is cut to where its records end: a segment
+// before the last that ends in zeros is corruption to the previous release
+// (and to this one), which a node rolled back must open. A reopen reads
+// every record back and cuts the last segment's zeros, and the spare is
+// gone after a close.
 func TestRollOverWritesIntoTheSegmentMadeAhead(t *testing.T) {
 	const segBytes = 4096
 	dir := t.TempDir()
+	logDir := filepath.Join(dir, walDirName)
 	opts := append([]Option{withSegmentBytes(segBytes)}, manual...)
 	e, s := openShardAt(t, dir, opts...)
-	w := walOf(e)
 	first := spareReady(t, e)
 	require.EqualValues(t, 2, first, "made ahead at open, after segment 1")
-	path := filepath.Join(dir, walDirName, segName(first))
-	require.EqualValues(t, segBytes, segFileSize(t, path))
-	b, err := os.ReadFile(path)
+	spare := filepath.Join(logDir, spareName(first))
+	require.EqualValues(t, segBytes, segFileSize(t, spare))
+	b, err := os.ReadFile(spare)
 	require.NoError(t, err)
-	require.True(t, zeroTail(b), "a spare is zeros")
+	require.True(t, isZeros(b), "a spare is zeros")
+	require.NoFileExists(t, filepath.Join(logDir, segName(first)), "not a segment before it is taken")
 
-	for i := 0; ; i++ {
-		apply(t, s, 1, pt("m", "h=a", "value", int64(i), float64(i)), pt("m", "h=b", "value", int64(i), 1))
-		w.mu.Lock()
-		active := w.segs[len(w.segs)-1]
-		seq, size := active.seq, active.size
-		w.mu.Unlock()
-		if seq == first {
-			require.Less(t, size, int64(segBytes))
-			require.EqualValues(t, segBytes, segFileSize(t, path), "records go into the made blocks: the file does not grow")
-			break
+	// writeUntil writes until segment seq is the active one.
+	writeUntil := func(seq uint64) {
+		for i := 0; ; i++ {
+			if active, _ := activeSeg(e); active == seq {
+				return
+			}
+			require.Less(t, i, 1000, "no roll-over")
+			apply(t, s, 1, pt("m", "h=a", "value", int64(s.LastTxnID()+1), float64(i)), pt("m", "h=b", "value", int64(s.LastTxnID()+1), 1))
 		}
-		require.Less(t, i, 1000, "no roll-over")
 	}
+	writeUntil(first)
+	path := filepath.Join(logDir, segName(first))
+	require.NoFileExists(t, spare, "taken: renamed")
+	_, size := activeSeg(e)
+	require.Less(t, size, int64(segBytes))
+	require.EqualValues(t, segBytes, segFileSize(t, path), "records go into the made blocks: the file does not grow")
 	require.Equal(t, first+1, spareReady(t, e), "the next one is made ahead once the spare is taken")
-	// Fill the spare's successor too, so a segment ending in zeros is
-	// before the last one at the reopen.
-	for {
-		w.mu.Lock()
-		seq := w.segs[len(w.segs)-1].seq
-		w.mu.Unlock()
-		if seq > first {
-			break
-		}
-		apply(t, s, 1, pt("m", "h=a", "value", int64(s.LastTxnID()+1000), 1))
-	}
+
+	writeUntil(first + 1)
+	b, err = os.ReadFile(path)
+	require.NoError(t, err)
+	require.Less(t, len(b), segBytes, "the segment left is cut to its records")
+	require.NotZero(t, b[len(b)-1], "it ends in its last record, not in zeros")
 	want, err := s.Entries(0, 0)
 	require.NoError(t, err)
 	require.NoError(t, e.Close())
-	for _, p := range segments(t, dir) {
-		require.LessOrEqual(t, p, filepath.Join(dir, walDirName, segName(first+1)), "the spare is removed at close")
-	}
-	tail, err := os.ReadFile(path)
+	des, err := os.ReadDir(logDir)
 	require.NoError(t, err)
-	require.EqualValues(t, 0, tail[len(tail)-1], "segment %d ends in zeros", first)
+	for _, de := range des {
+		require.False(t, strings.HasSuffix(de.Name(), spareSuffix), "the spare is removed at close: %s", de.Name())
+	}
+	last := filepath.Join(logDir, segName(first+1))
+	require.EqualValues(t, segBytes, segFileSize(t, last), "the last segment ends in its zeros")
 
 	e, s = openShardAt(t, dir, opts...)
 	got, err := s.Entries(0, 0)
 	require.NoError(t, err)
 	require.Equal(t, want, got)
+	require.Less(t, segFileSize(t, last), int64(segBytes), "its zeros cut at open")
 	apply(t, s, 1, pt("m", "h=a", "value", 1<<40, 1))
 	require.NoError(t, e.Close())
 
-	// A byte that is not zero in that tail is corruption, not an end.
-	tail[len(tail)-1] = 1
-	require.NoError(t, os.WriteFile(path, tail, 0o600))
+	// Zeros after the records of a segment before the last (what the
+	// previous release refuses) are corruption, not an end.
+	require.NoError(t, os.WriteFile(path, append(b, make([]byte, 512)...), 0o600))
 	_, err = NewBoltEngine(dir, opts...)
 	require.ErrorIs(t, err, ErrWALCorrupt)
 	require.ErrorContains(t, err, path)
+}
+
+// TestCrashWithASpareAndATornTail: a crash leaves the spare beside the
+// active segment, which may end in a record the crash tore followed by the
+// zeros made ahead. The active segment is still the last one (the spare is
+// not a segment): its tail is cut, the spare removed, and the log opens
+// with every record written before.
+func TestCrashWithASpareAndATornTail(t *testing.T) {
+	dir := t.TempDir()
+	logDir := filepath.Join(dir, walDirName)
+	opts := append([]Option{withSegmentBytes(1 << 20)}, manual...)
+	e, s := openShardAt(t, dir, opts...)
+	apply(t, s, 1, pt("m", "h=a", "value", 1, 1), pt("m", "h=b", "value", 2, 2))
+	want, err := s.Entries(0, 0)
+	require.NoError(t, err)
+	seq := spareReady(t, e)
+	require.NoError(t, e.Close())
+
+	active := filepath.Join(logDir, segName(seq-1))
+	b, err := os.ReadFile(active)
+	require.NoError(t, err)
+	torn := append(append(b, 200, 0, 0, 0, 9, 9, 9, 9, 1, 2, 3), make([]byte, 4096)...)
+	require.NoError(t, os.WriteFile(active, torn, 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(logDir, spareName(seq)), make([]byte, 4096), 0o600))
+
+	e, s = openShardAt(t, dir, opts...)
+	got, err := s.Entries(0, 0)
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+	require.EqualValues(t, len(b), segFileSize(t, active), "the torn record and the zeros cut")
+	apply(t, s, 1, pt("m", "h=a", "value", 3, 3))
+	require.NoError(t, e.Close())
 }
 
 // TestSpareIsNotMadeForAClosedLog: a spare made after the log closed would
@@ -113,5 +164,5 @@ func TestSpareIsNotMadeForAClosedLog(t *testing.T) {
 	w := walOf(e)
 	w.prepareSpare(seq) // as a late worker would
 	require.Nil(t, w.spare)
-	require.NoFileExists(t, filepath.Join(dir, walDirName, segName(seq)))
+	require.NoFileExists(t, filepath.Join(dir, walDirName, spareName(seq)))
 }
