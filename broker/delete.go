@@ -34,7 +34,7 @@ func (d *Data) Delete(ctx context.Context, db string, del *wire.Delete) (err err
 	for i := range batches {
 		batches[i].del = del
 	}
-	return d.sendToShards(ctx, st, cfg, batches)
+	return d.sendToShards(ctx, st, cfg, batches, nil)
 }
 
 // olderReplica names a live replica of cfg's shards whose node speaks a

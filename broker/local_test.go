@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -132,4 +133,39 @@ func (l localShards) Delete(context.Context, string, int, int64, *wire.Delete) e
 
 func (l localShards) Select(context.Context, string, int, *query.ShardRequest) (*query.ShardResult, error) {
 	return nil, errors.New("this test selects nothing locally")
+}
+
+// TestWritesPrepareAtMostOnePerProcessorAtOnce: with more writes than
+// processors, only as many parse and prepare their batches at once; the
+// others wait without a processor until one of them has started its
+// shards' writes.
+func TestWritesPrepareAtMostOnePerProcessorAtOnce(t *testing.T) {
+	slots := runtime.GOMAXPROCS(0)
+	st := &statemachine.State{
+		Databases:   statemachine.MapOf(map[string]models.Database{"db": {Name: "db", StorageCluster: "default", NumShards: 1, ReplicaFactor: 1}}),
+		ShardStates: statemachine.MapOf(map[string]models.ShardStates{"db": {DB: "db", Shards: []models.ShardState{{ID: 0, Leader: "self", Term: 1, Status: models.StatusOnline}}}}),
+		Nodes:       statemachine.NestedMapOf(map[string]map[string]models.StorageNode{"default": {"self": {NodeID: "self", NodeAddress: "127.0.0.1:1"}}}),
+	}
+	var preparing atomic.Int32
+	hold := make(chan struct{})
+	d := &broker.Data{State: func() *statemachine.State { return st }, Self: "self",
+		Changed: func() <-chan struct{} { return nil }, Client: http.DefaultClient, WriteTimeout: 10 * time.Second, Local: localShards{
+			write: func(context.Context, string, int, int64, []lineproto.Point) error { return nil },
+			prepare: func([]lineproto.Point) broker.PreparedWrite {
+				preparing.Add(1)
+				<-hold
+				return func(context.Context, string, int, int64) error { return nil }
+			},
+		}}
+	errs := make(chan error, slots+1)
+	for range slots + 1 {
+		go func() { errs <- d.Write(context.Background(), "db", "ns", []byte("cpu v=1 1\n")) }()
+	}
+	require.Eventually(t, func() bool { return preparing.Load() == int32(slots) }, 10*time.Second, time.Millisecond)
+	require.Never(t, func() bool { return preparing.Load() > int32(slots) }, 100*time.Millisecond, time.Millisecond)
+	close(hold)
+	for range slots + 1 {
+		require.NoError(t, <-errs)
+	}
+	require.EqualValues(t, slots+1, preparing.Load())
 }
