@@ -244,28 +244,21 @@ const maxBlind = 3
 // the claim wrote.
 func holdRegistration(ctx context.Context, store Store, s *Session, reg Registration, rev int64, last []byte, lg *zap.Logger) {
 	blind := 0 // keep-alives resumed in a row without reading the record
-	if reg.Refresh <= 0 {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-s.Done():
-				if resumeHeld(ctx, store, s, reg.Key, &blind, lg) {
-					continue
-				}
-				lg.Warn("registration lease lost; registering again")
-				return
-			}
-		}
-	}
-	tick := time.NewTicker(reg.Refresh)
-	defer tick.Stop()
+	// Without Refresh the record is never rewritten nor read back: only the
+	// lease is watched (nil channels never fire).
+	var tick, verify <-chan time.Time
 	gap := reg.Refresh      // the spacing of the next rewrite
 	var notBefore time.Time // while the record keeps changing (MaxRefresh)
-	// Nothing rewrites an unchanged record, so a record replaced by another
-	// writer is found by reading it now and then (a read makes no revision).
-	verify := time.NewTicker(10 * reg.Refresh)
-	defer verify.Stop()
+	if reg.Refresh > 0 {
+		t := time.NewTicker(reg.Refresh)
+		defer t.Stop()
+		// Nothing rewrites an unchanged record, so a record replaced by
+		// another writer is found by reading it now and then (a read
+		// makes no revision).
+		v := time.NewTicker(10 * reg.Refresh)
+		defer v.Stop()
+		tick, verify = t.C, v.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -276,8 +269,8 @@ func holdRegistration(ctx context.Context, store Store, s *Session, reg Registra
 			}
 			lg.Warn("registration lease lost; registering again")
 			return
-		case <-tick.C:
-		case <-verify.C:
+		case <-tick:
+		case <-verify:
 			kvp, err := store.Get(ctx, reg.Key)
 			if err == nil && (kvp == nil || kvp.ModRev != rev) {
 				lg.Warn("registration record changed by another writer; registering again")

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"iter"
 	"maps"
 	"slices"
 	"strings"
@@ -35,17 +36,27 @@ const maxAskers = 256
 
 // anyNeedsLeader: some shard of in must get a new leader or stay offline.
 func anyNeedsLeader(in ShardInputs) bool {
-	cur := make(map[int]models.ShardState, len(in.States.Shards))
-	for _, s := range in.States.Shards {
-		cur[s.ID] = s
-	}
-	for _, sh := range in.Assign.Shards {
-		st, ok := cur[sh.ID]
-		if needsLeader(in, sh, st, ok) {
-			return true
-		}
+	for range needingLeader(in) {
+		return true
 	}
 	return false
+}
+
+// needingLeader yields the shards of in that must get a new leader or stay
+// offline.
+func needingLeader(in ShardInputs) iter.Seq[models.ShardAssignment] {
+	return func(yield func(models.ShardAssignment) bool) {
+		cur := make(map[int]models.ShardState, len(in.States.Shards))
+		for _, s := range in.States.Shards {
+			cur[s.ID] = s
+		}
+		for _, sh := range in.Assign.Shards {
+			st, ok := cur[sh.ID]
+			if needsLeader(in, sh, st, ok) && !yield(sh) {
+				return
+			}
+		}
+	}
 }
 
 // round is one failover round's questions: for every live node that is an
@@ -68,15 +79,7 @@ func newRound(ins []ShardInputs) *round {
 		out: make([]map[int]map[string]models.ReplicaTxn, len(ins)), at: make(map[string]int, len(ins))}
 	for i, in := range ins {
 		r.at[in.DB] = i
-		cur := make(map[int]models.ShardState, len(in.States.Shards))
-		for _, s := range in.States.Shards {
-			cur[s.ID] = s
-		}
-		for _, sh := range in.Assign.Shards {
-			st, ok := cur[sh.ID]
-			if !needsLeader(in, sh, st, ok) {
-				continue
-			}
+		for sh := range needingLeader(in) {
 			cands, _ := candidates(in, sh)
 			for _, n := range cands {
 				ref := models.NodeRef{NodeID: n, Address: in.Live.At(n).NodeAddress}
