@@ -66,6 +66,10 @@ func ParseBatch(body []byte, o Options) (Batch, error) {
 	if o.Given && len(body) > 0 {
 		p.bodyStr = unsafe.String(&body[0], len(body))
 	}
+	if p.parsePlain(body) {
+		return Batch{Points: p.points}, nil
+	}
+	p.points, p.last = p.points[:0], nil
 	if wholeBodySafe(body) {
 		err := p.parseBody(body)
 		switch {
@@ -261,14 +265,9 @@ func (p *parser) parseEntry(d *lineprotocol.Decoder) error {
 		if k == nil {
 			break
 		}
-		n := len(p.tags)
-		p.tags = append(p.tags, Tag{Key: p.internAt(2+2*n, k), Value: p.internAt(3+2*n, v)})
+		p.addTag(k, v)
 	}
-	tags, err := p.sortedTags()
-	if err != nil {
-		return err
-	}
-	base, err := p.lim.checkSeries(metric, tags)
+	tags, base, err := p.series(metric)
 	if err != nil {
 		return err
 	}
@@ -299,20 +298,57 @@ func (p *parser) parseEntry(d *lineprotocol.Decoder) error {
 		default:
 			return fmt.Errorf("field %q: unknown value kind %s", k, v.Kind())
 		}
-		if p.max > 0 && len(p.points) >= p.max {
-			return fmt.Errorf("%w: more than %d points in one batch", ErrTooManyPoints, p.max)
-		}
-		field := p.internAt(1, k)
-		if err := p.lim.checkField(metric, tags, field, base); err != nil {
+		if err := p.addPoint(pt, k, base); err != nil {
 			return err
 		}
-		pt.Field = field
-		p.points = append(p.points, pt)
 	}
 	if len(p.points) == first {
 		return errors.New("no fields")
 	}
-	ts, err := p.timestamp(d)
+	b, err := d.TimeBytes()
+	if err != nil {
+		return decodeMsg(err)
+	}
+	return p.endLine(first, b)
+}
+
+// addTag adds a line's tag to the scratch tags.
+func (p *parser) addTag(k, v []byte) {
+	n := len(p.tags)
+	p.tags = append(p.tags, Tag{Key: p.internAt(2+2*n, k), Value: p.internAt(3+2*n, v)})
+}
+
+// series returns the line's tags, sorted, and the length of its series
+// keys without the field part (Limits.checkSeries).
+func (p *parser) series(metric string) ([]Tag, int, error) {
+	tags, err := p.sortedTags()
+	if err != nil {
+		return nil, 0, err
+	}
+	base, err := p.lim.checkSeries(metric, tags)
+	return tags, base, err
+}
+
+// addPoint adds the point of field k of the line (pt without its field and
+// timestamp), whose series keys are base bytes before the field part.
+func (p *parser) addPoint(pt Point, k []byte, base int) error {
+	if p.max > 0 && len(p.points) >= p.max {
+		return fmt.Errorf("%w: more than %d points in one batch", ErrTooManyPoints, p.max)
+	}
+	field := p.internAt(1, k)
+	if err := p.lim.checkField(pt.Metric, pt.Tags, field, base); err != nil {
+		return err
+	}
+	pt.Field = field
+	p.points = append(p.points, pt)
+	return nil
+}
+
+// endLine ends the line whose points (at least one) start at first: it
+// stamps them with the timestamp b (nil: none, now) and asks o.Check about
+// the line.
+func (p *parser) endLine(first int, b []byte) error {
+	ts, err := p.timestamp(b)
 	if err != nil {
 		return err
 	}
@@ -327,11 +363,8 @@ func (p *parser) parseEntry(d *lineprotocol.Decoder) error {
 	return nil
 }
 
-func (p *parser) timestamp(d *lineprotocol.Decoder) (int64, error) {
-	b, err := d.TimeBytes()
-	if err != nil {
-		return 0, decodeMsg(err)
-	}
+// timestamp reads a line's timestamp b (nil: the line has none).
+func (p *parser) timestamp(b []byte) (int64, error) {
 	if b == nil {
 		return p.now, nil
 	}
