@@ -215,8 +215,10 @@ type sender struct {
 	url      string
 	first, n int
 
-	next     int   // the next series (0..n-1)
-	pass     int64 // completed passes over the series
+	next     int    // the next series (0..n-1)
+	pass     int64  // completed passes over the series
+	ts       []byte // " timestamp\n" of pass tsPass
+	tsPass   int64
 	points   int64
 	ok       int64
 	failed   int64
@@ -225,11 +227,18 @@ type sender struct {
 	firstErr string
 }
 
-func (s *sender) run(ctx context.Context) {
-	keys := make([][]byte, s.n) // "measurement,tags " per series
+// keys renders the line-protocol keys ("measurement,tags ") of the
+// sender's series.
+func (s *sender) keys() [][]byte {
+	keys := make([][]byte, s.n)
 	for i := range keys {
 		keys[i] = seriesKey(s.p.Measurement, s.first+i)
 	}
+	return keys
+}
+
+func (s *sender) run(ctx context.Context) {
+	keys := s.keys()
 	var body []byte
 	for ctx.Err() == nil {
 		next, pass := s.next, s.pass
@@ -257,16 +266,20 @@ func (s *sender) run(ctx context.Context) {
 	}
 }
 
-// batch appends the next p.Batch points to b.
+// batch appends the next p.Batch points to b. The load generator shares
+// the processors with the server it measures, so it renders little per
+// point: the keys once per run, the timestamp once per pass.
 func (s *sender) batch(b []byte, keys [][]byte) []byte {
-	unit := precisionUnits[s.p.Precision]
 	for range s.p.Batch {
-		ts := s.p.Start.Add(time.Duration(s.pass)*s.p.Interval).UnixNano() / int64(unit)
+		if s.ts == nil || s.tsPass != s.pass {
+			unit := precisionUnits[s.p.Precision]
+			ts := s.p.Start.Add(time.Duration(s.pass)*s.p.Interval).UnixNano() / int64(unit)
+			s.ts = append(strconv.AppendInt(append(s.ts[:0], ' '), ts, 10), '\n')
+			s.tsPass = s.pass
+		}
 		b = append(b, keys[s.next]...)
 		b = s.p.mix.appendValues(b, s.pass+int64(s.next))
-		b = append(b, ' ')
-		b = strconv.AppendInt(b, ts, 10)
-		b = append(b, '\n')
+		b = append(b, s.ts...)
 		if s.next++; s.next == s.n {
 			s.next, s.pass = 0, s.pass+1
 		}

@@ -78,7 +78,7 @@ func (m fieldMix) appendValues(b []byte, v int64) []byte {
 			b = append(b, '=')
 			switch fieldKinds[k] {
 			case "float":
-				b = strconv.AppendFloat(b, float64(v%1000)/4, 'f', -1, 64)
+				b = appendQuarters(b, v%1000)
 			case "int":
 				b = strconv.AppendInt(b, v%100000-50000, 10)
 				b = append(b, 'i')
@@ -95,4 +95,14 @@ func (m fieldMix) appendValues(b []byte, v int64) []byte {
 		}
 	}
 	return b
+}
+
+// quarterText is the fraction of n/4 as strconv's shortest 'f' format
+// writes it.
+var quarterText = [4]string{"", ".25", ".5", ".75"}
+
+// appendQuarters appends n/4 (n >= 0) as strconv.AppendFloat(b, n/4, 'f',
+// -1, 64) does, without its float formatting.
+func appendQuarters(b []byte, n int64) []byte {
+	return append(strconv.AppendInt(b, n/4, 10), quarterText[n%4]...)
 }
