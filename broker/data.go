@@ -323,11 +323,9 @@ func splitByShard(points []lineproto.Point, numShards int) [][]lineproto.Point {
 	numShards = max(numShards, 1)
 	dest := make([]int32, len(points))
 	counts := make([]int, numShards)
-	var key []byte
 	for i := range points {
 		p := &points[i]
-		key = lineproto.AppendSeriesKey(key[:0], p.Metric, p.Tags, p.Field)
-		s := lineproto.ShardOfKey(key, numShards)
+		s := lineproto.ShardOfSeries(p.Metric, p.Tags, p.Field, numShards)
 		dest[i] = int32(s)
 		counts[s]++
 	}

@@ -177,14 +177,43 @@ func ShardOf(seriesKey string, numShards int) int { return shardOf(seriesKey, nu
 // ShardOfKey is ShardOf of a series key held in bytes (AppendSeriesKey's).
 func ShardOfKey(seriesKey []byte, numShards int) int { return shardOf(seriesKey, numShards) }
 
+// ShardOfSeries is ShardOfKey of the series key of (metric, tags, field)
+// without building the key: the hash goes over the key's bytes as
+// AppendSeriesKey would write them. A broker hashes every point of a write.
+func ShardOfSeries(metric string, tags []Tag, field string, numShards int) int {
+	if numShards <= 1 {
+		return 0
+	}
+	h := fnvEscaped(offset64, metric)
+	for _, t := range tags {
+		h = fnvEscaped((h^',')*prime64, t.Key)
+		h = fnvEscaped((h^'=')*prime64, t.Value)
+	}
+	h = fnvEscaped((h^'#')*prime64, field)
+	return int(h % uint64(numShards))
+}
+
+// FNV-1a 64.
+const (
+	offset64 = 14695981039346656037
+	prime64  = 1099511628211
+)
+
+// fnvEscaped goes on with hash h over s as appendEscaped writes it.
+func fnvEscaped(h uint64, s string) uint64 {
+	for i := 0; i < len(s); i++ {
+		if needsEscape(s[i]) {
+			h = (h ^ '\\') * prime64
+		}
+		h = (h ^ uint64(s[i])) * prime64
+	}
+	return h
+}
+
 func shardOf[K string | []byte](seriesKey K, numShards int) int {
 	if numShards <= 1 {
 		return 0
 	}
-	const (
-		offset64 = 14695981039346656037
-		prime64  = 1099511628211
-	)
 	h := uint64(offset64)
 	for i := 0; i < len(seriesKey); i++ {
 		h ^= uint64(seriesKey[i])

@@ -209,6 +209,28 @@ func TestShardOf(t *testing.T) {
 	}
 }
 
+// TestShardOfSeries: hashing a series without its key lands where its
+// key's hash does (the standard library's FNV over the escaped key), for
+// names that need escapes too.
+func TestShardOfSeries(t *testing.T) {
+	names := []string{"", "cpu", "h1", "a,b", "x=y", "#", "\\", "a\\,b#c=d", "é"}
+	for _, metric := range names {
+		for _, field := range names {
+			for _, tags := range [][]Tag{nil, {{"host", "h1"}}, {{"a", "x=y"}, {"k,#", "v\\"}, {"region", "r0"}}} {
+				key := AppendSeriesKey(nil, metric, tags, field)
+				for _, n := range []int{0, 1, 2, 7, 8, 1024} {
+					want := 0
+					if n > 1 {
+						want = int(fnvRef(string(key)) % uint64(n))
+					}
+					require.Equal(t, want, ShardOfSeries(metric, tags, field, n), "%q over %d", key, n)
+					require.Equal(t, ShardOfKey(key, n), ShardOfSeries(metric, tags, field, n))
+				}
+			}
+		}
+	}
+}
+
 // fnvRef is the standard library's FNV-1a 64, an independent reference.
 func fnvRef(s string) uint64 {
 	h := fnv.New64a()
