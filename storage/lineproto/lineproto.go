@@ -89,14 +89,18 @@ func AppendMetricPrefix(dst []byte, metric string) []byte { return appendEscaped
 
 func needsEscape(c byte) bool { return c == '\\' || c == ',' || c == '=' || c == '#' }
 
+// appendEscaped appends s with a backslash before each byte that needs
+// one; the runs between them (usually all of s) are copied whole, not a
+// byte at a time.
 func appendEscaped(dst []byte, s string) []byte {
+	from := 0
 	for i := 0; i < len(s); i++ {
 		if needsEscape(s[i]) {
-			dst = append(dst, '\\')
+			dst = append(append(dst, s[from:i]...), '\\')
+			from = i
 		}
-		dst = append(dst, s[i])
 	}
-	return dst
+	return append(dst, s[from:]...)
 }
 
 // ParseSeriesKey inverts SeriesKey.

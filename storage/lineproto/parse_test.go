@@ -231,6 +231,24 @@ func TestShardOfSeries(t *testing.T) {
 	}
 }
 
+// TestAppendEscaped: the run-at-a-time escaping writes what escaping one
+// byte at a time does.
+func TestAppendEscaped(t *testing.T) {
+	byByte := func(s string) string {
+		var b []byte
+		for i := 0; i < len(s); i++ {
+			if strings.IndexByte("\\,=#", s[i]) >= 0 {
+				b = append(b, '\\')
+			}
+			b = append(b, s[i])
+		}
+		return string(b)
+	}
+	for _, s := range []string{"", "cpu", ",", "\\\\", "a,b=c#d\\e", ",,x==", "x#", "#x", "é,é", "no escapes at all"} {
+		require.Equal(t, "pre"+byByte(s), string(appendEscaped([]byte("pre"), s)), "%q", s)
+	}
+}
+
 // fnvRef is the standard library's FNV-1a 64, an independent reference.
 func fnvRef(s string) uint64 {
 	h := fnv.New64a()
