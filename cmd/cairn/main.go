@@ -166,6 +166,9 @@ func simulate(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "cluster" {
 		return simulateCluster(args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "observe" {
+		return simulateObserve(args[1:], stdout, stderr)
+	}
 	fs := newFlagSet("simulate")
 	var p placement.SimulateParams
 	fs.IntVar(&p.Nodes, "nodes", 10, "storage nodes before the change")
@@ -193,6 +196,23 @@ func simulate(args []string, stdout, stderr io.Writer) int {
 	}
 	out, _ := json.Marshal(res)
 	fmt.Fprintln(stdout, string(out))
+	return 0
+}
+
+// simulateObserve is the failover observer that `simulate cluster` runs in
+// a process of its own: what it watches comes on stdin, its lines go to
+// stdout (see simcluster.Observe).
+func simulateObserve(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		fmt.Fprintf(stderr, "cairn simulate observe: unexpected argument %q (it is run by simulate cluster)\n", args[0])
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := simcluster.Observe(ctx, os.Stdin, stdout); err != nil {
+		fmt.Fprintf(stderr, "cairn simulate observe: %v\n", err)
+		return 1
+	}
 	return 0
 }
 

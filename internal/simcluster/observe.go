@@ -1,13 +1,21 @@
 package simcluster
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"os/exec"
+	"strconv"
+	"strings"
 	"time"
 
-	"github.com/cairn-db/cairn/statemachine"
+	"github.com/cairn-db/cairn/coordinator/kv"
+	"github.com/cairn-db/cairn/models"
+	"go.uber.org/zap"
 )
 
 // masterSeesAll waits until the etcd,master,broker process lists every
@@ -41,31 +49,311 @@ func (c *cluster) masterSeesAll(ctx context.Context) error {
 	return nil
 }
 
-// observe starts a state store of the shard states and in-sync sets of the
-// cluster, for the failover's measure, and returns it once both are listed.
-func (c *cluster) observe(ctx context.Context) (*statemachine.Manager, error) {
-	m := statemachine.New(statemachine.Config{Logger: c.lg})
-	m.Start(context.Background())
-	var names []string
-	srcs := append(statemachine.MainSources(c.store, c.keys), statemachine.ClusterSources(c.store, "default", c.ck)...)
-	for _, src := range srcs {
-		if src.Kind == statemachine.KindShardState || src.Kind == statemachine.KindISR {
-			m.AddSource(src)
-			names = append(names, src.Name)
-		}
+// Watch is what the failover observer (`cairn simulate observe`, a process
+// of its own) is asked to watch in etcd: the killed nodes' records, and the
+// shard states and in-sync sets of the shards they led.
+type Watch struct {
+	Etcd string `json:"etcd"`
+	// The key prefixes of the live storage nodes, the shard states and
+	// the in-sync sets (a shard's set is ISR + its models.ShardID).
+	Nodes  string   `json:"nodes"`
+	States string   `json:"states"`
+	ISR    string   `json:"isr"`
+	Dead   []string `json:"dead"`   // the killed nodes
+	Shards []string `json:"shards"` // the shards they led (models.ShardID)
+}
+
+// The observer's lines on its standard output, each with the Unix time in
+// nanoseconds at which it saw the event in etcd.
+const (
+	lineReady    = "ready"    // listed and watching: the kill may start
+	lineGone     = "gone"     // the last killed node's record is deleted: the leases' end
+	lineLed      = "led"      // every shard online under a leader not killed
+	lineWritable = "writable" // and each new leader published its in-sync set at its term
+	lineLeft     = "left"     // each second: shards not led yet, new leaders without their set
+)
+
+// Observe is the failover observer: it reads a Watch as JSON from in, lists
+// and watches its keys, and writes its lines to out, until every shard is
+// writable (then it returns nil) or ctx ends. It runs in a process of its
+// own, away from the agents' busy scheduler, whose watch saw the new leaders
+// seconds after etcd had them; its own times are the same clock for the
+// leases' end and the new leaders, so its lag, if any, cancels out.
+func Observe(ctx context.Context, in io.Reader, out io.Writer) error {
+	var w Watch
+	if err := json.NewDecoder(in).Decode(&w); err != nil {
+		return fmt.Errorf("simulate observe: reading what to watch: %w", err)
 	}
-	err := c.until(ctx, time.Minute, "shard states and in-sync sets listed", func() bool {
-		st := m.Snapshot()
-		for _, n := range names {
-			if !st.Synced[n] {
-				return false
+	store, err := kv.NewEtcdStore(kv.EtcdConfig{Endpoints: []string{w.Etcd}, Logger: zap.NewNop()})
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	o := newObserved(w)
+	type batch struct {
+		prefix string
+		resp   kv.RawWatchResponse
+	}
+	events := make(chan batch, 64)
+	for _, prefix := range []string{w.Nodes, w.States, w.ISR} {
+		kvs, rev, err := store.List(ctx, prefix)
+		if err != nil {
+			return fmt.Errorf("simulate observe: listing %s: %w", prefix, err)
+		}
+		for _, x := range kvs {
+			o.apply(prefix, kv.RawEvent{Type: kv.EventPut, KV: x})
+		}
+		ch := store.Watch(ctx, prefix, rev+1)
+		go func() {
+			for resp := range ch {
+				select {
+				case events <- batch{prefix, resp}:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+	}
+	bw := bufio.NewWriter(out)
+	say := func(line string) error {
+		if _, err := bw.WriteString(line + "\n"); err != nil {
+			return err
+		}
+		return bw.Flush()
+	}
+	if err := say(lineReady); err != nil {
+		return err
+	}
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	var gone, led bool
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+			if err := say(fmt.Sprintf("%s %d %d", lineLeft, len(o.waitLed), len(o.waitISR))); err != nil {
+				return err
+			}
+			continue
+		case b := <-events:
+			if b.resp.Err != nil {
+				return fmt.Errorf("simulate observe: watching %s: %w", b.prefix, b.resp.Err)
+			}
+			for _, ev := range b.resp.Events {
+				o.apply(b.prefix, ev)
 			}
 		}
-		return true
-	})
+		now := strconv.FormatInt(time.Now().UnixNano(), 10)
+		if !gone && len(o.alive) == 0 {
+			gone = true
+			if err := say(lineGone + " " + now); err != nil {
+				return err
+			}
+		}
+		if gone && !led && o.led() {
+			led = true
+			if err := say(lineLed + " " + now); err != nil {
+				return err
+			}
+		}
+		if led && o.writable() {
+			return say(lineWritable + " " + now)
+		}
+	}
+}
+
+// observed is the observer's view of the keys it watches.
+type observed struct {
+	w                Watch
+	dead             map[string]bool
+	alive            map[string]bool // killed nodes whose records are still there
+	states           map[string]models.ShardStates
+	isr              map[string]models.ISR // by models.ShardID
+	waitLed, waitISR []string
+}
+
+func newObserved(w Watch) *observed {
+	o := &observed{w: w, dead: map[string]bool{}, alive: map[string]bool{}, states: map[string]models.ShardStates{},
+		isr: map[string]models.ISR{}, waitLed: append([]string(nil), w.Shards...)}
+	for _, id := range w.Dead {
+		o.dead[id] = true
+	}
+	return o
+}
+
+func (o *observed) apply(prefix string, ev kv.RawEvent) {
+	name := strings.TrimPrefix(ev.KV.Key, prefix)
+	put := ev.Type == kv.EventPut
+	switch prefix {
+	case o.w.Nodes:
+		if o.dead[name] {
+			if put {
+				o.alive[name] = true
+			} else {
+				delete(o.alive, name)
+			}
+		}
+	case o.w.States:
+		var ss models.ShardStates
+		if !put || json.Unmarshal(ev.KV.Value, &ss) != nil {
+			delete(o.states, name)
+			return
+		}
+		o.states[name] = ss
+	case o.w.ISR:
+		var set models.ISR
+		if !put || json.Unmarshal(ev.KV.Value, &set) != nil {
+			delete(o.isr, name)
+			return
+		}
+		o.isr[name] = set
+	}
+}
+
+// state is shard id's state, if its database has one.
+func (o *observed) state(id string) (models.ShardState, bool) {
+	db, shard, err := models.ParseShardID(id)
 	if err != nil {
-		m.Stop()
+		return models.ShardState{}, false
+	}
+	for _, s := range o.states[db].Shards {
+		if s.ID == shard {
+			return s, true
+		}
+	}
+	return models.ShardState{}, false
+}
+
+// led drops the shards now online under a leader not killed; true once
+// none is left (the shards then wait for their new leaders' sets).
+func (o *observed) led() bool {
+	o.waitLed = deleteFunc(o.waitLed, func(id string) bool {
+		s, ok := o.state(id)
+		return ok && s.Status == models.StatusOnline && !o.dead[s.Leader]
+	})
+	if len(o.waitLed) > 0 {
+		return false
+	}
+	if o.waitISR == nil {
+		o.waitISR = append([]string{}, o.w.Shards...)
+	}
+	return true
+}
+
+// writable drops the shards whose new leader published its in-sync set at
+// its term; true once none is left.
+func (o *observed) writable() bool {
+	o.waitISR = deleteFunc(o.waitISR, func(id string) bool {
+		s, ok := o.state(id)
+		if !ok || s.Status != models.StatusOnline || o.dead[s.Leader] {
+			return false
+		}
+		set, ok := o.isr[id]
+		return ok && set.Leader == s.Leader && set.Term >= s.Term
+	})
+	return len(o.waitISR) == 0
+}
+
+func deleteFunc(ids []string, drop func(string) bool) []string {
+	out := ids[:0]
+	for _, id := range ids {
+		if !drop(id) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// observer is the observer process as the simulation runs it.
+type observer struct {
+	cmd   *exec.Cmd
+	lines chan string // its standard output, closed when it ends
+	err   strings.Builder
+}
+
+// startObserver runs `bin simulate observe` on w and waits for it to be
+// watching.
+func startObserver(ctx context.Context, bin string, w Watch) (*observer, error) {
+	spec, err := json.Marshal(w)
+	if err != nil {
 		return nil, err
 	}
-	return m, nil
+	o := &observer{cmd: exec.Command(bin, "simulate", "observe"), lines: make(chan string, 16)}
+	o.cmd.SysProcAttr = childAttr()
+	o.cmd.Stdin = strings.NewReader(string(spec))
+	o.cmd.Stderr = &o.err
+	stdout, err := o.cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := o.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("simulate cluster: starting the failover observer: %w", err)
+	}
+	go func() {
+		defer close(o.lines)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			o.lines <- sc.Text()
+		}
+	}()
+	if _, err := o.next(ctx, lineReady, time.Minute); err != nil {
+		o.stop()
+		return nil, err
+	}
+	return o, nil
 }
+
+// next waits for the observer's next line other than a "left" one, which
+// must be want; it returns that line's time. left, when set, sees the
+// "left" lines meanwhile.
+func (o *observer) next(ctx context.Context, want string, limit time.Duration, left ...func(led, isr int)) (time.Time, error) {
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return time.Time{}, ctx.Err()
+		case <-t.C:
+			return time.Time{}, fmt.Errorf("simulate cluster: the failover observer saw no %q within %s", want, limit)
+		case line, ok := <-o.lines:
+			if !ok {
+				_ = o.cmd.Wait()
+				return time.Time{}, fmt.Errorf("simulate cluster: the failover observer ended before %q: %s", want, strings.TrimSpace(o.err.String()))
+			}
+			f := strings.Fields(line)
+			if len(f) == 3 && f[0] == lineLeft {
+				a, err1 := strconv.Atoi(f[1])
+				b, err2 := strconv.Atoi(f[2])
+				if err := errors.Join(err1, err2); err == nil && len(left) > 0 {
+					left[0](a, b)
+				}
+				continue
+			}
+			if len(f) == 0 || f[0] != want {
+				return time.Time{}, fmt.Errorf("simulate cluster: the failover observer said %q, waiting for %q", line, want)
+			}
+			if len(f) == 1 {
+				return time.Time{}, nil
+			}
+			ns, err := strconv.ParseInt(f[1], 10, 64)
+			if err != nil {
+				return time.Time{}, fmt.Errorf("simulate cluster: the failover observer said %q: %w", line, err)
+			}
+			return time.Unix(0, ns), nil
+		}
+	}
+}
+
+// stop ends the observer, if it has not ended, and waits for it.
+func (o *observer) stop() {
+	_ = o.cmd.Process.Kill()
+	for range o.lines {
+		// drained until its output closes
+	}
+	_ = o.cmd.Wait()
+}
+
+func (o *observer) pid() int { return o.cmd.Process.Pid }

@@ -22,7 +22,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -139,6 +138,7 @@ type cluster struct {
 	keys     models.Keys
 	ck       models.ClusterKeys
 	api      string
+	etcd     string // the etcd,master,broker process's etcd client URL
 	agents   []*agent
 	zoneOf   map[string]string // agent id -> its zone (with Domains)
 	// stores are the agents' etcd clients, one per agentsPerClient agents:
@@ -224,7 +224,7 @@ func (c *cluster) start(ctx context.Context, dir string) error {
 	if c.srv, err = startServer(ctx, c.p.Binary, dir, httpAddr, args, c.p.Log); err != nil {
 		return err
 	}
-	c.api = c.srv.api
+	c.api, c.etcd = c.srv.api, clientURL
 	fmt.Fprintf(c.p.Progress, "etcd,master,broker: process %d (%s) at %s (pprof under /debug/pprof/), etcd at %s (its metrics under /metrics); CPU, RSS and goroutines below count it and this process\n",
 		c.srv.pid(), c.p.Binary, c.api, clientURL)
 	c.keys = models.Keys{NS: cfg.Namespace}
@@ -595,19 +595,13 @@ type failover struct {
 // kill stops the agents that lead the most shards, or every agent of zone
 // z0 (as a kill -9 would: no handoff, no answers), and revokes their leases
 // all at once (the moment etcd would expire them: a killed domain's leases
-// run out together). It then times, from just before the revocations, the
-// master until every shard they led has a new online leader, and the new
-// leaders until each has published its in-sync set at its term (a leader
-// takes writes only from then on).
+// run out together). It then times, from the leases' end (the last killed
+// agent's record deleted in etcd), the master until every shard they led
+// has a new online leader, and the new leaders until each has published
+// its in-sync set at its term (a leader takes writes only from then on).
+// The times are taken by an observer in a process of its own: a watch in
+// this process, busy with the agents' work, saw etcd's writes seconds late.
 func (c *cluster) kill(ctx context.Context) (failover, error) {
-	// The new leaders' in-sync sets are read from a watch of their own:
-	// the agents' shared state store holds none (a storage node watches no
-	// in-sync set), and adding them there would wake every agent on each.
-	obs, err := c.observe(ctx)
-	if err != nil {
-		return failover{}, err
-	}
-	defer obs.Stop()
 	st := c.sm.Snapshot()
 	leads := map[string][]string{} // node -> shards led
 	for db, ss := range st.ShardStates.All() {
@@ -623,15 +617,22 @@ func (c *cluster) kill(ctx context.Context) (failover, error) {
 			victims = append(victims, a)
 		}
 	}
-	dead := map[string]bool{}
-	var f failover
-	var led []string // the shards the victims led
+	w := Watch{Etcd: c.etcd, Nodes: c.ck.NodesPrefix(), States: c.keys.ShardStatePrefix(), ISR: c.ck.ISRPrefix()}
 	for _, v := range victims {
-		dead[v.id] = true
-		led = append(led, leads[v.id]...)
+		w.Dead = append(w.Dead, v.id)
+		w.Shards = append(w.Shards, leads[v.id]...)
+	}
+	obs, err := startObserver(ctx, c.p.Binary, w)
+	if err != nil {
+		return failover{}, err
+	}
+	defer obs.stop()
+	fmt.Fprintf(c.p.Progress, "failover observer: process %d, watching %d agents' records and the %d shards they lead\n",
+		obs.pid(), len(w.Dead), len(w.Shards))
+	f := failover{shards: len(w.Shards)}
+	for _, v := range victims {
 		v.freeze()
 	}
-	f.shards = len(led)
 	start := time.Now()
 	var wg sync.WaitGroup
 	for _, v := range victims {
@@ -641,71 +642,31 @@ func (c *cluster) kill(ctx context.Context) (failover, error) {
 	wg.Wait()
 	fmt.Fprintf(c.p.Progress, "killed %d agents leading %d shards; their leases revoked in %s\n",
 		len(victims), f.shards, time.Since(start).Round(time.Millisecond))
-	// Polled every 20 ms: only the shards still waiting are looked at, so
-	// the measure costs the measured process little.
-	waitLed, waitISR := slices.Clone(led), []string(nil)
-	err = c.until(ctx, 5*time.Minute, "new leaders for the killed agents' shards, taking writes", func() bool {
-		st := obs.Snapshot()
-		if len(waitLed) > 0 {
-			waitLed = slices.DeleteFunc(waitLed, func(id string) bool { return newLeader(st, dead, id) })
-			if len(waitLed) == 0 {
-				f.ms = float64(time.Since(start).Microseconds()) / 1000
-				waitISR = slices.Clone(led)
-			}
-		}
-		if len(waitLed) == 0 {
-			waitISR = slices.DeleteFunc(waitISR, func(id string) bool { return newLeaderWritable(st, dead, id) })
-		}
+	left := func(led, isr int) {
 		if time.Since(c.shown) >= 5*time.Second {
 			c.shown = time.Now()
 			fmt.Fprintf(c.p.Progress, "  %s after the kill: %d shards still led by killed agents or offline, %d new leaders without their in-sync set\n",
-				time.Since(start).Round(time.Second), len(waitLed), len(waitISR))
+				time.Since(start).Round(time.Second), led, isr)
 		}
-		return len(waitLed) == 0 && len(waitISR) == 0
-	})
-	if err == nil {
-		f.writableMS = float64(time.Since(start).Microseconds()) / 1000
 	}
-	fmt.Fprintf(c.p.Progress, "failover led in %.0f ms, taking writes in %.0f ms\n  agents' etcd and peer requests: %s\n", f.ms, f.writableMS, c.counts)
-	return f, err
-}
-
-// newLeader: shard id is online under a leader that is not dead in st.
-func newLeader(st *statemachine.State, dead map[string]bool, id string) bool {
-	s, ok := shardState(st, id)
-	return ok && s.Status == models.StatusOnline && !dead[s.Leader]
-}
-
-// newLeaderWritable: newLeader, and its leader published its in-sync set
-// at its term.
-func newLeaderWritable(st *statemachine.State, dead map[string]bool, id string) bool {
-	s, ok := shardState(st, id)
-	if !ok || s.Status != models.StatusOnline || dead[s.Leader] {
-		return false
-	}
-	set, ok := st.ISR.At("default").Get(id)
-	return ok && set.Leader == s.Leader && set.Term >= s.Term
-}
-
-func shardState(st *statemachine.State, id string) (models.ShardState, bool) {
-	db, shard, err := models.ParseShardID(id)
+	gone, err := obs.next(ctx, lineGone, time.Minute, left)
 	if err != nil {
-		return models.ShardState{}, false
+		return f, err
 	}
-	ss := st.ShardStates.At(db)
-	if i := indexOf(ss, shard); i >= 0 {
-		return ss.Shards[i], true
+	fmt.Fprintf(c.p.Progress, "the observer saw the last record of a killed agent deleted %s after the kill's start\n",
+		gone.Sub(start).Round(time.Millisecond))
+	ms := func(t time.Time) float64 { return float64(t.Sub(gone).Microseconds()) / 1000 }
+	led, err := obs.next(ctx, lineLed, 5*time.Minute, left)
+	if err != nil {
+		return f, err
 	}
-	return models.ShardState{}, false
-}
-
-func indexOf(ss models.ShardStates, id int) int {
-	for i, s := range ss.Shards {
-		if s.ID == id {
-			return i
-		}
+	f.ms = ms(led)
+	writable, err := obs.next(ctx, lineWritable, 5*time.Minute, left)
+	if err == nil {
+		f.writableMS = ms(writable)
 	}
-	return -1
+	fmt.Fprintf(c.p.Progress, "failover led in %.0f ms, taking writes in %.0f ms after the leases' end\n  agents' etcd and peer requests: %s\n", f.ms, f.writableMS, c.counts)
+	return f, err
 }
 
 // durations sums and bounds the answer times of requests made in parallel.

@@ -105,10 +105,19 @@ func (l *lines) Write(p []byte) (int, error) {
 }
 
 // serverPID is the etcd,master,broker process's id named by the progress.
-func (l *lines) serverPID(t *testing.T) int {
+func (l *lines) serverPID(t *testing.T) int { return l.pid(t, `etcd,master,broker: process (\d+) `) }
+
+func (l *lines) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	m := regexp.MustCompile(`etcd,master,broker: process (\d+) `).FindStringSubmatch(l.b.String())
+	return l.b.String()
+}
+
+// pid is the process id the progress names where re's group is.
+func (l *lines) pid(t *testing.T, re string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	m := regexp.MustCompile(re).FindStringSubmatch(l.b.String())
 	require.NotNil(t, m, "progress names the server process: %s", l.b.String())
 	pid, err := strconv.Atoi(m[1])
 	require.NoError(t, err)
@@ -145,10 +154,18 @@ func TestIdleReplicasHoldNoGoroutine(t *testing.T) {
 // With --domains, the agents carry zone labels, the cluster places across
 // them, and every shard of RF 2 spans both zones (5 agents: z0 has 3); with
 // --kill-domain all of z0 dies and every shard it led is led from z1.
+//
+// The failover is timed by an observer in a process of its own (not the
+// agents' busy one), from the leases' end, and that process is gone after.
 func TestSimulateDomains(t *testing.T) {
+	var progress lines
 	res, err := simcluster.Run(context.Background(), simcluster.Params{Nodes: 5, Databases: 3, Shards: 8, Replicas: 2,
-		Domains: 2, KillDomain: true, Idle: time.Second, RebalanceDelay: time.Second, Binary: cairnBin})
+		Domains: 2, KillDomain: true, Idle: time.Second, RebalanceDelay: time.Second, Binary: cairnBin, Progress: &progress})
 	require.NoError(t, err)
+	pid := progress.pid(t, `failover observer: process (\d+),`)
+	require.NotEqual(t, os.Getpid(), pid)
+	require.ErrorIs(t, syscall.Kill(pid, 0), syscall.ESRCH, "the observer process %d is gone", pid)
+	require.Contains(t, progress.String(), "after the leases' end")
 	require.Equal(t, &simcluster.MinMax{Min: 2, Max: 2}, res.DomainsPerShard)
 	require.Positive(t, res.FailoverShards, "zone z0 led shards")
 	require.Positive(t, res.FailoverMS)

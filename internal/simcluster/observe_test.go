@@ -1,0 +1,117 @@
+package simcluster
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cairn-db/cairn/coordinator/kv/etcdtest"
+	"github.com/cairn-db/cairn/models"
+	"github.com/stretchr/testify/require"
+)
+
+// The observer's clock starts at the leases' end (the killed node's record
+// deleted in etcd), not when the kill began; "led" waits for the shard to be
+// online under a live leader (an offline state is not enough), "writable"
+// for the new leader's in-sync set at its own term (the old term's is not).
+func TestObserverTimesFromTheLeasesEnd(t *testing.T) {
+	m := etcdtest.Start(t)
+	store := m.Store(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	keys := models.Keys{NS: "/sim"}
+	ck := models.ClusterKeys{SNS: "/sim/storage/default"}
+	putJSON := func(key string, v any) {
+		b, err := json.Marshal(v)
+		require.NoError(t, err)
+		_, err = store.Put(ctx, key, b, 0)
+		require.NoError(t, err)
+	}
+	lease, err := store.Grant(ctx, 30*time.Second)
+	require.NoError(t, err)
+	_, err = store.Put(ctx, ck.Node("n1"), []byte(`{"node_id":"n1"}`), lease)
+	require.NoError(t, err)
+	putJSON(ck.Node("n2"), map[string]string{"node_id": "n2"})
+	state := func(leader0, status0 string, term0 int64) models.ShardStates {
+		return models.ShardStates{DB: "db", Shards: []models.ShardState{
+			{ID: 0, Leader: leader0, Term: term0, Status: status0},
+			{ID: 1, Leader: "n2", Term: 1, Status: models.StatusOnline},
+		}}
+	}
+	putJSON(keys.ShardState("db"), state("n1", models.StatusOnline, 1))
+	putJSON(ck.ISR("db", 0), models.ISR{Leader: "n1", Term: 1, Replicas: []string{"n1", "n2"}})
+
+	w := Watch{Etcd: m.Endpoint, Nodes: ck.NodesPrefix(), States: keys.ShardStatePrefix(), ISR: ck.ISRPrefix(),
+		Dead: []string{"n1"}, Shards: []string{models.ShardID("db", 0)}}
+	spec, err := json.Marshal(w)
+	require.NoError(t, err)
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() { done <- Observe(ctx, strings.NewReader(string(spec)), pw); pw.Close() }()
+	lines := make(chan string, 16)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			if !strings.HasPrefix(sc.Text(), lineLeft) {
+				lines <- sc.Text()
+			}
+		}
+		close(lines)
+	}()
+	next := func(want string) time.Time {
+		t.Helper()
+		var line string
+		require.Eventually(t, func() bool {
+			select {
+			case line = <-lines:
+				return true
+			default:
+				return false
+			}
+		}, 10*time.Second, 5*time.Millisecond, "the observer's %q", want)
+		f := strings.Fields(line)
+		require.Equal(t, want, f[0], line)
+		if len(f) == 1 {
+			return time.Time{}
+		}
+		ns, err := strconv.ParseInt(f[1], 10, 64)
+		require.NoError(t, err)
+		return time.Unix(0, ns)
+	}
+	next(lineReady)
+
+	// The shard offline, its leader still live: nothing yet. The lease's
+	// revocation is the leases' end.
+	putJSON(keys.ShardState("db"), state("", models.StatusOffline, 1))
+	revoking := time.Now()
+	require.NoError(t, store.Revoke(ctx, lease))
+	gone := next(lineGone)
+	require.False(t, gone.Before(revoking), "the clock starts at the record's deletion, not before")
+
+	// Still offline: not led. Online under n2: led.
+	putJSON(ck.ISR("db", 0), models.ISR{Leader: "n2", Term: 1, Replicas: []string{"n2"}}) // an old term's set
+	publishing := time.Now()
+	putJSON(keys.ShardState("db"), state("n2", models.StatusOnline, 2))
+	led := next(lineLed)
+	require.False(t, led.Before(publishing), "led only once the new leader is published")
+
+	// The set at the old term does not make it writable; at term 2 it does.
+	publishing = time.Now()
+	putJSON(ck.ISR("db", 0), models.ISR{Leader: "n2", Term: 2, Replicas: []string{"n2"}})
+	writable := next(lineWritable)
+	require.False(t, writable.Before(publishing), "writable only once the set is at the leader's term")
+	require.Eventually(t, func() bool {
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+			return true
+		default:
+			return false
+		}
+	}, 10*time.Second, 5*time.Millisecond)
+}
