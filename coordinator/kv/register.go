@@ -86,10 +86,9 @@ func KeepRegistered(ctx context.Context, store Store, reg Registration, lg *zap.
 	for ctx.Err() == nil {
 		s, err := NewSession(ctx, store, reg.TTL)
 		if err == nil {
-			var rev int64
-			var written []byte
+			var c claimed
 			for {
-				rev, written, err = Claim(ctx, store, reg, s.Lease())
+				c, err = claim(ctx, store, reg, s.Lease())
 				if !errors.Is(err, ErrHeld) {
 					break
 				}
@@ -111,15 +110,17 @@ func KeepRegistered(ctx context.Context, store Store, reg Registration, lg *zap.
 				lg.Info("registered")
 				bo.Reset()
 				heldUntil = nil
+				// The claim knows the record's create revision: a read of it
+				// here, failing on a loaded etcd, left the caller fencing its
+				// writes on the lapsed record's, refused until the next
+				// registration.
 				if reg.OnHeld != nil {
-					if kvp, gerr := store.Get(ctx, reg.Key); gerr == nil && kvp != nil {
-						reg.OnHeld(kvp.CreateRev)
-					}
+					reg.OnHeld(c.createRev)
 				}
 				if reg.OnRegistered != nil {
 					reg.OnRegistered()
 				}
-				holdRegistration(ctx, store, s, reg, rev, written, lg)
+				holdRegistration(ctx, store, s, reg, c.rev, c.value, lg)
 			}
 			cctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			_ = s.Close(cctx)
@@ -165,18 +166,33 @@ func waitOrDone(ctx context.Context, deadline <-chan time.Time, s *Session, d ti
 // record's mod revision and the value written, or ErrHeld naming the other
 // holder.
 func Claim(ctx context.Context, store Store, reg Registration, lease LeaseID) (int64, []byte, error) {
+	c, err := claim(ctx, store, reg, lease)
+	return c.rev, c.value, err
+}
+
+// claimed is what a claim wrote: the record's mod and create revisions and
+// its value.
+type claimed struct {
+	rev, createRev int64
+	value          []byte
+}
+
+// claim is Claim, and it knows the record's create revision without a read:
+// the revision of the txn that created it, or that of the record it took
+// over (a put keeps a key's create revision).
+func claim(ctx context.Context, store Store, reg Registration, lease LeaseID) (claimed, error) {
 	for range claimAttempts {
 		v := reg.Value()
 		ok, rev, err := store.Txn(ctx, []Cmp{CreateRevIs(reg.Key, 0)}, []Op{OpPut(reg.Key, v, lease)})
 		if err != nil {
-			return 0, nil, err
+			return claimed{}, err
 		}
 		if ok {
-			return rev, v, nil
+			return claimed{rev: rev, createRev: rev, value: v}, nil
 		}
 		kvp, err := store.Get(ctx, reg.Key)
 		if err != nil {
-			return 0, nil, err
+			return claimed{}, err
 		}
 		if kvp == nil {
 			continue // it expired in between: create it again
@@ -186,17 +202,17 @@ func Claim(ctx context.Context, store Store, reg Registration, lease LeaseID) (i
 			holder, ours = reg.Owner(kvp.Value)
 		}
 		if !ours && kvp.Lease != lease {
-			return 0, nil, fmt.Errorf("%w: %s is held by %s (lease %x)", ErrHeld, reg.Key, holder, int64(kvp.Lease))
+			return claimed{}, fmt.Errorf("%w: %s is held by %s (lease %x)", ErrHeld, reg.Key, holder, int64(kvp.Lease))
 		}
 		ok, rev, err = store.Txn(ctx, []Cmp{ModRevIs(reg.Key, kvp.ModRev)}, []Op{OpPut(reg.Key, v, lease)})
 		if err != nil {
-			return 0, nil, err
+			return claimed{}, err
 		}
 		if ok {
-			return rev, v, nil
+			return claimed{rev: rev, createRev: kvp.CreateRev, value: v}, nil
 		}
 	}
-	return 0, nil, fmt.Errorf("%w: %s", errContended, reg.Key)
+	return claimed{}, fmt.Errorf("%w: %s", errContended, reg.Key)
 }
 
 // resumeHeld keeps the session's lease alive again when its keep-alive

@@ -353,3 +353,43 @@ func TestKeepRegisteredResumesBlindAFewTimes(t *testing.T) {
 	require.NoError(t, <-done)
 	require.NoError(t, mem.Close())
 }
+
+// readlessStore cannot read (a loaded etcd timing reads out); the rest
+// works.
+type readlessStore struct{ kv.Store }
+
+func (s readlessStore) Get(context.Context, string) (*kv.KeyValue, error) {
+	return nil, kv.ErrUnavailable
+}
+
+// TestKeepRegisteredReportsTheRecordWithoutARead: OnHeld gets the record's
+// create revision at each registration even when nothing can be read; a
+// read after the claim that failed left the node fencing its in-sync set
+// writes on the lapsed record's revision, every one refused until the next
+// lapse.
+func TestKeepRegisteredReportsTheRecordWithoutARead(t *testing.T) {
+	mem := kv.NewMemoryStore()
+	ctx, cancel := context.WithCancel(context.Background())
+	reg := addrReg("/t/live/nodes/n1", "host:1")
+	var held atomic.Int64
+	reg.OnHeld = func(rev int64) { held.Store(rev) }
+	done := make(chan error, 1)
+	go func() { done <- kv.KeepRegistered(ctx, readlessStore{mem}, reg, zap.NewNop()) }()
+	current := func() int64 {
+		kvp, err := mem.Get(ctx, reg.Key)
+		if err != nil || kvp == nil {
+			return -1
+		}
+		return kvp.CreateRev
+	}
+	require.Eventually(t, func() bool { return current() > 0 && held.Load() == current() }, 10*time.Second, 5*time.Millisecond,
+		"the first record's create revision")
+	first, err := mem.Get(ctx, reg.Key)
+	require.NoError(t, err)
+	require.NoError(t, mem.Revoke(ctx, first.Lease)) // the lease lapses
+	require.Eventually(t, func() bool { c := current(); return c > first.CreateRev && held.Load() == c }, 10*time.Second, 5*time.Millisecond,
+		"the re-created record's create revision")
+	cancel()
+	require.NoError(t, <-done)
+	require.NoError(t, mem.Close())
+}
