@@ -71,6 +71,10 @@ const (
 	lineLed      = "led"      // every shard online under a leader not killed
 	lineWritable = "writable" // and each new leader published its in-sync set at its term
 	lineLeft     = "left"     // each second: shards not led yet, new leaders without their set
+	// Half and nine in ten of the new leaders writable (whether the last
+	// ones are a long tail or all come late).
+	lineHalf = "half"
+	lineMost = "most"
 )
 
 // Observe is the failover observer: it reads a Watch as JSON from in, lists
@@ -128,7 +132,7 @@ func Observe(ctx context.Context, in io.Reader, out io.Writer) error {
 	}
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	var gone, led bool
+	var gone, led, half, most bool
 	for {
 		select {
 		case <-ctx.Done():
@@ -159,7 +163,20 @@ func Observe(ctx context.Context, in io.Reader, out io.Writer) error {
 				return err
 			}
 		}
-		if led && o.writable() {
+		done := led && o.writable()
+		for _, m := range []struct {
+			seen *bool
+			line string
+			left int // at most this many shards without their set
+		}{{&half, lineHalf, len(w.Shards) / 2}, {&most, lineMost, len(w.Shards) / 10}} {
+			if led && !*m.seen && len(o.waitISR) <= m.left {
+				*m.seen = true
+				if err := say(m.line + " " + now); err != nil {
+					return err
+				}
+			}
+		}
+		if done {
 			return say(lineWritable + " " + now)
 		}
 	}
@@ -272,6 +289,7 @@ type observer struct {
 	cmd   *exec.Cmd
 	lines chan string // its standard output, closed when it ends
 	err   strings.Builder
+	marks map[string]time.Time // the "half" and "most" lines' times
 }
 
 // startObserver runs `bin simulate observe` on w and waits for it to be
@@ -281,7 +299,7 @@ func startObserver(ctx context.Context, bin string, w Watch) (*observer, error) 
 	if err != nil {
 		return nil, err
 	}
-	o := &observer{cmd: exec.Command(bin, "simulate", "observe"), lines: make(chan string, 16)}
+	o := &observer{cmd: exec.Command(bin, "simulate", "observe"), lines: make(chan string, 16), marks: map[string]time.Time{}}
 	o.cmd.SysProcAttr = childAttr()
 	o.cmd.Stdin = strings.NewReader(string(spec))
 	o.cmd.Stderr = &o.err
@@ -306,9 +324,9 @@ func startObserver(ctx context.Context, bin string, w Watch) (*observer, error) 
 	return o, nil
 }
 
-// next waits for the observer's next line other than a "left" one, which
-// must be want; it returns that line's time. left, when set, sees the
-// "left" lines meanwhile.
+// next waits for the observer's next line other than a "left", "half" or
+// "most" one, which must be want; it returns that line's time. left, when
+// set, sees the "left" lines meanwhile; the others go to marks.
 func (o *observer) next(ctx context.Context, want string, limit time.Duration, left ...func(led, isr int)) (time.Time, error) {
 	t := time.NewTimer(limit)
 	defer t.Stop()
@@ -329,6 +347,12 @@ func (o *observer) next(ctx context.Context, want string, limit time.Duration, l
 				b, err2 := strconv.Atoi(f[2])
 				if err := errors.Join(err1, err2); err == nil && len(left) > 0 {
 					left[0](a, b)
+				}
+				continue
+			}
+			if len(f) == 2 && (f[0] == lineHalf || f[0] == lineMost) {
+				if ns, err := strconv.ParseInt(f[1], 10, 64); err == nil {
+					o.marks[f[0]] = time.Unix(0, ns)
 				}
 				continue
 			}

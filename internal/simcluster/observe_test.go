@@ -103,8 +103,11 @@ func TestObserverTimesFromTheLeasesEnd(t *testing.T) {
 	// The set at the old term does not make it writable; at term 2 it does.
 	publishing = time.Now()
 	putJSON(ck.ISR("db", 0), models.ISR{Leader: "n2", Term: 2, Replicas: []string{"n2"}})
+	half, most := next(lineHalf), next(lineMost) // of one shard: when it is writable
 	writable := next(lineWritable)
-	require.False(t, writable.Before(publishing), "writable only once the set is at the leader's term")
+	require.False(t, half.Before(publishing), "writable only once the set is at the leader's term")
+	require.Equal(t, half, most)
+	require.Equal(t, most, writable)
 	require.Eventually(t, func() bool {
 		select {
 		case err := <-done:
