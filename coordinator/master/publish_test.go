@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-db/cairn/coordinator/kv"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
 	"github.com/stretchr/testify/require"
@@ -166,4 +167,53 @@ func TestFailoverLocksReleasedWhileTheStateCatchesUp(t *testing.T) {
 		return len(locks) == 0
 	}, 3*time.Second, 10*time.Millisecond, "n1's shards published and their locks released while the state lags")
 	require.False(t, noneLedBy(lag.State().ShardStates.At("a"), "n1"), "the master's state still lags")
+}
+
+// A publication batch takes its failover locks in the txn that publishes
+// its states: the locks of n1's shards are put at the revision the three
+// databases' new states were published at, one round trip where the locks
+// took one of their own before.
+func TestFailoverLocksTakenInThePublishingTxn(t *testing.T) {
+	h := newHarness(t, "n1", "n2", "n3")
+	h.startMaster(masterOpts{})
+	dbs := []string{"a", "b", "c"}
+	for _, db := range dbs {
+		h.createDB(db, 3, 3)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, rev, err := h.store.Header(ctx)
+	require.NoError(t, err)
+	locks := h.store.Watch(ctx, h.keys.NS+"/failover/", rev+1)
+	h.kill("n1")
+	h.eventually("n1's shards re-led", func(st *statemachine.State) bool {
+		for _, db := range dbs {
+			if !noneLedBy(st.ShardStates.At(db), "n1") {
+				return false
+			}
+		}
+		return true
+	})
+	h.sameTxn(dbs...)
+	kvp, err := h.store.Get(ctx, h.keys.ShardState("a"))
+	require.NoError(t, err)
+	var puts []int64
+	require.Eventually(t, func() bool {
+		for {
+			select {
+			case r := <-locks:
+				require.NoError(t, r.Err)
+				for _, ev := range r.Events {
+					if ev.Type == kv.EventPut {
+						puts = append(puts, ev.KV.ModRev)
+					}
+				}
+			default:
+				return len(puts) >= 3
+			}
+		}
+	}, 5*time.Second, 10*time.Millisecond, "a lock per shard n1 led (one in each database at least)")
+	for _, r := range puts {
+		require.Equal(t, kvp.ModRev, r, "a lock taken in the publishing txn")
+	}
 }
