@@ -22,6 +22,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -633,6 +634,30 @@ func (c *cluster) kill(ctx context.Context) (failover, error) {
 	for _, v := range victims {
 		v.freeze()
 	}
+	// When the agents' own state store (whose changes give the new leaders
+	// their roles) shows every new leader: its lag is the agents' too.
+	agentsSaw := make(chan time.Time, 1)
+	sctx, stopSeen := context.WithCancel(ctx)
+	defer stopSeen()
+	go func() {
+		wait := slices.Clone(w.Shards)
+		for len(wait) > 0 {
+			st := c.sm.Snapshot()
+			wait = slices.DeleteFunc(wait, func(id string) bool {
+				db, shard, _ := models.ParseShardID(id)
+				for _, s := range st.ShardStates.At(db).Shards {
+					if s.ID == shard {
+						return s.Status == models.StatusOnline && !slices.Contains(w.Dead, s.Leader)
+					}
+				}
+				return false
+			})
+			if len(wait) > 0 && sleep(sctx, 20*time.Millisecond) != nil {
+				return
+			}
+		}
+		agentsSaw <- time.Now()
+	}()
 	start := time.Now()
 	var wg sync.WaitGroup
 	for _, v := range victims {
@@ -664,6 +689,15 @@ func (c *cluster) kill(ctx context.Context) (failover, error) {
 	writable, err := obs.next(ctx, lineWritable, 5*time.Minute, left)
 	if err == nil {
 		f.writableMS = ms(writable)
+	}
+	// The new leaders took writes once their roles came from it: it shows
+	// them by now, or at the look's next poll.
+	if err == nil {
+		select {
+		case t := <-agentsSaw:
+			fmt.Fprintf(c.p.Progress, "the agents' state store showed every new leader %.0f ms after the leases' end\n", ms(t))
+		case <-time.After(time.Second):
+		}
 	}
 	fmt.Fprintf(c.p.Progress, "failover led in %.0f ms, taking writes in %.0f ms after the leases' end (half the new leaders in %.0f ms, 90%% in %.0f ms)\n  agents' etcd and peer requests: %s\n",
 		f.ms, f.writableMS, ms(obs.marks[lineHalf]), ms(obs.marks[lineMost]), c.counts)

@@ -166,6 +166,7 @@ func TestSimulateDomains(t *testing.T) {
 	require.NotEqual(t, os.Getpid(), pid)
 	require.ErrorIs(t, syscall.Kill(pid, 0), syscall.ESRCH, "the observer process %d is gone", pid)
 	require.Contains(t, progress.String(), "after the leases' end")
+	require.Contains(t, progress.String(), "the agents' state store showed every new leader", "the agents' own lag is shown")
 	require.Equal(t, &simcluster.MinMax{Min: 2, Max: 2}, res.DomainsPerShard)
 	require.Positive(t, res.FailoverShards, "zone z0 led shards")
 	require.Positive(t, res.FailoverMS)
