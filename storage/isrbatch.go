@@ -3,6 +3,7 @@ package storage
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/cairn-db/cairn/coordinator/kv"
 )
@@ -23,8 +24,14 @@ import (
 // within etcd's operations per txn (128 by default).
 const maxISRBatch = 32
 
+// isrBatchTimeout bounds one batch's read and txn. A batch is written for
+// every caller queued in it, so it runs under none of their contexts (one
+// role ending must not fail the others' writes) but under this bound.
+const isrBatchTimeout = 10 * time.Second
+
 // isrWriteReq is one leader's in-sync set write waiting for its batch.
 type isrWriteReq struct {
+	ctx  context.Context // its caller's: a write whose caller is gone is not sent
 	r    *replica
 	term int64
 	isr  []string
@@ -47,21 +54,26 @@ type isrBatcher struct {
 // none is pending (its own first); the others wait for theirs, without a
 // deadline of their own: a write is never left undecided behind its caller.
 func (r *replica) persistISRBatched(ctx context.Context, term int64, isr []string) error {
-	return r.h.isrBatch.write(ctx, &isrWriteReq{r: r, term: term, isr: isr, done: make(chan struct{})})
+	return r.h.isrBatch.write(&isrWriteReq{ctx: ctx, r: r, term: term, isr: isr, done: make(chan struct{})})
 }
 
 // persistFirstISR writes a new leadership's first set (initialISR's)
 // through the host's batcher, and returns it.
 func (r *replica) persistFirstISR(ctx context.Context, d desired) ([]string, error) {
-	w := &isrWriteReq{r: r, term: d.term, first: &d, done: make(chan struct{})}
-	if err := r.h.isrBatch.write(ctx, w); err != nil {
+	w := &isrWriteReq{ctx: ctx, r: r, term: d.term, first: &d, done: make(chan struct{})}
+	if err := r.h.isrBatch.write(w); err != nil {
 		return nil, err
 	}
 	return w.isr, nil
 }
 
-// write queues w and waits for its batch's outcome.
-func (b *isrBatcher) write(ctx context.Context, w *isrWriteReq) error {
+// write queues w and waits for its batch's outcome. The caller that finds
+// no batch in flight writes the batches, each under its own bound and none
+// of the callers' contexts: before, every queued write went under that
+// caller's, and when its role ended (a leadership moved, a replica
+// dropped) the whole queue failed with it and backed off, the first sets
+// of a domain's new leaders too.
+func (b *isrBatcher) write(w *isrWriteReq) error {
 	h := w.r.h
 	b.mu.Lock()
 	b.pending = append(b.pending, w)
@@ -77,7 +89,9 @@ func (b *isrBatcher) write(ctx context.Context, w *isrWriteReq) error {
 		if len(batch) == 0 {
 			break
 		}
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(w.ctx), isrBatchTimeout)
 		h.writeISRs(ctx, batch)
+		cancel()
 	}
 	<-w.done
 	return w.err
@@ -92,6 +106,11 @@ func (b *isrBatcher) take() []*isrWriteReq {
 	var batch, rest []*isrWriteReq
 	seen := map[*replica]bool{}
 	for _, w := range b.pending {
+		if err := w.ctx.Err(); err != nil {
+			w.err = err // its caller is gone (its role ended): not sent
+			close(w.done)
+			continue
+		}
 		if len(batch) < maxISRBatch && !seen[w.r] {
 			seen[w.r] = true
 			batch = append(batch, w)

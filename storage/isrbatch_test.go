@@ -227,3 +227,44 @@ func TestFirstISRsOfOneHostGoTogether(t *testing.T) {
 	require.Len(t, txns[0], 1)
 	require.Len(t, txns[1], shards-1)
 }
+
+// A batch is written for every write queued in it, not under the context
+// of the caller that happens to write the batches: L's leaderships of
+// shards 0 and 1 drop F at once; the write of shard 0 goes first (held in
+// the store) and its caller's context ends while shard 1's waits behind
+// it. Shard 1's set is written all the same. Before, the batch went under
+// the ended context and shard 1's write failed with it.
+func TestISRBatchOutlivesTheCallerWritingIt(t *testing.T) {
+	const shards = 2
+	b := startBatchHost(t, shards)
+	b.assign("L", "F")
+	b.lead(1)
+	require.Eventually(t, func() bool {
+		return len(b.set(0).Replicas) == 2 && len(b.set(1).Replicas) == 2
+	}, 10*time.Second, 10*time.Millisecond, "both leaderships recorded their first set {L, F}")
+	r0, r1 := b.h.get("d", 0), b.h.get("d", 1)
+	require.NotNil(t, r0)
+	require.NotNil(t, r1)
+
+	before := len(b.store.txns())
+	b.store.hold.Store(true)
+	ctx0, cancel0 := context.WithCancel(context.Background())
+	defer cancel0()
+	errs := make(chan error, 2)
+	go func() { errs <- r0.persistISRBatched(ctx0, 1, []string{"L"}) }()
+	require.Eventually(t, func() bool { return len(b.store.txns()) > before },
+		10*time.Second, time.Millisecond, "shard 0's write is in flight")
+	go func() { errs <- r1.persistISRBatched(context.Background(), 1, []string{"L"}) }()
+	b.queued(1, "shard 1's write queued behind shard 0's")
+	cancel0()
+	b.store.free()
+	var failed []error
+	for range 2 {
+		if err := <-errs; err != nil {
+			failed = append(failed, err)
+		}
+	}
+	require.LessOrEqual(t, len(failed), 1, "at most shard 0's own write fails with its context: %v", failed)
+	s := b.set(1)
+	require.Equal(t, []string{"L"}, s.Replicas, "shard 1's set written though the caller writing the batches was gone")
+}
