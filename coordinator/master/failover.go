@@ -2,7 +2,6 @@ package master
 
 import (
 	"context"
-	"maps"
 
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
@@ -76,26 +75,6 @@ func (m *Master) failover(ctx context.Context, names []string) map[string]error 
 		m.leadersChanged(st, u.db, u.next, u.changed)
 	}
 	return failed
-}
-
-// ledSet remembers the databases whose every shard was found led as it
-// should be on a state of the same revisions. The check is a pure function
-// of the state (and of moved nodes, whose databases are never remembered),
-// so on a state no event changed since, it would find the same: the master's
-// resync pass then costs nothing per idle database, where it checked every
-// shard of the cluster each second (32,000 at 1,000 nodes).
-type ledSet struct {
-	revs map[string]int64
-	dbs  map[string]bool
-}
-
-// sync forgets every database when st differs from the state they were
-// checked on (any source applied an event or listed again since).
-func (l *ledSet) sync(st *statemachine.State) {
-	if l.dbs != nil && maps.Equal(l.revs, st.Revisions) {
-		return
-	}
-	l.revs, l.dbs = maps.Clone(st.Revisions), map[string]bool{}
 }
 
 // leadersChanged counts and logs the shards of db whose leader or status a

@@ -1,0 +1,110 @@
+package master
+
+import (
+	"maps"
+	"strings"
+
+	"github.com/cairn-db/cairn/models"
+	"github.com/cairn-db/cairn/statemachine"
+)
+
+// ledSet remembers the databases whose every shard was found led as it
+// should be. The check is a pure function of the state (and of moved nodes,
+// whose databases are never remembered), so a database is checked again
+// only once something it reads changed: its own assignment, states or
+// in-sync sets, or the terms the live nodes' records hold for its shards.
+// What every database reads (a node joining, leaving, moving or fenced off
+// writes, drains, the storage clusters, a re-list) forgets them all. While
+// databases are placed, each placement and node report then costs the
+// master the databases it touched, where any event made it check every
+// shard of the cluster again (32,000 at 1,000 nodes, on every pass).
+type ledSet struct {
+	seen *statemachine.State
+	revs map[string]int64 // seen's revisions, as they were
+	dbs  map[string]bool
+}
+
+// sync forgets the databases whose inputs differ between the state last
+// synced and st.
+func (l *ledSet) sync(st *statemachine.State) {
+	prev, revs := l.seen, l.revs
+	l.seen, l.revs = st, maps.Clone(st.Revisions)
+	switch {
+	case l.dbs == nil || prev == nil:
+		l.dbs = map[string]bool{}
+	case maps.Equal(revs, st.Revisions):
+	case len(l.dbs) == 0:
+	case !l.forgetChanged(prev, revs, st):
+		l.dbs = map[string]bool{}
+	}
+}
+
+// perDatabase: a source whose events concern the databases they name (or
+// none: the failover check does not read database configs nor brokers).
+func perDatabase(src string) bool {
+	switch src {
+	case statemachine.SourceAssign, statemachine.SourceShardState, statemachine.SourceDatabaseConfig,
+		statemachine.SourceBrokers, statemachine.SourceMaster:
+		return true
+	}
+	return strings.HasPrefix(src, statemachine.ClusterNodesSource("")) || strings.HasPrefix(src, statemachine.ClusterISRSource(""))
+}
+
+// forgetChanged forgets the databases whose inputs changed from prev (whose
+// revisions were revs) to st; false when an input of every database did.
+func (l *ledSet) forgetChanged(prev *statemachine.State, revs map[string]int64, st *statemachine.State) bool {
+	for src, rev := range st.Revisions {
+		if revs[src] != rev && !perDatabase(src) {
+			return false
+		}
+	}
+	for src := range revs {
+		if _, ok := st.Revisions[src]; !ok {
+			return false
+		}
+	}
+	if prev.FromBackup != st.FromBackup || !maps.Equal(prev.Synced, st.Synced) || !maps.Equal(prev.ListedFrom, st.ListedFrom) {
+		return false
+	}
+	forget := func(db string) { delete(l.dbs, db) }
+	forgetShard := func(id string) {
+		if db, _, err := models.ParseShardID(id); err == nil {
+			forget(db)
+		}
+	}
+	statemachine.Changed(prev.Assignments, st.Assignments, forget)
+	statemachine.Changed(prev.ShardStates, st.ShardStates, forget)
+	statemachine.Changed(prev.ISR, st.ISR, func(cluster string) {
+		statemachine.Changed(prev.ISR.At(cluster), st.ISR.At(cluster), forgetShard)
+	})
+	wide := false
+	statemachine.Changed(prev.Nodes, st.Nodes, func(cluster string) {
+		was, now := prev.Nodes.At(cluster), st.Nodes.At(cluster)
+		statemachine.Changed(was, now, func(id string) {
+			a, inWas := was.Get(id)
+			b, inNow := now.Get(id)
+			if inWas != inNow || a.NodeAddress != b.NodeAddress || a.Writable() != b.Writable() {
+				wide = true
+				return
+			}
+			termsChanged(a.MaxTerm, b.MaxTerm, forgetShard)
+			termsChanged(a.SeenTerm, b.SeenTerm, forgetShard)
+		})
+	})
+	return !wide
+}
+
+// termsChanged calls changed with each shard id whose term differs between
+// two versions of a node record's terms.
+func termsChanged(was, now map[string]int64, changed func(id string)) {
+	for id, t := range now {
+		if w, ok := was[id]; !ok || w != t {
+			changed(id)
+		}
+	}
+	for id := range was {
+		if _, ok := now[id]; !ok {
+			changed(id)
+		}
+	}
+}

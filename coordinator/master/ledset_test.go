@@ -1,0 +1,92 @@
+package master
+
+import (
+	"maps"
+	"testing"
+
+	"github.com/cairn-db/cairn/models"
+	"github.com/cairn-db/cairn/statemachine"
+	"github.com/stretchr/testify/require"
+)
+
+// TestLedSetForgetsWhatChanged: an event forgets the databases it touched
+// (their states, in-sync sets or the terms a node record holds for their
+// shards) and keeps the others remembered; a node leaving, moving or fenced
+// off writes, or a drain, forgets them all.
+func TestLedSetForgetsWhatChanged(t *testing.T) {
+	const c = "c"
+	node := func(addr string, seen map[string]int64) models.StorageNode {
+		return models.StorageNode{NodeID: "n1", NodeAddress: addr, SeenTerm: seen}
+	}
+	base := &statemachine.State{
+		Assignments: statemachine.MapOf(map[string]models.Assignment{"x": {DB: "x", Cluster: c}, "y": {DB: "y", Cluster: c}}),
+		ShardStates: statemachine.MapOf(map[string]models.ShardStates{"x": {DB: "x"}, "y": {DB: "y"}}),
+		Nodes: statemachine.NestedMapOf(map[string]map[string]models.StorageNode{c: {
+			"n1": node("a:1", map[string]int64{"x/0": 1, "y/0": 1}), "n2": {NodeID: "n2", NodeAddress: "a:2"}}}),
+		ISR:       statemachine.NestedMapOf(map[string]map[string]models.ISR{c: {"x/0": {Term: 1}, "y/0": {Term: 1}}}),
+		Revisions: map[string]int64{statemachine.SourceAssign: 1, statemachine.SourceShardState: 1, statemachine.SourceDrain: 1},
+	}
+	next := func(src string, edit func(st *statemachine.State)) *statemachine.State {
+		st := *base
+		st.Revisions = maps.Clone(base.Revisions)
+		st.Revisions[src]++
+		edit(&st)
+		return &st
+	}
+	for _, tc := range []struct {
+		name   string
+		st     *statemachine.State
+		forgot []string
+	}{
+		{"states of y", next(statemachine.SourceShardState, func(st *statemachine.State) {
+			st.ShardStates = st.ShardStates.Set("y", models.ShardStates{DB: "y", UID: "u"})
+		}), []string{"y"}},
+		{"a new database z", next(statemachine.SourceAssign, func(st *statemachine.State) {
+			st.Assignments = st.Assignments.Set("z", models.Assignment{DB: "z", Cluster: c})
+		}), []string{"z"}},
+		{"in-sync set of x", next(statemachine.ClusterISRSource(c), func(st *statemachine.State) {
+			st.ISR = statemachine.SetIn(st.ISR, c, "x/0", models.ISR{Term: 2})
+		}), []string{"x"}},
+		{"seen term of y in a node record", next(statemachine.ClusterNodesSource(c), func(st *statemachine.State) {
+			st.Nodes = statemachine.SetIn(st.Nodes, c, "n1", node("a:1", map[string]int64{"x/0": 1, "y/0": 2}))
+		}), []string{"y"}},
+		{"a node report that holds no term", next(statemachine.ClusterNodesSource(c), func(st *statemachine.State) {
+			n := node("a:1", map[string]int64{"x/0": 1, "y/0": 1})
+			n.Following = map[string]string{"x/0": "n2"}
+			st.Nodes = statemachine.SetIn(st.Nodes, c, "n1", n)
+		}), nil},
+		{"a node left", next(statemachine.ClusterNodesSource(c), func(st *statemachine.State) {
+			st.Nodes = statemachine.DeleteIn(st.Nodes, c, "n2")
+		}), []string{"x", "y", "z"}},
+		{"a node moved", next(statemachine.ClusterNodesSource(c), func(st *statemachine.State) {
+			st.Nodes = statemachine.SetIn(st.Nodes, c, "n1", node("a:9", map[string]int64{"x/0": 1, "y/0": 1}))
+		}), []string{"x", "y", "z"}},
+		{"a node fenced off writes", next(statemachine.ClusterNodesSource(c), func(st *statemachine.State) {
+			n := node("a:1", map[string]int64{"x/0": 1, "y/0": 1})
+			n.DiskFault = &models.DiskFault{Kind: models.DiskFull}
+			st.Nodes = statemachine.SetIn(st.Nodes, c, "n1", n)
+		}), []string{"x", "y", "z"}},
+		{"a drain", next(statemachine.SourceDrain, func(*statemachine.State) {}), []string{"x", "y", "z"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var l ledSet
+			l.sync(base)
+			for _, db := range []string{"x", "y", "z"} {
+				l.dbs[db] = true
+			}
+			l.sync(tc.st)
+			for _, db := range []string{"x", "y", "z"} {
+				require.Equal(t, !containsStr(tc.forgot, db), l.dbs[db], "%s remembered", db)
+			}
+		})
+	}
+}
+
+func containsStr(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
