@@ -3,6 +3,7 @@ package master
 import (
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 
 	"github.com/cairn-db/cairn/models"
@@ -46,7 +47,8 @@ func (mv *Moves) Observe(st *statemachine.State) map[string][]string {
 		return nil // addresses from the local backup file may be long gone
 	}
 	for cluster, nodes := range st.Nodes.All() {
-		if !st.Synced[statemachine.ClusterNodesSource(cluster)] || sameNodes(mv.seen[cluster], nodes) {
+		prev, seen := mv.seen[cluster]
+		if !st.Synced[statemachine.ClusterNodesSource(cluster)] || (seen && prev.Same(nodes)) {
 			continue
 		}
 		mv.seen[cluster] = nodes
@@ -55,21 +57,38 @@ func (mv *Moves) Observe(st *statemachine.State) map[string][]string {
 			addrs = map[string]string{}
 			mv.addrs[cluster] = addrs
 		}
-		for _, id := range nodes.Keys() {
-			n := nodes.At(id)
-			prev, known := addrs[id]
+		var moved []string
+		note := func(id string) {
+			n, live := nodes.Get(id)
+			if !live {
+				return // gone: its last address is kept for its return
+			}
+			was, known := addrs[id]
 			addrs[id] = n.NodeAddress
-			if !known || prev == n.NodeAddress || n.NodeAddress == "" {
-				continue
+			if !known || was == n.NodeAddress || n.NodeAddress == "" {
+				return
 			}
 			if mv.pending[cluster] == nil {
 				mv.pending[cluster] = map[string]map[string]bool{}
 			}
 			mv.pending[cluster][id] = map[string]bool{}
+			moved = append(moved, id)
+		}
+		// Only the records that changed since the last look: a node record
+		// rewritten (its report) costs its own check, not one per live node
+		// (1,000 of them on every publication while databases are placed).
+		if seen {
+			statemachine.Changed(prev, nodes, note)
+		} else {
+			for id := range nodes.All() {
+				note(id)
+			}
+		}
+		if len(moved) > 0 {
 			if out == nil {
 				out = map[string][]string{}
 			}
-			out[cluster] = append(out[cluster], id)
+			out[cluster] = slices.Compact(slices.Sorted(slices.Values(moved)))
 		}
 		if len(addrs) > maxAddrsPerCluster {
 			for id := range addrs {
@@ -80,23 +99,6 @@ func (mv *Moves) Observe(st *statemachine.State) map[string][]string {
 		}
 	}
 	return out
-}
-
-// sameNodes: the live node maps hold the same addresses (the same map when a
-// state shares it unchanged between publications).
-func sameNodes(a, b statemachine.Map[models.StorageNode]) bool {
-	if a.Len() != b.Len() || a.Len() == 0 {
-		return false
-	}
-	if a.Same(b) {
-		return true
-	}
-	for id, n := range a.All() {
-		if o, ok := b.Get(id); !ok || o.NodeAddress != n.NodeAddress {
-			return false
-		}
-	}
-	return true
 }
 
 // movedFor lists the moved nodes of cluster whose shards of db are not yet
