@@ -102,13 +102,21 @@ func (f *Feed) noteNodes(prev, st *statemachine.State) {
 		return
 	}
 	left, came := false, false
-	for cluster, was := range prev.Nodes.All() {
-		now := st.Nodes.At(cluster)
-		if now.Same(was) {
-			continue
+	note := func(was, now statemachine.Map[models.StorageNode]) func(string) {
+		return func(id string) {
+			w, inWas := was.Get(id)
+			n, inNow := now.Get(id)
+			moved := inWas && inNow && w.NodeAddress != n.NodeAddress
+			left = left || (inWas && !inNow) || moved
+			came = came || (inNow && !inWas) || moved
 		}
-		left = left || !within(was, now)
-		came = came || !within(now, was)
+	}
+	// Only the records that changed since prev are looked at: a node record
+	// rewritten in place (its report) costs its own check, not one per node.
+	for cluster, was := range prev.Nodes.All() {
+		if now := st.Nodes.At(cluster); !now.Same(was) {
+			statemachine.Changed(was, now, note(was, now))
+		}
 	}
 	for cluster, now := range st.Nodes.All() {
 		if !prev.Nodes.Has(cluster) {
@@ -123,16 +131,6 @@ func (f *Feed) noteNodes(prev, st *statemachine.State) {
 		close(f.came)
 		f.came = make(chan struct{})
 	}
-}
-
-// within: every node of a is in b at the same address.
-func within(a, b statemachine.Map[models.StorageNode]) bool {
-	for id, n := range a.All() {
-		if m, ok := b.Get(id); !ok || m.NodeAddress != n.NodeAddress {
-			return false
-		}
-	}
-	return true
 }
 
 // Run compares every new snapshot with the previous one until ctx ends.
@@ -161,19 +159,37 @@ func (f *Feed) step() {
 	}
 	prev := f.seen
 	f.seen = st
+	// The databases whose records changed since prev (all at first): a
+	// snapshot costs the records it changed, not one look per database.
 	var touched []string
-	for name := range st.Assignments.All() {
-		m, _ := markOf(st, name)
-		if old, ok := f.dbs[name]; !ok || old != m {
-			f.dbs[name] = m
-			touched = append(touched, name)
-		}
-	}
-	for name := range f.dbs {
-		if !st.Assignments.Has(name) {
+	look := func(name string) {
+		m, ok := markOf(st, name)
+		old, had := f.dbs[name]
+		switch {
+		case !ok && had:
 			delete(f.dbs, name)
-			touched = append(touched, name)
+		case !ok || (had && old == m):
+			return
+		default:
+			f.dbs[name] = m
 		}
+		touched = append(touched, name)
+	}
+	if prev == nil {
+		for name := range st.Assignments.All() {
+			look(name)
+		}
+	} else {
+		seen := map[string]bool{}
+		once := func(name string) {
+			if !seen[name] {
+				seen[name] = true
+				look(name)
+			}
+		}
+		statemachine.Changed(prev.Assignments, st.Assignments, once)
+		statemachine.Changed(prev.ShardStates, st.ShardStates, once)
+		statemachine.Changed(prev.Databases, st.Databases, once)
 	}
 	for _, name := range touched {
 		nodes := map[string]bool{}
