@@ -153,7 +153,12 @@ type cluster struct {
 	// calm is when the master may have finished its follow-up work on the
 	// membership: every agent registered plus its rebalance delay (it
 	// spreads leaderships once membership has been stable that long).
-	calm time.Time
+	// members moves it on whenever the live set changes after that (an
+	// agent whose lease ran out under load and that registered again): the
+	// master's delay starts over then, and its plan would otherwise run
+	// inside the idle measure.
+	calm    time.Time
+	members *membership
 	// began and shown time the placement's progress lines.
 	began, shown time.Time
 }
@@ -304,6 +309,7 @@ func (c *cluster) start(ctx context.Context, dir string) error {
 		return err
 	}
 	c.calm = time.Now().Add(cfg.RebalanceDelay)
+	c.members = watchMembership(c.sm, "default", cfg.RebalanceDelay)
 	return nil
 }
 
@@ -328,6 +334,9 @@ func (c *cluster) stop() {
 			c.srv.stop()
 		}
 		return
+	}
+	if c.members != nil {
+		c.members.stop()
 	}
 	if c.stopFeed != nil {
 		c.stopFeed()
@@ -463,7 +472,7 @@ func (c *cluster) measure(ctx context.Context) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	fmt.Fprintf(c.p.Progress, "settled after %s; measuring idle for %s\n  agents' etcd and peer requests: %s\n", settled.Round(time.Millisecond), c.p.Idle, c.counts)
+	fmt.Fprintf(c.p.Progress, "settled after %s (%s); measuring idle for %s\n  agents' etcd and peer requests: %s\n", settled.Round(time.Millisecond), c.members, c.p.Idle, c.counts)
 	cpu0, t0 := c.cpuTime(), time.Now()
 	wctx, stopWatch := context.WithCancel(ctx)
 	changes := c.store.Watch(wctx, c.keys.NS+"/", rev0+1)
@@ -524,7 +533,13 @@ func (c *cluster) settle(ctx context.Context, quiet, limit time.Duration) (int64
 		return 0, 0, err
 	}
 	since := time.Now()
-	for time.Since(since) < quiet || time.Now().Before(c.calm.Add(quiet)) {
+	calm := func() time.Time {
+		if c.members == nil {
+			return c.calm
+		}
+		return c.members.calm(c.calm)
+	}
+	for time.Since(since) < quiet || time.Now().Before(calm().Add(quiet)) {
 		if time.Since(start) > limit {
 			return 0, 0, fmt.Errorf("simulate cluster: etcd never stood still for %s within %s", quiet, limit)
 		}
