@@ -75,8 +75,24 @@ func TestLedSetForgetsWhatChanged(t *testing.T) {
 				l.dbs[db] = true
 			}
 			l.sync(tc.st)
+			// The trie's diff may also name keys that share a slot with a
+			// changed one (its seed is random per process): those may be
+			// forgotten too, which only costs a check.
+			shared := map[string]bool{}
+			statemachine.Changed(base.Assignments, tc.st.Assignments, func(db string) { shared[db] = true })
+			statemachine.Changed(base.ShardStates, tc.st.ShardStates, func(db string) { shared[db] = true })
+			statemachine.Changed(base.ISR.At(c), tc.st.ISR.At(c), func(id string) {
+				if db, _, err := models.ParseShardID(id); err == nil {
+					shared[db] = true
+				}
+			})
 			for _, db := range []string{"x", "y", "z"} {
-				require.Equal(t, !containsStr(tc.forgot, db), l.dbs[db], "%s remembered", db)
+				switch {
+				case containsStr(tc.forgot, db):
+					require.False(t, l.dbs[db], "%s forgotten", db)
+				case !shared[db]:
+					require.True(t, l.dbs[db], "%s remembered", db)
+				}
 			}
 		})
 	}
