@@ -23,6 +23,9 @@ type Feed struct {
 	subs map[string][]*feedSub // node id -> its hosts' subscriptions
 	seen *statemachine.State
 	dbs  map[string]dbMark // identity of each database's records in seen
+	// looked counts the databases and node records steps looked at, for
+	// the cost test.
+	looked int
 	// gone is closed (and replaced) when a live node left or changed its
 	// address in any cluster: what ends fetch sessions (Host.watchPeers).
 	// A node record rewritten in place (its report, its disk use) does not
@@ -104,6 +107,7 @@ func (f *Feed) noteNodes(prev, st *statemachine.State) {
 	left, came := false, false
 	note := func(was, now statemachine.Map[models.StorageNode]) func(string) {
 		return func(id string) {
+			f.looked++
 			w, inWas := was.Get(id)
 			n, inNow := now.Get(id)
 			moved := inWas && inNow && w.NodeAddress != n.NodeAddress
@@ -163,6 +167,7 @@ func (f *Feed) step() {
 	// snapshot costs the records it changed, not one look per database.
 	var touched []string
 	look := func(name string) {
+		f.looked++
 		m, ok := markOf(st, name)
 		old, had := f.dbs[name]
 		switch {

@@ -29,6 +29,7 @@ type Moves struct {
 	addrs   map[string]map[string]string          // cluster -> node -> address last seen
 	pending map[string]map[string]map[string]bool // cluster -> moved node -> databases already republished
 	seen    map[string]statemachine.Map[models.StorageNode]
+	looked  int // node records looked at, for the cost test
 }
 
 // NewMoves returns an empty tracker.
@@ -59,6 +60,7 @@ func (mv *Moves) Observe(st *statemachine.State) map[string][]string {
 		}
 		var moved []string
 		note := func(id string) {
+			mv.looked++
 			n, live := nodes.Get(id)
 			if !live {
 				return // gone: its last address is kept for its return
