@@ -42,12 +42,13 @@ func (m *Master) publishStates(ctx context.Context, st *statemachine.State, db s
 // writes every database's states in one txn fenced on the term and guarded
 // by each database's mod revision in st, and releases the locks
 // (publishTxn): two round trips, the second off the publication's path,
-// for many databases where each database took three. A batch refused as a whole (one database's states
-// changed since st, or a lock is held) is tried again without the databases
-// that cannot be published (publishTxnRetry), so only they fail and the
-// others are published. It returns the databases whose
-// publication failed, with why (errChanged: the caller recomputes them on a
-// fresh state; kv.ErrDeposed when the term ended).
+// for many databases where each database took three. A batch refused as a
+// whole (one database's states changed since st, or a lock is held) is
+// tried again without the databases that cannot be published
+// (publishTxnRetry), so only they fail and the others are published. It
+// returns the databases whose publication failed, with why (errChanged:
+// the caller recomputes them on a fresh state; kv.ErrDeposed when the term
+// ended).
 func (m *Master) publishBatch(ctx context.Context, st *statemachine.State, ups []statesUpdate) map[string]error {
 	failed := map[string]error{}
 	var published []string

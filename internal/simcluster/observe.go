@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -230,26 +231,31 @@ func (o *observed) apply(prefix string, ev kv.RawEvent) {
 	}
 }
 
-// state is shard id's state, if its database has one.
-func (o *observed) state(id string) (models.ShardState, bool) {
+// newLeader is shard id's state in states (by database), and whether it is
+// online under a leader not in dead.
+func newLeader(states func(db string) models.ShardStates, dead map[string]bool, id string) (models.ShardState, bool) {
 	db, shard, err := models.ParseShardID(id)
 	if err != nil {
 		return models.ShardState{}, false
 	}
-	for _, s := range o.states[db].Shards {
+	for _, s := range states(db).Shards {
 		if s.ID == shard {
-			return s, true
+			return s, s.Status == models.StatusOnline && !dead[s.Leader]
 		}
 	}
 	return models.ShardState{}, false
 }
 
+func (o *observed) newLeader(id string) (models.ShardState, bool) {
+	return newLeader(func(db string) models.ShardStates { return o.states[db] }, o.dead, id)
+}
+
 // led drops the shards now online under a leader not killed; true once
 // none is left (the shards then wait for their new leaders' sets).
 func (o *observed) led() bool {
-	o.waitLed = deleteFunc(o.waitLed, func(id string) bool {
-		s, ok := o.state(id)
-		return ok && s.Status == models.StatusOnline && !o.dead[s.Leader]
+	o.waitLed = slices.DeleteFunc(o.waitLed, func(id string) bool {
+		_, ok := o.newLeader(id)
+		return ok
 	})
 	if len(o.waitLed) > 0 {
 		return false
@@ -263,25 +269,15 @@ func (o *observed) led() bool {
 // writable drops the shards whose new leader published its in-sync set at
 // its term; true once none is left.
 func (o *observed) writable() bool {
-	o.waitISR = deleteFunc(o.waitISR, func(id string) bool {
-		s, ok := o.state(id)
-		if !ok || s.Status != models.StatusOnline || o.dead[s.Leader] {
+	o.waitISR = slices.DeleteFunc(o.waitISR, func(id string) bool {
+		s, ok := o.newLeader(id)
+		if !ok {
 			return false
 		}
 		set, ok := o.isr[id]
 		return ok && set.Leader == s.Leader && set.Term >= s.Term
 	})
 	return len(o.waitISR) == 0
-}
-
-func deleteFunc(ids []string, drop func(string) bool) []string {
-	out := ids[:0]
-	for _, id := range ids {
-		if !drop(id) {
-			out = append(out, id)
-		}
-	}
-	return out
 }
 
 // observer is the observer process as the simulation runs it.

@@ -653,19 +653,20 @@ func (c *cluster) kill(ctx context.Context) (failover, error) {
 	// their roles) shows every new leader: its lag is the agents' too.
 	agentsSaw := make(chan time.Time, 1)
 	sctx, stopSeen := context.WithCancel(ctx)
-	defer stopSeen()
+	seenDone := make(chan struct{})
+	defer func() { stopSeen(); <-seenDone }()
+	dead := map[string]bool{}
+	for _, id := range w.Dead {
+		dead[id] = true
+	}
 	go func() {
+		defer close(seenDone)
 		wait := slices.Clone(w.Shards)
 		for len(wait) > 0 {
 			st := c.sm.Snapshot()
 			wait = slices.DeleteFunc(wait, func(id string) bool {
-				db, shard, _ := models.ParseShardID(id)
-				for _, s := range st.ShardStates.At(db).Shards {
-					if s.ID == shard {
-						return s.Status == models.StatusOnline && !slices.Contains(w.Dead, s.Leader)
-					}
-				}
-				return false
+				_, ok := newLeader(st.ShardStates.At, dead, id)
+				return ok
 			})
 			if len(wait) > 0 && sleep(sctx, 20*time.Millisecond) != nil {
 				return
