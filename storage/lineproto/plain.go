@@ -185,11 +185,56 @@ func plainValue(pt *Point, v []byte) bool {
 		}
 		pt.Type, pt.Int, pt.Value = models.FieldUnsigned, int64(n), float64(n)
 	default:
-		f, err := strconv.ParseFloat(num, 64)
-		if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
-			return false
+		f, ok := shortDecimal(v)
+		if !ok {
+			var err error
+			if f, err = strconv.ParseFloat(num, 64); err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
+				return false
+			}
 		}
 		pt.Value = f
 	}
 	return true
+}
+
+// exactPow10 holds the powers of ten a float64 holds exactly.
+var exactPow10 = [...]float64{1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15}
+
+// shortDecimal reads v when it is a short plain decimal: an optional '-',
+// at most 15 digits with at most one '.' among or around them, and no
+// exponent (what agents and load generators mostly send, "12.75"). Its
+// digits then make an integer below 2^53 and its fraction a power of ten
+// up to 1e15, both exact in a float64, so their quotient is v correctly
+// rounded, bit for bit what strconv.ParseFloat returns (the fast path it
+// takes itself after scanning for every other form of a number, which
+// cost a write up to 4 % of its CPU). Anything else is left to ParseFloat.
+func shortDecimal(v []byte) (float64, bool) {
+	i, neg := 0, false
+	if v[0] == '-' {
+		i, neg = 1, true
+	}
+	var mant uint64
+	digits, point := 0, -1 // point: the digits before the '.', -1 without one
+	for ; i < len(v); i++ {
+		switch c := v[i]; {
+		case c >= '0' && c <= '9':
+			mant = mant*10 + uint64(c-'0')
+			digits++
+		case c == '.' && point < 0:
+			point = digits
+		default:
+			return 0, false
+		}
+	}
+	if digits == 0 || digits > 15 {
+		return 0, false
+	}
+	f := float64(mant)
+	if point >= 0 {
+		f /= exactPow10[digits-point]
+	}
+	if neg {
+		f = -f
+	}
+	return f, true
 }

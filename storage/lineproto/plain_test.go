@@ -1,7 +1,9 @@
 package lineproto
 
 import (
+	"math"
 	"math/rand/v2"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -177,4 +179,60 @@ func FuzzPlainAgrees(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte, maxPoints int) {
 		plainAgrees(t, body, Options{Precision: "ns", Now: now, MaxPoints: max(maxPoints%8, 0)})
 	})
+}
+
+// TestShortDecimalIsParseFloat: what shortDecimal reads it reads bit for
+// bit as strconv.ParseFloat does, and what it leaves is every other form.
+func TestShortDecimalIsParseFloat(t *testing.T) {
+	for _, s := range []string{
+		"0", "-0", "1", "12.75", "-12.75", "0.1", "-0.3", "1.", ".5", "-.5", "007.5",
+		"999999999999999", "99999999999999.9", ".000000000000001", "123456789012345",
+		"0.3000000000000", "900719925474.993",
+	} {
+		want, err := strconv.ParseFloat(s, 64)
+		require.NoError(t, err, s)
+		got, ok := shortDecimal([]byte(s))
+		require.True(t, ok, s)
+		require.Equal(t, math.Float64bits(want), math.Float64bits(got), s)
+	}
+	for _, s := range []string{
+		"", "-", ".", "-.", "1.2.3", "1e3", "1E3", "0x10", "1_000", "inf", "NaN", "+1",
+		"1234567890123456", "0.0000000000000001", "9007199254740.993", "--1", "1-",
+	} {
+		if s == "" {
+			continue // plainValue never hands it an empty value
+		}
+		_, ok := shortDecimal([]byte(s))
+		require.False(t, ok, s)
+	}
+}
+
+// FuzzShortDecimal: shortDecimal never reads a value ParseFloat refuses or
+// reads differently.
+func FuzzShortDecimal(f *testing.F) {
+	for _, s := range []string{"12.75", "-0", ".5", "1.", "999999999999999", "0.1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if s == "" {
+			return
+		}
+		got, ok := shortDecimal([]byte(s))
+		if !ok {
+			return
+		}
+		want, err := strconv.ParseFloat(s, 64)
+		require.NoError(t, err, "%q", s)
+		require.Equal(t, math.Float64bits(want), math.Float64bits(got), "%q", s)
+	})
+}
+
+func BenchmarkPlainValueFloat(b *testing.B) {
+	values := [][]byte{[]byte("12.75"), []byte("998.5"), []byte("0.25"), []byte("431")}
+	var pt Point
+	for i := 0; b.Loop(); i++ {
+		if !plainValue(&pt, values[i%len(values)]) {
+			b.Fatal("refused")
+		}
+	}
 }
