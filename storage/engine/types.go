@@ -147,21 +147,31 @@ func (ft *fieldTypes) allKnownLocked(points []lineproto.Point) bool {
 
 // fieldCursor looks up the types of a batch's fields in order: one look-up
 // of the metric per run of points that share it (a line's fields), one of
-// the field per point.
+// the field per point unless it is the field the point before found (a
+// batch of one field looked its type up for every point: 1 % of a write's
+// CPU at +160k series, issue 21).
 type fieldCursor struct {
 	metric string
 	fields map[string]models.FieldType
+	// field was found in fields with type typ.
+	field string
+	typ   models.FieldType
 }
 
 func (c *fieldCursor) typeOf(m map[string]map[string]models.FieldType, p *lineproto.Point) (models.FieldType, bool) {
+	if c.fields != nil && p.Metric == c.metric && p.Field == c.field {
+		return c.typ, true
+	}
 	if c.fields == nil || p.Metric != c.metric {
 		c.metric, c.fields = p.Metric, m[p.Metric]
 	}
 	t, ok := c.fields[p.Field]
 	if !ok {
 		c.fields = nil // a claim (setLocked) may create the metric's map
+		return t, false
 	}
-	return t, ok
+	c.field, c.typ = p.Field, t
+	return t, true
 }
 
 // AdmitTypes is Shard's.

@@ -178,6 +178,26 @@ func TestAdmitTypes(t *testing.T) {
 	require.Equal(t, 1, refused)
 }
 
+// TestAdmitTypesFieldOfAnotherMetric: a field name repeated from the point
+// before, under another measurement, is that measurement's field, with a
+// type of its own (the field types' cursor remembers the last field found).
+func TestAdmitTypesFieldOfAnotherMetric(t *testing.T) {
+	_, s := openShardAt(t, t.TempDir(), manual...)
+	apply(t, s, 1, pt("a", "h=a", "v", 1, 1), typed("b", "h=a", "v", 1, models.FieldInteger, 1, ""))
+	batch := []lineproto.Point{
+		pt("a", "h=b", "v", 2, 2),
+		pt("b", "h=b", "v", 2, 2), // b's v is an integer
+		typed("b", "h=b", "v", 3, models.FieldInteger, 3, ""),
+		typed("a", "h=b", "v", 3, models.FieldInteger, 3, ""), // a's v is a float
+		pt("a", "h=b", "v", 4, 4),
+		pt("c", "h=b", "v", 4, 4), // new: claimed a float
+		typed("c", "h=b", "v", 5, models.FieldInteger, 5, ""),
+	}
+	kept, refused, _ := s.AdmitTypes(batch)
+	require.Equal(t, 3, refused)
+	require.Equal(t, []lineproto.Point{batch[0], batch[2], batch[4], batch[5]}, kept)
+}
+
 // TestTypedBlocks: a block of each non-float type round-trips its exact
 // 64-bit values (extremes, steps, repeats), says its type, and a torn or
 // altered one never decodes.
