@@ -236,7 +236,8 @@ func simulateCluster(args []string, stdout, stderr io.Writer) int {
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: cairn simulate cluster --nodes N --databases D --shards P --replicas R [--idle DUR --kill K --domains D --kill-domain]")
 		fmt.Fprintln(stderr, "Runs etcd, the master and a broker (this binary, in a child process) and N in-process storage agents, and prints one JSON object")
-		fmt.Fprintln(stderr, "(idle_cpu_cores, rss_mib and goroutines count both processes):")
+		fmt.Fprintln(stderr, "(idle_cpu_cores, rss_mib and goroutines count both processes). A run that fails keeps its directory and names it:")
+		fmt.Fprintln(stderr, "server.log (the etcd,master,broker process), agents.log (the agents' warnings), unled.txt (shards not online under a live leader, with their in-sync sets).")
 		fmt.Fprintln(stderr, `{"nodes","replicas","place_ms","idle_etcd_revisions_per_s","idle_cpu_cores","idle_cpu_ms_per_node_per_s","rss_mib","goroutines","failover_ms","failover_writable_ms","failover_shards","domains_per_shard"} (domains_per_shard with --domains)`)
 		fs.PrintDefaults()
 	}

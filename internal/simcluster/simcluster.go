@@ -36,6 +36,7 @@ import (
 	"github.com/cairn-db/cairn/storage"
 	"github.com/gin-gonic/gin"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 // ErrInvalidParams means the simulation was asked for something impossible.
@@ -128,20 +129,23 @@ type Result struct {
 
 // cluster is a running simulation.
 type cluster struct {
-	p        Params
-	lg       *zap.Logger
-	srv      *server // the etcd,master,broker process
-	store    *kv.EtcdStore
-	sm       *statemachine.Manager // the agents' shared local state store
-	feed     *storage.Feed
-	stopFeed context.CancelFunc
-	feedDone chan struct{}
-	keys     models.Keys
-	ck       models.ClusterKeys
-	api      string
-	etcd     string // the etcd,master,broker process's etcd client URL
-	agents   []*agent
-	zoneOf   map[string]string // agent id -> its zone (with Domains)
+	p  Params
+	lg *zap.Logger
+	// agentsLog is lg's file, closed once the agents stopped (not when
+	// their stop timed out: they may still log as the process exits).
+	agentsLog io.Closer
+	srv       *server // the etcd,master,broker process
+	store     *kv.EtcdStore
+	sm        *statemachine.Manager // the agents' shared local state store
+	feed      *storage.Feed
+	stopFeed  context.CancelFunc
+	feedDone  chan struct{}
+	keys      models.Keys
+	ck        models.ClusterKeys
+	api       string
+	etcd      string // the etcd,master,broker process's etcd client URL
+	agents    []*agent
+	zoneOf    map[string]string // agent id -> its zone (with Domains)
 	// stores are the agents' etcd clients, one per agentsPerClient agents:
 	// each real node has its own, and one client's single lease keep-alive
 	// stream would serialise every agent's renewals.
@@ -179,9 +183,40 @@ func Run(ctx context.Context, p Params) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	defer os.RemoveAll(dir)
-	c := &cluster{p: p, lg: zap.NewNop(), zoneOf: map[string]string{}}
+	// The agents' warnings and errors (a lease lost, a failover refused)
+	// go to a file in the run's directory, kept when the run fails.
+	agentsLog, err := os.Create(filepath.Join(dir, "agents.log"))
+	if err != nil {
+		return Result{}, err
+	}
+	lg := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.Lock(agentsLog), zap.WarnLevel))
+	c := &cluster{p: p, lg: lg, agentsLog: agentsLog, zoneOf: map[string]string{}}
+	res, err := c.run(ctx, dir)
+	if err != nil {
+		// The run's logs and what was left un-led are what explains a
+		// failure: the directory is kept and named.
+		err = fmt.Errorf("%w (run directory kept: %s)", err, dir)
+		fmt.Fprintf(p.Progress, "run directory kept: %s\n", dir)
+		return res, err
+	}
+	_ = os.RemoveAll(dir)
+	return res, nil
+}
+
+// run starts the cluster and measures it; on an error it writes what
+// explains it into dir before the cluster stops.
+func (c *cluster) run(ctx context.Context, dir string) (res Result, err error) {
 	defer c.stop() // also after a start that failed half-way
+	defer func() {
+		if err == nil {
+			return
+		}
+		if n, derr := c.dumpUnled(dir); derr != nil {
+			fmt.Fprintf(c.p.Progress, "listing the un-led shards: %v\n", derr)
+		} else if n > 0 {
+			fmt.Fprintf(c.p.Progress, "%d shards not online under a live leader: %s\n", n, filepath.Join(dir, unledFile))
+		}
+	}()
 	if err := c.start(ctx, dir); err != nil {
 		return Result{}, err
 	}
@@ -357,6 +392,7 @@ func (c *cluster) stop() {
 	if c.srv != nil {
 		c.srv.stop()
 	}
+	_ = c.agentsLog.Close()
 }
 
 // until polls cond every 20ms for up to limit.

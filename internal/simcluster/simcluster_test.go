@@ -79,10 +79,20 @@ func TestSimulateCancelledStopsTheServer(t *testing.T) {
 	require.ErrorIs(t, syscall.Kill(pid, 0), syscall.ESRCH, "the etcd,master,broker process %d is gone", pid)
 }
 
-// A binary that is not cairn fails the run with its exit, at once.
+// A binary that is not cairn fails the run with its exit, at once. A run
+// that fails keeps its directory (the server's and the agents' logs) and
+// names it.
 func TestSimulateServerThatExits(t *testing.T) {
-	_, err := simcluster.Run(context.Background(), simcluster.Params{Nodes: 3, Databases: 1, Shards: 1, Replicas: 1, Binary: "/bin/false"})
+	var progress lines
+	_, err := simcluster.Run(context.Background(), simcluster.Params{Nodes: 3, Databases: 1, Shards: 1, Replicas: 1, Binary: "/bin/false", Progress: &progress})
 	require.ErrorContains(t, err, "exited before it was ready")
+	m := regexp.MustCompile(`run directory kept: (\S+)\)`).FindStringSubmatch(err.Error())
+	require.NotNil(t, m, "the error names the kept run directory: %v", err)
+	t.Cleanup(func() { _ = os.RemoveAll(m[1]) })
+	require.Contains(t, progress.String(), "run directory kept: "+m[1])
+	for _, f := range []string{"server.log", "agents.log"} {
+		require.FileExists(t, filepath.Join(m[1], f))
+	}
 }
 
 // lines collects progress lines; onLine sees each as it is written.
