@@ -30,7 +30,8 @@ type isrView struct {
 // live), when it has not fetched for the window (a dead or frozen process
 // whose lease still runs: this is what catches it with no writes arriving),
 // or when it has stopped catching up for the window. A follower whose batched
-// fetch is parked at the leader is fetching now. A follower joins when it
+// fetch is parked at the leader is fetching now, and caught up now when it
+// has confirmed our last entry. A follower joins when it
 // is live, assigned and caught up within half the window, and holds every
 // acknowledged entry (acked >= committed); one that is caught up but lacks
 // some is returned in join instead: acknowledgements wait for it (so the
@@ -56,7 +57,15 @@ func decideISR(now time.Time, v isrView) (drop, add, join []string) {
 		if n == v.self || slices.Contains(v.isr, n) || !v.live(n) {
 			continue
 		}
-		if c := v.caught[n]; !c.IsZero() && now.Sub(c) < v.window/2 && (v.parked[n] > 0 || now.Sub(v.fetched[n]) < v.window/2) {
+		c := v.caught[n]
+		if v.parked[n] > 0 && v.acked[n] >= v.last {
+			// Parked here with everything we have (an append would have
+			// woken it): caught up now. An idle poll parks for up to
+			// maxFetchWait, and a follower back from a lease blip waited
+			// that long to rejoin, the set being us alone meanwhile.
+			c = now
+		}
+		if !c.IsZero() && now.Sub(c) < v.window/2 && (v.parked[n] > 0 || now.Sub(v.fetched[n]) < v.window/2) {
 			if v.acked[n] >= v.committed {
 				add = append(add, n)
 			} else {

@@ -1,0 +1,17 @@
+package storage
+
+// ParkedFetches counts the batched fetches parked on this host's replicas
+// now, as their leaders' in-sync upkeep counts them.
+func (h *Host) ParkedFetches() int {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	n := 0
+	for _, r := range h.replicas {
+		r.mu.Lock()
+		for _, p := range r.ls.parked {
+			n += p
+		}
+		r.mu.Unlock()
+	}
+	return n
+}
