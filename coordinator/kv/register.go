@@ -289,8 +289,11 @@ func holdRegistration(ctx context.Context, store Store, s *Session, reg Registra
 		case <-verify:
 			kvp, err := store.Get(ctx, reg.Key)
 			if err == nil && (kvp == nil || kvp.ModRev != rev) {
-				lg.Warn("registration record changed by another writer; registering again")
-				return
+				if !ownWrite(kvp, s) {
+					lg.Warn("registration record changed by another writer; registering again")
+					return
+				}
+				rev, last = kvp.ModRev, kvp.Value
 			}
 			continue
 		}
@@ -308,8 +311,20 @@ func holdRegistration(ctx context.Context, store Store, s *Session, reg Registra
 		case err != nil:
 			lg.Debug("refresh failed", zap.Error(err)) // the next tick looks again
 		case !ok:
-			lg.Warn("registration record changed by another writer; registering again")
-			return
+			// A rewrite whose answer was lost (a timeout on a loaded etcd)
+			// may have been applied: the record is then ours, on our lease,
+			// at a revision we never heard of. Registering again would
+			// revoke the lease (peers see the node leave and come back, the
+			// master moves its leaderships) for a write of our own.
+			kvp, err := store.Get(ctx, reg.Key)
+			if err != nil {
+				continue // the next tick compares again
+			}
+			if !ownWrite(kvp, s) {
+				lg.Warn("registration record changed by another writer; registering again")
+				return
+			}
+			rev, last = kvp.ModRev, kvp.Value
 		default:
 			rev, last = next, v
 			if reg.MaxRefresh > reg.Refresh {
@@ -356,4 +371,10 @@ func AwaitFree(ctx context.Context, store Store, key string, owner func([]byte) 
 		case <-t.C:
 		}
 	}
+}
+
+// ownWrite: the record read is on the session's lease, so this registration
+// wrote it (a lease is one session's own), whatever revision it is at.
+func ownWrite(kvp *KeyValue, s *Session) bool {
+	return kvp != nil && kvp.Lease == s.Lease()
 }
