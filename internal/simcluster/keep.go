@@ -18,7 +18,8 @@ const unledFile = "unled.txt"
 
 // dumpUnled writes unledFile into dir: every shard of the master's
 // published state that is not online under a node with a live record,
-// with the in-sync set etcd holds for it. It returns how many it wrote.
+// with the in-sync set etcd holds for it (when etcd answers). It returns
+// how many it wrote.
 func (c *cluster) dumpUnled(dir string) (int, error) {
 	if c.sm == nil || c.store == nil {
 		return 0, nil
@@ -27,13 +28,16 @@ func (c *cluster) dumpUnled(dir string) (int, error) {
 	live := st.Nodes.At("default")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	isrs, _, err := c.store.List(ctx, c.ck.ISRPrefix())
-	if err != nil {
-		return 0, err
-	}
+	// A loaded etcd may not answer: the shards are listed all the same,
+	// from the agents' state store, with their sets unknown.
 	isrOf := map[string]string{}
+	isrs, _, err := c.store.List(ctx, c.ck.ISRPrefix())
 	for _, kv := range isrs {
 		isrOf[strings.TrimPrefix(kv.Key, c.ck.ISRPrefix())] = string(kv.Value)
+	}
+	unknown := ""
+	if err != nil {
+		unknown = fmt.Sprintf(" (in-sync sets unknown: %v)", err)
 	}
 	var lines []string
 	for db, ss := range st.ShardStates.All() {
@@ -47,6 +51,6 @@ func (c *cluster) dumpUnled(dir string) (int, error) {
 		}
 	}
 	sort.Strings(lines)
-	body := fmt.Sprintf("%d shards not online under a live leader (%d live nodes)\n%s\n", len(lines), live.Len(), strings.Join(lines, "\n"))
+	body := fmt.Sprintf("%d shards not online under a live leader (%d live nodes)%s\n%s\n", len(lines), live.Len(), unknown, strings.Join(lines, "\n"))
 	return len(lines), os.WriteFile(filepath.Join(dir, unledFile), []byte(body), 0o644)
 }

@@ -77,6 +77,13 @@ func TestSimulateCancelledStopsTheServer(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 	pid := progress.serverPID(t)
 	require.ErrorIs(t, syscall.Kill(pid, 0), syscall.ESRCH, "the etcd,master,broker process %d is gone", pid)
+	// What it left un-led is listed (nothing was placed yet).
+	m := regexp.MustCompile(`run directory kept: (\S+)\)`).FindStringSubmatch(err.Error())
+	require.NotNil(t, m, "the error names the kept run directory: %v", err)
+	t.Cleanup(func() { _ = os.RemoveAll(m[1]) })
+	unled, rerr := os.ReadFile(filepath.Join(m[1], "unled.txt"))
+	require.NoError(t, rerr)
+	require.True(t, strings.HasPrefix(string(unled), "0 shards not online under a live leader"), "%s", unled)
 }
 
 // A binary that is not cairn fails the run with its exit, at once. A run
