@@ -31,22 +31,32 @@ func PlaceSpread(c Cluster) (Plan, error) { return spreadPlan(c, counts{}) }
 // spreadPlan is PlaceSpread of c next to shards outside c that stay where
 // they are and only count: others are their replicas and leaders per node.
 func spreadPlan(c Cluster, others counts) (Plan, error) {
-	sp, err := newSpread(c)
+	sp, err := planSpread(c, others)
 	if err != nil {
 		return Plan{}, err
 	}
+	return planFor(c, sp.target()), nil
+}
+
+// planSpread is the planner once it has decided every shard's replicas and
+// leader.
+func planSpread(c Cluster, others counts) (*spreadPlanner, error) {
+	sp, err := newSpread(c)
+	if err != nil {
+		return nil, err
+	}
 	sp.count(others)
 	if err := sp.targets(); err != nil {
-		return Plan{}, err
+		return nil, err
 	}
 	sp.balanceTargets()
 	for _, d := range sp.dbs {
 		if err := sp.assign(d); err != nil {
-			return Plan{}, err
+			return nil, err
 		}
 	}
 	sp.leaders()
-	return planFor(c, sp.target()), nil
+	return sp, nil
 }
 
 const eps = 1e-9
@@ -68,6 +78,10 @@ type spreadPlanner struct {
 	// databases filled so far in this plan (see leadNeed).
 	fillLead []int
 	fillIdl  []float64
+	// hops and search: shift's search state, one hop per node.
+	hops   []hop
+	search int
+	looked int // nodes and shards shift looked at, for the cost test
 }
 
 type spreadDB struct {

@@ -1,6 +1,7 @@
 package placement
 
 import (
+	"maps"
 	"math"
 	"slices"
 )
@@ -62,43 +63,23 @@ func (sp *spreadPlanner) leaders() {
 }
 
 // level brings every node's count (of leaderships in dbs) within [lo, hi]
-// by chains of hand-overs, where such chains exist. A chain starts at a
-// node leading a shard of dbs and ends at a replica of one, so only those
-// are tried: placing one database on a large cluster whose totals are
-// uneven then costs that database's shards, not a failed search from every
-// node for every node.
+// by chains of hand-overs, where such chains exist: first off each node
+// above its ceiling onto nodes below theirs (a search forward from it),
+// then onto the nodes below their floor from nodes above theirs, by one
+// search back from all those below at once (pull): a phase ends with the
+// first search that finds none, so a node no chain reaches costs nothing
+// more. That phase used to search from every leading node for each node
+// below its floor, nearly all in vain when the totals of a large cluster
+// were uneven: O(nodes x nodes x shards of dbs) per batch.
 func (sp *spreadPlanner) level(dbs []*spreadDB, bounded bool, count func(int32) int, lo, hi func(int32) int) {
-	holds := map[int32]bool{} // replicas of a shard of dbs: the only possible ends
-	for _, d := range dbs {
-		for i := range d.shards {
-			for _, v := range d.shards[i].tgt {
-				holds[v] = true
-			}
-		}
-	}
 	led := indexLeaders(dbs)
-	leads := func(v int32) bool { return len(led[v]) > 0 }
-	n := int32(len(sp.ids))
-	for v := range n {
-		for count(v) > hi(v) && leads(v) && sp.shift(v, led, bounded, func(y int32) bool { return count(y) < hi(y) }) {
+	on := replicasOf(dbs)
+	nodes := slices.Sorted(maps.Keys(on))
+	for _, v := range nodes {
+		for count(v) > hi(v) && sp.shift(v, led, bounded, func(y int32) bool { return count(y) < hi(y) }) {
 		}
 	}
-	for v := range n {
-		if !holds[v] {
-			continue
-		}
-		for count(v) < lo(v) {
-			moved := false
-			for _, x := range led.nodes() {
-				if x != v && count(x) > lo(x) && sp.shift(x, led, bounded, func(y int32) bool { return y == v }) {
-					moved = true
-					break
-				}
-			}
-			if !moved {
-				break
-			}
-		}
+	for sp.pull(led, on, nodes, bounded, func(x int32) bool { return count(x) > lo(x) }, func(y int32) bool { return count(y) < lo(y) }) {
 	}
 }
 
@@ -130,16 +111,22 @@ func indexLeaders(dbs []*spreadDB) leaderIndex {
 	return led
 }
 
-// nodes are the nodes leading a shard, in node order.
-func (led leaderIndex) nodes() []int32 {
-	out := make([]int32, 0, len(led))
-	for v, refs := range led {
-		if v >= 0 && len(refs) > 0 {
-			out = append(out, v)
+// replicasOf are the shards of dbs by replica, in the order of the
+// databases and their shards: the only nodes that lead one of them now or
+// after any hand-over.
+func replicasOf(dbs []*spreadDB) map[int32][]ledRef {
+	on := map[int32][]ledRef{}
+	pos := 0
+	for _, d := range dbs {
+		for i := range d.shards {
+			s := &d.shards[i]
+			for _, v := range s.tgt {
+				on[v] = append(on[v], ledRef{d, s, pos})
+			}
+			pos++
 		}
 	}
-	slices.Sort(out)
-	return out
+	return on
 }
 
 // move notes that r's shard is now led by to (it was led by from).
@@ -153,40 +140,41 @@ func (led leaderIndex) move(r ledRef, from, to int32) {
 	led[to] = slices.Insert(dst, i, r)
 }
 
-// shift moves one leadership off start along a shortest chain of hand-overs
-// (each passes a shard of the leveled databases, led as indexed in led, from
-// its leader to another of its replicas) to a node accepted by done. bounded
-// keeps every node's count of each database within its bounds: a node in
-// the middle of the chain that receives and gives in one database keeps its
-// count there.
-func (sp *spreadPlanner) shift(start int32, led leaderIndex, bounded bool, done func(int32) bool) bool {
-	type hop struct {
-		via  ledRef
-		from int32
+// shift moves one leadership off start along a shortest chain of hand-overs (each passes a shard of the leveled
+// databases, led as indexed in led, from its leader to another of its
+// replicas) to a node accepted by to. bounded keeps every node's count of
+// each database within its bounds: a node in the middle of the chain that
+// receives and gives in one database keeps its count there.
+func (sp *spreadPlanner) shift(start int32, led leaderIndex, bounded bool, to func(int32) bool) bool {
+	sp.search++
+	if sp.hops == nil {
+		sp.hops = make([]hop, len(sp.ids))
 	}
-	seen := map[int32]hop{start: {}}
+	seen := func(x int32) bool { return sp.hops[x].search == sp.search }
 	canGive := func(x int32, d *spreadDB) bool {
-		in := seen[x].via.d
-		if !bounded || (x != start && in == d) {
+		h := sp.hops[x]
+		if !bounded || (!h.start && h.via.d == d) {
 			return true
 		}
-		return d.leads[x]-1 >= d.leadLo(x) && (x == start || in.leads[x]+1 <= in.leadHi(x))
+		return d.leads[x]-1 >= d.leadLo(x) && (h.start || h.via.d.leads[x]+1 <= h.via.d.leadHi(x))
 	}
+	sp.hops[start] = hop{search: sp.search, start: true}
 	queue := []int32{start}
 	for head := 0; head < len(queue); head++ {
 		x := queue[head]
 		for _, r := range led[x] {
+			sp.looked++
 			if !canGive(x, r.d) {
 				continue
 			}
 			for _, y := range r.s.tgt {
-				if _, ok := seen[y]; ok {
+				if seen(y) {
 					continue
 				}
-				seen[y] = hop{r, x}
-				if done(y) && (!bounded || r.d.leads[y]+1 <= r.d.leadHi(y)) {
-					for z := y; z != start; z = seen[z].from {
-						h := seen[z]
+				sp.hops[y] = hop{search: sp.search, via: r, from: x}
+				if to(y) && (!bounded || r.d.leads[y]+1 <= r.d.leadHi(y)) {
+					for z := y; !sp.hops[z].start; z = sp.hops[z].from {
+						h := sp.hops[z]
 						led.move(h.via, h.from, z)
 						sp.moveLeader(h.via.d, h.via.s, z)
 					}
@@ -197,6 +185,70 @@ func (sp *spreadPlanner) shift(start int32, led leaderIndex, bounded bool, done 
 		}
 	}
 	return false
+}
+
+// pull is shift searched backwards: from every node of ends (the replicas
+// of led's shards) accepted by to at once, over the shards each node is a
+// replica of (on) back to their leaders, until one is accepted by from. One
+// search answers for every node short of leaderships, and costs the chains
+// to them, not those from the many nodes that have some to spare.
+func (sp *spreadPlanner) pull(led leaderIndex, on map[int32][]ledRef, ends []int32, bounded bool, from, to func(int32) bool) bool {
+	sp.search++
+	if sp.hops == nil {
+		sp.hops = make([]hop, len(sp.ids))
+	}
+	// Whether y may receive a shard of d: as an end, within its bound of
+	// d; in the middle of the chain, as shift's canGive sees it.
+	canTake := func(y int32, d *spreadDB) bool {
+		h := sp.hops[y]
+		if !bounded || (!h.start && h.via.d == d) {
+			return true
+		}
+		if h.start {
+			return d.leads[y]+1 <= d.leadHi(y)
+		}
+		return h.via.d.leads[y]-1 >= h.via.d.leadLo(y) && d.leads[y]+1 <= d.leadHi(y)
+	}
+	var queue []int32
+	for _, y := range ends {
+		sp.looked++
+		if to(y) {
+			sp.hops[y] = hop{search: sp.search, start: true}
+			queue = append(queue, y)
+		}
+	}
+	for head := 0; head < len(queue); head++ {
+		y := queue[head]
+		for _, r := range on[y] {
+			sp.looked++
+			x := r.s.leader
+			if x < 0 || x == y || sp.hops[x].search == sp.search || !canTake(y, r.d) {
+				continue
+			}
+			sp.hops[x] = hop{search: sp.search, via: r, from: y}
+			if from(x) && (!bounded || r.d.leads[x]-1 >= r.d.leadLo(x)) {
+				for z := x; !sp.hops[z].start; z = sp.hops[z].from {
+					h := sp.hops[z]
+					led.move(h.via, z, h.from)
+					sp.moveLeader(h.via.d, h.via.s, h.from)
+				}
+				return true
+			}
+			queue = append(queue, x)
+		}
+	}
+	return false
+}
+
+// hop is how a search of shift reached a node: as a start, or by the shard
+// via handed over from the node from (for pull: via handed over to from).
+// search tells the current search's hops from older ones, so the planner
+// keeps one per node for all searches.
+type hop struct {
+	search int
+	start  bool
+	via    ledRef
+	from   int32
 }
 
 // leadShare is v's share of d's leaderships: in proportion to the replicas
