@@ -61,19 +61,7 @@ func BenchmarkSpreadPlaceNewDBUneven1000(b *testing.B) { benchPlaceNewDBLed(b, 1
 // the total moves leaderships off most nodes (as after the nodes' leases
 // came back from a storm).
 func benchRebalanceUneven(b *testing.B, n int) {
-	c := Cluster{Nodes: zoned(n, 3), Shards: map[ShardKey]ShardPlacement{}, Want: map[ShardKey]int{}}
-	for d := range n {
-		for s := range 32 {
-			c.Want[ShardKey{fmt.Sprintf("db%05d", d), s}] = 3
-		}
-	}
-	plan, err := PlaceSpreadNew(c, c.Want)
-	require.NoError(b, err)
-	c.Shards = plan.Target
-	for k, p := range c.Shards {
-		p.Leader = slices.Min(p.Replicas)
-		c.Shards[k] = p
-	}
+	c := unevenCluster(b, n, n)
 	for b.Loop() {
 		_, err := PlaceSpread(c)
 		require.NoError(b, err)
@@ -82,3 +70,24 @@ func benchRebalanceUneven(b *testing.B, n int) {
 
 func BenchmarkSpreadRebalanceUneven300(b *testing.B)  { benchRebalanceUneven(b, 300) }
 func BenchmarkSpreadRebalanceUneven1000(b *testing.B) { benchRebalanceUneven(b, 1000) }
+
+// unevenCluster is n nodes in 3 zones holding dbs databases of 32 shards x
+// RF 3, placed by the spread sharder, whose every shard is led by its
+// smallest replica id: the totals of leaderships uneven, as after the
+// nodes' leases came back from a storm or while a cluster fills up.
+func unevenCluster(tb testing.TB, n, dbs int) Cluster {
+	c := Cluster{Nodes: zoned(n, 3), Shards: map[ShardKey]ShardPlacement{}, Want: map[ShardKey]int{}}
+	for d := range dbs {
+		for s := range 32 {
+			c.Want[ShardKey{fmt.Sprintf("db%05d", d), s}] = 3
+		}
+	}
+	plan, err := PlaceSpreadNew(c, c.Want)
+	require.NoError(tb, err)
+	c.Shards = plan.Target
+	for k, p := range c.Shards {
+		p.Leader = slices.Min(p.Replicas)
+		c.Shards[k] = p
+	}
+	return c
+}

@@ -2,7 +2,6 @@ package placement
 
 import (
 	"fmt"
-	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -14,19 +13,7 @@ import (
 // smallest replica id (the totals uneven, as while a cluster fills up). It
 // returns what the leader leveling's searches looked at per new database.
 func placeBatchLooked(t *testing.T, n, batch int) int {
-	c := Cluster{Nodes: zoned(n, 3), Shards: map[ShardKey]ShardPlacement{}, Want: map[ShardKey]int{}}
-	for d := range 100 {
-		for s := range 32 {
-			c.Want[ShardKey{fmt.Sprintf("db%05d", d), s}] = 3
-		}
-	}
-	plan, err := PlaceSpreadNew(c, c.Want)
-	require.NoError(t, err)
-	c.Shards = plan.Target
-	for k, p := range c.Shards {
-		p.Leader = slices.Min(p.Replicas)
-		c.Shards[k] = p
-	}
+	c := unevenCluster(t, n, 100)
 	looked := 0
 	s := NewSpread().(*table)
 	s.placeSub = func(sub Cluster, others counts, add map[ShardKey]int) (Plan, error) {
@@ -44,7 +31,7 @@ func placeBatchLooked(t *testing.T, n, batch int) int {
 			add[ShardKey{fmt.Sprintf("new%03d", d), sh}] = 3
 		}
 	}
-	_, err = s.PlaceNew(add)
+	_, err := s.PlaceNew(add)
 	require.NoError(t, err)
 	return looked / batch
 }
