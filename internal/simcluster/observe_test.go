@@ -118,3 +118,15 @@ func TestObserverTimesFromTheLeasesEnd(t *testing.T) {
 		}
 	}, 10*time.Second, 5*time.Millisecond)
 }
+
+// TestFailoverLineNamesMarksNotReached: a run that ends before the new
+// leaders take writes says so, instead of printing a zero time's distance
+// from the leases' end (-9223372036855 ms).
+func TestFailoverLineNamesMarksNotReached(t *testing.T) {
+	gone := time.Unix(1000, 0)
+	led := gone.Add(6952 * time.Millisecond)
+	require.Equal(t, "failover led in 6952 ms, taking writes in not reached after the leases' end (half the new leaders in not reached, 90% in not reached)",
+		failoverLine(gone, led, time.Time{}, time.Time{}, time.Time{}))
+	require.Equal(t, "failover led in 153 ms, taking writes in 262 ms after the leases' end (half the new leaders in 230 ms, 90% in 262 ms)",
+		failoverLine(gone, gone.Add(153*time.Millisecond), gone.Add(262*time.Millisecond), gone.Add(230*time.Millisecond), gone.Add(262*time.Millisecond)))
+}

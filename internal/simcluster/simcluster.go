@@ -741,6 +741,8 @@ func (c *cluster) kill(ctx context.Context) (failover, error) {
 	writable, err := obs.next(ctx, lineWritable, 5*time.Minute, left)
 	if err == nil {
 		f.writableMS = ms(writable)
+	} else {
+		writable = time.Time{} // not reached: the run ended first
 	}
 	// The new leaders took writes once their roles came from it: it shows
 	// them by now, or at the look's next poll.
@@ -751,9 +753,23 @@ func (c *cluster) kill(ctx context.Context) (failover, error) {
 		case <-time.After(time.Second):
 		}
 	}
-	fmt.Fprintf(c.p.Progress, "failover led in %.0f ms, taking writes in %.0f ms after the leases' end (half the new leaders in %.0f ms, 90%% in %.0f ms)\n  agents' etcd and peer requests: %s\n",
-		f.ms, f.writableMS, ms(obs.marks[lineHalf]), ms(obs.marks[lineMost]), c.counts)
+	fmt.Fprintf(c.p.Progress, "%s\n  agents' etcd and peer requests: %s\n",
+		failoverLine(gone, led, writable, obs.marks[lineHalf], obs.marks[lineMost]), c.counts)
 	return f, err
+}
+
+// failoverLine says when, after the leases' end (gone), the new leaders
+// were all in place (led) and took writes: all, half and nine in ten of
+// them. A mark the run ended before is "not reached".
+func failoverLine(gone, led, writable, half, most time.Time) string {
+	after := func(t time.Time) string {
+		if t.IsZero() {
+			return "not reached"
+		}
+		return fmt.Sprintf("%.0f ms", float64(t.Sub(gone).Microseconds())/1000)
+	}
+	return fmt.Sprintf("failover led in %s, taking writes in %s after the leases' end (half the new leaders in %s, 90%% in %s)",
+		after(led), after(writable), after(half), after(most))
 }
 
 // durations sums and bounds the answer times of requests made in parallel.
