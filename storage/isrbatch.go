@@ -2,6 +2,7 @@ package storage
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -40,66 +41,140 @@ type isrWriteReq struct {
 	first *desired
 	err   error
 	done  chan struct{}
+	// turn is closed when the caller writing the batches hands its turn
+	// to this write's caller (its own write decided, others still queued).
+	turn  chan struct{}
+	given bool // turn closed (under the batcher's lock)
 }
 
 // isrBatcher queues a host's in-sync set writes while a batch is in flight.
 type isrBatcher struct {
 	mu      sync.Mutex
 	pending []*isrWriteReq
-	busy    bool // a caller is writing batches
+	busy    bool // a caller is writing batches (or was just handed the turn)
 }
 
 // persistISRBatched is persistISR (reading first) through the host's
 // batcher. The caller that finds no batch in flight writes batches until
-// none is pending (its own first); the others wait for theirs, without a
-// deadline of their own: a write is never left undecided behind its caller.
+// its own is decided and hands the turn on; the others wait for theirs.
 func (r *replica) persistISRBatched(ctx context.Context, term int64, isr []string) error {
-	return r.h.isrBatch.write(&isrWriteReq{ctx: ctx, r: r, term: term, isr: isr, done: make(chan struct{})})
+	return r.h.isrBatch.write(newISRWrite(ctx, r, term, isr, nil))
 }
 
 // persistFirstISR writes a new leadership's first set (initialISR's)
 // through the host's batcher, and returns it.
 func (r *replica) persistFirstISR(ctx context.Context, d desired) ([]string, error) {
-	w := &isrWriteReq{ctx: ctx, r: r, term: d.term, first: &d, done: make(chan struct{})}
+	w := newISRWrite(ctx, r, d.term, nil, &d)
 	if err := r.h.isrBatch.write(w); err != nil {
 		return nil, err
 	}
 	return w.isr, nil
 }
 
-// write queues w and waits for its batch's outcome. The caller that finds
-// no batch in flight writes the batches, each under its own bound and none
-// of the callers' contexts: before, every queued write went under that
-// caller's, and when its role ended (a leadership moved, a replica
-// dropped) the whole queue failed with it and backed off, the first sets
-// of a domain's new leaders too.
-func (b *isrBatcher) write(w *isrWriteReq) error {
-	h := w.r.h
-	b.mu.Lock()
-	b.pending = append(b.pending, w)
-	if b.busy {
-		b.mu.Unlock()
-		<-w.done
-		return w.err
-	}
-	b.busy = true
-	b.mu.Unlock()
-	for {
-		batch := b.take()
-		if len(batch) == 0 {
-			break
-		}
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(w.ctx), isrBatchTimeout)
-		h.writeISRs(ctx, batch)
-		cancel()
-	}
-	<-w.done
-	return w.err
+func newISRWrite(ctx context.Context, r *replica, term int64, isr []string, first *desired) *isrWriteReq {
+	return &isrWriteReq{ctx: ctx, r: r, term: term, isr: isr, first: first, done: make(chan struct{}), turn: make(chan struct{})}
 }
 
-// take removes the next batch from the queue (ending the caller's turn when
-// it is empty): at most maxISRBatch writes, one per in-sync key (a second
-// write of the same shard, a leave beside an upkeep, waits for the next).
+// write queues w and waits for its outcome. The caller that finds no batch
+// in flight writes batches, each under its own bound and none of the
+// callers' contexts (one role ending must not fail the writes of others
+// queued with it), until its own write is decided; then it hands the turn
+// to the next queued caller and returns. A caller whose context ends while
+// its write is still queued takes it out and returns at once; one whose
+// write is in flight waits for that one batch.
+//
+// A role's end waits for its steps, and a host changes its replicas' roles
+// one after the other: when the caller writing the batches also wrote every
+// batch queued behind its own, or a queued caller waited for the queue to
+// reach its cancelled write, one leadership's end waited for all of the
+// host's queued writes (tens of batches when a domain dies, each up to
+// isrBatchTimeout on a loaded etcd), and the host's other shards did not
+// take their new roles meanwhile: at 300 nodes a domain's new leaders took
+// over two minutes to write their first sets.
+func (b *isrBatcher) write(w *isrWriteReq) error {
+	b.mu.Lock()
+	b.pending = append(b.pending, w)
+	writer := !b.busy
+	b.busy = true
+	b.mu.Unlock()
+	if !writer {
+		select {
+		case <-w.done:
+			return w.err
+		case <-w.turn:
+		case <-w.ctx.Done():
+			if b.withdraw(w) {
+				return w.err
+			}
+			select {
+			case <-w.done:
+				return w.err
+			case <-w.turn:
+			}
+		}
+	}
+	for {
+		select {
+		case <-w.done:
+			b.handOff()
+			return w.err
+		default:
+		}
+		batch := b.take()
+		if len(batch) == 0 {
+			continue // its own write was taken out: decided
+		}
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(w.ctx), isrBatchTimeout)
+		w.r.h.writeISRs(ctx, batch)
+		cancel()
+	}
+}
+
+// withdraw takes w, whose caller is gone, out of the queue: true when it
+// was still queued (it is then decided, with its caller's error); false
+// when it is in flight or its caller was just handed the turn.
+func (b *isrBatcher) withdraw(w *isrWriteReq) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if w.given {
+		return false
+	}
+	i := slices.Index(b.pending, w)
+	if i < 0 {
+		return false
+	}
+	b.pending = slices.Delete(b.pending, i, i+1)
+	w.err = w.ctx.Err()
+	close(w.done)
+	return true
+}
+
+// handOff ends the calling writer's turn: the first queued write whose
+// caller is still there gets it (its caller writes the next batches), else
+// nobody is writing any more.
+func (b *isrBatcher) handOff() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for len(b.pending) > 0 {
+		next := b.pending[0]
+		if err := next.ctx.Err(); err != nil {
+			next.err = err
+			close(next.done)
+			b.pending = b.pending[1:]
+			continue
+		}
+		next.given = true
+		close(next.turn)
+		return
+	}
+	b.pending = nil
+	b.busy = false
+}
+
+// take removes the next batch from the queue: at most maxISRBatch writes,
+// one per in-sync key (a second write of the same shard, a leave beside an
+// upkeep, waits for the next). A queued write whose caller is gone is
+// decided with its caller's error, not sent.
 func (b *isrBatcher) take() []*isrWriteReq {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -119,9 +194,6 @@ func (b *isrBatcher) take() []*isrWriteReq {
 		}
 	}
 	b.pending = rest
-	if len(batch) == 0 {
-		b.busy = false
-	}
 	return batch
 }
 

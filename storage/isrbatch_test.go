@@ -19,13 +19,17 @@ import (
 )
 
 // heldStore counts the txns that put in-sync sets and, while hold is set,
-// keeps the first of them waiting until release is closed.
+// keeps the first of them waiting until release is closed; the one
+// numbered stallAt (from 1, over every such txn; 0: none) waits until
+// stall is closed.
 type heldStore struct {
 	*kv.EtcdStore
 	hold    atomic.Bool
 	release chan struct{}
 	once    sync.Once
 	freed   sync.Once
+	stallAt atomic.Int64
+	stall   chan struct{}
 	mu      sync.Mutex
 	isrTxns [][]string // the in-sync keys each txn put
 }
@@ -40,9 +44,13 @@ func (s *heldStore) Txn(ctx context.Context, cmps []kv.Cmp, ops []kv.Op) (bool, 
 	if len(keys) > 0 {
 		s.mu.Lock()
 		s.isrTxns = append(s.isrTxns, keys)
+		n := int64(len(s.isrTxns))
 		s.mu.Unlock()
 		if s.hold.Load() {
 			s.once.Do(func() { <-s.release })
+		}
+		if n == s.stallAt.Load() {
+			<-s.stall
 		}
 	}
 	return s.EtcdStore.Txn(ctx, cmps, ops)
@@ -50,6 +58,15 @@ func (s *heldStore) Txn(ctx context.Context, cmps []kv.Cmp, ops []kv.Op) (bool, 
 
 // free lets the held txn go (once).
 func (s *heldStore) free() { s.freed.Do(func() { close(s.release) }) }
+
+// unstall lets the stalled txn go.
+func (s *heldStore) unstall() {
+	select {
+	case <-s.stall:
+	default:
+		close(s.stall)
+	}
+}
 
 func (s *heldStore) txns() [][]string {
 	s.mu.Lock()
@@ -74,7 +91,7 @@ func startBatchHost(t *testing.T, shards int) *batchHost {
 	const ns = "/t"
 	ctx := context.Background()
 	b := &batchHost{t: t, ctx: ctx, keys: models.Keys{NS: ns}, ck: models.ClusterKeys{SNS: ns + "/storage/default"}, shards: shards,
-		store: &heldStore{EtcdStore: etcdtest.Start(t).Store(t), release: make(chan struct{})}}
+		store: &heldStore{EtcdStore: etcdtest.Start(t).Store(t), release: make(chan struct{}), stall: make(chan struct{})}}
 	b.sm = statemachine.New(statemachine.Config{})
 	b.sm.Start(ctx)
 	t.Cleanup(b.sm.Stop)
@@ -93,6 +110,7 @@ func startBatchHost(t *testing.T, shards int) *batchHost {
 	go func() { defer close(done); b.h.Run(hctx) }()
 	t.Cleanup(func() { cancel(); <-done; _ = eng.Close() })
 	t.Cleanup(b.store.free) // first: a failed test leaves no txn held
+	t.Cleanup(func() { b.store.stallAt.Store(0); b.store.unstall() })
 
 	nodes := statemachine.ClusterNodesSource("default")
 	for _, n := range []string{"L", "F"} {
@@ -267,4 +285,98 @@ func TestISRBatchOutlivesTheCallerWritingIt(t *testing.T) {
 	require.LessOrEqual(t, len(failed), 1, "at most shard 0's own write fails with its context: %v", failed)
 	s := b.set(1)
 	require.Equal(t, []string{"L"}, s.Replicas, "shard 1's set written though the caller writing the batches was gone")
+}
+
+// twoLeaderships starts b with shards 0 and 1 led by L with follower F,
+// waits for their first sets, and returns their replicas.
+func (b *batchHost) twoLeaderships() (*replica, *replica) {
+	b.assign("L", "F")
+	b.lead(1)
+	require.Eventually(b.t, func() bool {
+		return len(b.set(0).Replicas) == 2 && len(b.set(1).Replicas) == 2
+	}, 10*time.Second, 10*time.Millisecond, "both leaderships recorded their first set {L, F}")
+	r0, r1 := b.h.get("d", 0), b.h.get("d", 1)
+	require.NotNil(b.t, r0)
+	require.NotNil(b.t, r1)
+	return r0, r1
+}
+
+// A write whose caller is gone leaves the queue at once, without waiting
+// for the batch in flight ahead of it: a role's end waits for its steps,
+// and a host changes its replicas' roles one after the other, so a
+// leadership ending behind a host's queued writes held up every other
+// shard of the host (at 300 nodes, a domain's new leaders took minutes to
+// write their first sets). Shard 0's write is in flight (held in the
+// store); shard 1's caller, queued behind it, is cancelled and returns
+// while shard 0's txn is still held. Before, it waited for that txn.
+func TestISRWriteOfAGoneCallerLeavesTheQueue(t *testing.T) {
+	b := startBatchHost(t, 2)
+	r0, r1 := b.twoLeaderships()
+	before := len(b.store.txns())
+	b.store.hold.Store(true)
+	first := make(chan error, 1)
+	go func() { first <- r0.persistISRBatched(context.Background(), 1, []string{"L"}) }()
+	require.Eventually(t, func() bool { return len(b.store.txns()) > before },
+		10*time.Second, time.Millisecond, "shard 0's write is in flight")
+	ctx1, cancel1 := context.WithCancel(context.Background())
+	queued := make(chan error, 1)
+	go func() { queued <- r1.persistISRBatched(ctx1, 1, []string{"L"}) }()
+	b.queued(1, "shard 1's write queued behind shard 0's")
+	cancel1()
+	var err error
+	require.Eventually(t, func() bool {
+		select {
+		case err = <-queued:
+			return true
+		default:
+			return false
+		}
+	}, 5*time.Second, time.Millisecond, "the cancelled caller returned while shard 0's txn is in flight")
+	require.ErrorIs(t, err, context.Canceled)
+	b.store.free()
+	require.NoError(t, <-first)
+	require.Equal(t, []string{"L"}, b.set(0).Replicas)
+	require.Len(t, b.set(1).Replicas, 2, "shard 1's withdrawn write was not sent")
+}
+
+// The caller writing a host's batches returns once its own write is
+// decided and hands the turn to a queued caller: shard 0's write is in
+// flight, shard 1's queued behind it; once shard 0's txn is through, its
+// caller returns while shard 1's batch (written by shard 1's caller now)
+// is still stalled in the store. Before, shard 0's caller wrote every
+// batch queued behind its own, so its role could not end before them.
+func TestISRWriterHandsItsTurnOn(t *testing.T) {
+	b := startBatchHost(t, 2)
+	r0, r1 := b.twoLeaderships()
+	before := len(b.store.txns())
+	b.store.hold.Store(true)
+	first := make(chan error, 1)
+	go func() { first <- r0.persistISRBatched(context.Background(), 1, []string{"L"}) }()
+	require.Eventually(t, func() bool { return len(b.store.txns()) > before },
+		10*time.Second, time.Millisecond, "shard 0's write is in flight")
+	second := make(chan error, 1)
+	go func() { second <- r1.persistISRBatched(context.Background(), 1, []string{"L"}) }()
+	b.queued(1, "shard 1's write queued behind shard 0's")
+	b.store.stallAt.Store(int64(before + 2))
+	b.store.free()
+	var err error
+	require.Eventually(t, func() bool {
+		select {
+		case err = <-first:
+			return true
+		default:
+			return false
+		}
+	}, 5*time.Second, time.Millisecond, "shard 0's caller returned while shard 1's batch is stalled")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return len(b.store.txns()) == before+2 },
+		10*time.Second, time.Millisecond, "shard 1's batch is sent (and stalled)")
+	select {
+	case err := <-second:
+		t.Fatalf("shard 1's write returned while its txn is stalled: %v", err)
+	default:
+	}
+	b.store.unstall()
+	require.NoError(t, <-second)
+	require.Equal(t, []string{"L"}, b.set(1).Replicas)
 }
