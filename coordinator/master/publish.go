@@ -68,7 +68,8 @@ func (m *Master) publishBatch(ctx context.Context, st *statemachine.State, ups [
 		last = max(last, rev)
 	}
 	sem := make(chan struct{}, publishWriters)
-	var wg, releases sync.WaitGroup
+	var wg sync.WaitGroup
+	var releases lockReleases
 	for _, batch := range txnBatches(ups) {
 		sem <- struct{}{}
 		wg.Add(1)
@@ -78,6 +79,11 @@ func (m *Master) publishBatch(ctx context.Context, st *statemachine.State, ups [
 		}()
 	}
 	wg.Wait()
+	// The published batches' locks go once the last batch is published:
+	// each release is a txn as big as a batch's, and released as each
+	// batch was published they took etcd's apply turns from the batches
+	// still to come (a domain's failover is ~100 of each at 1,000 nodes).
+	releases.start(ctx, m)
 	// The local state is waited for once, for the last batch's revision,
 	// with every batch's txn already applied: a writer that waited for it
 	// (the state manager applies the agents' in-sync writes of the same
@@ -90,9 +96,47 @@ func (m *Master) publishBatch(ctx context.Context, st *statemachine.State, ups [
 			}
 		}
 	}
-	releases.Wait()
+	releases.wait()
 	return failed
 }
+
+// lockReleases keeps the failover locks of a publication's published
+// batches (each batch's under its own token) until they are released
+// together, in the background, once every batch is published.
+type lockReleases struct {
+	mu   sync.Mutex
+	held []heldLocks
+	wg   sync.WaitGroup
+}
+
+type heldLocks struct {
+	token []byte
+	keys  []string
+}
+
+func (l *lockReleases) add(token []byte, keys []string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.held = append(l.held, heldLocks{token, keys})
+}
+
+// start releases every lock added so far, each batch's in a goroutine of
+// its own (wait waits for them).
+func (l *lockReleases) start(ctx context.Context, m *Master) {
+	l.mu.Lock()
+	held := l.held
+	l.held = nil
+	l.mu.Unlock()
+	for _, h := range held {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			m.releaseLocks(context.WithoutCancel(ctx), h.token, h.keys)
+		}()
+	}
+}
+
+func (l *lockReleases) wait() { l.wg.Wait() }
 
 // publishTxnRetry publishes batch (publishTxn) and, when it is refused,
 // what of it can be: without the databases whose states changed
@@ -100,7 +144,7 @@ func (m *Master) publishBatch(ctx context.Context, st *statemachine.State, ups [
 // lock an earlier orchestrator left until its lease ends holds up its own
 // database only). fail records each database that cannot be published.
 func (m *Master) publishTxnRetry(ctx context.Context, st *statemachine.State, batch []statesUpdate, fail func(string, error),
-	done func([]statesUpdate, int64), releases *sync.WaitGroup) {
+	done func([]statesUpdate, int64), releases *lockReleases) {
 	rev, err := m.publishTxn(ctx, st, batch, releases)
 	if len(batch) > 1 && errors.Is(err, errChanged) {
 		rest, rerr := m.unchanged(ctx, st, batch, fail)
@@ -177,8 +221,9 @@ func txnBatches(ups []statesUpdate) [][]statesUpdate {
 // publishes the databases' states fenced on the term and guarded by the
 // mod revision of each database's states in st (the value they were
 // computed from), and returns the revision they were published at; the
-// locks are released in the background (releases counts it), as soon as
-// the states are published. The caller waits for the local state.
+// locks are released in the background once every batch of the
+// publication is published (releases). The caller waits for the local
+// state.
 //
 // A batch that fits one txn takes its locks and publishes its states in it:
 // one round trip where it took two (a whole domain's failover at 1,000
@@ -186,7 +231,7 @@ func txnBatches(ups []statesUpdate) [][]statesUpdate {
 // locks are taken on their own first and then the states are published, as
 // a batch too big for one txn is, which tells a held lock (errLockHeld)
 // from states that changed (errChanged).
-func (m *Master) publishTxn(ctx context.Context, st *statemachine.State, batch []statesUpdate, releases *sync.WaitGroup) (rev int64, err error) {
+func (m *Master) publishTxn(ctx context.Context, st *statemachine.State, batch []statesUpdate, releases *lockReleases) (rev int64, err error) {
 	token := []byte(m.cfg.NodeID + "/" + strconv.FormatInt(m.cfg.Term, 10) + "/" + strconv.FormatInt(m.cfg.Now().UnixNano(), 10))
 	var keys []string
 	for _, u := range batch {
@@ -198,19 +243,15 @@ func (m *Master) publishTxn(ctx context.Context, st *statemachine.State, batch [
 	// Released even when a txn fails: a timeout may come after etcd applied
 	// it, and a lock left behind would hold the shard up until the lease
 	// ends (the release deletes only what holds token). After a failure at
-	// once, as the caller may try the same shards again; once published, in
-	// the background.
+	// once, as the caller may try the same shards again; once published,
+	// with the publication's other batches' (lockReleases).
 	defer func() {
 		switch {
 		case len(locked) == 0:
 		case err != nil:
 			m.releaseLocks(context.WithoutCancel(ctx), token, locked)
 		default:
-			releases.Add(1)
-			go func() {
-				defer releases.Done()
-				m.releaseLocks(context.WithoutCancel(ctx), token, locked)
-			}()
+			releases.add(token, locked)
 		}
 	}()
 	lockOps := func(keys []string) ([]kv.Cmp, []kv.Op) {

@@ -2,6 +2,8 @@ package master_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -216,4 +218,51 @@ func TestFailoverLocksTakenInThePublishingTxn(t *testing.T) {
 	for _, r := range puts {
 		require.Equal(t, kvp.ModRev, r, "a lock taken in the publishing txn")
 	}
+}
+
+// A publication's failover locks are released once its last batch is
+// published, not batch by batch: a release is a txn as big as a batch's,
+// and etcd applies one txn at a time, so releases sent as each batch went
+// through delayed the batches still to come (a domain's failover at 1,000
+// nodes is ~100 of each). n1 leads a third of the shards of 20 databases,
+// each a batch of its own (more than the 16 writers): every lock of theirs
+// is deleted at a revision above every new state's.
+func TestFailoverLocksReleasedAfterTheLastBatch(t *testing.T) {
+	const dbs, shards = 20, 192 // n1 leads 64 of each: a database per batch
+	h := newHarness(t, "n1", "n2", "n3")
+	h.startMaster(masterOpts{})
+	names := make([]string, dbs)
+	for i := range names {
+		names[i] = fmt.Sprintf("d%02d", i)
+		h.createDB(names[i], shards, 3)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, rev, err := h.store.Header(ctx)
+	require.NoError(t, err)
+	events := h.store.Watch(ctx, h.keys.NS+"/", rev+1)
+	h.kill("n1")
+	var lastState, firstDelete, deletes int64
+	require.Eventually(t, func() bool {
+		for {
+			select {
+			case r := <-events:
+				require.NoError(t, r.Err)
+				for _, ev := range r.Events {
+					switch {
+					case ev.Type == kv.EventPut && strings.HasPrefix(ev.KV.Key, h.keys.ShardStatePrefix()):
+						lastState = max(lastState, ev.KV.ModRev)
+					case ev.Type == kv.EventDelete && strings.HasPrefix(ev.KV.Key, h.keys.NS+"/failover/"):
+						if firstDelete == 0 {
+							firstDelete = ev.KV.ModRev
+						}
+						deletes++
+					}
+				}
+			default:
+				return deletes == dbs*shards/3
+			}
+		}
+	}, 30*time.Second, 10*time.Millisecond, "every lock of n1's shards released")
+	require.Greater(t, firstDelete, lastState, "the first lock released after the last batch published")
 }
