@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/cairn-db/cairn/coordinator/kv"
 	"github.com/cairn-db/cairn/models"
@@ -141,17 +142,54 @@ func (h *Host) forgetPeer(id, addr string) {
 // in-sync set. Only when this process watches the live nodes. The feed
 // wakes it only when a live node left or moved (not for a record rewritten
 // in place), and each wake costs O(this host's sessions): every host of a
-// process shares the feed's one comparison of the live nodes.
+// process shares the feed's one comparison of the live nodes. When a node
+// became live, it wakes the leaderships that lack it (kickReturned).
 func (h *Host) watchPeers(ctx context.Context, feed *Feed) {
-	for {
-		gone := feed.peersGone()
+	for ended, returned := true, true; ; {
+		gone, came := feed.peersGone(), feed.peersCame()
 		if nodes, watched := h.liveNodes(); watched {
-			h.endSessionsGone(nodes)
+			if ended {
+				h.endSessionsGone(nodes)
+			}
+			if returned {
+				h.kickReturned()
+			}
 		}
+		ended, returned = false, false
 		select {
 		case <-ctx.Done():
 			return
 		case <-gone:
+			ended = true
+		case <-came:
+			returned = true
+		}
+	}
+}
+
+// kickReturned wakes the upkeep of every leadership whose in-sync set lacks
+// a replica that is live now. A set lacking only replicas that were not
+// live is quiet (upkeepDelay), and a replica back after a lease blip may
+// hold everything already, its poll parked at us, with no fetch ending to
+// wake the upkeep that adds it back.
+func (h *Host) kickReturned() {
+	h.mu.RLock()
+	reps := make([]*replica, 0, len(h.replicas))
+	for _, r := range h.replicas {
+		reps = append(reps, r)
+	}
+	h.mu.RUnlock()
+	for _, r := range reps {
+		r.mu.Lock()
+		rr, lacks := r.run, false
+		if rr != nil && rr.role == roleLeader && r.ls.isr != nil {
+			lacks = slices.ContainsFunc(r.want.replicas, func(n string) bool {
+				return !slices.Contains(r.ls.isr, n) && h.peerCanSync(n)
+			})
+		}
+		r.mu.Unlock()
+		if lacks {
+			rr.kick()
 		}
 	}
 }

@@ -1,0 +1,58 @@
+package storage
+
+import (
+	"testing"
+	"time"
+
+	"github.com/cairn-db/cairn/models"
+	"github.com/cairn-db/cairn/statemachine"
+	"github.com/stretchr/testify/require"
+)
+
+// nextUpkeep runs r's upkeep now and returns how long until the next one.
+func nextUpkeep(t *testing.T, r *replica) time.Duration {
+	t.Helper()
+	r.mu.Lock()
+	rr := r.run
+	r.mu.Unlock()
+	require.NotNil(t, rr, "r has a role")
+	rr.mu.Lock()
+	before := rr.upkeepDue
+	rr.mu.Unlock()
+	rr.kick()
+	var due time.Time
+	require.Eventually(t, func() bool {
+		rr.mu.Lock()
+		defer rr.mu.Unlock()
+		due = rr.upkeepDue
+		return !due.Equal(before) && !rr.busy
+	}, 10*time.Second, time.Millisecond, "the kicked upkeep ran and scheduled the next")
+	return time.Until(due)
+}
+
+// A leader whose in-sync set lacks only replicas that are not live looks
+// at it again at the quiet pace: nothing can change until such a replica
+// is back and fetching, and its parked fetches wake the upkeep. Before, it
+// looked four times per lag bound for as long as the replica was down: at
+// 300 simulated nodes a dead failure domain kept 32,000 leaderships doing
+// so, and the new leaders' first sets waited behind their upkeeps. L leads
+// shard 0 with replicas {L, D}, D not live: its set {L} is quiet. D back
+// live: the upkeep comes at a quarter of the lag bound again, to add it
+// once caught up.
+func TestUpkeepOfASetLackingOnlyADeadReplicaIsQuiet(t *testing.T) {
+	b := startBatchHost(t, 1)
+	b.assign("L", "D")
+	b.lead(1)
+	require.Eventually(t, func() bool { s := b.set(0); return s.Term == 1 && s.Leader == "L" },
+		10*time.Second, 10*time.Millisecond, "L's first set written")
+	require.Equal(t, []string{"L"}, b.set(0).Replicas, "D, not live, is not in it")
+	r := b.h.get("d", 0)
+	require.NotNil(t, r)
+	lag := b.h.cfg.LagBound
+	require.Greater(t, nextUpkeep(t, r), lag, "a set lacking only a dead replica is quiet")
+
+	b.push(statemachine.ClusterNodesSource("default"), statemachine.KindStorageNodes, "D",
+		models.StorageNode{NodeID: "D", NodeAddress: "127.0.0.1:1"})
+	require.Eventually(t, func() bool { return b.h.peerCanSync("D") }, 10*time.Second, time.Millisecond, "D live in L's view")
+	require.LessOrEqual(t, nextUpkeep(t, r), lag/4, "D live again: the upkeep comes soon, to add it once caught up")
+}
