@@ -88,10 +88,15 @@ func decideISR(now time.Time, v isrView) (drop, add, join []string) {
 // second for as long as the domain was down (32,000 leaderships at 300
 // simulated nodes: the agents' process had thousands of upkeeps runnable
 // at once, and the new leaders' first in-sync sets waited behind them).
+// After a write of the set failed, it is the back-off's (maintainISR).
 func (r *replica) upkeepDelay() time.Duration {
 	last := r.eng.LastTxnID()
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if w := r.ls.wait; w > 0 {
+		r.ls.wait = 0 // the upkeep after a failed write: backed off
+		return w
+	}
 	quiet := !r.ls.fenced
 	for _, n := range r.ls.isr {
 		if n != r.h.nodeID && (r.ls.parked[n] == 0 || r.ls.acked[n] < last || !slices.Contains(r.want.replicas, n)) {

@@ -30,6 +30,7 @@ type heldStore struct {
 	freed   sync.Once
 	stallAt atomic.Int64
 	stall   chan struct{}
+	failISR atomic.Bool // in-sync set txns fail (etcd timing out)
 	mu      sync.Mutex
 	isrTxns [][]string // the in-sync keys each txn put
 }
@@ -40,6 +41,9 @@ func (s *heldStore) Txn(ctx context.Context, cmps []kv.Cmp, ops []kv.Op) (bool, 
 		if strings.Contains(op.Key, "/isr/") {
 			keys = append(keys, op.Key)
 		}
+	}
+	if len(keys) > 0 && s.failISR.Load() {
+		return false, 0, kv.ErrUnavailable
 	}
 	if len(keys) > 0 {
 		s.mu.Lock()
