@@ -27,6 +27,16 @@ type placeCache struct {
 		states    statemachine.Map[models.ShardStates]
 		databases statemachine.Map[models.Database]
 	}
+	// seenNodes: the cluster's live records, drain marks and failure-domain
+	// label key last read, so a pass reads again only the nodes that
+	// changed (a pass per publication must not cost every node).
+	seenNodes struct {
+		read    bool
+		live    statemachine.Map[models.StorageNode]
+		drained map[string]bool
+		domain  string
+	}
+	looked int // nodes read by syncNodes, for the cost test
 	// registered: partitions registered now; dropped: unregistered since
 	// the cache started.
 	registered, dropped int
@@ -49,7 +59,7 @@ func (pc *placeCache) sync(st *statemachine.State, cluster string, placed map[st
 	if pc.dropped > maxDropped+pc.registered {
 		*pc = *newPlaceCache()
 	}
-	pc.syncNodes(clusterNodes(st, cluster))
+	pc.syncNodes(st, cluster)
 	dirty := map[string]bool{}
 	mark := func(name string) { dirty[name] = true }
 	if !pc.seen.read {
@@ -78,17 +88,49 @@ func (pc *placeCache) sync(st *statemachine.State, cluster string, placed map[st
 	return pc.s
 }
 
-func (pc *placeCache) syncNodes(nodes []placement.Node) {
-	live := map[string]bool{}
-	for _, n := range nodes {
-		live[n.ID] = true
-		if old, ok := pc.nodes[n.ID]; !ok || old != n {
-			pc.s.RegisterNode(n)
-			pc.nodes[n.ID] = n
+// syncNodes brings the sharder's nodes to st's live nodes of cluster: on
+// the first read, or when the cluster's failure-domain label key changed,
+// every node; else only those whose record or drain mark changed since
+// the last read.
+func (pc *placeCache) syncNodes(st *statemachine.State, cluster string) {
+	live := st.Nodes.At(cluster)
+	domain := st.StorageClusters[cluster].FailureDomain
+	dirty := map[string]bool{}
+	mark := func(id string) { dirty[id] = true }
+	if !pc.seenNodes.read || pc.seenNodes.domain != domain {
+		for id := range pc.nodes {
+			mark(id)
+		}
+		for id := range live.All() {
+			mark(id)
+		}
+	} else {
+		statemachine.Changed(pc.seenNodes.live, live, mark)
+		for id := range st.Drains {
+			if !pc.seenNodes.drained[id] {
+				mark(id)
+			}
+		}
+		for id := range pc.seenNodes.drained {
+			if _, ok := st.Drains[id]; !ok {
+				mark(id)
+			}
 		}
 	}
-	for id := range pc.nodes {
-		if !live[id] {
+	drained := make(map[string]bool, len(st.Drains))
+	for id := range st.Drains {
+		drained[id] = true
+	}
+	pc.seenNodes.read, pc.seenNodes.live, pc.seenNodes.drained, pc.seenNodes.domain = true, live, drained, domain
+	for id := range dirty {
+		pc.looked++
+		n, ok := clusterNode(live, st.Drains, domain, id)
+		old, had := pc.nodes[id]
+		switch {
+		case ok && (!had || old != n):
+			pc.s.RegisterNode(n)
+			pc.nodes[id] = n
+		case !ok && had:
 			pc.s.UnregisterNode(id)
 			delete(pc.nodes, id)
 		}

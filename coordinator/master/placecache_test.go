@@ -25,7 +25,7 @@ func TestPlaceCacheFollowsTheState(t *testing.T) {
 	rev := int64(0) // the revision of this term's last write
 	addNode := func(i int) {
 		id := fmt.Sprintf("n%02d", i)
-		st.Nodes = statemachine.SetIn(st.Nodes, "c", id, models.StorageNode{NodeID: id, Cluster: "c"})
+		st.Nodes = statemachine.SetIn(st.Nodes, "c", id, models.StorageNode{NodeID: id, Cluster: "c", Labels: map[string]string{"zone": fmt.Sprint(i % 3)}})
 	}
 	for i := range 6 {
 		addNode(i)
@@ -40,7 +40,7 @@ func TestPlaceCacheFollowsTheState(t *testing.T) {
 	next := 0
 	for step := range 60 {
 		names := st.Assignments.Keys()
-		switch op := rng.Intn(8); {
+		switch op := rng.Intn(10); {
 		case op <= 2 || len(names) == 0: // a new database, placed through the cache
 			db := models.Database{Name: fmt.Sprintf("db%02d", next), StorageCluster: "c", NumShards: 1 + rng.Intn(6), ReplicaFactor: 1 + rng.Intn(3)}
 			next++
@@ -76,6 +76,16 @@ func TestPlaceCacheFollowsTheState(t *testing.T) {
 			if len(ids) > 4 {
 				st.Nodes = statemachine.DeleteIn(st.Nodes, "c", ids[rng.Intn(len(ids))])
 			}
+		case op == 8: // a node's record changes
+			ids := st.Nodes.At("c").Keys()
+			id := ids[rng.Intn(len(ids))]
+			rec := st.Nodes.At("c").At(id)
+			rec.Weight, rec.Labels = 1+rng.Intn(3), map[string]string{"zone": fmt.Sprint(rng.Intn(3))}
+			st.Nodes = statemachine.SetIn(st.Nodes, "c", id, rec)
+		case op == 9: // the cluster's failure domain switched
+			sc := st.StorageClusters["c"]
+			sc.FailureDomain = map[string]string{"": "zone", "zone": ""}[sc.FailureDomain]
+			st.StorageClusters = map[string]models.StorageCluster{"c": sc}
 		default:
 			ids := st.Nodes.At("c").Keys()
 			st.Drains = map[string]models.Drain{ids[rng.Intn(len(ids))]: {}}
@@ -100,7 +110,7 @@ func TestPlaceCacheFollowsTheState(t *testing.T) {
 		for _, n := range view.Nodes {
 			require.Equal(t, fresh.Partitions(n.ID), cached.Partitions(n.ID), "step %d: %s", step, n.ID)
 		}
-		add := map[placement.ShardKey]int{{DB: "probe", Shard: 0}: 1, {DB: "probe", Shard: 1}: 1}
+		add := map[placement.ShardKey]int{{DB: "probe", Shard: 0}: 2, {DB: "probe", Shard: 1}: 2, {DB: "probe", Shard: 2}: 2}
 		want, err := fresh.PlaceNew(add)
 		require.NoError(t, err)
 		got, err := cached.PlaceNew(add)
@@ -109,6 +119,41 @@ func TestPlaceCacheFollowsTheState(t *testing.T) {
 			require.Equal(t, want.Target[k], got.Target[k], "step %d", step)
 		}
 	}
+}
+
+// A pass after one node's record changed and another node was marked
+// draining reads those nodes, not the cluster's other thousand: the master
+// syncs its placement cache on every publication.
+func TestPlaceCacheNodeSyncCostFollowsTheChanges(t *testing.T) {
+	st := &statemachine.State{Nodes: statemachine.NestedMapOf(map[string]map[string]models.StorageNode{"c": {}}),
+		Databases: statemachine.MapOf(map[string]models.Database{}), Assignments: statemachine.MapOf(map[string]models.Assignment{}),
+		ShardStates: statemachine.MapOf(map[string]models.ShardStates{}), Drains: map[string]models.Drain{},
+		StorageClusters: map[string]models.StorageCluster{"c": {Name: "c", FailureDomain: "zone"}}}
+	for i := range 1000 {
+		id := fmt.Sprintf("n%04d", i)
+		st.Nodes = statemachine.SetIn(st.Nodes, "c", id, models.StorageNode{NodeID: id, Cluster: "c", Labels: map[string]string{"zone": fmt.Sprint(i % 3)}})
+	}
+	pc := newPlaceCache()
+	pc.sync(st, "c", nil)
+	require.Equal(t, 1000, pc.looked)
+
+	rec := st.Nodes.At("c").At("n0007")
+	rec.Weight = 2
+	st.Nodes = statemachine.SetIn(st.Nodes, "c", "n0007", rec)
+	st.Drains = map[string]models.Drain{"n0500": {NodeID: "n0500"}}
+	pc.looked = 0
+	s := pc.sync(st, "c", nil)
+	require.LessOrEqual(t, pc.looked, 16, "nodes read for two changes")
+	require.Equal(t, 2, pc.nodes["n0007"].Weight)
+	require.True(t, pc.nodes["n0500"].Draining)
+
+	// The placement decided on the cache is the one a fresh read makes.
+	add := map[placement.ShardKey]int{{DB: "probe", Shard: 0}: 3, {DB: "probe", Shard: 1}: 3}
+	want, err := loaded(clusterView(st, "c")).PlaceNew(add)
+	require.NoError(t, err)
+	got, err := s.PlaceNew(add)
+	require.NoError(t, err)
+	require.Equal(t, want.Target, got.Target)
 }
 
 // benchPlaceOne measures one placement decision of the master for one new

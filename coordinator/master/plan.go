@@ -57,17 +57,26 @@ func clusterNodes(st *statemachine.State, cluster string) []placement.Node {
 	live := st.Nodes.At(cluster)
 	domain := st.StorageClusters[cluster].FailureDomain
 	for _, id := range live.Keys() {
-		_, d := st.Drains[id]
-		n := placement.Node{ID: id, Draining: d}
-		if rec, ok := live.Get(id); ok {
-			n.Weight = rec.Weight
-			if domain != "" {
-				n.Domain = rec.Labels[domain]
-			}
-		}
+		n, _ := clusterNode(live, st.Drains, domain, id)
 		out = append(out, n)
 	}
 	return out
+}
+
+// clusterNode is node id as placement sees it, from the cluster's live
+// records, the drain marks and the cluster's failure-domain label key;
+// false when id is not live.
+func clusterNode(live statemachine.Map[models.StorageNode], drains map[string]models.Drain, domain, id string) (placement.Node, bool) {
+	rec, ok := live.Get(id)
+	if !ok {
+		return placement.Node{}, false
+	}
+	_, d := drains[id]
+	n := placement.Node{ID: id, Draining: d, Weight: rec.Weight}
+	if domain != "" {
+		n.Domain = rec.Labels[domain]
+	}
+	return n, true
 }
 
 type keyedShard struct {
