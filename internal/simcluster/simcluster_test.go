@@ -63,6 +63,21 @@ func TestSimulateSmallCluster(t *testing.T) {
 	require.Positive(t, res.RSSMiB)
 }
 
+// The databases are created over one kept connection per creator: a
+// create that opened a new one (http.DefaultClient keeps two idle per host)
+// timed the dial too, on a loaded machine.
+func TestSimulateCreatesOverKeptConnections(t *testing.T) {
+	var progress lines
+	_, err := simcluster.Run(context.Background(), simcluster.Params{Nodes: 3, Databases: 40, Shards: 1, Replicas: 1,
+		Idle: time.Second, RebalanceDelay: time.Second, Binary: cairnBin, Progress: &progress})
+	require.NoError(t, err)
+	m := regexp.MustCompile(`40 databases created, 8 at a time over (\d+) connections`).FindStringSubmatch(progress.String())
+	require.NotNil(t, m, progress.String())
+	dials, err := strconv.Atoi(m[1])
+	require.NoError(t, err)
+	require.LessOrEqual(t, dials, 8, "connections opened to create 40 databases 8 at a time")
+}
+
 // A run ended from outside (ctrl-C) while its agents start stops the
 // etcd,master,broker process too.
 func TestSimulateCancelledStopsTheServer(t *testing.T) {
