@@ -144,3 +144,41 @@ func benchMemtableInsert(b *testing.B, n int) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(int64(b.N)*int64(n)), "ns/point")
 }
+
+// BenchmarkMemtableInsertNewSeries inserts 20,000 series new to the shard
+// (a shard's share of 160,000 over 8) in 625-point entries into a memtable
+// made after flushes whose series held hint points each: 64 is a shard of
+// 5,000 series written for a while, 1 one of many series (issue 21).
+func BenchmarkMemtableInsertNewSeries(b *testing.B) {
+	for _, hint := range []int64{1, 64} {
+		b.Run(fmt.Sprintf("hint=%d", hint), func(b *testing.B) { benchMemtableInsertNew(b, hint) })
+	}
+}
+
+func benchMemtableInsertNew(b *testing.B, hint int64) {
+	const n, batch = 20000, 625
+	var entries [][]lineproto.Point
+	var keys []*pointKeys
+	for i := 0; i < n; i += batch {
+		pts := make([]lineproto.Point, 0, batch)
+		for j := i; j < min(i+batch, n); j++ {
+			pts = append(pts, lineproto.Point{Metric: "m", Tags: []lineproto.Tag{{Key: "g", Value: strconv.Itoa(j / 1000)}, {Key: "s", Value: strconv.Itoa(j)}}, Field: "v"})
+		}
+		k := new(pointKeys)
+		k.build(pts)
+		entries, keys = append(entries, pts), append(keys, k)
+	}
+	b.ReportAllocs()
+	txn := uint64(0)
+	for b.Loop() {
+		ix := newSeriesIndex()
+		ix.lastSeries.Store(5000)
+		ix.lastPerSeries.Store(hint)
+		mt := newMemtable(ix)
+		for i, pts := range entries {
+			txn++
+			mt.insert(Entry{TxnID: txn, Term: 1, Points: pts}, keys[i], time.Time{})
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(int64(b.N)*int64(n)), "ns/point")
+}

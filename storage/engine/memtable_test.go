@@ -491,3 +491,49 @@ func TestNewSeriesKeysSpanChunks(t *testing.T) {
 func TestMemSeriesIsOneCacheLine(t *testing.T) {
 	require.EqualValues(t, 64, unsafe.Sizeof(memSeries{}))
 }
+
+// TestNewSeriesStartWithLittleRoom: after flushes of series that held many
+// points each, a series the shard already has starts the next memtable with
+// room for as many, and a series new to the shard with freshRoom at most;
+// one that then gets more points keeps them all.
+func TestNewSeriesStartWithLittleRoom(t *testing.T) {
+	_, s := openShard1(t, manual...)
+	const held = 100
+	hosts := []string{"a", "b", "c"}
+	for round := range int64(2) {
+		for _, h := range hosts {
+			var points []lineproto.Point
+			for ts := range int64(held) {
+				points = append(points, pt("cpu", "host="+h, "value", round*held+ts, 1))
+			}
+			apply(t, s, 1, points...)
+		}
+		flushNow(t, s)
+	}
+	apply(t, s, 1, pt("cpu", "host=a", "value", 1000, 1), pt("cpu", "host=new", "value", 1000, 2))
+	mt := s.(*boltShard).mems.Load().active
+	room := func(key string) int {
+		mt.mu.RLock()
+		defer mt.mu.RUnlock()
+		for _, ms := range mt.series {
+			if ms.key == key {
+				return cap(ms.pts)
+			}
+		}
+		t.Fatalf("no series %s in the memtable", key)
+		return 0
+	}
+	require.Equal(t, held, room("cpu,host=a#value"), "a series the shard has: the room of the last flush's")
+	require.LessOrEqual(t, room("cpu,host=new#value"), freshRoom, "a series new to the shard")
+
+	var want []SeriesPoint
+	want = append(want, SeriesPoint{TS: 1000, Value: 2})
+	for ts := int64(1001); ts < 1001+3*freshRoom; ts++ {
+		apply(t, s, 1, pt("cpu", "host=new", "value", ts, float64(ts)))
+		want = append(want, SeriesPoint{TS: ts, Value: float64(ts)})
+	}
+	got, err := s.Query("cpu", map[string]string{"host": "new"}, 0, 1<<20)
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.Equal(t, want, got[0].Points)
+}
