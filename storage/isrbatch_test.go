@@ -172,13 +172,49 @@ func (b *batchHost) queued(n int, msg string) {
 	}, 10*time.Second, time.Millisecond, msg)
 }
 
+// heldThenQueued waits until the held txn (the first after the first
+// `before` in-sync txns) is in the store and every other of the n writes is
+// queued behind it, and returns how many writes the held txn carries. The
+// caller writing the batches may find several writes queued when it takes
+// its first batch (on a loaded machine, all of them): the held txn then
+// carries them, and only the rest queue.
+func (b *batchHost) heldThenQueued(before, n int, msg string) int {
+	held := 0
+	require.Eventually(b.t, func() bool {
+		txns := b.store.txns()
+		if len(txns) != before+1 {
+			return false
+		}
+		held = len(txns[before])
+		b.h.isrBatch.mu.Lock()
+		defer b.h.isrBatch.mu.Unlock()
+		return len(b.h.isrBatch.pending) == n-held
+	}, 10*time.Second, time.Millisecond, msg)
+	return held
+}
+
+// inTwo checks that the in-sync txns after the first `before` are the held
+// one of held writes, then (when any were queued) one of the n-held queued
+// behind it.
+func (b *batchHost) inTwo(before, held, n int) {
+	txns := b.store.txns()[before:]
+	if held == n {
+		require.Len(b.t, txns, 1, "every write in the held txn: %v", txns)
+		return
+	}
+	require.Len(b.t, txns, 2, "the held txn, then one for the writes queued behind it: %v", txns)
+	require.Len(b.t, txns[0], held)
+	require.Len(b.t, txns[1], n-held)
+}
+
 // Leaders of one host that change their in-sync sets at the same time write
 // them together: while one write is in flight the others queue, and go in
 // one read and one txn, each set fenced as alone (the state's create
 // revision, the set's mod revision, the node record). Eight shards led by L
-// lose follower F from their assignment at once: the first write goes alone
-// (held in the store until the seven others are queued behind it), the
-// seven others in one txn, and every set on record is {L}.
+// lose follower F from their assignment at once: the first batch (one
+// write, unless the others came before its writer took it) is held in the
+// store until the others are queued behind it, those go in one txn, and
+// every set on record is {L}.
 func TestISRWritesOfOneHostGoTogether(t *testing.T) {
 	const shards = 8
 	b := startBatchHost(t, shards)
@@ -196,7 +232,7 @@ func TestISRWritesOfOneHostGoTogether(t *testing.T) {
 
 	b.store.hold.Store(true)
 	b.assign("L")
-	b.queued(shards-1, "seven writes queued behind the first")
+	held := b.heldThenQueued(before, shards, "the first write held, the others queued behind it")
 	b.store.free()
 	require.Eventually(t, func() bool {
 		for i := range shards {
@@ -206,17 +242,14 @@ func TestISRWritesOfOneHostGoTogether(t *testing.T) {
 		}
 		return true
 	}, 10*time.Second, 10*time.Millisecond, "every set shrunk to {L}")
-	txns := b.store.txns()[before:]
-	require.Len(t, txns, 2, "one txn alone, then one for the seven queued: %v", txns)
-	require.Len(t, txns[0], 1)
-	require.Len(t, txns[1], shards-1)
+	b.inTwo(before, held, shards)
 }
 
 // A node that becomes leader of many shards at once (a domain died: the
 // master re-elects its shards over the survivors) writes their first
 // in-sync sets through the same batcher: L becomes leader of eight shards
-// at term 2 at once; the first set goes alone (held until the seven others
-// queue behind it), the seven others in one read and one txn, each from
+// at term 2 at once; the first batch is held until the others queue behind
+// it, and those go in one read and one txn, each from
 // the set on record (F, on record and live, stays in; D, dead, is left
 // out), fenced as alone. Before, each new leadership read and wrote its own:
 // eight txns.
@@ -231,7 +264,7 @@ func TestFirstISRsOfOneHostGoTogether(t *testing.T) {
 	b.assign("D", "L", "F")
 	b.store.hold.Store(true)
 	b.lead(2)
-	b.queued(shards-1, "seven first writes queued behind the first")
+	held := b.heldThenQueued(0, shards, "the first write held, the others queued behind it")
 	b.store.free()
 	require.Eventually(t, func() bool {
 		for i := range shards {
@@ -244,10 +277,7 @@ func TestFirstISRsOfOneHostGoTogether(t *testing.T) {
 	for i := range shards {
 		require.ElementsMatch(t, []string{"L", "F"}, b.set(i).Replicas, "shard %d", i)
 	}
-	txns := b.store.txns()
-	require.Len(t, txns, 2, "one txn alone, then one for the seven queued: %v", txns)
-	require.Len(t, txns[0], 1)
-	require.Len(t, txns[1], shards-1)
+	b.inTwo(0, held, shards)
 }
 
 // A batch is written for every write queued in it, not under the context

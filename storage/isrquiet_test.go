@@ -11,22 +11,23 @@ import (
 )
 
 // nextUpkeep runs r's upkeep now and returns how long until the next one.
+// The kick itself moves the due time to now, before the upkeep has run:
+// the next one is the one scheduled after the kick, by a run that has
+// ended.
 func nextUpkeep(t *testing.T, r *replica) time.Duration {
 	t.Helper()
 	r.mu.Lock()
 	rr := r.run
 	r.mu.Unlock()
 	require.NotNil(t, rr, "r has a role")
-	rr.mu.Lock()
-	before := rr.upkeepDue
-	rr.mu.Unlock()
 	rr.kick()
+	kicked := time.Now()
 	var due time.Time
 	require.Eventually(t, func() bool {
 		rr.mu.Lock()
 		defer rr.mu.Unlock()
 		due = rr.upkeepDue
-		return !due.Equal(before) && !rr.busy
+		return due.After(kicked) && !rr.busy
 	}, 10*time.Second, time.Millisecond, "the kicked upkeep ran and scheduled the next")
 	return time.Until(due)
 }
