@@ -335,6 +335,18 @@ func (b *batchHost) twoLeaderships() (*replica, *replica) {
 	return r0, r1
 }
 
+// heldWrite sends r's write of the set {L} and returns once its txn is
+// held in the store, with the in-sync txns before it and its outcome.
+func (b *batchHost) heldWrite(r *replica) (int, <-chan error) {
+	before := len(b.store.txns())
+	b.store.hold.Store(true)
+	first := make(chan error, 1)
+	go func() { first <- r.persistISRBatched(context.Background(), 1, []string{"L"}) }()
+	require.Eventually(b.t, func() bool { return len(b.store.txns()) > before },
+		10*time.Second, time.Millisecond, "shard 0's write is in flight")
+	return before, first
+}
+
 // A write whose caller is gone leaves the queue at once, without waiting
 // for the batch in flight ahead of it: a role's end waits for its steps,
 // and a host changes its replicas' roles one after the other, so a
@@ -346,12 +358,7 @@ func (b *batchHost) twoLeaderships() (*replica, *replica) {
 func TestISRWriteOfAGoneCallerLeavesTheQueue(t *testing.T) {
 	b := startBatchHost(t, 2)
 	r0, r1 := b.twoLeaderships()
-	before := len(b.store.txns())
-	b.store.hold.Store(true)
-	first := make(chan error, 1)
-	go func() { first <- r0.persistISRBatched(context.Background(), 1, []string{"L"}) }()
-	require.Eventually(t, func() bool { return len(b.store.txns()) > before },
-		10*time.Second, time.Millisecond, "shard 0's write is in flight")
+	_, first := b.heldWrite(r0)
 	ctx1, cancel1 := context.WithCancel(context.Background())
 	queued := make(chan error, 1)
 	go func() { queued <- r1.persistISRBatched(ctx1, 1, []string{"L"}) }()
@@ -382,12 +389,7 @@ func TestISRWriteOfAGoneCallerLeavesTheQueue(t *testing.T) {
 func TestISRWriterHandsItsTurnOn(t *testing.T) {
 	b := startBatchHost(t, 2)
 	r0, r1 := b.twoLeaderships()
-	before := len(b.store.txns())
-	b.store.hold.Store(true)
-	first := make(chan error, 1)
-	go func() { first <- r0.persistISRBatched(context.Background(), 1, []string{"L"}) }()
-	require.Eventually(t, func() bool { return len(b.store.txns()) > before },
-		10*time.Second, time.Millisecond, "shard 0's write is in flight")
+	before, first := b.heldWrite(r0)
 	second := make(chan error, 1)
 	go func() { second <- r1.persistISRBatched(context.Background(), 1, []string{"L"}) }()
 	b.queued(1, "shard 1's write queued behind shard 0's")
