@@ -89,6 +89,19 @@ func KeepRegistered(ctx context.Context, store Store, reg Registration, lg *zap.
 			var c claimed
 			for {
 				c, err = claim(ctx, store, reg, s.Lease())
+				if errors.Is(err, ErrUnavailable) || errors.Is(err, errContended) {
+					// etcd did not answer in time (or others kept changing
+					// the record): claim again on the same lease while it
+					// lives. A claim whose answer was lost but which was
+					// applied finds the record on this lease, its own. A
+					// new session per failed claim made a grant and a
+					// revoke for each: on a loaded etcd, three writes
+					// where one had timed out.
+					if claimAgain(ctx, s, bo) {
+						continue
+					}
+					break
+				}
 				if !errors.Is(err, ErrHeld) {
 					break
 				}
@@ -141,6 +154,21 @@ func KeepRegistered(ctx context.Context, store Store, reg Registration, lg *zap.
 		}
 	}
 	return nil
+}
+
+// claimAgain waits out the back-off before another claim on s's lease; false
+// when ctx ended or the lease was lost meanwhile.
+func claimAgain(ctx context.Context, s *Session, bo *backoff.Backoff) bool {
+	t := time.NewTimer(bo.Next())
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-s.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
 
 // waitOrDone sleeps d before another claim (again), or reports that the wait

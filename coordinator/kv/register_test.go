@@ -3,6 +3,7 @@ package kv_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -450,4 +451,54 @@ func TestKeepRegisteredKeepsARecordWhoseRewriteAnswerWasLost(t *testing.T) {
 	require.Equal(t, first.Lease, kvp.Lease, "the same lease")
 	require.Equal(t, first.CreateRev, kvp.CreateRev, "the same record: never deleted and created again")
 	require.Equal(t, int64(1), registered.Load(), "registered once")
+}
+
+// slowClaims is a store whose first claims time out: the first before etcd
+// applied it, the second after (its answer lost). It counts grants.
+type slowClaims struct {
+	kv.Store
+	txns, grants atomic.Int64
+}
+
+func (s *slowClaims) Grant(ctx context.Context, ttl time.Duration) (kv.LeaseID, error) {
+	s.grants.Add(1)
+	return s.Store.Grant(ctx, ttl)
+}
+
+func (s *slowClaims) Txn(ctx context.Context, cmps []kv.Cmp, ops []kv.Op) (bool, int64, error) {
+	switch s.txns.Add(1) {
+	case 1:
+		return false, 0, fmt.Errorf("%w: %w", kv.ErrOutcomeUnknown, kv.ErrUnavailable)
+	case 2:
+		_, _, err := s.Store.Txn(ctx, cmps, ops)
+		if err != nil {
+			return false, 0, err
+		}
+		return false, 0, fmt.Errorf("%w: %w", kv.ErrOutcomeUnknown, kv.ErrUnavailable)
+	}
+	return s.Store.Txn(ctx, cmps, ops)
+}
+
+// TestKeepRegisteredClaimsAgainOnTheSameLease: claims that time out on a
+// loaded etcd are tried again on the session's lease, not on a new one per
+// failure (a grant and a revoke for each, which at 1,000 simulated nodes
+// on a 3 s TTL kept etcd loaded: 25,602 grants in 6 minutes). The claim
+// applied with its answer lost is found to be the node's own.
+func TestKeepRegisteredClaimsAgainOnTheSameLease(t *testing.T) {
+	store := &slowClaims{Store: kv.NewMemoryStore()}
+	defer store.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	var registered atomic.Int64
+	reg := addrReg("/t/live/nodes/n1", "host:1")
+	reg.OnRegistered = func() { registered.Add(1) }
+	done := make(chan error, 1)
+	go func() { done <- kv.KeepRegistered(ctx, store, reg, zap.NewNop()) }()
+	defer func() { cancel(); require.NoError(t, <-done) }()
+	require.Eventually(t, func() bool { return registered.Load() == 1 }, 10*time.Second, 5*time.Millisecond)
+	require.GreaterOrEqual(t, store.txns.Load(), int64(3))
+	require.Equal(t, int64(1), store.grants.Load(), "one lease for every claim")
+	kvp, err := store.Get(ctx, reg.Key)
+	require.NoError(t, err)
+	require.NotNil(t, kvp)
+	require.Equal(t, "host:1", string(kvp.Value))
 }
