@@ -3,6 +3,7 @@ package storage
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
@@ -30,11 +31,16 @@ type Feed struct {
 	// address in any cluster: what ends fetch sessions (Host.watchPeers).
 	// A node record rewritten in place (its report, its disk use) does not
 	// close it, so hosts are not woken for what cannot concern them.
-	gone chan struct{}
+	// Both signals are read without f.mu: every follower takes came before
+	// each look at its leader, ~10,000 of them at once when a domain's
+	// leaders fail over, and queued on f.mu behind a step (which holds it
+	// for a whole publication) they held up the next step in turn, each
+	// waiting to be scheduled for its hand-off of the lock.
+	gone atomic.Pointer[chan struct{}]
 	// came is closed (and replaced) when a node became live in any
 	// cluster, or live at another address: what a follower whose leader
 	// is not live waits for (besides its role changing).
-	came chan struct{}
+	came atomic.Pointer[chan struct{}]
 }
 
 // dbMark identifies the records of one database in one snapshot.
@@ -76,24 +82,28 @@ type feedSub struct {
 // NewFeed builds a feed over a state manager's snapshots and its change
 // signal (Manager.Changed); Run drives it.
 func NewFeed(state func() *statemachine.State, changed func() <-chan struct{}) *Feed {
-	return &Feed{state: state, changed: changed, subs: map[string][]*feedSub{}, dbs: map[string]dbMark{}, gone: make(chan struct{}), came: make(chan struct{})}
+	f := &Feed{state: state, changed: changed, subs: map[string][]*feedSub{}, dbs: map[string]dbMark{}}
+	gone, came := make(chan struct{}), make(chan struct{})
+	f.gone.Store(&gone)
+	f.came.Store(&came)
+	return f
+}
+
+// renew replaces a signal with a fresh channel and closes the one it held:
+// a reader that took the old one is woken, one that reads it now waits
+// for the next change.
+func renew(sig *atomic.Pointer[chan struct{}]) {
+	ch := make(chan struct{})
+	close(*sig.Swap(&ch))
 }
 
 // peersGone is closed at the next snapshot in which a live node of any
 // cluster left or moved to another address.
-func (f *Feed) peersGone() <-chan struct{} {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.gone
-}
+func (f *Feed) peersGone() <-chan struct{} { return *f.gone.Load() }
 
 // peersCame is closed at the next snapshot in which a node of any cluster
 // became live, or live at another address.
-func (f *Feed) peersCame() <-chan struct{} {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.came
-}
+func (f *Feed) peersCame() <-chan struct{} { return *f.came.Load() }
 
 // noteNodes closes gone when a live node in prev is absent from st or at
 // another address there, and came when a live node in st is absent from
@@ -128,12 +138,10 @@ func (f *Feed) noteNodes(prev, st *statemachine.State) {
 		}
 	}
 	if left {
-		close(f.gone)
-		f.gone = make(chan struct{})
+		renew(&f.gone)
 	}
 	if came {
-		close(f.came)
-		f.came = make(chan struct{})
+		renew(&f.came)
 	}
 }
 

@@ -68,3 +68,58 @@ func TestFeedSignalsPeersGoneOnLeaveOrMoveOnly(t *testing.T) {
 	require.True(t, closed(gone), "a node that left")
 	require.False(t, closed(came), "a node that left")
 }
+
+// A follower takes peersCame before each look at its leader, and a host
+// peersGone before each wait: neither waits for a step in progress. Here
+// the step is held inside its signalling of a host (the host's pending
+// set is locked) while it publishes a database's new records; the signals
+// are read meanwhile, and the step then completes.
+func TestFeedPeerSignalsDoNotWaitForAStep(t *testing.T) {
+	sm := statemachine.New(statemachine.Config{})
+	sm.Start(context.Background())
+	defer sm.Stop()
+	f := NewFeed(sm.Snapshot, sm.Changed)
+	sub := f.subscribe("n1")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); f.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	sub.mu.Lock()
+	held := true
+	defer func() {
+		if held {
+			sub.mu.Unlock()
+		}
+	}()
+	sm.Push(statemachine.Event{Source: statemachine.SourceAssign, Kind: statemachine.KindAssign, Type: kv.WatchPut, Name: "d",
+		Value: models.Assignment{DB: "d", Cluster: "default", Shards: []models.ShardAssignment{{ID: 0, Replicas: []string{"n1", "n2"}}}}})
+	require.Eventually(t, func() bool {
+		if f.mu.TryLock() {
+			f.mu.Unlock()
+			return false
+		}
+		return true // the step is signalling n1, under f.mu
+	}, 5*time.Second, time.Millisecond)
+
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		_, _ = f.peersCame(), f.peersGone()
+	}()
+	require.Eventually(t, func() bool {
+		select {
+		case <-read:
+			return true
+		default:
+			return false
+		}
+	}, 5*time.Second, time.Millisecond, "the signals were not read while a step was in progress")
+
+	held = false
+	sub.mu.Unlock()
+	require.Eventually(t, func() bool {
+		_, names := sub.take()
+		return names["d"]
+	}, 5*time.Second, time.Millisecond)
+}
