@@ -41,6 +41,11 @@ func TestFollowerOfALeaderNotLiveWaits(t *testing.T) {
 	addrs := map[string]string{"L": leader.addr(), "F": follower.addr()}
 	oneShard(sm, addrs, []string{"L", "F"}, "L", 1)
 	require.Eventually(t, func() bool { return len(isrOf(t, store, 0)) == 2 }, 10*time.Second, 10*time.Millisecond)
+	// A write F acknowledges: F has fetched in L's leadership, and so leaves
+	// the set once it stops (a follower that never fetched from an empty
+	// shard's leader stays in its set).
+	require.Eventually(t, func() bool { return leader.host.Write(context.Background(), "d", 0, 1, points(0, 1)) == nil },
+		10*time.Second, 10*time.Millisecond)
 
 	// L's record goes (its lease ended); L itself keeps serving, as a node
 	// cut off from etcd would.

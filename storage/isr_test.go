@@ -28,6 +28,7 @@ func TestDecideISR(t *testing.T) {
 		caught    map[string]time.Time
 		fetched   map[string]time.Time
 		parked    map[string]int
+		sent      map[string]uint64
 		live      func(string) bool
 		drop, add []string
 		join      []string
@@ -100,13 +101,23 @@ func TestDecideISR(t *testing.T) {
 			isr: []string{"a"}, replicas: []string{"a", "c"}, last: 3306, committed: 3306,
 			acked: map[string]uint64{"c": 3059}, caught: map[string]time.Time{}, fetched: map[string]time.Time{"c": t0.Add(400 * time.Millisecond)},
 			live: liveAll},
+		{name: "new empty shard, member not fetched yet past the window: stays", now: t0.Add(window + time.Second),
+			isr: []string{"a", "b"}, replicas: []string{"a", "b"}, last: 0, acked: map[string]uint64{},
+			caught: map[string]time.Time{"b": t0}, fetched: map[string]time.Time{"b": t0}, live: liveAll},
+		{name: "new empty shard, member fetched once then stopped past the window: leaves", now: t0.Add(window + time.Second),
+			isr: []string{"a", "b"}, replicas: []string{"a", "b"}, last: 0, acked: map[string]uint64{},
+			caught: map[string]time.Time{"b": t0}, fetched: map[string]time.Time{"b": t0}, sent: map[string]uint64{"b": 0},
+			live: liveAll, drop: []string{"b"}},
+		{name: "member not fetched yet, an entry waited past the window: leaves", now: t0.Add(window + time.Second),
+			isr: []string{"a", "b"}, replicas: []string{"a", "b"}, last: 1, acked: map[string]uint64{},
+			caught: map[string]time.Time{"b": t0}, fetched: map[string]time.Time{"b": t0}, live: liveAll, drop: []string{"b"}},
 		{name: "never fetched: does not join", now: t0, isr: []string{"a"}, replicas: []string{"a", "b"}, last: 0,
 			acked: map[string]uint64{}, caught: map[string]time.Time{}, fetched: map[string]time.Time{}, live: liveAll},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			drop, add, join := decideISR(tc.now, isrView{self: "a", isr: tc.isr, replicas: tc.replicas, last: tc.last, committed: tc.committed,
-				acked: tc.acked, caught: tc.caught, fetched: tc.fetched, parked: tc.parked, live: tc.live, window: window})
+				acked: tc.acked, caught: tc.caught, fetched: tc.fetched, parked: tc.parked, sent: tc.sent, live: tc.live, window: window})
 			require.Equal(t, tc.drop, drop, "drop")
 			require.Equal(t, tc.add, add, "add")
 			require.Equal(t, tc.join, join, "join")

@@ -90,3 +90,39 @@ func TestUpkeepBacksOffAfterFailedISRWrites(t *testing.T) {
 	nextUpkeep(t, r)
 	require.Equal(t, []string{"L"}, b.set(0).Replicas, "F dropped once writes go through")
 }
+
+// A new database's follower that has not fetched yet stays in its leader's
+// first set past the lag bound: the shard is empty, so it lacks nothing, and
+// dropping it cost two set writes (the drop, and the add once it came) per
+// shard whose followers took up their roles late, thousands while 1,000
+// simulated nodes were placed. A follower that did fetch and then stopped
+// still leaves. L leads {L, F}; F's fetch bookkeeping is aged past the
+// bound (an hour here).
+func TestNewShardsFollowerNotFetchedYetStaysInTheFirstSet(t *testing.T) {
+	b := startBatchHost(t, 1)
+	b.assign("L", "F")
+	b.lead(1)
+	require.Eventually(t, func() bool { return len(b.set(0).Replicas) == 2 },
+		10*time.Second, 10*time.Millisecond, "L's first set {L, F}")
+	r := b.h.get("d", 0)
+	require.NotNil(t, r)
+	age := func(fetchedOnce bool) {
+		past := time.Now().Add(-2 * b.h.cfg.LagBound)
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.ls.fetched["F"], r.ls.caught["F"] = past, past
+		if fetchedOnce {
+			r.ls.sentEnd["F"] = 0
+		}
+	}
+	age(false)
+	nextUpkeep(t, r)
+	require.ElementsMatch(t, []string{"L", "F"}, b.set(0).Replicas, "F, not fetched yet from an empty shard, stays")
+	r.mu.Lock()
+	require.ElementsMatch(t, []string{"L", "F"}, r.ls.isr)
+	r.mu.Unlock()
+
+	age(true)
+	nextUpkeep(t, r)
+	require.Equal(t, []string{"L"}, b.set(0).Replicas, "F fetched once and stopped: it leaves")
+}

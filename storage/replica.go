@@ -359,7 +359,7 @@ func (r *replica) maintainISR(ctx context.Context, d desired) {
 	// so a dead follower leaves without writes.
 	drop, add, join := decideISR(time.Now(), isrView{
 		self: r.h.nodeID, isr: isr, replicas: r.want.replicas, last: last, committed: r.ls.committed,
-		acked: r.ls.acked, caught: r.ls.caught, fetched: r.ls.fetched, parked: r.ls.parked, window: r.h.cfg.LagBound,
+		acked: r.ls.acked, caught: r.ls.caught, fetched: r.ls.fetched, parked: r.ls.parked, sent: r.ls.sentEnd, window: r.h.cfg.LagBound,
 		// A follower whose lease is gone, or whose disk fails, leaves at
 		// once when this process watches the live nodes; otherwise by not
 		// fetching (or catching up) within the window.
