@@ -718,14 +718,17 @@ func (r *replica) park(node string, d int) {
 	if r.ls.parked[node] <= 0 {
 		delete(r.ls.parked, node)
 		if r.run != nil {
-			// The upkeep's next deadline moved (upkeepDelay): to where a
-			// set that is not quiet has it, not to now. The fetch that
-			// ended counts as one just made, so nothing can be due before
-			// the window has passed, and the follower's next poll, parked
-			// again by then, makes that run find the set quiet: a poll
-			// ending cost two upkeeps of each of its shards, at once and
-			// when the set was not quiet yet.
-			r.run.soon(r.h.cfg.LagBound / 4)
+			// The upkeep's next deadline moved (upkeepDelay), but not to
+			// now: the fetch that ended counts as one just made, so the
+			// follower can fall out of the set only once the window has
+			// passed, and the upkeep comes just after that. By then its
+			// next poll, parked again, makes the run find the set quiet,
+			// and the polls ending meanwhile share that one run: a
+			// follower re-sends its poll whenever a shard joins its
+			// session (a new database's, while a cluster is placed), and
+			// each re-send at a quarter of the lag bound cost an upkeep of
+			// every shard of the poll.
+			r.run.soon(r.h.cfg.LagBound + r.h.cfg.LagBound/8)
 		}
 	}
 }
