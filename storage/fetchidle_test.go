@@ -54,7 +54,9 @@ func TestIdleFetchParksLonger(t *testing.T) {
 	twoReplicas(t, sm, store, leader, follower)
 	ctx := context.Background()
 	require.Eventually(t, func() bool { return len(isrOf(t, store, 0)) == 2 }, 10*time.Second, 10*time.Millisecond)
-	require.NoError(t, leader.host.Write(ctx, "d", 0, 1, points(0, 10)))
+	// The set on record can show before the leader has taken it up (it
+	// refuses writes until then: still publishing).
+	require.Eventually(t, func() bool { return leader.host.Write(ctx, "d", 0, 1, points(0, 10)) == nil }, 10*time.Second, 10*time.Millisecond)
 
 	// Idle: one empty 2 s poll, then the session parks for 4 s.
 	from := len(seen())
