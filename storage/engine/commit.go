@@ -130,7 +130,7 @@ func (s *boltShard) Enqueue(st *Staged) (uint64, func() error, error) {
 		// The committer it starts brings it to the log at once. Behind a
 		// commit under way it counts only once its committer takes it
 		// (commitLoop): it cannot reach the log before that commit's
-		// write ends, so the writer would wait for it in vain.
+		// write ends, so the leader would wait for it in vain.
 		q.markArriving([]*pendingEntry{p}, s.wal)
 	}
 	q.pending = append(q.pending, p)
@@ -228,7 +228,7 @@ func arrivingIn(entries []*pendingEntry) int {
 	return n
 }
 
-// workers run the committers of the shards and the log's writer, kept
+// workers run the committers of the shards, kept
 // between bursts of commits (see gopool).
 var workers = gopool.New(256)
 
@@ -272,7 +272,7 @@ func (s *boltShard) commitLocked(group []*pendingEntry) error {
 	// the flush runs beside later commits (flush.go).
 	if s.flushDue(last.TxnID) {
 		// Making room may wait for the flush of the memtable frozen
-		// before: the log's writer does not wait for this group meanwhile.
+		// before: the log's leader does not wait for this group meanwhile.
 		s.wal.depart(arrived)
 		arrived = 0
 		if err := s.rotate(); err != nil {

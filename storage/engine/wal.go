@@ -63,7 +63,11 @@ type holder struct {
 type walReq struct {
 	data []byte   // framed records, back to back
 	recs []walRec // their headers; pos.off is the payload's offset in data
-	done chan struct{}
+	// wake is sent to once: the group holding the request was written
+	// (err is set), or, with lead set, its caller is to write the next
+	// group itself.
+	wake chan struct{}
+	lead bool
 	err  error
 }
 
@@ -80,7 +84,7 @@ type wal struct {
 	rmu sync.RWMutex
 
 	mu      sync.Mutex
-	idle    *sync.Cond // signalled when the writer exits
+	idle    *sync.Cond // signalled when writing ends
 	segs    []*segment // oldest first; the last is the active one
 	queue   []*walReq
 	writing bool
@@ -92,7 +96,7 @@ type wal struct {
 	groups  uint64 // group writes done, one fdatasync each
 	// arriving counts entries on their way to append (see gather);
 	// arrived is signalled when it drops to zero; gatherWait bounds the
-	// writer's wait for them (a test's knob).
+	// leader's wait for them (a test's knob).
 	arriving   atomic.Int64
 	arrived    chan struct{}
 	gatherWait time.Duration
@@ -275,12 +279,12 @@ func (w *wal) append(data []byte, recs []walRec) ([]walRec, error) {
 
 // Commits gather. Entries count as arriving from the moment a shard's
 // committer takes them (or an Append starts one for them) until their
-// records are queued here (appendArrived) or they fail, and the writer,
+// records are queued here (appendArrived) or they fail, and the leader,
 // before it takes a group, waits for those on their way, for gatherWait at
 // most. A batch's entries reach the log microseconds apart, one per shard:
 // the first to arrive started a write and its fdatasync, and those after it
 // waited for that and then made a second (at 32 shards a batch took about 3
-// syncs and syncing was a fifth of a write's CPU). The writer sleeps until
+// syncs and syncing was a fifth of a write's CPU). The leader sleeps until
 // the last one queues itself, which wakes it: it used to yield its
 // processor up to 16 times instead, and entries queued behind a shard's
 // commit under way counted as arriving too, so on a busy node every group
@@ -298,11 +302,11 @@ func (w *wal) depart(n int) {
 func (w *wal) signalArrived() {
 	select {
 	case w.arrived <- struct{}{}:
-	default: // the writer has a wake-up pending already
+	default: // the leader has a wake-up pending already
 	}
 }
 
-// gatherWait bounds the writer's wait for arriving entries: one held up
+// gatherWait bounds the leader's wait for arriving entries: one held up
 // (a shard waiting for its flush, say) is not waited for long.
 const gatherWait = 2 * time.Millisecond
 
@@ -323,10 +327,20 @@ func (w *wal) gather() {
 
 // appendArrived is append for records of arrived entries (n of them), which
 // stop counting as arriving once queued.
+//
+// The log has no writer goroutine of its own: the caller that finds it idle
+// writes and syncs the group itself (it leads), and those that queue while
+// it does wait. The leader, once its group is durable, hands the next group
+// (everything queued meanwhile) to the first caller queued, or marks the
+// log idle, and then wakes the callers of its group. A lone commit thus
+// reaches the disk without another goroutine running, and one under load
+// is woken once, either to lead or because it is written: with a writer
+// goroutine every commit took two hand-offs more (to the writer and back),
+// each a wait behind every runnable goroutine on a busy node (issue 21).
 func (w *wal) appendArrived(data []byte, recs []walRec, arrived int) ([]walRec, error) {
-	req := &walReq{data: data, recs: recs, done: make(chan struct{})}
+	req := &walReq{data: data, recs: recs, wake: make(chan struct{}, 1)}
 	w.mu.Lock()
-	w.depart(arrived) // under mu, with the queueing: the writer takes both or neither
+	w.depart(arrived) // under mu, with the queueing: the leader takes both or neither
 	if w.closed {
 		w.mu.Unlock()
 		return nil, ErrClosed
@@ -337,40 +351,49 @@ func (w *wal) appendArrived(data []byte, recs []walRec, arrived int) ([]walRec, 
 		return nil, err
 	}
 	w.queue = append(w.queue, req)
-	if !w.writing {
-		w.writing = true
-		workers.Go(w.writeLoop)
-	}
+	lead := !w.writing
+	w.writing = true
 	w.mu.Unlock()
-	<-req.done
+	if !lead {
+		<-req.wake
+		if !req.lead {
+			return req.recs, req.err
+		}
+	}
+	w.lead(req)
 	return req.recs, req.err
 }
 
-// writeLoop writes the queue group by group until it is empty: requests
-// queued while a group is being written and synced make up the next one.
-func (w *wal) writeLoop() {
-	for {
-		w.gather()
-		w.mu.Lock()
-		group := w.queue
-		w.queue = nil
-		if len(group) == 0 {
-			w.writing = false
-			w.idle.Broadcast()
-			w.mu.Unlock()
-			return
+// lead writes the queue, which holds the leader's request, as one group,
+// then passes the lead on (see appendArrived).
+func (w *wal) lead(own *walReq) {
+	w.gather()
+	w.mu.Lock()
+	group := w.queue
+	w.queue = nil
+	err := w.err
+	w.inGroup = len(group)
+	w.mu.Unlock()
+	if err == nil {
+		if err = w.writeGroup(group); err != nil {
+			err = w.failed(err)
 		}
-		err := w.err
-		w.inGroup = len(group)
-		w.mu.Unlock()
-		if err == nil {
-			if err = w.writeGroup(group); err != nil {
-				err = w.failed(err)
-			}
-		}
-		for _, r := range group {
-			r.err = err
-			close(r.done)
+	}
+	w.mu.Lock()
+	w.inGroup = 0
+	if len(w.queue) == 0 {
+		w.writing = false
+		w.idle.Broadcast()
+	} else {
+		next := w.queue[0]
+		next.lead = true
+		next.wake <- struct{}{}
+	}
+	w.mu.Unlock()
+	for _, r := range group {
+		r.err = err
+		if r != own {
+			r.wake <- struct{}{}
 		}
 	}
 }
@@ -528,7 +551,8 @@ func (w *wal) collect(exists func(id shardID) bool) error {
 	return syncDir(w.dir)
 }
 
-// close waits for the writer and closes the files.
+// close waits for the group being written, and those queued behind it, and
+// closes the files.
 func (w *wal) close() error {
 	w.cmu.Lock() // no collect under way
 	defer w.cmu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -478,4 +479,36 @@ func TestSecondEngineOnTheDirIsRefused(t *testing.T) {
 	require.ErrorIs(t, err, ErrDirInUse)
 	require.NoError(t, e.Close())
 	newEngine(t, dir, manual...)
+}
+
+// A lone commit on an idle log is written and synced by its shard's
+// committer itself: no writer goroutine is handed the group, so no other
+// goroutine must run for it to become durable (issue 21).
+func TestLoneCommitIsWrittenByItsCommitter(t *testing.T) {
+	e, s := openShard1(t, manual...)
+	w := walOf(e)
+	w.wrMu.Lock() // whoever writes the group stops in writeGroup
+	held := true
+	defer func() {
+		if held {
+			w.wrMu.Unlock()
+		}
+	}()
+	wait, err := s.Append(Entry{TxnID: 1, Term: 1, Points: []lineproto.Point{pt("m", "", "value", 1, 1)}})
+	require.NoError(t, err)
+	inWrite := func() string {
+		buf := make([]byte, 1<<20)
+		for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+			if strings.Contains(g, "(*wal).writeGroup") {
+				return g
+			}
+		}
+		return ""
+	}
+	require.Eventually(t, func() bool { return inWrite() != "" }, 10*time.Second, time.Millisecond)
+	require.Contains(t, inWrite(), "(*boltShard).commitLoop", "the committer writes its group")
+	held = false
+	w.wrMu.Unlock()
+	require.NoError(t, wait())
+	require.EqualValues(t, 1, s.LastTxnID())
 }
