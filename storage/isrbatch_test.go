@@ -289,14 +289,7 @@ func TestFirstISRsOfOneHostGoTogether(t *testing.T) {
 func TestISRBatchOutlivesTheCallerWritingIt(t *testing.T) {
 	const shards = 2
 	b := startBatchHost(t, shards)
-	b.assign("L", "F")
-	b.lead(1)
-	require.Eventually(t, func() bool {
-		return len(b.set(0).Replicas) == 2 && len(b.set(1).Replicas) == 2
-	}, 10*time.Second, 10*time.Millisecond, "both leaderships recorded their first set {L, F}")
-	r0, r1 := b.h.get("d", 0), b.h.get("d", 1)
-	require.NotNil(t, r0)
-	require.NotNil(t, r1)
+	r0, r1 := b.twoLeaderships()
 
 	before := len(b.store.txns())
 	b.store.hold.Store(true)
@@ -324,15 +317,29 @@ func TestISRBatchOutlivesTheCallerWritingIt(t *testing.T) {
 // twoLeaderships starts b with shards 0 and 1 led by L with follower F,
 // waits for their first sets, and returns their replicas.
 func (b *batchHost) twoLeaderships() (*replica, *replica) {
+	rs := b.leaderships(2)
+	return rs[0], rs[1]
+}
+
+// leaderships starts b with shards 0..n-1 led by L with follower F, waits
+// for their first sets {L, F}, and returns their replicas.
+func (b *batchHost) leaderships(n int) []*replica {
 	b.assign("L", "F")
 	b.lead(1)
 	require.Eventually(b.t, func() bool {
-		return len(b.set(0).Replicas) == 2 && len(b.set(1).Replicas) == 2
-	}, 10*time.Second, 10*time.Millisecond, "both leaderships recorded their first set {L, F}")
-	r0, r1 := b.h.get("d", 0), b.h.get("d", 1)
-	require.NotNil(b.t, r0)
-	require.NotNil(b.t, r1)
-	return r0, r1
+		for i := range n {
+			if len(b.set(i).Replicas) != 2 {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 10*time.Millisecond, "every leadership recorded its first set {L, F}")
+	rs := make([]*replica, n)
+	for i := range rs {
+		rs[i] = b.h.get("d", i)
+		require.NotNil(b.t, rs[i])
+	}
+	return rs
 }
 
 // heldWrite sends r's write of the set {L} and returns once its txn is

@@ -69,12 +69,7 @@ func TestUpkeepOfASetLackingOnlyADeadReplicaIsQuiet(t *testing.T) {
 // once writes go through, F is dropped.
 func TestUpkeepBacksOffAfterFailedISRWrites(t *testing.T) {
 	b := startBatchHost(t, 1)
-	b.assign("L", "F")
-	b.lead(1)
-	require.Eventually(t, func() bool { return len(b.set(0).Replicas) == 2 },
-		10*time.Second, 10*time.Millisecond, "L's first set {L, F}")
-	r := b.h.get("d", 0)
-	require.NotNil(t, r)
+	r := b.leaderships(1)[0]
 	lag := b.h.cfg.LagBound
 	b.store.failISR.Store(true)
 	b.sm.Push(statemachine.Event{Source: statemachine.ClusterNodesSource("default"), Kind: statemachine.KindStorageNodes,
@@ -100,12 +95,7 @@ func TestUpkeepBacksOffAfterFailedISRWrites(t *testing.T) {
 // bound (an hour here).
 func TestNewShardsFollowerNotFetchedYetStaysInTheFirstSet(t *testing.T) {
 	b := startBatchHost(t, 1)
-	b.assign("L", "F")
-	b.lead(1)
-	require.Eventually(t, func() bool { return len(b.set(0).Replicas) == 2 },
-		10*time.Second, 10*time.Millisecond, "L's first set {L, F}")
-	r := b.h.get("d", 0)
-	require.NotNil(t, r)
+	r := b.leaderships(1)[0]
 	age := func(fetchedOnce bool) {
 		past := time.Now().Add(-2 * b.h.cfg.LagBound)
 		r.mu.Lock()

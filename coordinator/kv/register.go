@@ -97,7 +97,7 @@ func KeepRegistered(ctx context.Context, store Store, reg Registration, lg *zap.
 					// new session per failed claim made a grant and a
 					// revoke for each: on a loaded etcd, three writes
 					// where one had timed out.
-					if claimAgain(ctx, s, bo) {
+					if again, _ := waitOrDone(ctx, nil, s, bo.Next()); again {
 						continue
 					}
 					break
@@ -156,24 +156,9 @@ func KeepRegistered(ctx context.Context, store Store, reg Registration, lg *zap.
 	return nil
 }
 
-// claimAgain waits out the back-off before another claim on s's lease; false
-// when ctx ended or the lease was lost meanwhile.
-func claimAgain(ctx context.Context, s *Session, bo *backoff.Backoff) bool {
-	t := time.NewTimer(bo.Next())
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-s.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
 // waitOrDone sleeps d before another claim (again), or reports that the wait
-// for the holder is over: expired when its deadline passed, neither when ctx
-// ended or our own lease was lost.
+// for the holder is over: expired when its deadline (nil: none) passed,
+// neither when ctx ended or our own lease was lost.
 func waitOrDone(ctx context.Context, deadline <-chan time.Time, s *Session, d time.Duration) (again, expired bool) {
 	t := time.NewTimer(d)
 	defer t.Stop()
