@@ -468,7 +468,11 @@ const creators = 8
 func newAPIClient(dials *atomic.Int64) *http.Client {
 	d := &net.Dialer{Timeout: 10 * time.Second}
 	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.MaxIdleConnsPerHost = creators
+	// At most one connection per creator, kept: without the cap, a create
+	// that started while its creator's last answer was still going back to
+	// the idle pool dialed a ninth connection (then kept idle), and the
+	// count of connections the creates opened depended on that race.
+	t.MaxIdleConnsPerHost, t.MaxConnsPerHost = creators, creators
 	t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		dials.Add(1)
 		return d.DialContext(ctx, network, addr)
