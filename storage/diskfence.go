@@ -61,6 +61,14 @@ func NewDiskFence(lg *zap.Logger, reg prometheus.Registerer) *DiskFence {
 	return f
 }
 
+// show makes fault the one shown (Fault, Err) and sets the gauge to it
+// first, under mu: one who sees the fence lifted sees the gauge at 0, and
+// two reports racing leave the gauge on the fault shown.
+func (f *DiskFence) show(fault *models.DiskFault) {
+	f.setGauge(fault)
+	f.shown.Store(fault)
+}
+
 func (f *DiskFence) setGauge(fault *models.DiskFault) {
 	if f.gauge == nil {
 		return
@@ -105,9 +113,8 @@ func (f *DiskFence) Report(err error) {
 	fault := f.diskFault(err)
 	f.mu.Lock()
 	f.fault = fault
-	f.shown.Store(f.faultLocked())
+	f.show(f.faultLocked())
 	f.mu.Unlock()
-	f.setGauge(fault)
 	f.lg.Error("write-ahead log failed: this node takes no writes, hands its shard leaderships to in-sync replicas and retries by itself",
 		zap.String("kind", fault.Kind), zap.String("path", fault.Path), zap.Error(err))
 	select {
@@ -131,9 +138,8 @@ func (f *DiskFence) ReportFlush(db string, shard int, err error) {
 		f.flushes[id] = f.diskFault(err)
 	}
 	fault := f.faultLocked()
-	f.shown.Store(fault)
+	f.show(fault)
 	f.mu.Unlock()
-	f.setGauge(fault)
 	switch {
 	case disk && !had:
 		f.lg.Error("shard flush failed on the disk: this node takes no writes, hands its shard leaderships to in-sync replicas and retries by itself",
@@ -215,10 +221,11 @@ func (f *DiskFence) Run(ctx context.Context, log engine.LogHealer) {
 			f.fault = nil
 		}
 		now := f.faultLocked()
-		f.shown.Store(now)
+		if lifted {
+			f.show(now)
+		}
 		f.mu.Unlock()
 		if lifted {
-			f.setGauge(now)
 			msg := "write-ahead log takes writes again: this node rejoins its in-sync sets once caught up"
 			if now != nil {
 				msg = "write-ahead log takes writes again; a shard's flush still fails, so the node stays fenced"

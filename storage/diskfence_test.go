@@ -69,7 +69,7 @@ func TestDiskFenceFencesAndHealsByItself(t *testing.T) {
 	require.Eventually(t, func() bool { return fence.Err() == nil }, 10*time.Second, 10*time.Millisecond)
 	require.Equal(t, 0.0, testutil.ToFloat64(fence.gauge.WithLabelValues(models.DiskFull)))
 	require.NoError(t, s.Apply(entry(2)))
-	require.Len(t, logs.FilterMessageSnippet("takes writes again").All(), 1)
+	require.Eventually(t, func() bool { return logs.FilterMessageSnippet("takes writes again").Len() == 1 }, 10*time.Second, 10*time.Millisecond)
 
 	// Another kind of failure is a disk_error.
 	faults.Set(syscall.EIO)
