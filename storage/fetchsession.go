@@ -376,16 +376,15 @@ func (s *fetchSession) side(ctx context.Context, c *carrier, park time.Duration)
 	switch {
 	case errors.Is(err, client.ErrUnsupported):
 		s.refused(reps, mems, c, err)
-	case err != nil:
-		s.lg.Debug("batched fetch of a joining shard failed", zap.Error(err))
-	default:
+		err = nil
+	case err == nil:
 		s.applyMu.Lock()
 		_, err = s.applyAnswer(ans, reps, mems, c)
 		s.applyMu.Unlock()
 		ans.Close()
-		if err != nil {
-			s.lg.Debug("batched fetch of a joining shard failed", zap.Error(err))
-		}
+	}
+	if err != nil {
+		s.lg.Debug("batched fetch of a joining shard failed", zap.Error(err))
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -228,8 +228,8 @@ func arrivingIn(entries []*pendingEntry) int {
 	return n
 }
 
-// workers run the committers of the shards, kept
-// between bursts of commits (see gopool).
+// workers run the committers of the shards, kept between bursts of commits
+// (see gopool).
 var workers = gopool.New(256)
 
 // maxGroupPoints bounds one group commit (it is encoded in memory at once); a longer queue is committed in

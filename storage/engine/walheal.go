@@ -32,8 +32,8 @@ type LogHealer interface {
 }
 
 // WithLogReport has f told, once per failure, of the error that stopped the
-// write-ahead log. It runs on the commit that writes the failed
-// group: it must not block or write.
+// write-ahead log. It runs on the commit that writes the failed group: it
+// must not block or write.
 func WithLogReport(f func(err error)) Option {
 	return func(o *options) { o.logReport = f }
 }
