@@ -344,9 +344,14 @@ func TestKeepRegisteredResumesBlindAFewTimes(t *testing.T) {
 	reg.Refresh = 50 * time.Millisecond
 	done := make(chan error, 1)
 	go func() { done <- kv.KeepRegistered(ctx, store, reg, zap.NewNop()) }()
-	require.Eventually(t, func() bool { return store.keepAlives.Load() >= 1 }, 10*time.Second, 5*time.Millisecond)
-	kvp, err := mem.Get(ctx, reg.Key)
-	require.NoError(t, err)
+	// Kept alive and claimed: the keep-alive starts before the claim puts
+	// the record.
+	var kvp *kv.KeyValue
+	require.Eventually(t, func() bool {
+		var err error
+		kvp, err = mem.Get(ctx, reg.Key)
+		return store.keepAlives.Load() >= 1 && err == nil && kvp != nil
+	}, 10*time.Second, 5*time.Millisecond)
 	require.NoError(t, mem.Revoke(ctx, kvp.Lease)) // the first keep-alive ends: the lease is gone
 	require.Eventually(t, func() bool { return store.grants.Load() >= 2 }, 10*time.Second, 5*time.Millisecond, "registered again")
 	require.Equal(t, int64(4), store.atSecondGrant.Load(), "the first keep-alive and 3 blind resumes")
