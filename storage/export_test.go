@@ -15,3 +15,7 @@ func (h *Host) ParkedFetches() int {
 	}
 	return n
 }
+
+// StatesDecoded counts the shard-state records this host's in-sync set
+// writes decoded themselves (not taken from the watched state).
+func (h *Host) StatesDecoded() int64 { return h.statesDecoded.Load() }

@@ -115,6 +115,9 @@ type Host struct {
 	feed    atomic.Pointer[Feed] // the feed Run reads: what followers of a leader not live wait on
 
 	recordRev atomic.Int64 // create revision of this node's record as this process holds it (0: unknown)
+	// statesDecoded counts the shard-state records in-sync set writes
+	// decoded themselves (statesAsRead), for the cost test.
+	statesDecoded atomic.Int64
 
 	waitMu  sync.Mutex
 	waiters map[*replica]map[chan struct{}]int // parked batched fetches to wake at an append or role change of a replica
