@@ -92,7 +92,9 @@ func TestISRFenceTakesWatchedStates(t *testing.T) {
 
 			// F leaves shard 0: its leader writes the set without it, fenced
 			// on the states (the first sets were adopted, fenced too).
-			assign.Shards[0].Replicas = []string{"L"}
+			// A new value: the state told by hand holds the old one's shards.
+			assign = models.Assignment{DB: "d", Cluster: "default", Shards: []models.ShardAssignment{
+				{ID: 0, Replicas: []string{"L"}}, {ID: 1, Replicas: []string{"L", "F"}}}}
 			_, err = store.Put(ctx, keys.Assign("d"), raw(assign), 0)
 			require.NoError(t, err)
 			if !tc.watched {
