@@ -3,6 +3,7 @@ package storage_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"github.com/cairn-db/cairn/storage/lineproto"
 	"github.com/gin-gonic/gin"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
 )
 
 func init() { gin.SetMode(gin.ReleaseMode) }
@@ -99,6 +101,29 @@ func live(t *testing.T, store kv.Store, sns, id, addr string) {
 	require.NoError(t, err)
 	_, err = store.Put(context.Background(), models.ClusterKeys{SNS: sns}.Node(id), b, 0)
 	require.NoError(t, err)
+}
+
+// leaderHost is node L's host on store, its in-sync writes fenced on the
+// database states in the same etcd, following sm, with L and the nodes
+// others live (at 127.0.0.1:2, :3, ...): the setup of the tests of a
+// leader's fenced in-sync set writes. Its engine closes when the test ends,
+// after the test's own deferred calls (stop Run there).
+func leaderHost(t *testing.T, store kv.Store, sm *statemachine.Manager, ck models.ClusterKeys, keys models.Keys, others ...string) *storage.Host {
+	t.Helper()
+	eng, err := engine.NewBoltEngine(t.TempDir())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = eng.Close() })
+	h := storage.NewHost(storage.HostConfig{NodeID: "L", Cluster: "default", Engine: eng, Store: store, Keys: ck,
+		State: sm.Snapshot, Changed: sm.Changed, Logger: zap.NewNop(), LagBound: time.Hour, DropDelay: time.Hour,
+		StateStore: store, StateKeys: keys})
+	live(t, store, ck.SNS, "L", "127.0.0.1:1")
+	for i, id := range others {
+		live(t, store, ck.SNS, id, fmt.Sprintf("127.0.0.1:%d", i+2))
+	}
+	rec, err := store.Get(context.Background(), ck.Node("L"))
+	require.NoError(t, err)
+	h.SetRecordRev(rec.CreateRev)
+	return h
 }
 
 func points(from, n int) []lineproto.Point {

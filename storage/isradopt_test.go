@@ -10,10 +10,7 @@ import (
 	"github.com/cairn-db/cairn/coordinator/kv/etcdtest"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
-	"github.com/cairn-db/cairn/storage"
-	"github.com/cairn-db/cairn/storage/engine"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/zap"
 )
 
 // A new leader that finds on record exactly the set it would publish (the
@@ -41,18 +38,11 @@ func TestLeaderAdoptsIdenticalFirstSet(t *testing.T) {
 			sm := statemachine.New(statemachine.Config{})
 			sm.Start(ctx)
 			defer sm.Stop()
-			eng, err := engine.NewBoltEngine(t.TempDir())
-			require.NoError(t, err)
-			h := storage.NewHost(storage.HostConfig{NodeID: "L", Cluster: "default", Engine: eng, Store: store, Keys: ck,
-				State: sm.Snapshot, Changed: sm.Changed, Logger: zap.NewNop(), LagBound: time.Hour, DropDelay: time.Hour,
-				StateStore: store, StateKeys: keys})
-			live(t, store, ck.SNS, "L", "127.0.0.1:1")
+			var others []string
 			if !tc.fDead {
-				live(t, store, ck.SNS, "F", "127.0.0.1:2")
+				others = []string{"F"}
 			}
-			rec, err := store.Get(ctx, ck.Node("L"))
-			require.NoError(t, err)
-			h.SetRecordRev(rec.CreateRev)
+			h := leaderHost(t, store, sm, ck, keys, others...)
 
 			states := models.ShardStates{DB: "d", Shards: []models.ShardState{{ID: 0, Leader: "L", Term: 1, Status: models.StatusOnline}}}
 			assign := models.Assignment{DB: "d", Cluster: "default", Shards: []models.ShardAssignment{{ID: 0, Replicas: []string{"F", "L"}}}}
@@ -70,7 +60,7 @@ func TestLeaderAdoptsIdenticalFirstSet(t *testing.T) {
 			hctx, cancel := context.WithCancel(ctx)
 			done := make(chan struct{})
 			go func() { defer close(done); h.Run(hctx) }()
-			defer func() { cancel(); <-done; _ = eng.Close() }()
+			defer func() { cancel(); <-done }()
 			put(sm, statemachine.SourceStorageConfig, statemachine.KindStorageConfig, "", "default", models.StorageCluster{Name: "default"})
 			put(sm, statemachine.SourceDatabaseConfig, statemachine.KindDatabaseConfig, "", "d",
 				models.Database{Name: "d", StorageCluster: "default", NumShards: 1, ReplicaFactor: 2, UID: "u1"})

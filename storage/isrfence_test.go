@@ -10,10 +10,7 @@ import (
 	"github.com/cairn-db/cairn/coordinator/kv/etcdtest"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
-	"github.com/cairn-db/cairn/storage"
-	"github.com/cairn-db/cairn/storage/engine"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/zap"
 )
 
 // A leader's in-sync set writes are fenced on the database's shard states
@@ -42,16 +39,7 @@ func TestISRFenceTakesWatchedStates(t *testing.T) {
 			sm := statemachine.New(statemachine.Config{})
 			sm.Start(ctx)
 			defer sm.Stop()
-			eng, err := engine.NewBoltEngine(t.TempDir())
-			require.NoError(t, err)
-			h := storage.NewHost(storage.HostConfig{NodeID: "L", Cluster: "default", Engine: eng, Store: store, Keys: ck,
-				State: sm.Snapshot, Changed: sm.Changed, Logger: zap.NewNop(), LagBound: time.Hour, DropDelay: time.Hour,
-				StateStore: store, StateKeys: keys})
-			live(t, store, ck.SNS, "L", "127.0.0.1:1")
-			live(t, store, ck.SNS, "F", "127.0.0.1:2")
-			rec, err := store.Get(ctx, ck.Node("L"))
-			require.NoError(t, err)
-			h.SetRecordRev(rec.CreateRev)
+			h := leaderHost(t, store, sm, ck, keys, "F")
 
 			raw := func(v any) []byte { b, _ := json.Marshal(v); return b }
 			db := models.Database{Name: "d", StorageCluster: "default", NumShards: 2, ReplicaFactor: 2, UID: "u1"}
@@ -88,7 +76,7 @@ func TestISRFenceTakesWatchedStates(t *testing.T) {
 			hctx, cancel := context.WithCancel(ctx)
 			done := make(chan struct{})
 			go func() { defer close(done); h.Run(hctx) }()
-			defer func() { cancel(); <-done; _ = eng.Close() }()
+			defer func() { cancel(); <-done }()
 
 			// F leaves shard 0: its leader writes the set without it, fenced
 			// on the states (the first sets were adopted, fenced too).
