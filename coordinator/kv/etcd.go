@@ -17,6 +17,7 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -58,6 +59,13 @@ type EtcdStore struct {
 	view bool
 }
 
+// The gRPC flow-control windows of every etcd client: what etcd may send
+// on one stream (a watch), and on the connection, before the client reads.
+const (
+	streamWindow = 4 << 20
+	connWindow   = 16 << 20
+)
+
 // NewEtcdStore connects to etcd. It does not wait for the cluster to answer, so
 // a node can start while etcd is down.
 func NewEtcdStore(cfg EtcdConfig) (*EtcdStore, error) {
@@ -90,6 +98,14 @@ func NewEtcdStore(cfg EtcdConfig) (*EtcdStore, error) {
 		DialKeepAliveTimeout: 2 * time.Second,
 		TLS:                  tlsCfg,
 		Logger:               lg.Named("etcd-client").WithOptions(zap.IncreaseLevel(zap.WarnLevel)),
+		// gRPC starts a stream's window at 64 KiB and grows it only as
+		// its own pings measure the link. A watch that falls behind (a
+		// node's process busy with many goroutines, a dead domain's
+		// thousands of changes) then gets 64 KiB per round trip of its
+		// window updates, and etcd counts it a slow watcher. Wider fixed
+		// windows let etcd send a burst without waiting on the reader;
+		// they cost memory only while a reader lags.
+		DialOptions: []grpc.DialOption{grpc.WithInitialWindowSize(streamWindow), grpc.WithInitialConnWindowSize(connWindow)},
 	}
 	// clientv3.New logs in with a password before it returns, so it fails
 	// while etcd is down, and a node's own embedded member starts after its
