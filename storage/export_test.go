@@ -19,3 +19,6 @@ func (h *Host) ParkedFetches() int {
 // StatesDecoded counts the shard-state records this host's in-sync set
 // writes decoded themselves (not taken from the watched state).
 func (h *Host) StatesDecoded() int64 { return h.statesDecoded.Load() }
+
+// Looked counts the replicas this host's reconcile passes looked at.
+func (h *Host) Looked() int64 { return h.looked.Load() }

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -109,6 +108,7 @@ type Host struct {
 	retry    bool                 // reconcile only: something failed that only a full pass retries
 	views    map[string]dbView    // reconcile only: per database, what the last pass derived
 	want     map[string]desired   // reconcile only: the union of the views' replicas
+	looked   atomic.Int64         // replicas reconcile passes looked at, for the cost test
 
 	peersMu sync.Mutex
 	peers   map[string]string    // node id -> address, learned on demand (peers.go)
@@ -280,21 +280,39 @@ func (h *Host) firstDrop() (time.Time, bool) {
 
 // reconcile converges replicas to the snapshot: open what is assigned here,
 // set each replica's role and term, close and drop what is not. It looks at
-// the databases named (every one when all), and at every replica when full.
+// the databases named (every one when all), and at every replica when full;
+// otherwise only at the replicas of the databases that changed here (those
+// they had and those they have), so one database's event costs its own
+// replicas here, not every replica of the host.
 func (h *Host) reconcile(full, all bool, names map[string]bool) {
 	if full {
 		h.retry = false // set again by what fails in this pass
 	}
 	st := h.state()
-	want, touched := h.wanted(st, all, names)
+	want, touched, left := h.wanted(st, all, names)
 	if !full && len(touched) == 0 {
 		return // nothing this node hosts changed
 	}
-	var roles []replicaRole
-	for id, d := range want {
-		if !full && !touched[id[:strings.LastIndexByte(id, '/')]] {
-			continue
+	wanted := func(yield func(string, desired) bool) {
+		if full {
+			for id, d := range want {
+				if !yield(id, d) {
+					return
+				}
+			}
+			return
 		}
+		for name := range touched {
+			for id, d := range h.views[name].want {
+				if !yield(id, d) {
+					return
+				}
+			}
+		}
+	}
+	var roles []replicaRole
+	for id, d := range wanted {
+		h.looked.Add(1)
 		delete(h.unwanted, id)
 		h.mu.RLock()
 		r := h.replicas[id]
@@ -340,12 +358,31 @@ func (h *Host) reconcile(full, all bool, names map[string]bool) {
 		rr.r.setDesired(rr.d)
 	}
 	// Replicas no longer assigned here stop serving at once; their data goes
-	// only after DropDelay, and only on a state confirmed by etcd.
+	// only after DropDelay, and only on a state confirmed by etcd. A pass
+	// that is not full looks only at the replicas its databases no longer
+	// want here (left): the others' roles did not change, and a full pass
+	// comes when the first drop delay runs out (Run).
 	now := time.Now()
 	confirmed := !st.FromBackup && st.Synced[statemachine.SourceAssign] && st.Synced[statemachine.SourceDatabaseConfig]
+	hosted := func(yield func(string, *replica) bool) {
+		if full {
+			for id, r := range h.replicas {
+				if !yield(id, r) {
+					return
+				}
+			}
+			return
+		}
+		for id := range left {
+			if r := h.replicas[id]; r != nil && !yield(id, r) {
+				return
+			}
+		}
+	}
 	h.mu.RLock()
 	var idle, gone []*replica
-	for id, r := range h.replicas {
+	for id, r := range hosted {
+		h.looked.Add(1)
 		if _, ok := want[id]; ok {
 			continue
 		}
@@ -398,14 +435,15 @@ func (v dbView) same(o dbView) bool {
 	return v.assign == o.assign && v.nAssign == o.nAssign && v.states == o.states && v.nStates == o.nStates && v.uid == o.uid
 }
 
-// wanted is what the snapshot says this node hosts, and the databases whose
-// replicas here may have changed since the last call. Only the databases
+// wanted is what the snapshot says this node hosts, the databases whose
+// replicas here may have changed since the last call, and the replicas those
+// databases wanted here before and no longer do. Only the databases
 // named (every database when all) are looked at, and of those only the ones
 // whose records changed are looked at shard by shard, so one event costs
 // O(shards of the databases it touched). The returned map is kept between
 // calls: read it only.
-func (h *Host) wanted(st *statemachine.State, all bool, names map[string]bool) (map[string]desired, map[string]bool) {
-	var touched map[string]bool // allocated on first use: most passes touch nothing here
+func (h *Host) wanted(st *statemachine.State, all bool, names map[string]bool) (map[string]desired, map[string]bool, map[string]bool) {
+	var touched, left map[string]bool // allocated on first use: most passes touch nothing here
 	touch := func(name string) {
 		if touched == nil {
 			touched = map[string]bool{}
@@ -419,6 +457,10 @@ func (h *Host) wanted(st *statemachine.State, all bool, names map[string]bool) (
 		}
 		for id := range old.want {
 			delete(h.want, id)
+			if left == nil {
+				left = map[string]bool{}
+			}
+			left[id] = true
 		}
 		if len(old.want) > 0 {
 			touch(name)
@@ -441,6 +483,7 @@ func (h *Host) wanted(st *statemachine.State, all bool, names map[string]bool) (
 		h.views[name] = v
 		for id, d := range v.want {
 			h.want[id] = d
+			delete(left, id)
 		}
 		if len(v.want) > 0 {
 			touch(name)
@@ -455,12 +498,12 @@ func (h *Host) wanted(st *statemachine.State, all bool, names map[string]bool) (
 				drop(name)
 			}
 		}
-		return h.want, touched
+		return h.want, touched, left
 	}
 	for name := range names {
 		look(name)
 	}
-	return h.want, touched
+	return h.want, touched, left
 }
 
 // wantedIn is this node's replicas of one database and what each should be.
