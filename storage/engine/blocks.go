@@ -370,8 +370,10 @@ func deleteBlock(tx *bolt.Tx, k []byte) error {
 // written with bp: one per transaction, whose arena holds the values of all
 // its blocks (an arena per call took a chunk for each series a flush merged).
 // typ is the series' type, which its blocks must have.
-func rewriteRange(tx *bolt.Tx, bp *blockPut, id uint64, typ models.FieldType, lo, hi int64, edit func([]memPoint) []memPoint) error {
-	packed, ptyp, inPacks, err := takePacked(tx, id, lo, hi)
+// With pt, the packs the series' points leave are rewritten when pt is
+// applied, not here (see packTakes).
+func rewriteRange(tx *bolt.Tx, bp *blockPut, pt *packTakes, id uint64, typ models.FieldType, lo, hi int64, edit func([]memPoint) []memPoint) error {
+	packed, ptyp, inPacks, err := takePacked(tx, id, lo, hi, pt)
 	if err != nil {
 		return err
 	}
@@ -450,6 +452,7 @@ func writeMemtable(tx *bolt.Tx, ix *seriesIndex, mt *memtable, fromTxn uint64, p
 	ns := newSeries{tx: tx}
 	bp := newBlockPut(tx, fromTxn)
 	rw := newBlockPut(tx, 0) // merged blocks: not rebuildable from the log alone
+	var taken packTakes      // the packs merged series leave, rewritten once each
 	var pk *packer
 	if pack && len(packsOf(tx).load()) < packMaxCount {
 		pk = &packer{recent: bp.fromTxn}
@@ -498,12 +501,15 @@ func writeMemtable(tx *bolt.Tx, ix *seriesIndex, mt *memtable, fromTxn uint64, p
 			continue
 		}
 		merged = true
-		err = rewriteRange(tx, rw, id, ms.typ, ms.pts[0].ts, ms.pts[len(ms.pts)-1].ts, func(old []memPoint) []memPoint {
+		err = rewriteRange(tx, rw, &taken, id, ms.typ, ms.pts[0].ts, ms.pts[len(ms.pts)-1].ts, func(old []memPoint) []memPoint {
 			return mergeMem(old, ms.pts, func(ts int64, bits uint64) { prev[memSlot{idx, ts}] = bits })
 		})
 		if err != nil {
 			return nil, nil, false, err
 		}
+	}
+	if err := taken.apply(tx); err != nil {
+		return nil, nil, false, err
 	}
 	if pk != nil {
 		if err := pk.write(tx); err != nil {
@@ -607,7 +613,7 @@ func undoEntries(tx *bolt.Tx, ix *seriesIndex, to uint64, entries []Entry) error
 		for _, o := range ops {
 			lo, hi = min(lo, o.ts), max(hi, o.ts)
 		}
-		err := rewriteRange(tx, rw, id, ops[0].typ, lo, hi, func(old []memPoint) []memPoint {
+		err := rewriteRange(tx, rw, nil, id, ops[0].typ, lo, hi, func(old []memPoint) []memPoint {
 			state := make(map[int64]uint64, len(old))
 			for _, p := range old {
 				state[p.ts] = p.bits

@@ -208,7 +208,7 @@ func applyDeletes(tx *bolt.Tx, dels []*wire.Delete, cands [][]uint64, gone *gone
 // deleteRange removes series id's points in [lo, hi] from its blocks: the
 // blocks that overlap the range are replaced by what remains of them.
 func deleteRange(tx *bolt.Tx, bp *blockPut, id uint64, lo, hi int64) error {
-	packed, typ, inPacks, err := takePacked(tx, id, lo, hi)
+	packed, typ, inPacks, err := takePacked(tx, id, lo, hi, nil)
 	if err != nil {
 		return err
 	}

@@ -371,3 +371,87 @@ func TestPacksManySeries(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, want, got)
 }
+
+// TestPacksOverwriteRewritesEachPackOnce: a flush that overwrites points of
+// every series of a pack (a resend of a batch already flushed) rewrites the
+// pack once, not once per series taken out of it, and answers as the same
+// writes over blocks; a second overwrite over the series' own blocks then
+// touches no pack.
+func TestPacksOverwriteRewritesEachPackOnce(t *testing.T) {
+	withP, without := twoLayouts(t)
+	write := func(s Shard, from, to int64, v float64) {
+		var pts []lineproto.Point
+		for ts := from; ts < to; ts++ {
+			for i := range packManySeries {
+				pts = append(pts, pt("cpu", "host=h"+strconv.Itoa(i), "value", ts, v))
+				if len(pts) == 5000 {
+					apply(t, s, 1, pts...)
+					pts = pts[:0]
+				}
+			}
+		}
+		if len(pts) > 0 {
+			apply(t, s, 1, pts...)
+		}
+	}
+	for _, s := range []Shard{withP, without} {
+		write(s, 0, 2, 1)
+		flushNow(t, s)
+	}
+	packs, packed, _, _ := packStats(t, withP)
+	require.Positive(t, packs)
+	require.Equal(t, packManySeries, packed)
+
+	before := packRewrites.Load()
+	for _, s := range []Shard{withP, without} {
+		write(s, 1, 2, 2) // the second point of every series again, a new value
+		flushNow(t, s)
+	}
+	require.LessOrEqual(t, packRewrites.Load()-before, uint64(packs), "packs rewritten for %d series taken out of %d packs", packManySeries, packs)
+	left, _, _, _ := packStats(t, withP)
+	require.Zero(t, left, "every series left its pack")
+
+	want, err := without.Query("cpu", nil, math.MinInt64, math.MaxInt64)
+	require.NoError(t, err)
+	require.Len(t, want, packManySeries)
+	got, err := withP.Query("cpu", nil, math.MinInt64, math.MaxInt64)
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+	require.Equal(t, []SeriesPoint{{TS: 0, Value: 1}, {TS: 1, Value: 2}}, got[0].Points)
+
+	before = packRewrites.Load()
+	for _, s := range []Shard{withP, without} {
+		write(s, 0, 1, 3)
+		flushNow(t, s)
+	}
+	require.Equal(t, before, packRewrites.Load())
+	want, err = without.Query("cpu", nil, math.MinInt64, math.MaxInt64)
+	require.NoError(t, err)
+	got, err = withP.Query("cpu", nil, math.MinInt64, math.MaxInt64)
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+}
+
+// TestPacksQueryChecksEachPackOnce: a query over every series of a pack
+// checks the pack's checksum once, not once per series read from it.
+func TestPacksQueryChecksEachPackOnce(t *testing.T) {
+	_, s := openShardAt(t, t.TempDir(), append(manual, withPacks())...)
+	var pts []lineproto.Point
+	for i := range packManySeries {
+		pts = append(pts, pt("cpu", "host=h"+strconv.Itoa(i), "value", 1, float64(i)))
+		if len(pts) == 5000 {
+			apply(t, s, 1, pts...)
+			pts = pts[:0]
+		}
+	}
+	apply(t, s, 1, pts...)
+	flushNow(t, s)
+	packs, packed, _, _ := packStats(t, s)
+	require.Equal(t, packManySeries, packed)
+
+	before := packChecks.Load()
+	got, err := s.Query("cpu", nil, math.MinInt64, math.MaxInt64)
+	require.NoError(t, err)
+	require.Len(t, got, packManySeries)
+	require.LessOrEqual(t, packChecks.Load()-before, uint64(packs), "pack checksums for %d series in %d packs", packManySeries, packs)
+}

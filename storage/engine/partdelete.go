@@ -63,7 +63,7 @@ func unsealOne(tx *bolt.Tx, rw *blockPut, r partRec) error {
 			return nil
 		}
 		sealedPts := pts
-		err := rewriteRange(tx, rw, cur, typ, pts[0].ts, pts[len(pts)-1].ts, func(old []memPoint) []memPoint {
+		err := rewriteRange(tx, rw, nil, cur, typ, pts[0].ts, pts[len(pts)-1].ts, func(old []memPoint) []memPoint {
 			return mergeMem(sealedPts, old, func(int64, uint64) {})
 		})
 		pts = nil

@@ -184,7 +184,7 @@ func (s *boltShard) sealRange(start, end int64) (int64, error) {
 	err = s.update(func(tx *bolt.Tx) error {
 		rw := newBlockPut(tx, 0)
 		for i, sid := range w.moved {
-			err := rewriteRange(tx, rw, sid, w.types[i], start, end-1, func(old []memPoint) []memPoint {
+			err := rewriteRange(tx, rw, nil, sid, w.types[i], start, end-1, func(old []memPoint) []memPoint {
 				return hideMem(old, [][2]int64{{start, end - 1}})
 			})
 			if err != nil {
