@@ -312,19 +312,7 @@ func everything(t *testing.T, s Shard) any {
 func TestPacksManySeries(t *testing.T) {
 	withP, without := twoLayouts(t)
 	write := func(s Shard, series int, from, to int64) {
-		var pts []lineproto.Point
-		for ts := from; ts < to; ts++ {
-			for i := range series {
-				pts = append(pts, pt("cpu", "host=h"+strconv.Itoa(i), "value", ts, float64(ts)))
-				if len(pts) == 5000 {
-					apply(t, s, 1, pts...)
-					pts = pts[:0]
-				}
-			}
-		}
-		if len(pts) > 0 {
-			apply(t, s, 1, pts...)
-		}
+		writeSeries(t, s, series, from, to, func(ts int64) float64 { return float64(ts) })
 	}
 	for _, s := range []Shard{withP, without} {
 		write(s, 100, 0, packPoints+2) // few series: blocks
@@ -380,19 +368,7 @@ func TestPacksManySeries(t *testing.T) {
 func TestPacksOverwriteRewritesEachPackOnce(t *testing.T) {
 	withP, without := twoLayouts(t)
 	write := func(s Shard, from, to int64, v float64) {
-		var pts []lineproto.Point
-		for ts := from; ts < to; ts++ {
-			for i := range packManySeries {
-				pts = append(pts, pt("cpu", "host=h"+strconv.Itoa(i), "value", ts, v))
-				if len(pts) == 5000 {
-					apply(t, s, 1, pts...)
-					pts = pts[:0]
-				}
-			}
-		}
-		if len(pts) > 0 {
-			apply(t, s, 1, pts...)
-		}
+		writeSeries(t, s, packManySeries, from, to, func(int64) float64 { return v })
 	}
 	for _, s := range []Shard{withP, without} {
 		write(s, 0, 2, 1)
@@ -436,15 +412,7 @@ func TestPacksOverwriteRewritesEachPackOnce(t *testing.T) {
 // checks the pack's checksum once, not once per series read from it.
 func TestPacksQueryChecksEachPackOnce(t *testing.T) {
 	_, s := openShardAt(t, t.TempDir(), append(manual, withPacks())...)
-	var pts []lineproto.Point
-	for i := range packManySeries {
-		pts = append(pts, pt("cpu", "host=h"+strconv.Itoa(i), "value", 1, float64(i)))
-		if len(pts) == 5000 {
-			apply(t, s, 1, pts...)
-			pts = pts[:0]
-		}
-	}
-	apply(t, s, 1, pts...)
+	writeSeries(t, s, packManySeries, 1, 2, func(int64) float64 { return 1 })
 	flushNow(t, s)
 	packs, packed, _, _ := packStats(t, s)
 	require.Equal(t, packManySeries, packed)
@@ -454,4 +422,23 @@ func TestPacksQueryChecksEachPackOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, got, packManySeries)
 	require.LessOrEqual(t, packChecks.Load()-before, uint64(packs), "pack checksums for %d series in %d packs", packManySeries, packs)
+}
+
+// writeSeries applies one point of each of series cpu,host=hN per ts in
+// [from, to), valued v(ts), in transactions of 5,000 points.
+func writeSeries(t *testing.T, s Shard, series int, from, to int64, v func(ts int64) float64) {
+	t.Helper()
+	var pts []lineproto.Point
+	for ts := from; ts < to; ts++ {
+		for i := range series {
+			pts = append(pts, pt("cpu", "host=h"+strconv.Itoa(i), "value", ts, v(ts)))
+			if len(pts) == 5000 {
+				apply(t, s, 1, pts...)
+				pts = pts[:0]
+			}
+		}
+	}
+	if len(pts) > 0 {
+		apply(t, s, 1, pts...)
+	}
 }
