@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"os/exec"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -139,7 +138,7 @@ func Observe(ctx context.Context, in io.Reader, out io.Writer) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-tick.C:
-			if err := say(fmt.Sprintf("%s %d %d", lineLeft, len(o.waitLed), len(o.waitISR))); err != nil {
+			if err := say(fmt.Sprintf("%s %d %d", lineLeft, o.leftLed(), len(o.waitISR))); err != nil {
 				return err
 			}
 			continue
@@ -185,21 +184,79 @@ func Observe(ctx context.Context, in io.Reader, out io.Writer) error {
 
 // observed is the observer's view of the keys it watches.
 type observed struct {
-	w                Watch
-	dead             map[string]bool
-	alive            map[string]bool // killed nodes whose records are still there
-	states           map[string]models.ShardStates
-	isr              map[string]models.ISR // by models.ShardID
-	waitLed, waitISR []string
+	w      Watch
+	dead   map[string]bool
+	alive  map[string]bool // killed nodes whose records are still there
+	states map[string]models.ShardStates
+	isr    map[string]models.ISR // by models.ShardID
+	// The watched shards not led yet, and (once all are) those whose new
+	// leader has not published its set; nil until their first look.
+	waitLed, waitISR map[string]bool
+	// shardsOf lists the watched shards of each database; touched the
+	// watched shards whose state or set changed since the last look. A
+	// look checks only those (every waiting shard at its first): checking
+	// every waiting shard after each watch answer cost the observer
+	// 10,688 checks per answer when a domain died at 1,000 simulated
+	// nodes, tens of thousands of answers (the live leaders' drops, the
+	// first sets), and its view trailed etcd by ~15 s: that lag, not the
+	// agents', was most of the "writable" figure.
+	shardsOf map[string][]string
+	touched  map[string]bool
+	// looked counts the shards looks checked (the cost test).
+	looked int
 }
 
 func newObserved(w Watch) *observed {
 	o := &observed{w: w, dead: map[string]bool{}, alive: map[string]bool{}, states: map[string]models.ShardStates{},
-		isr: map[string]models.ISR{}, waitLed: append([]string(nil), w.Shards...)}
+		isr: map[string]models.ISR{}, shardsOf: map[string][]string{}, touched: map[string]bool{}}
 	for _, id := range w.Dead {
 		o.dead[id] = true
 	}
+	for _, id := range w.Shards {
+		if db, _, err := models.ParseShardID(id); err == nil {
+			o.shardsOf[db] = append(o.shardsOf[db], id)
+		}
+	}
 	return o
+}
+
+// leftLed is how many watched shards are not led yet (every one before the
+// first look).
+func (o *observed) leftLed() int {
+	if o.waitLed == nil {
+		return len(o.w.Shards)
+	}
+	return len(o.waitLed)
+}
+
+// waiting is every watched shard, as a set.
+func (o *observed) waiting() map[string]bool {
+	m := make(map[string]bool, len(o.w.Shards))
+	for _, id := range o.w.Shards {
+		m[id] = true
+	}
+	return m
+}
+
+// settle drops from wait (nil: every watched shard, at its first look,
+// which checks them all) the shards done says are done, looking only at
+// those touched since the last look otherwise; it returns the set.
+func (o *observed) settle(wait map[string]bool, done func(id string) bool) map[string]bool {
+	check := o.touched
+	if wait == nil {
+		wait = o.waiting()
+		check = wait
+	}
+	for id := range check {
+		if !wait[id] {
+			continue
+		}
+		o.looked++
+		if done(id) {
+			delete(wait, id)
+		}
+	}
+	return wait
 }
 
 func (o *observed) apply(prefix string, ev kv.RawEvent) {
@@ -215,6 +272,9 @@ func (o *observed) apply(prefix string, ev kv.RawEvent) {
 			}
 		}
 	case o.w.States:
+		for _, id := range o.shardsOf[name] {
+			o.touched[id] = true
+		}
 		var ss models.ShardStates
 		if !put || json.Unmarshal(ev.KV.Value, &ss) != nil {
 			delete(o.states, name)
@@ -222,6 +282,7 @@ func (o *observed) apply(prefix string, ev kv.RawEvent) {
 		}
 		o.states[name] = ss
 	case o.w.ISR:
+		o.touched[name] = true // a shard not watched is never waited for
 		var set models.ISR
 		if !put || json.Unmarshal(ev.KV.Value, &set) != nil {
 			delete(o.isr, name)
@@ -253,15 +314,13 @@ func (o *observed) newLeader(id string) (models.ShardState, bool) {
 // led drops the shards now online under a leader not killed; true once
 // none is left (the shards then wait for their new leaders' sets).
 func (o *observed) led() bool {
-	o.waitLed = slices.DeleteFunc(o.waitLed, func(id string) bool {
+	o.waitLed = o.settle(o.waitLed, func(id string) bool {
 		_, ok := o.newLeader(id)
 		return ok
 	})
 	if len(o.waitLed) > 0 {
+		clear(o.touched) // looked at; writable's first look takes every shard
 		return false
-	}
-	if o.waitISR == nil {
-		o.waitISR = append([]string{}, o.w.Shards...)
 	}
 	return true
 }
@@ -269,7 +328,7 @@ func (o *observed) led() bool {
 // writable drops the shards whose new leader published its in-sync set at
 // its term; true once none is left.
 func (o *observed) writable() bool {
-	o.waitISR = slices.DeleteFunc(o.waitISR, func(id string) bool {
+	o.waitISR = o.settle(o.waitISR, func(id string) bool {
 		s, ok := o.newLeader(id)
 		if !ok {
 			return false
@@ -277,6 +336,7 @@ func (o *observed) writable() bool {
 		set, ok := o.isr[id]
 		return ok && set.Leader == s.Leader && set.Term >= s.Term
 	})
+	clear(o.touched)
 	return len(o.waitISR) == 0
 }
 
