@@ -1,7 +1,6 @@
 package storage
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -26,9 +25,8 @@ const maxFetchWait = 30 * time.Second
 var errBadFetch = errors.New("storage: bad batched fetch")
 
 func (h *Host) handleFetch(c *gin.Context) {
-	var req client.FetchRequest
-	if err := json.NewDecoder(io.LimitReader(c.Request.Body, 4<<20)).Decode(&req); err != nil ||
-		!models.ValidName(req.Node) || len(req.Shards) == 0 || len(req.Shards) > maxFetchShards {
+	req, err := readFetchRequest(c.Request.Body)
+	if err != nil || !models.ValidName(req.Node) || len(req.Shards) == 0 || len(req.Shards) > maxFetchShards {
 		replyErr(c, fmt.Errorf("%w: %w: need node and 1 to %d shards", models.ErrBadInput, errBadFetch, maxFetchShards))
 		return
 	}
@@ -97,6 +95,22 @@ func (h *Host) handleFetch(c *gin.Context) {
 		break
 	}
 	c.Data(http.StatusOK, "application/octet-stream", out)
+}
+
+// maxFetchBody bounds a batched fetch request's body.
+const maxFetchBody = 4 << 20
+
+// readFetchRequest reads and decodes a batched fetch request's body, at most
+// maxFetchBody bytes.
+func readFetchRequest(body io.Reader) (client.FetchRequest, error) {
+	b, err := io.ReadAll(io.LimitReader(body, maxFetchBody+1))
+	switch {
+	case err != nil:
+		return client.FetchRequest{}, err
+	case len(b) > maxFetchBody:
+		return client.FetchRequest{}, fmt.Errorf("%w: body over %d bytes", errBadFetch, maxFetchBody)
+	}
+	return client.DecodeFetchRequest(b)
 }
 
 // watchHeld makes the replica of each held shard of req signal woken (an
