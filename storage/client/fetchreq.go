@@ -156,12 +156,17 @@ func (s *fetchScan) uint() (uint64, bool) {
 	return v, err == nil
 }
 
-// countShards guesses how many shards follow (one per `{"db":`), so that
-// the slice is allocated once.
+// maxShardGuess bounds countShards: a body is up to 4 MiB, and a guess
+// from a crafted one must not size a slice of ~700k shards before the
+// server's own bound on shards per fetch refuses it.
+const maxShardGuess = 1024
+
+// countShards guesses how many shards follow (one per `{"db":`, at most
+// maxShardGuess), so that the slice is usually allocated once.
 func (s *fetchScan) countShards() int {
 	n := 0
 	const key = `{"db":`
-	for i := s.i; i+len(key) <= len(s.b); i++ {
+	for i := s.i; i+len(key) <= len(s.b) && n < maxShardGuess; i++ {
 		if s.b[i] == '{' && string(s.b[i:i+len(key)]) == key {
 			n++
 		}

@@ -130,3 +130,24 @@ func BenchmarkDecodeFetchRequest(b *testing.B) {
 		}
 	})
 }
+
+// A body of many shards is read whole by the scan, but the slice is sized
+// from a bounded guess: a crafted body of 4 MiB of `{"db":` does not size
+// a slice for ~700k shards.
+func TestFetchScanGuessIsBounded(t *testing.T) {
+	req := FetchRequest{Node: "n", WaitMS: 5}
+	for i := range 3 * maxShardGuess {
+		req.Shards = append(req.Shards, FetchShard{DB: "d", Shard: i, Term: 1, After: uint64(i)})
+	}
+	b, err := json.Marshal(req)
+	require.NoError(t, err)
+	got, ok := scanFetchRequest(b)
+	require.True(t, ok)
+	require.Equal(t, req, got)
+
+	crafted := []byte(`{"node":"n","wait_ms":1,"shards":[` + strings.Repeat(`{"db":`, 100_000))
+	s := fetchScan{b: crafted, i: len(`{"node":"n","wait_ms":1,"shards":[`)}
+	require.Equal(t, maxShardGuess, s.countShards())
+	_, err = DecodeFetchRequest(crafted)
+	require.Error(t, err)
+}
