@@ -47,10 +47,6 @@ type checkedPack struct {
 
 // parse is parsePack of pack seq's bytes v, checked once per source.
 func (pc *packsCheck) parse(seq uint64, v []byte) (dir, data []byte, err error) {
-	if pc == nil {
-		_, dir, data, err = parsePack(v)
-		return dir, data, err
-	}
 	if c, ok := pc.bySeq[seq]; ok && len(c.v) == len(v) && unsafe.SliceData(c.v) == unsafe.SliceData(v) {
 		return c.dir, c.data, nil
 	}
