@@ -86,11 +86,7 @@ func commits(t *testing.T, s engine.Shard) uint64 {
 // Concurrent writes to one shard share log commits (fsyncs) on the leader,
 // and each is acknowledged only once the in-sync follower has it.
 func TestConcurrentWritesShareFsyncs(t *testing.T) {
-	store := kv.NewMemoryStore()
-	defer store.Close()
-	sm := statemachine.New(statemachine.Config{})
-	sm.Start(context.Background())
-	defer sm.Stop()
+	store, sm := memState(t)
 	leader := startNode(t, "L", sm, store)
 	follower := startNode(t, "F", sm, store)
 	twoReplicas(t, sm, store, leader, follower)
@@ -137,11 +133,7 @@ func TestConcurrentWritesShareFsyncs(t *testing.T) {
 // fetching leaves the in-sync set and holds nothing back; back again, it
 // gets a snapshot (blocks and log tail), catches up and rejoins the set.
 func TestLeaderLogTrimmedByFollowerProgress(t *testing.T) {
-	store := kv.NewMemoryStore()
-	defer store.Close()
-	sm := statemachine.New(statemachine.Config{})
-	sm.Start(context.Background())
-	defer sm.Stop()
+	store, sm := memState(t)
 	// A flush before every commit: every entry but the newest is in blocks.
 	leader := startNode(t, "L", sm, store, engine.WithFlushPoints(1), engine.WithRetainEntries(10000))
 	feng, err := engine.NewBoltEngine(t.TempDir())

@@ -42,11 +42,7 @@ func (p *pathCounter) get(path string) int {
 // through the batched fetch only (no per-shard pulls), and while nothing is
 // written each poll is parked at the leader instead of returning at once.
 func TestBatchedFetchCoversEveryShardOfALeader(t *testing.T) {
-	store := kv.NewMemoryStore()
-	defer store.Close()
-	sm := statemachine.New(statemachine.Config{})
-	sm.Start(context.Background())
-	defer sm.Stop()
+	store, sm := memState(t)
 
 	lh, addr, counts := countedLeader(t, sm, store, nil)
 	ctx := context.Background()
@@ -157,11 +153,7 @@ func ledByL(t *testing.T, sm *statemachine.Manager, store kv.Store, shards int, 
 // idle (the in-sync flaps that stalled rolling upgrades), and it does not
 // ask for the batched fetch again meanwhile.
 func TestFollowerOfALeaderWithoutBatchedFetch(t *testing.T) {
-	store := kv.NewMemoryStore()
-	defer store.Close()
-	sm := statemachine.New(statemachine.Config{})
-	sm.Start(context.Background())
-	defer sm.Stop()
+	store, sm := memState(t)
 	oldConsole := func(c *gin.Context) {
 		if c.Request.URL.Path == "/internal/v1/fetch" {
 			c.AbortWithStatus(http.StatusMethodNotAllowed)

@@ -2,14 +2,11 @@ package storage_test
 
 import (
 	"bytes"
-	"context"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 
-	"github.com/cairn-db/cairn/coordinator/kv"
-	"github.com/cairn-db/cairn/statemachine"
 	"github.com/cairn-db/cairn/storage/client"
 	"github.com/stretchr/testify/require"
 )
@@ -18,11 +15,7 @@ import (
 // client writes it, and as another client might (spaces, another field
 // order, escapes); a body past the bound is refused.
 func TestFetchBodySpellings(t *testing.T) {
-	store := kv.NewMemoryStore()
-	defer store.Close()
-	sm := statemachine.New(statemachine.Config{})
-	sm.Start(context.Background())
-	defer sm.Stop()
+	store, sm := memState(t)
 	_, addr, _ := countedLeader(t, sm, store, nil)
 
 	post := func(body []byte) (int, []byte) {

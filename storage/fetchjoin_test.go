@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-db/cairn/coordinator/kv"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
 	"github.com/cairn-db/cairn/storage/client"
@@ -27,11 +26,7 @@ import (
 // in-sync upkeep), and once written, every shard's write reaches the
 // follower.
 func TestShardsJoiningASessionCostOneFetchEach(t *testing.T) {
-	store := kv.NewMemoryStore()
-	defer store.Close()
-	sm := statemachine.New(statemachine.Config{})
-	sm.Start(context.Background())
-	defer sm.Stop()
+	store, sm := memState(t)
 
 	var sent atomic.Int64 // shards asked for in the leader's batched fetches
 	count := func(c *gin.Context) {

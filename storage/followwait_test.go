@@ -23,11 +23,7 @@ import (
 // them). When the leader is live again it follows it again at once, well
 // before the wait's own recheck.
 func TestFollowerOfALeaderNotLiveWaits(t *testing.T) {
-	store := kv.NewMemoryStore()
-	defer store.Close()
-	sm := statemachine.New(statemachine.Config{})
-	sm.Start(context.Background())
-	defer sm.Stop()
+	store, sm := memState(t)
 	nodes := statemachine.ClusterNodesSource("default")
 	sm.Push(statemachine.Event{Source: nodes, Type: kv.WatchSynced})
 

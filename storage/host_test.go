@@ -139,11 +139,7 @@ func points(from, n int) []lineproto.Point {
 // catches up, enters the in-sync set, and from then on every acknowledged
 // write is on it.
 func TestFollowerFullSyncThenInSync(t *testing.T) {
-	store := kv.NewMemoryStore()
-	defer store.Close()
-	sm := statemachine.New(statemachine.Config{})
-	sm.Start(context.Background())
-	defer sm.Stop()
+	store, sm := memState(t)
 
 	// Flushing every batch lets the leader trim its log to the last 5 entries.
 	leader := startNode(t, "L", sm, store, engine.WithRetainEntries(5), engine.WithFlushPoints(1))
@@ -196,11 +192,7 @@ func TestFollowerFullSyncThenInSync(t *testing.T) {
 // both logs share and then takes the leader's entries: its data equals the
 // leader's afterwards.
 func TestDivergentTailTruncated(t *testing.T) {
-	store := kv.NewMemoryStore()
-	defer store.Close()
-	sm := statemachine.New(statemachine.Config{})
-	sm.Start(context.Background())
-	defer sm.Stop()
+	store, sm := memState(t)
 
 	// Both hold txns 1-3 of term 1. The new leader L then wrote 4-6 at term
 	// 2; F still holds 4-5 of term 1, which nobody acknowledged.
@@ -248,11 +240,7 @@ func TestDivergentTailTruncated(t *testing.T) {
 // (ErrFenced, answered as a stale term): its fetches and writes fail until the
 // term changes.
 func TestFollowerAheadInLeadersTermFences(t *testing.T) {
-	store := kv.NewMemoryStore()
-	defer store.Close()
-	sm := statemachine.New(statemachine.Config{})
-	sm.Start(context.Background())
-	defer sm.Stop()
+	store, sm := memState(t)
 
 	// L (the stale copy) holds txns 1-3 of term 2; F also 4-5 of term 2,
 	// which only a leader of term 2 can have written.
@@ -318,11 +306,7 @@ func TestFollowerAheadInLeadersTermFences(t *testing.T) {
 // publishes a term above its log, with it as leader, the old leader catches
 // up from it instead, and nothing of term 3 is lost.
 func TestFollowerNeverTruncatesForAnOlderLeadership(t *testing.T) {
-	store := kv.NewMemoryStore()
-	defer store.Close()
-	sm := statemachine.New(statemachine.Config{})
-	sm.Start(context.Background())
-	defer sm.Stop()
+	store, sm := memState(t)
 
 	// F holds txns 4-5 of term 3 (acknowledged while L was away); L stopped
 	// at txn 3 of term 1.
@@ -371,11 +355,7 @@ func TestFollowerNeverTruncatesForAnOlderLeadership(t *testing.T) {
 // since the backup, and would acknowledge writes alone): it leads only once
 // the master publishes a newer term, and its set then names this cluster.
 func TestRestoredInSyncSetNotTakenOverAtItsTerm(t *testing.T) {
-	store := kv.NewMemoryStore()
-	defer store.Close()
-	sm := statemachine.New(statemachine.Config{})
-	sm.Start(context.Background())
-	defer sm.Stop()
+	store, sm := memState(t)
 	ctx := context.Background()
 	cid, err := store.ClusterID(ctx)
 	require.NoError(t, err)
@@ -428,4 +408,17 @@ func engineWith(t *testing.T, entries ...engine.Entry) engine.Engine {
 // logEntry is entry txn of term holding 5 points from ts from.
 func logEntry(txn, term uint64, from int) engine.Entry {
 	return engine.Entry{TxnID: txn, Term: term, Points: points(from, 5)}
+}
+
+// memState is the shared setup of the tests that run hosts without etcd: a
+// memory store and a started state manager, both closed when the test ends,
+// after every node the test started (cleanups run last registered first).
+func memState(t *testing.T) (*kv.MemoryStore, *statemachine.Manager) {
+	t.Helper()
+	store := kv.NewMemoryStore()
+	t.Cleanup(func() { _ = store.Close() })
+	sm := statemachine.New(statemachine.Config{})
+	sm.Start(context.Background())
+	t.Cleanup(sm.Stop)
+	return store, sm
 }

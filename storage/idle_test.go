@@ -21,11 +21,7 @@ import (
 // state, to drop a replica unassigned from it once the drop delay has run:
 // its next full pass is at that drop (at least 1 s after the last one).
 func TestUnassignedReplicaDroppedWhileIdle(t *testing.T) {
-	store := kv.NewMemoryStore()
-	defer store.Close()
-	sm := statemachine.New(statemachine.Config{})
-	sm.Start(context.Background())
-	defer sm.Stop()
+	store, sm := memState(t)
 	dir := t.TempDir()
 	eng, err := engine.NewBoltEngine(dir)
 	require.NoError(t, err)

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-db/cairn/coordinator/kv"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
 	"github.com/stretchr/testify/require"
@@ -18,11 +17,7 @@ import (
 // and added back by its next poll: two in-sync writes per shard of the
 // session at every join, 3,000 of them while placing 1,000 nodes' shards.)
 func TestJoiningShardKeepsParkedFollowerInSync(t *testing.T) {
-	store := kv.NewMemoryStore()
-	defer store.Close()
-	sm := statemachine.New(statemachine.Config{})
-	sm.Start(context.Background())
-	defer sm.Stop()
+	store, sm := memState(t)
 	leader := startNode(t, "L", sm, store)   // lag bound 500ms
 	follower := startNode(t, "F", sm, store) // parks its polls up to 2s
 	put(sm, statemachine.SourceStorageConfig, statemachine.KindStorageConfig, "", "default", models.StorageCluster{Name: "default"})

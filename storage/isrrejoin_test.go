@@ -1,7 +1,6 @@
 package storage_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -24,11 +23,7 @@ import (
 // node led were never led again) although every live replica held every
 // acknowledged write.
 func TestParkedFollowerRejoinsAfterALeaseBlip(t *testing.T) {
-	store := kv.NewMemoryStore()
-	defer store.Close()
-	sm := statemachine.New(statemachine.Config{})
-	sm.Start(context.Background())
-	defer sm.Stop()
+	store, sm := memState(t)
 	nodes := statemachine.ClusterNodesSource("default")
 	sm.Push(statemachine.Event{Source: nodes, Type: kv.WatchSynced})
 

@@ -114,11 +114,7 @@ func TestHostGatesPartitions(t *testing.T) {
 // in dir; record advertises another protocol, and assign makes the host
 // look at the shard again.
 func gatedNode(t *testing.T, proto int, retention time.Duration, dir string, expireEvery time.Duration) (n *node, record func(int), assign func()) {
-	store := kv.NewMemoryStore()
-	t.Cleanup(func() { _ = store.Close() })
-	sm := statemachine.New(statemachine.Config{})
-	sm.Start(context.Background())
-	t.Cleanup(sm.Stop)
+	store, sm := memState(t)
 	eng, err := engine.NewBoltEngine(dir, engine.WithFlushPoints(5))
 	require.NoError(t, err)
 	cfg := hostConfig("L", "", sm, store, eng)

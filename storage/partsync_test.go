@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-db/cairn/coordinator/kv"
-	"github.com/cairn-db/cairn/statemachine"
 	"github.com/cairn-db/cairn/storage/engine"
 	"github.com/stretchr/testify/require"
 )
@@ -19,11 +17,7 @@ import (
 // carries the partition files: it answers every point, and holds the
 // same partition files.
 func TestFollowerFullSyncOfSealedShard(t *testing.T) {
-	store := kv.NewMemoryStore()
-	defer store.Close()
-	sm := statemachine.New(statemachine.Config{})
-	sm.Start(context.Background())
-	defer sm.Stop()
+	store, sm := memState(t)
 	leaderDir := t.TempDir()
 	eng, err := engine.NewBoltEngine(leaderDir, engine.WithRetainEntries(5), engine.WithFlushPoints(1))
 	require.NoError(t, err)

@@ -31,11 +31,7 @@ func startOverDir(t *testing.T, id, dir string, sm *statemachine.Manager, store 
 // acknowledged tail (247 batches). Whenever the in-sync set on record names
 // the restarted follower, its log must hold every acknowledged write.
 func TestRestartedFollowerRejoinsHoldingAcknowledgedWrites(t *testing.T) {
-	store := kv.NewMemoryStore()
-	defer store.Close()
-	sm := statemachine.New(statemachine.Config{})
-	sm.Start(context.Background())
-	defer sm.Stop()
+	store, sm := memState(t)
 	ctx := context.Background()
 
 	leader := startNode(t, "L", sm, store)

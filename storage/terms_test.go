@@ -66,11 +66,7 @@ func askSeen(t *testing.T, n *node) models.ReplicaTxn {
 // older term (a restored etcd) cannot make it reuse a term. A leadership
 // that wrote nothing is remembered all the same.
 func TestSeenTermPersistedAndLowerTermsRefused(t *testing.T) {
-	store := kv.NewMemoryStore()
-	defer store.Close()
-	sm := statemachine.New(statemachine.Config{})
-	sm.Start(context.Background())
-	defer sm.Stop()
+	store, sm := memState(t)
 	dir := t.TempDir()
 	ctx := context.Background()
 
@@ -141,11 +137,7 @@ func TestSeenTermPersistedAndLowerTermsRefused(t *testing.T) {
 // A leader that a follower's fetch tells of a newer term of its shard stops
 // acknowledging writes at once (ErrSuperseded), until its own term changes.
 func TestLeaderFencedByNewerTermFromPeer(t *testing.T) {
-	store := kv.NewMemoryStore()
-	defer store.Close()
-	sm := statemachine.New(statemachine.Config{})
-	sm.Start(context.Background())
-	defer sm.Stop()
+	store, sm := memState(t)
 	ctx := context.Background()
 
 	n, _ := startNodeIn(t, "L", t.TempDir(), sm, store)
@@ -170,11 +162,7 @@ func TestLeaderFencedByNewerTermFromPeer(t *testing.T) {
 // database's replicas idle rather than risk reusing a term; once it is fixed
 // (here removed), the replica serves.
 func TestUnreadableSeenTermFileKeepsReplicaIdle(t *testing.T) {
-	store := kv.NewMemoryStore()
-	defer store.Close()
-	sm := statemachine.New(statemachine.Config{})
-	sm.Start(context.Background())
-	defer sm.Stop()
+	store, sm := memState(t)
 	dir := t.TempDir()
 	ctx := context.Background()
 	bad := filepath.Join(dir, "d.terms")

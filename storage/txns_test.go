@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-db/cairn/coordinator/kv"
 	"github.com/cairn-db/cairn/internal/peerauth"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
@@ -37,11 +36,7 @@ func (storageRole) InjectFault(string)     {}
 // another node; refused past its limits (413) and when malformed (400).
 func TestBatchedTxnQuestion(t *testing.T) {
 	const secret = "s3cret"
-	store := kv.NewMemoryStore()
-	defer store.Close()
-	sm := statemachine.New(statemachine.Config{})
-	sm.Start(context.Background())
-	defer sm.Stop()
+	store, sm := memState(t)
 	eng, err := engine.NewBoltEngine(t.TempDir())
 	require.NoError(t, err)
 	h := storage.NewHost(storage.HostConfig{NodeID: "L", Cluster: "default", Engine: eng, Store: store,
