@@ -205,12 +205,7 @@ func TestDivergentTailTruncated(t *testing.T) {
 	for _, n := range []*node{leader, follower} {
 		live(t, store, "/t/storage/default", n.id, n.addr())
 	}
-	put(sm, statemachine.SourceDatabaseConfig, statemachine.KindDatabaseConfig, "", "d",
-		models.Database{Name: "d", StorageCluster: "default", NumShards: 1, ReplicaFactor: 2})
-	put(sm, statemachine.SourceAssign, statemachine.KindAssign, "", "d",
-		models.Assignment{DB: "d", Cluster: "default", Shards: []models.ShardAssignment{{ID: 0, Replicas: []string{"L", "F"}}}})
-	put(sm, statemachine.SourceShardState, statemachine.KindShardState, "", "d",
-		models.ShardStates{DB: "d", Shards: []models.ShardState{{ID: 0, Leader: "L", Term: 2, Status: models.StatusOnline}}})
+	publishShard(sm, []string{"L", "F"}, "L", 2)
 
 	fs, err := followerEng.Open("d", 0)
 	require.NoError(t, err)
@@ -253,12 +248,7 @@ func TestFollowerAheadInLeadersTermFences(t *testing.T) {
 	for _, n := range []*node{leader, follower} {
 		live(t, store, "/t/storage/default", n.id, n.addr())
 	}
-	put(sm, statemachine.SourceDatabaseConfig, statemachine.KindDatabaseConfig, "", "d",
-		models.Database{Name: "d", StorageCluster: "default", NumShards: 1, ReplicaFactor: 2})
-	put(sm, statemachine.SourceAssign, statemachine.KindAssign, "", "d",
-		models.Assignment{DB: "d", Cluster: "default", Shards: []models.ShardAssignment{{ID: 0, Replicas: []string{"L", "F"}}}})
-	put(sm, statemachine.SourceShardState, statemachine.KindShardState, "", "d",
-		models.ShardStates{DB: "d", Shards: []models.ShardState{{ID: 0, Leader: "L", Term: 2, Status: models.StatusOnline}}})
+	publishShard(sm, []string{"L", "F"}, "L", 2)
 
 	// L leads once its in-sync set is published (before, every request to
 	// it is refused as a stale term, fenced or not).
@@ -318,13 +308,8 @@ func TestFollowerNeverTruncatesForAnOlderLeadership(t *testing.T) {
 	for _, n := range []*node{old, up} {
 		live(t, store, "/t/storage/default", n.id, n.addr())
 	}
-	put(sm, statemachine.SourceDatabaseConfig, statemachine.KindDatabaseConfig, "", "d",
-		models.Database{Name: "d", StorageCluster: "default", NumShards: 1, ReplicaFactor: 2})
-	put(sm, statemachine.SourceAssign, statemachine.KindAssign, "", "d",
-		models.Assignment{DB: "d", Cluster: "default", Shards: []models.ShardAssignment{{ID: 0, Replicas: []string{"L", "F"}}}})
 	// The restored state: L leads at term 2.
-	put(sm, statemachine.SourceShardState, statemachine.KindShardState, "", "d",
-		models.ShardStates{DB: "d", Shards: []models.ShardState{{ID: 0, Leader: "L", Term: 2, Status: models.StatusOnline}}})
+	publishShard(sm, []string{"L", "F"}, "L", 2)
 
 	ctx := context.Background()
 	require.Eventually(t, func() bool {
@@ -368,12 +353,7 @@ func TestRestoredInSyncSetNotTakenOverAtItsTerm(t *testing.T) {
 	l := startNode(t, "L", sm, store)
 	put(sm, statemachine.SourceStorageConfig, statemachine.KindStorageConfig, "", "default", models.StorageCluster{Name: "default"})
 	live(t, store, "/t/storage/default", "L", l.addr())
-	put(sm, statemachine.SourceDatabaseConfig, statemachine.KindDatabaseConfig, "", "d",
-		models.Database{Name: "d", StorageCluster: "default", NumShards: 1, ReplicaFactor: 2})
-	put(sm, statemachine.SourceAssign, statemachine.KindAssign, "", "d",
-		models.Assignment{DB: "d", Cluster: "default", Shards: []models.ShardAssignment{{ID: 0, Replicas: []string{"L", "F"}}}})
-	put(sm, statemachine.SourceShardState, statemachine.KindShardState, "", "d",
-		models.ShardStates{DB: "d", Shards: []models.ShardState{{ID: 0, Leader: "L", Term: 2, Status: models.StatusOnline}}})
+	publishShard(sm, []string{"L", "F"}, "L", 2)
 
 	require.Never(t, func() bool { return l.host.Write(ctx, "d", 0, 2, points(0, 1)) == nil }, time.Second, 20*time.Millisecond,
 		"the restored state's leader acknowledged a write at the restored term")

@@ -42,12 +42,7 @@ func TestRestartedFollowerRejoinsHoldingAcknowledgedWrites(t *testing.T) {
 	for _, n := range []*node{leader, follower, g} {
 		live(t, store, "/t/storage/default", n.id, n.addr())
 	}
-	put(sm, statemachine.SourceDatabaseConfig, statemachine.KindDatabaseConfig, "", "d",
-		models.Database{Name: "d", StorageCluster: "default", NumShards: 1, ReplicaFactor: 3, UID: "u1"})
-	put(sm, statemachine.SourceAssign, statemachine.KindAssign, "", "d",
-		models.Assignment{DB: "d", Cluster: "default", Shards: []models.ShardAssignment{{ID: 0, Replicas: []string{"L", "F", "G"}}}})
-	put(sm, statemachine.SourceShardState, statemachine.KindShardState, "", "d",
-		models.ShardStates{DB: "d", Shards: []models.ShardState{{ID: 0, Leader: "L", Term: 1, Status: models.StatusOnline}}})
+	publishShard(sm, []string{"L", "F", "G"}, "L", 1)
 	require.Eventually(t, func() bool { return len(isrOf(t, store, 0)) == 3 }, 10*time.Second, 20*time.Millisecond)
 	require.NoError(t, leader.host.Write(ctx, "d", 0, 1, points(0, 5)))
 
