@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/signal"
 	"syscall"
 	"time"
@@ -34,6 +35,7 @@ func bench(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&p.Interval, "interval", 10*time.Second, "timestamp step between two points of a series")
 	fs.IntVar(&p.PID, "pid", 0, "the server's process id for its CPU and RSS; 0: the process listening on --url's port when it is local")
 	fs.DurationVar(&p.Timeout, "timeout", 30*time.Second, "one request's timeout")
+	latencyLog := fs.String("latency-log", "", "write one line per acknowledged batch to this file when the run ends, in send order: ms from the run's start to its send, its latency in ms")
 	if code, done := parse(fs, args[1:], stdout, stderr,
 		"cairn bench write [--url U --db D --series N --senders C --batch B --fields MIX --duration D]",
 		`Write load generator (the shape of InfluxData's inch). Each sender owns a slice
@@ -52,9 +54,23 @@ A 429 or 503 answer with Retry-After is waited out and the batch sent again.`); 
 		}
 		return 1
 	}
+	var logFile *os.File
+	if *latencyLog != "" {
+		f, err := os.Create(*latencyLog)
+		if err != nil {
+			fmt.Fprintf(stderr, "cairn bench write: %v\n", err)
+			return 1
+		}
+		logFile, p.LatencyLog = f, f
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	res, err := benchwrite.Run(ctx, p)
+	if logFile != nil {
+		if cerr := logFile.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("latency log: %w", cerr)
+		}
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "cairn bench write: %v\n", err)
 		return 1

@@ -45,6 +45,12 @@ type Params struct {
 	PID          int           // the server's process id for CPU and RSS (0: looked up when the URL is local)
 	Timeout      time.Duration // one request's timeout
 	Start        time.Time     // the first timestamp (zero: Duration*... before now, see Validate)
+	// LatencyLog, when not nil, gets one line per acknowledged batch once
+	// the run ends, in the order they were sent: milliseconds from the
+	// run's start to the batch's send, and its latency in milliseconds.
+	// When in a run the slow batches came is what p99 alone does not say
+	// (a start-up burst, a stall of the server).
+	LatencyLog io.Writer
 
 	mix fieldMix
 }
@@ -155,6 +161,7 @@ func Run(ctx context.Context, p Params) (Result, error) {
 	res := Result{Senders: p.Senders, Series: p.Series, SeriesOffset: p.SeriesOffset, Batch: p.Batch,
 		Fields: p.mix.String(), ElapsedS: round(elapsed.Seconds(), 3)}
 	var lat []time.Duration
+	var sent []sentBatch
 	for _, s := range senders {
 		res.Points += s.points
 		res.Batches += s.ok
@@ -164,6 +171,16 @@ func Run(ctx context.Context, p Params) (Result, error) {
 			res.FirstError = s.firstErr
 		}
 		lat = append(lat, s.lat...)
+		if p.LatencyLog != nil {
+			for i, l := range s.lat {
+				sent = append(sent, sentBatch{at: s.sent[i].Sub(begin), took: l})
+			}
+		}
+	}
+	if p.LatencyLog != nil {
+		if err := writeLatencyLog(p.LatencyLog, sent); err != nil {
+			return Result{}, fmt.Errorf("latency log: %w", err)
+		}
 	}
 	res.PointsPerS = math.Round(float64(res.Points) / elapsed.Seconds())
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
@@ -171,6 +188,26 @@ func Run(ctx context.Context, p Params) (Result, error) {
 	res.Server = watch.end(ctx, res.Points)
 	return res, nil
 }
+
+// sentBatch is an acknowledged batch for the latency log.
+type sentBatch struct{ at, took time.Duration }
+
+// writeLatencyLog writes batches by send time, one "sent_ms latency_ms"
+// line each.
+func writeLatencyLog(w io.Writer, batches []sentBatch) error {
+	sort.Slice(batches, func(i, j int) bool { return batches[i].at < batches[j].at })
+	var b []byte
+	for _, sb := range batches {
+		b = strconv.AppendFloat(b, ms(sb.at), 'f', 1, 64)
+		b = append(b, ' ')
+		b = strconv.AppendFloat(b, ms(sb.took), 'f', 2, 64)
+		b = append(b, '\n')
+	}
+	_, err := w.Write(b)
+	return err
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func percentileMs(sorted []time.Duration, q float64) float64 {
 	if len(sorted) == 0 {
@@ -224,6 +261,7 @@ type sender struct {
 	failed   int64
 	retried  int64
 	lat      []time.Duration
+	sent     []time.Time // when each batch of lat was sent (only with a latency log)
 	firstErr string
 }
 
@@ -305,6 +343,9 @@ func (s *sender) send(ctx context.Context, body []byte) (retry time.Duration, er
 	took := time.Since(begin)
 	if resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusOK {
 		s.lat = append(s.lat, took)
+		if s.p.LatencyLog != nil {
+			s.sent = append(s.sent, begin)
+		}
 		return 0, nil
 	}
 	err = fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(msg))
