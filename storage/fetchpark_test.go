@@ -85,15 +85,16 @@ func TestSessionParksLongThroughJoins(t *testing.T) {
 		return len(p) > 0 && p[len(p)-1].shards == joins
 	}, 10*time.Second, 10*time.Millisecond)
 
-	cap := storage.IdleFetchWait.Milliseconds()
+	longest := storage.IdleFetchWait.Milliseconds()
+	long := func(ms int64) bool { return ms > longest*3/4 && ms <= longest } // spread by up to a quarter
 	p := seen()
-	require.Equal(t, cap, p[0].waitMS, "a new session's first poll parks for the longest park")
+	require.True(t, long(p[0].waitMS), "a new session's first poll parks for the longest park, asked %d ms", p[0].waitMS)
 	for i, q := range p {
 		if q.shards == 1 && i > 0 {
 			require.LessOrEqual(t, q.waitMS, int64(1000), "poll %d: a join's side poll parks half FetchWait at most", i)
 			continue
 		}
-		require.Equal(t, cap, q.waitMS, "poll %d (%d shards): joins leave the session's park alone", i, q.shards)
+		require.True(t, long(q.waitMS), "poll %d (%d shards): joins leave the session's park alone, asked %d ms", i, q.shards, q.waitMS)
 	}
 
 	// A write reaches the parked follower at once; the poll after the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -49,6 +50,19 @@ func idleWait(park, base time.Duration) time.Duration {
 
 // idleCap is the longest park of a session whose FetchWait is base.
 func idleCap(base time.Duration) time.Duration { return max(base, idleFetchWait) }
+
+// spreadPark is the park a main poll asks for when the session's is park
+// (base its FetchWait): the longest park less a random part of up to a
+// quarter of it, others as they are. The sessions a placement starts park
+// the longest park from their first poll, all within seconds of each
+// other: without the spread they came back together every minute, and a
+// settled cluster's polls came in waves of all its sessions.
+func spreadPark(park, base time.Duration) time.Duration {
+	if park < idleCap(base) {
+		return park
+	}
+	return park - rand.N(park/4)
+}
 
 // answerGrace is how much longer than its park time a fetch waits for the
 // leader's answer to begin (its headers; the body streams after): a leader
@@ -302,10 +316,11 @@ func (s *fetchSession) pollOnce(ctx context.Context) error {
 	if park == 0 {
 		park = s.h.cfg.FetchWait
 	}
+	wait := spreadPark(park, s.h.cfg.FetchWait)
 	reps, mems, folded := s.takeLocked(c, nil)
 	changed := s.changed
 	if len(reps) > 0 {
-		s.main, s.until = c, time.Now().Add(park)
+		s.main, s.until = c, time.Now().Add(wait)
 	}
 	s.mu.Unlock()
 	s.applyMu.Unlock()
@@ -319,7 +334,7 @@ func (s *fetchSession) pollOnce(ctx context.Context) error {
 		}
 		return nil
 	}
-	pctx, answered, cancel := withAnswerDeadline(ctx, park)
+	pctx, answered, cancel := withAnswerDeadline(ctx, wait)
 	defer cancel(nil)
 	go func() {
 		select {
@@ -328,7 +343,7 @@ func (s *fetchSession) pollOnce(ctx context.Context) error {
 		case <-pctx.Done():
 		}
 	}()
-	ans, err := s.fetch(pctx, reps, mems, park)
+	ans, err := s.fetch(pctx, reps, mems, wait)
 	answered()
 	s.mu.Lock()
 	if s.main == c {
