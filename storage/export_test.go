@@ -22,3 +22,7 @@ func (h *Host) StatesDecoded() int64 { return h.statesDecoded.Load() }
 
 // Looked counts the replicas this host's reconcile passes looked at.
 func (h *Host) Looked() int64 { return h.looked.Load() }
+
+// IdleFetchWait is the longest park of a batched fetch session (with a
+// FetchWait below it): a new session's first.
+const IdleFetchWait = idleFetchWait

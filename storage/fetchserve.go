@@ -19,7 +19,7 @@ import (
 const maxFetchShards = 8192
 
 // maxFetchWait bounds how long a batched fetch is parked.
-const maxFetchWait = 30 * time.Second
+const maxFetchWait = time.Minute
 
 // errBadFetch: a batched fetch request that cannot be served.
 var errBadFetch = errors.New("storage: bad batched fetch")

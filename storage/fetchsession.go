@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -15,26 +16,52 @@ import (
 )
 
 // fetchWait is how long a batched fetch is parked at the leader when none of
-// its shards has anything new, by default: long, so that an idle follower
-// costs each of its leaders one request per fetchWait. A session whose polls
-// keep coming back empty parks longer, up to idleFetchWait (idleWait). A
-// parked fetch counts as a fetch for the leader's in-sync upkeep, so it may
-// outlast the catch-up window; a frozen follower is still noticed once its
-// parked fetch ends (after at most idleFetchWait, or at the next write, which
-// it never acknowledges, or when its lease runs out) and no new one comes.
+// its shards has anything new, by default, after an answer that brought
+// entries: long, so that an idle follower costs each of its leaders one
+// request per fetchWait. A session whose polls keep coming back empty parks
+// longer, up to idleFetchWait (idleWait). A parked fetch counts as a fetch
+// for the leader's in-sync upkeep, so it may outlast the catch-up window; a
+// frozen follower is still noticed once its parked fetch ends (after at most
+// idleFetchWait, or at the next write, which it never acknowledges, or when
+// its lease runs out) and no new one comes.
 const fetchWait = 10 * time.Second
 
-// idleFetchWait is the longest a session parks its fetch once its polls
-// came back empty: each empty answer doubles the park, from FetchWait, and
-// any answer with something in it or a change of members brings it back.
-// 1,000 idle nodes following 64 leaders each sent 6,400 polls a second at
-// 10 s, each waking the leader's in-sync upkeep of every shard in it. It is
-// the leaders' cap too (maxFetchWait).
+// idleFetchWait is the longest a session parks its fetch: a new session's
+// first park (nothing has come from the leader yet), and where the parks of
+// one whose polls came back empty end up: each empty answer doubles the
+// park, from FetchWait, and an answer with entries brings it back. A
+// change of members does not: the park only bounds how long a poll waits
+// when nothing comes (an append wakes it at once), and while a cluster was
+// placed each new database's joins restarted its sessions' parks at
+// FetchWait, so at 1,000 simulated nodes ~42,000 sessions of one or two
+// shards each polled again every 10-20 s all through placement (a quarter
+// to two fifths of its fetches, ending empty). 1,000 idle nodes following
+// 64 leaders each sent 6,400 polls a second at 10 s, each waking the
+// leader's in-sync upkeep of every shard in it; at 30 s, 1,400 a second
+// from ~42,000 sessions. It is the leaders' cap too (maxFetchWait); a
+// leader of an earlier version caps a park at 30 s, inside the follower's
+// wait for its answer.
 const idleFetchWait = maxFetchWait
 
 // idleWait is the park after one that came back empty.
 func idleWait(park, base time.Duration) time.Duration {
-	return min(2*park, max(base, idleFetchWait))
+	return min(2*park, idleCap(base))
+}
+
+// idleCap is the longest park of a session whose FetchWait is base.
+func idleCap(base time.Duration) time.Duration { return max(base, idleFetchWait) }
+
+// spreadPark is the park a main poll asks for when the session's is park
+// (base its FetchWait): the longest park less a random part of up to a
+// quarter of it, others as they are. The sessions a placement starts park
+// the longest park from their first poll, all within seconds of each
+// other: without the spread they came back together every minute, and a
+// settled cluster's polls came in waves of all its sessions.
+func spreadPark(park, base time.Duration) time.Duration {
+	if park < idleCap(base) {
+		return park
+	}
+	return park - rand.N(park/4)
 }
 
 // answerGrace is how much longer than its park time a fetch waits for the
@@ -89,7 +116,7 @@ type fetchSession struct {
 	mu      sync.Mutex
 	members map[*replica]*member
 	changed chan struct{} // closed when the main poll must be re-sent: a member left, or side polls fold back
-	park    time.Duration // the next poll's park (0: FetchWait); see idleWait
+	park    time.Duration // the next poll's park (0: FetchWait); see idleFetchWait
 	main    *carrier      // the main poll in flight (nil: none, the next one takes every member)
 	until   time.Time     // when the main poll in flight ends, unless answered sooner
 	cancel  context.CancelFunc
@@ -112,10 +139,9 @@ type member struct {
 // sideOutlasts is how much longer than the main poll in flight a side poll
 // is parked: the main poll's end folds it back (a side poll that ended first
 // would fold the session once more, a re-send of the whole main poll). A side
-// poll parks half FetchWait at most, though: a main poll parked longer (the
-// session was idle) is folded by the first side poll's end, and the
-// session's parks start again from FetchWait; and a side poll holds a
-// goroutine, which a replica of a settled cluster should not.
+// poll parks half FetchWait at most, though: a main poll parked longer is
+// folded by the first side poll's end; and a side poll holds a goroutine,
+// which a replica of a settled cluster should not.
 const sideOutlasts = time.Second
 
 // isSide: m is pulled by a side poll (it pulls m alone).
@@ -132,7 +158,8 @@ func (h *Host) join(r *replica, p client.Peer, term int64, back func(why error))
 	if s == nil {
 		ctx, cancel := context.WithCancel(context.Background())
 		s = &fetchSession{h: h, peer: p, lg: h.lg.With(zap.String("leader", p.ID), zap.String("leader_address", p.Address)),
-			ctx: ctx, members: map[*replica]*member{}, changed: make(chan struct{}), cancel: cancel, done: make(chan struct{})}
+			ctx: ctx, members: map[*replica]*member{}, changed: make(chan struct{}), cancel: cancel, done: make(chan struct{}),
+			park: idleCap(h.cfg.FetchWait)}
 		h.sessions[p] = s
 		go func() {
 			defer close(s.done)
@@ -249,7 +276,6 @@ func (s *fetchSession) handBackMembers(err error) {
 func (s *fetchSession) bumpLocked() {
 	close(s.changed)
 	s.changed = make(chan struct{})
-	s.park = 0
 }
 
 // run polls until the session ends.
@@ -290,10 +316,11 @@ func (s *fetchSession) pollOnce(ctx context.Context) error {
 	if park == 0 {
 		park = s.h.cfg.FetchWait
 	}
+	wait := spreadPark(park, s.h.cfg.FetchWait)
 	reps, mems, folded := s.takeLocked(c, nil)
 	changed := s.changed
 	if len(reps) > 0 {
-		s.main, s.until = c, time.Now().Add(park)
+		s.main, s.until = c, time.Now().Add(wait)
 	}
 	s.mu.Unlock()
 	s.applyMu.Unlock()
@@ -307,7 +334,7 @@ func (s *fetchSession) pollOnce(ctx context.Context) error {
 		}
 		return nil
 	}
-	pctx, answered, cancel := withAnswerDeadline(ctx, park)
+	pctx, answered, cancel := withAnswerDeadline(ctx, wait)
 	defer cancel(nil)
 	go func() {
 		select {
@@ -316,7 +343,7 @@ func (s *fetchSession) pollOnce(ctx context.Context) error {
 		case <-pctx.Done():
 		}
 	}()
-	ans, err := s.fetch(pctx, reps, mems, park)
+	ans, err := s.fetch(pctx, reps, mems, wait)
 	answered()
 	s.mu.Lock()
 	if s.main == c {
@@ -341,11 +368,11 @@ func (s *fetchSession) pollOnce(ctx context.Context) error {
 	records, err := s.applyAnswer(ans, reps, mems, c)
 	s.applyMu.Unlock()
 	s.mu.Lock()
-	if s.changed == changed { // else members changed meanwhile, which reset the park
+	switch {
+	case records > 0:
 		s.park = 0
-		if records == 0 && err == nil {
-			s.park = idleWait(park, s.h.cfg.FetchWait) // parked for nothing: park longer
-		}
+	case err == nil:
+		s.park = idleWait(park, s.h.cfg.FetchWait) // parked for nothing: park longer
 	}
 	s.mu.Unlock()
 	return err
