@@ -58,12 +58,18 @@ func twoReplicas(t *testing.T, sm *statemachine.Manager, store kv.Store, l, f *n
 // publishShard publishes database "d" with one shard on replicas, led by
 // leader at term.
 func publishShard(sm *statemachine.Manager, replicas []string, leader string, term int64) {
-	put(sm, statemachine.SourceDatabaseConfig, statemachine.KindDatabaseConfig, "", "d",
-		models.Database{Name: "d", StorageCluster: "default", NumShards: 1, ReplicaFactor: len(replicas), UID: "u1"})
-	put(sm, statemachine.SourceAssign, statemachine.KindAssign, "", "d",
-		models.Assignment{DB: "d", Cluster: "default", Shards: []models.ShardAssignment{{ID: 0, Replicas: replicas}}})
-	put(sm, statemachine.SourceShardState, statemachine.KindShardState, "", "d",
-		models.ShardStates{DB: "d", Shards: []models.ShardState{{ID: 0, Leader: leader, Term: term, Status: models.StatusOnline}}})
+	publishDB(sm, "d", "u1", replicas, leader, term)
+}
+
+// publishDB publishes database db (uid) with one shard on replicas, led by
+// leader at term.
+func publishDB(sm *statemachine.Manager, db, uid string, replicas []string, leader string, term int64) {
+	put(sm, statemachine.SourceDatabaseConfig, statemachine.KindDatabaseConfig, "", db,
+		models.Database{Name: db, StorageCluster: "default", NumShards: 1, ReplicaFactor: len(replicas), UID: uid})
+	put(sm, statemachine.SourceAssign, statemachine.KindAssign, "", db,
+		models.Assignment{DB: db, Cluster: "default", Shards: []models.ShardAssignment{{ID: 0, Replicas: replicas}}})
+	put(sm, statemachine.SourceShardState, statemachine.KindShardState, "", db,
+		models.ShardStates{DB: db, Shards: []models.ShardState{{ID: 0, Leader: leader, Term: term, Status: models.StatusOnline}}})
 }
 
 // isrOf reads the in-sync set of shard d/shard from the store (nil: none).

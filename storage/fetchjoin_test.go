@@ -58,12 +58,7 @@ func TestShardsJoiningASessionCostOneFetchEach(t *testing.T) {
 	const joins = 12
 	db := func(i int) string { return fmt.Sprintf("j%02d", i) }
 	for i := range joins {
-		put(sm, statemachine.SourceDatabaseConfig, statemachine.KindDatabaseConfig, "", db(i),
-			models.Database{Name: db(i), StorageCluster: "default", NumShards: 1, ReplicaFactor: 2, UID: "u" + db(i)})
-		put(sm, statemachine.SourceAssign, statemachine.KindAssign, "", db(i),
-			models.Assignment{DB: db(i), Cluster: "default", Shards: []models.ShardAssignment{{ID: 0, Replicas: []string{"L", "F"}}}})
-		put(sm, statemachine.SourceShardState, statemachine.KindShardState, "", db(i),
-			models.ShardStates{DB: db(i), Shards: []models.ShardState{{ID: 0, Leader: "L", Term: 1, Status: models.StatusOnline}}})
+		publishDB(sm, db(i), "u" + db(i), []string{"L", "F"}, "L", 1)
 		require.Eventually(t, func() bool { return leader.host.ParkedFetches() == i+1 }, 10*time.Second, 5*time.Millisecond,
 			"every joined shard has a fetch parked at the leader")
 	}

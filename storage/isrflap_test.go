@@ -36,12 +36,7 @@ func TestJoiningShardKeepsParkedFollowerInSync(t *testing.T) {
 	// returns once a write to it is acknowledged (F holds it: F's session
 	// polls the shard).
 	addDB := func(db string) {
-		put(sm, statemachine.SourceDatabaseConfig, statemachine.KindDatabaseConfig, "", db,
-			models.Database{Name: db, StorageCluster: "default", NumShards: 1, ReplicaFactor: 2, UID: "u-" + db})
-		put(sm, statemachine.SourceAssign, statemachine.KindAssign, "", db, models.Assignment{DB: db, Cluster: "default",
-			Shards: []models.ShardAssignment{{ID: 0, Replicas: []string{"L", "F"}}}})
-		put(sm, statemachine.SourceShardState, statemachine.KindShardState, "", db, models.ShardStates{DB: db,
-			Shards: []models.ShardState{{ID: 0, Leader: "L", Term: 1, Status: models.StatusOnline}}})
+		publishDB(sm, db, "u-" + db, []string{"L", "F"}, "L", 1)
 		require.Eventually(t, func() bool { return leader.host.Write(ctx, db, 0, 1, points(0, 10)) == nil },
 			10*time.Second, 10*time.Millisecond, "write to %s acknowledged", db)
 	}
