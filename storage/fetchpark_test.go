@@ -70,7 +70,7 @@ func TestSessionParksLongThroughJoins(t *testing.T) {
 	const joins = 6
 	db := func(i int) string { return fmt.Sprintf("p%02d", i) }
 	for i := range joins {
-		publishDB(sm, db(i), "u" + db(i), []string{"L", "F"}, "L", 1)
+		publishDB(sm, db(i), "u"+db(i), []string{"L", "F"}, "L", 1)
 		require.Eventually(t, func() bool { return leader.host.ParkedFetches() == i+1 }, 10*time.Second, 5*time.Millisecond,
 			"every joined shard has a fetch parked at the leader")
 	}

@@ -36,7 +36,7 @@ func TestJoiningShardKeepsParkedFollowerInSync(t *testing.T) {
 	// returns once a write to it is acknowledged (F holds it: F's session
 	// polls the shard).
 	addDB := func(db string) {
-		publishDB(sm, db, "u-" + db, []string{"L", "F"}, "L", 1)
+		publishDB(sm, db, "u-"+db, []string{"L", "F"}, "L", 1)
 		require.Eventually(t, func() bool { return leader.host.Write(ctx, db, 0, 1, points(0, 10)) == nil },
 			10*time.Second, 10*time.Millisecond, "write to %s acknowledged", db)
 	}
