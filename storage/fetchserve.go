@@ -103,12 +103,9 @@ const maxFetchBody = 4 << 20
 // readFetchRequest reads and decodes a batched fetch request's body, at most
 // maxFetchBody bytes.
 func readFetchRequest(body io.Reader) (client.FetchRequest, error) {
-	b, err := io.ReadAll(io.LimitReader(body, maxFetchBody+1))
-	switch {
-	case err != nil:
+	b, err := readBody(body, maxFetchBody, "a batched fetch")
+	if err != nil {
 		return client.FetchRequest{}, err
-	case len(b) > maxFetchBody:
-		return client.FetchRequest{}, fmt.Errorf("%w: body over %d bytes", errBadFetch, maxFetchBody)
 	}
 	return client.DecodeFetchRequest(b)
 }

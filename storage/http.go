@@ -81,6 +81,21 @@ func queryInt(c *gin.Context, name string) int64 {
 	return v
 }
 
+// readBody reads a request body of at most limit bytes: past it (or
+// past the server's own body bound) the error is models.ErrTooLarge, naming
+// what the body is; another read error is models.ErrBadInput.
+func readBody(body io.Reader, limit int64, what string) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(body, limit+1))
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig) || int64(len(b)) > limit:
+		return nil, fmt.Errorf("%w: %s of more than %d bytes", models.ErrTooLarge, what, limit)
+	case err != nil:
+		return nil, models.Mark(err, models.ErrBadInput)
+	}
+	return b, nil
+}
+
 func (h *Host) handleWrite(c *gin.Context) {
 	r, ok := h.replicaOf(c)
 	if !ok {

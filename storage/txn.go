@@ -3,7 +3,6 @@ package storage
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -69,13 +68,9 @@ func (h *Host) handleTxns(c *gin.Context) {
 // shards, models.ErrBadInput when malformed.
 func readTxnsRequest(body io.Reader) (client.TxnsRequest, error) {
 	var req client.TxnsRequest
-	raw, err := io.ReadAll(io.LimitReader(body, client.MaxTxnsBody+1))
-	var tooBig *http.MaxBytesError
-	switch {
-	case errors.As(err, &tooBig) || len(raw) > client.MaxTxnsBody:
-		return req, fmt.Errorf("%w: a last txn question of more than %d bytes", models.ErrTooLarge, client.MaxTxnsBody)
-	case err != nil:
-		return req, models.Mark(err, models.ErrBadInput)
+	raw, err := readBody(body, client.MaxTxnsBody, "a last txn question")
+	if err != nil {
+		return req, err
 	}
 	if err := json.Unmarshal(raw, &req); err != nil {
 		return req, fmt.Errorf("%w: a last txn question: %w", models.ErrBadInput, err)
