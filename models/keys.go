@@ -43,10 +43,19 @@ func (k Keys) ShardStatePrefix() string { return k.join("state", "shards") + "/"
 // ShardState is one database's shard states.
 func (k Keys) ShardState(db string) string { return k.ShardStatePrefix() + db }
 
-// FailoverLock is the failover lock of one shard.
-func (k Keys) FailoverLock(db string, shard int) string {
-	return k.join("failover", db, strconv.Itoa(shard))
-}
+// FailoverLock is the failover lock of one database, taken in the txn that
+// publishes its shard states (one key for all its shards).
+//
+// The previous release took one lock per shard (NS/failover/<db>/<shard>).
+// In a rolling upgrade the two never meet on one publication: only the
+// master holding the current term publishes (every publication is fenced on
+// the term, and guarded by the mod revision of the database's states key,
+// which serializes every write of a database's states whatever locks were
+// taken), and a previous master's leftover per-shard locks are bound to its
+// lease and go with it. Names hold no "/" (models.ValidName), so a database
+// lock is never a shard lock's key. Both live under NS/failover/, which
+// backup and restore skip.
+func (k Keys) FailoverLock(db string) string { return k.join("failover", db) }
 
 // OperatorPrefix holds the master's operators in flight (master only).
 func (k Keys) OperatorPrefix() string { return k.join("operators") + "/" }

@@ -9,17 +9,20 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestTxnBatches: a publication batch's txn (its locks, states and extra
-// ops) stays within maxTxnOps, the batches keep the updates' order, and a
-// database too big for one is a batch of its own.
+// TestTxnBatches: a publication batch's txn (a lock, the states and the
+// extra ops of each database) stays within maxTxnOps and maxTxnBytes, the
+// batches keep the updates' order, and a database too big for one is a
+// batch of its own. The lock is per database: how many shards changed does
+// not count (a lock per shard made 11 changed shards each 8 databases a
+// batch).
 func TestTxnBatches(t *testing.T) {
-	up := func(db string, changed, extra int) statesUpdate {
-		return statesUpdate{db: db, changed: make([]int, changed), extra: make([]kv.Op, extra)}
+	up := func(db string, changed, extra, size int) statesUpdate {
+		return statesUpdate{db: db, changed: make([]int, changed), extra: make([]kv.Op, extra), value: make([]byte, size)}
 	}
-	many := func(n, changed int) []statesUpdate {
+	many := func(n, changed, size int) []statesUpdate {
 		out := make([]statesUpdate, n)
 		for i := range out {
-			out[i] = up(fmt.Sprint(i), changed, 0)
+			out[i] = up(fmt.Sprint(i), changed, 0, size)
 		}
 		return out
 	}
@@ -29,11 +32,13 @@ func TestTxnBatches(t *testing.T) {
 		want []int // databases per batch
 	}{
 		{name: "none", ups: nil, want: nil},
-		{name: "one", ups: many(1, 11), want: []int{1}},
-		{name: "11 changed shards each", ups: many(20, 11), want: []int{8, 8, 4}},
-		{name: "one changed shard each", ups: many(250, 1), want: []int{50, 50, 50, 50, 50}},
-		{name: "a database over the limit alone", ups: []statesUpdate{up("a", 1, 0), up("big", 300, 0), up("c", 1, 0)}, want: []int{1, 1, 1}},
-		{name: "extra ops count", ups: []statesUpdate{up("a", 1, 60), up("b", 1, 60)}, want: []int{1, 1}},
+		{name: "one", ups: many(1, 11, 2000), want: []int{1}},
+		{name: "11 changed shards each", ups: many(20, 11, 2000), want: []int{20}},
+		{name: "one changed shard each", ups: many(250, 1, 2000), want: []int{50, 50, 50, 50, 50}},
+		{name: "a database over the op limit alone", ups: []statesUpdate{up("a", 1, 0, 10), up("big", 300, 99, 10), up("c", 1, 0, 10)}, want: []int{1, 1, 1}},
+		{name: "extra ops count", ups: []statesUpdate{up("a", 1, 60, 10), up("b", 1, 60, 10)}, want: []int{1, 1}},
+		{name: "bytes count", ups: many(7, 1, 300<<10), want: []int{3, 3, 1}},
+		{name: "a database over the byte limit alone", ups: []statesUpdate{up("a", 1, 0, 10), up("big", 1, 0, 2<<20), up("c", 1, 0, 10)}, want: []int{1, 1, 1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -41,12 +46,12 @@ func TestTxnBatches(t *testing.T) {
 			var order []string
 			for _, b := range txnBatches(tt.ups) {
 				got = append(got, len(b))
-				ops, locks := 0, 0
+				ops, size := 0, 0
 				for _, u := range b {
 					order = append(order, u.db)
-					ops, locks = ops+1+len(u.extra), locks+len(u.changed)
+					ops, size = ops+2+len(u.extra), size+len(u.value)
 				}
-				require.True(t, len(b) == 1 || ops+locks <= maxTxnOps, "batch of %d: %d ops, %d locks", len(b), ops, locks)
+				require.True(t, len(b) == 1 || (ops <= maxTxnOps && size <= maxTxnBytes), "batch of %d: %d ops, %d bytes", len(b), ops, size)
 			}
 			require.Equal(t, tt.want, got)
 			var want []string

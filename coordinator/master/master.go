@@ -327,8 +327,14 @@ func indexOf(ss models.ShardStates, id int) int {
 	return -1
 }
 
-// maxTxnOps keeps every txn under etcd's default --max-txn-ops (128).
-const maxTxnOps = 100
+// maxTxnOps keeps every txn under etcd's default --max-txn-ops (128), and
+// maxTxnBytes a publication's batches under its default
+// --max-request-bytes (1.5 MiB): 50 databases of 1,024 shards' states
+// would not fit.
+const (
+	maxTxnOps   = 100
+	maxTxnBytes = 1 << 20
+)
 
 // verifyStates checks, in verify mode, that the changed shards of next keep
 // the invariants over prev, the states they replace: terms only grow, one

@@ -29,6 +29,7 @@ type statesUpdate struct {
 	next    models.ShardStates
 	changed []int
 	extra   []kv.Op
+	value   []byte // next, encoded (publishBatch fills it in)
 }
 
 // publishStates publishes one database's states: a batch of one.
@@ -38,9 +39,9 @@ func (m *Master) publishStates(ctx context.Context, st *statemachine.State, db s
 
 // publishBatch publishes the new states of many databases in few etcd round
 // trips. The updates are cut into batches that each fit one txn
-// (txnBatches); a batch takes the failover locks of its changed shards and
-// writes every database's states in one txn fenced on the term and guarded
-// by each database's mod revision in st, and releases the locks
+// (txnBatches); a batch takes the failover lock of each of its databases
+// and writes every database's states in one txn fenced on the term and
+// guarded by each database's mod revision in st, and releases the locks
 // (publishTxn): two round trips, the second off the publication's path,
 // for many databases where each database took three. A batch refused as a
 // whole (one database's states changed since st, or a lock is held) is
@@ -67,6 +68,9 @@ func (m *Master) publishBatch(ctx context.Context, st *statemachine.State, ups [
 		}
 		last = max(last, rev)
 	}
+	for i := range ups {
+		ups[i].value = mustJSON(ups[i].next)
+	}
 	sem := make(chan struct{}, publishWriters)
 	var wg sync.WaitGroup
 	var releases lockReleases
@@ -82,7 +86,7 @@ func (m *Master) publishBatch(ctx context.Context, st *statemachine.State, ups [
 	// The published batches' locks go once the last batch is published:
 	// each release is a txn as big as a batch's, and released as each
 	// batch was published they took etcd's apply turns from the batches
-	// still to come (a domain's failover is ~100 of each at 1,000 nodes).
+	// still to come (a domain's failover is ~20 of each at 1,000 nodes).
 	releases.start(ctx, m)
 	// The local state is waited for once, for the last batch's revision,
 	// with every batch's txn already applied: a writer that waited for it
@@ -193,22 +197,23 @@ func (m *Master) unchanged(ctx context.Context, st *statemachine.State, batch []
 }
 
 // txnBatches cuts ups, in order, into batches that each fit one txn of at
-// most maxTxnOps operations: the changed shards' locks, and the states and
-// extra ops of every database of the batch (publishTxn takes the locks and
+// most maxTxnOps operations and about maxTxnBytes bytes: each database's
+// failover lock, states and extra ops (publishTxn takes the locks and
 // publishes the states in one txn). A database too big for one txn is a
-// batch of its own (its locks are then taken in several txns).
+// batch of its own.
 func txnBatches(ups []statesUpdate) [][]statesUpdate {
 	var out [][]statesUpdate
 	var cur []statesUpdate
-	ops := 0
+	ops, size := 0, 0
 	for _, u := range ups {
-		o := 1 + len(u.extra) + len(u.changed)
-		if len(cur) > 0 && ops+o > maxTxnOps {
+		o, n := 2+len(u.extra), updateBytes(u)
+		if len(cur) > 0 && (ops+o > maxTxnOps || size+n > maxTxnBytes) {
 			out = append(out, cur)
-			cur, ops = nil, 0
+			cur, ops, size = nil, 0, 0
 		}
 		cur = append(cur, u)
 		ops += o
+		size += n
 	}
 	if len(cur) > 0 {
 		out = append(out, cur)
@@ -216,8 +221,18 @@ func txnBatches(ups []statesUpdate) [][]statesUpdate {
 	return out
 }
 
-// publishTxn takes the failover lock of each changed shard of batch (a
-// unique value bound to the master's lease; only its creator deletes it),
+// updateBytes is about what u adds to a txn: its states, its extra ops and
+// its lock (a key and a token of a few dozen bytes).
+func updateBytes(u statesUpdate) int {
+	n := len(u.value) + 2*len(u.db) + 128
+	for _, op := range u.extra {
+		n += len(op.Key) + len(op.Value)
+	}
+	return n
+}
+
+// publishTxn takes the failover lock of each database of batch (a unique
+// value bound to the master's lease; only its creator deletes it),
 // publishes the databases' states fenced on the term and guarded by the
 // mod revision of each database's states in st (the value they were
 // computed from), and returns the revision they were published at; the
@@ -225,25 +240,27 @@ func txnBatches(ups []statesUpdate) [][]statesUpdate {
 // publication is published (releases). The caller waits for the local
 // state.
 //
-// A batch that fits one txn takes its locks and publishes its states in it:
-// one round trip where it took two (a whole domain's failover at 1,000
-// nodes is ~10,000 locks in ~100 batches). When that txn is refused, the
-// locks are taken on their own first and then the states are published, as
-// a batch too big for one txn is, which tells a held lock (errLockHeld)
-// from states that changed (errChanged).
+// The lock is per database, not per shard: the txn that takes it is the
+// one that writes the database's states (one key for all its shards), so a
+// lock per shard guarded nothing more, and cost a whole domain's failover
+// at 1,000 nodes ~10,700 leased puts and as many deletes, in ~120 txns of
+// each where it now takes ~20.
+//
+// A batch takes its locks and publishes its states in one txn. When that
+// txn is refused, the locks are taken on their own first and then the
+// states are published, which tells a held lock (errLockHeld) from states
+// that changed (errChanged).
 func (m *Master) publishTxn(ctx context.Context, st *statemachine.State, batch []statesUpdate, releases *lockReleases) (rev int64, err error) {
 	token := []byte(m.cfg.NodeID + "/" + strconv.FormatInt(m.cfg.Term, 10) + "/" + strconv.FormatInt(m.cfg.Now().UnixNano(), 10))
-	var keys []string
+	keys := make([]string, 0, len(batch))
 	for _, u := range batch {
-		for _, id := range u.changed {
-			keys = append(keys, m.cfg.Keys.FailoverLock(u.db, id))
-		}
+		keys = append(keys, m.cfg.Keys.FailoverLock(u.db))
 	}
 	var locked []string
 	// Released even when a txn fails: a timeout may come after etcd applied
-	// it, and a lock left behind would hold the shard up until the lease
+	// it, and a lock left behind would hold the database up until the lease
 	// ends (the release deletes only what holds token). After a failure at
-	// once, as the caller may try the same shards again; once published,
+	// once, as the caller may try the same databases again; once published,
 	// with the publication's other batches' (lockReleases).
 	defer func() {
 		switch {
@@ -269,7 +286,7 @@ func (m *Master) publishTxn(ctx context.Context, st *statemachine.State, batch [
 		verifyStates(st.ShardStates.At(u.db), u.next, u.changed)
 		key := m.cfg.Keys.ShardState(u.db)
 		scmps = append(scmps, kv.ModRevIs(key, st.ModRev(statemachine.SourceShardState, u.db)))
-		sops = append(append(sops, kv.OpPut(key, mustJSON(u.next), 0)), u.extra...)
+		sops = append(append(sops, kv.OpPut(key, u.value, 0)), u.extra...)
 	}
 	published := func(rev int64) (int64, error) {
 		for _, u := range batch {
@@ -277,18 +294,16 @@ func (m *Master) publishTxn(ctx context.Context, st *statemachine.State, batch [
 		}
 		return rev, nil
 	}
-	if len(keys)+len(sops) <= maxTxnOps {
-		cmps, ops := lockOps(keys)
-		locked = keys
-		ok, rev, err := m.cfg.Election.FencedTxn(ctx, m.cfg.Term, append(cmps, scmps...), append(ops, sops...))
-		if err != nil {
-			return 0, err
-		}
-		if ok {
-			return published(rev)
-		}
-		locked = nil // refused: nothing was taken
+	cmps, ops := lockOps(keys)
+	locked = keys
+	ok, rev, err := m.cfg.Election.FencedTxn(ctx, m.cfg.Term, append(cmps, scmps...), append(ops, sops...))
+	if err != nil {
+		return 0, err
 	}
+	if ok {
+		return published(rev)
+	}
+	locked = nil // refused: nothing was taken
 	for i := 0; i < len(keys); i += maxTxnOps {
 		chunk := keys[i:min(i+maxTxnOps, len(keys))]
 		cmps, ops := lockOps(chunk)
@@ -301,7 +316,7 @@ func (m *Master) publishTxn(ctx context.Context, st *statemachine.State, batch [
 			return 0, fmt.Errorf("%w: of %s", errLockHeld, dbNames(batch))
 		}
 	}
-	ok, rev, err := m.cfg.Election.FencedTxn(ctx, m.cfg.Term, scmps, sops)
+	ok, rev, err = m.cfg.Election.FencedTxn(ctx, m.cfg.Term, scmps, sops)
 	if err != nil {
 		return 0, err
 	}
@@ -312,8 +327,8 @@ func (m *Master) publishTxn(ctx context.Context, st *statemachine.State, batch [
 }
 
 // releaseLocks deletes the failover locks keys that still hold token: one
-// txn per maxTxnOps keys (a failover of 1000 shards would otherwise wait for
-// 1000 round trips). When a chunk's txn is refused (some lock of it is not
+// txn per maxTxnOps keys (a failover of 1000 databases would otherwise wait
+// for 1000 round trips). When a chunk's txn is refused (some lock of it is not
 // ours: the lock txn failed or timed out and took none or only some, or
 // another orchestrator holds one), one read finds the ones that hold token
 // and one txn deletes them; only if that is refused too (a lock changed in

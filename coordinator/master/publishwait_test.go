@@ -39,18 +39,21 @@ func TestPublicationBatchesDoNotWaitForTheLocalState(t *testing.T) {
 	m := New(Config{Store: store, Keys: keys, Election: el, Term: term, Session: session, NodeID: "m",
 		State: func() *statemachine.State { return frozen }, Changed: sm.Changed})
 
-	// Each database changes maxTxnOps shards: a batch of its own.
+	// Each database fills a txn (its lock, its states, maxTxnOps-2
+	// operator records): a batch of its own.
 	n := publishWriters + 4
 	var ups []statesUpdate
 	for i := range n {
 		db := fmt.Sprintf("db%02d", i)
 		next := models.ShardStates{DB: db}
 		var changed []int
-		for s := range maxTxnOps {
+		var extra []kv.Op
+		for s := range maxTxnOps - 2 {
 			next.Shards = append(next.Shards, models.ShardState{ID: s, Leader: "n2", Term: 2, Status: models.StatusOnline})
 			changed = append(changed, s)
+			extra = append(extra, kv.OpPut(keys.Operator(db, s), []byte(`{}`), 0))
 		}
-		ups = append(ups, statesUpdate{db: db, next: next, changed: changed})
+		ups = append(ups, statesUpdate{db: db, next: next, changed: changed, extra: extra})
 	}
 	require.Len(t, txnBatches(ups), n)
 

@@ -39,7 +39,7 @@ func TestReleaseLocksOfAFailedLockTxn(t *testing.T) {
 	token, other := []byte("n1/7/1"), []byte("n0/6/1")
 	var chunk []string
 	for i := range maxTxnOps {
-		chunk = append(chunk, keys.FailoverLock(fmt.Sprintf("db%d", i/10), i%10))
+		chunk = append(chunk, keys.FailoverLock(fmt.Sprintf("db%02d", i)))
 	}
 	for _, i := range []int{0, 41, 99} {
 		_, err := store.Put(ctx, chunk[i], token, 0)
