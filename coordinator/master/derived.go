@@ -1,6 +1,8 @@
 package master
 
 import (
+	"maps"
+
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
 )
@@ -20,10 +22,21 @@ type derived struct {
 	termsOf     string                               // that cluster
 	terms       map[string]int64
 	seen        map[string]int64
+	restored    map[string]restoredSets // per cluster
+}
+
+// restoredSets are the shard ids of one version of a cluster's in-sync
+// sets whose record was written in another etcd cluster than id
+// (ShardInputs.Restored).
+type restoredSets struct {
+	isr statemachine.Map[models.ISR]
+	id  uint64
+	ids map[string]bool
 }
 
 // failoverInputs is FailoverInputs(st, db) with the recorded terms computed
-// once per version of the live nodes, and without Leads: the caller adds
+// once per version of the live nodes, the restored in-sync sets once per
+// version of the cluster's sets, and without Leads: the caller adds
 // them (clusterLeads) once a shard needs a leader.
 func (d *derived) failoverInputs(st *statemachine.State, db string) (ShardInputs, bool) {
 	a, ok := st.Assignments.Get(db)
@@ -32,10 +45,53 @@ func (d *derived) failoverInputs(st *statemachine.State, db string) (ShardInputs
 	}
 	live := st.Nodes.At(a.Cluster)
 	recorded := d.recordedTerms(live, a.Cluster) // and d.seen with it
-	return ShardInputs{DB: db, Assign: a, States: st.ShardStates.At(db),
+	in := ShardInputs{DB: db, Assign: a, States: st.ShardStates.At(db),
 		Live: live, ISR: st.ISR.At(a.Cluster), Drains: st.Drains,
 		ClusterID:     st.ListedFrom[statemachine.ClusterISRSource(a.Cluster)],
-		RecordedTerms: recorded, SeenTerms: d.seen}, true
+		RecordedTerms: recorded, SeenTerms: d.seen}
+	d.restoredOf(&in)
+	return in, true
+}
+
+// restoredOf fills in.Restored from the cluster's last known restored sets,
+// brought up to date with what changed in its in-sync sets since (a walk
+// of the changed sets, not of all of them).
+func (d *derived) restoredOf(in *ShardInputs) {
+	if in.ClusterID == 0 {
+		return // restoredISR is false without a lookup
+	}
+	c, ok := d.restored[in.Assign.Cluster]
+	switch {
+	case ok && c.id == in.ClusterID && c.isr.Same(in.ISR):
+	case ok && c.id == in.ClusterID:
+		ids, cloned := c.ids, false
+		statemachine.Changed(c.isr, in.ISR, func(id string) {
+			set, ok := in.ISR.Get(id)
+			if now := ok && restoredSet(*in, set); now != ids[id] {
+				if !cloned {
+					ids, cloned = maps.Clone(c.ids), true // handed out before: never changed in place
+				}
+				if now {
+					ids[id] = true
+				} else {
+					delete(ids, id)
+				}
+			}
+		})
+		c = restoredSets{isr: in.ISR, id: in.ClusterID, ids: ids}
+	default:
+		c = restoredSets{isr: in.ISR, id: in.ClusterID, ids: map[string]bool{}}
+		for id, set := range in.ISR.All() {
+			if restoredSet(*in, set) {
+				c.ids[id] = true
+			}
+		}
+	}
+	if d.restored == nil {
+		d.restored = map[string]restoredSets{}
+	}
+	d.restored[in.Assign.Cluster] = c
+	in.Restored = c.ids
 }
 
 // clusterLeads is a copy of ClusterLeads for the cluster (PlanLeaders

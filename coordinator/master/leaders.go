@@ -13,7 +13,7 @@ import (
 	"math"
 	"slices"
 	"sort"
-	"strings"
+	"strconv"
 
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
@@ -53,6 +53,12 @@ type ShardInputs struct {
 	// shard, O(nodes) each: at 1,000 nodes x 32,000 shards that was most
 	// of an idle master's second).
 	SeenTerms map[string]int64
+	// Restored is, when not nil, exactly the shard ids whose in-sync
+	// record in ISR was written in another etcd cluster than ClusterID
+	// (restoredISR), computed once per version of ISR: the check then
+	// costs no lookup of ISR (a whole domain's failover checked ~32,000
+	// shards a pass, most of it in those lookups). Nil: looked up.
+	Restored map[string]bool
 }
 
 // ClusterLeads counts the online leaderships of every node over the
@@ -76,20 +82,27 @@ func ClusterLeads(st statemachine.Map[models.ShardStates], assign statemachine.M
 // one) must get a new leader or stay offline: its leader is not an online,
 // live replica, or it is published at a term below one a live replica
 // already holds in its log (restored state), or it cannot accept writes
-// (fencedLeader).
+// (fencedLeader). The leader's record is looked up once for both.
 func needsLeader(in ShardInputs, sh models.ShardAssignment, st models.ShardState, ok bool) bool {
-	return mustReplace(in, sh, st, ok) || (ok && fencedLeader(in, sh, st))
+	if !ok {
+		return true
+	}
+	leader, live := in.Live.Get(st.Leader)
+	if replace(in, sh, st, live) {
+		return true
+	}
+	return live && !leader.Writable() && fencedCandidate(in, sh) // fencedLeader
 }
 
 // fencedLeader: the shard's live leader fenced itself off writes (a disk
 // fault in its record) and a live in-sync replica that takes writes can
-// lead instead. With none (RF 1, or every replica fenced) the leader stays:
-// it answers 507 at once and takes writes again once its disk does, where
-// an offline shard would only answer 503 after the write timeout.
-func fencedLeader(in ShardInputs, sh models.ShardAssignment, st models.ShardState) bool {
-	if n, live := in.Live.Get(st.Leader); !live || n.Writable() {
-		return false
-	}
+// lead instead (fencedCandidate). With none (RF 1, or every replica fenced)
+// the leader stays: it answers 507 at once and takes writes again once its
+// disk does, where an offline shard would only answer 503 after the write
+// timeout.
+//
+// fencedCandidate: a leader candidate of sh takes writes.
+func fencedCandidate(in ShardInputs, sh models.ShardAssignment) bool {
 	cands, _ := candidates(in, sh)
 	return slices.ContainsFunc(cands, func(c string) bool { return in.Live.At(c).Writable() })
 }
@@ -100,13 +113,26 @@ func mustReplace(in ShardInputs, sh models.ShardAssignment, st models.ShardState
 		return true
 	}
 	_, leaderLive := in.Live.Get(st.Leader)
-	behind := liveTerm(in, sh.ID) > st.Term
+	return replace(in, sh, st, leaderLive)
+}
+
+// replace is mustReplace for a shard with a state, its leader's liveness
+// known; each test in turn, the cheapest first.
+func replace(in ShardInputs, sh models.ShardAssignment, st models.ShardState, leaderLive bool) bool {
+	if !(st.Status == models.StatusOnline && leaderLive && slices.Contains(sh.Replicas, st.Leader)) {
+		return true
+	}
+	id := models.ShardID(in.DB, sh.ID)
+	if liveTermOf(in, sh.ID, id) > st.Term { // behind
+		return true
+	}
 	// A leadership at or below a restored set's term is the restored state's
 	// own (never checked against the replicas' logs); one above it was
 	// decided since, and keeps going until its leader records its set here.
-	restoredLeader := restoredISR(in, sh) && st.Term <= in.ISR.At(models.ShardID(in.DB, sh.ID)).Term
-	return !(st.Status == models.StatusOnline && leaderLive && slices.Contains(sh.Replicas, st.Leader)) || behind || restoredLeader ||
-		movedReplica(in, sh, st)
+	if restoredID(in, id) && st.Term <= in.ISR.At(id).Term {
+		return true
+	}
+	return movedReplica(in, sh, st)
 }
 
 // liveTerm is the highest term any live node holds in its log of the shard
@@ -114,8 +140,12 @@ func mustReplace(in ShardInputs, sh models.ShardAssignment, st models.ShardState
 // from the replicas' answers when asked. A leadership that wrote nothing
 // leaves no entry in any log, but its replicas remember its term.
 func liveTerm(in ShardInputs, shard int) int64 {
-	id := models.ShardID(in.DB, shard)
-	t := recordedTerm(in, shard)
+	return liveTermOf(in, shard, models.ShardID(in.DB, shard))
+}
+
+// liveTermOf is liveTerm with the shard's id (models.ShardID) given.
+func liveTermOf(in ShardInputs, shard int, id string) int64 {
+	t := recordedTermOf(in, id)
 	if in.SeenTerms != nil {
 		t = max(t, in.SeenTerms[id])
 	} else {
@@ -129,11 +159,10 @@ func liveTerm(in ShardInputs, shard int) int64 {
 	return t
 }
 
-// recordedTerm is the highest term any live node's record says it holds in
-// its log of the shard (max_term): what the trust in an in-sync record is
-// judged by, the same before and after the replicas are asked.
-func recordedTerm(in ShardInputs, shard int) int64 {
-	id := models.ShardID(in.DB, shard)
+// recordedTermOf is the highest term any live node's record says it holds
+// in its log of the shard id (max_term): what the trust in an in-sync
+// record is judged by, the same before and after the replicas are asked.
+func recordedTermOf(in ShardInputs, id string) int64 {
 	if in.RecordedTerms != nil {
 		return in.RecordedTerms[id]
 	}
@@ -158,8 +187,13 @@ func NextTerm(in ShardInputs, cur models.ShardState) int64 {
 // stale in-sync record (isrTrusted), every replica, and only once all of them
 // are live (none is then missing).
 func candidates(in ShardInputs, sh models.ShardAssignment) (cands, missing []string) {
-	if isrTrusted(in, sh) {
-		return liveReplicas(in, sh, inSync(in, sh)), nil
+	return candidatesOf(in, sh, viewOf(in, sh))
+}
+
+// candidatesOf is candidates with the shard's record looked up (viewOf).
+func candidatesOf(in ShardInputs, sh models.ShardAssignment, v isrView) (cands, missing []string) {
+	if v.trusted {
+		return liveReplicas(in, sh, v.inSync(sh)), nil
 	}
 	if missing = notLive(in, sh.Replicas); len(missing) > 0 {
 		return nil, missing
@@ -176,12 +210,40 @@ func candidates(in ShardInputs, sh models.ShardAssignment) (cands, missing []str
 // left the set since (missing acknowledged writes) may be listed in it while
 // the ones that hold those writes are not.
 func isrTrusted(in ShardInputs, sh models.ShardAssignment) bool {
-	lt := recordedTerm(in, sh.ID)
-	set, ok := in.ISR.Get(models.ShardID(in.DB, sh.ID))
+	return viewOf(in, sh).trusted
+}
+
+// isrView is what the rules read of one shard's in-sync record, looked up
+// once: the record (ok when there is one), whether it is a restored copy
+// (restoredISR) and whether it can be believed (isrTrusted).
+type isrView struct {
+	set      models.ISR
+	ok       bool
+	restored bool
+	trusted  bool
+}
+
+// viewOf looks the shard's in-sync record up and judges it.
+func viewOf(in ShardInputs, sh models.ShardAssignment) isrView {
+	id := models.ShardID(in.DB, sh.ID)
+	lt := recordedTermOf(in, id)
+	set, ok := in.ISR.Get(id)
 	if !ok {
-		return lt == 0
+		return isrView{trusted: lt == 0}
 	}
-	return set.Term >= lt && !restoredISR(in, sh)
+	restored := restoredSet(in, set)
+	return isrView{set: set, ok: true, restored: restored, trusted: set.Term >= lt && !restored}
+}
+
+// inSync is inSync(in, sh) for the shard's looked up record.
+func (v isrView) inSync(sh models.ShardAssignment) []string {
+	switch {
+	case !v.trusted:
+		return nil
+	case v.ok:
+		return v.set.Replicas
+	}
+	return sh.Replicas
 }
 
 // restoredISR: the shard's in-sync record was written in another etcd
@@ -190,8 +252,26 @@ func isrTrusted(in ShardInputs, sh models.ShardAssignment) bool {
 // behind since the backup (its log then holds no newer term), and a live
 // leader of the restored state may be that replica.
 func restoredISR(in ShardInputs, sh models.ShardAssignment) bool {
-	set, ok := in.ISR.Get(models.ShardID(in.DB, sh.ID))
-	return ok && set.ClusterID != 0 && in.ClusterID != 0 && set.ClusterID != in.ClusterID
+	return restoredID(in, models.ShardID(in.DB, sh.ID))
+}
+
+// restoredID is restoredISR for the shard id given: no lookup when the
+// cluster is unknown, or when in.Restored already says.
+func restoredID(in ShardInputs, id string) bool {
+	switch {
+	case in.ClusterID == 0:
+		return false
+	case in.Restored != nil:
+		return in.Restored[id]
+	}
+	set, ok := in.ISR.Get(id)
+	return ok && restoredSet(in, set)
+}
+
+// restoredSet: set, the record of a shard of in, was written in another
+// etcd cluster than the one it was read from.
+func restoredSet(in ShardInputs, set models.ISR) bool {
+	return set.ClusterID != 0 && in.ClusterID != 0 && set.ClusterID != in.ClusterID
 }
 
 // staleReason says why a shard with a stale in-sync record stays offline and
@@ -236,13 +316,7 @@ func liveReplicas(in ShardInputs, sh models.ShardAssignment, list []string) []st
 // published one (no data written yet) counts all its replicas as in sync: they
 // are all empty and equal. A stale record (isrTrusted) vouches for nobody.
 func inSync(in ShardInputs, sh models.ShardAssignment) []string {
-	if !isrTrusted(in, sh) {
-		return nil
-	}
-	if set, ok := in.ISR.Get(models.ShardID(in.DB, sh.ID)); ok {
-		return set.Replicas
-	}
-	return sh.Replicas
+	return viewOf(in, sh).inSync(sh)
 }
 
 // PlanLeaders decides, for every shard of one database, whether its leader must
@@ -256,10 +330,6 @@ func inSync(in ShardInputs, sh models.ShardAssignment) []string {
 // offline, naming the missing replicas, until then. It returns the new
 // states and the ids of the shards that changed.
 func PlanLeaders(in ShardInputs) (models.ShardStates, []int) {
-	cur := map[int]models.ShardState{}
-	for _, s := range in.States.Shards {
-		cur[s.ID] = s
-	}
 	next := models.ShardStates{DB: in.DB, Shards: make([]models.ShardState, 0, len(in.Assign.Shards)), UID: in.States.UID}
 	leads := in.Leads
 	if leads == nil {
@@ -272,7 +342,7 @@ func PlanLeaders(in ShardInputs) (models.ShardStates, []int) {
 	}
 	var changed []int
 	for _, sh := range in.Assign.Shards {
-		st, ok := cur[sh.ID]
+		st, ok := shardStateOf(in.States, sh.ID)
 		if !needsLeader(in, sh, st, ok) {
 			next.Shards = append(next.Shards, st)
 			continue
@@ -280,7 +350,8 @@ func PlanLeaders(in ShardInputs) (models.ShardStates, []int) {
 		if !ok {
 			st = models.ShardState{ID: sh.ID, Status: models.StatusOffline}
 		}
-		cands, missing := candidates(in, sh)
+		v := viewOf(in, sh)
+		cands, missing := candidatesOf(in, sh, v)
 		cands, movedWait := movedCandidates(in, sh, cands)
 		var best, why string
 		switch {
@@ -288,14 +359,14 @@ func PlanLeaders(in ShardInputs) (models.ShardStates, []int) {
 			why = staleReason(in, sh, missing)
 		case movedWait != "":
 			why = movedWait
-		case !isrTrusted(in, sh) && in.Answers != nil && len(unanswered(in, sh.ID, cands)) > 0:
+		case !v.trusted && in.Answers != nil && len(unanswered(in, sh.ID, cands)) > 0:
 			// A stale set: every replica's log must be known, so the one
 			// holding the acknowledged writes is not passed over.
 			why = staleReason(in, sh, unanswered(in, sh.ID, cands))
 		default:
 			best, why = pickLeader(in, sh.ID, cands, leads)
 			if best == "" {
-				why = fmt.Sprintf("no live in-sync replica; last in-sync set %v", inSync(in, sh))
+				why = fmt.Sprintf("no live in-sync replica; last in-sync set %v", v.inSync(sh))
 			}
 			if best != "" && !mustReplace(in, sh, st, ok) && !in.Live.At(best).Writable() {
 				// Only fenced, and no replica that takes writes answered:
@@ -322,6 +393,20 @@ func PlanLeaders(in ShardInputs) (models.ShardStates, []int) {
 		next.Shards = append(next.Shards, ns)
 	}
 	return next, changed
+}
+
+// shardStateOf is the state of shard id in ss (the last one listed, should ids
+// repeat), found at its index where states are kept in shard order.
+func shardStateOf(ss models.ShardStates, id int) (models.ShardState, bool) {
+	if id >= 0 && id < len(ss.Shards) && ss.Shards[id].ID == id && (id == len(ss.Shards)-1 || !slices.ContainsFunc(ss.Shards[id+1:], func(s models.ShardState) bool { return s.ID == id })) {
+		return ss.Shards[id], true
+	}
+	for i := len(ss.Shards) - 1; i >= 0; i-- {
+		if ss.Shards[i].ID == id {
+			return ss.Shards[i], true
+		}
+	}
+	return models.ShardState{}, false
 }
 
 // pickLeader returns the live in-sync replica with the most recent log: the
@@ -388,21 +473,23 @@ func failoverReason(in ShardInputs, shard int, cands []string, best string, answ
 	if in.Answers == nil {
 		return fmt.Sprintf("leader %s from live in-sync replicas %v", best, cands)
 	}
-	var b strings.Builder
-	b.WriteString("last_txn_id:")
+	b := make([]byte, 0, 128)
+	b = append(b, "last_txn_id:"...)
 	for _, c := range cands {
+		b = append(append(append(b, ' '), c...), '=')
 		if a, ok := in.Answers[shard][c]; ok {
-			fmt.Fprintf(&b, " %s=%d@%d", c, a.LastTxnID, a.LastTerm)
+			b = append(strconv.AppendUint(b, a.LastTxnID, 10), '@')
+			b = strconv.AppendUint(b, uint64(a.LastTerm), 10)
 		} else {
-			fmt.Fprintf(&b, " %s=no answer", c)
+			b = append(b, "no answer"...)
 		}
 	}
 	if len(answered) == 0 {
-		fmt.Fprintf(&b, "; none answered, leader %s by tie-break", best)
+		b = append(append(append(b, "; none answered, leader "...), best...), " by tie-break"...)
 	} else {
-		fmt.Fprintf(&b, "; leader %s (highest last_txn_id, then fewest leaderships, then node id)", best)
+		b = append(append(append(b, "; leader "...), best...), " (highest last_txn_id, then fewest leaderships, then node id)"...)
 	}
-	return b.String()
+	return string(b)
 }
 
 // lastTerm is the term of the last entry in node's log of shard: its answer

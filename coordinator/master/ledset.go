@@ -12,16 +12,23 @@ import (
 // should be. The check is a pure function of the state (and of moved nodes,
 // whose databases are never remembered), so a database is checked again
 // only once something it reads changed: its own assignment, states or
-// in-sync sets, or the terms the live nodes' records hold for its shards.
-// What every database reads (a node joining, leaving, moving or fenced off
-// writes, drains, the storage clusters, a re-list) forgets them all. While
+// in-sync sets, the terms the live nodes' records hold for its shards, or
+// whether a node assigned one of its replicas is live or takes writes (the
+// rules read no other node). What every database reads (a node moving,
+// drains, the storage clusters, a re-list) forgets them all. While
 // databases are placed, each placement and node report then costs the
 // master the databases it touched, where any event made it check every
-// shard of the cluster again (32,000 at 1,000 nodes, on every pass).
+// shard of the cluster again (32,000 at 1,000 nodes, on every pass); a
+// node lost costs the databases it holds a replica of.
 type ledSet struct {
 	seen *statemachine.State
 	revs map[string]int64 // seen's revisions, as they were
 	dbs  map[string]bool
+	// replicaOf is, per cluster and node, the databases assigned a replica
+	// on it, as of the assignments idxOf (built when a node's liveness
+	// first changes on a version of them).
+	idxOf     statemachine.Map[models.Assignment]
+	replicaOf map[string]map[string][]string
 }
 
 // sync forgets the databases whose inputs differ between the state last
@@ -83,15 +90,44 @@ func (l *ledSet) forgetChanged(prev *statemachine.State, revs map[string]int64, 
 		statemachine.Changed(was, now, func(id string) {
 			a, inWas := was.Get(id)
 			b, inNow := now.Get(id)
-			if inWas != inNow || a.NodeAddress != b.NodeAddress || a.Writable() != b.Writable() {
+			if inWas && inNow && a.NodeAddress != b.NodeAddress {
 				wide = true
 				return
 			}
+			if inWas != inNow || a.Writable() != b.Writable() {
+				for _, db := range l.databasesOf(st.Assignments, cluster, id) {
+					forget(db)
+				}
+			}
+			// A record gone or new: every term it holds changed.
 			termsChanged(a.MaxTerm, b.MaxTerm, forgetShard)
 			termsChanged(a.SeenTerm, b.SeenTerm, forgetShard)
 		})
 	})
 	return !wide
+}
+
+// databasesOf lists the databases of cluster with a replica assigned on
+// node, in assign.
+func (l *ledSet) databasesOf(assign statemachine.Map[models.Assignment], cluster, node string) []string {
+	if l.replicaOf == nil || !assign.Same(l.idxOf) {
+		l.idxOf, l.replicaOf = assign, map[string]map[string][]string{}
+		for db, a := range assign.All() {
+			nodes := l.replicaOf[a.Cluster]
+			if nodes == nil {
+				nodes = map[string][]string{}
+				l.replicaOf[a.Cluster] = nodes
+			}
+			for _, sh := range a.Shards {
+				for _, n := range sh.Replicas {
+					if dbs := nodes[n]; len(dbs) == 0 || dbs[len(dbs)-1] != db {
+						nodes[n] = append(dbs, db)
+					}
+				}
+			}
+		}
+	}
+	return l.replicaOf[cluster][node]
 }
 
 // termsChanged calls changed with each shard id whose term differs between

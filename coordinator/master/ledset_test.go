@@ -11,15 +11,18 @@ import (
 
 // TestLedSetForgetsWhatChanged: an event forgets the databases it touched
 // (their states, in-sync sets or the terms a node record holds for their
-// shards) and keeps the others remembered; a node leaving, moving or fenced
-// off writes, or a drain, forgets them all.
+// shards, or a node assigned one of their replicas leaving, joining or
+// fenced off writes) and keeps the others remembered; a node moving, or a
+// drain, forgets them all.
 func TestLedSetForgetsWhatChanged(t *testing.T) {
 	const c = "c"
 	node := func(addr string, seen map[string]int64) models.StorageNode {
 		return models.StorageNode{NodeID: "n1", NodeAddress: addr, SeenTerm: seen}
 	}
 	base := &statemachine.State{
-		Assignments: statemachine.MapOf(map[string]models.Assignment{"x": {DB: "x", Cluster: c}, "y": {DB: "y", Cluster: c}}),
+		Assignments: statemachine.MapOf(map[string]models.Assignment{
+			"x": {DB: "x", Cluster: c, Shards: []models.ShardAssignment{{ID: 0, Replicas: []string{"n1", "n2"}}}},
+			"y": {DB: "y", Cluster: c, Shards: []models.ShardAssignment{{ID: 0, Replicas: []string{"n1", "n3"}}}}}),
 		ShardStates: statemachine.MapOf(map[string]models.ShardStates{"x": {DB: "x"}, "y": {DB: "y"}}),
 		Nodes: statemachine.NestedMapOf(map[string]map[string]models.StorageNode{c: {
 			"n1": node("a:1", map[string]int64{"x/0": 1, "y/0": 1}), "n2": {NodeID: "n2", NodeAddress: "a:2"}}}),
@@ -57,7 +60,13 @@ func TestLedSetForgetsWhatChanged(t *testing.T) {
 		}), nil},
 		{"a node left", next(statemachine.ClusterNodesSource(c), func(st *statemachine.State) {
 			st.Nodes = statemachine.DeleteIn(st.Nodes, c, "n2")
-		}), []string{"x", "y", "z"}},
+		}), []string{"x"}},
+		{"a node holding terms left", next(statemachine.ClusterNodesSource(c), func(st *statemachine.State) {
+			st.Nodes = statemachine.DeleteIn(st.Nodes, c, "n1")
+		}), []string{"x", "y"}},
+		{"a node joined", next(statemachine.ClusterNodesSource(c), func(st *statemachine.State) {
+			st.Nodes = statemachine.SetIn(st.Nodes, c, "n3", models.StorageNode{NodeID: "n3", NodeAddress: "a:3"})
+		}), []string{"y"}},
 		{"a node moved", next(statemachine.ClusterNodesSource(c), func(st *statemachine.State) {
 			st.Nodes = statemachine.SetIn(st.Nodes, c, "n1", node("a:9", map[string]int64{"x/0": 1, "y/0": 1}))
 		}), []string{"x", "y", "z"}},
@@ -65,7 +74,11 @@ func TestLedSetForgetsWhatChanged(t *testing.T) {
 			n := node("a:1", map[string]int64{"x/0": 1, "y/0": 1})
 			n.DiskFault = &models.DiskFault{Kind: models.DiskFull}
 			st.Nodes = statemachine.SetIn(st.Nodes, c, "n1", n)
-		}), []string{"x", "y", "z"}},
+		}), []string{"x", "y"}},
+		{"a node holding no term fenced off writes", next(statemachine.ClusterNodesSource(c), func(st *statemachine.State) {
+			st.Nodes = statemachine.SetIn(st.Nodes, c, "n2", models.StorageNode{NodeID: "n2", NodeAddress: "a:2",
+				DiskFault: &models.DiskFault{Kind: models.DiskFull}})
+		}), []string{"x"}},
 		{"a drain", next(statemachine.SourceDrain, func(*statemachine.State) {}), []string{"x", "y", "z"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -183,12 +183,16 @@ func planDue(in Input) bool {
 func FailoverOps(st *statemachine.State, in ShardInputs, term int64, now time.Time) []Operator {
 	db := in.DB
 	next, changed := PlanLeaders(in)
-	var ops []Operator
+	if len(changed) == 0 {
+		return nil
+	}
+	prevs := st.ShardStates.At(db) // st.ShardState(db, id), the database looked up once
+	ops := make([]Operator, 0, len(changed))
 	for _, id := range changed {
 		s := next.Shards[indexOf(next, id)]
 		o := Operator{DB: db, Shard: id, Kind: OpFailover, Leader: s.Leader, Term: s.Term, Step: StepPublish, MasterTerm: term, Created: now, Reason: s.Reason}
-		if prev, ok := st.ShardState(db, id); ok {
-			o.FromLeader = prev.Leader
+		if i := indexOf(prevs, id); i >= 0 {
+			o.FromLeader = prevs.Shards[i].Leader
 		}
 		if s.Status != models.StatusOnline {
 			o.Kind = OpOffline

@@ -7,12 +7,14 @@ import (
 	"iter"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/cairn-db/cairn/models"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 // AskTxnFunc asks the storage node node for the last txn ids of its
@@ -49,12 +51,8 @@ func anyNeedsLeader(in ShardInputs) bool {
 // offline.
 func needingLeader(in ShardInputs) iter.Seq[models.ShardAssignment] {
 	return func(yield func(models.ShardAssignment) bool) {
-		cur := make(map[int]models.ShardState, len(in.States.Shards))
-		for _, s := range in.States.Shards {
-			cur[s.ID] = s
-		}
 		for _, sh := range in.Assign.Shards {
-			st, ok := cur[sh.ID]
+			st, ok := shardStateOf(in.States, sh.ID)
 			if needsLeader(in, sh, st, ok) && !yield(sh) {
 				return
 			}
@@ -146,10 +144,50 @@ func gatherTxn(ctx context.Context, ask AskTxnFunc, asks AskTxnsFunc, timeout ti
 	wg.Wait()
 	for i, in := range ins {
 		if r.out[i] != nil {
-			lg.Info("failover answers", zap.String("db", in.DB), zap.Any("last_txn_ids", r.out[i]))
+			lg.Info("failover answers", zap.String("db", in.DB), zap.Object("last_txn_ids", answersLog(r.out[i])))
 		}
 	}
 	return r.out
+}
+
+// answersLog logs a database's failover answers (shard -> node -> answer)
+// field by field, shards and nodes in order: the same fields zap.Any wrote
+// through reflection and encoding/json, at ~40 ms a whole domain's failover
+// at the info level.
+type answersLog map[int]map[string]models.ReplicaTxn
+
+func (a answersLog) MarshalLogObject(enc zapcore.ObjectEncoder) error {
+	for _, id := range slices.Sorted(maps.Keys(a)) {
+		if err := enc.AddObject(strconv.Itoa(id), nodeAnswersLog(a[id])); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// nodeAnswersLog logs one shard's answers, by node.
+type nodeAnswersLog map[string]models.ReplicaTxn
+
+func (a nodeAnswersLog) MarshalLogObject(enc zapcore.ObjectEncoder) error {
+	for _, n := range slices.Sorted(maps.Keys(a)) {
+		if err := enc.AddObject(n, replicaTxnLog(a[n])); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// replicaTxnLog logs one answer under its JSON names.
+type replicaTxnLog models.ReplicaTxn
+
+func (r replicaTxnLog) MarshalLogObject(enc zapcore.ObjectEncoder) error {
+	enc.AddUint64("last_txn_id", r.LastTxnID)
+	enc.AddUint64("last_term", r.LastTerm)
+	enc.AddInt64("term", r.Term)
+	if r.SeenTerm != 0 {
+		enc.AddInt64("seen_term", r.SeenTerm)
+	}
+	return nil
 }
 
 func cmpNodeRef(a, b models.NodeRef) int {
