@@ -3,7 +3,6 @@ package engine
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/cairn-db/cairn/storage/lineproto"
 	"github.com/stretchr/testify/require"
@@ -225,12 +223,7 @@ func TestTruncateBelowLogIsCompacted(t *testing.T) {
 	for i := 1; i <= 5; i++ {
 		apply(t, s, 1, pt("m", "", "value", int64(i), 1))
 	}
-	// The log is trimmed once the flush of txns 1-3, which runs beside the
-	// commits, has ended: until then txn 2 is still in it.
-	require.Eventually(t, func() bool {
-		_, err := s.TermAt(2)
-		return errors.Is(err, ErrCompacted)
-	}, 10*time.Second, time.Millisecond, "the flush of txns 1-3 trims them from the log")
+	settle(t, s) // txn 4 froze 1-3: the log is trimmed once they are flushed
 	require.ErrorIs(t, s.TruncateAfter(2), ErrCompacted)
 	require.NoError(t, s.TruncateAfter(3), "3 is the newest trimmed entry: still a known point")
 	require.EqualValues(t, 3, s.LastTxnID())
