@@ -20,6 +20,7 @@ import (
 // one round of questions and one batch of writes, not 32 in a row. It returns the databases whose publication
 // failed, with why (kv.ErrDeposed when the term ended).
 func (m *Master) failover(ctx context.Context, names []string) map[string]error {
+	m.failedOver = false
 	if inGrace(m.ready, m.cfg.Now(), m.cfg.LivenessGrace) {
 		return nil // the resync pass comes back after the grace
 	}
@@ -67,6 +68,7 @@ func (m *Master) failover(ctx context.Context, names []string) map[string]error 
 		decided = append(decided, in)
 	}
 	failed := m.publishBatch(ctx, st, ups)
+	m.failedOver = len(failed) < len(ups)
 	for i, u := range ups {
 		if failed[u.db] != nil {
 			continue

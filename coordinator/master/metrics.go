@@ -12,6 +12,7 @@ type Metrics struct {
 	term          prometheus.Gauge
 	failovers     *prometheus.CounterVec
 	leaderChanges prometheus.Counter
+	deferred      prometheus.Counter
 }
 
 // Failover results, the "result" label of cairn_master_failovers_total.
@@ -31,10 +32,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Shards whose live leader was lost, by result: new_leader (an in-sync replica took over) or offline."}, []string{"result"}),
 		leaderChanges: prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_master_leader_changes_total",
 			Help: "Shard leaders published by this node as master (failovers, recoveries of offline shards, transfers, rebalancing)."}),
+		deferred: prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_master_rebalance_deferred_total",
+			Help: "Master passes that published new leaders and left rebalancing to the next pass."}),
 	}
 	m.failovers.WithLabelValues(failoverNewLeader)
 	m.failovers.WithLabelValues(failoverOffline)
-	reg.MustRegister(m.isMaster, m.term, m.failovers, m.leaderChanges)
+	reg.MustRegister(m.isMaster, m.term, m.failovers, m.leaderChanges, m.deferred)
 	return m
 }
 
@@ -42,6 +45,12 @@ func (m *Metrics) termStarted(term int64) {
 	if m != nil {
 		m.isMaster.Set(1)
 		m.term.Set(float64(term))
+	}
+}
+
+func (m *Metrics) rebalanceDeferred() {
+	if m != nil {
+		m.deferred.Inc()
 	}
 }
 

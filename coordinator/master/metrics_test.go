@@ -49,10 +49,15 @@ func TestMasterMetrics(t *testing.T) {
 	a := s.Leader
 	b := notExpected(a, "n1", "n2")
 	require.Zero(t, value("cairn_master_failovers_total", "new_leader")())
+	deferred := value("cairn_master_rebalance_deferred_total")()
+	require.GreaterOrEqual(t, deferred, 0.0)
 
 	h.kill(a)
 	h.waitShard("m", 0, "b leads", func(s models.ShardState) bool { return s.Leader == b && s.Status == models.StatusOnline })
 	waitValue(1, value("cairn_master_failovers_total", "new_leader"), "failovers{new_leader}")
+	// The pass that published b left rebalancing to the next one.
+	require.Eventually(t, func() bool { return value("cairn_master_rebalance_deferred_total")() > deferred }, 10*time.Second, 10*time.Millisecond,
+		"no pass left rebalancing to the next")
 	waitValue(1, value("cairn_master_leader_changes_total"), "leader changes")
 	h.writeISR("m", 0, models.ISR{Leader: b, Term: 2, Replicas: []string{b}})
 

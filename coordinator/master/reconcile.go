@@ -83,6 +83,16 @@ func (m *Master) reconcile(ctx context.Context) error {
 		// next pass.
 		return nil
 	}
+	if m.failedOver {
+		// Leaders just moved: more nodes of a dying domain are usually
+		// being lost, and their failover should not wait behind a scan of
+		// every assignment and state (Schedule: 0.15-0.24 s of the loop at
+		// 1,000 nodes, run between the first lost nodes' pass and the
+		// rest's). The publication wakes the next pass, which rebalances
+		// once no leader has to move.
+		m.cfg.Metrics.rebalanceDeferred()
+		return nil
+	}
 	if err := m.rebalance(ctx); err != nil {
 		if errors.Is(err, kv.ErrDeposed) || ctx.Err() != nil {
 			return err
