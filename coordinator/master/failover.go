@@ -48,7 +48,7 @@ func (m *Master) failover(ctx context.Context, names []string) map[string]error 
 	// The replicas' last txn ids and terms are asked for now, only for the
 	// databases that need a leader (their records do not carry them): one
 	// round, one request per node.
-	answers := gatherTxn(ctx, m.cfg.AskTxn, m.cfg.AskTxns, m.cfg.AskTimeout, ins, m.lg)
+	answers := gatherTxnWithin(ctx, m.cfg.AskTxn, m.cfg.AskTxns, m.cfg.AskTimeout, m.cfg.TrustedAskTimeout, ins, m.lg)
 	leads := map[string]map[string]int{} // per cluster, kept up to date by the decisions
 	var ups []statesUpdate
 	var decided []ShardInputs

@@ -54,6 +54,11 @@ type harness struct {
 	// asker's deadline; old: nodes of an older release, without the
 	// batched question (they refuse it with master.ErrNoBatch).
 	hang, old map[string]bool
+	// slow: live nodes that answer the batched question only after this
+	// long (or fail at the asker's deadline, if sooner); left: for each
+	// batched question, the time the asker left it (its deadline - now).
+	slow map[string]time.Duration
+	left map[string][]time.Duration
 	// batches and perDB are the failover questions each node was asked,
 	// batched (database -> shards) and per database.
 	batches map[string][]map[string][]int
@@ -74,7 +79,7 @@ func newHarness(t testing.TB, nodes ...string) *harness {
 	m := etcdtest.Start(t)
 	h := &harness{t: t, etcd: m, store: m.Store(t), keys: models.Keys{NS: "/cairn"},
 		nodes: map[string]kv.LeaseID{}, recs: map[string]models.StorageNode{}, txn: map[string]map[string]uint64{}, silent: map[string]bool{},
-		hang: map[string]bool{}, old: map[string]bool{}, batches: map[string][]map[string][]int{}, perDB: map[string][]string{}}
+		hang: map[string]bool{}, old: map[string]bool{}, slow: map[string]time.Duration{}, left: map[string][]time.Duration{}, batches: map[string][]map[string][]int{}, perDB: map[string][]string{}}
 	h.ck = models.ClusterKeys{SNS: h.keys.ClusterNamespace(models.StorageCluster{Name: cluster})}
 	ctx := context.Background()
 	_, err := h.store.Put(ctx, h.keys.StorageConfig(cluster),
@@ -202,7 +207,10 @@ func (h *harness) askTxn(ctx context.Context, node models.NodeRef, db string, sh
 func (h *harness) askTxns(ctx context.Context, node models.NodeRef, shards map[string][]int) (map[string]map[int]models.ReplicaTxn, error) {
 	h.mu.Lock()
 	h.batches[node.NodeID] = append(h.batches[node.NodeID], shards)
-	hang, old := h.hang[node.NodeID], h.old[node.NodeID]
+	if dl, ok := ctx.Deadline(); ok {
+		h.left[node.NodeID] = append(h.left[node.NodeID], time.Until(dl))
+	}
+	hang, old, slow := h.hang[node.NodeID], h.old[node.NodeID], h.slow[node.NodeID]
 	h.mu.Unlock()
 	switch {
 	case old:
@@ -210,6 +218,12 @@ func (h *harness) askTxns(ctx context.Context, node models.NodeRef, shards map[s
 	case hang:
 		<-ctx.Done()
 		return nil, ctx.Err()
+	case slow > 0:
+		select {
+		case <-time.After(slow):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()

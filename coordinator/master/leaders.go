@@ -413,8 +413,10 @@ func shardStateOf(ss models.ShardStates, id int) (models.ShardState, bool) {
 // highest last term (a replica holding a newer term's entries beats a longer
 // tail from an older term, as in Raft), then the highest last_txn_id; ties go
 // to the fewest leaderships, then the node id. It also says why; "" when none
-// qualifies. Where the replicas were asked, only those that answered compete;
-// the terms come from their answers, else from their records' max_term.
+// qualifies. Where the replicas were asked, only those that answered compete
+// (unless a silent one's record shows a newer term than every answer:
+// silentNewer); the terms come from their answers, else from their records'
+// max_term.
 func pickLeader(in ShardInputs, shard int, cands []string, leads map[string]int) (string, string) {
 	if len(cands) == 0 {
 		return "", ""
@@ -427,7 +429,7 @@ func pickLeader(in ShardInputs, shard int, cands []string, leads map[string]int)
 			answered = append(answered, c)
 		}
 	}
-	if len(answered) > 0 {
+	if len(answered) > 0 && !silentNewer(in, shard, cands, answered) {
 		cands = answered
 	}
 	sort.Slice(cands, func(i, j int) bool {
@@ -446,6 +448,26 @@ func pickLeader(in ShardInputs, shard int, cands []string, leads map[string]int)
 	})
 	best := preferred(in, cands)
 	return best, failoverReason(in, shard, all, best, answered)
+}
+
+// silentNewer: a candidate that did not answer holds, by its record's
+// max_term, a newer term than every answer. Answering alone does not then
+// make a candidate lead: a wiped replica (same node id, empty data dir)
+// still listed in a trusted set answers last term 0 at once, and a round
+// ended at its patience (gatherTxnWithin) must not hand it the shard over
+// the members holding the data. All of them then compete, the silent ones
+// ranked by their records.
+func silentNewer(in ShardInputs, shard int, cands, answered []string) bool {
+	var best int64 = -1
+	for _, c := range answered {
+		best = max(best, lastTerm(in, shard, c))
+	}
+	for _, c := range cands {
+		if _, ok := in.Answers[shard][c]; !ok && lastTerm(in, shard, c) > best {
+			return true
+		}
+	}
+	return false
 }
 
 // preferred is the first of the ranked candidates that takes writes and is

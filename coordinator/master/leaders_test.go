@@ -167,6 +167,16 @@ func TestPlanLeaders(t *testing.T) {
 			in: master.ShardInputs{Assign: abc, States: online("a", 3), Live: live(map[string]uint64{"b": 5, "c": 9}),
 				Answers: answers(map[string]uint64{"b": 5})},
 			leader: "b", term: 4, status: models.StatusOnline, changed: true, reason: "c=no answer"},
+		// A wiped replica (same node id, empty data dir) still listed in a
+		// trusted set answers at once with an empty log; c, holding the
+		// acknowledged writes (its record: term 3), is silent when the
+		// round ends at its patience. b must not lead alone on having
+		// answered.
+		{name: "a wiped in-sync replica answers, a silent one's record shows a newer term: the silent one leads",
+			in: master.ShardInputs{Assign: abc, States: online("a", 3), Live: liveAt(map[string][2]int64{"b": {0, 0}, "c": {40, 3}}),
+				ISR:     statemachine.MapOf(map[string]models.ISR{"db/0": {Leader: "a", Term: 3, Replicas: []string{"a", "b", "c"}}}),
+				Answers: map[int]map[string]models.ReplicaTxn{0: {"b": {}}}},
+			leader: "c", term: 4, status: models.StatusOnline, changed: true, reason: "c=no answer"},
 		{name: "nobody answered: the tie-break among live in-sync replicas",
 			in: master.ShardInputs{Assign: abc, States: online("a", 3), Live: live(map[string]uint64{"b": 5, "c": 9}),
 				Answers: map[int]map[string]models.ReplicaTxn{0: {}}},

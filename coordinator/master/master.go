@@ -66,6 +66,13 @@ type Config struct {
 	AskTxns    AskTxnsFunc
 	AskTxn     AskTxnFunc
 	AskTimeout time.Duration
+	// TrustedAskTimeout bounds a whole round in which every shard needing
+	// a leader has a trusted in-sync set (isrTrusted): every member holds
+	// every acknowledged write, so the answers only rank the unacknowledged
+	// tail, and a shard nobody answered for in time is led by the records'
+	// max_term. A round with any stale or restored set waits AskTimeout.
+	// Default 150ms; at or above AskTimeout it changes nothing.
+	TrustedAskTimeout time.Duration
 	// Moves tracks storage nodes registering at another address across
 	// terms (the candidate feeds it every state); nil: this term's own,
 	// which sees only moves made while it runs.
@@ -144,6 +151,9 @@ func New(cfg Config) *Master {
 	}
 	if cfg.AskTimeout == 0 {
 		cfg.AskTimeout = 500 * time.Millisecond
+	}
+	if cfg.TrustedAskTimeout == 0 {
+		cfg.TrustedAskTimeout = 150 * time.Millisecond
 	}
 	if cfg.Moves == nil {
 		cfg.Moves = NewMoves()

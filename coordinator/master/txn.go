@@ -71,7 +71,15 @@ type round struct {
 	// (silence then counts), the askers only fill them, under mu.
 	out []map[int]map[string]models.ReplicaTxn
 	at  map[string]int // db -> index in ins
-	mu  sync.Mutex
+	// stale: some shard of the round has an in-sync set that cannot be
+	// believed (isrTrusted: stale or restored); the round then hears
+	// every replica it can within the full timeout.
+	stale bool
+	// bounded: the round ends at the trusted patience; late counts the
+	// questions it cut off (logged once, not per node: ~666 warnings).
+	bounded bool
+	late    int
+	mu      sync.Mutex
 }
 
 // newRound lists the questions of a failover round over ins.
@@ -81,7 +89,9 @@ func newRound(ins []ShardInputs) *round {
 	for i, in := range ins {
 		r.at[in.DB] = i
 		for sh := range needingLeader(in) {
-			cands, _ := candidates(in, sh)
+			v := viewOf(in, sh)
+			r.stale = r.stale || !v.trusted
+			cands, _ := candidatesOf(in, sh, v)
 			for _, n := range cands {
 				ref := models.NodeRef{NodeID: n, Address: in.Live.At(n).NodeAddress}
 				if r.byNode[ref] == nil {
@@ -113,10 +123,42 @@ func newRound(ins []ShardInputs) *round {
 // them. Per input: nil when none of its shards needs a leader or nobody can
 // be asked.
 func gatherTxn(ctx context.Context, ask AskTxnFunc, asks AskTxnsFunc, timeout time.Duration, ins []ShardInputs, lg *zap.Logger) []map[int]map[string]models.ReplicaTxn {
+	return gatherTxnWithin(ctx, ask, asks, timeout, 0, ins, lg)
+}
+
+// gatherTxnWithin is gatherTxn where a round whose every shard has a
+// trusted in-sync set (isrTrusted) ends patience after it starts, answers
+// or not (patience 0, or not below timeout: no such bound). Such a set's
+// members all hold every acknowledged write: the storage leader counts a
+// write acknowledged only once every member of its set (and every follower
+// joining it) holds it (storage/replica.go, awaitAcks), adds a follower
+// only once it holds every acknowledged entry (storage/isr.go, decideISR:
+// acked >= committed) and persists a shrink in etcd before the removed
+// member stops counting (storage/replica.go, maintainISR: persistISRBatched
+// before ls.isr = next). Any member may then lead without losing an
+// acknowledged write; the answers only rank the unacknowledged tail and
+// show who is alive, and a shard nobody answered for in time is led by its
+// records' max_term (pickLeader). A wiped replica (same node id, empty data
+// dir) breaks the rule while it is still listed: its answer (last term 0)
+// and its record (no max_term) rank it below every member holding data,
+// and pickLeader does not let it win alone on having answered when a
+// silent member's record shows a newer term. A stale or restored set must
+// hear every replica (PlanLeaders waits for the silent ones), so a round
+// with any keeps the full timeout. At 1,000 simulated nodes the agents'
+// process answers a dead domain's ~666 questions in one burst 0.4-0.5 s
+// into the round, whatever the order of the answers.
+func gatherTxnWithin(ctx context.Context, ask AskTxnFunc, asks AskTxnsFunc, timeout, patience time.Duration, ins []ShardInputs, lg *zap.Logger) []map[int]map[string]models.ReplicaTxn {
 	if ask == nil && asks == nil {
 		return make([]map[int]map[string]models.ReplicaTxn, len(ins))
 	}
 	r := newRound(ins)
+	r.bounded = !r.stale && patience > 0 && patience < timeout && len(r.byNode) > 0
+	if r.bounded {
+		// Every question's deadline is the round's: cut together.
+		var stop context.CancelFunc
+		ctx, stop = context.WithTimeout(ctx, patience)
+		defer stop()
+	}
 	start, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -142,6 +184,10 @@ func gatherTxn(ctx context.Context, ask AskTxnFunc, asks AskTxnsFunc, timeout ti
 		}()
 	}
 	wg.Wait()
+	if r.late > 0 {
+		lg.Info("the failover round's in-sync sets are all trusted: it ended at its patience without these answers",
+			zap.Int("questions", r.late), zap.Int("nodes", len(nodes)), zap.Duration("patience", patience))
+	}
 	for i, in := range ins {
 		if r.out[i] != nil {
 			lg.Info("failover answers", zap.String("db", in.DB), zap.Object("last_txn_ids", answersLog(r.out[i])))
@@ -206,14 +252,14 @@ func (r *round) askNode(ctx context.Context, ask AskTxnFunc, asks AskTxnsFunc, n
 			return
 		}
 		if !errors.Is(err, ErrNoBatch) || ask == nil {
-			r.skipped(node, shards, err, lg)
+			r.skipped(ctx, node, shards, err, lg)
 			return
 		}
 	}
 	for _, db := range slices.Sorted(maps.Keys(shards)) {
 		got, err := ask(ctx, node, db, shards[db])
 		if err != nil {
-			r.skipped(node, map[string][]int{db: shards[db]}, err, lg)
+			r.skipped(ctx, node, map[string][]int{db: shards[db]}, err, lg)
 			continue
 		}
 		r.record(node, map[string][]int{db: shards[db]}, map[string]map[int]models.ReplicaTxn{db: got})
@@ -234,7 +280,13 @@ func (r *round) record(node models.NodeRef, asked map[string][]int, got map[stri
 	}
 }
 
-func (r *round) skipped(node models.NodeRef, shards map[string][]int, err error, lg *zap.Logger) {
+func (r *round) skipped(ctx context.Context, node models.NodeRef, shards map[string][]int, err error, lg *zap.Logger) {
+	if r.bounded && ctx.Err() != nil {
+		r.mu.Lock()
+		r.late++
+		r.mu.Unlock()
+		return
+	}
 	n := 0
 	for _, ids := range shards {
 		n += len(ids)
