@@ -253,8 +253,11 @@ type batch struct {
 func (b batch) empty() bool { return len(b.pts) == 0 && b.del == nil }
 
 // sendToShards sends each shard its batch (by shard; empty ones are
-// skipped), each from a goroutine of its own, within the write timeout;
-// nil: every batch is durable on its shard's in-sync replicas.
+// skipped) within the write timeout; nil: every batch is durable on its
+// shard's in-sync replicas. A shard this process leads is queued in its
+// log by this goroutine, which then waits for each such shard in turn; the
+// others are written each from a goroutine of its own, as is a local
+// shard's retry.
 func (d *Data) sendToShards(ctx context.Context, st *statemachine.State, cfg models.Database, batches []batch, release func()) error {
 	ctx, cancel := context.WithTimeoutCause(ctx, d.writeTimeout(), errWriteTimeout)
 	defer cancel()
@@ -262,15 +265,26 @@ func (d *Data) sendToShards(ctx context.Context, st *statemachine.State, cfg mod
 	defer w.stop()
 	var wg sync.WaitGroup
 	errs := make(chan error, len(batches))
+	starter, _ := d.Local.(localStarter)
+	var local []startedWrite
 	for shard, b := range batches {
 		if b.empty() {
 			continue
 		}
+		t := d.target(st, cfg, shard)
+		isLocal := b.del == nil && d.Local != nil && t.online && t.leader == d.Self
+		if isLocal && starter != nil {
+			// Queued here: 8 shards handed to 8 goroutines, each woken
+			// again once its group was durable, kept the committers
+			// waiting for a processor behind them (issue 21).
+			finish, err := starter.Start(cfg.Name, shard, t.term, b.pts)
+			local = append(local, startedWrite{t: t, b: b, finish: finish, err: err})
+			continue
+		}
 		// Each shard starts once prepared: the first are written while
 		// the next are prepared.
-		t := d.target(st, cfg, shard)
 		var prepared PreparedWrite
-		if b.del == nil && d.Local != nil && t.online && t.leader == d.Self {
+		if isLocal {
 			prepared = d.Local.Prepare(b.pts)
 		}
 		wg.Add(1)
@@ -284,9 +298,52 @@ func (d *Data) sendToShards(ctx context.Context, st *statemachine.State, cfg mod
 	if release != nil {
 		release()
 	}
+	for _, s := range local {
+		err := s.err
+		if err == nil {
+			err = d.awaitLocal(w, s)
+		}
+		if err == nil {
+			continue
+		}
+		// The first attempt's answer goes through writeShard, which
+		// retries what a failover or a moment can mend.
+		wg.Add(1)
+		shardWriters.Go(func() {
+			defer wg.Done()
+			first := func(context.Context, string, int, int64) error { return err }
+			if err := d.writeShard(ctx, w, cfg, s.t, s.b, first); err != nil {
+				errs <- err
+			}
+		})
+	}
 	wg.Wait()
 	close(errs)
 	return firstError(errs)
+}
+
+// localStarter is a LocalShards that can queue a local write in the
+// caller's goroutine (storage.Host.Start): finish waits for it.
+type localStarter interface {
+	Start(db string, shard int, term int64, points []lineproto.Point) (finish func(ctx context.Context) error, err error)
+}
+
+// startedWrite is a local shard's write queued by sendToShards.
+type startedWrite struct {
+	t      target
+	b      batch
+	finish func(ctx context.Context) error // nil when err is not
+	err    error                           // Start's
+}
+
+// awaitLocal waits for s's write as attempt would: abandoned once the
+// published state names another leader or term for the shard.
+func (d *Data) awaitLocal(w *watch, s startedWrite) error {
+	actx, cancel := context.WithCancel(w.base)
+	defer cancel()
+	w.add(s.t, cancel)
+	defer w.remove(s.t.shard)
+	return s.finish(actx)
 }
 
 // firstError is nil when every shard succeeded; else the first failure,

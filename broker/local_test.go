@@ -169,3 +169,88 @@ func TestWritesPrepareAtMostOnePerProcessorAtOnce(t *testing.T) {
 	}
 	require.EqualValues(t, slots+1, preparing.Load())
 }
+
+// starterShards is a localShards that also queues local writes in the
+// caller's goroutine (storage.Host.Start).
+type starterShards struct {
+	localShards
+	start func(db string, shard int, term int64, points []lineproto.Point) (func(context.Context) error, error)
+}
+
+func (s starterShards) Start(db string, shard int, term int64, points []lineproto.Point) (func(context.Context) error, error) {
+	return s.start(db, shard, term, points)
+}
+
+// TestLocalWritesStartedInTheWritersGoroutine: with a Local that can start
+// a write (storage.Host), every shard led here is started once, with its
+// points, before any of them is durable; Write answers only once every one is; and a start or a wait
+// that fails with a cause a retry can mend is retried through Write.
+func TestLocalWritesStartedInTheWritersGoroutine(t *testing.T) {
+	const shards = 4
+	states := make([]models.ShardState, shards)
+	for i := range states {
+		states[i] = models.ShardState{ID: i, Leader: "self", Term: 5, Status: models.StatusOnline}
+	}
+	st := &statemachine.State{
+		Databases:   statemachine.MapOf(map[string]models.Database{"db": {Name: "db", StorageCluster: "default", NumShards: shards, ReplicaFactor: 1}}),
+		ShardStates: statemachine.MapOf(map[string]models.ShardStates{"db": {DB: "db", Shards: states}}),
+		Nodes:       statemachine.NestedMapOf(map[string]map[string]models.StorageNode{"default": {"self": {NodeID: "self", NodeAddress: "127.0.0.1:1"}}}),
+	}
+	var mu sync.Mutex
+	started := map[int]int{} // points started per shard
+	var retried []int
+	durable := make(chan struct{})
+	inStart := make(chan struct{}, shards) // Start runs inside Write's call
+	local := starterShards{
+		localShards: localShards{write: func(_ context.Context, _ string, shard int, _ int64, _ []lineproto.Point) error {
+			mu.Lock()
+			retried = append(retried, shard)
+			mu.Unlock()
+			return nil
+		}},
+		start: func(db string, shard int, term int64, points []lineproto.Point) (func(context.Context) error, error) {
+			assert.Equal(t, "db", db)
+			assert.Equal(t, int64(5), term)
+			for _, p := range points {
+				assert.Equal(t, shard, lineproto.ShardOfSeries(p.Metric, p.Tags, p.Field, shards))
+			}
+			mu.Lock()
+			started[shard] += len(points)
+			mu.Unlock()
+			inStart <- struct{}{}
+			if shard == 1 {
+				return nil, fmt.Errorf("%w: once", storage.ErrStaleTerm)
+			}
+			return func(ctx context.Context) error {
+				<-durable
+				if shard == 3 {
+					return fmt.Errorf("%w: once", storage.ErrStaleTerm)
+				}
+				return nil
+			}, nil
+		},
+	}
+	never := make(chan struct{})
+	d := &broker.Data{State: func() *statemachine.State { return st }, Changed: func() <-chan struct{} { return never },
+		Client: http.DefaultClient, WriteTimeout: 10 * time.Second, Self: "self", Local: local}
+	var body strings.Builder
+	for i := range 64 {
+		fmt.Fprintf(&body, "cpu,host=h%d v=%d 1\n", i, i)
+	}
+	done := make(chan error, 1)
+	go func() { done <- d.Write(context.Background(), "db", "ns", []byte(body.String())) }()
+	for range shards {
+		<-inStart
+	}
+	require.Never(t, func() bool { return len(done) > 0 }, 50*time.Millisecond, time.Millisecond, "answered before its shards were durable")
+	close(durable)
+	require.NoError(t, <-done)
+	total := 0
+	for _, n := range started {
+		total += n
+	}
+	require.Equal(t, 64, total)
+	require.Len(t, started, shards)
+	slices.Sort(retried)
+	require.Equal(t, []int{1, 3}, retried, "the failed start and the failed wait retried, as plain writes")
+}

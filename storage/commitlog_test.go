@@ -186,3 +186,42 @@ func TestLeaderLogTrimmedByFollowerProgress(t *testing.T) {
 	_, err = fs.Entries(0, 1)
 	require.ErrorIs(t, err, engine.ErrCompacted, "the follower's log starts at the leader's snapshot")
 }
+
+// A write started in the caller's goroutine (Host.Start) is queued at once
+// and its finish answers only once the in-sync follower has it too; one
+// at another term, or of a shard not hosted, is refused by Start, with
+// nothing queued.
+func TestStartedWriteWaitsForTheInSyncSet(t *testing.T) {
+	store, sm := memState(t)
+	leader := startNode(t, "L", sm, store)
+	follower := startNode(t, "F", sm, store)
+	twoReplicas(t, sm, store, leader, follower)
+	ctx := context.Background()
+	require.Eventually(t, func() bool { return len(isrOf(t, store, 0)) == 2 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return leader.host.Write(ctx, "d", 0, 1, points(0, 1)) == nil }, 10*time.Second, 10*time.Millisecond)
+	ls, err := leader.eng.Open("d", 0)
+	require.NoError(t, err)
+	fs, err := follower.eng.Open("d", 0)
+	require.NoError(t, err)
+
+	var finishes []func(context.Context) error
+	for i := range 4 {
+		finish, err := leader.host.Start("d", 0, 1, points(1+i*10, 10))
+		require.NoError(t, err)
+		finishes = append(finishes, finish)
+	}
+	for _, finish := range finishes {
+		require.NoError(t, finish(ctx))
+	}
+	require.EqualValues(t, 5, ls.LastTxnID(), "one txn per started write")
+	require.EqualValues(t, 5, fs.LastTxnID(), "acknowledged only once the follower held it")
+	got, err := fs.Query("cpu", nil, 0, 100)
+	require.NoError(t, err)
+	require.Len(t, got[0].Points, 41)
+
+	_, err = leader.host.Start("d", 0, 2, points(100, 1))
+	require.ErrorIs(t, err, storage.ErrStaleTerm)
+	_, err = leader.host.Start("d", 7, 1, points(100, 1))
+	require.ErrorIs(t, err, storage.ErrNotHosted)
+	require.EqualValues(t, 5, ls.LastTxnID(), "nothing queued by a refused start")
+}

@@ -623,6 +623,21 @@ func (h *Host) Prepare(points []lineproto.Point) func(ctx context.Context, db st
 	}
 }
 
+// Start does a write of points to a shard this node leads at term up to
+// its place in the shard's log queue (its checks, encoding and queueing),
+// in the caller's goroutine, and returns the rest: finish waits until the
+// points are durable on every in-sync replica, with Write's answer. A
+// broker in this process starts every local shard of a batch this way and
+// then waits for them in turn, instead of handing each shard's write to a
+// goroutine of its own. An error is Write's for points never queued.
+func (h *Host) Start(db string, shard int, term int64, points []lineproto.Point) (finish func(ctx context.Context) error, err error) {
+	r := h.get(db, shard)
+	if r == nil {
+		return nil, fmt.Errorf("%w: %s on %s", ErrNotHosted, models.ShardID(db, shard), h.nodeID)
+	}
+	return r.startWrite(term, points, engine.Prepare(points))
+}
+
 func (h *Host) write(ctx context.Context, db string, shard int, term int64, points []lineproto.Point, pre *engine.Prepared) error {
 	r := h.get(db, shard)
 	if r == nil {

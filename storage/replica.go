@@ -414,6 +414,23 @@ func (r *replica) write(ctx context.Context, term int64, points []lineproto.Poin
 	return r.logEntry(ctx, term, points, nil, pre)
 }
 
+// startWrite is write up to the batch's place in the log queue, in the
+// caller's goroutine: its checks, staging and queueing. The returned finish
+// waits, as write does, until every in-sync replica has it durably; call
+// it once. An error is write's error for a batch never queued.
+func (r *replica) startWrite(term int64, points []lineproto.Point, pre *engine.Prepared) (finish func(ctx context.Context) error, err error) {
+	start := time.Now()
+	q, err := r.queueEntry(term, points, nil, pre)
+	if err != nil {
+		r.h.metrics.observeWrite(start, len(points), &err)
+		return nil, err
+	}
+	return func(ctx context.Context) (err error) {
+		defer r.h.metrics.observeWrite(start, len(points), &err)
+		return r.awaitEntry(ctx, term, q)
+	}, nil
+}
+
 // delete appends a delete at the leader's term and waits until every
 // in-sync replica has it durably, as a write.
 func (r *replica) delete(ctx context.Context, term int64, d *wire.Delete) error {
@@ -423,32 +440,51 @@ func (r *replica) delete(ctx context.Context, term int64, d *wire.Delete) error 
 // logEntry appends points, or a delete (del not nil), at the leader's term
 // and waits for the in-sync replicas.
 func (r *replica) logEntry(ctx context.Context, term int64, points []lineproto.Point, del *wire.Delete, pre *engine.Prepared) error {
+	q, err := r.queueEntry(term, points, del, pre)
+	if err != nil {
+		return err
+	}
+	return r.awaitEntry(ctx, term, q)
+}
+
+// queuedEntry is an entry queueEntry put in the engine's commit queue.
+type queuedEntry struct {
+	txn      uint64
+	wait     func() error // engine.Enqueue's
+	refused  int          // points refused by a field type conflict
+	conflict error
+}
+
+// queueEntry does logEntry's checks and queues the entry for the engine's
+// group commit; an error means nothing was queued (or, a
+// *models.PartialWriteError, every point was refused).
+func (r *replica) queueEntry(term int64, points []lineproto.Point, del *wire.Delete, pre *engine.Prepared) (queuedEntry, error) {
 	if fence := r.h.cfg.WriteFence; fence != nil {
 		if err := fence(); err != nil {
-			return fmt.Errorf("shard %s: %w", r.id, err)
+			return queuedEntry{}, fmt.Errorf("shard %s: %w", r.id, err)
 		}
 	}
 	r.mu.Lock()
 	if err := r.supersededLocked(0); err != nil {
 		r.mu.Unlock()
-		return err
+		return queuedEntry{}, err
 	}
 	if r.want.role != roleLeader || r.want.term != term {
 		cur := r.want.term
 		r.mu.Unlock()
 		if seen := r.h.terms.snapshot([]string{r.id})[r.id]; term < seen {
-			return fmt.Errorf("%w: shard %s: request at term %d, this replica accepted term %d", ErrTermBehind, r.id, term, seen)
+			return queuedEntry{}, fmt.Errorf("%w: shard %s: request at term %d, this replica accepted term %d", ErrTermBehind, r.id, term, seen)
 		}
-		return fmt.Errorf("%w: shard %s is at term %d here, request has %d", ErrStaleTerm, r.id, cur, term)
+		return queuedEntry{}, fmt.Errorf("%w: shard %s is at term %d here, request has %d", ErrStaleTerm, r.id, cur, term)
 	}
 	if err := r.leaderUsableLocked(term); err != nil {
 		r.mu.Unlock()
-		return err
+		return queuedEntry{}, err
 	}
 	if len(r.ls.isr) < r.h.cfg.MinInsync {
 		n := len(r.ls.isr)
 		r.mu.Unlock()
-		return fmt.Errorf("%w: shard %s has %d in-sync replicas, minimum is %d", ErrNotEnoughISR, r.id, n, r.h.cfg.MinInsync)
+		return queuedEntry{}, fmt.Errorf("%w: shard %s has %d in-sync replicas, minimum is %d", ErrNotEnoughISR, r.id, n, r.h.cfg.MinInsync)
 	}
 	r.mu.Unlock()
 
@@ -462,24 +498,28 @@ func (r *replica) logEntry(ctx context.Context, term int64, points []lineproto.P
 	if refused > 0 {
 		pre = nil // it encodes the whole batch
 		if len(points) == 0 {
-			return &models.PartialWriteError{Reason: conflict.Error(), Dropped: refused}
+			return queuedEntry{}, &models.PartialWriteError{Reason: conflict.Error(), Dropped: refused}
 		}
 	}
 	// Only the numbering and the queueing are serialised (the checks and
 	// the encoding are done before, by Stage): the engine's group commit
 	// makes the batches queued meanwhile durable together, with one fsync,
 	// outside this lock.
-	var txn uint64
-	var wait func() error
+	q := queuedEntry{refused: refused, conflict: conflict}
 	st, err := r.eng.Stage(engine.Entry{Term: uint64(term), Points: points, Delete: del, Prepared: pre})
 	if err == nil {
 		r.applyMu.Lock()
-		txn, wait, err = r.eng.Enqueue(st)
+		q.txn, q.wait, err = r.eng.Enqueue(st)
 		r.applyMu.Unlock()
 	}
-	if err == nil {
-		err = wait()
+	if err != nil {
+		return queuedEntry{}, r.entryError(q.txn, err)
 	}
+	return q, nil
+}
+
+// entryError is the error logEntry answers for err, the engine's for txn.
+func (r *replica) entryError(txn uint64, err error) error {
 	if errors.Is(err, engine.ErrKeyTooLarge) || errors.Is(err, engine.ErrBadDelete) {
 		// The client's to fix: the write path's line limits let through
 		// a key the engine cannot hold.
@@ -490,16 +530,22 @@ func (r *replica) logEntry(ctx context.Context, term int64, points []lineproto.P
 		// the log heals.
 		return models.Mark(fmt.Errorf("apply %s txn %d: %w", r.id, txn, err), models.ErrInsufficientStorage)
 	}
-	if err != nil {
-		return fmt.Errorf("apply %s txn %d: %w", r.id, txn, err)
+	return fmt.Errorf("apply %s txn %d: %w", r.id, txn, err)
+}
+
+// awaitEntry waits until q, queued at term, is durable here and on every
+// in-sync replica.
+func (r *replica) awaitEntry(ctx context.Context, term int64, q queuedEntry) error {
+	if err := q.wait(); err != nil {
+		return r.entryError(q.txn, err)
 	}
 	r.h.signalAppend(r)
-	if err := r.awaitAcks(ctx, term, txn); err != nil {
+	if err := r.awaitAcks(ctx, term, q.txn); err != nil {
 		return err
 	}
-	if refused > 0 {
+	if q.refused > 0 {
 		// Only now: the admitted points are as durable as a 204's.
-		return &models.PartialWriteError{Reason: conflict.Error(), Dropped: refused}
+		return &models.PartialWriteError{Reason: q.conflict.Error(), Dropped: q.refused}
 	}
 	return nil
 }
