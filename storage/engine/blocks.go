@@ -104,6 +104,7 @@ func (ns *newSeries) create(key string) (uint64, error) {
 		}
 		ns.skey, ns.post = ns.tx.Bucket(bucketSKey), ns.tx.Bucket(bucketPost)
 		ns.posts = make(map[string]int, ns.hint)
+		ns.lists = make([]postIDs, 0, ns.hint)
 	}
 	id := ns.next
 	ns.next++
@@ -506,6 +507,9 @@ func writeMemtable(tx *bolt.Tx, ix *seriesIndex, mt *memtable, fromTxn uint64, p
 		ix.lastPerSeries.Store(int64(mt.points / len(mt.series)))
 	}
 	ns := newSeries{tx: tx, hint: len(ids) - int(countKnown(ids))}
+	if ns.hint > 0 {
+		created = make([]indexedSeries, 0, ns.hint)
+	}
 	bp := newBlockPut(tx, fromTxn)
 	rw := newBlockPut(tx, 0) // merged blocks: not rebuildable from the log alone
 	var taken packTakes      // the packs merged series leave, rewritten once each
