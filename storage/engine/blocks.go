@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"encoding/binary"
 	"fmt"
-	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -74,13 +73,23 @@ func appendPostingKey(b []byte, kind byte, parts ...string) []byte {
 // A flush of many new series creates them by the thousand: posting keys are
 // built in one buffer and only a key not seen before in the flush becomes a
 // string, and the key values bbolt keeps until the commit share allocations.
+// Most posting keys of new series are new themselves (a tag value unique to
+// the series, such as a host name), so a list's first id is held inline.
 type newSeries struct {
-	tx    *bolt.Tx
-	posts map[string]int // posting key -> index in lists
-	lists [][]uint64
-	next  uint64 // the next series id; 0: not read yet
-	buf   []byte // posting key scratch
-	vals  valueArena
+	tx         *bolt.Tx
+	skey, post *bolt.Bucket
+	posts      map[string]int // posting key -> index in lists
+	lists      []postIDs
+	next       uint64 // the next series id; 0: not read yet
+	buf        []byte // posting key scratch
+	vals       valueArena
+	hint       int // how many series the flush may create (sizes posts)
+}
+
+// postIDs is a posting list's new ids, in order: first, then rest.
+type postIDs struct {
+	first uint64
+	rest  []uint64
 }
 
 func (ns *newSeries) create(key string) (uint64, error) {
@@ -93,39 +102,42 @@ func (ns *newSeries) create(key string) (uint64, error) {
 		if v := ns.tx.Bucket(bucketMeta).Get(keyNextSID); len(v) == 8 {
 			ns.next = beUint64(v)
 		}
+		ns.skey, ns.post = ns.tx.Bucket(bucketSKey), ns.tx.Bucket(bucketPost)
+		ns.posts = make(map[string]int, ns.hint)
+		ns.lists = make([]postIDs, 0, ns.hint)
 	}
 	id := ns.next
 	ns.next++
 	var k [8]byte // bbolt copies keys, not values
 	binary.BigEndian.PutUint64(k[:], id)
-	if err := ns.tx.Bucket(bucketSKey).Put(k[:], ns.vals.addString(key)); err != nil {
+	if err := ns.skey.Put(k[:], ns.vals.addString(key)); err != nil {
 		return 0, err
 	}
-	if ns.posts == nil {
-		ns.posts = make(map[string]int)
-	}
-	ns.post(id, appendPostingKey(ns.buf[:0], postMetric, metric))
-	ns.post(id, appendPostingKey(ns.buf[:0], postField, metric, field))
+	ns.add(id, appendPostingKey(ns.buf[:0], postMetric, metric))
+	ns.add(id, appendPostingKey(ns.buf[:0], postField, metric, field))
 	for _, t := range tags {
-		ns.post(id, appendPostingKey(ns.buf[:0], postTag, metric, t.Key, t.Value))
+		ns.add(id, appendPostingKey(ns.buf[:0], postTag, metric, t.Key, t.Value))
 	}
 	return id, nil
 }
 
-// post adds id to the list of posting key k (which lives in ns.buf).
-func (ns *newSeries) post(id uint64, k []byte) {
+// add adds id to the list of posting key k (which lives in ns.buf).
+func (ns *newSeries) add(id uint64, k []byte) {
 	ns.buf = k
 	if i, ok := ns.posts[string(k)]; ok {
-		ns.lists[i] = append(ns.lists[i], id)
+		ns.lists[i].rest = append(ns.lists[i].rest, id)
 		return
 	}
 	ns.posts[string(k)] = len(ns.lists)
-	ns.lists = append(ns.lists, []uint64{id})
+	ns.lists = append(ns.lists, postIDs{first: id})
 }
 
 // finish records the next series id and appends the new ids, which are above
-// every existing one, to their posting lists (in key order: bbolt's pages are
-// then modified one after the other).
+// every existing one, to their posting lists, in key order. The lists are
+// read first, with one cursor stepping forward through the bucket (the keys
+// a flush's new series join are many and close together; a Get seeks from
+// the root with a cursor of its own each time), and written after, since a
+// put invalidates the cursor's position.
 func (ns *newSeries) finish() error {
 	if ns.next == 0 {
 		return nil // nothing created
@@ -133,24 +145,69 @@ func (ns *newSeries) finish() error {
 	if err := ns.tx.Bucket(bucketMeta).Put(keyNextSID, u64Key(ns.next)); err != nil {
 		return err
 	}
-	post := ns.tx.Bucket(bucketPost)
-	for _, k := range slices.Sorted(maps.Keys(ns.posts)) {
-		ids := ns.lists[ns.posts[k]]
-		old := post.Get([]byte(k))
+	type keyed struct {
+		key string
+		i   int
+		v   []byte
+	}
+	ks := make([]keyed, 0, len(ns.posts))
+	for k, i := range ns.posts {
+		ks = append(ks, keyed{key: k, i: i})
+	}
+	slices.SortFunc(ks, func(a, b keyed) int { return strings.Compare(a.key, b.key) })
+	c := ns.post.Cursor()
+	var ck, cv []byte
+	for j := range ks {
+		k := []byte(ks[j].key)
+		ck, cv = seekForward(c, ck, cv, k)
+		var old []byte
+		if bytes.Equal(ck, k) {
+			old = cv
+		}
 		last, err := lastPosting(old)
 		if err != nil {
 			return err
 		}
-		v := append(make([]byte, 0, len(old)+2*len(ids)), old...)
-		for _, id := range ids {
+		l := &ns.lists[ks[j].i]
+		ns.vals.room(len(old) + binary.MaxVarintLen64*(1+len(l.rest)))
+		start := len(ns.vals.buf)
+		v := append(ns.vals.buf, old...)
+		v = binary.AppendUvarint(v, l.first-last)
+		last = l.first
+		for _, id := range l.rest {
 			v = binary.AppendUvarint(v, id-last)
 			last = id
 		}
-		if err := post.Put([]byte(k), v); err != nil {
+		ns.vals.buf = v
+		ks[j].v = v[start:len(v):len(v)]
+	}
+	for _, e := range ks {
+		if err := ns.post.Put([]byte(e.key), e.v); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// seekForward moves cursor c, at key ck (nil: not positioned, or past the
+// end), to the first key at or after k, which is after every key it was
+// moved to before: a few steps forward, then a seek.
+func seekForward(c *bolt.Cursor, ck, cv, k []byte) ([]byte, []byte) {
+	if ck == nil {
+		return c.Seek(k)
+	}
+	for range 8 {
+		if bytes.Compare(ck, k) >= 0 {
+			return ck, cv
+		}
+		if ck, cv = c.Next(); ck == nil {
+			return nil, nil // past the end, so is k
+		}
+	}
+	if bytes.Compare(ck, k) >= 0 {
+		return ck, cv
+	}
+	return c.Seek(k)
 }
 
 // valueArena holds values given to bbolt, which keeps them (not copies)
@@ -449,7 +506,10 @@ func writeMemtable(tx *bolt.Tx, ix *seriesIndex, mt *memtable, fromTxn uint64, p
 		ix.lastSeries.Store(int64(len(mt.series)))
 		ix.lastPerSeries.Store(int64(mt.points / len(mt.series)))
 	}
-	ns := newSeries{tx: tx}
+	ns := newSeries{tx: tx, hint: len(ids) - int(countKnown(ids))}
+	if ns.hint > 0 {
+		created = make([]indexedSeries, 0, ns.hint)
+	}
 	bp := newBlockPut(tx, fromTxn)
 	rw := newBlockPut(tx, 0) // merged blocks: not rebuildable from the log alone
 	var taken packTakes      // the packs merged series leave, rewritten once each
@@ -563,6 +623,17 @@ func flushOrder(ix *seriesIndex, mt *memtable) (order []int32, ids []uint64) {
 		return strings.Compare(mt.series[a].key, mt.series[b].key)
 	})
 	return order, ids
+}
+
+// countKnown counts the ids above 0.
+func countKnown(ids []uint64) int64 {
+	var n int64
+	for _, id := range ids {
+		if id != 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // mergeMem merges two sorted point lists, newer winning on the same ts, and

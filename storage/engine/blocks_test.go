@@ -408,3 +408,56 @@ func TestSeriesBlocksFromEveryPosition(t *testing.T) {
 		return nil
 	}))
 }
+
+// The posting lists a flush of new series joins are read with one cursor
+// stepping forward through the bucket: lists that exist (after gaps of
+// keys the flush does not touch, short and long) get the new ids
+// appended, new lists are made, and every series' id is in the list of
+// each of its posting keys, in order, once.
+func TestNewSeriesJoinPostingLists(t *testing.T) {
+	_, s := openShard1(t, manual...)
+	want := map[string][]uint64{}
+	// Flushed first: hosts 0-299 in regions of 50; then hosts 0-599 every
+	// 7th in regions of 100 (every one a new series; some of the lists
+	// exist, others are new, and the gaps between them vary).
+	var pts []lineproto.Point
+	for h := range 300 {
+		pts = append(pts, pt("cpu", fmt.Sprintf("host=h%d,region=r%d", h, h/50), "value", 10, 1))
+	}
+	apply(t, s, 1, pts...)
+	flushNow(t, s)
+	pts = pts[:0]
+	for h := 0; h < 600; h += 7 {
+		pts = append(pts, pt("cpu", fmt.Sprintf("host=h%d,region=r%d", h, h/100), "value", 20, 1))
+		pts = append(pts, pt("mem", fmt.Sprintf("host=h%d", h), "free", 20, 1))
+	}
+	apply(t, s, 1, pts...)
+	flushNow(t, s)
+
+	bs := s.(*boltShard)
+	require.NoError(t, bs.view(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketSKey).ForEach(func(k, v []byte) error {
+			metric, tags, field, err := lineproto.ParseSeriesKey(string(v))
+			require.NoError(t, err)
+			id := beUint64(k)
+			add := func(pk []byte) { want[string(pk)] = append(want[string(pk)], id) }
+			add(postingPrefix(postMetric, metric))
+			add(postingPrefix(postField, metric, field))
+			for _, tg := range tags {
+				add(postingPrefix(postTag, metric, tg.Key, tg.Value))
+			}
+			return nil
+		})
+	}))
+	r3 := want[string(postingPrefix(postTag, "cpu", "region", "r3"))]
+	require.Len(t, r3, 50+15, "r3 of the first flush, and of the second")
+	got := map[string][]uint64{}
+	require.NoError(t, bs.view(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketPost).ForEach(func(k, v []byte) error {
+			ids, err := decodePostings(v)
+			got[string(k)] = ids
+			return err
+		})
+	}))
+	require.Equal(t, want, got)
+}
