@@ -319,6 +319,10 @@ type masterOpts struct {
 	now            func() time.Time // the master's clock; default time.Now
 	grace          time.Duration    // LivenessGrace; default none
 	firstSets      bool             // Config.FirstSets
+	// trustedAsk is Config.TrustedAskTimeout; default the AskTimeout
+	// (500ms), so tests that read who answered what do not depend on the
+	// machine's load; negative: the Config's own default (150ms).
+	trustedAsk time.Duration
 	// state replaces the manager's snapshots as what the master reads
 	// (its wake-ups still come from sm).
 	state func() *statemachine.State
@@ -376,9 +380,16 @@ func (h *harness) startMaster(o masterOpts) *runningMaster {
 	if o.state == nil {
 		o.state = o.sm.Snapshot
 	}
+	switch {
+	case o.trustedAsk == 0:
+		o.trustedAsk = 500 * time.Millisecond
+	case o.trustedAsk < 0:
+		o.trustedAsk = 0
+	}
 	m := master.New(master.Config{Store: h.store, Keys: h.keys, Election: el, Term: term, Session: session,
 		NodeID: "m", State: o.state, Changed: o.sm.Changed, Logger: o.logger,
-		RebalanceDelay: o.rebalanceDelay, Resync: 200 * time.Millisecond, ClusterID: o.clusterID, Now: o.now, LivenessGrace: o.grace, Metrics: o.metrics, AskTxn: h.askTxn, AskTxns: h.askTxns, FirstSets: o.firstSets})
+		RebalanceDelay: o.rebalanceDelay, Resync: 200 * time.Millisecond, ClusterID: o.clusterID, Now: o.now, LivenessGrace: o.grace, Metrics: o.metrics, AskTxn: h.askTxn, AskTxns: h.askTxns, FirstSets: o.firstSets,
+		TrustedAskTimeout: o.trustedAsk})
 	rm := &runningMaster{Master: m, term: term, election: es}
 	rm.start()
 	h.t.Cleanup(rm.stop)

@@ -11,7 +11,8 @@ import (
 )
 
 // trustedPatience is master.Config's default TrustedAskTimeout, the
-// harness's masters run with the defaults (AskTimeout 500ms).
+// masters of these tests run with (masterOpts.trustedAsk -1; AskTimeout
+// 500ms).
 const trustedPatience = 150 * time.Millisecond
 
 // TestTrustedFailoverRoundEndsAtPatience: the dead leader's shard has a
@@ -22,7 +23,7 @@ const trustedPatience = 150 * time.Millisecond
 func TestTrustedFailoverRoundEndsAtPatience(t *testing.T) {
 	nodes := []string{"n1", "n2", "n3"}
 	h := newHarness(t, nodes...)
-	h.startMaster(masterOpts{})
+	h.startMaster(masterOpts{trustedAsk: -1})
 	h.createDB("tr", 1, 3)
 	first := h.etcdStates("tr").Shards[0]
 	id := models.ShardID("tr", 0)
@@ -63,7 +64,7 @@ func TestTrustedFailoverRoundEndsAtPatience(t *testing.T) {
 func TestStaleSetRoundWaitsTheFullTimeout(t *testing.T) {
 	nodes := []string{"n1", "n2", "n3"}
 	h := newHarness(t, nodes...)
-	h.startMaster(masterOpts{})
+	h.startMaster(masterOpts{trustedAsk: -1})
 	h.createDB("st", 1, 3)
 	first := h.etcdStates("st").Shards[0]
 	id := models.ShardID("st", 0)

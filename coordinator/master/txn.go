@@ -82,6 +82,15 @@ type round struct {
 	mu      sync.Mutex
 }
 
+// behindRecords: shard sh of in has no published state, or a live
+// replica's record holds or has accepted a term above the published one (a
+// restored or rolled back state): NextTerm must then hear the replicas'
+// answers, so its round keeps the full timeout.
+func behindRecords(in ShardInputs, sh models.ShardAssignment) bool {
+	st, ok := shardStateOf(in.States, sh.ID)
+	return !ok || liveTermOf(in, sh.ID, models.ShardID(in.DB, sh.ID)) > st.Term
+}
+
 // newRound lists the questions of a failover round over ins.
 func newRound(ins []ShardInputs) *round {
 	r := &round{ins: ins, byNode: map[models.NodeRef]map[string][]int{},
@@ -90,7 +99,7 @@ func newRound(ins []ShardInputs) *round {
 		r.at[in.DB] = i
 		for sh := range needingLeader(in) {
 			v := viewOf(in, sh)
-			r.stale = r.stale || !v.trusted
+			r.stale = r.stale || !v.trusted || behindRecords(in, sh)
 			cands, _ := candidatesOf(in, sh, v)
 			for _, n := range cands {
 				ref := models.NodeRef{NodeID: n, Address: in.Live.At(n).NodeAddress}
