@@ -89,16 +89,26 @@ func commits(t *testing.T, s engine.Shard) uint64 {
 	return c.LogCommits()
 }
 
+// insyncPair starts a leader L and a follower F of shard d/0 at term 1 and
+// waits until the follower is in sync and a first write is acknowledged.
+func insyncPair(t *testing.T) (leader, follower *node) {
+	t.Helper()
+	store, sm := memState(t)
+	leader = startNode(t, "L", sm, store)
+	follower = startNode(t, "F", sm, store)
+	twoReplicas(t, sm, store, leader, follower)
+	require.Eventually(t, func() bool { return len(isrOf(t, store, 0)) == 2 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool {
+		return leader.host.Write(context.Background(), "d", 0, 1, points(0, 1)) == nil
+	}, 10*time.Second, 10*time.Millisecond)
+	return leader, follower
+}
+
 // Concurrent writes to one shard share log commits (fsyncs) on the leader,
 // and each is acknowledged only once the in-sync follower has it.
 func TestConcurrentWritesShareFsyncs(t *testing.T) {
-	store, sm := memState(t)
-	leader := startNode(t, "L", sm, store)
-	follower := startNode(t, "F", sm, store)
-	twoReplicas(t, sm, store, leader, follower)
+	leader, follower := insyncPair(t)
 	ctx := context.Background()
-	require.Eventually(t, func() bool { return len(isrOf(t, store, 0)) == 2 }, 10*time.Second, 10*time.Millisecond)
-	require.Eventually(t, func() bool { return leader.host.Write(ctx, "d", 0, 1, points(0, 1)) == nil }, 10*time.Second, 10*time.Millisecond)
 	ls, err := leader.eng.Open("d", 0)
 	require.NoError(t, err)
 	before := commits(t, ls)
@@ -192,13 +202,8 @@ func TestLeaderLogTrimmedByFollowerProgress(t *testing.T) {
 // at another term, or of a shard not hosted, is refused by Start, with
 // nothing queued.
 func TestStartedWriteWaitsForTheInSyncSet(t *testing.T) {
-	store, sm := memState(t)
-	leader := startNode(t, "L", sm, store)
-	follower := startNode(t, "F", sm, store)
-	twoReplicas(t, sm, store, leader, follower)
+	leader, follower := insyncPair(t)
 	ctx := context.Background()
-	require.Eventually(t, func() bool { return len(isrOf(t, store, 0)) == 2 }, 10*time.Second, 10*time.Millisecond)
-	require.Eventually(t, func() bool { return leader.host.Write(ctx, "d", 0, 1, points(0, 1)) == nil }, 10*time.Second, 10*time.Millisecond)
 	ls, err := leader.eng.Open("d", 0)
 	require.NoError(t, err)
 	fs, err := follower.eng.Open("d", 0)

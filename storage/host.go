@@ -605,9 +605,9 @@ func (h *Host) Write(ctx context.Context, db string, shard int, term int64, poin
 // Delete logs d on a shard this node leads at term, replicated like a write:
 // nil once it is durable on the in-sync replicas.
 func (h *Host) Delete(ctx context.Context, db string, shard int, term int64, d *wire.Delete) error {
-	r := h.get(db, shard)
-	if r == nil {
-		return fmt.Errorf("%w: %s on %s", ErrNotHosted, models.ShardID(db, shard), h.nodeID)
+	r, err := h.hosted(db, shard)
+	if err != nil {
+		return err
 	}
 	return r.delete(ctx, term, d)
 }
@@ -631,17 +631,25 @@ func (h *Host) Prepare(points []lineproto.Point) func(ctx context.Context, db st
 // then waits for them in turn, instead of handing each shard's write to a
 // goroutine of its own. An error is Write's for points never queued.
 func (h *Host) Start(db string, shard int, term int64, points []lineproto.Point) (finish func(ctx context.Context) error, err error) {
-	r := h.get(db, shard)
-	if r == nil {
-		return nil, fmt.Errorf("%w: %s on %s", ErrNotHosted, models.ShardID(db, shard), h.nodeID)
+	r, err := h.hosted(db, shard)
+	if err != nil {
+		return nil, err
 	}
 	return r.startWrite(term, points, engine.Prepare(points))
 }
 
+// hosted is the replica of db's shard here, or ErrNotHosted.
+func (h *Host) hosted(db string, shard int) (*replica, error) {
+	if r := h.get(db, shard); r != nil {
+		return r, nil
+	}
+	return nil, fmt.Errorf("%w: %s on %s", ErrNotHosted, models.ShardID(db, shard), h.nodeID)
+}
+
 func (h *Host) write(ctx context.Context, db string, shard int, term int64, points []lineproto.Point, pre *engine.Prepared) error {
-	r := h.get(db, shard)
-	if r == nil {
-		return fmt.Errorf("%w: %s on %s", ErrNotHosted, models.ShardID(db, shard), h.nodeID)
+	r, err := h.hosted(db, shard)
+	if err != nil {
+		return err
 	}
 	return r.write(ctx, term, points, pre)
 }

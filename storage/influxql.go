@@ -129,9 +129,9 @@ func replyBadQuery(c *gin.Context, err error) {
 // in-process path for a broker in the same process as the leader, which
 // skips encoding the partials.
 func (h *Host) Select(ctx context.Context, db string, shard int, req *query.ShardRequest) (*query.ShardResult, error) {
-	r := h.get(db, shard)
-	if r == nil {
-		return nil, fmt.Errorf("%w: %s on %s", ErrNotHosted, models.ShardID(db, shard), h.nodeID)
+	r, err := h.hosted(db, shard)
+	if err != nil {
+		return nil, err
 	}
 	return evaluate(ctx, r.eng, req)
 }

@@ -58,7 +58,7 @@ func TestFailoverRoundAsksEveryNodeAtOnce(t *testing.T) {
 		}
 		return out, nil
 	}
-	got := gatherTxn(context.Background(), nil, asks, 2*time.Second, []ShardInputs{in}, zap.NewNop())
+	got := gatherTxn(context.Background(), nil, asks, 2*time.Second, 0, []ShardInputs{in}, zap.NewNop())
 	require.Equal(t, n, most, "every node's question in flight at once")
 	require.Len(t, got[0], n)
 	for id, answers := range got[0] {

@@ -18,11 +18,11 @@ import (
 // over the survivors), and the new states are published in batches of many
 // databases (publishBatch). A node leading shards of 32 databases then costs
 // one round of questions and one batch of writes, not 32 in a row. It returns the databases whose publication
-// failed, with why (kv.ErrDeposed when the term ended).
-func (m *Master) failover(ctx context.Context, names []string) map[string]error {
-	m.failedOver = false
+// failed, with why (kv.ErrDeposed when the term ended), and whether it
+// published new states for any.
+func (m *Master) failover(ctx context.Context, names []string) (failed map[string]error, published bool) {
 	if inGrace(m.ready, m.cfg.Now(), m.cfg.LivenessGrace) {
-		return nil // the resync pass comes back after the grace
+		return nil, false // the resync pass comes back after the grace
 	}
 	st := m.cfg.State()
 	m.led.sync(st)
@@ -48,7 +48,7 @@ func (m *Master) failover(ctx context.Context, names []string) map[string]error 
 	// The replicas' last txn ids and terms are asked for now, only for the
 	// databases that need a leader (their records do not carry them): one
 	// round, one request per node.
-	answers := gatherTxnWithin(ctx, m.cfg.AskTxn, m.cfg.AskTxns, m.cfg.AskTimeout, m.cfg.TrustedAskTimeout, ins, m.lg)
+	answers := gatherTxn(ctx, m.cfg.AskTxn, m.cfg.AskTxns, m.cfg.AskTimeout, m.cfg.TrustedAskTimeout, ins, m.lg)
 	leads := map[string]map[string]int{} // per cluster, kept up to date by the decisions
 	var ups []statesUpdate
 	var decided []ShardInputs
@@ -67,8 +67,7 @@ func (m *Master) failover(ctx context.Context, names []string) map[string]error 
 		ups = append(ups, statesUpdate{db: in.DB, next: next, changed: changed})
 		decided = append(decided, in)
 	}
-	failed := m.publishBatch(ctx, st, ups)
-	m.failedOver = len(failed) < len(ups)
+	failed = m.publishBatch(ctx, st, ups)
 	for i, u := range ups {
 		if failed[u.db] != nil {
 			continue
@@ -77,7 +76,7 @@ func (m *Master) failover(ctx context.Context, names []string) map[string]error 
 		m.moves.republished(in.Assign.Cluster, u.db, waitedOut(in, u.next))
 		m.leadersChanged(st, u.db, u.next, u.changed)
 	}
-	return failed
+	return failed, len(failed) < len(ups)
 }
 
 // leadersChanged counts and logs the shards of db whose leader or status a

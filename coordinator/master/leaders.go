@@ -454,7 +454,7 @@ func pickLeader(in ShardInputs, shard int, cands []string, leads map[string]int)
 // max_term, a newer term than every answer. Answering alone does not then
 // make a candidate lead: a wiped replica (same node id, empty data dir)
 // still listed in a trusted set answers last term 0 at once, and a round
-// ended at its patience (gatherTxnWithin) must not hand it the shard over
+// ended at its patience (gatherTxn) must not hand it the shard over
 // the members holding the data. All of them then compete, the silent ones
 // ranked by their records.
 func silentNewer(in ShardInputs, shard int, cands, answered []string) bool {

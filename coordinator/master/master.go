@@ -106,9 +106,6 @@ type Master struct {
 	spreadClean map[string]string
 	moves       *Moves // storage nodes that registered again at another address
 	led         ledSet // databases found led as they should be on the current state
-	// failedOver: the last failover pass published new leaders; the pass
-	// leaves rebalancing to the next one (reconcile).
-	failedOver bool
 	// placed: databases this term placed whose writes the local state has
 	// not shown yet (pipelined placement, see placeNew).
 	placed map[string]ownPlacement

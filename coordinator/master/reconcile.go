@@ -68,7 +68,8 @@ func (m *Master) reconcile(ctx context.Context) error {
 	}
 	// Failover of every database due at once: one round of questions to
 	// the replicas and of writes, however many databases a dead node led.
-	for name, err := range m.failover(ctx, synced) {
+	unpublished, failedOver := m.failover(ctx, synced)
+	for name, err := range unpublished {
 		if errors.Is(err, kv.ErrDeposed) || ctx.Err() != nil {
 			return err
 		}
@@ -83,7 +84,7 @@ func (m *Master) reconcile(ctx context.Context) error {
 		// next pass.
 		return nil
 	}
-	if m.failedOver {
+	if failedOver {
 		// Leaders just moved: more nodes of a dying domain are usually
 		// being lost, and their failover should not wait behind a scan of
 		// every assignment and state (Schedule: 0.15-0.24 s of the loop at

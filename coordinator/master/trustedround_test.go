@@ -15,6 +15,23 @@ import (
 // 500ms).
 const trustedPatience = 150 * time.Millisecond
 
+// fullSetShard starts a master (the Config's own trusted patience) over
+// nodes, creates db with one shard on all of them, and records its in-sync
+// set as every node at the shard's first term.
+func fullSetShard(t *testing.T, db string, nodes []string) (*harness, models.ShardState, string) {
+	t.Helper()
+	h := newHarness(t, nodes...)
+	h.startMaster(masterOpts{trustedAsk: -1})
+	h.createDB(db, 1, 3)
+	first := h.etcdStates(db).Shards[0]
+	id := models.ShardID(db, 0)
+	h.writeISR(db, 0, models.ISR{Leader: first.Leader, Term: first.Term, Replicas: nodes})
+	h.eventually("in-sync set loaded", func(st *statemachine.State) bool {
+		return len(st.ISR.At(cluster).At(id).Replicas) == len(nodes)
+	})
+	return h, first, id
+}
+
 // TestTrustedFailoverRoundEndsAtPatience: the dead leader's shard has a
 // trusted in-sync set (at its term, no replica holding a newer one), so every
 // member holds every acknowledged write: the round ends at the trusted
@@ -22,15 +39,7 @@ const trustedPatience = 150 * time.Millisecond
 // AskTimeout; the member that answered leads at the next term.
 func TestTrustedFailoverRoundEndsAtPatience(t *testing.T) {
 	nodes := []string{"n1", "n2", "n3"}
-	h := newHarness(t, nodes...)
-	h.startMaster(masterOpts{trustedAsk: -1})
-	h.createDB("tr", 1, 3)
-	first := h.etcdStates("tr").Shards[0]
-	id := models.ShardID("tr", 0)
-	h.writeISR("tr", 0, models.ISR{Leader: first.Leader, Term: first.Term, Replicas: nodes})
-	h.eventually("in-sync set loaded", func(st *statemachine.State) bool {
-		return len(st.ISR.At(cluster).At(id).Replicas) == 3
-	})
+	h, first, id := fullSetShard(t, "tr", nodes)
 	rest := others(nodes, first.Leader)
 	late, quick := rest[0], rest[1]
 	h.setTxn(late, map[string]uint64{id: 50})
@@ -63,15 +72,7 @@ func TestTrustedFailoverRoundEndsAtPatience(t *testing.T) {
 // would wait for it round after round.
 func TestStaleSetRoundWaitsTheFullTimeout(t *testing.T) {
 	nodes := []string{"n1", "n2", "n3"}
-	h := newHarness(t, nodes...)
-	h.startMaster(masterOpts{trustedAsk: -1})
-	h.createDB("st", 1, 3)
-	first := h.etcdStates("st").Shards[0]
-	id := models.ShardID("st", 0)
-	h.writeISR("st", 0, models.ISR{Leader: first.Leader, Term: first.Term, Replicas: nodes})
-	h.eventually("in-sync set loaded", func(st *statemachine.State) bool {
-		return len(st.ISR.At(cluster).At(id).Replicas) == 3
-	})
+	h, first, id := fullSetShard(t, "st", nodes)
 	late := others(nodes, first.Leader)[0]
 	h.setTxn(first.Leader, map[string]uint64{id: 50})
 	h.setTxn(late, map[string]uint64{id: 60})

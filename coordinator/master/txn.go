@@ -131,13 +131,11 @@ func newRound(ins []ShardInputs) *round {
 // again). The answers feed PlanLeaders, which stays a pure function of
 // them. Per input: nil when none of its shards needs a leader or nobody can
 // be asked.
-func gatherTxn(ctx context.Context, ask AskTxnFunc, asks AskTxnsFunc, timeout time.Duration, ins []ShardInputs, lg *zap.Logger) []map[int]map[string]models.ReplicaTxn {
-	return gatherTxnWithin(ctx, ask, asks, timeout, 0, ins, lg)
-}
-
-// gatherTxnWithin is gatherTxn where a round whose every shard has a
-// trusted in-sync set (isrTrusted) ends patience after it starts, answers
-// or not (patience 0, or not below timeout: no such bound). Such a set's
+//
+// A round whose every shard has a trusted in-sync set (isrTrusted) and a
+// published term no live record is above (behindRecords) ends patience
+// after it starts, answers or not (patience 0, or not below timeout: no
+// such bound). Such a set's
 // members all hold every acknowledged write: the storage leader counts a
 // write acknowledged only once every member of its set (and every follower
 // joining it) holds it (storage/replica.go, awaitAcks), adds a follower
@@ -156,7 +154,7 @@ func gatherTxn(ctx context.Context, ask AskTxnFunc, asks AskTxnsFunc, timeout ti
 // with any keeps the full timeout. At 1,000 simulated nodes the agents'
 // process answers a dead domain's ~666 questions in one burst 0.4-0.5 s
 // into the round, whatever the order of the answers.
-func gatherTxnWithin(ctx context.Context, ask AskTxnFunc, asks AskTxnsFunc, timeout, patience time.Duration, ins []ShardInputs, lg *zap.Logger) []map[int]map[string]models.ReplicaTxn {
+func gatherTxn(ctx context.Context, ask AskTxnFunc, asks AskTxnsFunc, timeout, patience time.Duration, ins []ShardInputs, lg *zap.Logger) []map[int]map[string]models.ReplicaTxn {
 	if ask == nil && asks == nil {
 		return make([]map[int]map[string]models.ReplicaTxn, len(ins))
 	}

@@ -506,7 +506,7 @@ func writeMemtable(tx *bolt.Tx, ix *seriesIndex, mt *memtable, fromTxn uint64, p
 		ix.lastSeries.Store(int64(len(mt.series)))
 		ix.lastPerSeries.Store(int64(mt.points / len(mt.series)))
 	}
-	ns := newSeries{tx: tx, hint: len(ids) - int(countKnown(ids))}
+	ns := newSeries{tx: tx, hint: len(ids) - countKnown(ids)}
 	if ns.hint > 0 {
 		created = make([]indexedSeries, 0, ns.hint)
 	}
@@ -626,8 +626,8 @@ func flushOrder(ix *seriesIndex, mt *memtable) (order []int32, ids []uint64) {
 }
 
 // countKnown counts the ids above 0.
-func countKnown(ids []uint64) int64 {
-	var n int64
+func countKnown(ids []uint64) int {
+	n := 0
 	for _, id := range ids {
 		if id != 0 {
 			n++

@@ -30,28 +30,7 @@ func benchFlushMany(b *testing.B, series, perSeries int) {
 		tags[i] = []lineproto.Tag{{Key: "host", Value: "h" + strconv.Itoa(i/10)}, {Key: "s", Value: strconv.Itoa(i)}}
 	}
 	ts := int64(0)
-	fill := func() {
-		const batch = 5000
-		pts := make([]lineproto.Point, 0, batch)
-		apply := func() {
-			if err := s.Apply(Entry{TxnID: s.LastTxnID() + 1, Term: 1, Points: pts}); err != nil {
-				b.Fatal(err)
-			}
-			pts = pts[:0]
-		}
-		for range perSeries {
-			ts += 10e9
-			for i := range tags {
-				pts = append(pts, lineproto.Point{Metric: "cpu", Tags: tags[i], Field: "usage", TS: ts, Value: float64(i%100) / 4})
-				if len(pts) == batch {
-					apply()
-				}
-			}
-		}
-		if len(pts) > 0 {
-			apply()
-		}
-	}
+	fill := func() { applyRounds(b, s, tags, "usage", perSeries, &ts) }
 	for range 3 { // the series exist and hold blocks
 		fill()
 		flushNow(b, s)
@@ -69,6 +48,32 @@ func benchFlushMany(b *testing.B, series, perSeries int) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*series*perSeries), "ns/point")
+}
+
+// applyRounds applies rounds points to each series of tags (measurement
+// cpu, field field), one round after another 10 s apart from *ts, in
+// entries of 5,000 points.
+func applyRounds(b *testing.B, s Shard, tags [][]lineproto.Tag, field string, rounds int, ts *int64) {
+	const batch = 5000
+	pts := make([]lineproto.Point, 0, batch)
+	apply := func() {
+		if err := s.Apply(Entry{TxnID: s.LastTxnID() + 1, Term: 1, Points: pts}); err != nil {
+			b.Fatal(err)
+		}
+		pts = pts[:0]
+	}
+	for range rounds {
+		*ts += 10e9
+		for i := range tags {
+			pts = append(pts, lineproto.Point{Metric: "cpu", Tags: tags[i], Field: field, TS: *ts, Value: float64(i%100) / 4})
+			if len(pts) == batch {
+				apply()
+			}
+		}
+	}
+	if len(pts) > 0 {
+		apply()
+	}
 }
 
 // BenchmarkFlushNewSeries times the flush of a memtable of 20k series with
@@ -96,26 +101,7 @@ func benchFlushNew(b *testing.B, series, perSeries int, known bool) {
 			id := first + i
 			tags[i] = []lineproto.Tag{{Key: "host", Value: "h" + strconv.Itoa(id)}, {Key: "region", Value: "r" + strconv.Itoa(id/1000)}}
 		}
-		const batch = 5000
-		pts := make([]lineproto.Point, 0, batch)
-		apply := func() {
-			if err := s.Apply(Entry{TxnID: s.LastTxnID() + 1, Term: 1, Points: pts}); err != nil {
-				b.Fatal(err)
-			}
-			pts = pts[:0]
-		}
-		for range perSeries {
-			ts += 10e9
-			for i := range tags {
-				pts = append(pts, lineproto.Point{Metric: "cpu", Tags: tags[i], Field: "value", TS: ts, Value: float64(i%100) / 4})
-				if len(pts) == batch {
-					apply()
-				}
-			}
-		}
-		if len(pts) > 0 {
-			apply()
-		}
+		applyRounds(b, s, tags, "value", perSeries, &ts)
 	}
 	// The shard's earlier series, spread over the id space the new ones
 	// join (every 8th, as a shard of 8 holds), flushed.
