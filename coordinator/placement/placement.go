@@ -72,6 +72,10 @@ type Cluster struct {
 	Shards map[ShardKey]ShardPlacement
 	// Want is the desired replica count per shard (the database replica factor).
 	Want map[ShardKey]int
+	// nodes, when set, is the spread planner's index of Nodes, kept by a
+	// Sharder across its decisions (built once per change of its nodes,
+	// not once per decision); it must describe exactly Nodes.
+	nodes *nodeIndex
 }
 
 // MoveKind is the kind of one plan step.
@@ -185,6 +189,7 @@ func PlaceNew(c Cluster, add map[ShardKey]int) (Plan, error) {
 func extend(c Cluster, add map[ShardKey]int) (Cluster, error) {
 	ext := Cluster{
 		Nodes:  c.Nodes,
+		nodes:  c.nodes,
 		Shards: make(map[ShardKey]ShardPlacement, len(c.Shards)),
 		Want:   make(map[ShardKey]int, len(c.Want)+len(add)),
 	}

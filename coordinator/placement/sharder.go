@@ -121,6 +121,11 @@ type table struct {
 	// per node.
 	byDB  map[string]map[ShardKey]bool
 	total counts
+	// sorted: the nodes in id order, and index the spread planner's view
+	// of them; nil when a node came, went or changed since they were
+	// built, so a decision pays for the nodes only when they changed.
+	sorted []Node
+	index  *nodeIndex
 }
 
 func (t *table) init() {
@@ -157,12 +162,31 @@ func (t *table) Policy() string { return t.policy }
 
 func (t *table) RegisterNode(n Node) {
 	t.init()
+	if old, ok := t.nodes[n.ID]; !ok || old != n {
+		t.sorted, t.index = nil, nil
+	}
 	t.nodes[n.ID] = n
 }
 
 func (t *table) UnregisterNode(id string) {
 	t.init()
+	if _, ok := t.nodes[id]; ok {
+		t.sorted, t.index = nil, nil
+	}
 	delete(t.nodes, id)
+}
+
+// nodeList is the nodes in id order, with their spread index; callers must
+// not change the slice.
+func (t *table) nodeList() ([]Node, *nodeIndex) {
+	if t.sorted == nil && len(t.nodes) > 0 {
+		t.sorted = make([]Node, 0, len(t.nodes))
+		for _, id := range slices.Sorted(maps.Keys(t.nodes)) {
+			t.sorted = append(t.sorted, t.nodes[id])
+		}
+		t.index = newNodeIndex(t.sorted)
+	}
+	return t.sorted, t.index
 }
 
 func (t *table) RegisterPartition(k ShardKey, replicas int, current ShardPlacement) {
@@ -185,11 +209,8 @@ func (t *table) UnregisterPartition(k ShardKey) {
 
 func (t *table) cluster() Cluster {
 	t.init()
-	c := Cluster{Shards: t.current, Want: t.want}
-	for _, id := range slices.Sorted(maps.Keys(t.nodes)) {
-		c.Nodes = append(c.Nodes, t.nodes[id])
-	}
-	return c
+	nodes, index := t.nodeList()
+	return Cluster{Nodes: slices.Clone(nodes), Shards: t.current, Want: t.want, nodes: index}
 }
 
 func (t *table) Plan() (Plan, error) { return t.place(t.cluster()) }
@@ -215,10 +236,8 @@ func (t *table) PlaceNew(add map[ShardKey]int) (Plan, error) {
 		return t.placeNew(t.cluster(), add)
 	}
 	t.init()
-	sub := Cluster{Shards: map[ShardKey]ShardPlacement{}, Want: map[ShardKey]int{}}
-	for _, id := range slices.Sorted(maps.Keys(t.nodes)) {
-		sub.Nodes = append(sub.Nodes, t.nodes[id])
-	}
+	nodes, index := t.nodeList()
+	sub := Cluster{Nodes: nodes, Shards: map[ShardKey]ShardPlacement{}, Want: map[ShardKey]int{}, nodes: index}
 	others := counts{replicas: maps.Clone(t.total.replicas), leaders: maps.Clone(t.total.leaders)}
 	dbs := map[string]bool{}
 	for k := range add {

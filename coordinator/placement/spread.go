@@ -116,9 +116,23 @@ type sshard struct {
 	pref      int32 // the replica fill chose to lead a new shard, or -1
 }
 
-func newSpread(c Cluster) (*spreadPlanner, error) {
+// nodeIndex is the spread planner's view of a cluster's nodes: the nodes
+// that take replicas (not draining; a node listed twice is draining if
+// either says so), in id order, with their index, domain and weight. It is
+// read only once built, so a Sharder keeps one across decisions: building it
+// sorts and indexes every node, a cost placing one database must not pay
+// (O(nodes log nodes), most of a decision's cost at 1,000 nodes).
+type nodeIndex struct {
+	ids     []string
+	idx     map[string]int32
+	dom     []int32   // domain per node
+	domSize []int     // nodes per domain
+	w       []float64 // weight per node
+}
+
+func newNodeIndex(all []Node) *nodeIndex {
 	byID := map[string]Node{}
-	for _, n := range c.Nodes {
+	for _, n := range all {
 		if n.ID == "" {
 			continue
 		}
@@ -126,7 +140,6 @@ func newSpread(c Cluster) (*spreadPlanner, error) {
 		n.Draining = n.Draining || (seen && prev.Draining)
 		byID[n.ID] = n
 	}
-	sp := &spreadPlanner{idx: map[string]int32{}, caps: map[int][]int{}}
 	var nodes []Node
 	for _, n := range byID {
 		if !n.Draining {
@@ -134,21 +147,31 @@ func newSpread(c Cluster) (*spreadPlanner, error) {
 		}
 	}
 	slices.SortFunc(nodes, func(a, b Node) int { return cmp.Compare(a.ID, b.ID) })
+	ni := &nodeIndex{idx: make(map[string]int32, len(nodes))}
 	domIdx := map[string]int32{}
 	for i, n := range nodes {
-		sp.ids = append(sp.ids, n.ID)
-		sp.idx[n.ID] = int32(i)
+		ni.ids = append(ni.ids, n.ID)
+		ni.idx[n.ID] = int32(i)
 		d, ok := domIdx[domainOf(n)]
 		if !ok {
-			d = int32(len(sp.domSize))
+			d = int32(len(ni.domSize))
 			domIdx[domainOf(n)] = d
-			sp.domSize = append(sp.domSize, 0)
+			ni.domSize = append(ni.domSize, 0)
 		}
-		sp.dom = append(sp.dom, d)
-		sp.domSize[d]++
-		sp.w = append(sp.w, float64(weightOf(n)))
+		ni.dom = append(ni.dom, d)
+		ni.domSize[d]++
+		ni.w = append(ni.w, float64(weightOf(n)))
 	}
-	n := len(nodes)
+	return ni
+}
+
+func newSpread(c Cluster) (*spreadPlanner, error) {
+	ni := c.nodes
+	if ni == nil {
+		ni = newNodeIndex(c.Nodes)
+	}
+	sp := &spreadPlanner{ids: ni.ids, idx: ni.idx, dom: ni.dom, domSize: ni.domSize, w: ni.w, caps: map[int][]int{}}
+	n := len(sp.ids)
 	sp.load, sp.ideal, sp.lead, sp.leadIdl = make([]int, n), make([]float64, n), make([]int, n), make([]float64, n)
 	keys := make([]ShardKey, 0, len(c.Want))
 	for k := range c.Want {
