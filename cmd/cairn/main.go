@@ -233,6 +233,7 @@ func simulateCluster(args []string, stdout, stderr io.Writer) int {
 	verbose := fs.Bool("v", false, "print progress to stderr")
 	logLevel := fs.String("log-level", "", "log the master's and broker's work to stderr at this level (debug, info, warn, error)")
 	cpuProfile := fs.String("cpu-profile", "", "write a CPU profile of the agents' process for the whole run to this file (go tool pprof reads it; the etcd,master,broker process serves /debug/pprof/)")
+	placeProfile := fs.String("place-cpu-profile", "", "write a CPU profile of the agents' process from the first create to every replica placed to this file (not with --cpu-profile)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: cairn simulate cluster --nodes N --databases D --shards P --replicas R [--idle DUR --kill K --domains D --kill-domain]")
 		fmt.Fprintln(stderr, "Runs etcd, the master and a broker (this binary, in a child process) and N in-process storage agents, and prints one JSON object")
@@ -283,6 +284,19 @@ func simulateCluster(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if *placeProfile != "" {
+		if *cpuProfile != "" {
+			fmt.Fprintln(stderr, "cairn simulate cluster: --place-cpu-profile and --cpu-profile: one profile at a time")
+			return 2
+		}
+		f, err := os.Create(*placeProfile)
+		if err != nil {
+			fmt.Fprintf(stderr, "cairn simulate cluster: --place-cpu-profile: %v\n", err)
+			return 2
+		}
+		defer f.Close()
+		p.PlaceProfile = f
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

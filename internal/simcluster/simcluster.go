@@ -22,6 +22,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -68,6 +69,9 @@ type Params struct {
 	Log      io.Writer
 	// Progress, when set, receives one line per phase.
 	Progress io.Writer
+	// PlaceProfile, when set, receives a CPU profile of this (the agents')
+	// process from the first database's create to every replica placed.
+	PlaceProfile io.Writer
 }
 
 // Validate names the first impossible parameter.
@@ -486,6 +490,11 @@ func (c *cluster) measure(ctx context.Context) (Result, error) {
 	fmt.Fprintf(c.p.Progress, "creating %d databases\n", c.p.Databases)
 	start, cpuStart := time.Now(), c.cpuTime()
 	c.began, c.shown = start, start
+	if c.p.PlaceProfile != nil {
+		if err := pprof.StartCPUProfile(c.p.PlaceProfile); err != nil {
+			return res, fmt.Errorf("simulate cluster: placement profile: %w", err)
+		}
+	}
 	work := make(chan int)
 	errs := make(chan error, creators)
 	var took durations // each create's answer time
@@ -524,6 +533,9 @@ func (c *cluster) measure(ctx context.Context) (Result, error) {
 		return res, err
 	}
 	res.PlaceMS = float64(time.Since(start).Microseconds()) / 1000
+	if c.p.PlaceProfile != nil {
+		pprof.StopCPUProfile()
+	}
 	if c.p.Domains > 0 {
 		res.DomainsPerShard = domainsPerShard(c.sm.Snapshot(), c.zoneOf)
 	}
