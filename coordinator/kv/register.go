@@ -310,14 +310,20 @@ func holdRegistration(ctx context.Context, store Store, s *Session, reg Registra
 			}
 			continue
 		}
+		// A burst of changes: looked at (and written) once it has been
+		// spaced. The record is not even built before then: building it
+		// (a storage node's report of every replica it hosts and follows,
+		// compared and encoded) at every tick cost each node of a
+		// cluster being filled a look per Refresh for a write per
+		// MaxRefresh, O(nodes) a second for the whole placement.
+		now := time.Now()
+		if now.Before(notBefore) {
+			continue
+		}
 		v := reg.Value()
 		if bytes.Equal(v, last) {
 			gap = reg.Refresh
 			continue
-		}
-		now := time.Now()
-		if now.Before(notBefore) {
-			continue // a burst of changes: written once it has been spaced
 		}
 		ok, next, err := store.Txn(ctx, []Cmp{ModRevIs(reg.Key, rev)}, []Op{OpPut(reg.Key, v, s.Lease())})
 		switch {

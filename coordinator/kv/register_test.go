@@ -192,16 +192,18 @@ func TestAwaitFree(t *testing.T) {
 	require.NoError(t, kv.AwaitFree(ctx, store, key, owner, time.Minute))
 }
 
-// TestKeepRegisteredSpacesABurst: a record that changes at every look is
-// rewritten ever less often (MaxRefresh), and its last value is written
-// once the changes stop; without MaxRefresh every look that finds a change
-// writes it.
+// TestKeepRegisteredSpacesABurst: a record that changes all the time is
+// rewritten ever less often (MaxRefresh), it is not even built between two
+// spaced writes (a look per write, not per Refresh), and its last value is
+// written once the changes stop; without MaxRefresh every look that finds a
+// change writes it.
 func TestKeepRegisteredSpacesABurst(t *testing.T) {
-	run := func(t *testing.T, maxRefresh time.Duration) (looks, writes int64) {
+	const refresh = 5 * time.Millisecond
+	run := func(t *testing.T, maxRefresh time.Duration) (looks, writes int64, ticks float64) {
 		store := kv.NewMemoryStore()
 		ctx, cancel := context.WithCancel(context.Background())
 		var n, stop atomic.Int64
-		reg := kv.Registration{Key: "/t/live/nodes/n1", TTL: 2 * time.Second, Refresh: 5 * time.Millisecond, MaxRefresh: maxRefresh,
+		reg := kv.Registration{Key: "/t/live/nodes/n1", TTL: 2 * time.Second, Refresh: refresh, MaxRefresh: maxRefresh,
 			Value: func() []byte {
 				if stop.Load() == 0 {
 					n.Add(1)
@@ -209,24 +211,30 @@ func TestKeepRegisteredSpacesABurst(t *testing.T) {
 				return []byte(strconv.FormatInt(n.Load(), 10))
 			},
 			Owner: func([]byte) (string, bool) { return "", true }}
+		start := time.Now()
 		done := make(chan error, 1)
 		go func() { done <- kv.KeepRegistered(ctx, store, reg, zap.NewNop()) }()
-		require.Eventually(t, func() bool { return n.Load() >= 200 }, time.Minute, 5*time.Millisecond)
+		require.Eventually(t, func() bool {
+			_, rev, err := store.Header(ctx)
+			return err == nil && rev >= 12
+		}, time.Minute, refresh)
 		_, rev0, err := store.Header(ctx)
 		require.NoError(t, err)
+		ticks = float64(time.Since(start)) / float64(refresh) // looks a look per Refresh would have made
 		stop.Store(1)
 		looks = n.Load()
 		require.Eventually(t, func() bool { // the last value is written
 			kvp, err := store.Get(ctx, reg.Key)
 			return err == nil && kvp != nil && string(kvp.Value) == strconv.FormatInt(looks, 10)
-		}, time.Minute, 5*time.Millisecond)
+		}, time.Minute, refresh)
 		cancel()
 		require.NoError(t, <-done)
-		return looks, rev0
+		return looks, rev0, ticks
 	}
-	looks, writes := run(t, 100*time.Millisecond)
-	require.LessOrEqual(t, writes*4, looks, "a burst of %d changes made %d writes", looks, writes)
-	looks, writes = run(t, 0)
+	looks, writes, ticks := run(t, 100*time.Millisecond)
+	require.LessOrEqual(t, float64(writes*4), ticks, "a burst over %.0f ticks made %d writes", ticks, writes)
+	require.LessOrEqual(t, looks, writes+2, "%d writes built the record %d times", writes, looks)
+	looks, writes, _ = run(t, 0)
 	require.Greater(t, writes*2, looks, "without MaxRefresh: %d changes, %d writes", looks, writes)
 }
 
