@@ -25,10 +25,8 @@ func TestSpreadSharderIndexesNodesOncePerChange(t *testing.T) {
 	// Every decision of s against a from-scratch plan of the same cluster.
 	same := func(a map[ShardKey]int) {
 		t.Helper()
-		fresh := Cluster{Shards: c.Shards, Want: c.Want}
-		for _, n := range c.Nodes {
-			fresh.Nodes = append(fresh.Nodes, n)
-		}
+		// A copy of the nodes: a fresh read builds its own index.
+		fresh := Cluster{Nodes: append([]Node(nil), c.Nodes...), Shards: c.Shards, Want: c.Want}
 		want, err := PlaceSpreadNew(fresh, a)
 		require.NoError(t, err)
 		got, err := s.PlaceNew(a)
