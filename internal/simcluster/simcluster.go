@@ -490,10 +490,14 @@ func (c *cluster) measure(ctx context.Context) (Result, error) {
 	fmt.Fprintf(c.p.Progress, "creating %d databases\n", c.p.Databases)
 	start, cpuStart := time.Now(), c.cpuTime()
 	c.began, c.shown = start, start
+	stopProfile := func() {}
 	if c.p.PlaceProfile != nil {
 		if err := pprof.StartCPUProfile(c.p.PlaceProfile); err != nil {
 			return res, fmt.Errorf("simulate cluster: placement profile: %w", err)
 		}
+		var once sync.Once
+		stopProfile = func() { once.Do(pprof.StopCPUProfile) }
+		defer stopProfile() // a placement that fails ends it too
 	}
 	work := make(chan int)
 	errs := make(chan error, creators)
@@ -533,9 +537,7 @@ func (c *cluster) measure(ctx context.Context) (Result, error) {
 		return res, err
 	}
 	res.PlaceMS = float64(time.Since(start).Microseconds()) / 1000
-	if c.p.PlaceProfile != nil {
-		pprof.StopCPUProfile()
-	}
+	stopProfile()
 	if c.p.Domains > 0 {
 		res.DomainsPerShard = domainsPerShard(c.sm.Snapshot(), c.zoneOf)
 	}

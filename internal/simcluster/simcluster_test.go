@@ -1,6 +1,7 @@
 package simcluster_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -68,9 +69,14 @@ func TestSimulateSmallCluster(t *testing.T) {
 // timed the dial too, on a loaded machine.
 func TestSimulateCreatesOverKeptConnections(t *testing.T) {
 	var progress lines
+	var profile bytes.Buffer
 	_, err := simcluster.Run(context.Background(), simcluster.Params{Nodes: 3, Databases: 40, Shards: 1, Replicas: 1,
-		Idle: time.Second, RebalanceDelay: time.Second, Binary: cairnBin, Progress: &progress})
+		Idle: time.Second, RebalanceDelay: time.Second, Binary: cairnBin, Progress: &progress, PlaceProfile: &profile})
 	require.NoError(t, err)
+	// --place-cpu-profile: the profile is written (pprof's gzip-compressed
+	// protobuf) once every replica is placed.
+	require.Greater(t, profile.Len(), 2, "a placement CPU profile was written")
+	require.Equal(t, []byte{0x1f, 0x8b}, profile.Bytes()[:2], "the profile is gzip-compressed, as pprof writes it")
 	m := regexp.MustCompile(`40 databases created, 8 at a time over (\d+) connections`).FindStringSubmatch(progress.String())
 	require.NotNil(t, m, progress.String())
 	dials, err := strconv.Atoi(m[1])
