@@ -62,18 +62,14 @@ func planSpread(c Cluster, others counts) (*spreadPlanner, error) {
 const eps = 1e-9
 
 type spreadPlanner struct {
-	ids     []string
-	idx     map[string]int32
-	dom     []int32   // domain per node
-	domSize []int     // nodes per domain
-	w       []float64 // weight per node
-	dbs     []*spreadDB
-	load    []int     // replicas per node, summed over the databases' targets
-	ideal   []float64 // the same, unrounded
-	lead    []int
-	leadIdl []float64
-	caps    map[int][]int // per replica factor: the most replicas of one shard per domain
-	strict  bool          // balanceTargets: only swaps that cost no move
+	*nodeIndex // the nodes that take replicas; shared, read only
+	dbs        []*spreadDB
+	load       []int     // replicas per node, summed over the databases' targets
+	ideal      []float64 // the same, unrounded
+	lead       []int
+	leadIdl    []float64
+	caps       map[int][]int // per replica factor: the most replicas of one shard per domain
+	strict     bool          // balanceTargets: only swaps that cost no move
 	// fillLead, fillIdl: lead and leadIdl as fill sees them, with the
 	// databases filled so far in this plan (see leadNeed).
 	fillLead []int
@@ -170,7 +166,7 @@ func newSpread(c Cluster) (*spreadPlanner, error) {
 	if ni == nil {
 		ni = newNodeIndex(c.Nodes)
 	}
-	sp := &spreadPlanner{ids: ni.ids, idx: ni.idx, dom: ni.dom, domSize: ni.domSize, w: ni.w, caps: map[int][]int{}}
+	sp := &spreadPlanner{nodeIndex: ni, caps: map[int][]int{}}
 	n := len(sp.ids)
 	sp.load, sp.ideal, sp.lead, sp.leadIdl = make([]int, n), make([]float64, n), make([]int, n), make([]float64, n)
 	keys := make([]ShardKey, 0, len(c.Want))

@@ -495,9 +495,8 @@ func (c *cluster) measure(ctx context.Context) (Result, error) {
 		if err := pprof.StartCPUProfile(c.p.PlaceProfile); err != nil {
 			return res, fmt.Errorf("simulate cluster: placement profile: %w", err)
 		}
-		var once sync.Once
-		stopProfile = func() { once.Do(pprof.StopCPUProfile) }
-		defer stopProfile() // a placement that fails ends it too
+		stopProfile = pprof.StopCPUProfile // a second stop does nothing
+		defer stopProfile()                // a placement that fails ends it too
 	}
 	work := make(chan int)
 	errs := make(chan error, creators)
