@@ -173,3 +173,68 @@ func (s *fetchScan) countShards() int {
 	}
 	return n
 }
+
+// EncodeFetchRequest is json.Marshal of r, byte for byte: the client side of
+// DecodeFetchRequest's scan. When every name is made of name characters
+// (what the scan reads) it is written by hand, without reflection: a
+// follower sends one per poll, and at 1,000 simulated nodes encoding/json's
+// encoder of these, and the stack it grows in each new session's
+// goroutine, was ~5 % of the agents' CPU while a cluster was placed, three
+// times as much per database as at 100 nodes. Any other name is left to
+// encoding/json.
+func EncodeFetchRequest(r FetchRequest) ([]byte, error) {
+	if !plainName(r.Node) {
+		return json.Marshal(r)
+	}
+	for i := range r.Shards {
+		if !plainName(r.Shards[i].DB) {
+			return json.Marshal(r)
+		}
+	}
+	n := 40 + len(r.Node)
+	for i := range r.Shards {
+		n += 90 + len(r.Shards[i].DB)
+	}
+	b := make([]byte, 0, n)
+	b = append(b, `{"node":"`...)
+	b = append(b, r.Node...)
+	b = append(b, `","wait_ms":`...)
+	b = strconv.AppendInt(b, r.WaitMS, 10)
+	b = append(b, `,"shards":`...)
+	if r.Shards == nil {
+		b = append(b, "null}"...)
+		return b, nil
+	}
+	b = append(b, '[')
+	for i, f := range r.Shards {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"db":"`...)
+		b = append(b, f.DB...)
+		b = append(b, `","shard":`...)
+		b = strconv.AppendInt(b, int64(f.Shard), 10)
+		b = append(b, `,"term":`...)
+		b = strconv.AppendInt(b, f.Term, 10)
+		b = append(b, `,"after":`...)
+		b = strconv.AppendUint(b, f.After, 10)
+		b = append(b, `,"after_term":`...)
+		b = strconv.AppendUint(b, f.AfterTerm, 10)
+		b = append(b, '}')
+	}
+	b = append(b, "]}"...)
+	return b, nil
+}
+
+// plainName: s is made of name characters only ([A-Za-z0-9_-]), which
+// JSON writes as they are.
+func plainName(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '_', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}

@@ -151,3 +151,31 @@ func TestFetchScanGuessIsBounded(t *testing.T) {
 	_, err = DecodeFetchRequest(crafted)
 	require.Error(t, err)
 }
+
+// EncodeFetchRequest writes what json.Marshal writes, byte for byte, for
+// plain names (its own path) and any other (encoding/json's), and the
+// scan reads its plain bodies back.
+func TestEncodeFetchRequestIsJSONMarshal(t *testing.T) {
+	reqs := []FetchRequest{
+		{Node: "f-1", WaitMS: 10_000, Shards: []FetchShard{{DB: "db_7", Shard: 31, Term: 4, After: 1234, AfterTerm: 3}, {DB: "a", Shard: 0}}},
+		{Node: "N", WaitMS: math.MinInt64, Shards: []FetchShard{{DB: "x", Shard: math.MaxInt64, Term: math.MinInt64, After: math.MaxUint64, AfterTerm: math.MaxUint64}}},
+		{Node: "n", WaitMS: -1},
+		{Node: "", Shards: []FetchShard{}},
+		{Node: "n<1>", Shards: []FetchShard{{DB: "d"}}},
+		{Node: "n", Shards: []FetchShard{{DB: "d\"b"}, {DB: "é"}}},
+		{Node: "n", Shards: []FetchShard{{DB: "a&b", Shard: -3}}},
+	}
+	for _, r := range reqs {
+		want, err := json.Marshal(r)
+		require.NoError(t, err)
+		got, err := EncodeFetchRequest(r)
+		require.NoError(t, err)
+		require.Equal(t, string(want), string(got))
+		agreesWithJSON(t, got)
+	}
+	plain, err := EncodeFetchRequest(reqs[0])
+	require.NoError(t, err)
+	back, ok := scanFetchRequest(plain)
+	require.True(t, ok)
+	require.Equal(t, reqs[0], back)
+}

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -248,7 +247,7 @@ var ErrBadEntry = errors.New("storage client: undecodable entry")
 // reads the answer's records and closes it. A leader of an older version
 // without batched fetches answers ErrUnsupported.
 func (c *Client) Fetch(ctx context.Context, p Peer, r FetchRequest) (*FetchAnswer, error) {
-	body, err := json.Marshal(r)
+	body, err := EncodeFetchRequest(r)
 	if err != nil {
 		return nil, err
 	}
