@@ -104,8 +104,9 @@ type Master struct {
 	// spreadClean: per cluster, the inputs at which leader spreading last
 	// found nothing to move.
 	spreadClean map[string]string
-	moves       *Moves // storage nodes that registered again at another address
-	led         ledSet // databases found led as they should be on the current state
+	moves       *Moves    // storage nodes that registered again at another address
+	led         ledSet    // databases found led as they should be on the current state
+	scope       passScope // which databases a pass looks at
 	// placed: databases this term placed whose writes the local state has
 	// not shown yet (pipelined placement, see placeNew).
 	placed map[string]ownPlacement
