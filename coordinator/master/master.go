@@ -96,6 +96,8 @@ type Master struct {
 	waiters map[shardKey][]waiter // TransferLeader calls waiting for their operator
 	loaded  bool
 	members map[string]Membership // per cluster
+	sigs    memberSigs            // MembershipSig per cluster, made once per set of nodes
+	counts  replicaCounts         // databases with a replica count off their factor
 	forced  bool
 	queue   *workQueue         // databases to reconcile, with per-database retry
 	derived derived            // cluster-wide inputs of the failover checks, per state version
@@ -161,7 +163,7 @@ func New(cfg Config) *Master {
 	}
 	lg := cfg.Logger.Named("master").With(zap.Int64("master_term", cfg.Term))
 	return &Master{cfg: cfg, lg: lg,
-		reqs: make(chan op), ops: map[shardKey]Operator{}, waiters: map[shardKey][]waiter{}, members: map[string]Membership{},
+		reqs: make(chan op), ops: map[shardKey]Operator{}, waiters: map[shardKey][]waiter{}, members: map[string]Membership{}, sigs: memberSigs{},
 		spreadClean: map[string]string{}, moves: cfg.Moves, placed: map[string]ownPlacement{}, caches: map[string]*placeCache{},
 		queue: newWorkQueue(cfg.RetryBase, cfg.RetryMax, rand.Float64), warn: logrepeat.New(lg, cfg.ErrorLogInterval, cfg.Now)}
 }

@@ -130,3 +130,54 @@ func TestPassScopeKeepsWaitingDatabases(t *testing.T) {
 	require.True(t, p.names(&gone, now, time.Hour, nil, false)["unled"], "dropped: looked at once more")
 	require.Empty(t, p.names(&gone, now, time.Hour, nil, false), "gone: no longer looked at")
 }
+
+// TestMemberSigsFollowTheLiveSet: the kept signature is MembershipSig's
+// through records rewritten (kept) and nodes coming and going (made again).
+func TestMemberSigsFollowTheLiveSet(t *testing.T) {
+	const c = "c"
+	st := &statemachine.State{Nodes: statemachine.NestedMapOf(map[string]map[string]models.StorageNode{c: {}})}
+	s := memberSigs{}
+	for i := range 300 {
+		id := fmt.Sprintf("n%02d", (i*7)%40)
+		next := *st
+		switch {
+		case i%5 == 0 && st.Nodes.At(c).Has(id):
+			next.Nodes = statemachine.DeleteIn(st.Nodes, c, id)
+		default:
+			next.Nodes = statemachine.SetIn(st.Nodes, c, id, models.StorageNode{NodeID: id, LastUpdated: int64(i)})
+		}
+		st = &next
+		require.Equal(t, MembershipSig(st, c), s.of(st, c), "step %d", i)
+	}
+}
+
+// TestReplicaCountsFollowTheState: the kept answer is a full read's through
+// assignments and configs changing, appearing and going.
+func TestReplicaCountsFollowTheState(t *testing.T) {
+	st := &statemachine.State{Assignments: statemachine.MapOf(map[string]models.Assignment{}),
+		Databases: statemachine.MapOf(map[string]models.Database{})}
+	full := func(st *statemachine.State) bool {
+		var fresh replicaCounts
+		return fresh.anyOff(st)
+	}
+	var kept replicaCounts
+	for i := range 400 {
+		name := fmt.Sprintf("d%02d", (i*7)%30)
+		next := *st
+		switch i % 4 {
+		case 0:
+			next.Databases = st.Databases.Set(name, models.Database{Name: name, ReplicaFactor: 2 + i%2})
+		case 1:
+			next.Assignments = st.Assignments.Set(name, models.Assignment{DB: name,
+				Shards: []models.ShardAssignment{{ID: 0, Replicas: []string{"a", "b", "c"}[:2+(i/4)%2]}}})
+		case 2:
+			next.Databases = st.Databases.Delete(name)
+		case 3:
+			if i%3 == 0 {
+				next.Assignments = st.Assignments.Delete(name)
+			}
+		}
+		st = &next
+		require.Equal(t, full(st), kept.anyOff(st), "step %d", i)
+	}
+}
