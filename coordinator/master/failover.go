@@ -22,7 +22,8 @@ import (
 // published new states for any.
 func (m *Master) failover(ctx context.Context, names []string) (failed map[string]error, published bool) {
 	if inGrace(m.ready, m.cfg.Now(), m.cfg.LivenessGrace) {
-		return nil, false // the resync pass comes back after the grace
+		m.scope.full = true // the resync pass comes back after the grace, to every database
+		return nil, false
 	}
 	st := m.cfg.State()
 	m.led.sync(st)

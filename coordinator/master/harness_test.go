@@ -326,6 +326,8 @@ type masterOpts struct {
 	// state replaces the manager's snapshots as what the master reads
 	// (its wake-ups still come from sm).
 	state func() *statemachine.State
+	// resync is Config.Resync; default 200ms.
+	resync time.Duration
 }
 
 // skewClock is a test clock that runs with real time plus an offset the
@@ -380,6 +382,9 @@ func (h *harness) startMaster(o masterOpts) *runningMaster {
 	if o.state == nil {
 		o.state = o.sm.Snapshot
 	}
+	if o.resync == 0 {
+		o.resync = 200 * time.Millisecond
+	}
 	switch {
 	case o.trustedAsk == 0:
 		o.trustedAsk = 500 * time.Millisecond
@@ -388,7 +393,7 @@ func (h *harness) startMaster(o masterOpts) *runningMaster {
 	}
 	m := master.New(master.Config{Store: h.store, Keys: h.keys, Election: el, Term: term, Session: session,
 		NodeID: "m", State: o.state, Changed: o.sm.Changed, Logger: o.logger,
-		RebalanceDelay: o.rebalanceDelay, Resync: 200 * time.Millisecond, ClusterID: o.clusterID, Now: o.now, LivenessGrace: o.grace, Metrics: o.metrics, AskTxn: h.askTxn, AskTxns: h.askTxns, FirstSets: o.firstSets,
+		RebalanceDelay: o.rebalanceDelay, Resync: o.resync, ClusterID: o.clusterID, Now: o.now, LivenessGrace: o.grace, Metrics: o.metrics, AskTxn: h.askTxn, AskTxns: h.askTxns, FirstSets: o.firstSets,
 		TrustedAskTimeout: o.trustedAsk})
 	rm := &runningMaster{Master: m, term: term, election: es}
 	rm.start()

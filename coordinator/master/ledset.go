@@ -29,6 +29,17 @@ type ledSet struct {
 	// first changes on a version of them).
 	idxOf     statemachine.Map[models.Assignment]
 	replicaOf map[string]map[string][]string
+	// forgot: the databases forgotten since drained last, and forgotAll
+	// whether every one was (the pass's scope reads them, passScope).
+	forgot    map[string]bool
+	forgotAll bool
+}
+
+// drain returns and clears what was forgotten since the last call.
+func (l *ledSet) drain() (forgot map[string]bool, all bool) {
+	forgot, all = l.forgot, l.forgotAll
+	l.forgot, l.forgotAll = nil, false
+	return forgot, all
 }
 
 // sync forgets the databases whose inputs differ between the state last
@@ -38,11 +49,11 @@ func (l *ledSet) sync(st *statemachine.State) {
 	l.seen, l.revs = st, maps.Clone(st.Revisions)
 	switch {
 	case l.dbs == nil || prev == nil:
-		l.dbs = map[string]bool{}
+		l.dbs, l.forgotAll = map[string]bool{}, true
 	case maps.Equal(revs, st.Revisions):
 	case len(l.dbs) == 0:
 	case !l.forgetChanged(prev, revs, st):
-		l.dbs = map[string]bool{}
+		l.dbs, l.forgotAll = map[string]bool{}, true
 	}
 }
 
@@ -73,7 +84,15 @@ func (l *ledSet) forgetChanged(prev *statemachine.State, revs map[string]int64, 
 	if prev.FromBackup != st.FromBackup || !maps.Equal(prev.Synced, st.Synced) || !maps.Equal(prev.ListedFrom, st.ListedFrom) {
 		return false
 	}
-	forget := func(db string) { delete(l.dbs, db) }
+	forget := func(db string) {
+		if l.dbs[db] {
+			delete(l.dbs, db)
+			if l.forgot == nil {
+				l.forgot = map[string]bool{}
+			}
+			l.forgot[db] = true
+		}
+	}
 	forgetShard := func(id string) {
 		if db, _, err := models.ParseShardID(id); err == nil {
 			forget(db)

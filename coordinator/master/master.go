@@ -96,6 +96,8 @@ type Master struct {
 	waiters map[shardKey][]waiter // TransferLeader calls waiting for their operator
 	loaded  bool
 	members map[string]Membership // per cluster
+	sigs    memberSigs            // MembershipSig per cluster, made once per set of nodes
+	counts  replicaCounts         // databases with a replica count off their factor
 	forced  bool
 	queue   *workQueue         // databases to reconcile, with per-database retry
 	derived derived            // cluster-wide inputs of the failover checks, per state version
@@ -104,8 +106,9 @@ type Master struct {
 	// spreadClean: per cluster, the inputs at which leader spreading last
 	// found nothing to move.
 	spreadClean map[string]string
-	moves       *Moves // storage nodes that registered again at another address
-	led         ledSet // databases found led as they should be on the current state
+	moves       *Moves    // storage nodes that registered again at another address
+	led         ledSet    // databases found led as they should be on the current state
+	scope       passScope // which databases a pass looks at
 	// placed: databases this term placed whose writes the local state has
 	// not shown yet (pipelined placement, see placeNew).
 	placed map[string]ownPlacement
@@ -160,7 +163,7 @@ func New(cfg Config) *Master {
 	}
 	lg := cfg.Logger.Named("master").With(zap.Int64("master_term", cfg.Term))
 	return &Master{cfg: cfg, lg: lg,
-		reqs: make(chan op), ops: map[shardKey]Operator{}, waiters: map[shardKey][]waiter{}, members: map[string]Membership{},
+		reqs: make(chan op), ops: map[shardKey]Operator{}, waiters: map[shardKey][]waiter{}, members: map[string]Membership{}, sigs: memberSigs{},
 		spreadClean: map[string]string{}, moves: cfg.Moves, placed: map[string]ownPlacement{}, caches: map[string]*placeCache{},
 		queue: newWorkQueue(cfg.RetryBase, cfg.RetryMax, rand.Float64), warn: logrepeat.New(lg, cfg.ErrorLogInterval, cfg.Now)}
 }

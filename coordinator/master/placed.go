@@ -57,14 +57,18 @@ func (p ownPlacement) shown(st *statemachine.State) bool {
 	return st.Revisions[statemachine.SourceAssign] >= p.rev && st.Revisions[statemachine.SourceShardState] >= p.rev
 }
 
-// prunePlaced forgets the placements st shows, and those waited for too long.
-func (m *Master) prunePlaced(st *statemachine.State) {
+// prunePlaced forgets the placements st shows, and those waited for too
+// long, and returns their databases.
+func (m *Master) prunePlaced(st *statemachine.State) []string {
 	now := m.cfg.Now()
+	var pruned []string
 	for name, p := range m.placed {
 		if p.shown(st) || now.Sub(p.at) >= placedWait {
 			delete(m.placed, name)
+			pruned = append(pruned, name)
 		}
 	}
+	return pruned
 }
 
 // withoutPending drops from names the databases whose placement by this term the

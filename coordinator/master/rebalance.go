@@ -161,9 +161,38 @@ func (m *Master) adopt(ctx context.Context, ops []Operator, balanced []string) e
 func (m *Master) trackMembers(st *statemachine.State, now time.Time) {
 	for name := range st.StorageClusters {
 		mb, ok := m.members[name]
-		mb, _ = TrackMembership(mb, ok, MembershipSig(st, name), now, m.cfg.RebalanceDelay)
+		mb, _ = TrackMembership(mb, ok, m.sigs.of(st, name), now, m.cfg.RebalanceDelay)
 		m.members[name] = mb
 	}
+}
+
+// memberSigs keeps MembershipSig per cluster with the live nodes it was
+// made from: a node record rewritten (every report, thousands while
+// databases are placed) leaves the set of ids as it was, and the
+// signature (every id, sorted and joined) is made again only when a node
+// came or went.
+type memberSigs map[string]memberSig
+
+type memberSig struct {
+	live statemachine.Map[models.StorageNode]
+	sig  string
+}
+
+func (s memberSigs) of(st *statemachine.State, cluster string) string {
+	live := st.Nodes.At(cluster)
+	c, ok := s[cluster]
+	if ok && !live.Same(c.live) {
+		statemachine.Changed(c.live, live, func(id string) {
+			if c.live.Has(id) != live.Has(id) {
+				ok = false
+			}
+		})
+	}
+	if !ok {
+		c.sig = MembershipSig(st, cluster)
+	}
+	s[cluster] = memberSig{live: live, sig: c.sig}
+	return c.sig
 }
 
 // rebalance runs Schedule's plan and spreading decisions (failover runs per
@@ -178,7 +207,7 @@ func (m *Master) rebalance(ctx context.Context) error {
 	now := m.cfg.Now()
 	m.trackMembers(st, now)
 	in := Input{State: st, Now: now, Delay: m.cfg.RebalanceDelay, Members: m.members, InFlight: m.inFlight(),
-		Forced: m.forced, MaxMoves: m.cfg.MaxMovesInFlight, SpreadSkip: map[string]bool{}, MasterTerm: m.cfg.Term}
+		Forced: m.forced, MaxMoves: m.cfg.MaxMovesInFlight, SpreadSkip: map[string]bool{}, MasterTerm: m.cfg.Term, counts: &m.counts}
 	sigs := m.spreadSigs(st, now)
 	for name, sig := range sigs {
 		in.SpreadSkip[name] = m.spreadClean[name] == sig

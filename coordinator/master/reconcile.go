@@ -34,14 +34,13 @@ func (m *Master) reconcile(ctx context.Context) error {
 		}
 	}
 	m.noteMoves(st)
-	m.prunePlaced(st)
-	for name := range st.Databases.All() {
-		m.queue.Add(name)
+	// Only the databases whose inputs changed are looked at (passScope).
+	m.led.sync(st)
+	forgot, all := m.led.drain()
+	for _, name := range m.prunePlaced(st) {
+		forgot = mapWith(forgot, name)
 	}
-	for name := range st.Assignments.All() {
-		m.queue.Add(name)
-	}
-	for name := range st.ShardStates.All() {
+	for name := range m.scope.names(st, m.cfg.Now(), m.cfg.Resync, forgot, all) {
 		m.queue.Add(name)
 	}
 	due := m.queue.Due(m.cfg.Now())
@@ -69,6 +68,7 @@ func (m *Master) reconcile(ctx context.Context) error {
 	// Failover of every database due at once: one round of questions to
 	// the replicas and of writes, however many databases a dead node led.
 	unpublished, failedOver := m.failover(ctx, synced)
+	m.scope.checked(synced, m.led.dbs)
 	for name, err := range unpublished {
 		if errors.Is(err, kv.ErrDeposed) || ctx.Err() != nil {
 			return err
@@ -197,6 +197,15 @@ func (m *Master) dropAssignment(ctx context.Context, name string) error {
 	}
 	m.lg.Info("dropped assignment of deleted database", zap.String("db", name))
 	return nil
+}
+
+// mapWith is set with key in it, made if nil.
+func mapWith(set map[string]bool, key string) map[string]bool {
+	if set == nil {
+		set = map[string]bool{}
+	}
+	set[key] = true
+	return set
 }
 
 // inGrace reports whether now is within grace of ready, the moment the term

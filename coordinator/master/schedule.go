@@ -63,6 +63,9 @@ type Input struct {
 	SpreadSkip map[string]bool
 	// MasterTerm and the time stamp the operators made.
 	MasterTerm int64
+	// counts: the master's replica counts kept across decisions (nil: a
+	// fresh one, which reads every shard).
+	counts *replicaCounts
 }
 
 // Decision is the output of Schedule: operators, as data.
@@ -106,13 +109,20 @@ func Schedule(in Input) Decision {
 	}
 	terms := map[string]map[string]int64{} // per cluster, computed once for all its databases
 	seenTerms := map[string]map[string]int64{}
-	for _, db := range st.Assignments.Keys() {
+	var spread []string // a pass per publication: the skipped clusters' databases cost a lookup each, not a sort
+	for db, a := range st.Assignments.All() {
+		if !in.SpreadSkip[a.Cluster] {
+			spread = append(spread, db)
+		}
+	}
+	slices.Sort(spread)
+	for _, db := range spread {
 		a := st.Assignments.At(db)
 		mb, seen := in.Members[a.Cluster]
 		if !seen {
 			mb.Since = in.Now
 		}
-		if _, exists := st.Databases.Get(db); !exists || !ClusterReady(st, a.Cluster) || in.SpreadSkip[a.Cluster] {
+		if _, exists := st.Databases.Get(db); !exists || !ClusterReady(st, a.Cluster) {
 			continue
 		}
 		if terms[a.Cluster] == nil {
@@ -164,18 +174,49 @@ func planDue(in Input) bool {
 			}
 		}
 	}
-	for name, a := range st.Assignments.All() {
+	if in.counts == nil {
+		in.counts = &replicaCounts{}
+	}
+	return in.counts.anyOff(st)
+}
+
+// replicaCounts keeps the databases with a shard whose replica count is off
+// their factor, brought up to date with the databases whose assignment or
+// config changed since the last look: a rebalance decision on every pass
+// (each publication) must not read every shard of the cluster.
+type replicaCounts struct {
+	read   bool
+	assign statemachine.Map[models.Assignment]
+	dbs    statemachine.Map[models.Database]
+	off    map[string]bool
+}
+
+func (c *replicaCounts) anyOff(st *statemachine.State) bool {
+	check := func(name string) {
+		delete(c.off, name)
+		a, has := st.Assignments.Get(name)
 		db, ok := st.Databases.Get(name)
-		if !ok {
-			continue
+		if !has || !ok {
+			return
 		}
 		for _, sh := range a.Shards {
 			if len(sh.Replicas) != db.ReplicaFactor {
-				return true
+				c.off[name] = true
+				return
 			}
 		}
 	}
-	return false
+	if !c.read {
+		c.off = map[string]bool{}
+		for name := range st.Assignments.All() {
+			check(name)
+		}
+	} else {
+		statemachine.Changed(c.assign, st.Assignments, check)
+		statemachine.Changed(c.dbs, st.Databases, check)
+	}
+	c.read, c.assign, c.dbs = true, st.Assignments, st.Databases
+	return len(c.off) > 0
 }
 
 // FailoverOps turns PlanLeaders' decision for one database (with the
