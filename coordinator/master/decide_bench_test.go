@@ -110,7 +110,7 @@ func BenchmarkDomainFailoverDecisions(b *testing.B) {
 					if !ok {
 						continue
 					}
-					if in = withView(in); len(in.view.need) == 0 {
+					if in, ok = withView(in); !ok {
 						continue
 					}
 					if leads == nil {
@@ -161,7 +161,7 @@ func BenchmarkDomainFailoverPass(b *testing.B) {
 			if !ok {
 				continue
 			}
-			if in = withView(in); len(in.view.need) > 0 {
+			if in, ok = withView(in); ok {
 				ins = append(ins, in)
 			}
 		}

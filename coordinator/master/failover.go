@@ -38,8 +38,8 @@ func (m *Master) failover(ctx context.Context, names []string) (failed map[strin
 		in.Moved = m.moves.movedFor(in.Assign.Cluster, name)
 		// the shards that need a leader, read once for the check, the
 		// round's questions and the decisions
-		in = withView(in)
-		if len(in.view.need) == 0 {
+		in, ok = withView(in)
+		if !ok {
 			m.moves.republished(in.Assign.Cluster, name, in.Moved)
 			if len(in.Moved) == 0 {
 				m.led.dbs[name] = true

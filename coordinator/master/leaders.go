@@ -52,16 +52,16 @@ type ShardInputs struct {
 	// shard, O(nodes) each: at 1,000 nodes x 32,000 shards that was most
 	// of an idle master's second).
 	SeenTerms map[string]int64
-	// view is the shards that need a leader, computed once in a failover
-	// pass (withView); nil, or computed from other inputs: computed where
-	// read.
-	view *passView
 	// Restored is, when not nil, exactly the shard ids whose in-sync
 	// record in ISR was written in another etcd cluster than ClusterID
 	// (restoredISR), computed once per version of ISR: the check then
 	// costs no lookup of ISR (a whole domain's failover checked ~32,000
 	// shards a pass, most of it in those lookups). Nil: looked up.
 	Restored map[string]bool
+	// view is the shards that need a leader, computed once in a failover
+	// pass (withView); nil, or computed from other inputs: computed where
+	// read.
+	view *passView
 }
 
 // ClusterLeads counts the online leaderships of every node over the
@@ -144,14 +144,9 @@ func NextTerm(in ShardInputs, cur models.ShardState) int64 {
 	return max(cur.Term, liveTerm(in, cur.ID)) + 1
 }
 
-// candidates are who may lead a shard: its live in-sync replicas; with a
-// stale in-sync record (isrTrusted), every replica, and only once all of them
-// are live (none is then missing).
-func candidates(in ShardInputs, sh models.ShardAssignment) (cands, missing []string) {
-	return candidatesOf(in, sh, viewOf(in, sh))
-}
-
-// candidatesOf is candidates with the shard's record looked up (viewOf).
+// candidatesOf are who may lead a shard, its record looked up (viewOf):
+// its live in-sync replicas; with a stale in-sync record (isrTrusted), every
+// replica, and only once all of them are live (none is then missing).
 func candidatesOf(in ShardInputs, sh models.ShardAssignment, v isrView) (cands, missing []string) {
 	if v.trusted {
 		return liveReplicas(in, sh, v.inSync(sh)), nil

@@ -39,12 +39,17 @@ type shardNeed struct {
 	replace bool
 }
 
-// withView is in with its shards that need a leader computed (passView).
-func withView(in ShardInputs) ShardInputs {
+// withView is in with its shards that need a leader computed (passView),
+// and whether there are any (a database with none keeps no view).
+func withView(in ShardInputs) (ShardInputs, bool) {
+	need := needsOf(in)
+	if len(need) == 0 {
+		return in, false
+	}
 	from := in
 	from.Answers, from.Leads, from.view = nil, nil, nil
-	in.view = &passView{from: from, need: needsOf(in)}
-	return in
+	in.view = &passView{from: from, need: need}
+	return in, true
 }
 
 // needs are the shards of in that need a leader: its view's when the view
@@ -70,14 +75,21 @@ func (pv *passView) of(in ShardInputs) bool {
 }
 
 // needsOf computes the shards of in that need a leader (needOf).
+// The list is gathered on the stack and kept at its size: a dead domain's
+// pass lists ~10,700 of them, and growing each database's list by append
+// doubled the pass's allocated bytes.
 func needsOf(in ShardInputs) []shardNeed {
-	var out []shardNeed
+	var buf [32]shardNeed
+	out := buf[:0]
 	for i, sh := range in.Assign.Shards {
 		if n, ok := needOf(in, i, sh); ok {
 			out = append(out, n)
 		}
 	}
-	return out
+	if len(out) == 0 {
+		return nil
+	}
+	return slices.Clone(out)
 }
 
 // needOf is needsLeader for the shard at index i of in.Assign.Shards, with
