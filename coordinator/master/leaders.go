@@ -81,17 +81,6 @@ func ClusterLeads(st statemachine.Map[models.ShardStates], assign statemachine.M
 	return leads
 }
 
-// needsLeader reports whether shard sh (current state st, ok when it has
-// one) must get a new leader or stay offline: its leader is not an online,
-// live replica, or it is published at a term below one a live replica
-// already holds in its log (restored state), or it cannot accept writes
-// (fencedLeader: its live leader fenced itself off writes, a disk fault in
-// its record, and a live in-sync replica that takes writes can lead
-// instead; with none, RF 1 or every replica fenced, the leader stays: it
-// answers 507 at once and takes writes again once its disk does, where an
-// offline shard would only answer 503 after the write timeout). needOf
-// (passview.go) decides it.
-//
 // replaceAt is the test of an online shard led by a live replica, with its
 // id and its live term given; each test in turn, the cheapest first.
 func replaceAt(in ShardInputs, sh models.ShardAssignment, st models.ShardState, id string, term int64) bool {

@@ -12,7 +12,7 @@ import (
 // passView is what a failover pass reads of one database's shards that
 // need a leader, computed once from its inputs (withView) and shared by
 // the check, the round's questions (newRound) and the decisions
-// (PlanLeaders). Each of those evaluated needsLeader, the in-sync record
+// (PlanLeaders). Each of those evaluated the need (needOf), the in-sync record
 // (viewOf) and the live term (liveTermOf) of the same shards again: ~6-7
 // µs a shard each, ~10,600 shards after a dead domain's leases end at
 // 1,000 nodes, all of it the master's CPU between the last lease and the
@@ -92,9 +92,17 @@ func needsOf(in ShardInputs) []shardNeed {
 	return slices.Clone(out)
 }
 
-// needOf is needsLeader for the shard at index i of in.Assign.Shards, with
-// what the rules read of it when it needs a leader: its record looked up
-// once, its id made once. The shard's state is in n either way.
+// needOf reports whether the shard at index i of in.Assign.Shards must get
+// a new leader or stay offline, with what the rules read of
+// it when it must: its record looked up once, its id made once; its state
+// is in n either way. It must when its leader is not an online, live
+// replica, or it is published at a term below one a live replica already
+// holds in its log or an answer shows (restored state), or it cannot accept
+// writes (fencedLeader: its live leader fenced itself off writes, a disk
+// fault in its record, and a live in-sync replica that takes writes can
+// lead instead; with none, RF 1 or every replica fenced, the leader stays:
+// it answers 507 at once and takes writes again once its disk does, where
+// an offline shard would only answer 503 after the write timeout).
 func needOf(in ShardInputs, i int, sh models.ShardAssignment) (shardNeed, bool) {
 	st, ok := shardStateOf(in.States, sh.ID)
 	id := models.ShardID(in.DB, sh.ID)
@@ -116,7 +124,7 @@ func needOf(in ShardInputs, i int, sh models.ShardAssignment) (shardNeed, bool) 
 	if n.mustReplace(in) {
 		return n, true
 	}
-	// fencedLeader: a candidate takes writes (fencedCandidate)
+	// fencedLeader: some candidate takes writes
 	for _, c := range n.cands {
 		if in.Live.At(c).Writable() {
 			return n, true
@@ -125,7 +133,8 @@ func needOf(in ShardInputs, i int, sh models.ShardAssignment) (shardNeed, bool) 
 	return n, false
 }
 
-// mustReplace is mustReplace(in, sh, st, ok) with the answers in in.
+// mustReplace: the shard needs a leader even were its leader not fenced
+// (the answers in in counted).
 func (n shardNeed) mustReplace(in ShardInputs) bool {
 	return !n.ok || n.replace || n.answersAbove(in)
 }
@@ -141,7 +150,10 @@ func (n shardNeed) liveTerm(in ShardInputs) int64 {
 	return max(n.term, answersTermOf(in, n.sh.ID))
 }
 
-// behind is behindRecords(in, sh).
+// behind: the shard has no published state, or a live
+// replica's record holds or has accepted a term above the published one (a
+// restored or rolled back state): NextTerm must then hear the replicas'
+// answers, so its round keeps the full timeout.
 func (n shardNeed) behind(in ShardInputs) bool {
 	return !n.ok || n.liveTerm(in) > n.st.Term
 }

@@ -40,7 +40,7 @@ var ErrNoBatch = errors.New("master: the node does not answer the batched last t
 const maxAskers = 1024
 
 // needingLeader yields the shards of in that must get a new leader or stay
-// offline (needsLeader).
+// offline (needOf).
 func needingLeader(in ShardInputs) iter.Seq[models.ShardAssignment] {
 	return func(yield func(models.ShardAssignment) bool) {
 		for _, n := range in.needs() {
@@ -72,11 +72,6 @@ type round struct {
 	late    int
 	mu      sync.Mutex
 }
-
-// behindRecords: a shard of in has no published state, or a live
-// replica's record holds or has accepted a term above the published one (a
-// restored or rolled back state): NextTerm must then hear the replicas'
-// answers, so its round keeps the full timeout (shardNeed.behind).
 
 // newRound lists the questions of a failover round over ins.
 func newRound(ins []ShardInputs) *round {
@@ -119,7 +114,7 @@ func newRound(ins []ShardInputs) *round {
 // be asked.
 //
 // A round whose every shard has a trusted in-sync set (isrTrusted) and a
-// published term no live record is above (behindRecords) ends patience
+// published term no live record is above (shardNeed.behind) ends patience
 // after it starts, answers or not (patience 0, or not below timeout: no
 // such bound). Such a set's
 // members all hold every acknowledged write: the storage leader counts a
