@@ -37,7 +37,9 @@ func TestRoundKeepsItsTimeoutForStatesBehindTheRecords(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			require.True(t, viewOf(tc.in, tc.in.Assign.Shards[0]).trusted, "the set itself is trusted")
-			require.Equal(t, tc.stale, behindRecords(tc.in, tc.in.Assign.Shards[0]))
+			need := tc.in.needs()
+			require.Len(t, need, 1, "its leader is not live")
+			require.Equal(t, tc.stale, need[0].behind(tc.in))
 			require.Equal(t, tc.stale, newRound([]ShardInputs{tc.in}).stale)
 		})
 	}

@@ -37,7 +37,10 @@ func (m *Master) failover(ctx context.Context, names []string) (failed map[strin
 			continue
 		}
 		in.Moved = m.moves.movedFor(in.Assign.Cluster, name)
-		if !anyNeedsLeader(in) {
+		// the shards that need a leader, read once for the check, the
+		// round's questions and the decisions
+		in, ok = withView(in)
+		if !ok {
 			m.moves.republished(in.Assign.Cluster, name, in.Moved)
 			if len(in.Moved) == 0 {
 				m.led.dbs[name] = true

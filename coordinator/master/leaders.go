@@ -10,7 +10,6 @@ package master
 
 import (
 	"fmt"
-	"math"
 	"slices"
 	"sort"
 	"strconv"
@@ -59,6 +58,10 @@ type ShardInputs struct {
 	// costs no lookup of ISR (a whole domain's failover checked ~32,000
 	// shards a pass, most of it in those lookups). Nil: looked up.
 	Restored map[string]bool
+	// view is the shards that need a leader, computed once in a failover
+	// pass (withView); nil, or computed from other inputs: computed where
+	// read.
+	view *passView
 }
 
 // ClusterLeads counts the online leaderships of every node over the
@@ -78,52 +81,10 @@ func ClusterLeads(st statemachine.Map[models.ShardStates], assign statemachine.M
 	return leads
 }
 
-// needsLeader reports whether shard sh (current state st, ok when it has
-// one) must get a new leader or stay offline: its leader is not an online,
-// live replica, or it is published at a term below one a live replica
-// already holds in its log (restored state), or it cannot accept writes
-// (fencedLeader). The leader's record is looked up once for both.
-func needsLeader(in ShardInputs, sh models.ShardAssignment, st models.ShardState, ok bool) bool {
-	if !ok {
-		return true
-	}
-	leader, live := in.Live.Get(st.Leader)
-	if replace(in, sh, st, live) {
-		return true
-	}
-	return live && !leader.Writable() && fencedCandidate(in, sh) // fencedLeader
-}
-
-// fencedLeader: the shard's live leader fenced itself off writes (a disk
-// fault in its record) and a live in-sync replica that takes writes can
-// lead instead (fencedCandidate). With none (RF 1, or every replica fenced)
-// the leader stays: it answers 507 at once and takes writes again once its
-// disk does, where an offline shard would only answer 503 after the write
-// timeout.
-//
-// fencedCandidate: a leader candidate of sh takes writes.
-func fencedCandidate(in ShardInputs, sh models.ShardAssignment) bool {
-	cands, _ := candidates(in, sh)
-	return slices.ContainsFunc(cands, func(c string) bool { return in.Live.At(c).Writable() })
-}
-
-// mustReplace is needsLeader but for a fenced leader.
-func mustReplace(in ShardInputs, sh models.ShardAssignment, st models.ShardState, ok bool) bool {
-	if !ok {
-		return true
-	}
-	_, leaderLive := in.Live.Get(st.Leader)
-	return replace(in, sh, st, leaderLive)
-}
-
-// replace is mustReplace for a shard with a state, its leader's liveness
-// known; each test in turn, the cheapest first.
-func replace(in ShardInputs, sh models.ShardAssignment, st models.ShardState, leaderLive bool) bool {
-	if !(st.Status == models.StatusOnline && leaderLive && slices.Contains(sh.Replicas, st.Leader)) {
-		return true
-	}
-	id := models.ShardID(in.DB, sh.ID)
-	if liveTermOf(in, sh.ID, id) > st.Term { // behind
+// replaceAt is the test of an online shard led by a live replica, with its
+// id and its live term given; each test in turn, the cheapest first.
+func replaceAt(in ShardInputs, sh models.ShardAssignment, st models.ShardState, id string, term int64) bool {
+	if term > st.Term { // behind
 		return true
 	}
 	// A leadership at or below a restored set's term is the restored state's
@@ -145,18 +106,7 @@ func liveTerm(in ShardInputs, shard int) int64 {
 
 // liveTermOf is liveTerm with the shard's id (models.ShardID) given.
 func liveTermOf(in ShardInputs, shard int, id string) int64 {
-	t := recordedTermOf(in, id)
-	if in.SeenTerms != nil {
-		t = max(t, in.SeenTerms[id])
-	} else {
-		for _, n := range in.Live.All() {
-			t = max(t, n.SeenTerm[id])
-		}
-	}
-	for _, a := range in.Answers[shard] {
-		t = max(t, int64(min(a.LastTerm, math.MaxInt64)), a.Term, a.SeenTerm)
-	}
-	return t
+	return max(recordsTermOf(in, id), answersTermOf(in, shard))
 }
 
 // recordedTermOf is the highest term any live node's record says it holds
@@ -183,14 +133,9 @@ func NextTerm(in ShardInputs, cur models.ShardState) int64 {
 	return max(cur.Term, liveTerm(in, cur.ID)) + 1
 }
 
-// candidates are who may lead a shard: its live in-sync replicas; with a
-// stale in-sync record (isrTrusted), every replica, and only once all of them
-// are live (none is then missing).
-func candidates(in ShardInputs, sh models.ShardAssignment) (cands, missing []string) {
-	return candidatesOf(in, sh, viewOf(in, sh))
-}
-
-// candidatesOf is candidates with the shard's record looked up (viewOf).
+// candidatesOf are who may lead a shard, its record looked up (viewOf):
+// its live in-sync replicas; with a stale in-sync record (isrTrusted), every
+// replica, and only once all of them are live (none is then missing).
 func candidatesOf(in ShardInputs, sh models.ShardAssignment, v isrView) (cands, missing []string) {
 	if v.trusted {
 		return liveReplicas(in, sh, v.inSync(sh)), nil
@@ -225,7 +170,11 @@ type isrView struct {
 
 // viewOf looks the shard's in-sync record up and judges it.
 func viewOf(in ShardInputs, sh models.ShardAssignment) isrView {
-	id := models.ShardID(in.DB, sh.ID)
+	return viewOfID(in, models.ShardID(in.DB, sh.ID))
+}
+
+// viewOfID is viewOf with the shard's id given.
+func viewOfID(in ShardInputs, id string) isrView {
 	lt := recordedTermOf(in, id)
 	set, ok := in.ISR.Get(id)
 	if !ok {
@@ -341,18 +290,30 @@ func PlanLeaders(in ShardInputs) (models.ShardStates, []int) {
 		}
 	}
 	var changed []int
-	for _, sh := range in.Assign.Shards {
-		st, ok := shardStateOf(in.States, sh.ID)
-		if !needsLeader(in, sh, st, ok) {
+	need := in.needs()
+	for i, sh := range in.Assign.Shards {
+		var n shardNeed
+		switch {
+		case len(need) > 0 && need[0].at == i:
+			n, need = need[0], need[1:]
+		case len(in.Answers[sh.ID]) > 0:
+			// asked about although its view said it needed no leader: an
+			// answer above its published term makes it need one
+			var ok bool
+			if n, ok = needOf(in, i, sh); !ok {
+				next.Shards = append(next.Shards, n.st)
+				continue
+			}
+		default:
+			st, _ := shardStateOf(in.States, sh.ID)
 			next.Shards = append(next.Shards, st)
 			continue
 		}
+		st, ok, v, missing := n.st, n.ok, n.v, n.missing
 		if !ok {
 			st = models.ShardState{ID: sh.ID, Status: models.StatusOffline}
 		}
-		v := viewOf(in, sh)
-		cands, missing := candidatesOf(in, sh, v)
-		cands, movedWait := movedCandidates(in, sh, cands)
+		cands, movedWait := movedCandidates(in, sh, n.cands)
 		var best, why string
 		switch {
 		case len(missing) > 0:
@@ -368,7 +329,7 @@ func PlanLeaders(in ShardInputs) (models.ShardStates, []int) {
 			if best == "" {
 				why = fmt.Sprintf("no live in-sync replica; last in-sync set %v", v.inSync(sh))
 			}
-			if best != "" && !mustReplace(in, sh, st, ok) && !in.Live.At(best).Writable() {
+			if best != "" && !n.mustReplace(in) && !in.Live.At(best).Writable() {
 				// Only fenced, and no replica that takes writes answered:
 				// the leadership stays as it is (no new term, no move to
 				// another fenced node).
@@ -385,7 +346,7 @@ func PlanLeaders(in ShardInputs) (models.ShardStates, []int) {
 				leads[st.Leader]--
 			}
 			leads[best]++
-			ns = models.ShardState{ID: sh.ID, Leader: best, Term: NextTerm(in, st), Status: models.StatusOnline, Reason: why}
+			ns = models.ShardState{ID: sh.ID, Leader: best, Term: max(st.Term, n.liveTerm(in)) + 1, Status: models.StatusOnline, Reason: why}
 		}
 		if ns != st {
 			changed = append(changed, sh.ID)
@@ -421,7 +382,7 @@ func pickLeader(in ShardInputs, shard int, cands []string, leads map[string]int)
 	if len(cands) == 0 {
 		return "", ""
 	}
-	all := slices.Clone(cands)
+	all := cands // cands may be a pass's view: not changed, the ranking sorts a copy
 	answers := in.Answers[shard]
 	var answered []string
 	for _, c := range cands {
@@ -431,6 +392,8 @@ func pickLeader(in ShardInputs, shard int, cands []string, leads map[string]int)
 	}
 	if len(answered) > 0 && !silentNewer(in, shard, cands, answered) {
 		cands = answered
+	} else {
+		cands = slices.Clone(cands)
 	}
 	sort.Slice(cands, func(i, j int) bool {
 		a, b := cands[i], cands[j]

@@ -39,21 +39,12 @@ var ErrNoBatch = errors.New("master: the node does not answer the batched last t
 // (two timeouts) where every node answered within one when asked together.
 const maxAskers = 1024
 
-// anyNeedsLeader: some shard of in must get a new leader or stay offline.
-func anyNeedsLeader(in ShardInputs) bool {
-	for range needingLeader(in) {
-		return true
-	}
-	return false
-}
-
 // needingLeader yields the shards of in that must get a new leader or stay
-// offline.
+// offline (needOf).
 func needingLeader(in ShardInputs) iter.Seq[models.ShardAssignment] {
 	return func(yield func(models.ShardAssignment) bool) {
-		for _, sh := range in.Assign.Shards {
-			st, ok := shardStateOf(in.States, sh.ID)
-			if needsLeader(in, sh, st, ok) && !yield(sh) {
+		for _, n := range in.needs() {
+			if !yield(n.sh) {
 				return
 			}
 		}
@@ -82,26 +73,16 @@ type round struct {
 	mu      sync.Mutex
 }
 
-// behindRecords: shard sh of in has no published state, or a live
-// replica's record holds or has accepted a term above the published one (a
-// restored or rolled back state): NextTerm must then hear the replicas'
-// answers, so its round keeps the full timeout.
-func behindRecords(in ShardInputs, sh models.ShardAssignment) bool {
-	st, ok := shardStateOf(in.States, sh.ID)
-	return !ok || liveTermOf(in, sh.ID, models.ShardID(in.DB, sh.ID)) > st.Term
-}
-
 // newRound lists the questions of a failover round over ins.
 func newRound(ins []ShardInputs) *round {
 	r := &round{ins: ins, byNode: map[models.NodeRef]map[string][]int{},
 		out: make([]map[int]map[string]models.ReplicaTxn, len(ins)), at: make(map[string]int, len(ins))}
 	for i, in := range ins {
 		r.at[in.DB] = i
-		for sh := range needingLeader(in) {
-			v := viewOf(in, sh)
-			r.stale = r.stale || !v.trusted || behindRecords(in, sh)
-			cands, _ := candidatesOf(in, sh, v)
-			for _, n := range cands {
+		for _, need := range in.needs() {
+			sh := need.sh
+			r.stale = r.stale || !need.v.trusted || need.behind(in)
+			for _, n := range need.cands {
 				ref := models.NodeRef{NodeID: n, Address: in.Live.At(n).NodeAddress}
 				if r.byNode[ref] == nil {
 					r.byNode[ref] = map[string][]int{}
@@ -133,7 +114,7 @@ func newRound(ins []ShardInputs) *round {
 // be asked.
 //
 // A round whose every shard has a trusted in-sync set (isrTrusted) and a
-// published term no live record is above (behindRecords) ends patience
+// published term no live record is above (shardNeed.behind) ends patience
 // after it starts, answers or not (patience 0, or not below timeout: no
 // such bound). Such a set's
 // members all hold every acknowledged write: the storage leader counts a
