@@ -74,11 +74,11 @@ func ApplyMemoryLimit(cfg config.Config, lg *zap.Logger) (derived bool) {
 
 // GovernMemoryLimit keeps the runtime's soft memory limit at derivedLimit
 // of the engine's accounted memory until the node stops, and, unless GOGC
-// is set, the GC percent at gcPercent of the live heap:
-// looked at each second while the series indexes grow, less often while
-// they stay the same (governWait). Process-wide, like ApplyMemoryLimit: for
-// the binary's main, when that said the limit is derived. Nothing without
-// the storage role.
+// is set, the GC percent at gcPercent of the live heap: looked at each
+// second while the series indexes grow, less often while they stay the
+// same (governWait). Process-wide, like ApplyMemoryLimit: for the binary's
+// main, when that said the limit is derived. Nothing without the storage
+// role.
 func (a *App) GovernMemoryLimit() {
 	rep, ok := a.engine.(engine.MemoryReporter)
 	if !ok {
@@ -129,9 +129,9 @@ func newGovernor(budget, writes int64, tunePercent bool) *governor {
 }
 
 // look brings the limit and the GC percent up to date with use. The limit
-// moves only by 1/64 or more, the percent by gcPercentStep: each change
-// makes the runtime recompute its pacing. The node starts at 100 (GOGC
-// unset).
+// moves only by 1/64 or more, the percent in steps of gcPercentStep: each
+// change makes the runtime recompute its pacing. The node starts at 100
+// (GOGC unset).
 func (g *governor) look(use engine.MemoryUse) {
 	if n := derivedLimit(g.budget, g.writes, use); n > g.limit+g.limit/64 || n < g.limit-g.limit/64 {
 		g.setLimit(n)
