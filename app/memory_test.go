@@ -77,3 +77,70 @@ func TestGovernWaitBacksOffOnlyWhileIndexesStay(t *testing.T) {
 	s := time.Second
 	require.Equal(t, []time.Duration{s, 2 * s, 4 * s, 8 * s, 8 * s, 8 * s, s, s, 2 * s}, waits)
 }
+
+// TestGCPercent: the highest percent up to 200, in steps of 20, whose heap
+// goal stays within the room (an empty node's derived limit), never under
+// 100.
+func TestGCPercent(t *testing.T) {
+	const mib = 1 << 20
+	const room = 704 * mib // 64 MiB memtables, 64 MiB writes in flight
+	cases := []struct {
+		name string
+		live int64
+		want int
+	}{
+		{"no collection yet: the most", 0, 200},
+		{"40k series: the most", 150 * mib, 200},
+		{"the goal at 200 exactly the room", room / 3, 200},
+		{"just past it: the step below", room/3 + 1, 180},
+		{"room for 150 %: rounded down to 140", room * 2 / 5, 140},
+		{"the goal at 120 just past the room: the default", room/2 - mib, 100},
+		{"a million series: the default", 450 * mib, 100},
+		{"a heap past the room: never under the default", 800 * mib, 100},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := gcPercent(tc.live, room)
+			require.Equal(t, tc.want, p)
+			if p > 100 {
+				require.LessOrEqual(t, tc.live*int64(100+p)/100, int64(room), "the goal within the room")
+			}
+		})
+	}
+}
+
+// TestGovernorFollowsHeadroom: through the governor, a node whose series
+// indexes and live heap grow gets a high GC percent while its heap is a
+// small part of an empty node's limit and 100 once it fills it (its own
+// limit growing with the indexes meanwhile); with GOGC set it never sets a
+// percent.
+func TestGovernorFollowsHeadroom(t *testing.T) {
+	const mib = 1 << 20
+	const budget, writes = 64 * mib, 64 * mib
+	run := func(tune bool) (percents []int, limits []int64) {
+		g := newGovernor(budget, writes, tune)
+		var live int64
+		g.liveHeap = func() int64 { return live }
+		g.setPercent = func(p int) { percents = append(percents, p) }
+		g.setLimit = func(n int64) { limits = append(limits, n) }
+		// The live heap: 100 MiB besides twice the indexes (theirs
+		// and the memtables' room for each series).
+		for _, index := range []int64{0, 70 * mib, 90 * mib, 120 * mib, 170 * mib, 170 * mib} {
+			live = 100*mib + 2*index
+			g.look(engine.MemoryUse{Index: index})
+		}
+		return percents, limits
+	}
+	percents, limits := run(true)
+	// Live 100, 240, 280, 340, 440 MiB against 704 MiB of room.
+	require.Equal(t, []int{200, 180, 140, 100}, percents)
+	require.Equal(t, []int64{
+		derivedLimit(budget, writes, engine.MemoryUse{Index: 70 * mib}),
+		derivedLimit(budget, writes, engine.MemoryUse{Index: 90 * mib}),
+		derivedLimit(budget, writes, engine.MemoryUse{Index: 120 * mib}),
+		derivedLimit(budget, writes, engine.MemoryUse{Index: 170 * mib}),
+	}, limits)
+	percents, limits2 := run(false)
+	require.Empty(t, percents, "GOGC set: the user's percent")
+	require.Equal(t, limits, limits2, "the limit follows the indexes either way")
+}
