@@ -82,23 +82,7 @@ func BenchmarkDomainFailoverDecisions(b *testing.B) {
 		st := domainState(nodes, dbs, shards, tc.dead, 0)
 		names := st.Assignments.Keys()
 		var d derived
-		// every live replica of a shard that needs a leader answers, as in
-		// a round where nobody timed out
-		answers := map[string]map[int]map[string]models.ReplicaTxn{}
-		for _, name := range names {
-			in, _ := d.failoverInputs(st, name)
-			for sh := range needingLeader(in) {
-				if answers[name] == nil {
-					answers[name] = map[int]map[string]models.ReplicaTxn{}
-				}
-				answers[name][sh.ID] = map[string]models.ReplicaTxn{}
-				for _, r := range sh.Replicas {
-					if _, live := in.Live.Get(r); live {
-						answers[name][sh.ID][r] = models.ReplicaTxn{LastTxnID: uint64(100 + sh.ID), LastTerm: 1, Term: 1}
-					}
-				}
-			}
-		}
+		answers := everyLiveAnswers(&d, st, names)
 		b.Run(tc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			changed := 0
@@ -136,21 +120,7 @@ func BenchmarkDomainFailoverPass(b *testing.B) {
 	st := domainState(nodes, dbs, shards, true, 0)
 	names := st.Assignments.Keys()
 	var d derived
-	answers := map[string]map[int]map[string]models.ReplicaTxn{}
-	for _, name := range names {
-		in, _ := d.failoverInputs(st, name)
-		for sh := range needingLeader(in) {
-			if answers[name] == nil {
-				answers[name] = map[int]map[string]models.ReplicaTxn{}
-			}
-			answers[name][sh.ID] = map[string]models.ReplicaTxn{}
-			for _, r := range sh.Replicas {
-				if _, live := in.Live.Get(r); live {
-					answers[name][sh.ID][r] = models.ReplicaTxn{LastTxnID: uint64(100 + sh.ID), LastTerm: 1, Term: 1}
-				}
-			}
-		}
-	}
+	answers := everyLiveAnswers(&d, st, names)
 	b.ReportAllocs()
 	changed, asked := 0, 0
 	for range b.N {
@@ -182,4 +152,25 @@ func BenchmarkDomainFailoverPass(b *testing.B) {
 	}
 	b.ReportMetric(float64(changed), "shards-decided")
 	b.ReportMetric(float64(asked), "questions")
+}
+
+// everyLiveAnswers is a round in which nobody timed out: every live replica
+// of each shard of names that needs a leader answers.
+func everyLiveAnswers(d *derived, st *statemachine.State, names []string) map[string]map[int]map[string]models.ReplicaTxn {
+	answers := map[string]map[int]map[string]models.ReplicaTxn{}
+	for _, name := range names {
+		in, _ := d.failoverInputs(st, name)
+		for sh := range needingLeader(in) {
+			if answers[name] == nil {
+				answers[name] = map[int]map[string]models.ReplicaTxn{}
+			}
+			answers[name][sh.ID] = map[string]models.ReplicaTxn{}
+			for _, r := range sh.Replicas {
+				if _, live := in.Live.Get(r); live {
+					answers[name][sh.ID][r] = models.ReplicaTxn{LastTxnID: uint64(100 + sh.ID), LastTerm: 1, Term: 1}
+				}
+			}
+		}
+	}
+	return answers
 }
