@@ -84,8 +84,7 @@ func (a *App) GovernMemoryLimit() {
 	if !ok {
 		return
 	}
-	g := newGovernor(memtableBudget(a.cfg), a.cfg.InflightWriteBytes(), os.Getenv("GOGC") == "")
-	g.lg = a.lg
+	g := newGovernor(memtableBudget(a.cfg), a.cfg.InflightWriteBytes(), os.Getenv("GOGC") == "", a.lg)
 	a.goRun(a.runCtx, func(ctx context.Context) {
 		t := time.NewTimer(governEvery)
 		defer t.Stop()
@@ -119,10 +118,10 @@ type governor struct {
 	setPercent func(int)
 }
 
-func newGovernor(budget, writes int64, tunePercent bool) *governor {
+func newGovernor(budget, writes int64, tunePercent bool, lg *zap.Logger) *governor {
 	g := &governor{budget: budget, writes: writes, tunePercent: tunePercent,
 		room: derivedLimit(budget, writes, engine.MemoryUse{}), percent: 100,
-		lg: zap.NewNop(), liveHeap: liveHeap, setLimit: func(n int64) { debug.SetMemoryLimit(n) },
+		lg: lg, liveHeap: liveHeap, setLimit: func(n int64) { debug.SetMemoryLimit(n) },
 		setPercent: func(p int) { debug.SetGCPercent(p) }}
 	g.limit = g.room
 	return g

@@ -7,6 +7,7 @@ import (
 	"github.com/cairn-db/cairn/config"
 	"github.com/cairn-db/cairn/storage/engine"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
 )
 
 func TestMemoryLimit(t *testing.T) {
@@ -118,7 +119,7 @@ func TestGovernorFollowsHeadroom(t *testing.T) {
 	const mib = 1 << 20
 	const budget, writes = 64 * mib, 64 * mib
 	run := func(tune bool) (percents []int, limits []int64) {
-		g := newGovernor(budget, writes, tune)
+		g := newGovernor(budget, writes, tune, zap.NewNop())
 		var live int64
 		g.liveHeap = func() int64 { return live }
 		g.setPercent = func(p int) { percents = append(percents, p) }
