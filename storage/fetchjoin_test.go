@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-db/cairn/coordinator/kv"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
 	"github.com/cairn-db/cairn/storage/client"
@@ -41,19 +42,7 @@ func TestShardsJoiningASessionCostOneFetchEach(t *testing.T) {
 		}
 		c.Request.Body = io.NopCloser(bytes.NewReader(body))
 	}
-	config := func(id string, mw ...gin.HandlerFunc) *node {
-		eng, err := engine.NewBoltEngine(t.TempDir())
-		require.NoError(t, err)
-		cfg := hostConfig(id, "", sm, store, eng)
-		cfg.FetchWait = time.Minute // no poll ends by itself during the test
-		n, _ := runHost(t, cfg, mw...)
-		return n
-	}
-	leader := config("L", count)
-	follower := config("F")
-	put(sm, statemachine.SourceStorageConfig, statemachine.KindStorageConfig, "", "default", models.StorageCluster{Name: "default"})
-	live(t, store, "/t/storage/default", "L", leader.addr())
-	live(t, store, "/t/storage/default", "F", follower.addr())
+	leader, follower := quietPair(t, sm, store, count)
 
 	const joins = 12
 	db := func(i int) string { return fmt.Sprintf("j%02d", i) }
@@ -79,4 +68,24 @@ func TestShardsJoiningASessionCostOneFetchEach(t *testing.T) {
 		require.EqualValues(t, 2, fs.LastTxnID(), "%s", db(i))
 	}
 	require.Eventually(t, func() bool { return leader.host.ParkedFetches() == joins }, 10*time.Second, 5*time.Millisecond)
+}
+
+// quietPair starts a leader L (mw before its handlers) and a follower F,
+// both live in the default cluster, whose polls park a minute: no poll
+// ends by itself during a test.
+func quietPair(t *testing.T, sm *statemachine.Manager, store kv.Store, mw ...gin.HandlerFunc) (leader, follower *node) {
+	t.Helper()
+	start := func(id string, mw ...gin.HandlerFunc) *node {
+		eng, err := engine.NewBoltEngine(t.TempDir())
+		require.NoError(t, err)
+		cfg := hostConfig(id, "", sm, store, eng)
+		cfg.FetchWait = time.Minute
+		n, _ := runHost(t, cfg, mw...)
+		return n
+	}
+	leader, follower = start("L", mw...), start("F")
+	put(sm, statemachine.SourceStorageConfig, statemachine.KindStorageConfig, "", "default", models.StorageCluster{Name: "default"})
+	live(t, store, "/t/storage/default", "L", leader.addr())
+	live(t, store, "/t/storage/default", "F", follower.addr())
+	return leader, follower
 }

@@ -10,10 +10,8 @@ import (
 	"time"
 
 	"github.com/cairn-db/cairn/coordinator/kv/etcdtest"
-	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
 	"github.com/cairn-db/cairn/storage/client"
-	"github.com/cairn-db/cairn/storage/engine"
 	"github.com/gin-gonic/gin"
 	"github.com/stretchr/testify/require"
 )
@@ -55,19 +53,7 @@ func TestLeavingShardResendsTheParkedPoll(t *testing.T) {
 		defer mu.Unlock()
 		return slices.Clone(polls)
 	}
-	config := func(id string, mw ...gin.HandlerFunc) *node {
-		eng, err := engine.NewBoltEngine(t.TempDir())
-		require.NoError(t, err)
-		cfg := hostConfig(id, "", sm, store, eng)
-		cfg.FetchWait = time.Minute // no poll ends by itself during the test
-		n, _ := runHost(t, cfg, mw...)
-		return n
-	}
-	leader := config("L", observe)
-	follower := config("F")
-	put(sm, statemachine.SourceStorageConfig, statemachine.KindStorageConfig, "", "default", models.StorageCluster{Name: "default"})
-	live(t, store, "/t/storage/default", "L", leader.addr())
-	live(t, store, "/t/storage/default", "F", follower.addr())
+	leader, _ := quietPair(t, sm, store, observe)
 
 	publishDB(sm, "a", "ua", []string{"L", "F"}, "L", 1)
 	require.Eventually(t, func() bool { return leader.host.ParkedFetches() == 1 }, 10*time.Second, 5*time.Millisecond)
