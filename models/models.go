@@ -224,6 +224,16 @@ type ShardStates struct {
 	// watcher may deliver a re-created database's config before the deletion
 	// of the old one's states. Empty in records of older versions.
 	UID string `json:"uid,omitempty"`
+	// FirstSets is the etcd cluster id of the txn that created these states
+	// together with the database's assignment and every shard's first
+	// in-sync set (the master's placement); 0 when it wrote no set. It
+	// vouches for the sets only while the states and the assignment are
+	// still those of that txn (both keys at the same mod revision): a new
+	// leader with an empty log then takes its set from the watched state
+	// instead of reading it (storage: placedSet). The master sets it in the
+	// placement's txn only; its later writes of the states make records
+	// without it.
+	FirstSets uint64 `json:"first_sets,omitempty"`
 }
 
 // ISR is a shard's in-sync replica set, written by its leader under its term.

@@ -118,6 +118,9 @@ type Host struct {
 	// statesDecoded counts the shard-state records in-sync set writes
 	// decoded themselves (statesAsRead), for the cost test.
 	statesDecoded atomic.Int64
+	// placedSets counts the first in-sync sets taken from the watched
+	// state unread (placedSet).
+	placedSets atomic.Int64
 
 	waitMu  sync.Mutex
 	waiters map[*replica]map[chan struct{}]int // parked batched fetches to wake at an append or role change of a replica

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cairn-db/cairn/internal/backoff"
+	"github.com/cairn-db/cairn/internal/verify"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/storage/client"
 	"github.com/cairn-db/cairn/storage/engine"
@@ -220,10 +221,16 @@ func (r *replica) lead(ctx context.Context, rr *roleRun, d desired) {
 	// new leaders retrying every 200ms kept a 1,000-node etcd overloaded.
 	// It goes through the host's batcher: when a domain dies, a node
 	// becomes leader of tens of shards at once, and their first sets go in
-	// one read and one txn.
+	// one read and one txn. A new database's leader takes the set the
+	// master created with the placement from its watch instead (placedSet).
 	bo := backoff.New(200*time.Millisecond, 5*time.Second)
-	var initial []string
-	for gone := false; ctx.Err() == nil; {
+	initial, rev, placed := r.placedSet(d)
+	if placed {
+		verify.LeaderInSync(r.id, r.h.nodeID, d.term, initial)
+		r.wroteISR(d.term, rev)
+		r.h.placedSets.Add(1)
+	}
+	for gone := false; !placed && ctx.Err() == nil; {
 		var err error
 		initial, err = r.persistFirstISR(ctx, d)
 		if err == nil {

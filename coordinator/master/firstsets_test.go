@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/cairn-db/cairn/models"
+	"github.com/cairn-db/cairn/statemachine"
 	"github.com/stretchr/testify/require"
 )
 
@@ -59,4 +60,16 @@ func TestFirstSetsWrittenWithPlacement(t *testing.T) {
 		require.Equal(t, leftover, set)
 	}
 	require.True(t, slices.ContainsFunc(st.Assignments.At("old").Shards, func(sh models.ShardAssignment) bool { return len(sh.Replicas) == 2 }))
+
+	// The states say which etcd cluster the sets were made in (leaders take
+	// them from their watch unread), those of the database placed without
+	// sets say none, and states published later (a failover) vouch for none.
+	require.Equal(t, cid, h.etcdStates("fresh").FirstSets)
+	require.Zero(t, h.etcdStates("old").FirstSets)
+	lost := ss.Shards[0].Leader
+	h.kill(lost)
+	h.eventually("a shard of fresh failed over", func(st *statemachine.State) bool {
+		return slices.ContainsFunc(st.ShardStates.At("fresh").Shards, func(s models.ShardState) bool { return s.Term > 1 })
+	})
+	require.Zero(t, h.etcdStates("fresh").FirstSets)
 }

@@ -152,12 +152,19 @@ func (m *Master) writePlaced(ctx context.Context, st *statemachine.State, batch 
 	for j, g := range batch {
 		p := next[j]
 		name := g.db.Name
-		cmps := []kv.Cmp{kv.ModRevIs(m.cfg.Keys.Assign(name), g.revAssign), kv.ModRevIs(m.cfg.Keys.ShardState(name), g.revStates)}
-		ops := []kv.Op{kv.OpPut(m.cfg.Keys.Assign(name), mustJSON(p.assign), 0), kv.OpPut(m.cfg.Keys.ShardState(name), mustJSON(p.states), 0)}
+		var setCmps []kv.Cmp
+		var setOps []kv.Op
 		if g.revAssign == 0 && g.revStates == 0 {
-			c, i := m.firstSets(st, g.db, p.assign, p.states)
-			cmps, ops = append(cmps, c...), append(ops, i...)
+			setCmps, setOps = m.firstSets(st, g.db, p.assign, p.states)
 		}
+		// The states say in which etcd cluster the sets were created with
+		// them, so that the leaders take them from their watch unread.
+		p.states.FirstSets = 0
+		if len(setOps) > 0 {
+			p.states.FirstSets = m.cfg.ClusterID
+		}
+		cmps := append([]kv.Cmp{kv.ModRevIs(m.cfg.Keys.Assign(name), g.revAssign), kv.ModRevIs(m.cfg.Keys.ShardState(name), g.revStates)}, setCmps...)
+		ops := append([]kv.Op{kv.OpPut(m.cfg.Keys.Assign(name), mustJSON(p.assign), 0), kv.OpPut(m.cfg.Keys.ShardState(name), mustJSON(p.states), 0)}, setOps...)
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
