@@ -37,19 +37,17 @@ type Options struct {
 // it, and gives it back (Reset) only once nothing refers to the points any
 // more; points of a batch parsed into Buffers are valid until then.
 type Buffers struct {
-	points []Point // the last batch's, whole: Reset clears them
+	points []Point
 	slabs  [][]Tag // tag slabs, handed out in order
 	used   int     // slabs handed out since Reset
 }
 
-// Reset forgets the batch parsed into b (dropping its references to the
-// body's strings) so that the next parse reuses its memory.
+// Reset makes b's memory ready for the next parse. The old batch's values
+// stay until the next parse writes over them: clearing them was 2 % of
+// the node's CPU in the +160k step (one profile), and what they keep
+// alive is at most the one body they were parsed from.
 func (b *Buffers) Reset() {
-	clear(b.points)
 	b.points = b.points[:0]
-	for _, s := range b.slabs[:b.used] {
-		clear(s[:cap(s)])
-	}
 	b.used = 0
 }
 

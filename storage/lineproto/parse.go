@@ -66,9 +66,8 @@ func ParseBatch(body []byte, o Options) (Batch, error) {
 	if p.into != nil {
 		p.into.Reset()
 		p.points = slices.Grow(p.into.points, lines)
-		// Kept with every point made, even those of a parse begun
-		// again and of one that failed: Reset clears them.
-		defer func() { p.into.points = p.points[:max(len(p.points), p.made)] }()
+		// Kept even from a failed parse: the memory is the same.
+		defer func() { p.into.points = p.points[:0] }()
 	} else {
 		p.points = make([]Point, 0, lines)
 	}
@@ -99,7 +98,6 @@ func ParseBatch(body []byte, o Options) (Batch, error) {
 
 // restart drops the points made so far, to parse the body again.
 func (p *parser) restart() {
-	p.made = max(p.made, len(p.points))
 	p.points, p.last = p.points[:0], nil
 }
 
@@ -211,7 +209,6 @@ type parser struct {
 	bodyStr string
 	points  []Point
 	into    *Buffers // where points and tag slabs come from; nil: new memory
-	made    int      // the most points held before a restart
 }
 
 // internAt is intern that first compares b with the string last seen at the
