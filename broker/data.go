@@ -170,7 +170,7 @@ func routeKey(series string) (string, error) {
 // shard's batch is durable on its in-sync replicas; a
 // *models.PartialWriteError that every good line's is, and names the lines
 // dropped. It returns the points written.
-func (d *Data) write(ctx context.Context, db, precision string, body []byte) (int, error) {
+func (d *Data) write(ctx context.Context, db, precision string, body []byte) (n int, err error) {
 	st := d.State()
 	cfg, err := d.database(st, db)
 	if err != nil {
@@ -182,17 +182,24 @@ func (d *Data) write(ctx context.Context, db, precision string, body []byte) (in
 	}
 	defer release()
 	at := d.clock()
-	// Given: every caller's body is read for the one request (ReadBody)
-	// and never changes after.
+	// Given: the caller's body does not change before this returns, nor
+	// after unless it returned nil (Write). Into: the points and their tags
+	// are an earlier write's memory, given back on the same condition.
+	into := parseBuffers.Get().(*lineproto.Buffers)
 	batch, err := lineproto.ParseBatch(body, lineproto.Options{Precision: precision, Now: at.UnixNano(),
-		MaxPoints: d.MaxPoints, Limits: d.LineLimits, Check: acceptWindow(cfg, at), Given: true})
+		MaxPoints: d.MaxPoints, Limits: d.LineLimits, Check: acceptWindow(cfg, at), Given: true, Into: into})
+	defer func() {
+		if err == nil {
+			releaseParseBuffers(into)
+		}
+	}()
 	if errors.Is(err, lineproto.ErrTooManyPoints) {
 		return 0, fmt.Errorf("%w: the batch holds more than %d points (--write-max-points); send it in smaller batches", models.ErrTooLarge, d.MaxPoints)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("%w: %w", models.ErrBadInput, err)
 	}
-	n, err := d.writePoints(ctx, st, cfg, batch.Points, release)
+	n, err = d.writePoints(ctx, st, cfg, batch.Points, release)
 	var pw *models.PartialWriteError
 	switch {
 	case batch.First == nil:
@@ -205,6 +212,27 @@ func (d *Data) write(ctx context.Context, db, precision string, body []byte) (in
 		err = &models.PartialWriteError{Reason: batch.First.Reason(), Dropped: batch.Dropped + pw.Dropped}
 	}
 	return n, err
+}
+
+// parseBuffers hold the points and tags of writes that ended: with many
+// new series (each line's tags its own) they were half of the bytes the
+// node allocated, and its collections the writes' tail (issue 21).
+var parseBuffers = sync.Pool{New: func() any { return new(lineproto.Buffers) }}
+
+// maxPooledParse bounds the memory of a lineproto.Buffers kept for the next
+// write (a 5,000-line batch of two tags holds about 0.9 MiB).
+const maxPooledParse = 4 << 20
+
+// releaseParseBuffers gives b back for a later write's parse. Only a write
+// that returned nil releases its buffers: its shards' entries are then
+// committed, and nothing (a retry, a wait that timed out, a remote
+// attempt) holds its points.
+func releaseParseBuffers(b *lineproto.Buffers) {
+	if b.Bytes() > maxPooledParse {
+		return
+	}
+	b.Reset()
+	parseBuffers.Put(b)
 }
 
 // cpuSlots bounds the writes parsing, splitting and preparing their batches

@@ -35,6 +35,8 @@ type Admin interface {
 // Data is the data plane (writes, queries, routes).
 type Data interface {
 	Route(db, series string) (models.RouteView, error)
+	// Write stores a line-protocol body; once it returned nil nothing
+	// refers to body any more (influx.ReleaseBody).
 	Write(ctx context.Context, db, precision string, body []byte) error
 	Query(ctx context.Context, q models.Query) (json.RawMessage, error)
 }

@@ -53,6 +53,7 @@ func (s *Server) write(c *gin.Context) {
 		fail(c, err)
 		return
 	}
+	influx.ReleaseBody(body)
 	c.Status(http.StatusNoContent)
 }
 

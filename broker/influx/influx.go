@@ -28,7 +28,8 @@ const Version = "1.8.10"
 type Backend interface {
 	// Write parses and stores a line-protocol body; precision is ns, us, ms,
 	// s, m or h. Errors wrap models.ErrNotFound (database), ErrBadInput (a
-	// bad line, naming it) or ErrUnavailable.
+	// bad line, naming it) or ErrUnavailable. Once it returned nil nothing
+	// refers to body any more: the caller may reuse it (ReleaseBody).
 	Write(ctx context.Context, db, precision string, body []byte) error
 	// Databases lists the databases.
 	Databases() []string

@@ -84,7 +84,11 @@ func (h *Handler) write(c *gin.Context, db, precision string) error {
 	if err != nil {
 		return err
 	}
-	return h.cfg.Backend.Write(c.Request.Context(), db, precision, body)
+	if err := h.cfg.Backend.Write(c.Request.Context(), db, precision, body); err != nil {
+		return err
+	}
+	ReleaseBody(body) // nil: nothing of the write holds its points (Backend.Write)
+	return nil
 }
 
 // writeErr is a write error's status, from the one error table

@@ -50,13 +50,15 @@ func (ft *fieldTypes) setLocked(metric, field string, t models.FieldType) {
 	if ft.m == nil {
 		ft.m = make(map[string]map[string]models.FieldType)
 	}
+	// Clone: the names may point into a whole request body, which is
+	// reused once its write has ended (broker/influx.ReleaseBody).
+	metric, field = strings.Clone(metric), strings.Clone(field)
 	fields := ft.m[metric]
 	if fields == nil {
 		fields = make(map[string]models.FieldType)
-		// Clone: the names may point into a whole request body.
-		ft.m[strings.Clone(metric)] = fields
+		ft.m[metric] = fields
 	}
-	fields[strings.Clone(field)] = t
+	fields[field] = t
 	ft.unsaved = append(ft.unsaved, [2]string{metric, field})
 }
 

@@ -5,6 +5,7 @@ import (
 	"math"
 	"sync"
 	"testing"
+	"unsafe"
 
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/storage/lineproto"
@@ -265,4 +266,25 @@ func TestAdmitTypesConcurrent(t *testing.T) {
 		admitted += len(kept[w])
 	}
 	require.Equal(t, writers*fields/len(types), admitted, "every point of the field's type admitted, no other")
+}
+
+// TestClaimedTypeOutlivesItsBody: the names a new field's type is saved
+// under are the shard's own copies, not the request body's, which is
+// reused once its write has ended: the flush after the body changed saves
+// the field the point named.
+func TestClaimedTypeOutlivesItsBody(t *testing.T) {
+	dir := t.TempDir()
+	e, s := openShardAt(t, dir, manual...)
+	body := []byte("meas fld")
+	p := typed("m", "h=a", "f", 1, models.FieldInteger, 7, "")
+	p.Metric, p.Field = unsafe.String(&body[0], 4), unsafe.String(&body[5], 3)
+	kept, refused, _ := s.AdmitTypes([]lineproto.Point{p})
+	require.Zero(t, refused)
+	apply(t, s, 1, kept...)
+	copy(body, "XXXXXXXX") // the next request's bytes
+	flushNow(t, s)
+	require.NoError(t, e.Close())
+	_, s = openShardAt(t, dir, manual...)
+	require.Equal(t, map[string]models.FieldType{"fld": models.FieldInteger}, s.FieldTypes("meas"))
+	require.Empty(t, s.FieldTypes("XXXX"))
 }

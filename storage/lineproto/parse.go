@@ -54,14 +54,22 @@ func ParseBatch(body []byte, o Options) (Batch, error) {
 		lines = min(lines, o.MaxPoints+1)
 	}
 	p := parser{
-		mult:   mult,
-		now:    o.Now,
-		max:    o.MaxPoints,
-		lim:    o.Limits,
-		check:  o.Check,
-		strs:   make(map[string]string, 64),
-		points: make([]Point, 0, lines),
-		body:   body,
+		mult:  mult,
+		now:   o.Now,
+		max:   o.MaxPoints,
+		lim:   o.Limits,
+		check: o.Check,
+		strs:  make(map[string]string, 64),
+		body:  body,
+		into:  o.Into,
+	}
+	if p.into != nil {
+		p.into.Reset()
+		p.points = slices.Grow(p.into.points, lines)
+		// Kept even from a failed parse: the memory is the same.
+		defer func() { p.into.points = p.points[:0] }()
+	} else {
+		p.points = make([]Point, 0, lines)
 	}
 	if o.Given && len(body) > 0 {
 		p.bodyStr = unsafe.String(&body[0], len(body))
@@ -69,7 +77,7 @@ func ParseBatch(body []byte, o Options) (Batch, error) {
 	if p.parsePlain(body) {
 		return Batch{Points: p.points}, nil
 	}
-	p.points, p.last = p.points[:0], nil
+	p.restart()
 	if wholeBodySafe(body) {
 		err := p.parseBody(body)
 		switch {
@@ -80,12 +88,17 @@ func ParseBatch(body []byte, o Options) (Batch, error) {
 		}
 		// A bad line: parse again line by line, which names it and
 		// keeps the others.
-		p.points, p.last = p.points[:0], nil
+		p.restart()
 	}
 	if err := p.parseLines(body); err != nil {
 		return Batch{}, err
 	}
 	return Batch{Points: p.points, Dropped: p.dropped, First: p.first}, nil
+}
+
+// restart drops the points made so far, to parse the body again.
+func (p *parser) restart() {
+	p.points, p.last = p.points[:0], nil
 }
 
 // parseLines splits body into entries by hand, one decoder per entry,
@@ -195,6 +208,7 @@ type parser struct {
 	body    []byte
 	bodyStr string
 	points  []Point
+	into    *Buffers // where points and tag slabs come from; nil: new memory
 }
 
 // internAt is intern that first compares b with the string last seen at the
@@ -421,7 +435,11 @@ func (p *parser) sortedTags() ([]Tag, error) {
 	// The copies come from one slab per few hundred lines, not an
 	// allocation per line.
 	if cap(p.slab)-len(p.slab) < len(tags) {
-		p.slab = make([]Tag, 0, max(tagSlab, len(tags)))
+		if p.into != nil {
+			p.slab = p.into.slab(len(tags))
+		} else {
+			p.slab = make([]Tag, 0, max(tagSlab, len(tags)))
+		}
 	}
 	n := len(p.slab)
 	p.slab = append(p.slab, tags...)
