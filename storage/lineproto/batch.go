@@ -22,8 +22,11 @@ type Options struct {
 	// Given says the body is the caller's to give: nothing changes its
 	// bytes after the call, ever. The points' strings then point into the
 	// body itself instead of into one copy of it, which was a tenth of the
-	// bytes a write allocated (issue 21). A body a caller reuses (a pooled
-	// buffer) must not be given: points may outlive a write that timed out.
+	// bytes a write allocated (issue 21). A caller that reuses its body (a
+	// pooled buffer) may give it only if it reuses it after a write whose
+	// every point is done with (the broker: a write that returned nil),
+	// never after one that failed: its points may outlive a write that
+	// timed out.
 	Given bool
 	// Into, when set, is the memory the batch's points and their tags are
 	// cut from, a previous batch's (see Buffers).
