@@ -20,8 +20,7 @@ type derived struct {
 	leads       map[string]map[string]int
 	termsKey    statemachine.Map[models.StorageNode] // the cluster's live nodes terms was computed from
 	termsOf     string                               // that cluster
-	terms       map[string]int64
-	seen        map[string]int64
+	terms       *liveTerms
 	restored    map[string]restoredSets // per cluster
 }
 
@@ -34,7 +33,7 @@ type restoredSets struct {
 	ids map[string]bool
 }
 
-// failoverInputs is FailoverInputs(st, db) with the recorded terms computed
+// failoverInputs is FailoverInputs(st, db) with the records' terms computed
 // once per version of the live nodes, the restored in-sync sets once per
 // version of the cluster's sets, and without Leads: the caller adds
 // them (clusterLeads) once a shard needs a leader.
@@ -44,11 +43,10 @@ func (d *derived) failoverInputs(st *statemachine.State, db string) (ShardInputs
 		return ShardInputs{}, false
 	}
 	live := st.Nodes.At(a.Cluster)
-	recorded := d.recordedTerms(live, a.Cluster) // and d.seen with it
 	in := ShardInputs{DB: db, Assign: a, States: st.ShardStates.At(db),
 		Live: live, ISR: st.ISR.At(a.Cluster), Drains: st.Drains,
-		ClusterID:     st.ListedFrom[statemachine.ClusterISRSource(a.Cluster)],
-		RecordedTerms: recorded, SeenTerms: d.seen}
+		ClusterID: st.ListedFrom[statemachine.ClusterISRSource(a.Cluster)],
+		terms:     d.liveTerms(live, a.Cluster).forDB(db)}
 	d.restoredOf(&in)
 	return in, true
 }
@@ -112,11 +110,10 @@ func (d *derived) clusterLeads(st *statemachine.State, cluster string) map[strin
 	return out
 }
 
-// recordedTerms is, per shard id, the highest max_term in the live nodes'
-// records of one cluster.
-func (d *derived) recordedTerms(live statemachine.Map[models.StorageNode], cluster string) map[string]int64 {
+// liveTerms is the terms of the live nodes' records of one cluster.
+func (d *derived) liveTerms(live statemachine.Map[models.StorageNode], cluster string) *liveTerms {
 	if d.terms == nil || !live.Same(d.termsKey) || cluster != d.termsOf {
-		d.termsKey, d.termsOf, d.terms, d.seen = live, cluster, RecordedTerms(live), SeenTerms(live)
+		d.termsKey, d.termsOf, d.terms = live, cluster, liveTermsOf(live)
 	}
 	return d.terms
 }

@@ -58,6 +58,10 @@ type ShardInputs struct {
 	// costs no lookup of ISR (a whole domain's failover checked ~32,000
 	// shards a pass, most of it in those lookups). Nil: looked up.
 	Restored map[string]bool
+	// terms is, when not nil, RecordedTerms and SeenTerms of this
+	// database's shards by shard number (liveTerms, computed once per
+	// version of the cluster's live nodes); read before them.
+	terms *dbTerms
 	// view is the shards that need a leader, computed once in a failover
 	// pass (withView); nil, or computed from other inputs: computed where
 	// read.
@@ -106,13 +110,16 @@ func liveTerm(in ShardInputs, shard int) int64 {
 
 // liveTermOf is liveTerm with the shard's id (models.ShardID) given.
 func liveTermOf(in ShardInputs, shard int, id string) int64 {
-	return max(recordsTermOf(in, id), answersTermOf(in, shard))
+	return max(recordsTermOf(in, shard, id), answersTermOf(in, shard))
 }
 
 // recordedTermOf is the highest term any live node's record says it holds
 // in its log of the shard id (max_term): what the trust in an in-sync
 // record is judged by, the same before and after the replicas are asked.
-func recordedTermOf(in ShardInputs, id string) int64 {
+func recordedTermOf(in ShardInputs, shard int, id string) int64 {
+	if in.terms != nil {
+		return in.terms.of(shard, id).rec
+	}
 	if in.RecordedTerms != nil {
 		return in.RecordedTerms[id]
 	}
@@ -170,12 +177,12 @@ type isrView struct {
 
 // viewOf looks the shard's in-sync record up and judges it.
 func viewOf(in ShardInputs, sh models.ShardAssignment) isrView {
-	return viewOfID(in, models.ShardID(in.DB, sh.ID))
+	return viewOfID(in, sh.ID, models.ShardID(in.DB, sh.ID))
 }
 
 // viewOfID is viewOf with the shard's id given.
-func viewOfID(in ShardInputs, id string) isrView {
-	lt := recordedTermOf(in, id)
+func viewOfID(in ShardInputs, shard int, id string) isrView {
+	lt := recordedTermOf(in, shard, id)
 	set, ok := in.ISR.Get(id)
 	if !ok {
 		return isrView{trusted: lt == 0}

@@ -71,7 +71,7 @@ func (pv *passView) of(in ShardInputs) bool {
 		sameSlice(f.States.Shards, in.States.Shards) && f.States.UID == in.States.UID &&
 		f.Live.Same(in.Live) && f.ISR.Same(in.ISR) &&
 		sameMap(f.Drains, in.Drains) && sameMap(f.Moved, in.Moved) && sameMap(f.RecordedTerms, in.RecordedTerms) &&
-		sameMap(f.SeenTerms, in.SeenTerms) && sameMap(f.Restored, in.Restored)
+		sameMap(f.SeenTerms, in.SeenTerms) && f.terms == in.terms && sameMap(f.Restored, in.Restored)
 }
 
 // needsOf computes the shards of in that need a leader (needOf).
@@ -106,7 +106,7 @@ func needsOf(in ShardInputs) []shardNeed {
 func needOf(in ShardInputs, i int, sh models.ShardAssignment) (shardNeed, bool) {
 	st, ok := shardStateOf(in.States, sh.ID)
 	id := models.ShardID(in.DB, sh.ID)
-	n := shardNeed{at: i, sh: sh, st: st, ok: ok, id: id, term: recordsTermOf(in, id), replace: true}
+	n := shardNeed{at: i, sh: sh, st: st, ok: ok, id: id, term: recordsTermOf(in, sh.ID, id), replace: true}
 	var leader models.StorageNode
 	live := false
 	if ok {
@@ -119,7 +119,7 @@ func needOf(in ShardInputs, i int, sh models.ShardAssignment) (shardNeed, bool) 
 	if !n.replace && !fencedLeader && !(ok && n.answersAbove(in)) {
 		return n, false
 	}
-	n.v = viewOfID(in, id)
+	n.v = viewOfID(in, sh.ID, id)
 	n.cands, n.missing = candidatesOf(in, sh, n.v)
 	if n.mustReplace(in) {
 		return n, true
@@ -160,8 +160,11 @@ func (n shardNeed) behind(in ShardInputs) bool {
 
 // recordsTermOf is liveTermOf without the answers: the highest term a live
 // node's record holds in its log of shard id or has accepted.
-func recordsTermOf(in ShardInputs, id string) int64 {
-	t := recordedTermOf(in, id)
+func recordsTermOf(in ShardInputs, shard int, id string) int64 {
+	if in.terms != nil {
+		return in.terms.of(shard, id).both
+	}
+	t := recordedTermOf(in, shard, id)
 	if in.SeenTerms != nil {
 		return max(t, in.SeenTerms[id])
 	}

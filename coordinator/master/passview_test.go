@@ -50,7 +50,7 @@ func TestPassViewFollowsItsInputs(t *testing.T) {
 		victim := next.Shards[changed[0]].Leader
 		dead := led
 		dead.Live = in.Live.Delete(victim)
-		dead.RecordedTerms, dead.SeenTerms = RecordedTerms(dead.Live), SeenTerms(dead.Live)
+		dead.RecordedTerms, dead.SeenTerms, dead.terms = RecordedTerms(dead.Live), SeenTerms(dead.Live), nil
 		var want []int
 		for _, s := range next.Shards {
 			if s.Leader == victim {
