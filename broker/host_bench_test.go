@@ -47,24 +47,27 @@ func envInt(name string, def int) int {
 	return def
 }
 
-func benchWriteHost(b *testing.B, total, series, writers int) {
-	const db, shards = "w1", 8
-	eng, err := engine.NewBoltEngine(b.TempDir())
+// localHost is a standalone node's write path below HTTP: a storage.Host
+// leading database db's shards alone (replica factor 1) in a real engine,
+// and the broker's Data writing to it. Both stop with the test.
+func localHost(tb testing.TB, db string, shards int) (*broker.Data, engine.Engine) {
+	tb.Helper()
+	eng, err := engine.NewBoltEngine(tb.TempDir())
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	store := kv.NewMemoryStore()
-	defer func() { _ = store.Close() }()
+	tb.Cleanup(func() { _ = store.Close() })
 	sm := statemachine.New(statemachine.Config{})
 	sm.Start(context.Background())
-	defer sm.Stop()
+	tb.Cleanup(sm.Stop)
 	h := storage.NewHost(storage.HostConfig{NodeID: "self", Cluster: "default", Engine: eng, Store: store,
 		Keys: models.ClusterKeys{SNS: "/b/storage/default"}, State: sm.Snapshot, Changed: sm.Changed,
 		AckTimeout: 10 * time.Second, DropDelay: time.Hour})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); h.Run(ctx) }()
-	defer func() { cancel(); <-done; _ = eng.Close() }()
+	tb.Cleanup(func() { cancel(); <-done; _ = eng.Close() })
 
 	states := make([]models.ShardState, shards)
 	assigned := make([]models.ShardAssignment, shards)
@@ -99,12 +102,18 @@ func benchWriteHost(b *testing.B, total, series, writers int) {
 	for shard := range shards {
 		for h.Write(ctx, db, shard, 1, []lineproto.Point{{Metric: "warm", Field: "v", Value: 1, TS: 1}}) != nil {
 			if time.Now().After(deadline) {
-				b.Fatalf("shard %d never took a write", shard)
+				tb.Fatalf("shard %d never took a write", shard)
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
 
+	return d, eng
+}
+
+func benchWriteHost(b *testing.B, total, series, writers int) {
+	const db, shards = "w1", 8
+	d, _ := localHost(b, db, shards)
 	perWriter := series / writers
 	batches := total / scaleBatch / writers
 	var ms0, ms1 runtime.MemStats
