@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"runtime"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +16,7 @@ import (
 	"github.com/cairn-db/cairn/storage"
 	"github.com/cairn-db/cairn/storage/engine"
 	"github.com/cairn-db/cairn/storage/lineproto"
+	"github.com/stretchr/testify/require"
 )
 
 // BenchmarkWriteLocalHost is a standalone node's /write below HTTP with a
@@ -98,68 +97,16 @@ func localHost(tb testing.TB, db string, shards int) (*broker.Data, engine.Engin
 	d := &broker.Data{State: func() *statemachine.State { return st }, Changed: func() <-chan struct{} { return never },
 		Client: http.DefaultClient, WriteTimeout: 30 * time.Second, Self: "self", Local: h}
 	// Every shard open and led before the clock starts.
-	deadline := time.Now().Add(10 * time.Second)
 	for shard := range shards {
-		for h.Write(ctx, db, shard, 1, []lineproto.Point{{Metric: "warm", Field: "v", Value: 1, TS: 1}}) != nil {
-			if time.Now().After(deadline) {
-				tb.Fatalf("shard %d never took a write", shard)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		require.Eventually(tb, func() bool {
+			return h.Write(ctx, db, shard, 1, []lineproto.Point{{Metric: "warm", Field: "v", Value: 1, TS: 1}}) == nil
+		}, 10*time.Second, 5*time.Millisecond, "shard %d never took a write", shard)
 	}
 
 	return d, eng
 }
 
 func benchWriteHost(b *testing.B, total, series, writers int) {
-	const db, shards = "w1", 8
-	d, _ := localHost(b, db, shards)
-	perWriter := series / writers
-	batches := total / scaleBatch / writers
-	var ms0, ms1 runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&ms0)
-	cpu0 := cpuTime()
-	start := time.Now()
-	var wg sync.WaitGroup
-	errs := make(chan error, writers)
-	for w := range writers {
-		wg.Go(func() {
-			prefixes := make([][]byte, perWriter)
-			for i := range prefixes {
-				h := w*perWriter + i
-				prefixes[i] = fmt.Appendf(nil, "cpu,host=s%dh%d,region=r%d usage=1.5 ", w, h/5, h%5)
-			}
-			ts := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
-			body := make([]byte, 0, scaleBatch*48)
-			next := 0
-			for range batches {
-				body = body[:0]
-				for range scaleBatch {
-					body = append(body, prefixes[next]...)
-					body = strconv.AppendInt(body, ts, 10)
-					body = append(body, '\n')
-					if next++; next == len(prefixes) {
-						next, ts = 0, ts+10_000
-					}
-				}
-				if err := d.Write(context.Background(), db, "ms", body); err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	elapsed, cpu := time.Since(start), cpuTime()-cpu0
-	close(errs)
-	if err := <-errs; err != nil {
-		b.Fatal(err)
-	}
-	runtime.ReadMemStats(&ms1)
-	points := float64(batches * writers * scaleBatch)
-	b.ReportMetric(float64(cpu.Nanoseconds())/points, "cpu-ns/pt")
-	b.ReportMetric(float64(elapsed.Nanoseconds())/points, "wall-ns/pt")
-	b.ReportMetric(float64(ms1.Mallocs-ms0.Mallocs)/points, "allocs/pt")
-	b.ReportMetric(float64(ms1.TotalAlloc-ms0.TotalAlloc)/points, "B/pt")
+	d, _ := localHost(b, "w1", 8)
+	measureWrites(b, d, total, series, writers)
 }

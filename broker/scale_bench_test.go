@@ -120,6 +120,22 @@ func benchWriteScale(b *testing.B, series, writers, numShards int) {
 		},
 	}
 
+	measureWrites(b, d, total, series, writers)
+}
+
+// cpuTime is the process's user and system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// measureWrites has writers send total points of loadgen's shape (5,000-line
+// batches of their share of series, database w1) through d, and reports
+// the CPU, wall time, allocation per point and the heap in use after.
+func measureWrites(b *testing.B, d *broker.Data, total, series, writers int) {
 	perWriter := series / writers
 	batches := total / scaleBatch / writers
 	var ms0, ms1 runtime.MemStats
@@ -171,13 +187,4 @@ func benchWriteScale(b *testing.B, series, writers, numShards int) {
 	b.ReportMetric(float64(ms1.Mallocs-ms0.Mallocs)/points, "allocs/pt")
 	b.ReportMetric(float64(ms1.TotalAlloc-ms0.TotalAlloc)/points, "B/pt")
 	b.ReportMetric(float64(ms1.HeapInuse)/(1<<20), "heap-MiB")
-}
-
-// cpuTime is the process's user and system CPU time so far.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
