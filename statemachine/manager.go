@@ -210,7 +210,7 @@ func (m *Manager) Sources() []Source {
 }
 
 func (m *Manager) push(ctx context.Context, src Source, we kv.WatchEvent) {
-	ev := Event{Source: src.Name, Kind: src.Kind, Cluster: src.Cluster, Type: we.Kind, Rev: we.Rev,
+	ev := Event{Source: src.Name, Kind: src.Kind, Cluster: src.Cluster, Type: we.Kind, Rev: we.Rev, More: we.More,
 		Name: nameOf(we.Key, src.Prefix), ClusterID: we.ClusterID, At: m.cfg.Now().UnixMilli()}
 	if we.Kind != kv.WatchSynced {
 		ev.raw = &rawChange{src: src, key: we.Key, value: we.Value, modRev: we.Rev, createRev: we.CreateRev, del: we.Kind == kv.WatchDelete}

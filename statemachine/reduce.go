@@ -17,6 +17,9 @@ type Event struct {
 	Name    string // key relative to the source prefix: db name, node id, "db/shard"...
 	Value   any    // decoded record for puts
 	Rev     int64
+	// More: more events of Rev (or of a list) follow; the source's
+	// revision advances only with the last (kv.WatchEvent.More).
+	More bool
 	// ClusterID is the etcd cluster a WatchSynced list came from.
 	ClusterID uint64
 	// Removed marks a control event: the source was removed, drop its keys.
@@ -63,7 +66,7 @@ func (b *builder) apply(ev Event) {
 		cloneOnce(b, "listed", &s.ListedFrom)[ev.Source] = ev.ClusterID
 		return
 	}
-	if ev.Rev > s.Revisions[ev.Source] {
+	if !ev.More && ev.Rev > s.Revisions[ev.Source] {
 		cloneOnce(b, "revisions", &s.Revisions)[ev.Source] = ev.Rev
 	}
 	if ev.Invalid != "" || s.Invalid[ev.Source][ev.Name] != "" {

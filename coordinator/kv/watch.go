@@ -32,6 +32,13 @@ type WatchEvent struct {
 	CreateRev int64
 	// ClusterID is the etcd cluster the list came from (WatchSynced only).
 	ClusterID uint64
+	// More: an event of the same revision (one txn's other keys) or of the
+	// same list follows this one. A consumer that counts a revision as seen
+	// once one of its events is applied shows the others' keys old: a
+	// master that published 50 databases' states in one txn, and waited for
+	// its revision, read some of them stale and lost its next publication
+	// to its own guard.
+	More bool
 }
 
 // WatcherConfig configures a list-then-watch loop over one prefix.
@@ -325,17 +332,34 @@ func consume(ch <-chan RawWatchResponse, known map[string]int64, lastRev *int64,
 		if resp.Err != nil {
 			return resp.Err
 		}
+		// etcd sends a revision's events in one response (it cuts a batch
+		// only between revisions), so within the response each emitted
+		// event knows whether its revision goes on (WatchEvent.More). An
+		// event is held until the next emitted one is known.
+		var held WatchEvent
+		holding := false
 		for _, ev := range resp.Events {
+			var out WatchEvent
 			if ev.Type == EventDelete {
-				if _, ok := known[ev.KV.Key]; ok {
-					delete(known, ev.KV.Key)
-					emit(WatchEvent{Kind: WatchDelete, Key: ev.KV.Key, Rev: ev.KV.ModRev})
+				if _, ok := known[ev.KV.Key]; !ok {
+					*lastRev = max(*lastRev, ev.KV.ModRev)
+					continue
 				}
+				delete(known, ev.KV.Key)
+				out = WatchEvent{Kind: WatchDelete, Key: ev.KV.Key, Rev: ev.KV.ModRev}
 			} else {
 				known[ev.KV.Key] = ev.KV.ModRev
-				emit(WatchEvent{Kind: WatchPut, Key: ev.KV.Key, Value: ev.KV.Value, Rev: ev.KV.ModRev, CreateRev: ev.KV.CreateRev})
+				out = WatchEvent{Kind: WatchPut, Key: ev.KV.Key, Value: ev.KV.Value, Rev: ev.KV.ModRev, CreateRev: ev.KV.CreateRev}
 			}
+			if holding {
+				held.More = held.Rev == out.Rev
+				emit(held)
+			}
+			held, holding = out, true
 			*lastRev = max(*lastRev, ev.KV.ModRev)
+		}
+		if holding {
+			emit(held)
 		}
 		*lastRev = max(*lastRev, resp.Rev)
 		seenRev.Store(*lastRev)
@@ -345,18 +369,19 @@ func consume(ch <-chan RawWatchResponse, known map[string]int64, lastRev *int64,
 
 // diffAndEmit emits what changed between the keys the consumer holds and a
 // fresh list; with fresh set (a new cluster) every listed key is re-emitted
-// because mod revisions of two clusters cannot be compared.
+// because mod revisions of two clusters cannot be compared. Every event is
+// More: the list is whole only at the WatchSynced that follows it.
 func diffAndEmit(known map[string]int64, kvs []KeyValue, fresh bool, emit func(WatchEvent)) map[string]int64 {
 	next := make(map[string]int64, len(kvs))
 	for _, kvp := range kvs {
 		next[kvp.Key] = kvp.ModRev
 		if old, ok := known[kvp.Key]; fresh || !ok || old != kvp.ModRev {
-			emit(WatchEvent{Kind: WatchPut, Key: kvp.Key, Value: kvp.Value, Rev: kvp.ModRev, CreateRev: kvp.CreateRev})
+			emit(WatchEvent{Kind: WatchPut, Key: kvp.Key, Value: kvp.Value, Rev: kvp.ModRev, CreateRev: kvp.CreateRev, More: true})
 		}
 	}
 	for k := range known {
 		if _, ok := next[k]; !ok {
-			emit(WatchEvent{Kind: WatchDelete, Key: k})
+			emit(WatchEvent{Kind: WatchDelete, Key: k, More: true})
 		}
 	}
 	return next

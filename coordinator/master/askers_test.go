@@ -65,3 +65,65 @@ func TestFailoverRoundAsksEveryNodeAtOnce(t *testing.T) {
 		require.Len(t, answers, 1, "shard %d: its live replica answered", id)
 	}
 }
+
+// TestBoundedRoundEndsWithoutItsAskers: a round whose sets are all trusted
+// ends at its patience even while a question is still out and does not
+// heed its cancellation (an asker in a process too busy to notice it):
+// gatherTxn returns with the answers it has, and the answer that comes
+// after is not recorded into what it returned.
+func TestBoundedRoundEndsWithoutItsAskers(t *testing.T) {
+	in := ShardInputs{DB: "d"}
+	live := map[string]models.StorageNode{}
+	for _, id := range []string{"quick", "stuck"} {
+		live[id] = models.StorageNode{NodeID: id, NodeAddress: id + ":1"}
+	}
+	in.Live = statemachine.MapOf(live)
+	in.Assign.Shards = []models.ShardAssignment{
+		{ID: 0, Replicas: []string{"dead", "quick"}},
+		{ID: 1, Replicas: []string{"dead", "stuck"}},
+	}
+	in.States.Shards = []models.ShardState{
+		{ID: 0, Leader: "dead", Term: 1, Status: models.StatusOnline},
+		{ID: 1, Leader: "dead", Term: 1, Status: models.StatusOnline},
+	}
+	in.ISR = statemachine.MapOf(map[string]models.ISR{
+		models.ShardID("d", 0): {Leader: "dead", Term: 1, Replicas: []string{"dead", "quick"}},
+		models.ShardID("d", 1): {Leader: "dead", Term: 1, Replicas: []string{"dead", "stuck"}},
+	})
+	in.ClusterID = 1
+	require.False(t, newRound([]ShardInputs{in}).stale, "both sets are trusted: the round is bounded")
+
+	release, answered := make(chan struct{}), make(chan struct{})
+	asks := func(ctx context.Context, node models.NodeRef, shards map[string][]int) (map[string]map[int]models.ReplicaTxn, error) {
+		if node.NodeID == "stuck" {
+			<-release // deaf to ctx
+			defer close(answered)
+		}
+		out := map[string]map[int]models.ReplicaTxn{}
+		for db, ids := range shards {
+			out[db] = map[int]models.ReplicaTxn{}
+			for _, id := range ids {
+				out[db][id] = models.ReplicaTxn{LastTxnID: 9, LastTerm: 1}
+			}
+		}
+		return out, nil
+	}
+	var got []map[int]map[string]models.ReplicaTxn
+	returned := make(chan struct{})
+	go func() {
+		defer close(returned)
+		got = gatherTxn(context.Background(), nil, asks, time.Minute, 20*time.Millisecond, []ShardInputs{in}, zap.NewNop())
+	}()
+	select {
+	case <-returned:
+	case <-time.After(30 * time.Second):
+		close(release)
+		t.Fatal("the round waited for its stuck asker")
+	}
+	require.Len(t, got[0][0], 1, "the quick answer counts")
+	require.Empty(t, got[0][1], "the stuck node had not answered when the round ended")
+	close(release)
+	<-answered
+	require.Never(t, func() bool { return len(got[0][1]) > 0 }, 200*time.Millisecond, 5*time.Millisecond,
+		"its answer after the round's end is dropped")
+}
