@@ -171,6 +171,7 @@ func (h *Host) join(r *replica, p client.Peer, term int64, back func(why error))
 		s = &fetchSession{h: h, peer: p, ctx: ctx, members: map[*replica]*member{}, changed: make(chan struct{}), cancel: cancel, done: make(chan struct{}),
 			park: idleCap(h.cfg.FetchWait)}
 		h.sessions[p] = s
+		h.sessGen++
 		go func() {
 			defer close(s.done)
 			s.run(ctx)
@@ -204,20 +205,55 @@ func (h *Host) join(r *replica, p client.Peer, term int64, back func(why error))
 var errLeaderGone = errors.New("storage: the leader node is no longer live at its address")
 
 // endSessionsGone hands every member of the sessions whose leader (id and
-// address) is not live in nodes back to its replica (errLeaderGone).
+// address) is not live in nodes back to its replica (errLeaderGone). It
+// looks at the sessions of the nodes that changed since its last look
+// (statemachine.Changed), or at all of them when a session was created
+// since: at 1,000 simulated nodes in one process, a dead domain's 334
+// lease ends woke ~666 hosts each, and a look at every session of every
+// host on each was an eighth of the process's CPU while the failover it
+// waited for was under way.
 func (h *Host) endSessionsGone(nodes statemachine.Map[models.StorageNode]) {
-	var gone []*fetchSession
 	h.sessMu.Lock()
-	for p, s := range h.sessions {
-		if n, ok := nodes.Get(p.ID); !ok || n.NodeAddress != p.Address {
-			gone = append(gone, s)
-		}
-	}
+	gone := h.goneLocked(nodes)
 	h.sessMu.Unlock()
 	for _, s := range gone {
 		s.log().Info("leader address no longer live; its followers look the leader up again")
 		s.handBackMembers(errLeaderGone)
 	}
+}
+
+// goneLocked is endSessionsGone's look, under sessMu: the sessions whose
+// leader is not live in nodes, among those of the nodes changed since the
+// last look, or among all when a session was created since.
+func (h *Host) goneLocked(nodes statemachine.Map[models.StorageNode]) []*fetchSession {
+	last := h.goneSeen
+	h.goneSeen = goneCheck{nodes: nodes, gen: h.sessGen, ok: true}
+	var changed map[string]bool
+	if last.ok && last.gen == h.sessGen {
+		changed = map[string]bool{}
+		statemachine.Changed(last.nodes, nodes, func(id string) { changed[id] = true })
+		if len(changed) == 0 {
+			return nil
+		}
+	}
+	var gone []*fetchSession
+	for p, s := range h.sessions {
+		if changed != nil && !changed[p.ID] {
+			continue
+		}
+		if n, ok := nodes.Get(p.ID); !ok || n.NodeAddress != p.Address {
+			gone = append(gone, s)
+		}
+	}
+	return gone
+}
+
+// goneCheck is what endSessionsGone last looked at: the live nodes, and
+// how many sessions had been created.
+type goneCheck struct {
+	nodes statemachine.Map[models.StorageNode]
+	gen   uint64
+	ok    bool
 }
 
 // partAll removes r from every session it is in (see part).

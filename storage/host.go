@@ -128,6 +128,10 @@ type Host struct {
 
 	sessMu   sync.Mutex
 	sessions map[client.Peer]*fetchSession // follower side: one batched fetch loop per leader node
+	// sessGen counts the sessions created; goneSeen is what the last
+	// endSessionsGone looked at (sessMu).
+	sessGen  uint64
+	goneSeen goneCheck
 	// noBatch: leader addresses that refused the batched fetch (a node of
 	// an older version), until when their followers pull per shard.
 	noBatch map[string]time.Time

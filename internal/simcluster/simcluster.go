@@ -742,18 +742,9 @@ func (c *cluster) kill(ctx context.Context) (failover, error) {
 	}
 	go func() {
 		defer close(seenDone)
-		wait := slices.Clone(w.Shards)
-		for len(wait) > 0 {
-			st := c.sm.Snapshot()
-			wait = slices.DeleteFunc(wait, func(id string) bool {
-				_, ok := newLeader(st.ShardStates.At, dead, id)
-				return ok
-			})
-			if len(wait) > 0 && sleep(sctx, 20*time.Millisecond) != nil {
-				return
-			}
+		if c.agentsSeeAll(sctx, w.Shards, dead) {
+			agentsSaw <- time.Now()
 		}
-		agentsSaw <- time.Now()
 	}()
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -801,6 +792,50 @@ func (c *cluster) kill(ctx context.Context) (failover, error) {
 	fmt.Fprintf(c.p.Progress, "%s\n  agents' etcd and peer requests: %s\n",
 		failoverLine(gone, led, writable, obs.marks[lineHalf], obs.marks[lineMost]), c.counts)
 	return f, err
+}
+
+// agentsSeeAll returns true once the agents' state store shows every shard
+// of ids (models.ShardID) online under a leader not in dead, false if ctx
+// ends first. It looks again at each publication of the store, only at the
+// databases whose states changed: polling every shard every 20 ms, it took
+// ~6 % of this process's CPU while the failover it times was under way.
+func (c *cluster) agentsSeeAll(ctx context.Context, ids []string, dead map[string]bool) bool {
+	wait := map[string][]int{} // db -> shard numbers not yet led
+	for _, id := range ids {
+		if db, shard, err := models.ParseShardID(id); err == nil {
+			wait[db] = append(wait[db], shard)
+		}
+	}
+	seen := map[string]models.ShardStates{}
+	for len(wait) > 0 {
+		changed := c.sm.Changed()
+		st := c.sm.Snapshot()
+		for db, shards := range wait {
+			ss := st.ShardStates.At(db)
+			if prev, ok := seen[db]; ok && len(prev.Shards) == len(ss.Shards) && (len(ss.Shards) == 0 || &prev.Shards[0] == &ss.Shards[0]) {
+				continue // the same states as last looked at
+			}
+			seen[db] = ss
+			shards = slices.DeleteFunc(shards, func(n int) bool {
+				_, ok := newLeader(func(string) models.ShardStates { return ss }, dead, models.ShardID(db, n))
+				return ok
+			})
+			if len(shards) == 0 {
+				delete(wait, db)
+			} else {
+				wait[db] = shards
+			}
+		}
+		if len(wait) == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-changed:
+		}
+	}
+	return true
 }
 
 // failoverLine says when, after the leases' end (gone), the new leaders
