@@ -321,7 +321,7 @@ type masterOpts struct {
 	firstSets      bool             // Config.FirstSets
 	// trustedAsk is Config.TrustedAskTimeout; default the AskTimeout
 	// (500ms), so tests that read who answered what do not depend on the
-	// machine's load; negative: the Config's own default (150ms).
+	// machine's load; negative: the Config's own default (50ms).
 	trustedAsk time.Duration
 	// state replaces the manager's snapshots as what the master reads
 	// (its wake-ups still come from sm).

@@ -10,10 +10,12 @@ import (
 )
 
 // TestLedSetForgetsWhatChanged: an event forgets the databases it touched
-// (their states, in-sync sets or the terms a node record holds for their
-// shards, or a node assigned one of their replicas leaving, joining or
-// fenced off writes) and keeps the others remembered; a node moving, or a
-// drain, forgets them all.
+// (their states, in-sync sets or the terms a new or changed node record
+// holds for their shards, a node assigned one of their replicas joining,
+// or a node leading one of their shards leaving or fenced off writes) and
+// keeps the others remembered: a follower lost, or a record gone with its
+// terms, makes no shard need a leader. A node moving, or a drain, forgets
+// them all.
 func TestLedSetForgetsWhatChanged(t *testing.T) {
 	const c = "c"
 	node := func(addr string, seen map[string]int64) models.StorageNode {
@@ -23,7 +25,9 @@ func TestLedSetForgetsWhatChanged(t *testing.T) {
 		Assignments: statemachine.MapOf(map[string]models.Assignment{
 			"x": {DB: "x", Cluster: c, Shards: []models.ShardAssignment{{ID: 0, Replicas: []string{"n1", "n2"}}}},
 			"y": {DB: "y", Cluster: c, Shards: []models.ShardAssignment{{ID: 0, Replicas: []string{"n1", "n3"}}}}}),
-		ShardStates: statemachine.MapOf(map[string]models.ShardStates{"x": {DB: "x"}, "y": {DB: "y"}}),
+		ShardStates: statemachine.MapOf(map[string]models.ShardStates{
+			"x": {DB: "x", Shards: []models.ShardState{{ID: 0, Leader: "n1", Term: 1, Status: models.StatusOnline}}},
+			"y": {DB: "y", Shards: []models.ShardState{{ID: 0, Leader: "n3", Term: 1, Status: models.StatusOnline}}}}),
 		Nodes: statemachine.NestedMapOf(map[string]map[string]models.StorageNode{c: {
 			"n1": node("a:1", map[string]int64{"x/0": 1, "y/0": 1}), "n2": {NodeID: "n2", NodeAddress: "a:2"}}}),
 		ISR:       statemachine.NestedMapOf(map[string]map[string]models.ISR{c: {"x/0": {Term: 1}, "y/0": {Term: 1}}}),
@@ -58,12 +62,12 @@ func TestLedSetForgetsWhatChanged(t *testing.T) {
 			n.Following = map[string]string{"x/0": "n2"}
 			st.Nodes = statemachine.SetIn(st.Nodes, c, "n1", n)
 		}), nil},
-		{"a node left", next(statemachine.ClusterNodesSource(c), func(st *statemachine.State) {
+		{"a follower left", next(statemachine.ClusterNodesSource(c), func(st *statemachine.State) {
 			st.Nodes = statemachine.DeleteIn(st.Nodes, c, "n2")
-		}), []string{"x"}},
-		{"a node holding terms left", next(statemachine.ClusterNodesSource(c), func(st *statemachine.State) {
+		}), nil},
+		{"a leader holding terms left", next(statemachine.ClusterNodesSource(c), func(st *statemachine.State) {
 			st.Nodes = statemachine.DeleteIn(st.Nodes, c, "n1")
-		}), []string{"x", "y"}},
+		}), []string{"x"}},
 		{"a node joined", next(statemachine.ClusterNodesSource(c), func(st *statemachine.State) {
 			st.Nodes = statemachine.SetIn(st.Nodes, c, "n3", models.StorageNode{NodeID: "n3", NodeAddress: "a:3"})
 		}), []string{"y"}},
@@ -74,11 +78,11 @@ func TestLedSetForgetsWhatChanged(t *testing.T) {
 			n := node("a:1", map[string]int64{"x/0": 1, "y/0": 1})
 			n.DiskFault = &models.DiskFault{Kind: models.DiskFull}
 			st.Nodes = statemachine.SetIn(st.Nodes, c, "n1", n)
-		}), []string{"x", "y"}},
-		{"a node holding no term fenced off writes", next(statemachine.ClusterNodesSource(c), func(st *statemachine.State) {
+		}), []string{"x"}},
+		{"a follower fenced off writes", next(statemachine.ClusterNodesSource(c), func(st *statemachine.State) {
 			st.Nodes = statemachine.SetIn(st.Nodes, c, "n2", models.StorageNode{NodeID: "n2", NodeAddress: "a:2",
 				DiskFault: &models.DiskFault{Kind: models.DiskFull}})
-		}), []string{"x"}},
+		}), nil},
 		{"a drain", next(statemachine.SourceDrain, func(*statemachine.State) {}), []string{"x", "y", "z"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

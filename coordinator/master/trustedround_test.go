@@ -10,9 +10,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// trustedPatience is master.Config's default TrustedAskTimeout, the
-// masters of these tests run with (masterOpts.trustedAsk -1; AskTimeout
-// 500ms).
+// trustedPatience is the TrustedAskTimeout the masters of these tests run
+// with (AskTimeout 500ms): above the Config's default (50ms), so that the
+// answer of a node that answers at once is in on a loaded machine.
 const trustedPatience = 150 * time.Millisecond
 
 // fullSetShard starts a master (the Config's own trusted patience) over
@@ -21,7 +21,7 @@ const trustedPatience = 150 * time.Millisecond
 func fullSetShard(t *testing.T, db string, nodes []string) (*harness, models.ShardState, string) {
 	t.Helper()
 	h := newHarness(t, nodes...)
-	h.startMaster(masterOpts{trustedAsk: -1})
+	h.startMaster(masterOpts{trustedAsk: trustedPatience})
 	h.createDB(db, 1, 3)
 	first := h.etcdStates(db).Shards[0]
 	id := models.ShardID(db, 0)
