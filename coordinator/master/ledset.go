@@ -29,7 +29,7 @@ type ledSet struct {
 	// on it, as of the assignments idxOf (built when a node's liveness
 	// first changes on a version of them).
 	idxOf     statemachine.Map[models.Assignment]
-	replicaOf map[string]map[string][]string
+	replicaOf map[string]map[string][]replicaAt
 	// forgot: the databases forgotten since drained last, and forgotAll
 	// whether every one was (the pass's scope reads them, passScope).
 	forgot    map[string]bool
@@ -121,10 +121,8 @@ func (l *ledSet) forgetChanged(prev *statemachine.State, revs map[string]int64, 
 				// writes needs none, whoever of its followers is lost;
 				// one whose leader is fenced needs one only once a
 				// follower can take writes).
-				for _, db := range l.databasesOf(st.Assignments, cluster, id) {
-					if leadsShard(st.ShardStates.At(db), id) {
-						forget(db)
-					}
+				for _, db := range l.ledBy(st, cluster, id) {
+					forget(db)
 				}
 			case inWas != inNow || a.Writable() != b.Writable():
 				for _, db := range l.databasesOf(st.Assignments, cluster, id) {
@@ -144,21 +142,38 @@ func (l *ledSet) forgetChanged(prev *statemachine.State, revs map[string]int64, 
 }
 
 // databasesOf lists the databases of cluster with a replica assigned on
-// node, in assign.
+// node, in assign, each once.
 func (l *ledSet) databasesOf(assign statemachine.Map[models.Assignment], cluster, node string) []string {
+	var dbs []string
+	for _, r := range l.replicasOf(assign, cluster, node) {
+		if len(dbs) == 0 || dbs[len(dbs)-1] != r.db {
+			dbs = append(dbs, r.db)
+		}
+	}
+	return dbs
+}
+
+// replicaAt is a replica assigned on a node: its database and shard.
+type replicaAt struct {
+	db    string
+	shard int
+}
+
+// replicasOf lists the replicas assigned on node in cluster, in assign,
+// grouped by database (an index built once per version of the
+// assignments, when a node's liveness first changes on it).
+func (l *ledSet) replicasOf(assign statemachine.Map[models.Assignment], cluster, node string) []replicaAt {
 	if l.replicaOf == nil || !assign.Same(l.idxOf) {
-		l.idxOf, l.replicaOf = assign, map[string]map[string][]string{}
+		l.idxOf, l.replicaOf = assign, map[string]map[string][]replicaAt{}
 		for db, a := range assign.All() {
 			nodes := l.replicaOf[a.Cluster]
 			if nodes == nil {
-				nodes = map[string][]string{}
+				nodes = map[string][]replicaAt{}
 				l.replicaOf[a.Cluster] = nodes
 			}
 			for _, sh := range a.Shards {
 				for _, n := range sh.Replicas {
-					if dbs := nodes[n]; len(dbs) == 0 || dbs[len(dbs)-1] != db {
-						nodes[n] = append(dbs, db)
-					}
+					nodes[n] = append(nodes[n], replicaAt{db: db, shard: sh.ID})
 				}
 			}
 		}
@@ -166,14 +181,26 @@ func (l *ledSet) databasesOf(assign statemachine.Map[models.Assignment], cluster
 	return l.replicaOf[cluster][node]
 }
 
-// leadsShard: node is the leader some shard of ss names.
-func leadsShard(ss models.ShardStates, node string) bool {
-	for _, s := range ss.Shards {
-		if s.Leader == node {
-			return true
+// ledBy lists the remembered databases with a shard that node is assigned
+// a replica of and that st names it leader of, each once (a replica not
+// assigned on node is never led by it in a database the led set
+// remembers).
+func (l *ledSet) ledBy(st *statemachine.State, cluster, node string) []string {
+	var dbs []string
+	var ss models.ShardStates
+	var ssOf string
+	for _, r := range l.replicasOf(st.Assignments, cluster, node) {
+		if !l.dbs[r.db] || len(dbs) > 0 && dbs[len(dbs)-1] == r.db {
+			continue
+		}
+		if ssOf != r.db {
+			ss, ssOf = st.ShardStates.At(r.db), r.db
+		}
+		if s, ok := shardStateOf(ss, r.shard); ok && s.Leader == node {
+			dbs = append(dbs, r.db)
 		}
 	}
-	return false
+	return dbs
 }
 
 // termsChanged calls changed with each shard id whose term differs between
