@@ -16,7 +16,7 @@ import (
 // the decisions are taken one database after the other on shared
 // cluster-wide leadership counts (the tie-break spreads a dead node's shards
 // over the survivors), and the new states are published in batches of many
-// databases (publishBatch's), each sent as soon as it is full. A node leading shards of 32 databases then costs
+// databases (publishBatch). A node leading shards of 32 databases then costs
 // one round of questions and one batch of writes, not 32 in a row. It returns the databases whose publication
 // failed, with why (kv.ErrDeposed when the term ended), and whether it
 // published new states for any.
@@ -56,9 +56,6 @@ func (m *Master) failover(ctx context.Context, names []string) (failed map[strin
 	leads := map[string]map[string]int{} // per cluster, kept up to date by the decisions
 	var ups []statesUpdate
 	var decided []ShardInputs
-	// Each database's new states are queued as they are decided: the first
-	// batches are published while the next databases are decided.
-	pub := m.startPublication(ctx, st)
 	for i, in := range ins {
 		c := in.Assign.Cluster
 		if leads[c] == nil {
@@ -71,12 +68,10 @@ func (m *Master) failover(ctx context.Context, names []string) (failed map[strin
 			continue
 		}
 		next, changed := applyFailover(in.DB, st.ShardStates.At(in.DB), ops)
-		u := statesUpdate{db: in.DB, next: next, changed: changed}
-		pub.add(u)
-		ups = append(ups, u)
+		ups = append(ups, statesUpdate{db: in.DB, next: next, changed: changed})
 		decided = append(decided, in)
 	}
-	failed = pub.finish()
+	failed = m.publishBatch(ctx, st, ups)
 	for i, u := range ups {
 		if failed[u.db] != nil {
 			continue

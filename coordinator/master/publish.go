@@ -51,105 +51,57 @@ func (m *Master) publishStates(ctx context.Context, st *statemachine.State, db s
 // the caller recomputes them on a fresh state; kv.ErrDeposed when the term
 // ended).
 func (m *Master) publishBatch(ctx context.Context, st *statemachine.State, ups []statesUpdate) map[string]error {
-	p := m.startPublication(ctx, st)
-	for _, u := range ups {
-		p.add(u)
-	}
-	return p.finish()
-}
-
-// publication is publishBatch taking its updates one at a time: each batch
-// goes out as soon as it is full (txnBatches' cut), while the caller
-// decides the next databases. A dead domain's failover at 1,000 nodes
-// decided ~380 databases in 80-150 ms and then published them in 140-300
-// ms; its first batches now go out after the first fifty decisions.
-type publication struct {
-	m   *Master
-	ctx context.Context
-	st  *statemachine.State
-
-	mu        sync.Mutex
-	failed    map[string]error
-	published []string
-	last      int64 // the highest revision a batch was published at
-
-	sem      chan struct{}
-	wg       sync.WaitGroup
-	releases lockReleases
-	cur      []statesUpdate // the batch being filled
-	ops, n   int            // its txn operations and bytes
-}
-
-func (m *Master) startPublication(ctx context.Context, st *statemachine.State) *publication {
-	return &publication{m: m, ctx: ctx, st: st, failed: map[string]error{}, sem: make(chan struct{}, publishWriters)}
-}
-
-// add queues u, sending the batch being filled first when u would not fit
-// in it.
-func (p *publication) add(u statesUpdate) {
-	u.value = mustJSON(u.next)
-	o, n := 2+len(u.extra), updateBytes(u)
-	if len(p.cur) > 0 && (p.ops+o > maxTxnOps || p.n+n > maxTxnBytes) {
-		p.send()
-	}
-	p.cur = append(p.cur, u)
-	p.ops += o
-	p.n += n
-}
-
-// send publishes the batch being filled in the background, at most
-// publishWriters at once.
-func (p *publication) send() {
-	batch := p.cur
-	p.cur, p.ops, p.n = nil, 0, 0
-	if len(batch) == 0 {
-		return
-	}
+	failed := map[string]error{}
+	var published []string
+	var last int64 // the highest revision a batch was published at
+	var mu sync.Mutex
 	fail := func(db string, err error) {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		p.failed[db] = err
+		mu.Lock()
+		defer mu.Unlock()
+		failed[db] = err
 	}
 	done := func(batch []statesUpdate, rev int64) {
-		p.mu.Lock()
-		defer p.mu.Unlock()
+		mu.Lock()
+		defer mu.Unlock()
 		for _, u := range batch {
-			p.published = append(p.published, u.db)
+			published = append(published, u.db)
 		}
-		p.last = max(p.last, rev)
+		last = max(last, rev)
 	}
-	p.sem <- struct{}{}
-	p.wg.Add(1)
-	go func() {
-		defer func() { <-p.sem; p.wg.Done() }()
-		p.m.publishTxnRetry(p.ctx, p.st, batch, fail, done, &p.releases)
-	}()
-}
-
-// finish sends the last batch, waits for every batch and for the local
-// state to show them, and returns the databases whose publication failed.
-func (p *publication) finish() map[string]error {
-	p.send()
-	p.wg.Wait()
+	for i := range ups {
+		ups[i].value = mustJSON(ups[i].next)
+	}
+	sem := make(chan struct{}, publishWriters)
+	var wg sync.WaitGroup
+	var releases lockReleases
+	for _, batch := range txnBatches(ups) {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			m.publishTxnRetry(ctx, st, batch, fail, done, &releases)
+		}()
+	}
+	wg.Wait()
 	// The published batches' locks go once the last batch is published:
 	// each release is a txn as big as a batch's, and released as each
 	// batch was published they took etcd's apply turns from the batches
 	// still to come (a domain's failover is ~20 of each at 1,000 nodes).
-	p.releases.start(p.ctx, p.m)
+	releases.start(ctx, m)
 	// The local state is waited for once, for the last batch's revision,
 	// with every batch's txn already applied: a writer that waited for it
 	// (the state manager applies the agents' in-sync writes of the same
 	// moments too) held its slot while later batches queued, and a whole
 	// domain's failover at 300 nodes is 32 batches, 16 at a time.
-	if p.last > 0 {
-		if err := p.m.awaitRev(p.ctx, statemachine.SourceShardState, p.last); err != nil {
-			for _, db := range p.published {
-				p.failed[db] = err
+	if last > 0 {
+		if err := m.awaitRev(ctx, statemachine.SourceShardState, last); err != nil {
+			for _, db := range published {
+				failed[db] = err
 			}
 		}
 	}
-	p.releases.wait()
-	return p.failed
+	releases.wait()
+	return failed
 }
 
 // lockReleases keeps the failover locks of a publication's published
