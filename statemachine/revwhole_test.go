@@ -31,7 +31,11 @@ func TestStateShowsARevisionWhole(t *testing.T) {
 
 	const txns, perTxn = 80, 100 // etcd takes at most 128 operations per txn
 	revs := make(chan int64, txns)
+	wctx, stop := context.WithCancel(ctx)
+	wrote := make(chan struct{})
+	defer func() { stop(); <-wrote }()
 	go func() {
+		defer close(wrote)
 		defer close(revs)
 		for i := range txns {
 			ops := make([]kv.Op, 0, perTxn)
@@ -39,7 +43,10 @@ func TestStateShowsARevisionWhole(t *testing.T) {
 				name := fmt.Sprintf("db%03d", j)
 				ops = append(ops, kv.OpPut(k.DatabaseConfig(name), mustJSON(t, models.Database{Name: name, NumShards: i + 1}), 0))
 			}
-			ok, rev, err := store.Txn(ctx, nil, ops)
+			ok, rev, err := store.Txn(wctx, nil, ops)
+			if wctx.Err() != nil {
+				return // the test ended first
+			}
 			if err != nil || !ok {
 				t.Errorf("txn %d: ok %v, %v", i, ok, err)
 				return

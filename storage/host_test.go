@@ -113,6 +113,12 @@ func leaderHost(t *testing.T, store kv.Store, sm *statemachine.Manager, ck model
 	eng, err := engine.NewBoltEngine(t.TempDir())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = eng.Close() })
+	return leaderHostOn(t, eng, store, sm, ck, keys, others...)
+}
+
+// leaderHostOn is leaderHost on an engine of the test's own.
+func leaderHostOn(t *testing.T, eng engine.Engine, store kv.Store, sm *statemachine.Manager, ck models.ClusterKeys, keys models.Keys, others ...string) *storage.Host {
+	t.Helper()
 	h := storage.NewHost(storage.HostConfig{NodeID: "L", Cluster: "default", Engine: eng, Store: store, Keys: ck,
 		State: sm.Snapshot, Changed: sm.Changed, Logger: zap.NewNop(), LagBound: time.Hour, DropDelay: time.Hour,
 		StateStore: store, StateKeys: keys})

@@ -10,11 +10,9 @@ import (
 	"github.com/cairn-db/cairn/coordinator/kv/etcdtest"
 	"github.com/cairn-db/cairn/models"
 	"github.com/cairn-db/cairn/statemachine"
-	"github.com/cairn-db/cairn/storage"
 	"github.com/cairn-db/cairn/storage/engine"
 	"github.com/cairn-db/cairn/storage/lineproto"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/zap"
 )
 
 // A new leader takes the first in-sync set the master created with the
@@ -65,19 +63,11 @@ func TestLeaderTakesPlacedFirstSetOnlyWhenCurrent(t *testing.T) {
 				require.NoError(t, err)
 				require.NoError(t, wait())
 			}
-			h := storage.NewHost(storage.HostConfig{NodeID: "L", Cluster: "default", Engine: eng, Store: store, Keys: ck,
-				State: sm.Snapshot, Changed: sm.Changed, Logger: zap.NewNop(), LagBound: time.Hour, DropDelay: time.Hour,
-				StateStore: store, StateKeys: keys})
-			nodes := []string{"L", "G"}
+			others := []string{"G"}
 			if !tc.fDead {
-				nodes = append(nodes, "F")
+				others = append(others, "F")
 			}
-			for i, id := range nodes {
-				live(t, store, ck.SNS, id, "127.0.0.1:"+string(rune('1'+i)))
-			}
-			rec, err := store.Get(ctx, ck.Node("L"))
-			require.NoError(t, err)
-			h.SetRecordRev(rec.CreateRev)
+			h := leaderHostOn(t, eng, store, sm, ck, keys, others...)
 
 			// The placement's txn, as the master writes it (placeNew).
 			raw := func(v any) []byte { b, _ := json.Marshal(v); return b }

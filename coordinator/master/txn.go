@@ -242,15 +242,15 @@ func cmpNodeRef(a, b models.NodeRef) int {
 // cancellations wait for a CPU busy with the failover), and the round held
 // the decisions up for that long.
 func (r *round) wait(ctx context.Context, wg *sync.WaitGroup, asked int) {
-	all := make(chan struct{})
-	go func() { wg.Wait(); close(all) }()
 	if r.bounded {
+		all := make(chan struct{})
+		go func() { wg.Wait(); close(all) }()
 		select {
 		case <-all:
 		case <-ctx.Done():
 		}
 	} else {
-		<-all
+		wg.Wait()
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
