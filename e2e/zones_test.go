@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -14,8 +15,12 @@ import (
 // a database of 16 shards x RF 3. Every shard has one replica per zone (read
 // from the nodes' labels in /api/v1/nodes); kill -9 of all three nodes of
 // zone a while a writer runs leaves every shard online, led outside zone a
-// and writable, and no acknowledged point is lost.
+// and writable. The three nodes return: once membership has been stable
+// for the rebalance delay, every zone leads again (each node's share of the
+// leaders within 1 of every other's), and no acknowledged point is lost
+// through both moves.
 func TestZoneLossKeepsEveryShard(t *testing.T) {
+	t.Setenv("CAIRN_REBALANCE_DELAY", "2s") // every process started below inherits it
 	zones := []string{"a", "b", "c"}
 	c := startDataCluster(t, dataClusterOpts{storageNodes: 9, shards: 16, rf: 3, failureDomain: "zone",
 		nodeArgs: func(i int) []string {
@@ -69,7 +74,48 @@ func TestZoneLossKeepsEveryShard(t *testing.T) {
 	t.Logf("every shard online and led outside zone a %s after the kill (lease TTL 2s)", time.Since(killed).Round(time.Millisecond))
 	acked, _ := w.snapshot()
 	w.waitAcked(len(acked)+20, 20*time.Second)
+
+	for i := range c.ids {
+		if zones[i%3] == "a" {
+			c.storage[i].restart()
+		}
+	}
+	back := time.Now()
+	byZone := func() (map[string]int, map[string]int) {
+		zl, nl := map[string]int{}, map[string]int{}
+		for _, id := range c.ids {
+			nl[id] = 0
+		}
+		for _, s := range c.shardsOf() {
+			zl[zoneOf[s.Leader]]++
+			nl[s.Leader]++
+		}
+		return zl, nl
+	}
+	require.Eventually(t, func() bool {
+		if !c.healthy() {
+			return false
+		}
+		zl, nl := byZone()
+		vals := slices.Collect(maps.Values(nl))
+		return len(zl) == 3 && zl[""] == 0 && slices.Max(vals)-slices.Min(vals) <= 1
+	}, 60*time.Second, 50*time.Millisecond, "leaders never spread again over the zones and nodes")
+	zl, nl := byZone()
+	for _, z := range zones {
+		require.GreaterOrEqual(t, zl[z], 3, "zone %s leads %d of 16 shards: %v", z, zl[z], zl)
+	}
+	t.Logf("zone a back: leaders spread over the zones %v and nodes %v %s after the restart (rebalance delay 2s)",
+		zl, nl, time.Since(back).Round(time.Millisecond))
+	acked, _ = w.snapshot()
+	w.waitAcked(len(acked)+20, 20*time.Second)
 	w.stop()
 	_, fails := w.snapshot()
-	t.Logf("checked %d acknowledged points; %d batches refused while leaders moved", c.verifyAcked(w), len(fails))
+	var afterBack []dataFailure
+	for _, f := range fails {
+		if f.at.After(back) {
+			afterBack = append(afterBack, f)
+		}
+	}
+	require.Empty(t, afterBack, "writes failed while leaders moved back to zone a: %s", describeDataFailures(afterBack))
+	t.Logf("checked %d acknowledged points; %d batches refused while zone a was lost, none after it returned", c.verifyAcked(w), len(fails))
 }
