@@ -17,29 +17,13 @@ import (
 // WatchSynced ends it.
 func TestWatchMarksARevisionsOtherKeys(t *testing.T) {
 	s := etcdtest.Start(t).Store(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	ctx := context.Background()
 	p := "/wr/"
 	for _, k := range []string{"l1", "l2"} {
 		_, err := s.Put(ctx, p+k, []byte("v"), 0)
 		require.NoError(t, err)
 	}
-	var mu sync.Mutex
-	var got []kv.WatchEvent
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		kv.RunWatcher(ctx, kv.WatcherConfig{Store: s, Prefix: p}, func(ev kv.WatchEvent) {
-			mu.Lock()
-			defer mu.Unlock()
-			got = append(got, ev)
-		})
-	}()
-	events := func() []kv.WatchEvent {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]kv.WatchEvent(nil), got...)
-	}
+	events := watchEvents(t, kv.WatcherConfig{Store: s, Prefix: p})
 	require.Eventually(t, func() bool { return len(events()) == 3 }, 10*time.Second, 5*time.Millisecond)
 	for _, ev := range events()[:2] {
 		require.True(t, ev.More, "a listed key: the list ends at WatchSynced")
@@ -77,8 +61,29 @@ func TestWatchMarksARevisionsOtherKeys(t *testing.T) {
 		{kv.WatchDelete, p + "l1", rev2, true}, {kv.WatchPut, p + "d", rev2, true}, {kv.WatchDelete, p + "a", rev2, false},
 		{kv.WatchPut, p + "b", rev3, false},
 	}, out)
-	cancel()
-	<-done
+}
+
+// watchEvents runs a watcher of cfg until the test ends and returns what it
+// emitted so far.
+func watchEvents(t *testing.T, cfg kv.WatcherConfig) func() []kv.WatchEvent {
+	ctx, cancel := context.WithCancel(context.Background())
+	var mu sync.Mutex
+	var got []kv.WatchEvent
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done })
+	go func() {
+		defer close(done)
+		kv.RunWatcher(ctx, cfg, func(ev kv.WatchEvent) {
+			mu.Lock()
+			defer mu.Unlock()
+			got = append(got, ev)
+		})
+	}()
+	return func() []kv.WatchEvent {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]kv.WatchEvent(nil), got...)
+	}
 }
 
 // scriptedWatch is a store whose watch sends the given responses.
@@ -100,9 +105,7 @@ func (s scriptedWatch) Watch(ctx context.Context, prefix string, fromRev int64) 
 // last event of its revision, the event before it closes the revision.
 func TestWatchClosesARevisionBeforeASkippedDelete(t *testing.T) {
 	mem := kv.NewMemoryStore()
-	defer mem.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	t.Cleanup(func() { _ = mem.Close() }) // after the watcher's (cleanups run last first)
 	put := func(key string, rev int64) kv.RawEvent {
 		return kv.RawEvent{Type: kv.EventPut, KV: kv.KeyValue{Key: key, Value: []byte("v"), ModRev: rev, CreateRev: rev}}
 	}
@@ -112,21 +115,9 @@ func TestWatchClosesARevisionBeforeASkippedDelete(t *testing.T) {
 	s := scriptedWatch{Store: mem, resps: []kv.RawWatchResponse{
 		{Events: []kv.RawEvent{put("/s/a", 5), del("/s/never", 5), put("/s/b", 5), del("/s/never2", 5), put("/s/c", 6), del("/s/never3", 7)}, Rev: 7},
 	}}
-	var mu sync.Mutex
-	var got []kv.WatchEvent
-	done := make(chan struct{})
-	defer func() { cancel(); <-done }()
-	go func() {
-		defer close(done)
-		kv.RunWatcher(ctx, kv.WatcherConfig{Store: s, Prefix: "/s/"}, func(ev kv.WatchEvent) {
-			mu.Lock()
-			defer mu.Unlock()
-			got = append(got, ev)
-		})
-	}()
-	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) >= 4 }, 10*time.Second, 5*time.Millisecond)
-	mu.Lock()
-	defer mu.Unlock()
+	events := watchEvents(t, kv.WatcherConfig{Store: s, Prefix: "/s/"})
+	require.Eventually(t, func() bool { return len(events()) >= 4 }, 10*time.Second, 5*time.Millisecond)
+	got := events()
 	require.Equal(t, kv.WatchSynced, got[0].Kind)
 	var more []bool
 	for _, ev := range got[1:4] {

@@ -2,6 +2,7 @@ package master
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/cairn-db/cairn/statemachine"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // TestFailoverRoundAsksEveryNodeAtOnce: a round over 300 nodes (more than
@@ -126,4 +128,40 @@ func TestBoundedRoundEndsWithoutItsAskers(t *testing.T) {
 	<-answered
 	require.Never(t, func() bool { return len(got[0][1]) > 0 }, 200*time.Millisecond, 5*time.Millisecond,
 		"its answer after the round's end is dropped")
+}
+
+// TestBoundedRoundCountsOnlyTheLate: the round's one line about the nodes
+// it ended without counts the node still out at the patience, not the one
+// whose failure was already logged on its own line.
+func TestBoundedRoundCountsOnlyTheLate(t *testing.T) {
+	in := ShardInputs{DB: "d", ClusterID: 1}
+	live := map[string]models.StorageNode{}
+	sets := map[string]models.ISR{}
+	for i, id := range []string{"quick", "broken", "slow"} {
+		live[id] = models.StorageNode{NodeID: id, NodeAddress: id + ":1"}
+		in.Assign.Shards = append(in.Assign.Shards, models.ShardAssignment{ID: i, Replicas: []string{"dead", id}})
+		in.States.Shards = append(in.States.Shards, models.ShardState{ID: i, Leader: "dead", Term: 1, Status: models.StatusOnline})
+		sets[models.ShardID("d", i)] = models.ISR{Leader: "dead", Term: 1, Replicas: []string{"dead", id}}
+	}
+	in.Live, in.ISR = statemachine.MapOf(live), statemachine.MapOf(sets)
+	asks := func(ctx context.Context, node models.NodeRef, shards map[string][]int) (map[string]map[int]models.ReplicaTxn, error) {
+		switch node.NodeID {
+		case "broken":
+			return nil, errors.New("connection refused")
+		case "slow":
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}
+		out := map[string]map[int]models.ReplicaTxn{"d": {}}
+		for _, id := range shards["d"] {
+			out["d"][id] = models.ReplicaTxn{LastTxnID: 9, LastTerm: 1}
+		}
+		return out, nil
+	}
+	core, logs := observer.New(zap.InfoLevel)
+	gatherTxn(context.Background(), nil, asks, time.Minute, 50*time.Millisecond, []ShardInputs{in}, zap.New(core))
+	require.Len(t, logs.FilterMessageSnippet("did not answer the last txn id question").All(), 1, "the broken node's own line")
+	ended := logs.FilterMessageSnippet("ended at its patience").All()
+	require.Len(t, ended, 1)
+	require.EqualValues(t, 1, ended[0].ContextMap()["questions"], "only the slow node was cut off")
 }

@@ -70,12 +70,13 @@ type round struct {
 	// nodes it ended without (logged once, not per node: ~666 warnings).
 	bounded bool
 	late    int
-	// heard lists the nodes some answer was recorded from; closed: the
-	// round ended, and an answer arriving after is dropped (gatherTxn has
-	// handed out).
-	heard  map[string]bool
-	closed bool
-	mu     sync.Mutex
+	// settled lists the nodes some answer was recorded from or whose
+	// failure was logged before the round ended (the rest are late);
+	// closed: the round ended, and an answer arriving after is dropped
+	// (gatherTxn has handed out).
+	settled map[string]bool
+	closed  bool
+	mu      sync.Mutex
 }
 
 // newRound lists the questions of a failover round over ins.
@@ -256,7 +257,7 @@ func (r *round) wait(ctx context.Context, wg *sync.WaitGroup, asked int) {
 	defer r.mu.Unlock()
 	r.closed = true
 	if r.bounded {
-		r.late = asked - len(r.heard)
+		r.late = asked - len(r.settled)
 	}
 }
 
@@ -293,10 +294,7 @@ func (r *round) record(node models.NodeRef, asked map[string][]int, got map[stri
 	if r.closed {
 		return
 	}
-	if r.heard == nil {
-		r.heard = map[string]bool{}
-	}
-	r.heard[node.NodeID] = true
+	r.settle(node)
 	for db, ids := range asked {
 		out := r.out[r.at[db]]
 		for _, id := range ids {
@@ -307,10 +305,21 @@ func (r *round) record(node models.NodeRef, asked map[string][]int, got map[stri
 	}
 }
 
+// settle marks node as no longer awaited (under mu).
+func (r *round) settle(node models.NodeRef) {
+	if r.settled == nil {
+		r.settled = map[string]bool{}
+	}
+	r.settled[node.NodeID] = true
+}
+
 func (r *round) skipped(ctx context.Context, node models.NodeRef, shards map[string][]int, err error, lg *zap.Logger) {
 	if r.bounded && ctx.Err() != nil {
 		return // counted in late when the round ends
 	}
+	r.mu.Lock()
+	r.settle(node)
+	r.mu.Unlock()
 	n := 0
 	for _, ids := range shards {
 		n += len(ids)
